@@ -1,0 +1,148 @@
+"""Command-line overrides → a plain recipe dict, through Hydra's compose API. The only module that imports Hydra.
+
+Hydra stops at the first bad override; recipekit wants every problem at once. So group choices are checked against
+the options found on disk before composing (with close matches), and an override of a key that does not exist is
+recorded, dropped and the composition retried, until Hydra accepts what is left.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import yaml
+
+from recipekit.errors import Collector, Problem, RecipeError
+from recipekit.paths import GROUPS, RECIPES_DIR
+
+#: Hydra's version semantics, pinned so a Hydra upgrade cannot silently change composition.
+HYDRA_VERSION_BASE = "1.3"
+
+_NOT_IN_STRUCT = re.compile(r"Could not override '([^']+)'")
+_GROUP_OVERRIDE = re.compile(r"^(?P<group>[A-Za-z_]+)=(?P<option>[^=\s]+)$")
+
+
+@dataclass(frozen=True)
+class Composed:
+    """What composition produced: the raw recipe dict and how it was chosen (for the manifest)."""
+
+    raw: dict[str, Any]
+    choices: dict[str, str | None]
+    overrides: list[str] = field(default_factory=list)
+
+
+def recipe_dirs(extra: Sequence[Path] = ()) -> list[Path]:
+    """The recipe trees searched, recipekit's own first; ``extra`` are a team's recipe repos."""
+    return [RECIPES_DIR, *(Path(p).resolve() for p in extra)]
+
+
+def group_options(group: str, extra: Sequence[Path] = ()) -> dict[str, Path]:
+    """Every option of ``group``, discovered from the recipe trees on disk (never from a list in code)."""
+    found: dict[str, Path] = {}
+    for root in recipe_dirs(extra):
+        for path in sorted((root / group).glob("*.yaml")):
+            found.setdefault(path.stem, path)
+    return dict(sorted(found.items()))
+
+
+def describe_option(path: Path) -> str:
+    """The option's one-line ``description`` key (empty when it has none)."""
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError:
+        return "(unreadable YAML)"
+    return str(data.get("description", "")) if isinstance(data, dict) else ""
+
+
+def compose(overrides: Sequence[str], extra_dirs: Sequence[Path] = ()) -> Composed:
+    """Compose recipekit's config with ``overrides`` (Hydra grammar) into a plain dict.
+
+    Raises :class:`RecipeError` listing every unknown group option, unknown key and malformed override.
+    """
+    problems = Collector()
+    for directory in extra_dirs:
+        if not Path(directory).is_dir():
+            problems.add(f"--recipes {directory}", "not a directory")
+    problems.extend(_check_group_choices(overrides, extra_dirs))
+    problems.raise_if_any()
+
+    remaining = list(overrides)
+    while True:
+        try:
+            return _compose_once(remaining, extra_dirs)
+        except RecipeError as err:
+            problems.extend(err.problems)
+            problems.raise_if_any()
+        except _UnknownKey as err:
+            problems.add(err.key, "unknown key", hint=f"to add a new key write +{err.override}")
+            remaining.remove(err.override)
+
+
+class _UnknownKey(Exception):
+    def __init__(self, key: str, override: str) -> None:
+        super().__init__(key)
+        self.key, self.override = key, override
+
+
+def _check_group_choices(overrides: Sequence[str], extra_dirs: Sequence[Path]) -> list[Problem]:
+    problems = []
+    for override in overrides:
+        match = _GROUP_OVERRIDE.match(override)
+        if not match or match["group"] not in GROUPS:
+            continue
+        group, option = match["group"], match["option"]
+        if option == "null" and group == "recipe":
+            continue
+        options = group_options(group, extra_dirs)
+        if option not in options:
+            close = difflib.get_close_matches(option, list(options), n=3, cutoff=0.5)
+            hint = (f"did you mean {' or '.join(close)}? " if close else "") + "options: " + ", ".join(options)
+            problems.append(Problem(group, f"unknown option {option!r}", hint))
+    return problems
+
+
+def _compose_once(overrides: list[str], extra_dirs: Sequence[Path]) -> Composed:
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.errors import ConfigCompositionException, HydraException, MissingConfigException, OverrideParseException
+    from omegaconf import OmegaConf, open_dict
+    from omegaconf.errors import OmegaConfBaseException
+
+    search = [f"hydra.searchpath=[{','.join('file://' + str(Path(d).resolve()) for d in extra_dirs)}]"] if extra_dirs else []
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with initialize_config_dir(config_dir=str(RECIPES_DIR), version_base=HYDRA_VERSION_BASE):
+                cfg = hydra_compose(config_name="config", overrides=[*overrides, *search], return_hydra_config=True)
+        choices = OmegaConf.to_container(cfg.hydra.runtime.choices)
+        with open_dict(cfg):
+            del cfg["hydra"]
+        raw = OmegaConf.to_container(cfg, resolve=True)
+    except OverrideParseException as exc:
+        first_line = str(exc).splitlines()
+        raise RecipeError([Problem("override", first_line[0], " ".join(first_line[1:2]))]) from None
+    except MissingConfigException as exc:
+        raise RecipeError([Problem("recipe", str(exc).splitlines()[0])]) from None
+    except ConfigCompositionException as exc:
+        match = _NOT_IN_STRUCT.search(str(exc))
+        if match:
+            key = match.group(1)
+            override = next(o for o in overrides if o.split("=", 1)[0].lstrip("+~") == key)
+            raise _UnknownKey(key, override) from None
+        raise RecipeError([Problem("override", " ".join(str(exc).split()))]) from None
+    except (HydraException, OmegaConfBaseException, yaml.YAMLError) as exc:
+        raise RecipeError([Problem("recipe", " ".join(str(exc).split()))]) from None
+
+    group_choices = {g: choices.get(g) for g in GROUPS}
+    if raw.get("name") is None:
+        raw["name"] = default_name(group_choices)
+    return Composed(raw=raw, choices=group_choices, overrides=list(overrides))
+
+
+def default_name(choices: dict[str, str | None]) -> str:
+    """A recipe without a preset is named after its model and mode, e.g. ``llama3_8b-lora``."""
+    return f"{choices.get('model')}-{choices.get('mode')}".lower().replace("_", "-")

@@ -1,0 +1,452 @@
+"""Recipe → Plan: every number the bundle uses, computed once. Pure: no I/O, no clock, no environment.
+
+A value that appears in two bundle files (world size in the Job and in run.sh, batch sizes in ds_config.json and
+in the Trainer arguments, the master port in run.sh and the Job's container port) is computed here and rendered
+into both, so the files cannot drift apart. The DeepSpeed config and the Volcano Job are built here as plain dicts;
+the renderer only serialises them.
+
+Every rule that needs more than one section is checked here, all of them before giving up, and each error shows
+its arithmetic: ``train.global_batch_size: 100 is not divisible by micro_batch_size (2) × data-parallel size (16) = 32``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from recipekit import __version__
+from recipekit.errors import Collector
+from recipekit.images import ImageFamily, ImageMatrix, compatibility_problems
+from recipekit.recipe import Recipe
+
+Precision = Literal["bf16", "fp16", "fp32"]
+
+#: Where the bundle lives inside the image and the pods.
+WORKDIR = "/workspace"
+#: Seconds Kubernetes waits after SIGTERM before SIGKILL: time for train.py to write its last checkpoint.
+TERMINATION_GRACE_S = 600
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_MAX_DNS_LABEL = 63
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What the renderer needs, already decided. Field names are the words the bundle files use."""
+
+    job_name: str
+    task_name: str
+    task_env: str  # VC_<TASK_ENV>_HOSTS / VC_<TASK_ENV>_NUM
+    nodes: int
+    devices_per_pod: int
+    world_size: int
+    dp_size: int
+    micro_batch_size: int
+    gradient_accumulation_steps: int
+    global_batch_size: int
+    precision: Precision
+    comm_backend: str
+    zero_stage: int
+    uses_deepspeed: bool
+    steps_per_epoch: int | None
+    total_steps: int | None
+    warmup_steps: int | float
+    master_port: int
+    output_dir: str
+    image: str
+    image_family: str
+    family: ImageFamily
+    env: dict[str, str]
+    pip_packages: list[str]
+    training_arguments: dict[str, Any]
+    ds_config: dict[str, Any] | None
+    job: dict[str, Any]
+    warnings: list[str] = field(default_factory=list)
+
+    def summary(self) -> dict[str, Any]:
+        """The derived numbers, as written into recipe.yaml and shown by ``recipekit show``."""
+        return {
+            "job_name": self.job_name,
+            "nodes": self.nodes,
+            "devices_per_pod": self.devices_per_pod,
+            "world_size": self.world_size,
+            "dp_size": self.dp_size,
+            "micro_batch_size": self.micro_batch_size,
+            "gradient_accumulation_steps": self.gradient_accumulation_steps,
+            "global_batch_size": self.global_batch_size,
+            "precision": self.precision,
+            "comm_backend": self.comm_backend,
+            "zero_stage": self.zero_stage,
+            "steps_per_epoch": self.steps_per_epoch,
+            "total_steps": self.total_steps,
+            "warmup_steps": self.warmup_steps,
+            "master_port": self.master_port,
+            "output_dir": self.output_dir,
+            "image": self.image,
+        }
+
+
+# ------------------------------------------------------------------------------------------------------- helpers
+def k8s_name(text: str, limit: int = _MAX_DNS_LABEL) -> str:
+    """Make ``text`` a DNS label: lower case, ``[a-z0-9-]``, at most ``limit`` characters, no dash at either end."""
+    name = re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")
+    name = re.sub(r"-{2,}", "-", name)[:limit].strip("-")
+    return name or "recipe"
+
+
+def task_env_name(task: str) -> str:
+    """Volcano's svc plugin names env vars after the task: upper case, ``-`` → ``_``."""
+    return task.replace("-", "_").upper()
+
+
+def recipe_digest(recipe: Recipe, family: ImageFamily) -> str:
+    """A short content hash of everything that goes into the image; the image tag, so a change forces a rebuild."""
+    canonical = json.dumps({"recipe": recipe.model_dump(mode="json"), "image": family.model_dump(mode="json")},
+                           sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()[:12]
+
+
+# -------------------------------------------------------------------------------------------------------- plan
+def make_plan(recipe: Recipe, images: ImageMatrix) -> Plan:
+    """Derive every number and document of the bundle from ``recipe``; raise one RecipeError with all problems."""
+    errors = Collector()
+    warnings: list[str] = []
+    hw, cl, tr, par, data, mode, model = (recipe.hw, recipe.cluster, recipe.train, recipe.parallel, recipe.data,
+                                          recipe.mode, recipe.model)
+
+    # --- devices and world size
+    devices_per_pod = cl.devices_per_pod or hw.devices_per_node
+    if devices_per_pod > hw.devices_per_node:
+        errors.add("cluster.devices_per_pod",
+                   f"{devices_per_pod} devices per pod, but a {hw.name} node has {hw.devices_per_node}",
+                   hint=f"at most {hw.devices_per_node}; add nodes instead")
+    world_size = cl.nodes * devices_per_pod
+    model_parallel = par.tensor_parallel * par.pipeline_parallel
+    if model_parallel > 1:
+        errors.add("parallel.tensor_parallel/pipeline_parallel",
+                   f"TP {par.tensor_parallel} × PP {par.pipeline_parallel} = {model_parallel}: the bundle's "
+                   "Trainer/DeepSpeed backend runs data parallelism only",
+                   hint="set both to 1 to build; `recipekit plan` still analyses 3D layouts")
+    dp_size = world_size
+
+    # --- batch arithmetic
+    micro = tr.micro_batch_size
+    per_step = micro * dp_size
+    if tr.global_batch_size is not None and tr.gradient_accumulation_steps is not None:
+        accum = tr.gradient_accumulation_steps
+        if micro * accum * dp_size != tr.global_batch_size:
+            errors.add("train.global_batch_size",
+                       f"{tr.global_batch_size} != micro_batch_size ({micro}) × gradient_accumulation_steps ({accum}) "
+                       f"× data-parallel size ({dp_size}) = {micro * accum * dp_size}",
+                       hint="set only one of global_batch_size and gradient_accumulation_steps")
+    elif tr.global_batch_size is not None:
+        accum = max(1, tr.global_batch_size // per_step)
+        if tr.global_batch_size % per_step:
+            lower, upper = (tr.global_batch_size // per_step) * per_step, (tr.global_batch_size // per_step + 1) * per_step
+            nearest = " or ".join(str(v) for v in (lower, upper) if v > 0)
+            errors.add("train.global_batch_size",
+                       f"{tr.global_batch_size} is not divisible by micro_batch_size ({micro}) × data-parallel size "
+                       f"({dp_size}) = {per_step}", hint=f"nearest that divide: {nearest}")
+    else:
+        accum = tr.gradient_accumulation_steps or 1
+    global_batch = micro * accum * dp_size
+
+    # --- precision
+    precision: Precision
+    if tr.precision == "auto":
+        precision = "bf16" if hw.supports_bf16 else ("fp32" if hw.vendor == "cpu" else "fp16")
+    else:
+        precision = tr.precision
+    if precision == "bf16" and not hw.supports_bf16:
+        errors.add("train.precision", f"bf16 requested, but {hw.name} has no bf16 support", hint="use fp16 or auto")
+    if precision == "fp16" and hw.vendor == "cpu":
+        errors.add("train.precision", "fp16 is not supported on CPU", hint="use bf16, fp32 or auto")
+
+    # --- ZeRO and offload
+    zero = par.zero_stage
+    if zero == 0 and (par.offload_optimizer != "none" or par.offload_param != "none"):
+        errors.add("parallel.offload_optimizer", "offload needs DeepSpeed ZeRO (zero_stage ≥ 1)", hint="zero_stage: 2 or 3")
+    if par.offload_param != "none" and zero != 3:
+        errors.add("parallel.offload_param", f"parameter offload needs zero_stage 3 (got {zero})")
+    if "nvme" in (par.offload_optimizer, par.offload_param) and not par.nvme_path:
+        errors.add("parallel.nvme_path", "nvme offload without a path", hint="a local NVMe directory, e.g. /local_nvme")
+    if mode.kind == "qlora" and zero == 3:
+        errors.add("parallel.zero_stage", "qlora with ZeRO-3 is not supported by this backend",
+                   hint="use parallel=ddp, zero1 or zero2 (the 4-bit base is small)")
+    if mode.kind == "qlora" and hw.vendor == "ascend":
+        warnings.append("qlora on Ascend uses bitsandbytes-npu-beta, a preview package: check numerics on a small run")
+
+    # --- data and model fit
+    if mode.kind == "pretrain" and data.format != "text":
+        errors.add("data.format", f"pretrain trains on raw text, got {data.format!r}", hint="data=text")
+    if mode.kind != "pretrain" and data.format == "text":
+        errors.add("data.format", f"{mode.kind} needs instruction data, got raw text", hint="data=alpaca or data=chat")
+    if data.max_len > model.max_position_embeddings:
+        errors.add("data.max_len", f"{data.max_len} exceeds {model.name}'s max_position_embeddings "
+                                   f"({model.max_position_embeddings})")
+
+    # --- schedule
+    steps_per_epoch = total_steps = None
+    if data.num_samples:
+        train_samples = max(1, math.floor(data.num_samples * (1 - data.eval_fraction)))
+        steps_per_epoch = math.ceil(train_samples / global_batch)
+    if tr.max_steps:
+        total_steps = tr.max_steps
+    elif steps_per_epoch:
+        total_steps = math.ceil(steps_per_epoch * tr.epochs)
+    warmup: int | float = math.ceil(tr.warmup_ratio * total_steps) if total_steps else tr.warmup_ratio
+    if total_steps and tr.save_steps > total_steps:
+        warnings.append(f"train.save_steps ({tr.save_steps}) > total steps ({total_steps}): no checkpoint before the end")
+
+    # --- cluster
+    output_dir = f"{cl.output_dir.rstrip('/')}/{k8s_name(recipe.name)}"
+    mount = cl.mount_path.rstrip("/") + "/"
+    if not (output_dir + "/").startswith(mount):
+        errors.add("cluster.output_dir", f"{cl.output_dir} is not under the shared volume {cl.mount_path}",
+                   hint="checkpoints must survive a pod: put output_dir under mount_path")
+    if not _DNS_LABEL.match(cl.task_name):
+        errors.add("cluster.task_name", f"{cl.task_name!r} is not a DNS label", hint="lower case letters, digits, '-'")
+    suffix = f"-{cl.task_name}-{cl.nodes - 1}"
+    job_name = k8s_name(recipe.name, limit=_MAX_DNS_LABEL - len(suffix))
+    if len(job_name) < 1:
+        errors.add("cluster.task_name", "task name too long to build <job>-<task>-<index> within 63 characters")
+
+    # --- image
+    family = images.families.get(hw.image_family)
+    if family is None:
+        errors.add("hw.image_family", f"unknown image family {hw.image_family!r}",
+                   hint="families: " + ", ".join(images.families))
+    else:
+        errors.extend(compatibility_problems(hw.image_family, family, images.torch_npu_table))
+
+    errors.raise_if_any()
+    assert family is not None
+
+    digest = recipe_digest(recipe, family)
+    image = f"{cl.image_registry.rstrip('/')}/{k8s_name(recipe.name)}:{digest}"
+    ds_config = deepspeed_config(recipe, micro, accum, global_batch, precision) if zero else None
+    training_arguments = trainer_arguments(recipe, output_dir, micro, accum, precision, total_steps, warmup, bool(zero))
+    env = runtime_env(recipe, bool(zero))
+    plan = Plan(
+        job_name=job_name, task_name=cl.task_name, task_env=task_env_name(cl.task_name), nodes=cl.nodes,
+        devices_per_pod=devices_per_pod, world_size=world_size, dp_size=dp_size, micro_batch_size=micro,
+        gradient_accumulation_steps=accum, global_batch_size=global_batch, precision=precision,
+        comm_backend=hw.comm_backend, zero_stage=zero, uses_deepspeed=bool(zero), steps_per_epoch=steps_per_epoch,
+        total_steps=total_steps, warmup_steps=warmup, master_port=cl.master_port, output_dir=output_dir, image=image,
+        image_family=hw.image_family, family=family, env=env, pip_packages=pip_packages(recipe, family, bool(zero)),
+        training_arguments=training_arguments, ds_config=ds_config, job={}, warnings=warnings,
+    )
+    return _with_job(plan, recipe)
+
+
+def _with_job(plan: Plan, recipe: Recipe) -> Plan:
+    from dataclasses import replace
+
+    return replace(plan, job=volcano_job(recipe, plan))
+
+
+# ---------------------------------------------------------------------------------------------------- documents
+def deepspeed_config(recipe: Recipe, micro: int, accum: int, global_batch: int, precision: Precision) -> dict[str, Any]:
+    """The ds_config: batch values equal to the Trainer's (DeepSpeed and the Trainer both check them)."""
+    par, tr, hidden = recipe.parallel, recipe.train, recipe.model.hidden_size
+    zero: dict[str, Any] = {
+        "stage": par.zero_stage,
+        "overlap_comm": par.overlap_comm,
+        "contiguous_gradients": True,
+        "reduce_bucket_size": par.reduce_bucket_size,
+    }
+    if par.zero_stage in (1, 2):
+        zero.update(allgather_partitions=True, allgather_bucket_size=par.reduce_bucket_size, reduce_scatter=True)
+    if par.zero_stage == 3:
+        zero.update(
+            stage3_prefetch_bucket_size=int(0.9 * hidden * hidden),
+            stage3_param_persistence_threshold=10 * hidden,
+            stage3_max_live_parameters=1_000_000_000,
+            stage3_max_reuse_distance=1_000_000_000,
+            sub_group_size=1_000_000_000,
+            # Without this the saved model holds empty placeholders instead of weights.
+            stage3_gather_16bit_weights_on_model_save=True,
+        )
+    for key, where in (("offload_optimizer", par.offload_optimizer), ("offload_param", par.offload_param)):
+        if where == "cpu":
+            zero[key] = {"device": "cpu", "pin_memory": True}
+        elif where == "nvme":
+            zero[key] = {"device": "nvme", "nvme_path": par.nvme_path, "pin_memory": True}
+
+    config: dict[str, Any] = {
+        "train_batch_size": global_batch,
+        "train_micro_batch_size_per_gpu": micro,
+        "gradient_accumulation_steps": accum,
+        "gradient_clipping": tr.max_grad_norm,
+        "zero_optimization": zero,
+        "steps_per_print": 1_000_000,  # the Trainer logs; DeepSpeed's own step prints are noise
+        "wall_clock_breakdown": False,
+    }
+    if precision == "bf16":
+        config["bf16"] = {"enabled": True}
+    elif precision == "fp16":
+        config["fp16"] = {"enabled": True, "loss_scale": 0, "loss_scale_window": 1000, "initial_scale_power": 16,
+                          "hysteresis": 2, "min_loss_scale": 1}
+    if par.offload_optimizer != "none":
+        # ZeRO-Offload runs DeepSpeed's CPU Adam; "auto" lets the Trainer fill the values from its arguments.
+        config["optimizer"] = {"type": "AdamW",
+                               "params": {"lr": "auto", "betas": "auto", "eps": "auto", "weight_decay": "auto"}}
+    return config
+
+
+def trainer_arguments(recipe: Recipe, output_dir: str, micro: int, accum: int, precision: Precision,
+                      total_steps: int | None, warmup: int | float, deepspeed: bool) -> dict[str, Any]:
+    """``transformers.TrainingArguments`` keyword arguments, exactly as train.py passes them."""
+    tr, par, hw, data = recipe.train, recipe.parallel, recipe.hw, recipe.data
+    optim = {"ascend": "adamw_torch_npu_fused", "nvidia": "adamw_torch_fused", "cpu": "adamw_torch"}[hw.vendor]
+    args: dict[str, Any] = {
+        "output_dir": output_dir,
+        "run_name": recipe.name,
+        "per_device_train_batch_size": micro,
+        "gradient_accumulation_steps": accum,
+        "learning_rate": tr.learning_rate,
+        "lr_scheduler_type": tr.lr_scheduler,
+        "warmup_steps": warmup,
+        "weight_decay": tr.weight_decay,
+        "max_grad_norm": tr.max_grad_norm,
+        "bf16": precision == "bf16",
+        "fp16": precision == "fp16",
+        "optim": optim,
+        "logging_steps": tr.logging_steps,
+        "logging_first_step": True,
+        "save_strategy": "steps",
+        "save_steps": tr.save_steps,
+        "save_total_limit": tr.save_total_limit,
+        "seed": tr.seed,
+        "report_to": [r for r in tr.report_to if r != "none"] or "none",
+        "dataloader_num_workers": tr.dataloader_workers,
+        "gradient_checkpointing": par.gradient_checkpointing,
+        "ddp_backend": hw.comm_backend,
+        "ddp_timeout": recipe.cluster.connect_timeout_s,
+        "ddp_find_unused_parameters": False,
+        "remove_unused_columns": False,
+        "include_num_input_tokens_seen": True,
+    }
+    if tr.max_steps:
+        args["max_steps"] = tr.max_steps
+    else:
+        args["num_train_epochs"] = tr.epochs
+    if par.gradient_checkpointing:
+        args["gradient_checkpointing_kwargs"] = {"use_reentrant": False}
+    if deepspeed:
+        args["deepspeed"] = "ds_config.json"
+    if data.eval_fraction > 0:
+        args.update(eval_strategy="steps", eval_steps=tr.save_steps, per_device_eval_batch_size=micro)
+    return args
+
+
+def runtime_env(recipe: Recipe, deepspeed: bool) -> dict[str, str]:
+    """Environment run.sh exports (each overridable from the pod spec): collective timeouts, NICs, tunings."""
+    hw, cl = recipe.hw, recipe.cluster
+    env: dict[str, str] = {}
+    if hw.comm_backend == "hccl":
+        env["HCCL_CONNECT_TIMEOUT"] = str(cl.connect_timeout_s)
+        if cl.socket_ifname:
+            env["HCCL_SOCKET_IFNAME"] = cl.socket_ifname
+    elif hw.comm_backend == "nccl":
+        if cl.socket_ifname:
+            env["NCCL_SOCKET_IFNAME"] = cl.socket_ifname
+    if cl.socket_ifname:
+        env["GLOO_SOCKET_IFNAME"] = cl.socket_ifname
+    if deepspeed:
+        env["DS_ACCELERATOR"] = {"ascend": "npu", "nvidia": "cuda", "cpu": "cpu"}[hw.vendor]
+    if recipe.model.name_or_path.startswith("/"):
+        env["HF_HUB_OFFLINE"] = "1"
+    env.update(hw.env)
+    return dict(sorted(env.items()))
+
+
+def pip_packages(recipe: Recipe, family: ImageFamily, deepspeed: bool) -> list[str]:
+    """Pinned requirements the Dockerfile installs on top of torch (and torch_npu)."""
+    wanted = dict(family.packages)
+    if not deepspeed:
+        wanted.pop("deepspeed", None)
+    if recipe.mode.kind not in ("lora", "qlora"):
+        wanted.pop("peft", None)
+    pins = [f"{name}=={version}" for name, version in sorted(wanted.items())]
+    if recipe.mode.kind == "qlora":
+        pins.append(family.bitsandbytes)
+    return pins
+
+
+def volcano_job(recipe: Recipe, plan: Plan) -> dict[str, Any]:
+    """The ``batch.volcano.sh/v1alpha1`` Job: gang-scheduled, env+svc plugins, restart on eviction or failure."""
+    hw, cl = recipe.hw, recipe.cluster
+    labels = {"app.kubernetes.io/name": plan.job_name, "app.kubernetes.io/managed-by": "recipekit"}
+    resources: dict[str, Any] = {"cpu": str(cl.cpu_per_pod), "memory": f"{cl.memory_gib_per_pod}Gi"}
+    if hw.device_resource:
+        resources[hw.device_resource] = str(plan.devices_per_pod)
+
+    volumes: list[dict[str, Any]] = [
+        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{cl.shm_gib}Gi"}},
+        {"name": "shared", "persistentVolumeClaim": {"claimName": cl.pvc_claim}},
+    ]
+    mounts: list[dict[str, Any]] = [
+        {"name": "dshm", "mountPath": "/dev/shm"},
+        {"name": "shared", "mountPath": cl.mount_path},
+    ]
+    for path in hw.host_mounts:
+        name = k8s_name("host-" + path.strip("/").replace("/", "-").replace("_", "-").replace(".", "-"))
+        volumes.append({"name": name, "hostPath": {"path": path}})
+        mounts.append({"name": name, "mountPath": path, "readOnly": True})
+    par = recipe.parallel
+    if par.nvme_path and "nvme" in (par.offload_optimizer, par.offload_param):
+        volumes.append({"name": "nvme", "hostPath": {"path": par.nvme_path, "type": "DirectoryOrCreate"}})
+        mounts.append({"name": "nvme", "mountPath": par.nvme_path})
+
+    container = {
+        "name": "trainer",
+        "image": plan.image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["bash", f"{WORKDIR}/run.sh"],
+        "workingDir": WORKDIR,
+        "ports": [{"name": "rendezvous", "containerPort": plan.master_port, "protocol": "TCP"}],
+        "resources": {"requests": dict(resources), "limits": dict(resources)},
+        "volumeMounts": mounts,
+    }
+    pod_spec: dict[str, Any] = {
+        # Volcano, not the kubelet, restarts: a lone restarted rank could never rejoin a static rendezvous.
+        "restartPolicy": "Never",
+        "terminationGracePeriodSeconds": TERMINATION_GRACE_S,
+        "containers": [container],
+        "volumes": volumes,
+    }
+    if hw.node_selector:
+        pod_spec["nodeSelector"] = dict(hw.node_selector)
+    if cl.priority_class:
+        pod_spec["priorityClassName"] = cl.priority_class
+
+    spec: dict[str, Any] = {
+        "schedulerName": "volcano",
+        "minAvailable": plan.nodes,
+        "queue": cl.queue,
+        "maxRetry": cl.max_retry,
+        "plugins": {"env": [], "svc": []},
+        "policies": [
+            {"event": "PodEvicted", "action": "RestartJob"},
+            {"event": "PodFailed", "action": "RestartJob"},
+            {"event": "TaskCompleted", "action": "CompleteJob"},
+        ],
+        "tasks": [{
+            "name": plan.task_name,
+            "replicas": plan.nodes,
+            "template": {"metadata": {"labels": {**labels, **hw.pod_labels}}, "spec": pod_spec},
+        }],
+    }
+    if cl.priority_class:
+        spec["priorityClassName"] = cl.priority_class
+    return {
+        "apiVersion": "batch.volcano.sh/v1alpha1",
+        "kind": "Job",
+        "metadata": {"name": plan.job_name, "namespace": cl.namespace,
+                     "labels": {**labels, "recipekit.io/version": __version__}},
+        "spec": spec,
+    }
