@@ -44,6 +44,8 @@ class Plan:
     devices_per_pod: int
     world_size: int
     dp_size: int
+    tensor_parallel: int
+    pipeline_parallel: int
     micro_batch_size: int
     gradient_accumulation_steps: int
     global_batch_size: int
@@ -74,6 +76,8 @@ class Plan:
             "devices_per_pod": self.devices_per_pod,
             "world_size": self.world_size,
             "dp_size": self.dp_size,
+            "tensor_parallel": self.tensor_parallel,
+            "pipeline_parallel": self.pipeline_parallel,
             "micro_batch_size": self.micro_batch_size,
             "gradient_accumulation_steps": self.gradient_accumulation_steps,
             "global_batch_size": self.global_batch_size,
@@ -110,8 +114,11 @@ def recipe_digest(recipe: Recipe, family: ImageFamily) -> str:
 
 
 # -------------------------------------------------------------------------------------------------------- plan
-def make_plan(recipe: Recipe, images: ImageMatrix) -> Plan:
-    """Derive every number and document of the bundle from ``recipe``; raise one RecipeError with all problems."""
+def make_plan(recipe: Recipe, images: ImageMatrix, *, analysis_only: bool = False) -> Plan:
+    """Derive every number and document of the bundle from ``recipe``; raise one RecipeError with all problems.
+
+    ``analysis_only`` accepts tensor/pipeline parallel degrees the bundle's backend cannot run, for ``recipekit plan``.
+    """
     errors = Collector()
     warnings: list[str] = []
     hw, cl, tr, par, data, mode, model = (recipe.hw, recipe.cluster, recipe.train, recipe.parallel, recipe.data,
@@ -125,12 +132,16 @@ def make_plan(recipe: Recipe, images: ImageMatrix) -> Plan:
                    hint=f"at most {hw.devices_per_node}; add nodes instead")
     world_size = cl.nodes * devices_per_pod
     model_parallel = par.tensor_parallel * par.pipeline_parallel
-    if model_parallel > 1:
-        errors.add("parallel.tensor_parallel/pipeline_parallel",
+    if world_size % model_parallel:
+        errors.add("parallel.tensor_parallel",
+                   f"world size {world_size} (nodes {cl.nodes} × devices per pod {devices_per_pod}) is not divisible "
+                   f"by TP {par.tensor_parallel} × PP {par.pipeline_parallel} = {model_parallel}")
+    elif model_parallel > 1 and not analysis_only:
+        errors.add("parallel.tensor_parallel",
                    f"TP {par.tensor_parallel} × PP {par.pipeline_parallel} = {model_parallel}: the bundle's "
                    "Trainer/DeepSpeed backend runs data parallelism only",
                    hint="set both to 1 to build; `recipekit plan` still analyses 3D layouts")
-    dp_size = world_size
+    dp_size = max(1, world_size // model_parallel)
 
     # --- batch arithmetic
     micro = tr.micro_batch_size
@@ -232,7 +243,8 @@ def make_plan(recipe: Recipe, images: ImageMatrix) -> Plan:
     env = runtime_env(recipe, bool(zero))
     plan = Plan(
         job_name=job_name, task_name=cl.task_name, task_env=task_env_name(cl.task_name), nodes=cl.nodes,
-        devices_per_pod=devices_per_pod, world_size=world_size, dp_size=dp_size, micro_batch_size=micro,
+        devices_per_pod=devices_per_pod, world_size=world_size, dp_size=dp_size,
+        tensor_parallel=par.tensor_parallel, pipeline_parallel=par.pipeline_parallel, micro_batch_size=micro,
         gradient_accumulation_steps=accum, global_batch_size=global_batch, precision=precision,
         comm_backend=hw.comm_backend, zero_stage=zero, uses_deepspeed=bool(zero), steps_per_epoch=steps_per_epoch,
         total_steps=total_steps, warmup_steps=warmup, master_port=cl.master_port, output_dir=output_dir, image=image,
