@@ -144,5 +144,5 @@ def _compose_once(overrides: list[str], extra_dirs: Sequence[Path]) -> Composed:
 
 
 def default_name(choices: dict[str, str | None]) -> str:
-    """A recipe without a preset is named after its model and mode, e.g. ``llama3_8b-lora``."""
-    return f"{choices.get('model')}-{choices.get('mode')}".lower().replace("_", "-")
+    """A recipe without a preset is named after its model and mode, e.g. ``llama3_8b_lora``."""
+    return f"{choices.get('model')}_{choices.get('mode')}".lower()

@@ -107,8 +107,10 @@ def task_env_name(task: str) -> str:
 
 
 def recipe_digest(recipe: Recipe, family: ImageFamily) -> str:
-    """A short content hash of everything that goes into the image; the image tag, so a change forces a rebuild."""
-    canonical = json.dumps({"recipe": recipe.model_dump(mode="json"), "image": family.model_dump(mode="json")},
+    """A short hash of what goes into the image (recipe, pins, recipekit version): the image tag, so a change forces
+    a rebuild and two recipes never share a tag."""
+    canonical = json.dumps({"recipekit": __version__, "recipe": recipe.model_dump(mode="json"),
+                            "image": family.model_dump(mode="json")},
                            sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()[:12]
 

@@ -1,0 +1,159 @@
+"""The ``recipekit`` command: parse arguments, call one library function, print. No decisions live here.
+
+Exit codes: 0 success; 1 a validation check failed; 2 the input (recipe, overrides, bundle path) is unusable —
+with one line per problem and never a traceback.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+import click
+
+from recipekit import __version__
+from recipekit.errors import RecipeError
+
+OVERRIDES_HELP = "Hydra overrides: group=option, key=value, +key=value (new key), ~key (delete)."
+_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 110}
+
+
+def _console(stderr: bool = False) -> Any:
+    from rich.console import Console
+
+    return Console(stderr=stderr, highlight=False, soft_wrap=True)
+
+
+def _user_errors(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Turn RecipeError into the list of problems on stderr and exit code 2."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except RecipeError as err:
+            console = _console(stderr=True)
+            count = len(err.problems)
+            console.print(f"[bold red]error:[/] {count} problem{'s' if count != 1 else ''}:")
+            for problem in err.problems:
+                console.print(f"  - {problem}", markup=False)
+            sys.exit(2)
+
+    return wrapper
+
+
+def _recipes_option(func: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option("--recipes", "extra_dirs", multiple=True, type=click.Path(path_type=Path),
+                        help="Extra recipe tree (your team's repo) searched after recipekit's own; repeatable.")(func)
+
+
+@click.group(context_settings=_SETTINGS)
+@click.version_option(__version__, prog_name="recipekit")
+def main() -> None:
+    """Compile a training recipe into a Volcano launch bundle for Ascend NPU and NVIDIA GPU clusters.
+
+    \b
+    Examples:
+      recipekit list
+      recipekit build recipe=llama3_8b_sft hw=ascend910b
+      recipekit validate bundles/llama3-8b-sft --dry-run
+    """
+
+
+@main.command(context_settings={**_SETTINGS, "ignore_unknown_options": True})
+@click.argument("overrides", nargs=-1)
+@click.option("-o", "--output", type=click.Path(path_type=Path), help="Bundle directory (default: bundles/<name>).")
+@click.option("--force", is_flag=True, help="Replace OUTPUT even if it is not a recipekit bundle.")
+@_recipes_option
+@_user_errors
+def build(overrides: tuple[str, ...], output: Path | None, force: bool, extra_dirs: tuple[Path, ...]) -> None:
+    """Build the bundle for a recipe. OVERRIDES: Hydra overrides (group=option, key=value, +key=value, ~key).
+
+    \b
+    Examples:
+      recipekit build recipe=llama3_8b_sft hw=ascend910b
+      recipekit build recipe=qwen2.5_14b_sft cluster.nodes=4 parallel=zero3 train.micro_batch_size=2
+      recipekit build model=qwen2.5_7b mode=lora hw=h100 -o out/qwen-lora
+      recipekit build --recipes ./team-recipes recipe=our_llama_sft
+    """
+    from recipekit.build import build as build_bundle
+
+    built = build_bundle(overrides, output, extra_dirs=extra_dirs, force=force)
+    console = _console()
+    plan = built.resolved.plan
+    for warning in plan.warnings:
+        console.print(f"[yellow]warning:[/] {warning}")
+    console.print(f"[green]built[/] {built.path} ({len(built.files)} files): {plan.nodes} pod(s) × "
+                  f"{plan.devices_per_pod} device(s), global batch {plan.global_batch_size}, {plan.precision}, "
+                  f"{'ZeRO-' + str(plan.zero_stage) if plan.zero_stage else 'DDP'}")
+
+
+@main.command(context_settings={**_SETTINGS, "ignore_unknown_options": True})
+@click.argument("overrides", nargs=-1)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (resolved recipe, choices, derived numbers).")
+@_recipes_option
+@_user_errors
+def show(overrides: tuple[str, ...], as_json: bool, extra_dirs: tuple[Path, ...]) -> None:
+    """Show the resolved recipe and its derived numbers; writes nothing.
+
+    \b
+    Examples:
+      recipekit show recipe=llama3_8b_lora hw=a100_80g
+      recipekit show recipe=qwen2.5_14b_sft cluster.nodes=4 --json
+    """
+    import yaml
+
+    from recipekit.build import resolve
+
+    resolved = resolve(overrides, extra_dirs)
+    document = {"choices": resolved.composed.choices, "recipe": resolved.recipe.model_dump(mode="json"),
+                "plan": resolved.plan.summary(), "warnings": resolved.plan.warnings}
+    if as_json:
+        click.echo(json.dumps(document, indent=2))
+        return
+    from rich.table import Table
+
+    console = _console()
+    console.print(yaml.safe_dump({"choices": document["choices"], "recipe": document["recipe"]}, sort_keys=False),
+                  markup=False)
+    table = Table("derived", "value", title="plan", title_justify="left")
+    for key, value in document["plan"].items():
+        table.add_row(key, str(value))
+    console.print(table)
+    for warning in resolved.plan.warnings:
+        console.print(f"[yellow]warning:[/] {warning}")
+
+
+@main.command(name="list", context_settings=_SETTINGS)
+@click.argument("group", required=False)
+@_recipes_option
+@_user_errors
+def list_(group: str | None, extra_dirs: tuple[Path, ...]) -> None:
+    """List config groups and their options, with one-line descriptions.
+
+    \b
+    Examples:
+      recipekit list
+      recipekit list hw
+      recipekit list recipe
+    """
+    from rich.table import Table
+
+    from recipekit.compose import describe_option, group_options
+    from recipekit.errors import Problem
+    from recipekit.paths import GROUPS
+
+    if group is not None and group not in GROUPS:
+        raise RecipeError([Problem("group", f"unknown group {group!r}", hint="groups: " + ", ".join(GROUPS))])
+    table = Table("group", "option", "description")
+    for name in [group] if group else GROUPS:
+        for option, path in group_options(name, extra_dirs).items():
+            table.add_row(name, option, describe_option(path))
+    _console().print(table)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()
