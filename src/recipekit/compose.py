@@ -2,7 +2,7 @@
 
 Hydra stops at the first bad override; recipekit wants every problem at once. So group choices are checked against
 the options found on disk before composing (with close matches), and an override of a key that does not exist is
-recorded, dropped and the composition retried, until Hydra accepts what is left.
+recorded, dropped and the composition retried, until Hydra accepts what is left; then all problems are raised.
 """
 
 from __future__ import annotations
@@ -67,19 +67,22 @@ def compose(overrides: Sequence[str], extra_dirs: Sequence[Path] = ()) -> Compos
     for directory in extra_dirs:
         if not Path(directory).is_dir():
             problems.add(f"--recipes {directory}", "not a directory")
-    problems.extend(_check_group_choices(overrides, extra_dirs))
     problems.raise_if_any()
-
-    remaining = list(overrides)
+    bad_choices = _check_group_choices(overrides, extra_dirs)
+    problems.extend([problem for _, problem in bad_choices])
+    remaining = [o for o in overrides if o not in {override for override, _ in bad_choices}]
     while True:
         try:
-            return _compose_once(remaining, extra_dirs)
+            composed = _compose_once(remaining, extra_dirs)
         except RecipeError as err:
             problems.extend(err.problems)
             problems.raise_if_any()
         except _UnknownKey as err:
             problems.add(err.key, "unknown key", hint=f"to add a new key write +{err.override}")
             remaining.remove(err.override)
+        else:
+            problems.raise_if_any()
+            return composed
 
 
 class _UnknownKey(Exception):
@@ -88,7 +91,8 @@ class _UnknownKey(Exception):
         self.key, self.override = key, override
 
 
-def _check_group_choices(overrides: Sequence[str], extra_dirs: Sequence[Path]) -> list[Problem]:
+def _check_group_choices(overrides: Sequence[str], extra_dirs: Sequence[Path]) -> list[tuple[str, Problem]]:
+    """(override, problem) for every ``group=option`` naming an option that is not on disk."""
     problems = []
     for override in overrides:
         match = _GROUP_OVERRIDE.match(override)
@@ -101,7 +105,7 @@ def _check_group_choices(overrides: Sequence[str], extra_dirs: Sequence[Path]) -
         if option not in options:
             close = difflib.get_close_matches(option, list(options), n=3, cutoff=0.5)
             hint = (f"did you mean {' or '.join(close)}? " if close else "") + "options: " + ", ".join(options)
-            problems.append(Problem(group, f"unknown option {option!r}", hint))
+            problems.append((override, Problem(group, f"unknown option {option!r}", hint)))
     return problems
 
 

@@ -1,0 +1,20 @@
+"""The golden bundles: each preset as shipped, plus the variants whose files really differ (CUDA, CPU, LoRA)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from recipekit.compose import group_options
+
+GOLDEN_DIR = Path(__file__).parent / "bundles"
+#: Files copied verbatim from src/recipekit/runtime: tested on their own, hashed in manifest.json.
+UNCHECKED = frozenset({"train.py"})
+
+
+def cases() -> dict[str, list[str]]:
+    """Case name → overrides. Every preset in recipes/recipe/, discovered from disk, plus a few hardware variants."""
+    found = {preset: [f"recipe={preset}"] for preset in group_options("recipe")}
+    found["llama3_8b_lora@a100_80g"] = ["recipe=llama3_8b_lora", "hw=a100_80g"]
+    found["llama3_8b_sft@h100_offload"] = ["recipe=llama3_8b_sft", "hw=h100", "parallel=zero3_offload"]
+    found["qwen2.5_7b_qlora@ascend910b"] = ["model=qwen2.5_7b", "mode=qlora", "parallel=zero2"]
+    return found

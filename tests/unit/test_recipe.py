@@ -1,0 +1,51 @@
+"""The typed Recipe rejects what it cannot use, naming the key, the problem and what is allowed."""
+
+from __future__ import annotations
+
+import pytest
+
+from recipekit.compose import compose
+from recipekit.errors import RecipeError
+from recipekit.recipe import Recipe, TrainSpec, parse_recipe
+
+
+def problems(overrides: list[str]) -> dict[str, str]:
+    with pytest.raises(RecipeError) as info:
+        parse_recipe(compose(overrides).raw)
+    return {p.key: f"{p.message} {p.hint}" for p in info.value.problems}
+
+
+def test_presets_parse() -> None:
+    recipe = parse_recipe(compose(["recipe=llama3_8b_lora"]).raw)
+    assert isinstance(recipe, Recipe)
+    assert recipe.mode.kind == "lora" and recipe.mode.lora.r == 16
+
+
+def test_every_error_collected_with_its_key() -> None:
+    found = problems(["train.micro_batch_size=0", "train.learning_rate=abc", "+cluster.nodez=2",
+                      "cluster.master_port=80", "mode.lora.r=-1", "mode=lora"])
+    assert set(found) == {"train.micro_batch_size", "train.learning_rate", "cluster.nodez", "cluster.master_port",
+                          "mode.lora.r"}
+    assert "greater than 0" in found["train.micro_batch_size"]
+    assert "did you mean 'nodes'" in found["cluster.nodez"]
+
+
+def test_unknown_key_names_allowed_keys() -> None:
+    found = problems(["+train.learning_rat=1e-4"])
+    assert "did you mean 'learning_rate'" in found["train.learning_rat"]
+    assert "allowed:" in found["train.learning_rat"]
+
+
+def test_wrong_enum_value_lists_allowed() -> None:
+    found = problems(["train.precision=fp8"])
+    assert "'auto'" in found["train.precision"] and "fp8" in found["train.precision"]
+
+
+def test_model_architecture_must_be_consistent() -> None:
+    found = problems(["model.num_kv_heads=5"])
+    assert "divisible by num_kv_heads" in found["model"]
+
+
+def test_root_config_lists_every_train_key() -> None:
+    """`train.KEY=VALUE` must work without `+` for every field, so the root config has to list them all."""
+    assert set(compose([]).raw["train"]) == set(TrainSpec.model_fields)
