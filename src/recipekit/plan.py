@@ -337,7 +337,7 @@ def trainer_arguments(recipe: Recipe, output_dir: str, micro: int, accum: int, p
         "seed": tr.seed,
         "report_to": [r for r in tr.report_to if r != "none"] or "none",
         "dataloader_num_workers": tr.dataloader_workers,
-        "gradient_checkpointing": par.gradient_checkpointing,
+        "activation_checkpointing": par.gradient_checkpointing,
         "ddp_backend": hw.comm_backend,
         "ddp_timeout": recipe.cluster.connect_timeout_s,
         "ddp_find_unused_parameters": False,
@@ -349,7 +349,7 @@ def trainer_arguments(recipe: Recipe, output_dir: str, micro: int, accum: int, p
     else:
         args["num_train_epochs"] = tr.epochs
     if par.gradient_checkpointing:
-        args["gradient_checkpointing_kwargs"] = {"use_reentrant": False}
+        args["activation_checkpointing_kwargs"] = {"use_reentrant": False}
     if deepspeed:
         args["deepspeed"] = "ds_config.json"
     if data.eval_fraction > 0:

@@ -1,0 +1,124 @@
+"""Rendered bundles: deterministic, consistent across files, and clean under the linters."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from recipekit.build import build
+from recipekit.bundle import is_bundle
+from recipekit.errors import RecipeError
+from tests.conftest import render_files
+
+_BIN = Path(sys.executable).parent
+
+
+def _tool(name: str) -> str:
+    found = shutil.which(name) or (str(_BIN / name) if (_BIN / name).exists() else None)
+    if not found:
+        pytest.skip(f"{name} not installed (pip install '.[test]')")
+    return found
+
+
+def test_same_inputs_give_byte_identical_bundles(tmp_path: Path) -> None:
+    first = build(["recipe=qwen2.5_14b_sft"], tmp_path / "a")
+    second = build(["recipe=qwen2.5_14b_sft"], tmp_path / "b")
+    for name in first.files:
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
+    assert (tmp_path / "a" / "run.sh").stat().st_mode & 0o777 == 0o755
+
+
+def test_manifest_records_hashes_choices_and_versions() -> None:
+    files = render_files(["recipe=llama3_8b_lora", "hw=a100_80g"])
+    manifest = json.loads(files["manifest.json"])
+    import hashlib
+
+    assert manifest["files"] == {n: hashlib.sha256(d).hexdigest() for n, d in files.items() if n != "manifest.json"}
+    assert manifest["choices"]["hw"] == "a100_80g" and manifest["overrides"] == ["recipe=llama3_8b_lora", "hw=a100_80g"]
+    assert manifest["versions"]["transformers"] and manifest["versions"]["torch"]
+
+
+def test_numbers_agree_across_files() -> None:
+    files = render_files(["recipe=qwen2.5_14b_sft"])
+    job = yaml.safe_load(files["volcano-job.yaml"])
+    recipe = yaml.safe_load(files["recipe.yaml"])
+    run_sh = files["run.sh"].decode()
+    task = job["spec"]["tasks"][0]
+    container = task["template"]["spec"]["containers"][0]
+    devices = int(container["resources"]["limits"]["huawei.com/Ascend910"])
+    assert task["replicas"] * devices == recipe["plan"]["world_size"] == 16
+    assert "EXPECTED_NODES=2" in run_sh and 'RECIPEKIT_NPROC_PER_NODE:-8}' in run_sh
+    assert f"MASTER_PORT={container['ports'][0]['containerPort']}" in run_sh
+    assert "VC_WORKER_HOSTS" in run_sh and "VC_WORKER_NUM" in run_sh and "VC_TASK_INDEX" in run_sh
+    assert job["spec"]["plugins"] == {"env": [], "svc": []}
+    assert job["spec"]["minAvailable"] == task["replicas"]
+    assert container["image"] == recipe["plan"]["image"]
+
+
+def test_ascend_job_and_script_have_what_910b_needs() -> None:
+    files = render_files(["recipe=llama3_8b_sft", "hw=ascend910b"])
+    job = yaml.safe_load(files["volcano-job.yaml"])
+    pod = job["spec"]["tasks"][0]["template"]
+    assert pod["metadata"]["labels"]["ring-controller.atlas"] == "ascend-910b"
+    mounts = {m["mountPath"] for m in pod["spec"]["containers"][0]["volumeMounts"]}
+    assert {"/usr/local/Ascend/driver", "/dev/shm", "/mnt/shared"} <= mounts
+    assert "huawei.com/npu" not in files["volcano-job.yaml"].decode()
+    run_sh = files["run.sh"].decode()
+    assert "source \"${cann_env}\"" in run_sh and "/usr/local/Ascend/ascend-toolkit/set_env.sh" in run_sh
+    assert "HCCL_CONNECT_TIMEOUT" in run_sh
+    assert "FROM quay.io/ascend/cann:9.0.0-910b-ubuntu22.04-py3.11" in files["Dockerfile"].decode()
+    assert "torch_npu==2.9.0.post2" in files["Dockerfile"].decode()
+
+
+def test_cuda_bundle_has_no_ascend_parts() -> None:
+    files = render_files(["recipe=llama3_8b_lora", "hw=h100"])
+    assert "Ascend" not in files["run.sh"].decode() and "torch_npu" not in files["Dockerfile"].decode()
+    assert "nvidia.com/gpu: '8'" in files["volcano-job.yaml"].decode()
+    assert "peft==" in files["Dockerfile"].decode()
+
+
+@pytest.mark.parametrize("overrides", [["recipe=qwen2.5_14b_sft"], ["recipe=llama3_8b_lora", "hw=h100"],
+                                       ["recipe=tiny_sft"], ["recipe=llama3_8b_sft", "cluster.socket_ifname=eth0"]])
+def test_run_sh_passes_shellcheck(tmp_path: Path, overrides: list[str]) -> None:
+    (tmp_path / "run.sh").write_bytes(render_files(overrides)["run.sh"])
+    result = subprocess.run([_tool("shellcheck"), str(tmp_path / "run.sh")], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout
+
+
+@pytest.mark.parametrize("overrides", [["recipe=qwen2.5_14b_sft"], ["recipe=llama3_8b_lora", "hw=h100"],
+                                       ["recipe=tiny_sft"]])
+def test_dockerfile_passes_hadolint(tmp_path: Path, overrides: list[str]) -> None:
+    (tmp_path / "Dockerfile").write_bytes(render_files(overrides)["Dockerfile"])
+    result = subprocess.run([_tool("hadolint"), str(tmp_path / "Dockerfile")], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout
+
+
+def test_existing_non_bundle_directory_is_refused(tmp_path: Path) -> None:
+    target = tmp_path / "precious"
+    target.mkdir()
+    (target / "notes.txt").write_text("keep me")
+    with pytest.raises(RecipeError, match="not a recipekit bundle"):
+        build(["recipe=tiny_sft"], target)
+    assert (target / "notes.txt").read_text() == "keep me"
+    build(["recipe=tiny_sft"], target, force=True)
+    assert is_bundle(target) and not (target / "notes.txt").exists()
+
+
+def test_rebuilding_over_a_bundle_replaces_it_whole(tmp_path: Path) -> None:
+    build(["recipe=tiny_sft"], tmp_path / "b")
+    (tmp_path / "b" / "stale.txt").write_text("old")
+    build(["recipe=tiny_sft", "parallel=ddp"], tmp_path / "b")
+    assert not (tmp_path / "b" / "stale.txt").exists() and not (tmp_path / "b" / "ds_config.json").exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["b"], "no staging directories left behind"
+
+
+def test_failed_build_writes_nothing(tmp_path: Path) -> None:
+    with pytest.raises(RecipeError):
+        build(["recipe=tiny_sft", "train.micro_batch_size=0"], tmp_path / "b")
+    assert list(tmp_path.iterdir()) == []
