@@ -29,6 +29,8 @@ Precision = Literal["bf16", "fp16", "fp32"]
 WORKDIR = "/workspace"
 #: Seconds Kubernetes waits after SIGTERM before SIGKILL: time for train.py to write its last checkpoint.
 TERMINATION_GRACE_S = 600
+#: Seconds between torchrun's SIGKILL of its workers and the kubelet's SIGKILL of the pod.
+SHUTDOWN_MARGIN_S = 60
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _MAX_DNS_LABEL = 63
 
@@ -374,6 +376,9 @@ def runtime_env(recipe: Recipe, deepspeed: bool) -> dict[str, str]:
         env["DS_ACCELERATOR"] = {"ascend": "npu", "nvidia": "cuda", "cpu": "cpu"}[hw.vendor]
     if recipe.model.name_or_path.startswith("/"):
         env["HF_HUB_OFFLINE"] = "1"
+    # After SIGTERM torchrun waits this long for train.py's last checkpoint before SIGKILL (default 30 s); it must
+    # end before the kubelet's own grace period does.
+    env["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"] = str(TERMINATION_GRACE_S - SHUTDOWN_MARGIN_S)
     env.update(hw.env)
     return dict(sorted(env.items()))
 

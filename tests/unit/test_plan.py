@@ -120,3 +120,9 @@ def test_qlora_on_ascend_warns_preview_and_pins_npu_bitsandbytes() -> None:
 
 def test_image_tag_changes_with_the_recipe() -> None:
     assert plan_of("recipe=llama3_8b_sft").image != plan_of("recipe=llama3_8b_sft", "train.learning_rate=2e-5").image
+
+
+def test_checkpoint_on_sigterm_fits_in_the_grace_period() -> None:
+    plan = plan_of("recipe=llama3_8b_sft")
+    grace = plan.job["spec"]["tasks"][0]["template"]["spec"]["terminationGracePeriodSeconds"]
+    assert 0 < int(plan.env["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"]) < grace
