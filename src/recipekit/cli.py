@@ -22,9 +22,15 @@ _SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 110}
 
 
 def _console(stderr: bool = False) -> Any:
+    """rich, imported only by the commands that draw tables: it costs start-up time `build` need not pay."""
     from rich.console import Console
 
     return Console(stderr=stderr, highlight=False, soft_wrap=True)
+
+
+def _warn(warnings: list[str]) -> None:
+    for warning in warnings:
+        click.echo(f"{click.style('warning:', fg='yellow')} {warning}", err=True)
 
 
 def _user_errors(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -35,11 +41,11 @@ def _user_errors(func: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return func(*args, **kwargs)
         except RecipeError as err:
-            console = _console(stderr=True)
             count = len(err.problems)
-            console.print(f"[bold red]error:[/] {count} problem{'s' if count != 1 else ''}:")
+            click.echo(f"{click.style('error:', fg='red', bold=True)} {count} problem{'s' if count != 1 else ''}:",
+                       err=True)
             for problem in err.problems:
-                console.print(f"  - {problem}", markup=False)
+                click.echo(f"  - {problem}", err=True)
             sys.exit(2)
 
     return wrapper
@@ -82,13 +88,11 @@ def build(overrides: tuple[str, ...], output: Path | None, force: bool, extra_di
     from recipekit.build import build as build_bundle
 
     built = build_bundle(overrides, output, extra_dirs=extra_dirs, force=force)
-    console = _console()
     plan = built.resolved.plan
-    for warning in plan.warnings:
-        console.print(f"[yellow]warning:[/] {warning}")
-    console.print(f"[green]built[/] {built.path} ({len(built.files)} files): {plan.nodes} pod(s) × "
-                  f"{plan.devices_per_pod} device(s), global batch {plan.global_batch_size}, {plan.precision}, "
-                  f"{'ZeRO-' + str(plan.zero_stage) if plan.zero_stage else 'DDP'}")
+    _warn(plan.warnings)
+    click.echo(f"{click.style('built', fg='green')} {built.path} ({len(built.files)} files): {plan.nodes} pod(s) × "
+               f"{plan.devices_per_pod} device(s), global batch {plan.global_batch_size}, {plan.precision}, "
+               f"{'ZeRO-' + str(plan.zero_stage) if plan.zero_stage else 'DDP'}")
 
 
 @main.command(context_settings={**_SETTINGS, "ignore_unknown_options": True})
@@ -123,8 +127,7 @@ def show(overrides: tuple[str, ...], as_json: bool, extra_dirs: tuple[Path, ...]
     for key, value in document["plan"].items():
         table.add_row(key, str(value))
     console.print(table)
-    for warning in resolved.plan.warnings:
-        console.print(f"[yellow]warning:[/] {warning}")
+    _warn(resolved.plan.warnings)
 
 
 @main.command(name="list", context_settings=_SETTINGS)
