@@ -1,0 +1,285 @@
+"""Presentation of :mod:`recipekit.memory` results: rich renderables for the terminal, markdown for the bundle's
+plan.md, and a JSON-able dict for plan.json and ``--json``.
+
+The dict is what other tools read and what goes into bundles, so it has a fixed key order and every float rounded to
+a few significant digits: the same recipe gives byte-identical files on any machine. The terminal and markdown views
+format the same numbers for reading and never compute anything themselves.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from recipekit.memory import Advice, Estimate
+
+#: Significant digits kept in the JSON dict: far more than the estimates are worth, few enough to be stable.
+SIGNIFICANT_DIGITS = 4
+#: Width of the terminal bars, in character cells, for the device's whole memory.
+BAR_WIDTH = 40
+#: One colour per memory item, in the order memory.estimate lists them; the bar chart and table share them.
+ITEM_STYLES = ("blue", "magenta", "red", "green", "yellow", "cyan", "bright_black")
+
+
+# ------------------------------------------------------------------------------------------------------- formatting
+def _round(value: float) -> float:
+    """``value`` to SIGNIFICANT_DIGITS significant digits (via its decimal text, so the result is reproducible)."""
+    return float(f"{value:.{SIGNIFICANT_DIGITS}g}")
+
+
+def _opt(value: float | None) -> float | None:
+    return None if value is None else _round(value)
+
+
+def duration(seconds: float | None) -> str:
+    """A duration for reading: seconds below a minute, then minutes, hours, days."""
+    if seconds is None:
+        return "n/a"
+    if seconds < 60:
+        return f"{seconds:.2f} s" if seconds < 10 else f"{seconds:.0f} s"
+    if seconds < 3600:
+        return f"{seconds / 60:.1f} min"
+    if seconds < 48 * 3600:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} d"
+
+
+def _count(value: float) -> str:
+    for unit, size in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("k", 1e3)):
+        if value >= size:
+            return f"{value / size:.3g} {unit}"
+    return f"{value:.3g}"
+
+
+def _gb(value: float) -> str:
+    return f"{value:,.0f} GB" if value >= 100 else f"{value:.3g} GB"
+
+
+def _nodes(count: int) -> str:
+    return f"{count} node" + ("" if count == 1 else "s")
+
+
+def _cost(est: Estimate) -> str:
+    if est.cost is None:
+        return "n/a (set hw.price_per_device_hour)" if est.device_hours is not None else "n/a"
+    return f"{est.cost:,.0f} ({est.price_per_device_hour:g} per device-hour)"
+
+
+def _verdict(est: Estimate) -> str:
+    if est.fits:
+        return f"fits: {est.total_gib:.1f} of {est.device_gib:g} GiB, {est.headroom_gib:.1f} GiB headroom"
+    if not est.fits_device:
+        return f"DOES NOT FIT: {est.total_gib:.1f} GiB needed, {est.device_gib:g} GiB per device"
+    return (f"DOES NOT FIT: {est.offload.host_gib_per_node:.0f} GiB host memory per node for offload, the pod asks "
+            f"for {est.offload.host_limit_gib:g} GiB")
+
+
+def _timing_rows(est: Estimate) -> list[tuple[str, str]]:
+    c, comm, off = est.compute, est.communication, est.offload
+    rows = [
+        ("parameters", f"{_count(c.params_total)} total, {_count(c.params_trainable)} trainable"),
+        ("FLOPs per token", f"{c.flops_per_token / 1e9:,.1f} GFLOP" + (f" (× {c.recompute_factor:.2f} recomputation)"
+                                                          if c.recompute_factor != 1 else "")),
+        ("tokens per step", f"{c.tokens_per_step:,}"),
+        ("compute per step", f"{duration(c.time_s)} at {c.assumed_mfu:.0%} of {c.peak_tflops:g} TFLOP/s"),
+        ("DP communication", f"{comm.pattern}: {_gb(comm.volume_gb)} per device over {comm.link} "
+                             f"({'inter' if comm.crosses_nodes else 'intra'}-node, {comm.bandwidth_gbps:g} GB/s): "
+                             f"{duration(comm.time_s)}, {duration(comm.exposed_s)} exposed"),
+    ]
+    if off.time_s or off.host_gib_per_node or off.nvme_gib_per_node:
+        rows.append(("offload", f"{off.host_gib_per_node:.0f} GiB host per node (pod: {off.host_limit_gib:g} GiB), "
+                                f"{off.nvme_gib_per_node:.0f} GiB NVMe per node, {duration(off.time_s)} per step"))
+    rows += [
+        ("step time", duration(est.step_time_s)),
+        ("total", f"{est.total_steps:,} steps: {duration(est.total_time_s)}" if est.total_steps
+         else "n/a (no data.num_samples or train.max_steps)"),
+        ("device-hours", f"{est.device_hours:,.0f}" if est.device_hours is not None else "n/a"),
+        ("cost", _cost(est)),
+    ]
+    return rows
+
+
+def _three_d_rows(est: Estimate) -> list[tuple[str, str]]:
+    d = est.parallel3d
+    if d is None:
+        return []
+    return [
+        ("TP × PP", f"{d.tensor_parallel} × {d.pipeline_parallel}, {d.micro_batches} micro-batches per step"),
+        ("pipeline bubble", f"{d.bubble_fraction:.1%} = (p − 1)/(m + p − 1)"),
+        ("TP all-reduce", f"{_gb(d.tp_allreduce_gb_per_layer)} per layer per micro-batch, {_gb(d.tp_volume_gb)} "
+                          f"per step over {d.tp_link}: {duration(d.tp_time_s)}"),
+        ("TP inside a node", "yes" if d.tp_inside_node else "NO: every layer's all-reduce crosses the network"),
+        ("backend", d.note),
+    ]
+
+
+# --------------------------------------------------------------------------------------------------------- terminal
+def _bar(gib: float, scale: float, style: str) -> Text:
+    cells = round(gib / scale * BAR_WIDTH) if scale else 0
+    return Text("█" * min(cells, BAR_WIDTH), style=style)
+
+
+def usage_bar(est: Estimate) -> Text:
+    """One stacked bar of the device's memory, an item per colour, and a ▏ where the device ends."""
+    scale = max(est.total_gib, est.device_gib)
+    bar = Text()
+    for item, style in zip(est.memory, ITEM_STYLES):
+        bar.append("█" * round(item.gib / scale * BAR_WIDTH), style=style)
+    device_cell = round(est.device_gib / scale * BAR_WIDTH)
+    used = len(bar.plain)
+    if used < device_cell:
+        bar.append("░" * (device_cell - used), style="dim")
+    elif used > device_cell:
+        bar = bar[:device_cell] + Text("▏", style="bold") + bar[device_cell:]
+    bar.append(f"  {est.total_gib:.1f} / {est.device_gib:g} GiB", style="bold" if est.fits else "bold red")
+    return bar
+
+
+def render_estimate(est: Estimate) -> RenderableType:
+    """The memory table with a bar per item, the stacked usage bar, compute/time/cost and the 3D section."""
+    head = Text.assemble((f"{est.recipe_name}", "bold"), f": {est.model_name} on {est.layout.world_size} × "
+                                                          f"{est.hw_name} ({_nodes(est.layout.nodes)})\n",
+                         (est.layout.describe(), "dim"))
+    memory = Table(title="Memory per device", title_justify="left", show_footer=True, expand=False)
+    memory.add_column("item", footer="total")
+    memory.add_column("GiB", justify="right", footer=f"{est.total_gib:.1f}")
+    memory.add_column(f"of {est.device_gib:g} GiB", footer=f"{est.total_gib / est.device_gib:.0%}")
+    memory.add_column("counted as", style="dim", overflow="fold")
+    scale = max(est.total_gib, est.device_gib)
+    for item, style in zip(est.memory, ITEM_STYLES):
+        memory.add_row(Text(item.name, style=style), f"{item.gib:.2f}", _bar(item.gib, scale, style), item.basis)
+    verdict = Text(_verdict(est), style="bold green" if est.fits else "bold red")
+
+    timing = Table(title="Compute, time and cost", title_justify="left", show_header=False)
+    timing.add_column("what", style="bold")
+    timing.add_column("estimate", overflow="fold")
+    for name, value in _timing_rows(est):
+        timing.add_row(name, value)
+    parts: list[RenderableType] = [head, memory, usage_bar(est), verdict, timing]
+    three_d = _three_d_rows(est)
+    if three_d:
+        table = Table(title="Tensor / pipeline parallelism (analysis)", title_justify="left", show_header=False)
+        table.add_column("what", style="bold")
+        table.add_column("estimate", overflow="fold")
+        for name, value in three_d:
+            table.add_row(name, value)
+        parts.append(table)
+    notes = [n for n in est.notes if est.parallel3d is None or n != est.parallel3d.note]
+    parts += [Text(f"note: {n}", style="dim") for n in notes]
+    return Group(*parts)
+
+
+def render_advice(advices: Sequence[Advice]) -> RenderableType:
+    """The advised layouts, fastest first, with the overrides to paste."""
+    if not advices:
+        return Text("no layout recipekit tried fits on this cluster: add nodes (cluster.nodes=N) or pick a bigger "
+                    "accelerator", style="bold red")
+    table = Table(title="Layouts that fit, fastest first", title_justify="left")
+    table.add_column("#", justify="right")
+    table.add_column("overrides", overflow="fold")
+    table.add_column("step", justify="right")
+    table.add_column("total", justify="right")
+    table.add_column("GiB / device", justify="right")
+    table.add_column("exposed comm", justify="right")
+    table.add_column("offload", justify="right")
+    for rank, advice in enumerate(advices, 1):
+        est = advice.estimate
+        overrides = " ".join(advice.overrides) + (" (analysis only)" if est.parallel3d else "")
+        table.add_row(str(rank), overrides, duration(est.step_time_s), duration(est.total_time_s),
+                      f"{est.total_gib:.1f} / {est.device_gib:g}", duration(est.communication.exposed_s),
+                      duration(est.offload.time_s) if est.offload.time_s else "-")
+    return table
+
+
+# --------------------------------------------------------------------------------------------------------- markdown
+def estimate_markdown(est: Estimate) -> str:
+    """The estimate as markdown for the bundle's plan.md (tables, no colours, stable text)."""
+    lines = [
+        "## Memory, time and cost estimate",
+        "",
+        f"{est.model_name} on {est.layout.world_size} × {est.hw_name} ({_nodes(est.layout.nodes)}): "
+        f"{est.layout.describe()}.",
+        "",
+        "| memory per device | GiB | counted as |",
+        "|---|---:|---|",
+    ]
+    lines += [f"| {item.name} | {item.gib:.2f} | {item.basis} |" for item in est.memory]
+    lines += [f"| **total** | **{est.total_gib:.2f}** | of {est.device_gib:g} GiB per device |", "",
+              f"**{_verdict(est)}**", "", "| compute, time and cost | estimate |", "|---|---|"]
+    lines += [f"| {name} | {value} |" for name, value in _timing_rows(est)]
+    three_d = _three_d_rows(est)
+    if three_d:
+        lines += ["", "| tensor / pipeline parallelism | analysis |", "|---|---|"]
+        lines += [f"| {name} | {value} |" for name, value in three_d]
+    notes = [n for n in est.notes if est.parallel3d is None or n != est.parallel3d.note]
+    if notes:
+        lines += [""] + [f"- {n}" for n in notes]
+    lines += ["", "Estimates from architecture numbers and an assumed utilisation (`hw.assumed_mfu`); see "
+                  "`recipekit.memory` for the formulas and their sources."]
+    return "\n".join(lines) + "\n"
+
+
+# ------------------------------------------------------------------------------------------------------------- JSON
+def estimate_dict(est: Estimate) -> dict[str, Any]:
+    """The estimate as plain JSON types, keys in a fixed order, floats rounded (byte-identical bundles)."""
+    lay, c, comm, off = est.layout, est.compute, est.communication, est.offload
+    d = est.parallel3d
+    return {
+        "recipe": est.recipe_name,
+        "model": est.model_name,
+        "hw": est.hw_name,
+        "layout": {
+            "parallel": lay.parallel, "zero_stage": lay.zero_stage, "offload_optimizer": lay.offload_optimizer,
+            "offload_param": lay.offload_param, "gradient_checkpointing": lay.gradient_checkpointing,
+            "nodes": lay.nodes, "devices_per_pod": lay.devices_per_pod, "world_size": lay.world_size,
+            "dp_size": lay.dp_size, "tensor_parallel": lay.tensor_parallel, "pipeline_parallel": lay.pipeline_parallel,
+            "micro_batch_size": lay.micro_batch_size, "gradient_accumulation_steps": lay.gradient_accumulation_steps,
+            "global_batch_size": lay.global_batch_size, "seq_len": lay.seq_len, "precision": lay.precision,
+        },
+        "memory_gib": {
+            "items": [{"name": item.name, "gib": _round(item.gib), "basis": item.basis} for item in est.memory],
+            "total": _round(est.total_gib),
+            "device": _round(est.device_gib),
+            "headroom": _round(est.headroom_gib),
+            "fits_device": est.fits_device,
+            "fits": est.fits,
+            "largest_item": est.largest_item.name,
+        },
+        "offload": {
+            "host_gib_per_node": _round(off.host_gib_per_node), "host_limit_gib": _round(off.host_limit_gib),
+            "host_fits": off.host_fits, "nvme_gib_per_node": _round(off.nvme_gib_per_node),
+            "time_s_per_step": _round(off.time_s),
+        },
+        "compute": {
+            "params_total": c.params_total, "params_trainable": c.params_trainable,
+            "flops_per_token": _round(c.flops_per_token), "tokens_per_step": c.tokens_per_step,
+            "recompute_factor": _round(c.recompute_factor), "peak_tflops": _round(c.peak_tflops),
+            "assumed_mfu": _round(c.assumed_mfu), "time_s_per_step": _round(c.time_s),
+        },
+        "communication": {
+            "pattern": comm.pattern, "volume_gb_per_step": _round(comm.volume_gb), "link": comm.link,
+            "crosses_nodes": comm.crosses_nodes, "bandwidth_gbps": _round(comm.bandwidth_gbps),
+            "time_s": _round(comm.time_s), "exposed_s": _round(comm.exposed_s),
+        },
+        "parallel3d": None if d is None else {
+            "tensor_parallel": d.tensor_parallel, "pipeline_parallel": d.pipeline_parallel,
+            "micro_batches": d.micro_batches, "bubble_fraction": _round(d.bubble_fraction),
+            "tp_allreduce_gb_per_layer": _round(d.tp_allreduce_gb_per_layer),
+            "tp_volume_gb_per_step": _round(d.tp_volume_gb), "tp_inside_node": d.tp_inside_node,
+            "tp_link": d.tp_link, "tp_time_s": _round(d.tp_time_s), "note": d.note,
+        },
+        "time": {
+            "step_s": _round(est.step_time_s), "total_steps": est.total_steps, "total_s": _opt(est.total_time_s),
+            "device_hours": _opt(est.device_hours), "price_per_device_hour": _opt(est.price_per_device_hour),
+            "cost": _opt(est.cost),
+        },
+        "notes": list(est.notes),
+    }
+
+
+def advice_dict(advices: Sequence[Advice]) -> list[dict[str, Any]]:
+    """Advice for ``--json``: each layout's overrides and its estimate dict, fastest first."""
+    return [{"overrides": list(a.overrides), "estimate": estimate_dict(a.estimate)} for a in advices]
