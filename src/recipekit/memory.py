@@ -2,8 +2,8 @@
 
 Everything here is arithmetic on the recipe's architecture numbers and the plan's layout, so ``recipekit plan`` can
 answer "does it fit, how long, how much" before anything is downloaded or scheduled. The estimators are pure; the one
-read from disk is :func:`load_parallel_options`, because the parallel layouts are data (``recipes/parallel/*.yaml``), never
-a list in code.
+read from disk is :func:`load_parallel_options`, because the parallel layouts are data (``recipes/parallel/*.yaml``),
+never a list in code.
 
 Units: memory in GiB (2**30 bytes, what ``nvidia-smi``/``npu-smi`` and ``hw.memory_gib`` use), network volumes in GB
 (10**9 bytes, what link bandwidths are quoted in), time in seconds.
@@ -525,8 +525,9 @@ def estimate(recipe: Recipe, plan: Plan, *, price_per_device_hour: float | None 
         MemoryItem("optimizer states", states.optimizer / GIB, _optimizer_basis(trainable_dev, par, dp)),
         MemoryItem("activations", (acts.layers + acts.recomputed + acts.head) / GIB,
                    _activation_basis(par.gradient_checkpointing, micro, seq, stage_layers, pp, accum)),
-        MemoryItem("logits (loss)", logits_peak / GIB, f"{micro} × {seq} tokens × {model.vocab_size} vocab × "
-                                                       f"{LOGITS_PEAK_BYTES} B fp32" + (f" / TP {tp}" if tp > 1 else "")),
+        MemoryItem("logits (loss)", logits_peak / GIB,
+                   f"{micro} × {seq} tokens × {model.vocab_size} vocab × {LOGITS_PEAK_BYTES} B fp32"
+                   + (f" / TP {tp}" if tp > 1 else "")),
         MemoryItem("ZeRO buffers", buffers / GIB, buffer_basis),
         MemoryItem("framework overhead", overhead,
                    f"{ALLOCATOR_ALLOWANCE_GIB:g} GiB allocator/workspaces + {RUNTIME_CONTEXT_GIB[hw.vendor]:g} GiB "
@@ -578,10 +579,10 @@ def _shard_words(tp: int, pp: int) -> str:
 
 
 def _weights_basis(kind: str, params_dev: float, par: ParallelSpec, shard: str) -> str:
-    if par.zero_stage == 0:
-        dtype = "16-bit base + fp32 adapter" if kind in ("lora", "qlora") else "fp32 + 16-bit autocast copy"
+    if kind in ("lora", "qlora"):
+        dtype = f"{'NF4' if kind == 'qlora' else '16-bit'} base + {'fp32' if par.zero_stage == 0 else '16-bit'} adapter"
     else:
-        dtype = "NF4 base + 16-bit adapter" if kind == "qlora" else "16-bit"
+        dtype = "fp32 + 16-bit autocast copy" if par.zero_stage == 0 else "16-bit"
     where = "on host/NVMe" if par.offload_param != "none" else (
         "partitioned over dp + largest layer gathered" if par.zero_stage == 3 else "replicated")
     return f"{params_dev / 1e9:.2f} B params, {dtype}, {where}" + (f"; {shard}" if shard else "")
@@ -620,10 +621,12 @@ def _zero_buffers(recipe: Recipe, zero: int, trainable_dev: float) -> tuple[floa
     bucket = min(par.reduce_bucket_size, trainable_dev)
     if zero in (1, 2):
         factor = ZERO12_OVERLAP_BUFFER_FACTOR if par.overlap_comm else 1.0
-        return 2 * bucket * 2 * factor, f"reduce + all-gather buckets {bucket / 1e6:.0f} M elements × 2 B × {factor:g}"
+        basis = f"reduce + all-gather buckets {bucket / 1e6:.0f} M elements × 2 B × {factor:g}"
+        return 2 * bucket * 2 * factor, basis
     if zero == 3:
         prefetch = 0.9 * recipe.model.hidden_size ** 2  # plan's stage3_prefetch_bucket_size
-        return 2 * (bucket + prefetch), f"reduce bucket {bucket / 1e6:.0f} M + prefetch {prefetch / 1e6:.0f} M elements × 2 B"
+        basis = f"reduce bucket {bucket / 1e6:.0f} M + prefetch {prefetch / 1e6:.0f} M elements × 2 B"
+        return 2 * (bucket + prefetch), basis
     return 0.0, "none without DeepSpeed"
 
 
@@ -686,11 +689,14 @@ def _dp_communication(recipe: Recipe, plan: Plan, params_dev: float, trainable_d
         return Communication("none (one data-parallel rank)", 0.0, link, crosses, gbps, 0.0, 0.0)
     ring = (n - 1) / n
     grad_bytes = FP32_GRAD_BYTES if zero == 0 or plan.precision == "fp32" else MIXED_GRAD_BYTES  # AMP: fp32
-    grads, trained_weights, all_weights = grad_bytes * trainable_dev, 2 * trainable_dev, 2 * params_dev
+    weight_bytes = FP32_WEIGHT_BYTES if plan.precision == "fp32" else MIXED_WEIGHT_BYTES
+    grads = grad_bytes * trainable_dev
+    trained_weights, all_weights = weight_bytes * trainable_dev, weight_bytes * params_dev
     backward = compute_s * BACKWARD_SHARE
     overlapped = par.overlap_comm or zero == 0
     if zero == 0:
-        pattern, hidden_vol, exposed_vol, window = "all-reduce of gradients once per step", 2 * ring * grads, 0.0, backward / accum
+        pattern = "all-reduce of gradients once per step"
+        hidden_vol, exposed_vol, window = 2 * ring * grads, 0.0, backward / accum
     elif zero == 1:
         pattern = "reduce-scatter gradients + all-gather weights once per step"
         hidden_vol, exposed_vol, window = ring * grads, ring * trained_weights, backward / accum
@@ -723,7 +729,8 @@ def _offload_time(recipe: Recipe, plan: Plan, params_dev: float, trainable_dev: 
         seconds += (downs * 2 * part + 2 * part) / GB / PCIE_GBPS
         seconds += part * per_node * HOST_ADAM_BYTES_PER_PARAM / GB / HOST_MEMORY_GBPS
         if par.offload_optimizer == "nvme":
-            fp32_state_bytes = FP32_GRAD_BYTES_ZERO3 + MIXED_OPTIMIZER_BYTES
+            fp32_grad = FP32_GRAD_BYTES_ZERO3 if plan.zero_stage == 3 else FP32_GRAD_BYTES_ZERO12
+            fp32_state_bytes = fp32_grad + MIXED_OPTIMIZER_BYTES
             seconds += 2 * part * per_node * fp32_state_bytes / GB / NVME_GBPS
     if par.offload_param != "none":
         passes = 3 if par.gradient_checkpointing else 2
@@ -957,7 +964,8 @@ def advise(recipe: Recipe, images: ImageMatrix, *, top: int = 5, search_tp_pp: b
     dividing the attention and KV heads) and PP degrees (with ZeRO ≤ 1, which is what pipeline engines support).
     The global batch stays the recipe's: accumulation is derived and combinations it does not divide are skipped.
     Layouts whose estimate does not fit are dropped; ranking is by estimated step time (compute, exposed
-    communication, offload), ties broken by :func:`_rank`. Each advice's overrides, added to the recipe's own, compose to it.
+    communication, offload), ties broken by :func:`_rank`. Each advice's overrides, added to the recipe's own,
+    compose to it.
     """
     options = parallel_options if parallel_options is not None else load_parallel_options()
     base = make_plan(recipe, images, analysis_only=True)
