@@ -6,13 +6,12 @@ from typing import Sequence
 
 import pytest
 
-from recipekit.build import Resolved, resolve
-from recipekit.render import render
+from recipekit.build import Resolved, compile_bundle, resolve
 
 
-def render_files(overrides: Sequence[str]) -> dict[str, bytes]:
-    resolved = resolve(overrides)
-    return render(resolved.recipe, resolved.plan, resolved.composed)
+def render_files(overrides: Sequence[str], *, allow_oom: bool = False) -> dict[str, bytes]:
+    """The files `recipekit build` would write for ``overrides``, in memory."""
+    return compile_bundle(resolve(overrides), allow_oom=allow_oom)[0]
 
 
 @pytest.fixture

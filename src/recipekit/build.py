@@ -10,8 +10,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from recipekit import memory
 from recipekit.bundle import write_bundle
 from recipekit.compose import Composed, compose
+from recipekit.errors import RecipeError
 from recipekit.images import ImageMatrix, load_images
 from recipekit.plan import Plan, make_plan
 from recipekit.recipe import Recipe, parse_recipe
@@ -44,12 +46,27 @@ class Built:
     resolved: Resolved
     path: Path
     files: dict[str, bytes]
+    estimate: memory.Estimate
 
 
 def build(overrides: Sequence[str], output: Path | None = None, *, extra_dirs: Sequence[Path] = (),
-          force: bool = False) -> Built:
-    """Build the bundle for ``overrides`` into ``output`` (default ./bundles/<name>), atomically."""
+          force: bool = False, allow_oom: bool = False) -> Built:
+    """Build the bundle for ``overrides`` into ``output`` (default ./bundles/<name>), atomically.
+
+    A recipe predicted not to fit in device memory is refused (naming the largest item and the cheapest change
+    that fits) unless ``allow_oom``: finding out from an OOM after the image is built and the gang scheduled costs
+    far more than this estimate.
+    """
     resolved = resolve(overrides, extra_dirs)
-    files = render(resolved.recipe, resolved.plan, resolved.composed)
+    files, estimate = compile_bundle(resolved, allow_oom=allow_oom)
     target = output if output is not None else DEFAULT_OUTPUT_ROOT / resolved.recipe.name
-    return Built(resolved, write_bundle(files, target, force=force), files)
+    return Built(resolved, write_bundle(files, target, force=force), files, estimate)
+
+
+def compile_bundle(resolved: Resolved, *, allow_oom: bool = False) -> tuple[dict[str, bytes], memory.Estimate]:
+    """The bundle's files in memory, after the memory check ``build`` applies; writes nothing."""
+    estimate = memory.estimate(resolved.recipe, resolved.plan)
+    problem = memory.fit_problem(estimate, images=resolved.images)
+    if problem is not None and not allow_oom:
+        raise RecipeError([problem])
+    return render(resolved.recipe, resolved.plan, resolved.composed, estimate), estimate

@@ -73,9 +73,11 @@ def main() -> None:
 @click.argument("overrides", nargs=-1)
 @click.option("-o", "--output", type=click.Path(path_type=Path), help="Bundle directory (default: bundles/<name>).")
 @click.option("--force", is_flag=True, help="Replace OUTPUT even if it is not a recipekit bundle.")
+@click.option("--allow-oom", is_flag=True, help="Build even when the plan predicts the run will not fit in memory.")
 @_recipes_option
 @_user_errors
-def build(overrides: tuple[str, ...], output: Path | None, force: bool, extra_dirs: tuple[Path, ...]) -> None:
+def build(overrides: tuple[str, ...], output: Path | None, force: bool, allow_oom: bool,
+          extra_dirs: tuple[Path, ...]) -> None:
     """Build the bundle for a recipe. OVERRIDES: Hydra overrides (group=option, key=value, +key=value, ~key).
 
     \b
@@ -87,9 +89,12 @@ def build(overrides: tuple[str, ...], output: Path | None, force: bool, extra_di
     """
     from recipekit.build import build as build_bundle
 
-    built = build_bundle(overrides, output, extra_dirs=extra_dirs, force=force)
+    built = build_bundle(overrides, output, extra_dirs=extra_dirs, force=force, allow_oom=allow_oom)
     plan = built.resolved.plan
     _warn(plan.warnings)
+    if not built.estimate.fits:
+        _warn([f"predicted not to fit: {built.estimate.total_gib:.1f} GiB per device of {built.estimate.device_gib:g}"
+               " (--allow-oom); see plan.md"])
     click.echo(f"{click.style('built', fg='green')} {built.path} ({len(built.files)} files): {plan.nodes} pod(s) × "
                f"{plan.devices_per_pod} device(s), global batch {plan.global_batch_size}, {plan.precision}, "
                f"{'ZeRO-' + str(plan.zero_stage) if plan.zero_stage else 'DDP'}")
@@ -130,6 +135,57 @@ def show(overrides: tuple[str, ...], as_json: bool, extra_dirs: tuple[Path, ...]
     _warn(resolved.plan.warnings)
 
 
+@main.command(context_settings={**_SETTINGS, "ignore_unknown_options": True})
+@click.argument("overrides", nargs=-1)
+@click.option("--json", "as_json", is_flag=True, help="Print the estimate (and advice) as JSON.")
+@click.option("--advise", is_flag=True, help="Search ZeRO stage, offload, micro batch and checkpointing (and TP/PP when "
+                                             "the recipe sets them) for layouts that fit, fastest first.")
+@click.option("--price", type=click.FloatRange(min=0), default=None,
+              help="Price of one device for one hour, for the cost figure (default: hw.price_per_device_hour).")
+@click.option("--top", type=click.IntRange(1, 50), default=5, show_default=True, help="Layouts --advise prints.")
+@_recipes_option
+@_user_errors
+def plan(overrides: tuple[str, ...], as_json: bool, advise: bool, price: float | None, top: int,
+         extra_dirs: tuple[Path, ...]) -> None:
+    """Estimate memory per device, compute, time and cost of a recipe, before anything is submitted.
+
+    \b
+    Examples:
+      recipekit plan recipe=llama3_70b_sft hw=ascend910b cluster.nodes=8
+      recipekit plan recipe=llama3_8b_lora hw=a100_80g --json
+      recipekit plan recipe=qwen2.5_72b_sft hw=ascend910b --advise
+      recipekit plan recipe=llama3_70b_sft parallel.tensor_parallel=8 parallel.pipeline_parallel=2 --price 2.5
+    """
+    from recipekit import memory, report
+    from recipekit.build import resolve
+
+    resolved = resolve(overrides, extra_dirs, analysis_only=True)
+    recipe = resolved.recipe
+    estimate = memory.estimate(recipe, resolved.plan, price_per_device_hour=price)
+    advices: list[memory.Advice] = []
+    if advise:
+        search_tp_pp = recipe.parallel.tensor_parallel > 1 or recipe.parallel.pipeline_parallel > 1
+        advices = memory.advise(recipe, resolved.images, top=top, search_tp_pp=search_tp_pp)
+    if as_json:
+        document: dict[str, Any] = {"estimate": report.estimate_dict(estimate)}
+        if advise:
+            document["advice"] = report.advice_dict(advices)
+        click.echo(json.dumps(document, indent=2))
+        return
+    console = _console()
+    console.print(report.render_estimate(estimate))
+    if not estimate.fits:
+        problem = memory.fit_problem(estimate, images=resolved.images)
+        if problem is not None:
+            console.print(f"[bold]to fit:[/] {problem.hint}", highlight=False)
+    if advise:
+        console.print(report.render_advice(advices))
+        if advices:
+            base = " ".join(overrides)
+            console.print(f"paste: recipekit build {base} {' '.join(advices[0].overrides)}".replace("  ", " "),
+                          markup=False)
+
+
 @main.command(name="list", context_settings=_SETTINGS)
 @click.argument("group", required=False)
 @_recipes_option
@@ -157,6 +213,14 @@ def list_(group: str | None, extra_dirs: tuple[Path, ...]) -> None:
             table.add_row(name, option, describe_option(path))
     _console().print(table)
 
+
+def _register_validate() -> None:
+    from recipekit.validate.command import validate_command
+
+    main.add_command(validate_command, "validate")
+
+
+_register_validate()
 
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -8,13 +8,13 @@ format the same numbers for reading and never compute anything themselves.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
-
-from rich.console import Group, RenderableType
-from rich.table import Table
-from rich.text import Text
+from typing import TYPE_CHECKING, Any, Sequence
 
 from recipekit.memory import Advice, Estimate
+
+if TYPE_CHECKING:  # rich is imported where terminal views are drawn: `build` writes markdown and JSON only
+    from rich.console import RenderableType
+    from rich.text import Text
 
 #: Significant digits kept in the JSON dict: far more than the estimates are worth, few enough to be stable.
 SIGNIFICANT_DIGITS = 4
@@ -118,12 +118,16 @@ def _three_d_rows(est: Estimate) -> list[tuple[str, str]]:
 
 # --------------------------------------------------------------------------------------------------------- terminal
 def _bar(gib: float, scale: float, style: str) -> Text:
+    from rich.text import Text
+
     cells = round(gib / scale * BAR_WIDTH) if scale else 0
     return Text("█" * min(cells, BAR_WIDTH), style=style)
 
 
 def usage_bar(est: Estimate) -> Text:
     """One stacked bar of the device's memory, an item per colour, and a ▏ where the device ends."""
+    from rich.text import Text
+
     scale = max(est.total_gib, est.device_gib)
     bar = Text()
     for item, style in zip(est.memory, ITEM_STYLES):
@@ -140,6 +144,10 @@ def usage_bar(est: Estimate) -> Text:
 
 def render_estimate(est: Estimate) -> RenderableType:
     """The memory table with a bar per item, the stacked usage bar, compute/time/cost and the 3D section."""
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
     head = Text.assemble((f"{est.recipe_name}", "bold"), f": {est.model_name} on {est.layout.world_size} × "
                                                           f"{est.hw_name} ({_nodes(est.layout.nodes)})\n",
                          (est.layout.describe(), "dim"))
@@ -174,6 +182,9 @@ def render_estimate(est: Estimate) -> RenderableType:
 
 def render_advice(advices: Sequence[Advice]) -> RenderableType:
     """The advised layouts, fastest first, with the overrides to paste."""
+    from rich.table import Table
+    from rich.text import Text
+
     if not advices:
         return Text("no layout recipekit tried fits on this cluster: add nodes (cluster.nodes=N) or pick a bigger "
                     "accelerator", style="bold red")

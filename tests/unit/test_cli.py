@@ -16,7 +16,7 @@ from recipekit.cli import main
 
 #: The frozen command-line surface. New knobs belong in recipes, not flags: extend this list deliberately.
 ALLOWED_FLAGS = {
-    "build": {"--output", "--force", "--recipes", "--help"},
+    "build": {"--output", "--force", "--allow-oom", "--recipes", "--help"},
     "show": {"--json", "--recipes", "--help"},
     "list": {"--recipes", "--help"},
     "plan": {"--json", "--advise", "--price", "--top", "--recipes", "--help"},

@@ -122,3 +122,13 @@ def test_failed_build_writes_nothing(tmp_path: Path) -> None:
     with pytest.raises(RecipeError):
         build(["recipe=tiny_sft", "train.micro_batch_size=0"], tmp_path / "b")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_build_refuses_a_recipe_that_will_not_fit(tmp_path: Path) -> None:
+    with pytest.raises(RecipeError) as info:
+        build(["model=llama3_70b", "parallel=ddp"], tmp_path / "b")
+    problem = info.value.problems[0]
+    assert problem.key == "memory" and "largest item" in problem.message and "cheapest change" in problem.hint
+    assert not (tmp_path / "b").exists()
+    built = build(["model=llama3_70b", "parallel=ddp"], tmp_path / "b", allow_oom=True)
+    assert not built.estimate.fits and (tmp_path / "b" / "plan.md").exists()
