@@ -56,7 +56,24 @@ def _recipes_option(func: Callable[..., Any]) -> Callable[..., Any]:
                         help="Extra recipe tree (your team's repo) searched after recipekit's own; repeatable.")(func)
 
 
-@click.group(context_settings=_SETTINGS)
+class _Commands(click.Group):
+    """A group whose heavier commands are imported only when invoked, so `build` does not pay for `validate`."""
+
+    lazy = {"validate": ("recipekit.validate.command", "validate_command")}
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self.lazy})
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name in self.lazy and name not in self.commands:
+            import importlib
+
+            module, attribute = self.lazy[name]
+            self.add_command(getattr(importlib.import_module(module), attribute), name)
+        return super().get_command(ctx, name)
+
+
+@click.group(cls=_Commands, context_settings=_SETTINGS)
 @click.version_option(__version__, prog_name="recipekit")
 def main() -> None:
     """Compile a training recipe into a Volcano launch bundle for Ascend NPU and NVIDIA GPU clusters.
@@ -213,14 +230,6 @@ def list_(group: str | None, extra_dirs: tuple[Path, ...]) -> None:
             table.add_row(name, option, describe_option(path))
     _console().print(table)
 
-
-def _register_validate() -> None:
-    from recipekit.validate.command import validate_command
-
-    main.add_command(validate_command, "validate")
-
-
-_register_validate()
 
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -63,7 +63,8 @@ def test_list_shows_options_with_descriptions() -> None:
 
 
 def _commands() -> dict[str, click.Command]:
-    return dict(main.commands)
+    context = click.Context(main)
+    return {name: main.get_command(context, name) for name in main.list_commands(context)}
 
 
 @pytest.mark.parametrize("name", sorted(ALLOWED_FLAGS))
