@@ -1,0 +1,47 @@
+"""``recipekit validate``: static checks of a built bundle, and a dry run of its own scripts as simulated pods.
+
+Public API:
+
+* :func:`validate` — run the checks on a bundle directory and return a :class:`~recipekit.validate.checks.Report`.
+* :func:`recipekit.validate.static.load_bundle` / :func:`recipekit.validate.static.run_static` — the static part.
+* :func:`recipekit.validate.dryrun.run_dry_run` with :class:`~recipekit.validate.dryrun.DryRunOptions` — the dry run.
+* :data:`recipekit.validate.command.validate_command` — the click command (registered as ``recipekit validate``).
+
+Nothing here imports torch, transformers or deepspeed: the library cross-checks and the dry run run them in child
+processes. Earlier modules (recipe, plan, render, bundle, images) never import this package.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable
+
+from recipekit.validate.checks import Finding, Report, Result, Status
+from recipekit.validate.static import BundleUnusable
+
+if TYPE_CHECKING:
+    from recipekit.validate.dryrun import DryRunOptions
+
+__all__ = ["BundleUnusable", "Finding", "Report", "Result", "Status", "validate"]
+
+
+def validate(bundle_dir: Path, *, dry_run: "DryRunOptions | None" = None, libraries: bool = True,
+             progress: Callable[[str], None] = lambda message: None) -> Report:
+    """Validate ``bundle_dir``: every static check, then (with ``dry_run`` options) the dry run.
+
+    Raises :class:`BundleUnusable` when the path is not a bundle, and
+    :class:`recipekit.validate.dryrun.DryRunUsageError` for dry-run options that cannot work.
+    """
+    from recipekit.validate.static import load_bundle, run_static
+
+    if dry_run is not None:
+        dry_run.check()  # bad flags are reported before any work
+    bundle = load_bundle(Path(bundle_dir))
+    report = Report(str(bundle.path))
+    report.extend(run_static(bundle, libraries=libraries, on_check=lambda name: progress(f"static check: {name}")))
+    if dry_run is not None:
+        from recipekit.validate.dryrun import run_dry_run
+
+        report.extend(run_dry_run(bundle, dry_run, progress))
+    return report
+

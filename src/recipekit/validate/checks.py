@@ -1,0 +1,128 @@
+"""What a check produces: a :class:`Result` per check, each holding the :class:`Finding` s that failed it.
+
+A finding names the bundle file and the field inside it (``volcano-job.yaml spec.tasks[0].minAvailable``), so a
+failure points at the line to fix. A check that cannot run here (a linter not installed, a library missing) is
+*skipped with a reason*, never silently passed. The :class:`Report` turns results into the exit code and the
+``--json`` document.
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Iterator
+
+
+class Status(str, Enum):
+    PASS = "pass"
+    FAIL = "fail"
+    SKIP = "skipped"
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One thing wrong: the bundle file, the field inside it (dotted / indexed path, may be empty), what, and how to fix."""
+
+    file: str
+    field: str
+    message: str
+    hint: str = ""
+
+    def __str__(self) -> str:
+        where = f"{self.file} {self.field}" if self.field else self.file
+        text = f"{where}: {self.message}"
+        return f"{text} ({self.hint})" if self.hint else text
+
+    def to_json(self) -> dict[str, str]:
+        return {"file": self.file, "field": self.field, "message": self.message, "hint": self.hint}
+
+
+@dataclass
+class Result:
+    """The outcome of one check. ``details`` carries figures (dry-run metrics) for the report and ``--json``."""
+
+    id: str
+    title: str
+    status: Status = Status.PASS
+    findings: list[Finding] = field(default_factory=list)
+    reason: str = ""  # why skipped, or a one-line summary of what was checked
+    seconds: float = 0.0
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def failed(self) -> bool:
+        return self.status is Status.FAIL
+
+    def fail(self, file: str, field_: str, message: str, hint: str = "") -> None:
+        self.findings.append(Finding(file, field_, message, hint))
+        self.status = Status.FAIL
+
+    def skip(self, reason: str) -> "Result":
+        self.status, self.reason = Status.SKIP, reason
+        return self
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "title": self.title,
+            "status": self.status.value,
+            "reason": self.reason,
+            "seconds": round(self.seconds, 3),
+            "findings": [f.to_json() for f in self.findings],
+            "details": self.details,
+        }
+
+
+@contextmanager
+def timed(result: Result) -> Iterator[Result]:
+    """Time a check; an unexpected exception inside becomes a failure of that check, not a crash of the command."""
+    start = time.monotonic()
+    try:
+        yield result
+    except Exception as exc:  # noqa: BLE001 - a broken check must be reported, not hide the other checks
+        result.fail("<check>", result.id, f"the check itself raised {type(exc).__name__}: {exc}")
+    finally:
+        result.seconds += time.monotonic() - start
+
+
+@dataclass
+class Report:
+    """Every result of one ``recipekit validate`` run."""
+
+    bundle: str
+    results: list[Result] = field(default_factory=list)
+
+    def add(self, result: Result) -> Result:
+        self.results.append(result)
+        return result
+
+    def extend(self, results: list[Result]) -> None:
+        self.results.extend(results)
+
+    def counts(self) -> dict[str, int]:
+        counts = {s.value: 0 for s in Status}
+        for result in self.results:
+            counts[result.status.value] += 1
+        return counts
+
+    @property
+    def ok(self) -> bool:
+        return not any(r.failed for r in self.results)
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.ok else 1
+
+    def get(self, check_id: str) -> Result | None:
+        return next((r for r in self.results if r.id == check_id), None)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "bundle": self.bundle,
+            "ok": self.ok,
+            "exit_code": self.exit_code,
+            "summary": self.counts(),
+            "checks": [r.to_json() for r in self.results],
+        }
