@@ -1,0 +1,207 @@
+"""Real training runs of a built bundle's train.py on CPU: the tiny twin through the real Trainer.
+
+Each test builds a bundle with ``recipekit.build`` (so train.py, recipe.yaml and ds_config.json are exactly what a
+cluster would get), writes tiny data with ``recipekit.tinydata`` and runs the bundle's train.py as a subprocess,
+the way run.sh does (with torchrun for the multi-process cases). Slow: deselect with ``-m 'not slow'``.
+DeepSpeed compiles a CPU communication op on first use (a few minutes, once); it is cached in
+~/.cache/recipekit/torch_extensions.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from recipekit.build import build
+from recipekit.tinydata import write_tiny_dataset
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+pytestmark = pytest.mark.slow
+
+RUN_TIMEOUT_S = 300
+#: DeepSpeed's first use compiles its shared-memory op; later runs find it in this cache.
+TORCH_EXTENSIONS_DIR = Path.home() / ".cache" / "recipekit" / "torch_extensions"
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1",
+       "TORCH_EXTENSIONS_DIR": str(TORCH_EXTENSIONS_DIR)}
+
+
+def make_bundle(root: Path, fmt: str, *overrides: str) -> Path:
+    """Build the tiny_sft preset (with ``overrides``) into root/bundle, its data and output under root."""
+    data = write_tiny_dataset(fmt, root / ("corpus" if fmt == "text" else "data.jsonl"))
+    settings = ["recipe=tiny_sft", "cluster.nodes=1", "parallel=ddp", f"cluster.mount_path={root}",
+                f"cluster.output_dir={root}/runs", f"data.path={data}", "train.report_to=[none]", *overrides]
+    return build(settings, output=root / "bundle", force=True).path
+
+
+def output_dir(bundle: Path) -> Path:
+    return Path(yaml.safe_load((bundle / "recipe.yaml").read_text())["training_arguments"]["output_dir"])
+
+
+def run_train(bundle: Path, *args: str, processes: int = 0) -> subprocess.CompletedProcess:
+    """Run the bundle's train.py: directly, or under torchrun with ``processes`` processes."""
+    command = [sys.executable, str(bundle / "train.py"), "--recipe", str(bundle / "recipe.yaml"), *args]
+    if processes:
+        command[1:2] = ["-m", "torch.distributed.run", "--nnodes=1", f"--nproc_per_node={processes}",
+                        f"--master_port={_free_port()}", str(bundle / "train.py")]
+    return subprocess.run(command, env=ENV, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def succeeded(result: subprocess.CompletedProcess) -> bool:
+    if result.returncode != 0:
+        print(result.stderr[-6000:])
+    return result.returncode == 0
+
+
+def training_logs(out: Path) -> list[dict]:
+    """metrics.jsonl's training entries (one per logging step)."""
+    lines = (out / "metrics.jsonl").read_text().splitlines()
+    return [entry for entry in map(json.loads, lines) if "loss" in entry]
+
+
+def global_step(checkpoint: Path) -> int:
+    return json.loads((checkpoint / "trainer_state.json").read_text())["global_step"]
+
+
+# -------------------------------------------------------------------------------------------------- modes
+def test_sft_learns_the_tiny_set_and_reports_throughput(tmp_path):
+    bundle = make_bundle(tmp_path, "alpaca", "train.max_steps=60", "train.learning_rate=3e-3",
+                         "train.micro_batch_size=4", "train.save_steps=30", "train.report_to=[tensorboard]")
+    result = run_train(bundle)
+    assert succeeded(result)
+    out = output_dir(bundle)
+    logs = training_logs(out)
+    assert [e["step"] for e in logs] == list(range(1, 61))
+    first, last = logs[0]["loss"], sum(e["loss"] for e in logs[-5:]) / 5
+    assert last < 0.5 * first, f"loss {first:.2f} → {last:.2f}"
+    assert all(e["tokens_per_second_per_device"] > 0 and 0 < e["mfu"] < 1 for e in logs[1:])
+    assert "world size 1 | device cpu | backend gloo | precision bf16 | ZeRO 0" in result.stderr
+    model = transformers.AutoModelForCausalLM.from_pretrained(out)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(out)
+    assert model.config.num_hidden_layers == 2 and tokenizer.chat_template
+    assert list(out.glob("runs/**/events.out.tfevents.*")), "TensorBoard wrote nothing"
+
+
+def test_pretrain_on_a_text_directory(tmp_path):
+    bundle = make_bundle(tmp_path, "text", "mode=pretrain", "data=text", "data.max_len=64", "train.max_steps=30",
+                         "train.learning_rate=3e-3", "train.save_steps=30")
+    result = run_train(bundle)
+    assert succeeded(result)
+    logs = training_logs(output_dir(bundle))
+    assert len(logs) == 30 and logs[-1]["loss"] < 0.7 * logs[0]["loss"]
+    assert "train blocks" in result.stderr and "packing off" in result.stderr
+
+
+def test_lora_with_packing_saves_an_adapter_that_reloads_and_merges(tmp_path):
+    from peft import PeftModel
+
+    bundle = make_bundle(tmp_path, "messages", "mode=lora", "data=chat", "data.max_len=128", "data.packing=true",
+                         "train.max_steps=12", "train.learning_rate=1e-2", "train.save_steps=12",
+                         "mode.lora.merge_on_save=true", "parallel.gradient_checkpointing=true")
+    result = run_train(bundle)
+    assert succeeded(result)
+    out = output_dir(bundle)
+    assert "packed rows" in result.stderr and "trainable of" in result.stderr
+    assert (out / "adapter_model.safetensors").exists() and not (out / "model.safetensors").exists()
+    base = transformers.AutoModelForCausalLM.from_pretrained(out / "random-init")
+    ids = torch.tensor([[5, 17, 42, 99, 7, 3]])
+    with torch.no_grad():
+        before = base(input_ids=ids).logits
+        adapted = PeftModel.from_pretrained(base, out).eval()
+        tuned = adapted(input_ids=ids).logits
+        merged = transformers.AutoModelForCausalLM.from_pretrained(out / "merged", dtype=torch.float32)(
+            input_ids=ids).logits
+    assert not torch.allclose(before, tuned, atol=1e-3), "the adapter changed nothing"
+    assert torch.allclose(tuned, merged, atol=0.05), (tuned - merged).abs().max()  # merged copy is bf16
+
+
+# ------------------------------------------------------------------------------------------ checkpoints
+def test_resume_continues_the_step_and_skips_a_truncated_checkpoint(tmp_path):
+    bundle = make_bundle(tmp_path, "alpaca", "train.max_steps=6", "train.save_steps=2")
+    assert succeeded(run_train(bundle))
+    out = output_dir(bundle)
+    assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-4", "checkpoint-6"]
+    weights = out / "checkpoint-6" / "model.safetensors"
+    os.truncate(weights, weights.stat().st_size // 2)  # as if the pod died while writing it
+
+    result = run_train(bundle, "--resume", "auto")
+    assert succeeded(result)
+    assert "skipping checkpoint-6: model.safetensors truncated" in result.stderr
+    assert f"resume from {out / 'checkpoint-4'}" in result.stderr
+    second_run = [e["step"] for e in training_logs(out)][6:]
+    assert second_run == [5, 6] and global_step(out / "checkpoint-6") == 6
+
+
+def test_sigterm_saves_a_loadable_checkpoint_and_exits_143(tmp_path):
+    bundle = make_bundle(tmp_path, "alpaca", "train.max_steps=100000", "train.save_steps=100000")
+    out = output_dir(bundle)
+    process = subprocess.Popen([sys.executable, str(bundle / "train.py"), "--recipe", str(bundle / "recipe.yaml")],
+                               env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + RUN_TIMEOUT_S
+        while not ((out / "metrics.jsonl").exists() and len(training_logs(out)) >= 3):
+            assert process.poll() is None and time.monotonic() < deadline, "training never got going"
+            time.sleep(0.2)
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=RUN_TIMEOUT_S)
+    finally:
+        process.kill()
+    assert process.returncode == 143, stderr[-3000:]
+    assert "Traceback" not in stderr
+    (checkpoint,) = out.glob("checkpoint-*")
+    assert global_step(checkpoint) >= 3 and f"SIGTERM: saved {checkpoint.name}" in stderr
+    assert transformers.AutoModelForCausalLM.from_pretrained(checkpoint).config.num_hidden_layers == 2
+    assert not (out / "model.safetensors").exists()  # an interrupted run does not pose as a finished one
+
+
+def test_bad_data_exits_2_with_one_line(tmp_path):
+    bundle = make_bundle(tmp_path, "alpaca")
+    data = tmp_path / "data.jsonl"
+    lines = data.read_text().splitlines()
+    data.write_text("\n".join([*lines[:2], '{"instruction": "x", "output": ', *lines[2:]]) + "\n")
+    result = run_train(bundle)
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1].startswith(f"train.py: data error: {data}:3: not valid JSON")
+
+
+# ------------------------------------------------------------------------------------------ distributed
+def test_two_processes_with_gloo_under_torchrun(tmp_path):
+    bundle = make_bundle(tmp_path, "alpaca", "cluster.nodes=2", "train.max_steps=6", "train.save_steps=3")
+    result = run_train(bundle, processes=2)
+    assert succeeded(result)
+    out = output_dir(bundle)
+    assert "world size 2 | device cpu | backend gloo" in result.stderr
+    assert "global batch 4 = micro 2 × accumulation 1 × data-parallel 2" in result.stderr
+    assert [e["step"] for e in training_logs(out)] == list(range(1, 7))
+    assert global_step(out / "checkpoint-6") == 6
+    transformers.AutoModelForCausalLM.from_pretrained(out)
+
+
+def test_zero2_with_deepspeed_on_cpu(tmp_path):
+    bundle = make_bundle(tmp_path, "alpaca", "cluster.nodes=2", "parallel=zero2", "train.max_steps=4",
+                         "train.save_steps=2")
+    assert (bundle / "ds_config.json").exists()
+    result = run_train(bundle, processes=2)
+    assert succeeded(result)
+    out = output_dir(bundle)
+    assert "world size 2 | device cpu | backend gloo | precision bf16 | ZeRO 2" in result.stderr
+    assert (out / "checkpoint-4" / "global_step4").is_dir()  # DeepSpeed's partitioned optimizer states
+    assert global_step(out / "checkpoint-4") == 4
+    transformers.AutoModelForCausalLM.from_pretrained(out)
