@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -50,8 +51,8 @@ BASELINE = textwrap.dedent('''
     max_len = settings["recipe"]["data"]["max_len"]
 
     def tokenize(record):
-        chat = [{"role": "user", "content": record["instruction"] + ("\\n\\n" + record["input"] if record["input"] else "")},
-                {"role": "assistant", "content": record["output"]}]
+        prompt = record["instruction"] + ("\\n\\n" + record["input"] if record["input"] else "")
+        chat = [{"role": "user", "content": prompt}, {"role": "assistant", "content": record["output"]}]
         text = tokenizer.apply_chat_template(chat, tokenize=False)
         return tokenizer(text, add_special_tokens=False, truncation=True, max_length=max_len)
 
@@ -84,10 +85,11 @@ def output_of(bundle: Path) -> Path:
 def run_entrypoint(bundle: Path) -> dict:
     """Train from scratch (keeping the random twin) and return the Trainer's final metrics."""
     out = output_of(bundle)
-    for stale in (*out.glob("checkpoint-*"), out / "metrics.jsonl"):
-        subprocess.run(["rm", "-rf", str(stale)], check=True)
+    for checkpoint in out.glob("checkpoint-*"):
+        shutil.rmtree(checkpoint)
+    (out / "metrics.jsonl").unlink(missing_ok=True)
     result = subprocess.run([sys.executable, str(bundle / "train.py"), "--recipe", str(bundle / "recipe.yaml"),
-                             "--resume", "none"], env=ENV, capture_output=True, text=True)
+                             "--resume", "none"], env=ENV, capture_output=True, text=True, check=False)
     if result.returncode:
         raise SystemExit(f"train.py failed:\n{result.stderr[-4000:]}")
     lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
@@ -99,7 +101,7 @@ def run_baseline(bundle: Path, data: Path, scratch: Path) -> dict:
     script.write_text(BASELINE)
     model_dir = output_of(bundle) / "random-init"
     result = subprocess.run([sys.executable, str(script), str(bundle / "recipe.yaml"), str(model_dir), str(data),
-                             str(scratch / "baseline-out")], env=ENV, capture_output=True, text=True)
+                             str(scratch / "baseline-out")], env=ENV, capture_output=True, text=True, check=False)
     if result.returncode:
         raise SystemExit(f"baseline failed:\n{result.stderr[-4000:]}")
     return json.loads(result.stdout.strip().splitlines()[-1])

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 FORMATS = ("alpaca", "messages", "text")
 

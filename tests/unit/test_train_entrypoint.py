@@ -47,7 +47,7 @@ def tokenizer(train, tmp_path_factory):
 
 
 def _data(**fields):
-    base = dict(format="alpaca", path="", max_len=128, packing=False, eval_fraction=0.0)
+    base = {"format": "alpaca", "path": "", "max_len": 128, "packing": False, "eval_fraction": 0.0}
     return SimpleNamespace(**{**base, **fields})
 
 
@@ -131,6 +131,14 @@ def test_weights_are_half_precision_only_where_a_master_copy_exists(train):
     assert train.weight_dtype("fp32", "lora", deepspeed=True) is torch.float32
 
 
+def test_qlora_falls_back_to_lora_where_4bit_cannot_load_and_says_so(train, caplog):
+    qlora = SimpleNamespace(kind="qlora", quant=SimpleNamespace(quant_type="nf4", double_quant=True))
+    caplog.set_level("INFO", logger="train")
+    assert train.quantization_config(qlora, train.Device("cpu", "gloo", True), torch.bfloat16) is None
+    assert "training plain LoRA" in caplog.text
+    assert train.quantization_config(SimpleNamespace(kind="lora"), train.Device("cuda", "nccl", True), None) is None
+
+
 # ----------------------------------------------------------------------------------------------- bad data
 @pytest.mark.parametrize("fmt, lines, expected", [
     ("alpaca", ['{"instruction": "a", "output": "b"}', "{not json"], r":2: not valid JSON"),
@@ -146,10 +154,12 @@ def test_weights_are_half_precision_only_where_a_master_copy_exists(train):
     ("text", ['{"body": "x"}'], r":1: field 'text': missing"),
     ("alpaca", [], r"file is empty"),
     ("alpaca", ["", "  "], r"holds no records"),
+    ("alpaca", ['{"instruction": "a", "output": "b"}', '{"instruction": "\udcff", "output": "b"}'],
+     r":2: not UTF-8 text"),
 ])
 def test_bad_data_names_file_line_and_field(train, tmp_path, fmt, lines, expected):
     path = tmp_path / "data.jsonl"
-    path.write_text("\n".join(lines) + ("\n" if lines else ""))
+    path.write_bytes(("\n".join(lines) + ("\n" if lines else "")).encode("utf-8", "surrogateescape"))
     with pytest.raises(train.DataError, match=expected) as raised:
         train.validate_data_file(path, fmt)
     assert str(path) in str(raised.value) and "\n" not in str(raised.value)
@@ -254,8 +264,8 @@ def test_packed_rows_give_each_sample_the_loss_it_has_alone(train, tokenizer, tm
     model = AutoModelForCausalLM.from_config(train.architecture_config(spec, tokenizer)).eval()
     samples = _samples(train, tokenizer, tmp_path, n=6)
     collate = train.SequenceCollator(tokenizer.pad_token_id)
-    alone = [_token_losses(model, collate([{"input_ids": i, "labels": l}]))[0].sum()
-             for i, l in zip(samples["input_ids"], samples["labels"])]
+    alone = [_token_losses(model, collate([{"input_ids": ids, "labels": labels}]))[0].sum()
+             for ids, labels in zip(samples["input_ids"], samples["labels"])]
     packed = train.pack_samples(samples, max_len=512)
     assert len(packed["input_ids"]) == 1
     batch = collate([{key: packed[key][0] for key in packed}])

@@ -35,15 +35,15 @@ import signal
 import socket
 import sys
 import time
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Iterable, Iterator
-
-import yaml
+from typing import Any
 
 import datasets
 import torch
+import yaml
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import (
     AutoModelForCausalLM,
@@ -140,11 +140,13 @@ def detect_device() -> Device:
     """NPU when torch_npu imports and sees a device, else CUDA, else CPU. Decided here, at run time, not at build."""
     try:
         import torch_npu  # noqa: F401  (registers torch.npu)
-
+    except ImportError:
+        pass  # not an Ascend image
+    except Exception as exc:  # noqa: BLE001 - an Ascend image whose driver or CANN fails: say why, look further
+        LOG.warning("torch_npu is installed but failed to load: %s", exc)
+    else:
         if torch.npu.is_available():
             return Device("npu", "hccl", bool(getattr(torch.npu, "is_bf16_supported", lambda: True)()))
-    except ImportError:
-        pass
     if torch.cuda.is_available():
         return Device("cuda", "nccl", torch.cuda.is_bf16_supported())
     return Device("cpu", "gloo", True)
@@ -243,14 +245,21 @@ def data_files(path: Path, fmt: str) -> list[Path]:
 
 
 def validate_data_file(path: Path, fmt: str) -> int:
-    """Check every record of a data file before any tokenisation; return the record count or raise DataError."""
+    """Check every record of a JSONL file before any tokenisation; return the record count or raise DataError.
+
+    A raw .txt file is only checked for content (it has no records; 0 is returned).
+    """
     if path.stat().st_size == 0:
         raise DataError(path, "file is empty")
     if fmt == "text" and path.suffix == ".txt":
-        return 1
+        return 0
     count = 0
-    with path.open(encoding="utf-8") as lines:
-        for number, line in enumerate(lines, 1):
+    with path.open("rb") as lines:
+        for number, raw in enumerate(lines, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise DataError(path, f"not UTF-8 text (byte {exc.start + 1})", number) from None
             if not line.strip():
                 continue
             try:
@@ -306,7 +315,8 @@ def load_raw_dataset(data: Any, cache_dir: Path) -> datasets.Dataset:
     jsonl = [str(p) for p in files if p.suffix != ".txt"]
     text = [str(p) for p in files if p.suffix == ".txt"]
     if jsonl:
-        parts.append(datasets.load_dataset("json", data_files=jsonl, split="train", cache_dir=str(cache_dir)))
+        records = datasets.load_dataset("json", data_files=jsonl, split="train", cache_dir=str(cache_dir))
+        parts.append(records.select_columns(["text"]) if text else records)
     if text:  # a paragraph (text between blank lines) is one document
         parts.append(datasets.load_dataset("text", data_files=text, sample_by="paragraph", split="train",
                                            cache_dir=str(cache_dir)))
@@ -450,8 +460,8 @@ def build_datasets(raw: datasets.Dataset, tokenizer: Any, data: Any, seed: int,
         tokenized = _map(raw, tokenize_conversations, tokenizer, columns, workers, fmt=data.format,
                          max_len=data.max_len)
         if len(tokenized) < len(raw):
-            LOG.warning("%d of %d samples dropped: their answer starts beyond max_len=%d",
-                        len(raw) - len(tokenized), len(raw), data.max_len)
+            _log0("%d of %d samples dropped: their answer starts beyond max_len=%d", len(raw) - len(tokenized),
+                  len(raw), data.max_len, level=logging.WARNING)
         if not len(tokenized):
             raise RunError(f"no sample of {data.path} has an answer within max_len={data.max_len}")
     train, evaluation = tokenized, None
@@ -540,15 +550,16 @@ def load_tokenizer(path: str, trust_remote_code: bool) -> Any:
 # ------------------------------------------------------------------------------------------------------- model
 def architecture_config(spec: Any, tokenizer: Any) -> LlamaConfig | Qwen2Config:
     """A transformers config from the recipe's architecture numbers (the random twin has no config.json)."""
-    common = dict(
-        vocab_size=max(spec.vocab_size, len(tokenizer)), hidden_size=spec.hidden_size,
-        intermediate_size=spec.intermediate_size, num_hidden_layers=spec.num_layers,
-        num_attention_heads=spec.num_attention_heads, num_key_value_heads=spec.num_kv_heads,
-        max_position_embeddings=spec.max_position_embeddings, rms_norm_eps=spec.rms_norm_eps,
-        tie_word_embeddings=spec.tie_word_embeddings, use_cache=False,
-        rope_parameters={"rope_type": "default", "rope_theta": spec.rope_theta},
-        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
-    )
+    common = {
+        "vocab_size": max(spec.vocab_size, len(tokenizer)), "hidden_size": spec.hidden_size,
+        "intermediate_size": spec.intermediate_size, "num_hidden_layers": spec.num_layers,
+        "num_attention_heads": spec.num_attention_heads, "num_key_value_heads": spec.num_kv_heads,
+        "max_position_embeddings": spec.max_position_embeddings, "rms_norm_eps": spec.rms_norm_eps,
+        "tie_word_embeddings": spec.tie_word_embeddings, "use_cache": False,
+        "rope_parameters": {"rope_type": "default", "rope_theta": spec.rope_theta},
+        "bos_token_id": tokenizer.bos_token_id, "eos_token_id": tokenizer.eos_token_id,
+        "pad_token_id": tokenizer.pad_token_id,
+    }
     if spec.family == "llama":
         return LlamaConfig(**common, attention_bias=spec.attention_bias)
     return Qwen2Config(**common)  # Qwen2 always has q/k/v biases
@@ -807,9 +818,10 @@ def _rank() -> int:
     return int(os.environ.get("RANK", "0"))
 
 
-def _log0(message: str, *args: Any) -> None:
+def _log0(message: str, *args: Any, level: int = logging.INFO) -> None:
+    """Log on global rank 0 only: every rank makes the same decisions, one report of them is enough."""
     if _rank() == 0:
-        LOG.info(message, *args)
+        LOG.log(level, message, *args)
 
 
 def _version(package: str) -> str:
@@ -837,16 +849,20 @@ def summary_lines(run: RunConfig, args: TrainingArguments, device: Device, count
     zero = run.plan.zero_stage if args.deepspeed else 0
     batch = args.per_device_train_batch_size * args.gradient_accumulation_steps * args.world_size
     rows = "blocks" if data.format == "text" else "packed rows" if data.packing else "samples"
+    if data.format == "text":
+        packing = "documents concatenated into blocks"
+    else:
+        packing = "on, no attention across samples" if data.packing else "off"
     return [
-        f"recipe {recipe.name}: {recipe.mode.kind} of {recipe.model.name} ({recipe.model.init} init) from "
-        f"{recipe.model.name_or_path}",
-        f"world size {args.world_size} | device {device.kind} | backend {args.ddp_backend or device.backend} | "
-        f"precision {_precision(args)} | ZeRO {zero} | optimizer {getattr(args.optim, 'value', args.optim)}",
-        f"global batch {batch} = micro {args.per_device_train_batch_size} × accumulation "
-        f"{args.gradient_accumulation_steps} × data-parallel {args.world_size}",
+        (f"recipe {recipe.name}: {recipe.mode.kind} of {recipe.model.name} ({recipe.model.init} init) from "
+         f"{recipe.model.name_or_path}"),
+        (f"world size {args.world_size} | device {device.kind} | backend {args.ddp_backend or device.backend} | "
+         f"precision {_precision(args)} | ZeRO {zero} | optimizer {getattr(args.optim, 'value', args.optim)}"),
+        (f"global batch {batch} = micro {args.per_device_train_batch_size} × accumulation "
+         f"{args.gradient_accumulation_steps} × data-parallel {args.world_size}"),
         f"parameters: {trainable:,} trainable of {total:,} ({100 * trainable / max(total, 1):.2f}%)",
-        f"data: {len(train):,} train {rows}, {len(evaluation) if evaluation is not None else 0:,} eval "
-        f"({data.format}, max_len {data.max_len}, packing {'on' if data.packing and data.format != 'text' else 'off'})",
+        (f"data: {len(train):,} train {rows}, {len(evaluation) if evaluation is not None else 0:,} eval "
+         f"({data.format}, max_len {data.max_len}, packing {packing})"),
         f"output {args.output_dir} | resume from {resume_from or 'scratch'}",
     ]
 
@@ -893,6 +909,9 @@ def train(options: argparse.Namespace) -> int:
     with args.main_process_first(local=False, desc="tokenize"):
         train_set, eval_set = build_datasets(raw, tokenizer, recipe.data, args.seed)
     model = load_model(model_path, recipe, args, device)
+    if recipe.data.packing and recipe.model.trust_remote_code:
+        _log0("packing with remote model code: samples stay apart only if that code masks by position_ids as "
+              "transformers' own models do", level=logging.WARNING)
     counts = parameter_counts(model)
 
     precision = _precision(args)
@@ -929,7 +948,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return train(options)
     except RunError as exc:
-        print(f"train.py: {exc}", file=sys.stderr)
+        print("train.py: " + " ".join(str(exc).split()), file=sys.stderr)
         return EXIT_USER_ERROR
     except Exception as exc:  # a bug or an environment failure: keep the traceback, end with one line
         LOG.exception("training failed")
