@@ -105,7 +105,7 @@ def test_pretrain_on_a_text_directory(tmp_path):
     assert succeeded(result)
     logs = training_logs(output_dir(bundle))
     assert len(logs) == 30 and logs[-1]["loss"] < 0.7 * logs[0]["loss"]
-    assert "train blocks" in result.stderr and "packing off" in result.stderr
+    assert "train blocks" in result.stderr and "max_len 64, packing documents concatenated" in result.stderr
 
 
 def test_lora_with_packing_saves_an_adapter_that_reloads_and_merges(tmp_path):
