@@ -48,13 +48,35 @@ def output_dir(bundle: Path) -> Path:
     return Path(yaml.safe_load((bundle / "recipe.yaml").read_text())["training_arguments"]["output_dir"])
 
 
-def run_train(bundle: Path, *args: str, processes: int = 0) -> subprocess.CompletedProcess:
-    """Run the bundle's train.py: directly, or under torchrun with ``processes`` processes."""
+def train_command(bundle: Path, *args: str, processes: int = 0) -> list[str]:
+    """The bundle's train.py command line: direct, or under torchrun with ``processes`` processes."""
     command = [sys.executable, str(bundle / "train.py"), "--recipe", str(bundle / "recipe.yaml"), *args]
     if processes:
         command[1:2] = ["-m", "torch.distributed.run", "--nnodes=1", f"--nproc_per_node={processes}",
                         f"--master_port={_free_port()}", str(bundle / "train.py")]
-    return subprocess.run(command, env=ENV, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, check=False)
+    return command
+
+
+def run_train(bundle: Path, *args: str, processes: int = 0) -> subprocess.CompletedProcess:
+    return subprocess.run(train_command(bundle, *args, processes=processes), env=ENV, capture_output=True, text=True,
+                          timeout=RUN_TIMEOUT_S, check=False)
+
+
+def terminate_mid_run(bundle: Path, processes: int = 0) -> tuple[int, str]:
+    """Start training, send SIGTERM (as the kubelet does) once 3 steps are logged; return exit code and stderr."""
+    out = output_dir(bundle)
+    process = subprocess.Popen(train_command(bundle, processes=processes), env=ENV, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + RUN_TIMEOUT_S
+        while not ((out / "metrics.jsonl").exists() and len(training_logs(out)) >= 3):
+            assert process.poll() is None and time.monotonic() < deadline, "training never got going"
+            time.sleep(0.2)
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=RUN_TIMEOUT_S)
+    finally:
+        process.kill()
+    return process.returncode, stderr
 
 
 def _free_port() -> int:
@@ -82,7 +104,8 @@ def global_step(checkpoint: Path) -> int:
 # -------------------------------------------------------------------------------------------------- modes
 def test_sft_learns_the_tiny_set_and_reports_throughput(tmp_path):
     bundle = make_bundle(tmp_path, "alpaca", "train.max_steps=60", "train.learning_rate=3e-3",
-                         "train.micro_batch_size=4", "train.save_steps=30", "train.report_to=[tensorboard]")
+                         "train.micro_batch_size=4", "train.save_steps=30", "train.report_to=[tensorboard]",
+                         "data.eval_fraction=0.125")
     result = run_train(bundle)
     assert succeeded(result)
     out = output_dir(bundle)
@@ -92,6 +115,9 @@ def test_sft_learns_the_tiny_set_and_reports_throughput(tmp_path):
     assert last < 0.5 * first, f"loss {first:.2f} → {last:.2f}"
     assert all(e["tokens_per_second_per_device"] > 0 and 0 < e["mfu"] < 1 for e in logs[1:])
     assert "world size 1 | device cpu | backend gloo | precision bf16 | ZeRO 0" in result.stderr
+    assert "56 train samples, 8 eval" in result.stderr
+    evaluations = [e for e in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()) if "eval_loss" in e]
+    assert [e["step"] for e in evaluations] == [30, 60] and evaluations[-1]["eval_loss"] < first
     model = transformers.AutoModelForCausalLM.from_pretrained(out)
     tokenizer = transformers.AutoTokenizer.from_pretrained(out)
     assert model.config.num_hidden_layers == 2 and tokenizer.chat_template
@@ -151,18 +177,8 @@ def test_resume_continues_the_step_and_skips_a_truncated_checkpoint(tmp_path):
 def test_sigterm_saves_a_loadable_checkpoint_and_exits_143(tmp_path):
     bundle = make_bundle(tmp_path, "alpaca", "train.max_steps=100000", "train.save_steps=100000")
     out = output_dir(bundle)
-    process = subprocess.Popen([sys.executable, str(bundle / "train.py"), "--recipe", str(bundle / "recipe.yaml")],
-                               env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + RUN_TIMEOUT_S
-        while not ((out / "metrics.jsonl").exists() and len(training_logs(out)) >= 3):
-            assert process.poll() is None and time.monotonic() < deadline, "training never got going"
-            time.sleep(0.2)
-        process.send_signal(signal.SIGTERM)
-        _, stderr = process.communicate(timeout=RUN_TIMEOUT_S)
-    finally:
-        process.kill()
-    assert process.returncode == 143, stderr[-3000:]
+    returncode, stderr = terminate_mid_run(bundle)
+    assert returncode == 143, stderr[-3000:]
     assert "Traceback" not in stderr
     (checkpoint,) = out.glob("checkpoint-*")
     assert global_step(checkpoint) >= 3 and f"SIGTERM: saved {checkpoint.name}" in stderr
@@ -192,6 +208,17 @@ def test_two_processes_with_gloo_under_torchrun(tmp_path):
     assert [e["step"] for e in training_logs(out)] == list(range(1, 7))
     assert global_step(out / "checkpoint-6") == 6
     transformers.AutoModelForCausalLM.from_pretrained(out)
+
+
+def test_sigterm_to_torchrun_stops_every_rank_at_the_same_step(tmp_path):
+    bundle = make_bundle(tmp_path, "alpaca", "cluster.nodes=2", "train.max_steps=100000", "train.save_steps=100000")
+    out = output_dir(bundle)
+    returncode, stderr = terminate_mid_run(bundle, processes=2)
+    assert returncode != 0  # torchrun reports the signal; Volcano then restarts the job
+    (checkpoint,) = out.glob("checkpoint-*")
+    assert f"SIGTERM: saved {checkpoint.name}" in stderr
+    assert {p.name for p in checkpoint.glob("rng_state_*.pth")} == {"rng_state_0.pth", "rng_state_1.pth"}
+    assert global_step(checkpoint) == int(checkpoint.name.split("-")[1])
 
 
 def test_zero2_with_deepspeed_on_cpu(tmp_path):

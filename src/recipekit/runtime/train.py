@@ -841,7 +841,7 @@ def _peak_tflops(hw: Any, precision: str) -> float:
     return hw.peak_tflops_fp16 if precision == "fp16" else hw.peak_tflops_bf16
 
 
-def summary_lines(run: RunConfig, args: TrainingArguments, device: Device, counts: tuple[int, int],
+def summary_lines(run: RunConfig, args: TrainingArguments, device: Device, model_path: str, counts: tuple[int, int],
                   train: datasets.Dataset, evaluation: datasets.Dataset | None, resume_from: str | None) -> list[str]:
     """The startup block rank 0 logs: what runs where, and how big it is."""
     recipe, trainable, total = run.recipe, *counts
@@ -854,8 +854,7 @@ def summary_lines(run: RunConfig, args: TrainingArguments, device: Device, count
     else:
         packing = "on, no attention across samples" if data.packing else "off"
     return [
-        (f"recipe {recipe.name}: {recipe.mode.kind} of {recipe.model.name} ({recipe.model.init} init) from "
-         f"{recipe.model.name_or_path}"),
+        f"recipe {recipe.name}: {recipe.mode.kind} of {recipe.model.name} ({recipe.model.init} init) from {model_path}",
         (f"world size {args.world_size} | device {device.kind} | backend {args.ddp_backend or device.backend} | "
          f"precision {_precision(args)} | ZeRO {zero} | optimizer {getattr(args.optim, 'value', args.optim)}"),
         (f"global batch {batch} = micro {args.per_device_train_batch_size} × accumulation "
@@ -882,10 +881,8 @@ def setup_logging() -> None:
         datasets.disable_progress_bars()
 
 
-def train(options: argparse.Namespace) -> int:
-    run = load_run_config(options.recipe)
-    recipe = run.recipe
-    device = detect_device()
+def training_arguments(run: RunConfig, device: Device) -> TrainingArguments:
+    """The plan's Trainer arguments, fitted to the device and launcher found; creating them joins the process group."""
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     kwargs, notes = adapt_training_arguments(run.training_arguments, device, run.bundle_dir, world_size,
                                              run.plan.world_size)
@@ -893,12 +890,14 @@ def train(options: argparse.Namespace) -> int:
     args = make_training_arguments(kwargs)
     for note in notes:
         _log0("adapted: %s", note)
-    output_dir = Path(args.output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    cache_dir = output_dir / "cache" / "datasets"
+    return args
 
+
+def prepare_inputs(recipe: Any, args: TrainingArguments, output_dir: Path) -> tuple[str, Any, datasets.Dataset,
+                                                                                  datasets.Dataset | None]:
+    """Model path, tokenizer and the train/eval sets; each step on the main process first, then cached for the rest."""
     with args.main_process_first(local=False, desc="load and validate data"):
-        raw = load_raw_dataset(recipe.data, cache_dir)
+        raw = load_raw_dataset(recipe.data, output_dir / "cache" / "datasets")
     model_path = recipe.model.name_or_path
     if recipe.model.init == "random":
         model_path = str(output_dir / RANDOM_INIT_DIR)
@@ -908,36 +907,60 @@ def train(options: argparse.Namespace) -> int:
     tokenizer = load_tokenizer(model_path, recipe.model.trust_remote_code)
     with args.main_process_first(local=False, desc="tokenize"):
         train_set, eval_set = build_datasets(raw, tokenizer, recipe.data, args.seed)
+    return model_path, tokenizer, train_set, eval_set
+
+
+def make_trainer(recipe: Any, args: TrainingArguments, model: Any, tokenizer: Any, train_set: datasets.Dataset,
+                 eval_set: datasets.Dataset | None, parameters: int) -> tuple[Trainer, PreemptionCallback]:
+    """The Trainer with recipekit's callbacks: throughput first (reporters run in list order and must see its
+    figures), then metrics.jsonl and SIGTERM handling."""
+    output_dir = Path(args.output_dir)
+    per_token = flops_per_token(parameters, recipe.model.num_layers, recipe.model.hidden_size, recipe.data.max_len)
+    preemption = PreemptionCallback()
+    trainer = Trainer(model=model, args=args, train_dataset=train_set, eval_dataset=eval_set,
+                      data_collator=SequenceCollator(tokenizer.pad_token_id), processing_class=tokenizer,
+                      callbacks=[MetricsFileCallback(output_dir / METRICS_FILE), preemption])
+    throughput = ThroughputCallback(per_token, _peak_tflops(recipe.hw, _precision(args)), args.world_size)
+    trainer.callback_handler.callbacks.insert(0, throughput)
+    return trainer, preemption
+
+
+def save_results(trainer: Trainer, recipe: Any, args: TrainingArguments, model_path: str, tokenizer: Any) -> None:
+    """The final model (full weights, gathered under ZeRO-3, or the LoRA adapter) with its tokenizer and state;
+    for ``lora.merge_on_save`` also the merged model."""
+    output_dir = Path(args.output_dir)
+    trainer.save_model(str(output_dir))
+    trainer.save_state()
+    lora = getattr(recipe.mode, "lora", None)
+    if lora is not None and lora.merge_on_save and args.process_index == 0:
+        merged = save_merged(model_path, output_dir, recipe, _precision(args), tokenizer)
+        _log0("merged model written to %s", merged)
+
+
+def train(options: argparse.Namespace) -> int:
+    run = load_run_config(options.recipe)
+    recipe, device = run.recipe, detect_device()
+    args = training_arguments(run, device)
+    output_dir = Path(args.output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    model_path, tokenizer, train_set, eval_set = prepare_inputs(recipe, args, output_dir)
     model = load_model(model_path, recipe, args, device)
     if recipe.data.packing and recipe.model.trust_remote_code:
         _log0("packing with remote model code: samples stay apart only if that code masks by position_ids as "
               "transformers' own models do", level=logging.WARNING)
     counts = parameter_counts(model)
-
-    precision = _precision(args)
-    per_token = flops_per_token(counts[1], recipe.model.num_layers, recipe.model.hidden_size, recipe.data.max_len)
-    preemption = PreemptionCallback()
-    trainer = Trainer(model=model, args=args, train_dataset=train_set, eval_dataset=eval_set,
-                      data_collator=SequenceCollator(tokenizer.pad_token_id), processing_class=tokenizer,
-                      callbacks=[MetricsFileCallback(output_dir / METRICS_FILE), preemption])
-    # Reporting callbacks (TensorBoard, ...) run in list order: the throughput figures must be in the logs first.
-    trainer.callback_handler.callbacks.insert(
-        0, ThroughputCallback(per_token, _peak_tflops(recipe.hw, precision), args.world_size))
-
+    trainer, preemption = make_trainer(recipe, args, model, tokenizer, train_set, eval_set, counts[1])
     resume_from = resume_checkpoint(output_dir, options.resume)
-    for line in summary_lines(run, args, device, counts, train_set, eval_set, resume_from):
+    for line in summary_lines(run, args, device, model_path, counts, train_set, eval_set, resume_from):
         _log0(line)
+
     preemption.install()
     trainer.train(resume_from_checkpoint=resume_from)
     if preemption.stopped_at is not None:
         _log0("SIGTERM: saved checkpoint-%d; exiting %d so the job restarts and resumes from it",
               preemption.stopped_at, EXIT_PREEMPTED)
         return EXIT_PREEMPTED
-    trainer.save_model(str(output_dir))  # full weights (gathered under ZeRO-3) or the LoRA adapter, + tokenizer
-    trainer.save_state()
-    lora = getattr(recipe.mode, "lora", None)
-    if lora is not None and lora.merge_on_save and args.process_index == 0:
-        _log0("merged model written to %s", save_merged(model_path, output_dir, recipe, precision, tokenizer))
+    save_results(trainer, recipe, args, model_path, tokenizer)
     _log0("done: %d steps; model in %s", trainer.state.global_step, output_dir)
     return 0
 
