@@ -305,6 +305,8 @@ def check_job_schema(bundle: Bundle) -> Result:
         return result.skip(f"{JOB} missing or unparseable")
     for finding in volcano.schema_findings(bundle.job):
         result.fail(finding.file, finding.field, finding.message, finding.hint)
+    if result.status is Status.PASS:
+        result.reason = "every field defined by the Job type, with its type"
     return result
 
 
@@ -327,6 +329,8 @@ def check_pod_template(bundle: Bundle) -> Result:
         return result.skip(findings)
     for finding in findings:
         result.fail(finding.file, finding.field, finding.message, finding.hint)
+    if result.status is Status.PASS:
+        result.reason = "valid v1 PodTemplate; mounts name declared volumes; device requests = limits"
     return result
 
 
@@ -676,6 +680,8 @@ def check_shellcheck(bundle: Bundle) -> Result:
         return result.skip(f"shellcheck gave no readable output: {proc.stderr.strip()[:200]}")
     for c in comments:
         result.fail(RUN, f"line {c.get('line')}", f"SC{c.get('code')} ({c.get('level')}): {c.get('message')}")
+    if result.status is Status.PASS:
+        result.reason = f"no findings ({tool})"
     return result
 
 
@@ -694,6 +700,8 @@ def check_hadolint(bundle: Bundle) -> Result:
         return result.skip(f"hadolint gave no readable output: {proc.stderr.strip()[:200]}")
     for c in comments:
         result.fail(DOCKERFILE, f"line {c.get('line')}", f"{c.get('code')} ({c.get('level')}): {c.get('message')}")
+    if result.status is Status.PASS:
+        result.reason = f"no findings ({tool})"
     return result
 
 
