@@ -17,6 +17,8 @@ Outputs in ``training_arguments.output_dir``:
   random-init/      the random twin's initial weights and tokenizer (``model.init: random`` only), so that resume,
                     adapters and merges all refer to one base
   the final model   full weights, or the LoRA adapter (plus merged/ when ``lora.merge_on_save``)
+  cache/datasets/   the Arrow cache of the loaded and tokenised data: the main process writes it, the others read it
+  runs/             TensorBoard event files (when ``report_to`` has tensorboard)
 
 Exit codes: 0 done; 2 a problem the user can fix (recipe, data, checkpoint), printed as one line; 143 stopped by
 SIGTERM after saving a checkpoint (non-zero, so Volcano restarts the job rather than completing it); 1 a bug.
