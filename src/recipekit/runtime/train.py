@@ -51,8 +51,10 @@ from transformers import (
     AutoModelForCausalLM,
     AutoTokenizer,
     LlamaConfig,
+    LlamaForCausalLM,
     PreTrainedTokenizerFast,
     Qwen2Config,
+    Qwen2ForCausalLM,
     Trainer,
     TrainerCallback,
     TrainingArguments,
@@ -223,6 +225,19 @@ def prepare_launch_environment(args: dict[str, Any], device: Device, notes: list
             port = sock.getsockname()[1]
         os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1",
                           MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+
+
+def join_deepspeed_group(device: Device) -> None:
+    """Register the process group with DeepSpeed's comm layer before any model is built.
+
+    On CPU, Accelerate starts torch.distributed itself, behind DeepSpeed's back; ZeRO-3 then partitions the model
+    in ``from_pretrained`` (deepspeed.zero.Init) while DeepSpeed still believes it runs alone, and its batch check
+    fails with "world_size 1". ``init_distributed`` adopts the existing group.
+    """
+    import deepspeed
+
+    if not deepspeed.comm.is_initialized():
+        deepspeed.init_distributed(dist_backend=device.backend)
 
 
 def make_training_arguments(kwargs: dict[str, Any]) -> TrainingArguments:
@@ -577,7 +592,11 @@ def create_random_init(spec: Any, raw: datasets.Dataset, fmt: str, seed: int, de
         return
     tokenizer = train_tokenizer(corpus_texts(raw, fmt), spec.vocab_size, spec.max_position_embeddings)
     torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(architecture_config(spec, tokenizer))
+    # The class itself, not AutoModelForCausalLM.from_config: under ZeRO-3 from_config partitions the new model with
+    # deepspeed.zero.Init, a collective this one process would run alone. The weights are written whole here and
+    # partitioned when every rank loads them.
+    config = architecture_config(spec, tokenizer)
+    model = (LlamaForCausalLM if spec.family == "llama" else Qwen2ForCausalLM)(config)
     staging = destination.with_name(f"{destination.name}.tmp-{os.getpid()}")
     model.save_pretrained(staging)
     tokenizer.save_pretrained(staging)
@@ -890,6 +909,8 @@ def training_arguments(run: RunConfig, device: Device) -> TrainingArguments:
                                              run.plan.world_size)
     prepare_launch_environment(kwargs, device, notes)
     args = make_training_arguments(kwargs)
+    if kwargs.get("deepspeed") and args.world_size > 1:
+        join_deepspeed_group(device)
     for note in notes:
         _log0("adapted: %s", note)
     return args
