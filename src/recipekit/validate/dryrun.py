@@ -803,6 +803,10 @@ def _train(run: DryRun, train: Result, resume: Result | None) -> None:
 
     if first.outcome == "completed":
         _judge_completion(run, train, first, losses)
+        if resume is not None:
+            resume.fail("<dry run>", "--at-step", f"training finished before step {options.at_step} was seen in "
+                                                  f"{METRICS_FILE}, so no pod was killed",
+                        hint="choose a smaller --at-step or more --steps")
         return
 
     # killed: RestartJob
