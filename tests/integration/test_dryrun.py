@@ -117,3 +117,13 @@ def test_a_run_past_its_timeout_is_stopped_and_cleaned_up(tmp_path: Path) -> Non
     assert "dryrun.train" in result.stdout and "--timeout 10" in result.stdout
     assert processes_under(workdir) == []
     assert (workdir / "logs" / "pod-0.log").is_file()  # the logs stay for a look
+
+
+def test_a_device_that_is_not_here_is_skipped_with_a_reason(tmp_path: Path) -> None:
+    if importlib.util.find_spec("torch_npu") is not None:
+        pytest.skip("torch_npu is installed here")
+    bundle = build(["recipe=tiny_sft"], tmp_path / "bundle", force=True).path
+    results = run_dry_run(load_bundle(bundle), DryRunOptions(device="npu", workdir=tmp_path / "work"))
+    assert {r.status for r in results} == {Status.SKIP}
+    assert all("npu" in r.reason for r in results), [r.reason for r in results]
+    assert not (tmp_path / "work").exists()

@@ -63,7 +63,8 @@ def validate_command(ctx: click.Context, bundle: Path, dry_run: bool, pods: int,
         given = [name for name in _DRY_RUN_ONLY if ctx.get_parameter_source(name) is not ParameterSource.DEFAULT]
         if given:
             flags = ", ".join("--" + name.replace("_", "-") for name in given)
-            raise click.UsageError(f"{flags} only make sense with --dry-run")
+            verb = "makes" if len(given) == 1 else "make"
+            raise click.UsageError(f"{flags} only {verb} sense with --dry-run")
     options = DryRunOptions(pods=pods, steps=steps, kill_pod=kill_pod, at_step=at_step, device=device,
                             workdir=workdir, timeout=timeout) if dry_run else None
 

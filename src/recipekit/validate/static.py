@@ -177,6 +177,19 @@ def _parse(bundle: Bundle) -> None:
     bundle.dockerfile = bundle.text(DOCKERFILE)
     if bundle.dockerfile is not None and not dockerfile_instructions(bundle.dockerfile, "FROM"):
         out.append(Finding(DOCKERFILE, "FROM", "no FROM instruction"))
+    for name in sorted(bundle.raw):  # any other structured file (plan.json, ...) must parse too
+        if name in (RECIPE, DS, JOB, MANIFEST):
+            continue
+        if name.endswith(".json"):
+            try:
+                json.loads(bundle.raw[name])
+            except ValueError as exc:
+                out.append(Finding(name, "", f"not valid JSON: {exc}"))
+        elif name.endswith((".yaml", ".yml")):
+            try:
+                yaml.safe_load(bundle.raw[name])
+            except yaml.YAMLError as exc:
+                out.append(Finding(name, "", f"not valid YAML: {_yaml_error(exc)}"))
     text = bundle.text("train.py")
     if text is not None:
         try:
