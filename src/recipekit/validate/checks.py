@@ -8,11 +8,9 @@ failure points at the line to fix. A check that cannot run here (a linter not in
 
 from __future__ import annotations
 
-import time
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Iterator
+from typing import Any
 
 
 class Status(str, Enum):
@@ -73,18 +71,6 @@ class Result:
             "findings": [f.to_json() for f in self.findings],
             "details": self.details,
         }
-
-
-@contextmanager
-def timed(result: Result) -> Iterator[Result]:
-    """Time a check; an unexpected exception inside becomes a failure of that check, not a crash of the command."""
-    start = time.monotonic()
-    try:
-        yield result
-    except Exception as exc:  # noqa: BLE001 - a broken check must be reported, not hide the other checks
-        result.fail("<check>", result.id, f"the check itself raised {type(exc).__name__}: {exc}")
-    finally:
-        result.seconds += time.monotonic() - start
 
 
 @dataclass

@@ -318,11 +318,12 @@ def policy_findings(policies: Any, where: str) -> list[Finding]:
                 out.append(Finding(FILE, f"{at}.action", f"invalid policy action {action!r}",
                                    hint="valid: " + ", ".join(POLICY_ACTIONS)))
             for event in dict.fromkeys(listed):
+                key = f"{at}.event" if event == policy.get("event") else f"{at}.events"
                 if event not in POLICY_EVENTS:
-                    out.append(Finding(FILE, f"{at}.event", f"invalid policy event {event!r}",
+                    out.append(Finding(FILE, key, f"invalid policy event {event!r}",
                                        hint="valid: " + ", ".join(POLICY_EVENTS)))
                 elif event in events:
-                    out.append(Finding(FILE, f"{at}.event", f"duplicate event {event!r} across policies"))
+                    out.append(Finding(FILE, key, f"duplicate event {event!r} across policies"))
                 events.add(str(event))
         else:
             if code == 0:
