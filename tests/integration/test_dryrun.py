@@ -85,18 +85,23 @@ def test_dry_run_trains_checkpoints_and_finishes(tmp_path: Path, case: str) -> N
         assert {"plan.world_size", "EXPECTED_NODES", "train_batch_size"} <= subs
 
 
-def test_kill_a_pod_and_resume_from_the_checkpoint(tmp_path: Path) -> None:
-    """Through the CLI, with --json: pod 1 dies at step 6, the job restarts and resumes at checkpoint-4."""
-    bundle = build(["recipe=tiny_sft"], tmp_path / "bundle", force=True).path
+@pytest.mark.parametrize("overrides, victim", [(["recipe=tiny_sft"], 1), (["recipe=llama3_8b_sft"], 0)],
+                         ids=["zero2-worker", "zero3-master"])
+def test_kill_a_pod_and_resume_from_the_checkpoint(tmp_path: Path, overrides: list[str], victim: int) -> None:
+    """Through the CLI, with --json: a pod dies at step 6, the job restarts and resumes at checkpoint-4.
+
+    Pod 1 of a ZeRO-2 bundle; pod 0 (the rendezvous host and rank 0) of a ZeRO-3 one, whose checkpoint holds
+    partitioned optimizer and parameter state."""
+    bundle = build(overrides, tmp_path / "bundle", force=True).path
     workdir = tmp_path / "work"
-    result = CliRunner().invoke(validate_command, [str(bundle), "--dry-run", "--pods", "2", "--kill-pod", "1",
+    result = CliRunner().invoke(validate_command, [str(bundle), "--dry-run", "--pods", "2", "--kill-pod", str(victim),
                                                    "--at-step", "6", "--workdir", str(workdir), "--timeout",
                                                    str(TIMEOUT_S), "--json"])
     document = json.loads(result.stdout)
     checks = {c["id"]: c for c in document["checks"]}
     assert result.exit_code == 0, json.dumps({k: checks[k] for k in checks if k.startswith("dryrun")}, indent=1)
     resume = checks["dryrun.resume"]["details"]
-    assert resume["killed_pod"] == 1 and resume["killed_at_step"] >= 6
+    assert resume["killed_pod"] == victim and resume["killed_at_step"] >= 6
     assert resume["killed_processes"] >= 2  # torchrun and its worker, which lives in a session of its own
     assert resume["complete_checkpoints_at_restart"] == [4]
     assert resume["resumed_step"] == 4 and resume["first_step_after_restart"] == 5
