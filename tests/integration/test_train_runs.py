@@ -23,6 +23,7 @@ import yaml
 
 from recipekit.build import build
 from recipekit.tinydata import write_tiny_dataset
+from recipekit.validate.dryrun import extensions_dir
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -30,10 +31,11 @@ transformers = pytest.importorskip("transformers")
 pytestmark = pytest.mark.slow
 
 RUN_TIMEOUT_S = 300
-#: DeepSpeed's first use compiles its shared-memory op; later runs find it in this cache.
-TORCH_EXTENSIONS_DIR = Path.home() / ".cache" / "recipekit" / "torch_extensions"
+#: DeepSpeed's first use compiles its shared-memory op; later runs find it in the dry run's cache. The venv's bin
+#: comes first on PATH as in the dry run's pods: a different ninja would make torch rebuild the op every time.
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1",
-       "TORCH_EXTENSIONS_DIR": str(TORCH_EXTENSIONS_DIR)}
+       "TORCH_EXTENSIONS_DIR": str(extensions_dir()),
+       "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", "")}
 
 
 def make_bundle(root: Path, fmt: str, *overrides: str) -> Path:

@@ -25,7 +25,7 @@ fi
 
 # The svc plugin's DNS records can lag the pods by a few seconds; torchrun would fail on an unresolvable master.
 for _ in $(seq 1 60); do
-  getent hosts "${MASTER_ADDR}" >/dev/null && break
+  python3 -c 'import socket, sys; socket.gethostbyname(sys.argv[1])' "${MASTER_ADDR}" 2>/dev/null && break
   sleep 2
 done
 
