@@ -15,7 +15,7 @@ import hashlib
 import json
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from recipekit import __version__
@@ -255,12 +255,7 @@ def make_plan(recipe: Recipe, images: ImageMatrix, *, analysis_only: bool = Fals
         image_family=hw.image_family, family=family, env=env, pip_packages=pip_packages(recipe, family, bool(zero)),
         training_arguments=training_arguments, ds_config=ds_config, job={}, warnings=warnings,
     )
-    return _with_job(plan, recipe)
-
-
-def _with_job(plan: Plan, recipe: Recipe) -> Plan:
-    from dataclasses import replace
-
+    # The Job is built from the finished plan (names, image, devices), then added to it.
     return replace(plan, job=volcano_job(recipe, plan))
 
 
