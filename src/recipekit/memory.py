@@ -942,7 +942,7 @@ def fit_problem(est: Estimate, *, images: ImageMatrix | None = None,
                    f"asks for {est.offload.host_limit_gib:g} GiB (cluster.memory_gib_per_pod)")
     else:
         largest = est.largest_item
-        message = (f"needs ≈ {est.total_gib:.1f} GiB per device, a {est.hw_name} has {est.device_gib:g} GiB; "
+        message = (f"needs ≈ {est.total_gib:.1f} GiB per device, one {est.hw_name} device has {est.device_gib:g} GiB; "
                    f"largest item: {largest.name} {largest.gib:.1f} GiB ({largest.basis})")
     found = fixes(est, images=images, parallel_options=parallel_options)
     if not found:
