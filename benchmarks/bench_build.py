@@ -44,9 +44,13 @@ def main() -> None:
         cases = {
             "baseline: import hydra, jinja2, omegaconf": ([PY, "-c", "import hydra, jinja2, omegaconf"], 0),
             "recipekit build recipe=llama3_8b_sft hw=ascend910b": (
-                [*cli, "build", "recipe=llama3_8b_sft", "hw=ascend910b", "-o", out, "--force"], 0),
+                [*cli, "build", "recipe=llama3_8b_sft", "hw=ascend910b", "-o", out, "--force"],
+                0,
+            ),
             "recipekit build with a mistyped key (to error)": (
-                [*cli, "build", "recipe=llama3_8b_sft", "train.micro_bach_size=2", "-o", out], 2),
+                [*cli, "build", "recipe=llama3_8b_sft", "train.micro_bach_size=2", "-o", out],
+                2,
+            ),
             "recipekit show recipe=qwen2.5_14b_sft": ([*cli, "show", "recipe=qwen2.5_14b_sft", "--json"], 0),
         }
         results = {name: median_of(runs, argv, expect) for name, (argv, expect) in cases.items()}

@@ -43,15 +43,20 @@ def main() -> None:
         static = run_static(load_bundle(bundle))
         static_s = time.perf_counter() - start
         failed = [r.id for r in static if r.failed]
-        print(f"static checks: {static_s:6.1f} s ({len(static)} checks{', FAILED: ' + ', '.join(failed) if failed else ''})")
+        failures = f", FAILED: {', '.join(failed)}" if failed else ""
+        print(f"static checks: {static_s:6.1f} s ({len(static)} checks{failures})")
 
         walls, figures = [], []
         op_build = None
         for run in range(options.runs):
             start = time.perf_counter()
-            results = {r.id: r for r in run_dry_run(
-                load_bundle(bundle), DryRunOptions(pods=2, kill_pod=1, at_step=6, workdir=Path(tmp) / f"work{run}",
-                                                   timeout=900))}
+            results = {
+                r.id: r
+                for r in run_dry_run(
+                    load_bundle(bundle),
+                    DryRunOptions(pods=2, kill_pod=1, at_step=6, workdir=Path(tmp) / f"work{run}", timeout=900),
+                )
+            }
             wall = time.perf_counter() - start
             ops = results["dryrun.ops"]
             built = [o for o in ops.details.get("ops", []) if o.get("status") == "built"]
@@ -72,8 +77,10 @@ def main() -> None:
     print(f"  loss first → final          {train['first_loss']:8.4f} → {train['final_loss']:.4f}")
     print(f"  killed at step              {resume['killed_at_step']:8d} ({resume['killed_processes']} processes)")
     print(f"  teardown (RestartJob)       {resume['teardown_s']:8.1f} s")
-    print(f"  resumed from step           {resume['resumed_step']:8d} (last complete checkpoint "
-          f"{resume['complete_checkpoints_at_restart'][-1] if resume['complete_checkpoints_at_restart'] else None})")
+    print(
+        f"  resumed from step           {resume['resumed_step']:8d} (last complete checkpoint "
+        f"{resume['complete_checkpoints_at_restart'][-1] if resume['complete_checkpoints_at_restart'] else None})"
+    )
     print(f"  restart → first step        {resume['restart_to_first_step_s']:8.1f} s")
     print(f"  MTTR (kill → training)      {resume['mttr_s']:8.1f} s")
     print(f"  total wall time             {median:8.1f} s")

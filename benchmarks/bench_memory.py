@@ -35,25 +35,65 @@ GOAL = 0.15
 STEPS = 3
 #: Small configurations: (label, overrides). Each fits a 40 GB device with room to spare.
 CONFIGS = [
-    ("llama 156M, micro 4 × 1024, no checkpointing", [
-        "model=tiny_llama", "model.hidden_size=1024", "model.intermediate_size=2816", "model.num_layers=8",
-        "model.num_attention_heads=16", "model.num_kv_heads=4", "model.vocab_size=32000",
-        "model.max_position_embeddings=4096", "data.max_len=1024", "train.micro_batch_size=4",
-        "parallel.gradient_checkpointing=false"]),
-    ("llama 156M, micro 8 × 1024, checkpointing", [
-        "model=tiny_llama", "model.hidden_size=1024", "model.intermediate_size=2816", "model.num_layers=8",
-        "model.num_attention_heads=16", "model.num_kv_heads=4", "model.vocab_size=32000",
-        "model.max_position_embeddings=4096", "data.max_len=1024", "train.micro_batch_size=8",
-        "parallel.gradient_checkpointing=true"]),
-    ("qwen2 391M, micro 2 × 2048, no checkpointing", [
-        "model=tiny_qwen2", "model.hidden_size=1536", "model.intermediate_size=4096", "model.num_layers=12",
-        "model.num_attention_heads=12", "model.num_kv_heads=2", "model.vocab_size=32000",
-        "model.max_position_embeddings=4096", "data.max_len=2048", "train.micro_batch_size=2",
-        "parallel.gradient_checkpointing=false"]),
+    (
+        "llama 156M, micro 4 × 1024, no checkpointing",
+        [
+            "model=tiny_llama",
+            "model.hidden_size=1024",
+            "model.intermediate_size=2816",
+            "model.num_layers=8",
+            "model.num_attention_heads=16",
+            "model.num_kv_heads=4",
+            "model.vocab_size=32000",
+            "model.max_position_embeddings=4096",
+            "data.max_len=1024",
+            "train.micro_batch_size=4",
+            "parallel.gradient_checkpointing=false",
+        ],
+    ),
+    (
+        "llama 156M, micro 8 × 1024, checkpointing",
+        [
+            "model=tiny_llama",
+            "model.hidden_size=1024",
+            "model.intermediate_size=2816",
+            "model.num_layers=8",
+            "model.num_attention_heads=16",
+            "model.num_kv_heads=4",
+            "model.vocab_size=32000",
+            "model.max_position_embeddings=4096",
+            "data.max_len=1024",
+            "train.micro_batch_size=8",
+            "parallel.gradient_checkpointing=true",
+        ],
+    ),
+    (
+        "qwen2 391M, micro 2 × 2048, no checkpointing",
+        [
+            "model=tiny_qwen2",
+            "model.hidden_size=1536",
+            "model.intermediate_size=4096",
+            "model.num_layers=12",
+            "model.num_attention_heads=12",
+            "model.num_kv_heads=2",
+            "model.vocab_size=32000",
+            "model.max_position_embeddings=4096",
+            "data.max_len=2048",
+            "train.micro_batch_size=2",
+            "parallel.gradient_checkpointing=false",
+        ],
+    ),
 ]
 #: One device, the bundle's plain-DDP path, a global batch of one micro-batch.
-COMMON = ["mode=sft", "parallel=ddp", "cluster.nodes=1", "cluster.devices_per_pod=1", "train.precision=bf16",
-          "train.gradient_accumulation_steps=1", "train.max_steps=10"]
+COMMON = [
+    "mode=sft",
+    "parallel=ddp",
+    "cluster.nodes=1",
+    "cluster.devices_per_pod=1",
+    "train.precision=bf16",
+    "train.gradient_accumulation_steps=1",
+    "train.max_steps=10",
+]
 #: Recipe hardware per device name; anything else is measured as an h100 with the device's own memory.
 HW_BY_NAME = {"H100": "h100", "H200": "h200", "H800": "h800", "A100": "a100_80g", "910": "ascend910b"}
 
@@ -72,8 +112,10 @@ def time_estimators() -> None:
     per_estimate, _ = _timed(lambda: estimate(recipe, plan), 200)
     per_advise, advices = _timed(lambda: advise(recipe, images, parallel_options=options), 3)
     per_search, _ = _timed(lambda: advise(recipe, images, parallel_options=options, search_tp_pp=True), 1)
-    print(f"estimate(): {per_estimate * 1e3:.2f} ms   advise(): {per_advise * 1e3:.0f} ms "
-          f"({len(advices)} advised)   advise(search_tp_pp=True): {per_search * 1e3:.0f} ms   [qwen2.5_14b_sft]")
+    print(
+        f"estimate(): {per_estimate * 1e3:.2f} ms   advise(): {per_advise * 1e3:.0f} ms "
+        f"({len(advices)} advised)   advise(search_tp_pp=True): {per_search * 1e3:.0f} ms   [qwen2.5_14b_sft]"
+    )
 
 
 def _accelerator():
@@ -102,11 +144,18 @@ def measure(label: str, overrides: list[str], accel, device_type: str, device_na
     predicted = sum(item.gib for item in est.memory if item.name not in ("framework overhead", "ZeRO buffers"))
 
     m = recipe.model
-    config = AutoConfig.for_model(m.family, hidden_size=m.hidden_size, intermediate_size=m.intermediate_size,
-                                  num_hidden_layers=m.num_layers, num_attention_heads=m.num_attention_heads,
-                                  num_key_value_heads=m.num_kv_heads, vocab_size=m.vocab_size,
-                                  max_position_embeddings=m.max_position_embeddings,
-                                  tie_word_embeddings=m.tie_word_embeddings, use_cache=False)
+    config = AutoConfig.for_model(
+        m.family,
+        hidden_size=m.hidden_size,
+        intermediate_size=m.intermediate_size,
+        num_hidden_layers=m.num_layers,
+        num_attention_heads=m.num_attention_heads,
+        num_key_value_heads=m.num_kv_heads,
+        vocab_size=m.vocab_size,
+        max_position_embeddings=m.max_position_embeddings,
+        tie_word_embeddings=m.tie_word_embeddings,
+        use_cache=False,
+    )
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(config).to(device_type)  # fp32: AMP without DeepSpeed
     if recipe.parallel.gradient_checkpointing:
@@ -127,10 +176,12 @@ def measure(label: str, overrides: list[str], accel, device_type: str, device_na
     measured = accel.max_memory_allocated() / 2**30
     error = predicted / measured - 1
     ok = abs(error) <= GOAL
-    print(f"  {label}: measured {measured:.2f} GiB, predicted {predicted:.2f} GiB ({error:+.1%}) "
-          f"{'ok' if ok else 'MISS'}")
-    items = ", ".join(f"{item.name} {item.gib:.2f}" for item in est.memory
-                      if item.name not in ("framework overhead", "ZeRO buffers"))
+    print(
+        f"  {label}: measured {measured:.2f} GiB, predicted {predicted:.2f} GiB ({error:+.1%}) {'ok' if ok else 'MISS'}"
+    )
+    items = ", ".join(
+        f"{item.name} {item.gib:.2f}" for item in est.memory if item.name not in ("framework overhead", "ZeRO buffers")
+    )
     print(f"    predicted items (GiB): {items}")
     del model, optimizer, loss
     accel.empty_cache()
@@ -138,8 +189,10 @@ def measure(label: str, overrides: list[str], accel, device_type: str, device_na
 
 
 def main() -> int:
-    print(f"recipekit memory benchmark, {datetime.datetime.now().isoformat(timespec='seconds')}, "
-          f"{platform.node()}, Python {platform.python_version()}")
+    print(
+        f"recipekit memory benchmark, {datetime.datetime.now().isoformat(timespec='seconds')}, "
+        f"{platform.node()}, Python {platform.python_version()}"
+    )
     time_estimators()
     try:
         import torch  # noqa: F401

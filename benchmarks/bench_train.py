@@ -30,12 +30,16 @@ from recipekit.build import build
 from recipekit.tinydata import write_tiny_dataset
 
 LONG_SHARE = 0.15
-ENV = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"), "TOKENIZERS_PARALLELISM": "false",
-       "HF_HUB_OFFLINE": "1"}
+ENV = {
+    **os.environ,
+    "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+    "TOKENIZERS_PARALLELISM": "false",
+    "HF_HUB_OFFLINE": "1",
+}
 
 #: The hand-written baseline: what one would write without recipekit. It takes the entrypoint's Trainer
 #: arguments (made CPU-ready the same way) so that both sides do the same work, and prints the Trainer's metrics.
-BASELINE = textwrap.dedent('''
+BASELINE = textwrap.dedent("""
     import json, sys
     import yaml
     from datasets import load_dataset
@@ -61,14 +65,22 @@ BASELINE = textwrap.dedent('''
     trainer = Trainer(model=model, args=TrainingArguments(**args), train_dataset=data,
                       data_collator=DataCollatorForLanguageModeling(tokenizer, mlm=False))
     print(json.dumps(trainer.train().metrics))
-''')
+""")
 
 
 def tiny_bundle(root: Path, data: Path, *overrides: str, training_arguments: dict | None = None) -> Path:
     """A built tiny_sft bundle (one CPU process, no DeepSpeed) writing under ``root``."""
-    settings = ["recipe=tiny_sft", "cluster.nodes=1", "parallel=ddp", f"cluster.mount_path={root}",
-                f"cluster.output_dir={root}/runs", f"data.path={data}", "train.report_to=[none]",
-                "train.logging_steps=10", *overrides]
+    settings = [
+        "recipe=tiny_sft",
+        "cluster.nodes=1",
+        "parallel=ddp",
+        f"cluster.mount_path={root}",
+        f"cluster.output_dir={root}/runs",
+        f"data.path={data}",
+        "train.report_to=[none]",
+        "train.logging_steps=10",
+        *overrides,
+    ]
     bundle = build(settings, output=root / "bundle", force=True).path
     if training_arguments:
         recipe_yaml = bundle / "recipe.yaml"
@@ -88,8 +100,13 @@ def run_entrypoint(bundle: Path) -> dict:
     for checkpoint in out.glob("checkpoint-*"):
         shutil.rmtree(checkpoint)
     (out / "metrics.jsonl").unlink(missing_ok=True)
-    result = subprocess.run([sys.executable, str(bundle / "train.py"), "--recipe", str(bundle / "recipe.yaml"),
-                             "--resume", "none"], env=ENV, capture_output=True, text=True, check=False)
+    result = subprocess.run(
+        [sys.executable, str(bundle / "train.py"), "--recipe", str(bundle / "recipe.yaml"), "--resume", "none"],
+        env=ENV,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if result.returncode:
         raise SystemExit(f"train.py failed:\n{result.stderr[-4000:]}")
     lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
@@ -100,8 +117,20 @@ def run_baseline(bundle: Path, data: Path, scratch: Path) -> dict:
     script = scratch / "baseline.py"
     script.write_text(BASELINE)
     model_dir = output_of(bundle) / "random-init"
-    result = subprocess.run([sys.executable, str(script), str(bundle / "recipe.yaml"), str(model_dir), str(data),
-                             str(scratch / "baseline-out")], env=ENV, capture_output=True, text=True, check=False)
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(script),
+            str(bundle / "recipe.yaml"),
+            str(model_dir),
+            str(data),
+            str(scratch / "baseline-out"),
+        ],
+        env=ENV,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if result.returncode:
         raise SystemExit(f"baseline failed:\n{result.stderr[-4000:]}")
     return json.loads(result.stdout.strip().splitlines()[-1])
@@ -124,8 +153,10 @@ def long_tailed_chat(path: Path, n: int, seed: int = 0) -> Path:
         record = json.loads(line)
         if rng.random() < LONG_SHARE:
             words = " ".join(rng.choice(["red", "blue", "green", "cat", "dog"]) for _ in range(rng.randint(80, 120)))
-            record["messages"] = [{"role": "user", "content": "Repeat these words.\n" + words},
-                                  {"role": "assistant", "content": words}]
+            record["messages"] = [
+                {"role": "user", "content": "Repeat these words.\n" + words},
+                {"role": "assistant", "content": words},
+            ]
         lines.append(json.dumps(record))
     path.write_text("\n".join(lines) + "\n")
     return path
@@ -140,23 +171,36 @@ def compare_overhead(root: Path, runs: int, steps: int) -> None:
         entry = max(entry, tokens_per_second(run_entrypoint(bundle)))
         baseline = max(baseline, tokens_per_second(run_baseline(bundle, data, root)))
     print(f"{'hand-written Trainer script, tokens/s':52} {baseline:10.0f}")
-    print(f"{'bundle train.py, tokens/s':52} {entry:10.0f}   {entry / baseline:.2f}× (goal ≥ 0.95×: "
-          f"{'met' if entry >= 0.95 * baseline else 'NOT met'})")
+    print(
+        f"{'bundle train.py, tokens/s':52} {entry:10.0f}   {entry / baseline:.2f}× (goal ≥ 0.95×: "
+        f"{'met' if entry >= 0.95 * baseline else 'NOT met'})"
+    )
 
 
 def compare_packing(root: Path, runs: int) -> None:
     chat = long_tailed_chat(root / "chat.jsonl", n=512)
     rates = {}
     for packing in (False, True):
-        bundle = tiny_bundle(root / f"packing-{packing}", chat, "mode=sft", "data=chat", "data.max_len=256",
-                             f"data.packing={str(packing).lower()}", "train.max_steps=null", "train.epochs=1",
-                             "train.micro_batch_size=8", "train.save_steps=100000",
-                             training_arguments={"include_num_input_tokens_seen": "non_padding"})
+        bundle = tiny_bundle(
+            root / f"packing-{packing}",
+            chat,
+            "mode=sft",
+            "data=chat",
+            "data.max_len=256",
+            f"data.packing={str(packing).lower()}",
+            "train.max_steps=null",
+            "train.epochs=1",
+            "train.micro_batch_size=8",
+            "train.save_steps=100000",
+            training_arguments={"include_num_input_tokens_seen": "non_padding"},
+        )
         rates[packing] = max(tokens_per_second(run_entrypoint(bundle)) for _ in range(runs))
     ratio = rates[True] / rates[False]
     print(f"{'padding, effective (non-pad) tokens/s':52} {rates[False]:10.0f}")
-    print(f"{'packing, effective (non-pad) tokens/s':52} {rates[True]:10.0f}   {ratio:.2f}× (goal ≥ 2×: "
-          f"{'met' if ratio >= 2 else 'NOT met'})")
+    print(
+        f"{'packing, effective (non-pad) tokens/s':52} {rates[True]:10.0f}   {ratio:.2f}× (goal ≥ 2×: "
+        f"{'met' if ratio >= 2 else 'NOT met'})"
+    )
 
 
 def main() -> None:

@@ -6,9 +6,9 @@ the same path. Nothing here imports torch, transformers or deepspeed.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 from recipekit import memory
 from recipekit.bundle import write_bundle
@@ -49,8 +49,14 @@ class Built:
     estimate: memory.Estimate
 
 
-def build(overrides: Sequence[str], output: Path | None = None, *, extra_dirs: Sequence[Path] = (),
-          force: bool = False, allow_oom: bool = False) -> Built:
+def build(
+    overrides: Sequence[str],
+    output: Path | None = None,
+    *,
+    extra_dirs: Sequence[Path] = (),
+    force: bool = False,
+    allow_oom: bool = False,
+) -> Built:
     """Build the bundle for ``overrides`` into ``output`` (default ./bundles/<name>), atomically.
 
     A recipe predicted not to fit in device memory is refused (naming the largest item and the cheapest change

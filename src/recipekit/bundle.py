@@ -32,8 +32,15 @@ def write_bundle(files: dict[str, bytes], target: Path, *, force: bool = False) 
         if not target.is_dir():
             raise RecipeError([Problem(str(target), "exists and is not a directory")])
         if any(target.iterdir()) and not is_bundle(target) and not force:
-            raise RecipeError([Problem(str(target), "exists and is not a recipekit bundle",
-                                       hint="choose another -o directory, or pass --force to replace it")])
+            raise RecipeError(
+                [
+                    Problem(
+                        str(target),
+                        "exists and is not a recipekit bundle",
+                        hint="choose another -o directory, or pass --force to replace it",
+                    )
+                ]
+            )
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     try:

@@ -9,8 +9,9 @@ from __future__ import annotations
 import functools
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import click
 
@@ -42,8 +43,9 @@ def _user_errors(func: Callable[..., Any]) -> Callable[..., Any]:
             return func(*args, **kwargs)
         except RecipeError as err:
             count = len(err.problems)
-            click.echo(f"{click.style('error:', fg='red', bold=True)} {count} problem{'s' if count != 1 else ''}:",
-                       err=True)
+            click.echo(
+                f"{click.style('error:', fg='red', bold=True)} {count} problem{'s' if count != 1 else ''}:", err=True
+            )
             for problem in err.problems:
                 click.echo(f"  - {problem}", err=True)
             sys.exit(2)
@@ -52,8 +54,13 @@ def _user_errors(func: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _recipes_option(func: Callable[..., Any]) -> Callable[..., Any]:
-    return click.option("--recipes", "extra_dirs", multiple=True, type=click.Path(path_type=Path),
-                        help="Extra recipe tree (your team's repo) searched after recipekit's own; repeatable.")(func)
+    return click.option(
+        "--recipes",
+        "extra_dirs",
+        multiple=True,
+        type=click.Path(path_type=Path),
+        help="Extra recipe tree (your team's repo) searched after recipekit's own; repeatable.",
+    )(func)
 
 
 class _Commands(click.Group):
@@ -93,8 +100,9 @@ def main() -> None:
 @click.option("--allow-oom", is_flag=True, help="Build even when the plan predicts the run will not fit in memory.")
 @_recipes_option
 @_user_errors
-def build(overrides: tuple[str, ...], output: Path | None, force: bool, allow_oom: bool,
-          extra_dirs: tuple[Path, ...]) -> None:
+def build(
+    overrides: tuple[str, ...], output: Path | None, force: bool, allow_oom: bool, extra_dirs: tuple[Path, ...]
+) -> None:
     """Build the bundle for a recipe. OVERRIDES: Hydra overrides (group=option, key=value, +key=value, ~key).
 
     \b
@@ -110,11 +118,17 @@ def build(overrides: tuple[str, ...], output: Path | None, force: bool, allow_oo
     plan = built.resolved.plan
     _warn(plan.warnings)
     if not built.estimate.fits:
-        _warn([f"predicted not to fit: {built.estimate.total_gib:.1f} GiB per device of {built.estimate.device_gib:g}"
-               " (--allow-oom); see plan.md"])
-    click.echo(f"{click.style('built', fg='green')} {built.path} ({len(built.files)} files): {plan.nodes} pod(s) × "
-               f"{plan.devices_per_pod} device(s), global batch {plan.global_batch_size}, {plan.precision}, "
-               f"{'ZeRO-' + str(plan.zero_stage) if plan.zero_stage else 'DDP'}")
+        _warn(
+            [
+                f"predicted not to fit: {built.estimate.total_gib:.1f} GiB per device of {built.estimate.device_gib:g}"
+                " (--allow-oom); see plan.md"
+            ]
+        )
+    click.echo(
+        f"{click.style('built', fg='green')} {built.path} ({len(built.files)} files): {plan.nodes} pod(s) × "
+        f"{plan.devices_per_pod} device(s), global batch {plan.global_batch_size}, {plan.precision}, "
+        f"{'ZeRO-' + str(plan.zero_stage) if plan.zero_stage else 'DDP'}"
+    )
 
 
 @main.command(context_settings={**_SETTINGS, "ignore_unknown_options": True})
@@ -135,16 +149,21 @@ def show(overrides: tuple[str, ...], as_json: bool, extra_dirs: tuple[Path, ...]
     from recipekit.build import resolve
 
     resolved = resolve(overrides, extra_dirs)
-    document = {"choices": resolved.composed.choices, "recipe": resolved.recipe.model_dump(mode="json"),
-                "plan": resolved.plan.summary(), "warnings": resolved.plan.warnings}
+    document = {
+        "choices": resolved.composed.choices,
+        "recipe": resolved.recipe.model_dump(mode="json"),
+        "plan": resolved.plan.summary(),
+        "warnings": resolved.plan.warnings,
+    }
     if as_json:
         click.echo(json.dumps(document, indent=2))
         return
     from rich.table import Table
 
     console = _console()
-    console.print(yaml.safe_dump({"choices": document["choices"], "recipe": document["recipe"]}, sort_keys=False),
-                  markup=False)
+    console.print(
+        yaml.safe_dump({"choices": document["choices"], "recipe": document["recipe"]}, sort_keys=False), markup=False
+    )
     table = Table("derived", "value", title="plan", title_justify="left")
     for key, value in document["plan"].items():
         table.add_row(key, str(value))
@@ -155,15 +174,24 @@ def show(overrides: tuple[str, ...], as_json: bool, extra_dirs: tuple[Path, ...]
 @main.command(context_settings={**_SETTINGS, "ignore_unknown_options": True})
 @click.argument("overrides", nargs=-1)
 @click.option("--json", "as_json", is_flag=True, help="Print the estimate (and advice) as JSON.")
-@click.option("--advise", is_flag=True, help="Search ZeRO stage, offload, micro batch and checkpointing (and TP/PP when "
-                                             "the recipe sets them) for layouts that fit, fastest first.")
-@click.option("--price", type=click.FloatRange(min=0), default=None,
-              help="Price of one device for one hour, for the cost figure (default: hw.price_per_device_hour).")
+@click.option(
+    "--advise",
+    is_flag=True,
+    help="Search ZeRO stage, offload, micro batch and checkpointing (and TP/PP when "
+    "the recipe sets them) for layouts that fit, fastest first.",
+)
+@click.option(
+    "--price",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="Price of one device for one hour, for the cost figure (default: hw.price_per_device_hour).",
+)
 @click.option("--top", type=click.IntRange(1, 50), default=5, show_default=True, help="Layouts --advise prints.")
 @_recipes_option
 @_user_errors
-def plan(overrides: tuple[str, ...], as_json: bool, advise: bool, price: float | None, top: int,
-         extra_dirs: tuple[Path, ...]) -> None:
+def plan(
+    overrides: tuple[str, ...], as_json: bool, advise: bool, price: float | None, top: int, extra_dirs: tuple[Path, ...]
+) -> None:
     """Estimate memory per device, compute, time and cost of a recipe, before anything is submitted.
 
     \b
@@ -199,8 +227,9 @@ def plan(overrides: tuple[str, ...], as_json: bool, advise: bool, price: float |
         console.print(report.render_advice(advices))
         if advices:
             base = " ".join(overrides)
-            console.print(f"paste: recipekit build {base} {' '.join(advices[0].overrides)}".replace("  ", " "),
-                          markup=False)
+            console.print(
+                f"paste: recipekit build {base} {' '.join(advices[0].overrides)}".replace("  ", " "), markup=False
+            )
 
 
 @main.command(name="list", context_settings=_SETTINGS)

@@ -10,9 +10,10 @@ from __future__ import annotations
 import difflib
 import re
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import yaml
 
@@ -116,7 +117,9 @@ def _compose_once(overrides: list[str], extra_dirs: Sequence[Path]) -> Composed:
     from omegaconf import OmegaConf, open_dict
     from omegaconf.errors import OmegaConfBaseException
 
-    search = [f"hydra.searchpath=[{','.join('file://' + str(Path(d).resolve()) for d in extra_dirs)}]"] if extra_dirs else []
+    search = (
+        [f"hydra.searchpath=[{','.join('file://' + str(Path(d).resolve()) for d in extra_dirs)}]"] if extra_dirs else []
+    )
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

@@ -63,14 +63,23 @@ def compatibility_problems(name: str, family: ImageFamily, table: dict[str, tupl
         return []
     row = table.get(family.torch_npu)
     if row is None:
-        return [Problem(key, f"torch_npu {family.torch_npu} is not in torch_npu's compatibility table",
-                        hint="releases: " + ", ".join(table))]
+        return [
+            Problem(
+                key,
+                f"torch_npu {family.torch_npu} is not in torch_npu's compatibility table",
+                hint="releases: " + ", ".join(table),
+            )
+        ]
     torch, cann = row
     problems = []
     if family.torch != torch:
-        problems.append(Problem(key, f"torch_npu {family.torch_npu} needs torch {torch}, the matrix pins {family.torch}"))
+        problems.append(
+            Problem(key, f"torch_npu {family.torch_npu} needs torch {torch}, the matrix pins {family.torch}")
+        )
     if family.cann != cann:
-        problems.append(Problem(key, f"torch_npu {family.torch_npu} needs CANN {cann}, the base image has {family.cann}"))
+        problems.append(
+            Problem(key, f"torch_npu {family.torch_npu} needs CANN {cann}, the base image has {family.cann}")
+        )
     if family.cann and not family.base_tag.startswith(family.cann + "-"):
         problems.append(Problem(key, f"base tag {family.base_tag} does not carry CANN {family.cann}"))
     return problems

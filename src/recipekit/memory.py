@@ -18,9 +18,9 @@ implements it (checked against the tensors autograd saves, see tests/unit/test_m
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Sequence
 
 from recipekit.errors import Problem, RecipeError
 from recipekit.images import ImageMatrix
@@ -127,8 +127,15 @@ class ParamCounts:
 def linear_shapes(model: ModelSpec) -> dict[str, tuple[int, int]]:
     """(in_features, out_features) of each projection in one decoder layer."""
     h, kv, i = model.hidden_size, model.num_kv_heads * model.head_dim, model.intermediate_size
-    return {"q_proj": (h, h), "k_proj": (h, kv), "v_proj": (h, kv), "o_proj": (h, h),
-            "gate_proj": (h, i), "up_proj": (h, i), "down_proj": (i, h)}
+    return {
+        "q_proj": (h, h),
+        "k_proj": (h, kv),
+        "v_proj": (h, kv),
+        "o_proj": (h, h),
+        "gate_proj": (h, i),
+        "up_proj": (h, i),
+        "down_proj": (i, h),
+    }
 
 
 def count_params(model: ModelSpec) -> ParamCounts:
@@ -143,9 +150,15 @@ def count_params(model: ModelSpec) -> ParamCounts:
     per_layer = linear + bias + 2 * model.hidden_size
     embedding = model.vocab_size * model.hidden_size
     head = 0 if model.tie_word_embeddings else embedding
-    return ParamCounts(embedding=embedding, head=head, per_layer=per_layer, layers=model.num_layers,
-                       final_norm=model.hidden_size, linear_per_layer=linear,
-                       largest_module=max(embedding, *(i * o for i, o in shapes.values())))
+    return ParamCounts(
+        embedding=embedding,
+        head=head,
+        per_layer=per_layer,
+        layers=model.num_layers,
+        final_norm=model.hidden_size,
+        linear_per_layer=linear,
+        largest_module=max(embedding, *(i * o for i, o in shapes.values())),
+    )
 
 
 def lora_targets(lora: LoraSpec) -> tuple[str, ...]:
@@ -184,9 +197,18 @@ class ModelStates:
         return self.weights + self.gradients + self.optimizer
 
 
-def model_states(params: float, *, trainable: float | None = None, frozen_weight_bytes: float | None = None,
-                 zero_stage: int, dp: int, offload_optimizer: str = "none", offload_param: str = "none",
-                 largest_layer: float = 0, precision: str = "bf16") -> ModelStates:
+def model_states(
+    params: float,
+    *,
+    trainable: float | None = None,
+    frozen_weight_bytes: float | None = None,
+    zero_stage: int,
+    dp: int,
+    offload_optimizer: str = "none",
+    offload_param: str = "none",
+    largest_layer: float = 0,
+    precision: str = "bf16",
+) -> ModelStates:
     """Weights, gradients and AdamW states per device under DDP or a ZeRO stage, counted as DeepSpeed counts them.
 
     ``params`` are the parameters one model replica holds on this device's slice (all of them without TP/PP);
@@ -213,8 +235,11 @@ def model_states(params: float, *, trainable: float | None = None, frozen_weight
         fp32_grad_b = FP32_GRAD_BYTES_ZERO3 if zero_stage == 3 else FP32_GRAD_BYTES_ZERO12
     if zero_stage == 0 and dp > 1:
         grad_b *= DDP_BUCKET_COPY
-    frozen_b = frozen_weight_bytes if frozen_weight_bytes is not None else (
-        FP32_WEIGHT_BYTES if precision == "fp32" else MIXED_WEIGHT_BYTES)
+    frozen_b = (
+        frozen_weight_bytes
+        if frozen_weight_bytes is not None
+        else (FP32_WEIGHT_BYTES if precision == "fp32" else MIXED_WEIGHT_BYTES)
+    )
 
     def share(stage: int) -> int:  # how many ranks a state is split over once ZeRO reaches ``stage``
         return dp if zero_stage >= stage else 1
@@ -235,8 +260,13 @@ def model_states(params: float, *, trainable: float | None = None, frozen_weight
     if offload_param != "none":
         moved[offload_param] += weights
         weights = 0.0
-    return ModelStates(weights=weights + gathered, gradients=grads + fp32_grads + gathered, optimizer=optimizer,
-                       host=moved["cpu"], nvme=moved["nvme"])
+    return ModelStates(
+        weights=weights + gathered,
+        gradients=grads + fp32_grads + gathered,
+        optimizer=optimizer,
+        host=moved["cpu"],
+        nvme=moved["nvme"],
+    )
 
 
 # ----------------------------------------------------------------------------------------------------- activations
@@ -255,8 +285,16 @@ class ActivationBytes:
         return self.layers + self.head + self.logits_saved
 
 
-def layer_activation_bytes(model: ModelSpec, *, tokens: int, act_bytes: int, full_training: bool,
-                           lora: LoraSpec | None = None, autocast: bool = False, tp: int = 1) -> float:
+def layer_activation_bytes(
+    model: ModelSpec,
+    *,
+    tokens: int,
+    act_bytes: int,
+    full_training: bool,
+    lora: LoraSpec | None = None,
+    autocast: bool = False,
+    tp: int = 1,
+) -> float:
     """Bytes one decoder layer keeps for backward, for ``tokens`` = micro batch × sequence length.
 
     Korthikanti et al. count s·b·h·(34 + 5·a·s/h) bytes per GPT layer with fp16 (layer norms, QKV input, Q/K/V,
@@ -295,16 +333,29 @@ def layer_activation_bytes(model: ModelSpec, *, tokens: int, act_bytes: int, ful
         elif autocast:  # each adapter casts its own copy of the input
             sharded += sum(a * shapes[m][0] for m in targets)
         else:  # the adapters keep the very input tensors: once per distinct input not already kept
-            distinct = {"attn": h if {"q_proj", "k_proj", "v_proj"} & set(targets) else 0,
-                        "mlp": h if {"gate_proj", "up_proj"} & set(targets) else 0,
-                        "mid": i if "down_proj" in targets else 0}
+            distinct = {
+                "attn": h if {"q_proj", "k_proj", "v_proj"} & set(targets) else 0,
+                "mlp": h if {"gate_proj", "up_proj"} & set(targets) else 0,
+                "mid": i if "down_proj" in targets else 0,
+            }
             sharded += a * sum(distinct.values())
     return tokens * (norms + sharded / tp)
 
 
-def activation_bytes(model: ModelSpec, *, micro_batch: int, seq_len: int, act_bytes: int, full_training: bool,
-                     checkpointing: bool, lora: LoraSpec | None = None, autocast: bool = False,
-                     tp: int = 1, layers: int | None = None, in_flight: int = 1) -> ActivationBytes:
+def activation_bytes(
+    model: ModelSpec,
+    *,
+    micro_batch: int,
+    seq_len: int,
+    act_bytes: int,
+    full_training: bool,
+    checkpointing: bool,
+    lora: LoraSpec | None = None,
+    autocast: bool = False,
+    tp: int = 1,
+    layers: int | None = None,
+    in_flight: int = 1,
+) -> ActivationBytes:
     """Activations of ``layers`` decoder layers (default: all) with ``in_flight`` micro-batches alive at once.
 
     Without recomputation every layer keeps :func:`layer_activation_bytes`. With full gradient checkpointing (one
@@ -314,8 +365,9 @@ def activation_bytes(model: ModelSpec, *, micro_batch: int, seq_len: int, act_by
     """
     tokens = micro_batch * seq_len
     count = model.num_layers if layers is None else layers
-    full_layer = layer_activation_bytes(model, tokens=tokens, act_bytes=act_bytes, full_training=full_training,
-                                        lora=lora, autocast=autocast, tp=tp)
+    full_layer = layer_activation_bytes(
+        model, tokens=tokens, act_bytes=act_bytes, full_training=full_training, lora=lora, autocast=autocast, tp=tp
+    )
     h = model.hidden_size
     residual = 4 if autocast and full_training else act_bytes
     if checkpointing:
@@ -359,14 +411,21 @@ class Layout:
     precision: str
 
     def describe(self) -> str:
-        offload = [f"{what} → {where}" for what, where in (("optimizer", self.offload_optimizer),
-                                                           ("params", self.offload_param)) if where != "none"]
-        parts = [self.parallel + (f" ({', '.join(offload)})" if offload else ""),
-                 f"checkpointing {'on' if self.gradient_checkpointing else 'off'}"]
+        offload = [
+            f"{what} → {where}"
+            for what, where in (("optimizer", self.offload_optimizer), ("params", self.offload_param))
+            if where != "none"
+        ]
+        parts = [
+            self.parallel + (f" ({', '.join(offload)})" if offload else ""),
+            f"checkpointing {'on' if self.gradient_checkpointing else 'off'}",
+        ]
         if self.tensor_parallel * self.pipeline_parallel > 1:
             parts.append(f"TP {self.tensor_parallel} × PP {self.pipeline_parallel}")
-        parts.append(f"micro {self.micro_batch_size} × accum {self.gradient_accumulation_steps} × dp {self.dp_size}"
-                     f" = {self.global_batch_size} × {self.seq_len} tokens")
+        parts.append(
+            f"micro {self.micro_batch_size} × accum {self.gradient_accumulation_steps} × dp {self.dp_size}"
+            f" = {self.global_batch_size} × {self.seq_len} tokens"
+        )
         return ", ".join(parts)
 
 
@@ -499,15 +558,32 @@ def estimate(recipe: Recipe, plan: Plan, *, price_per_device_hour: float | None 
     frozen_b: float | None = None
     if mode.kind == "qlora":
         frozen_b = qlora_base_bytes(counts, double_quant=mode.quant.double_quant, other_bytes=act_bytes) / counts.total
-    states = model_states(params_dev + (0 if full_training else trainable_dev), trainable=trainable_dev,
-                          frozen_weight_bytes=frozen_b, zero_stage=plan.zero_stage, dp=dp,
-                          offload_optimizer=par.offload_optimizer, offload_param=par.offload_param,
-                          largest_layer=counts.largest_module / tp, precision=plan.precision)
+    states = model_states(
+        params_dev + (0 if full_training else trainable_dev),
+        trainable=trainable_dev,
+        frozen_weight_bytes=frozen_b,
+        zero_stage=plan.zero_stage,
+        dp=dp,
+        offload_optimizer=par.offload_optimizer,
+        offload_param=par.offload_param,
+        largest_layer=counts.largest_module / tp,
+        precision=plan.precision,
+    )
 
     # --- activations
-    acts = activation_bytes(model, micro_batch=micro, seq_len=seq, act_bytes=act_bytes, full_training=full_training,
-                            checkpointing=par.gradient_checkpointing, lora=lora, autocast=autocast, tp=tp,
-                            layers=stage_layers, in_flight=min(pp, accum) if pp > 1 else 1)
+    acts = activation_bytes(
+        model,
+        micro_batch=micro,
+        seq_len=seq,
+        act_bytes=act_bytes,
+        full_training=full_training,
+        checkpointing=par.gradient_checkpointing,
+        lora=lora,
+        autocast=autocast,
+        tp=tp,
+        layers=stage_layers,
+        in_flight=min(pp, accum) if pp > 1 else 1,
+    )
     logits_peak = acts.logits_saved * LOGITS_PEAK_BYTES / LOGITS_SAVED_BYTES
     if lora is not None and isinstance(lora.target_modules, list):
         unknown = sorted(set(lora.target_modules) - set(LORA_MODULES))
@@ -523,24 +599,36 @@ def estimate(recipe: Recipe, plan: Plan, *, price_per_device_hour: float | None 
         MemoryItem("weights", states.weights / GIB, _weights_basis(mode.kind, params_dev, par, shard)),
         MemoryItem("gradients", states.gradients / GIB, _gradients_basis(trainable_dev, par, dp)),
         MemoryItem("optimizer states", states.optimizer / GIB, _optimizer_basis(trainable_dev, par, dp)),
-        MemoryItem("activations", (acts.layers + acts.recomputed + acts.head) / GIB,
-                   _activation_basis(par.gradient_checkpointing, micro, seq, stage_layers, pp, accum)),
-        MemoryItem("logits (loss)", logits_peak / GIB,
-                   f"{micro} × {seq} tokens × {model.vocab_size} vocab × {LOGITS_PEAK_BYTES} B fp32"
-                   + (f" / TP {tp}" if tp > 1 else "")),
+        MemoryItem(
+            "activations",
+            (acts.layers + acts.recomputed + acts.head) / GIB,
+            _activation_basis(par.gradient_checkpointing, micro, seq, stage_layers, pp, accum),
+        ),
+        MemoryItem(
+            "logits (loss)",
+            logits_peak / GIB,
+            f"{micro} × {seq} tokens × {model.vocab_size} vocab × {LOGITS_PEAK_BYTES} B fp32"
+            + (f" / TP {tp}" if tp > 1 else ""),
+        ),
         MemoryItem("ZeRO buffers", buffers / GIB, buffer_basis),
-        MemoryItem("framework overhead", overhead,
-                   f"{ALLOCATOR_ALLOWANCE_GIB:g} GiB allocator/workspaces + {RUNTIME_CONTEXT_GIB[hw.vendor]:g} GiB "
-                   f"{hw.vendor} runtime context"),
+        MemoryItem(
+            "framework overhead",
+            overhead,
+            f"{ALLOCATOR_ALLOWANCE_GIB:g} GiB allocator/workspaces + {RUNTIME_CONTEXT_GIB[hw.vendor]:g} GiB "
+            f"{hw.vendor} runtime context",
+        ),
     )
     total = sum(item.gib for item in memory)
 
     # --- offload
     per_node = plan.devices_per_pod
     offload_s = _offload_time(recipe, plan, params_dev, trainable_dev)
-    offload = Offload(host_gib_per_node=states.host * per_node * HOST_BUFFER_FACTOR / GIB,
-                      host_limit_gib=float(recipe.cluster.memory_gib_per_pod),
-                      nvme_gib_per_node=states.nvme * per_node / GIB, time_s=offload_s)
+    offload = Offload(
+        host_gib_per_node=states.host * per_node * HOST_BUFFER_FACTOR / GIB,
+        host_limit_gib=float(recipe.cluster.memory_gib_per_pod),
+        nvme_gib_per_node=states.nvme * per_node / GIB,
+        time_s=offload_s,
+    )
 
     # --- compute
     compute = _compute(recipe, plan, counts, trainable_total, full_training)
@@ -551,24 +639,57 @@ def estimate(recipe: Recipe, plan: Plan, *, price_per_device_hour: float | None 
     step = compute.time_s + comm.exposed_s + offload_s + (three_d.tp_time_s if three_d else 0.0)
 
     if not recipe.data.packing:
-        notes.append(f"tokens per step assume every sequence is data.max_len = {seq} tokens long (an upper bound "
-                     "without packing)")
+        notes.append(
+            f"tokens per step assume every sequence is data.max_len = {seq} tokens long (an upper bound "
+            "without packing)"
+        )
     price = hw.price_per_device_hour if price_per_device_hour is None else price_per_device_hour
     total_steps = plan.total_steps
     total_time = step * total_steps if total_steps else None
     device_hours = total_time / 3600 * plan.world_size if total_time is not None else None
     cost = device_hours * price if device_hours is not None and price is not None else None
 
-    layout = Layout(parallel=par.name, zero_stage=plan.zero_stage, offload_optimizer=par.offload_optimizer,
-                    offload_param=par.offload_param, gradient_checkpointing=par.gradient_checkpointing,
-                    nodes=plan.nodes, devices_per_pod=plan.devices_per_pod, world_size=plan.world_size, dp_size=dp,
-                    tensor_parallel=tp, pipeline_parallel=pp, micro_batch_size=micro, gradient_accumulation_steps=accum,
-                    global_batch_size=plan.global_batch_size, seq_len=seq, precision=plan.precision)
-    return Estimate(recipe_name=recipe.name, model_name=model.name, hw_name=hw.name, layout=layout, memory=memory,
-                    total_gib=total, device_gib=hw.memory_gib, headroom_gib=hw.memory_gib - total, offload=offload,
-                    compute=compute, communication=comm, parallel3d=three_d, step_time_s=step,
-                    total_steps=total_steps, total_time_s=total_time, device_hours=device_hours,
-                    price_per_device_hour=price, cost=cost, notes=tuple(notes), recipe=recipe, plan=plan)
+    layout = Layout(
+        parallel=par.name,
+        zero_stage=plan.zero_stage,
+        offload_optimizer=par.offload_optimizer,
+        offload_param=par.offload_param,
+        gradient_checkpointing=par.gradient_checkpointing,
+        nodes=plan.nodes,
+        devices_per_pod=plan.devices_per_pod,
+        world_size=plan.world_size,
+        dp_size=dp,
+        tensor_parallel=tp,
+        pipeline_parallel=pp,
+        micro_batch_size=micro,
+        gradient_accumulation_steps=accum,
+        global_batch_size=plan.global_batch_size,
+        seq_len=seq,
+        precision=plan.precision,
+    )
+    return Estimate(
+        recipe_name=recipe.name,
+        model_name=model.name,
+        hw_name=hw.name,
+        layout=layout,
+        memory=memory,
+        total_gib=total,
+        device_gib=hw.memory_gib,
+        headroom_gib=hw.memory_gib - total,
+        offload=offload,
+        compute=compute,
+        communication=comm,
+        parallel3d=three_d,
+        step_time_s=step,
+        total_steps=total_steps,
+        total_time_s=total_time,
+        device_hours=device_hours,
+        price_per_device_hour=price,
+        cost=cost,
+        notes=tuple(notes),
+        recipe=recipe,
+        plan=plan,
+    )
 
 
 # ------------------------------------------------------------------------------------------- estimate's components
@@ -583,8 +704,11 @@ def _weights_basis(kind: str, params_dev: float, par: ParallelSpec, shard: str) 
         dtype = f"{'NF4' if kind == 'qlora' else '16-bit'} base + {'fp32' if par.zero_stage == 0 else '16-bit'} adapter"
     else:
         dtype = "fp32 + 16-bit autocast copy" if par.zero_stage == 0 else "16-bit"
-    where = "on host/NVMe" if par.offload_param != "none" else (
-        "partitioned over dp + largest layer gathered" if par.zero_stage == 3 else "replicated")
+    where = (
+        "on host/NVMe"
+        if par.offload_param != "none"
+        else ("partitioned over dp + largest layer gathered" if par.zero_stage == 3 else "replicated")
+    )
     return f"{params_dev / 1e9:.2f} B params, {dtype}, {where}" + (f"; {shard}" if shard else "")
 
 
@@ -595,8 +719,9 @@ def _gradients_basis(trainable: float, par: ParallelSpec, dp: int) -> str:
     if zero >= 2:
         where = f"offloaded to {offload}" if offload != "none" else f"partitioned over {dp} ranks"
     else:
-        where = "16-bit replicated, fp32 copy " + (f"offloaded to {offload}" if offload != "none"
-                                                   else f"partitioned over {dp} ranks")
+        where = "16-bit replicated, fp32 copy " + (
+            f"offloaded to {offload}" if offload != "none" else f"partitioned over {dp} ranks"
+        )
     gathered = " + largest layer gathered" if zero == 3 else ""
     return f"{trainable / 1e9:.3g} B trainable, 16-bit + fp32 copy, {where}{gathered}"
 
@@ -604,8 +729,9 @@ def _gradients_basis(trainable: float, par: ParallelSpec, dp: int) -> str:
 def _optimizer_basis(trainable: float, par: ParallelSpec, dp: int) -> str:
     if par.zero_stage == 0:
         return f"{trainable / 1e9:.3g} B trainable, Adam m, v fp32 (the fp32 weights are the master), replicated"
-    where = (f"offloaded to {par.offload_optimizer}" if par.offload_optimizer != "none"
-             else f"partitioned over {dp} ranks")
+    where = (
+        f"offloaded to {par.offload_optimizer}" if par.offload_optimizer != "none" else f"partitioned over {dp} ranks"
+    )
     return f"{trainable / 1e9:.3g} B trainable, fp32 master + Adam m, v, {where}"
 
 
@@ -624,7 +750,7 @@ def _zero_buffers(recipe: Recipe, zero: int, trainable_dev: float) -> tuple[floa
         basis = f"reduce + all-gather buckets {bucket / 1e6:.0f} M elements × 2 B × {factor:g}"
         return 2 * bucket * 2 * factor, basis
     if zero == 3:
-        prefetch = 0.9 * recipe.model.hidden_size ** 2  # plan's stage3_prefetch_bucket_size
+        prefetch = 0.9 * recipe.model.hidden_size**2  # plan's stage3_prefetch_bucket_size
         basis = f"reduce bucket {bucket / 1e6:.0f} M + prefetch {prefetch / 1e6:.0f} M elements × 2 B"
         return 2 * (bucket + prefetch), basis
     return 0.0, "none without DeepSpeed"
@@ -650,14 +776,22 @@ def _compute(recipe: Recipe, plan: Plan, counts: ParamCounts, trainable: int, fu
         forward = 2 * base + 2 * trainable + attention / 3
     recompute = (per_token + forward) / per_token if recipe.parallel.gradient_checkpointing else 1.0
     tokens = plan.global_batch_size * seq
-    peak = {"bf16": hw.peak_tflops_bf16, "fp16": hw.peak_tflops_fp16,
-            "fp32": hw.peak_tflops_bf16 * FP32_PEAK_FRACTION}[plan.precision]
+    peak = {"bf16": hw.peak_tflops_bf16, "fp16": hw.peak_tflops_fp16, "fp32": hw.peak_tflops_bf16 * FP32_PEAK_FRACTION}[
+        plan.precision
+    ]
     time_s = per_token * tokens * recompute / (plan.world_size * peak * 1e12 * hw.assumed_mfu)
     if plan.pipeline_parallel > 1:
         time_s /= 1 - bubble_fraction(plan.pipeline_parallel, plan.gradient_accumulation_steps)
-    return Compute(params_total=counts.total, params_trainable=trainable, flops_per_token=per_token,
-                   tokens_per_step=tokens, recompute_factor=recompute, peak_tflops=peak,
-                   assumed_mfu=hw.assumed_mfu, time_s=time_s)
+    return Compute(
+        params_total=counts.total,
+        params_trainable=trainable,
+        flops_per_token=per_token,
+        tokens_per_step=tokens,
+        recompute_factor=recompute,
+        peak_tflops=peak,
+        assumed_mfu=hw.assumed_mfu,
+        time_s=time_s,
+    )
 
 
 def dp_group_crosses_nodes(plan: Plan) -> bool:
@@ -665,8 +799,9 @@ def dp_group_crosses_nodes(plan: Plan) -> bool:
     return plan.world_size // plan.pipeline_parallel > plan.devices_per_pod
 
 
-def _dp_communication(recipe: Recipe, plan: Plan, params_dev: float, trainable_dev: float,
-                      compute_s: float) -> Communication:
+def _dp_communication(
+    recipe: Recipe, plan: Plan, params_dev: float, trainable_dev: float, compute_s: float
+) -> Communication:
     """Per-device ring volume of one optimizer step, (n − 1)/n of the data per pass.
 
     DeepSpeed communicates 16-bit gradients and weights; DDP under AMP all-reduces fp32 gradients.
@@ -764,11 +899,19 @@ def _three_d(recipe: Recipe, plan: Plan) -> ThreeD:
     step_volume = per_layer * math.ceil(model.num_layers / pp) * m
     inside = tp_inside_node(tp, plan.devices_per_pod)
     link, gbps = (hw.intra_node_link, hw.intra_node_gbps) if inside else (hw.inter_node_link, hw.inter_node_gbps)
-    return ThreeD(tensor_parallel=tp, pipeline_parallel=pp, micro_batches=m, bubble_fraction=bubble_fraction(pp, m),
-                  tp_allreduce_gb_per_layer=per_layer, tp_volume_gb=step_volume, tp_inside_node=inside, tp_link=link,
-                  tp_time_s=step_volume / gbps if tp > 1 else 0.0,
-                  note="analysis only: the bundle's Trainer/DeepSpeed backend runs data parallelism only "
-                       "(TP/PP need Megatron-style model code)")
+    return ThreeD(
+        tensor_parallel=tp,
+        pipeline_parallel=pp,
+        micro_batches=m,
+        bubble_fraction=bubble_fraction(pp, m),
+        tp_allreduce_gb_per_layer=per_layer,
+        tp_volume_gb=step_volume,
+        tp_inside_node=inside,
+        tp_link=link,
+        tp_time_s=step_volume / gbps if tp > 1 else 0.0,
+        note="analysis only: the bundle's Trainer/DeepSpeed backend runs data parallelism only "
+        "(TP/PP need Megatron-style model code)",
+    )
 
 
 # ------------------------------------------------------------------------------------------ candidates and advice
@@ -800,10 +943,19 @@ def _bool(value: bool) -> str:
     return "true" if value else "false"
 
 
-def candidate(recipe: Recipe, options: Mapping[str, ParallelSpec], *, parallel: str | None = None,
-              gradient_checkpointing: bool | None = None, micro_batch_size: int | None = None,
-              global_batch_size: int | None = None, nodes: int | None = None, tensor_parallel: int | None = None,
-              pipeline_parallel: int | None = None, explicit: bool = False) -> Candidate:
+def candidate(
+    recipe: Recipe,
+    options: Mapping[str, ParallelSpec],
+    *,
+    parallel: str | None = None,
+    gradient_checkpointing: bool | None = None,
+    micro_batch_size: int | None = None,
+    global_batch_size: int | None = None,
+    nodes: int | None = None,
+    tensor_parallel: int | None = None,
+    pipeline_parallel: int | None = None,
+    explicit: bool = False,
+) -> Candidate:
     """``recipe`` changed as asked, built the way Hydra would compose it, with the overrides that say so.
 
     Choosing ``parallel=NAME`` replaces the parallel section by that option's file, except for the keys the recipe
@@ -814,8 +966,11 @@ def candidate(recipe: Recipe, options: Mapping[str, ParallelSpec], *, parallel: 
     """
     par, tr = recipe.parallel, recipe.train
     own = options.get(par.name)
-    carried = {k: v for k, v in par.model_dump().items()
-               if own is not None and k not in ("name", "description", *_LAYOUT_FIELDS) and v != getattr(own, k)}
+    carried = {
+        k: v
+        for k, v in par.model_dump().items()
+        if own is not None and k not in ("name", "description", *_LAYOUT_FIELDS) and v != getattr(own, k)
+    }
     out: list[str] = []
     new_par = par
     if parallel is not None and (explicit or parallel != par.name):
@@ -824,8 +979,11 @@ def candidate(recipe: Recipe, options: Mapping[str, ParallelSpec], *, parallel: 
         if own is not None and any(getattr(par, k) != getattr(own, k) for k in _LAYOUT_FIELDS):
             # the recipe overrode a layout key of its own option; that override would outlive parallel=NAME
             out += [f"parallel.{k}={getattr(new_par, k)}" for k in _LAYOUT_FIELDS]
-    for key, value in (("gradient_checkpointing", gradient_checkpointing), ("tensor_parallel", tensor_parallel),
-                       ("pipeline_parallel", pipeline_parallel)):
+    for key, value in (
+        ("gradient_checkpointing", gradient_checkpointing),
+        ("tensor_parallel", tensor_parallel),
+        ("pipeline_parallel", pipeline_parallel),
+    ):
         if value is None:
             continue
         if explicit or value != getattr(new_par, key) or value != getattr(par, key):
@@ -885,8 +1043,9 @@ def _fits_line(est: Estimate) -> str:
     return f"≈ {est.total_gib:.1f} of {est.device_gib:g} GiB per device, step ≈ {est.step_time_s:.1f} s"
 
 
-def fixes(est: Estimate, *, images: ImageMatrix | None = None,
-          parallel_options: Mapping[str, ParallelSpec] | None = None) -> list[Advice]:
+def fixes(
+    est: Estimate, *, images: ImageMatrix | None = None, parallel_options: Mapping[str, ParallelSpec] | None = None
+) -> list[Advice]:
     """Changes that make ``est`` fit, as overrides to paste: the cheapest first, then, when that one offloads, the
     fewest nodes that fit without offloading. Empty when ``est`` fits or nothing tried does.
 
@@ -911,43 +1070,71 @@ def fixes(est: Estimate, *, images: ImageMatrix | None = None,
                 return Advice(cand.overrides, new)
         return None
 
-    plain = sorted((o for o in options.values() if o.offload_optimizer == "none" and o.offload_param == "none"
-                    and o.zero_stage > zero_now), key=lambda o: o.zero_stage)
-    offloads = sorted((o for o in options.values() if o.offload_optimizer != "none" or o.offload_param != "none"),
-                      key=lambda o: (o.offload_optimizer == "nvme" or o.offload_param == "nvme",
-                                     o.offload_param != "none", o.zero_stage))
-    smaller = [m for m in (micro_now // 2 ** k for k in range(1, micro_now.bit_length())) if m >= 1]
+    plain = sorted(
+        (
+            o
+            for o in options.values()
+            if o.offload_optimizer == "none" and o.offload_param == "none" and o.zero_stage > zero_now
+        ),
+        key=lambda o: o.zero_stage,
+    )
+    offloads = sorted(
+        (o for o in options.values() if o.offload_optimizer != "none" or o.offload_param != "none"),
+        key=lambda o: (
+            o.offload_optimizer == "nvme" or o.offload_param == "nvme",
+            o.offload_param != "none",
+            o.zero_stage,
+        ),
+    )
+    smaller = [m for m in (micro_now // 2**k for k in range(1, micro_now.bit_length())) if m >= 1]
     tries: list[dict[str, object]] = [{"gradient_checkpointing": True}] if not gc_now else []
     tries += [{"parallel": o.name, "gradient_checkpointing": gc} for o in plain for gc in dict.fromkeys((gc_now, True))]
     tries += [{"micro_batch_size": m, "gradient_checkpointing": True} for m in smaller]
-    tries += [{"parallel": o.name, "gradient_checkpointing": True, "micro_batch_size": m}
-              for o in offloads for m in dict.fromkeys((micro_now, 1))]
+    tries += [
+        {"parallel": o.name, "gradient_checkpointing": True, "micro_batch_size": m}
+        for o in offloads
+        for m in dict.fromkeys((micro_now, 1))
+    ]
     more_nodes: list[dict[str, object]] = [
-        {"nodes": recipe.cluster.nodes * 2 ** k, "gradient_checkpointing": True,
-         **({"parallel": plain[-1].name} if plain else {})} for k in range(1, MAX_NODE_DOUBLINGS + 1)]
+        {
+            "nodes": recipe.cluster.nodes * 2**k,
+            "gradient_checkpointing": True,
+            **({"parallel": plain[-1].name} if plain else {}),
+        }
+        for k in range(1, MAX_NODE_DOUBLINGS + 1)
+    ]
     found, by_nodes = first_fit(tries), first_fit(more_nodes)
     if found is None:
         return [by_nodes] if by_nodes else []
     return [found, by_nodes] if by_nodes and found.estimate.offload.time_s > 0 else [found]
 
 
-def fit_problem(est: Estimate, *, images: ImageMatrix | None = None,
-                parallel_options: Mapping[str, ParallelSpec] | None = None) -> Problem | None:
+def fit_problem(
+    est: Estimate, *, images: ImageMatrix | None = None, parallel_options: Mapping[str, ParallelSpec] | None = None
+) -> Problem | None:
     """None when ``est`` fits; otherwise what is too big (the largest item, or the host memory offload needs) and
     the cheapest change that fits (see :func:`fixes`), as overrides to paste."""
     if est.fits:
         return None
     if est.fits_device:
-        message = (f"offloaded states need {est.offload.host_gib_per_node:.0f} GiB of host memory per node, the pod "
-                   f"asks for {est.offload.host_limit_gib:g} GiB (cluster.memory_gib_per_pod)")
+        message = (
+            f"offloaded states need {est.offload.host_gib_per_node:.0f} GiB of host memory per node, the pod "
+            f"asks for {est.offload.host_limit_gib:g} GiB (cluster.memory_gib_per_pod)"
+        )
     else:
         largest = est.largest_item
-        message = (f"needs ≈ {est.total_gib:.1f} GiB per device, one {est.hw_name} device has {est.device_gib:g} GiB; "
-                   f"largest item: {largest.name} {largest.gib:.1f} GiB ({largest.basis})")
+        message = (
+            f"needs ≈ {est.total_gib:.1f} GiB per device, one {est.hw_name} device has {est.device_gib:g} GiB; "
+            f"largest item: {largest.name} {largest.gib:.1f} GiB ({largest.basis})"
+        )
     found = fixes(est, images=images, parallel_options=parallel_options)
     if not found:
-        return Problem("memory", message, hint="no single change recipekit tried fits: a bigger accelerator, far more "
-                                               "nodes or a smaller model is needed")
+        return Problem(
+            "memory",
+            message,
+            hint="no single change recipekit tried fits: a bigger accelerator, far more "
+            "nodes or a smaller model is needed",
+        )
     best, *alternative = found
     hint = f"cheapest change that fits: {' '.join(best.overrides)} ({_fits_line(best.estimate)})"
     if alternative:
@@ -955,8 +1142,14 @@ def fit_problem(est: Estimate, *, images: ImageMatrix | None = None,
     return Problem("memory", message, hint=hint)
 
 
-def advise(recipe: Recipe, images: ImageMatrix, *, top: int = 5, search_tp_pp: bool = False,
-           parallel_options: Mapping[str, ParallelSpec] | None = None) -> list[Advice]:
+def advise(
+    recipe: Recipe,
+    images: ImageMatrix,
+    *,
+    top: int = 5,
+    search_tp_pp: bool = False,
+    parallel_options: Mapping[str, ParallelSpec] | None = None,
+) -> list[Advice]:
     """The ``top`` fastest layouts of ``recipe`` on its own cluster (nodes fixed) that fit, fastest first.
 
     Varies the parallel option (every ``recipes/parallel`` file: DDP, ZeRO stages, offload variants), the micro
@@ -972,8 +1165,11 @@ def advise(recipe: Recipe, images: ImageMatrix, *, top: int = 5, search_tp_pp: b
     gb, model = base.global_batch_size, recipe.model
     layouts: list[tuple[int, int]] = [(recipe.parallel.tensor_parallel, recipe.parallel.pipeline_parallel)]
     if search_tp_pp:
-        tps = [t for t in _powers_of_two(base.devices_per_pod)
-               if model.num_attention_heads % t == 0 and model.num_kv_heads % t == 0]
+        tps = [
+            t
+            for t in _powers_of_two(base.devices_per_pod)
+            if model.num_attention_heads % t == 0 and model.num_kv_heads % t == 0
+        ]
         pps = [p for p in _powers_of_two(min(model.num_layers, base.world_size))]
         layouts = [(t, p) for t in tps for p in pps if base.world_size % (t * p) == 0]
 
@@ -986,10 +1182,16 @@ def advise(recipe: Recipe, images: ImageMatrix, *, top: int = 5, search_tp_pp: b
                 continue
             for gc in (False, True):
                 for micro in micros:
-                    cand = candidate(recipe, options, parallel=option.name, gradient_checkpointing=gc,
-                                     micro_batch_size=micro, global_batch_size=gb, explicit=True,
-                                     **({"tensor_parallel": tp, "pipeline_parallel": pp}
-                                        if search_tp_pp or tp * pp > 1 else {}))
+                    cand = candidate(
+                        recipe,
+                        options,
+                        parallel=option.name,
+                        gradient_checkpointing=gc,
+                        micro_batch_size=micro,
+                        global_batch_size=gb,
+                        explicit=True,
+                        **({"tensor_parallel": tp, "pipeline_parallel": pp} if search_tp_pp or tp * pp > 1 else {}),
+                    )
                     est = _try(cand, images, gb)
                     if est is not None and est.fits:
                         found.setdefault(cand.overrides, est)
@@ -1000,9 +1202,13 @@ def advise(recipe: Recipe, images: ImageMatrix, *, top: int = 5, search_tp_pp: b
 def _rank(est: Estimate) -> tuple[float, float, float, float]:
     """Fastest first; among equal step times (compute-bound layouts hide their traffic) the one that moves fewer
     bytes and offloads nothing, then the one with more headroom."""
-    return (round(est.step_time_s, 6), round(est.offload.time_s, 6), round(est.communication.volume_gb, 6),
-            -round(est.headroom_gib, 6))
+    return (
+        round(est.step_time_s, 6),
+        round(est.offload.time_s, 6),
+        round(est.communication.volume_gb, 6),
+        -round(est.headroom_gib, 6),
+    )
 
 
 def _powers_of_two(limit: int) -> list[int]:
-    return [2 ** k for k in range(0, max(0, limit).bit_length()) if 2 ** k <= limit]
+    return [2**k for k in range(0, max(0, limit).bit_length()) if 2**k <= limit]

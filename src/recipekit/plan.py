@@ -6,7 +6,8 @@ into both, so the files cannot drift apart. The DeepSpeed config and the Volcano
 the renderer only serialises them.
 
 Every rule that needs more than one section is checked here, all of them before giving up, and each error shows
-its arithmetic: ``train.global_batch_size: 100 is not divisible by micro_batch_size (2) × data-parallel size (16) = 32``.
+its arithmetic:
+``train.global_batch_size: 100 is not divisible by micro_batch_size (2) × data-parallel size (16) = 32``.
 """
 
 from __future__ import annotations
@@ -111,9 +112,11 @@ def task_env_name(task: str) -> str:
 def recipe_digest(recipe: Recipe, family: ImageFamily) -> str:
     """A short hash of what goes into the image (recipe, pins, recipekit version): the image tag, so a change forces
     a rebuild and two recipes never share a tag."""
-    canonical = json.dumps({"recipekit": __version__, "recipe": recipe.model_dump(mode="json"),
-                            "image": family.model_dump(mode="json")},
-                           sort_keys=True, separators=(",", ":"))
+    canonical = json.dumps(
+        {"recipekit": __version__, "recipe": recipe.model_dump(mode="json"), "image": family.model_dump(mode="json")},
+        sort_keys=True,
+        separators=(",", ":"),
+    )
     return hashlib.sha256(canonical.encode()).hexdigest()[:12]
 
 
@@ -125,26 +128,39 @@ def make_plan(recipe: Recipe, images: ImageMatrix, *, analysis_only: bool = Fals
     """
     errors = Collector()
     warnings: list[str] = []
-    hw, cl, tr, par, data, mode, model = (recipe.hw, recipe.cluster, recipe.train, recipe.parallel, recipe.data,
-                                          recipe.mode, recipe.model)
+    hw, cl, tr, par, data, mode, model = (
+        recipe.hw,
+        recipe.cluster,
+        recipe.train,
+        recipe.parallel,
+        recipe.data,
+        recipe.mode,
+        recipe.model,
+    )
 
     # --- devices and world size
     devices_per_pod = cl.devices_per_pod or hw.devices_per_node
     if devices_per_pod > hw.devices_per_node:
-        errors.add("cluster.devices_per_pod",
-                   f"{devices_per_pod} devices per pod, but a {hw.name} node has {hw.devices_per_node}",
-                   hint=f"at most {hw.devices_per_node}; add nodes instead")
+        errors.add(
+            "cluster.devices_per_pod",
+            f"{devices_per_pod} devices per pod, but a {hw.name} node has {hw.devices_per_node}",
+            hint=f"at most {hw.devices_per_node}; add nodes instead",
+        )
     world_size = cl.nodes * devices_per_pod
     model_parallel = par.tensor_parallel * par.pipeline_parallel
     if world_size % model_parallel:
-        errors.add("parallel.tensor_parallel",
-                   f"world size {world_size} (nodes {cl.nodes} × devices per pod {devices_per_pod}) is not divisible "
-                   f"by TP {par.tensor_parallel} × PP {par.pipeline_parallel} = {model_parallel}")
+        errors.add(
+            "parallel.tensor_parallel",
+            f"world size {world_size} (nodes {cl.nodes} × devices per pod {devices_per_pod}) is not divisible "
+            f"by TP {par.tensor_parallel} × PP {par.pipeline_parallel} = {model_parallel}",
+        )
     elif model_parallel > 1 and not analysis_only:
-        errors.add("parallel.tensor_parallel",
-                   f"TP {par.tensor_parallel} × PP {par.pipeline_parallel} = {model_parallel}: the bundle's "
-                   "Trainer/DeepSpeed backend runs data parallelism only",
-                   hint="set both to 1 to build; `recipekit plan` still analyses 3D layouts")
+        errors.add(
+            "parallel.tensor_parallel",
+            f"TP {par.tensor_parallel} × PP {par.pipeline_parallel} = {model_parallel}: the bundle's "
+            "Trainer/DeepSpeed backend runs data parallelism only",
+            hint="set both to 1 to build; `recipekit plan` still analyses 3D layouts",
+        )
     dp_size = max(1, world_size // model_parallel)
 
     # --- batch arithmetic
@@ -153,18 +169,26 @@ def make_plan(recipe: Recipe, images: ImageMatrix, *, analysis_only: bool = Fals
     if tr.global_batch_size is not None and tr.gradient_accumulation_steps is not None:
         accum = tr.gradient_accumulation_steps
         if micro * accum * dp_size != tr.global_batch_size:
-            errors.add("train.global_batch_size",
-                       f"{tr.global_batch_size} != micro_batch_size ({micro}) × gradient_accumulation_steps ({accum}) "
-                       f"× data-parallel size ({dp_size}) = {micro * accum * dp_size}",
-                       hint="set only one of global_batch_size and gradient_accumulation_steps")
+            errors.add(
+                "train.global_batch_size",
+                f"{tr.global_batch_size} != micro_batch_size ({micro}) × gradient_accumulation_steps ({accum}) "
+                f"× data-parallel size ({dp_size}) = {micro * accum * dp_size}",
+                hint="set only one of global_batch_size and gradient_accumulation_steps",
+            )
     elif tr.global_batch_size is not None:
         accum = max(1, tr.global_batch_size // per_step)
         if tr.global_batch_size % per_step:
-            lower, upper = (tr.global_batch_size // per_step) * per_step, (tr.global_batch_size // per_step + 1) * per_step
+            lower, upper = (
+                (tr.global_batch_size // per_step) * per_step,
+                (tr.global_batch_size // per_step + 1) * per_step,
+            )
             nearest = " or ".join(str(v) for v in (lower, upper) if v > 0)
-            errors.add("train.global_batch_size",
-                       f"{tr.global_batch_size} is not divisible by micro_batch_size ({micro}) × data-parallel size "
-                       f"({dp_size}) = {per_step}", hint=f"nearest that divide: {nearest}")
+            errors.add(
+                "train.global_batch_size",
+                f"{tr.global_batch_size} is not divisible by micro_batch_size ({micro}) × data-parallel size "
+                f"({dp_size}) = {per_step}",
+                hint=f"nearest that divide: {nearest}",
+            )
     else:
         accum = tr.gradient_accumulation_steps or 1
     global_batch = micro * accum * dp_size
@@ -183,14 +207,19 @@ def make_plan(recipe: Recipe, images: ImageMatrix, *, analysis_only: bool = Fals
     # --- ZeRO and offload
     zero = par.zero_stage
     if zero == 0 and (par.offload_optimizer != "none" or par.offload_param != "none"):
-        errors.add("parallel.offload_optimizer", "offload needs DeepSpeed ZeRO (zero_stage ≥ 1)", hint="zero_stage: 2 or 3")
+        errors.add(
+            "parallel.offload_optimizer", "offload needs DeepSpeed ZeRO (zero_stage ≥ 1)", hint="zero_stage: 2 or 3"
+        )
     if par.offload_param != "none" and zero != 3:
         errors.add("parallel.offload_param", f"parameter offload needs zero_stage 3 (got {zero})")
     if "nvme" in (par.offload_optimizer, par.offload_param) and not par.nvme_path:
         errors.add("parallel.nvme_path", "nvme offload without a path", hint="a local NVMe directory, e.g. /local_nvme")
     if mode.kind == "qlora" and zero == 3:
-        errors.add("parallel.zero_stage", "qlora with ZeRO-3 is not supported by this backend",
-                   hint="use parallel=ddp, zero1 or zero2 (the 4-bit base is small)")
+        errors.add(
+            "parallel.zero_stage",
+            "qlora with ZeRO-3 is not supported by this backend",
+            hint="use parallel=ddp, zero1 or zero2 (the 4-bit base is small)",
+        )
     if mode.kind == "qlora" and hw.vendor == "ascend":
         warnings.append("qlora on Ascend uses bitsandbytes-npu-beta, a preview package: check numerics on a small run")
 
@@ -200,8 +229,10 @@ def make_plan(recipe: Recipe, images: ImageMatrix, *, analysis_only: bool = Fals
     if mode.kind != "pretrain" and data.format == "text":
         errors.add("data.format", f"{mode.kind} needs instruction data, got raw text", hint="data=alpaca or data=chat")
     if data.max_len > model.max_position_embeddings:
-        errors.add("data.max_len", f"{data.max_len} exceeds {model.name}'s max_position_embeddings "
-                                   f"({model.max_position_embeddings})")
+        errors.add(
+            "data.max_len",
+            f"{data.max_len} exceeds {model.name}'s max_position_embeddings ({model.max_position_embeddings})",
+        )
 
     # --- schedule
     steps_per_epoch = total_steps = None
@@ -214,14 +245,19 @@ def make_plan(recipe: Recipe, images: ImageMatrix, *, analysis_only: bool = Fals
         total_steps = math.ceil(steps_per_epoch * tr.epochs)
     warmup: int | float = math.ceil(tr.warmup_ratio * total_steps) if total_steps else tr.warmup_ratio
     if total_steps and tr.save_steps > total_steps:
-        warnings.append(f"train.save_steps ({tr.save_steps}) > total steps ({total_steps}): no checkpoint before the end")
+        warnings.append(
+            f"train.save_steps ({tr.save_steps}) > total steps ({total_steps}): no checkpoint before the end"
+        )
 
     # --- cluster
     output_dir = f"{cl.output_dir.rstrip('/')}/{k8s_name(recipe.name)}"
     mount = cl.mount_path.rstrip("/") + "/"
     if not (output_dir + "/").startswith(mount):
-        errors.add("cluster.output_dir", f"{cl.output_dir} is not under the shared volume {cl.mount_path}",
-                   hint="checkpoints must survive a pod: put output_dir under mount_path")
+        errors.add(
+            "cluster.output_dir",
+            f"{cl.output_dir} is not under the shared volume {cl.mount_path}",
+            hint="checkpoints must survive a pod: put output_dir under mount_path",
+        )
     if not _DNS_LABEL.match(cl.task_name):
         errors.add("cluster.task_name", f"{cl.task_name!r} is not a DNS label", hint="lower case letters, digits, '-'")
     suffix = f"-{cl.task_name}-{cl.nodes - 1}"
@@ -232,8 +268,11 @@ def make_plan(recipe: Recipe, images: ImageMatrix, *, analysis_only: bool = Fals
     # --- image
     family = images.families.get(hw.image_family)
     if family is None:
-        errors.add("hw.image_family", f"unknown image family {hw.image_family!r}",
-                   hint="families: " + ", ".join(images.families))
+        errors.add(
+            "hw.image_family",
+            f"unknown image family {hw.image_family!r}",
+            hint="families: " + ", ".join(images.families),
+        )
     else:
         errors.extend(compatibility_problems(hw.image_family, family, images.torch_npu_table))
 
@@ -246,14 +285,36 @@ def make_plan(recipe: Recipe, images: ImageMatrix, *, analysis_only: bool = Fals
     training_arguments = trainer_arguments(recipe, output_dir, micro, accum, precision, total_steps, warmup, bool(zero))
     env = runtime_env(recipe, bool(zero))
     plan = Plan(
-        job_name=job_name, task_name=cl.task_name, task_env=task_env_name(cl.task_name), nodes=cl.nodes,
-        devices_per_pod=devices_per_pod, world_size=world_size, dp_size=dp_size,
-        tensor_parallel=par.tensor_parallel, pipeline_parallel=par.pipeline_parallel, micro_batch_size=micro,
-        gradient_accumulation_steps=accum, global_batch_size=global_batch, precision=precision,
-        comm_backend=hw.comm_backend, zero_stage=zero, uses_deepspeed=bool(zero), steps_per_epoch=steps_per_epoch,
-        total_steps=total_steps, warmup_steps=warmup, master_port=cl.master_port, output_dir=output_dir, image=image,
-        image_family=hw.image_family, family=family, env=env, pip_packages=pip_packages(recipe, family, bool(zero)),
-        training_arguments=training_arguments, ds_config=ds_config, job={}, warnings=warnings,
+        job_name=job_name,
+        task_name=cl.task_name,
+        task_env=task_env_name(cl.task_name),
+        nodes=cl.nodes,
+        devices_per_pod=devices_per_pod,
+        world_size=world_size,
+        dp_size=dp_size,
+        tensor_parallel=par.tensor_parallel,
+        pipeline_parallel=par.pipeline_parallel,
+        micro_batch_size=micro,
+        gradient_accumulation_steps=accum,
+        global_batch_size=global_batch,
+        precision=precision,
+        comm_backend=hw.comm_backend,
+        zero_stage=zero,
+        uses_deepspeed=bool(zero),
+        steps_per_epoch=steps_per_epoch,
+        total_steps=total_steps,
+        warmup_steps=warmup,
+        master_port=cl.master_port,
+        output_dir=output_dir,
+        image=image,
+        image_family=hw.image_family,
+        family=family,
+        env=env,
+        pip_packages=pip_packages(recipe, family, bool(zero)),
+        training_arguments=training_arguments,
+        ds_config=ds_config,
+        job={},
+        warnings=warnings,
     )
     # The Job is built from the finished plan (names, image, devices), then added to it.
     return replace(plan, job=volcano_job(recipe, plan))
@@ -299,17 +360,33 @@ def deepspeed_config(recipe: Recipe, micro: int, accum: int, global_batch: int, 
     if precision == "bf16":
         config["bf16"] = {"enabled": True}
     elif precision == "fp16":
-        config["fp16"] = {"enabled": True, "loss_scale": 0, "loss_scale_window": 1000, "initial_scale_power": 16,
-                          "hysteresis": 2, "min_loss_scale": 1}
+        config["fp16"] = {
+            "enabled": True,
+            "loss_scale": 0,
+            "loss_scale_window": 1000,
+            "initial_scale_power": 16,
+            "hysteresis": 2,
+            "min_loss_scale": 1,
+        }
     if par.offload_optimizer != "none":
         # ZeRO-Offload runs DeepSpeed's CPU Adam; "auto" lets the Trainer fill the values from its arguments.
-        config["optimizer"] = {"type": "AdamW",
-                               "params": {"lr": "auto", "betas": "auto", "eps": "auto", "weight_decay": "auto"}}
+        config["optimizer"] = {
+            "type": "AdamW",
+            "params": {"lr": "auto", "betas": "auto", "eps": "auto", "weight_decay": "auto"},
+        }
     return config
 
 
-def trainer_arguments(recipe: Recipe, output_dir: str, micro: int, accum: int, precision: Precision,
-                      total_steps: int | None, warmup: int | float, deepspeed: bool) -> dict[str, Any]:
+def trainer_arguments(
+    recipe: Recipe,
+    output_dir: str,
+    micro: int,
+    accum: int,
+    precision: Precision,
+    total_steps: int | None,
+    warmup: int | float,
+    deepspeed: bool,
+) -> dict[str, Any]:
     """``transformers.TrainingArguments`` keyword arguments, exactly as train.py passes them."""
     tr, par, hw, data = recipe.train, recipe.parallel, recipe.hw, recipe.data
     optim = {"ascend": "adamw_torch_npu_fused", "nvidia": "adamw_torch_fused", "cpu": "adamw_torch"}[hw.vendor]
@@ -449,18 +526,23 @@ def volcano_job(recipe: Recipe, plan: Plan) -> dict[str, Any]:
             {"event": "PodFailed", "action": "RestartJob"},
             {"event": "TaskCompleted", "action": "CompleteJob"},
         ],
-        "tasks": [{
-            "name": plan.task_name,
-            "replicas": plan.nodes,
-            "template": {"metadata": {"labels": {**labels, **hw.pod_labels}}, "spec": pod_spec},
-        }],
+        "tasks": [
+            {
+                "name": plan.task_name,
+                "replicas": plan.nodes,
+                "template": {"metadata": {"labels": {**labels, **hw.pod_labels}}, "spec": pod_spec},
+            }
+        ],
     }
     if cl.priority_class:
         spec["priorityClassName"] = cl.priority_class
     return {
         "apiVersion": "batch.volcano.sh/v1alpha1",
         "kind": "Job",
-        "metadata": {"name": plan.job_name, "namespace": cl.namespace,
-                     "labels": {**labels, "recipekit.io/version": __version__}},
+        "metadata": {
+            "name": plan.job_name,
+            "namespace": cl.namespace,
+            "labels": {**labels, "recipekit.io/version": __version__},
+        },
         "spec": spec,
     }

@@ -9,7 +9,7 @@ where the arithmetic is, so the error can show it.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -31,7 +31,8 @@ class ModelSpec(Section):
     family: Literal["llama", "qwen2"] = Field(description="Architecture family; the tiny twin shares it.")
     name_or_path: str = Field(description="Weights and tokenizer: a path on the shared volume (or a hub id).")
     init: Literal["pretrained", "random"] = Field(
-        "pretrained", description="random: build from these numbers with random weights and a locally trained tokenizer."
+        "pretrained",
+        description="random: build from these numbers with random weights and a locally trained tokenizer.",
     )
     num_layers: int = Field(gt=0, description="Decoder layers (num_hidden_layers).")
     hidden_size: int = Field(gt=0, description="Model width.")
@@ -47,14 +48,16 @@ class ModelSpec(Section):
     trust_remote_code: bool = Field(False, description="Allow model code from the checkpoint; off unless needed.")
 
     @model_validator(mode="after")
-    def _heads_divide(self) -> "ModelSpec":
+    def _heads_divide(self) -> ModelSpec:
         if self.hidden_size % self.num_attention_heads:
             raise ValueError(
-                f"hidden_size ({self.hidden_size}) must be divisible by num_attention_heads ({self.num_attention_heads})"
+                f"hidden_size ({self.hidden_size}) must be divisible by "
+                f"num_attention_heads ({self.num_attention_heads})"
             )
         if self.num_attention_heads % self.num_kv_heads:
             raise ValueError(
-                f"num_attention_heads ({self.num_attention_heads}) must be divisible by num_kv_heads ({self.num_kv_heads})"
+                f"num_attention_heads ({self.num_attention_heads}) must be divisible by "
+                f"num_kv_heads ({self.num_kv_heads})"
             )
         return self
 
@@ -70,7 +73,7 @@ class LoraSpec(Section):
     r: int = Field(16, gt=0, le=1024, description="Adapter rank.")
     alpha: int = Field(32, gt=0, description="Scaling numerator (lora_alpha).")
     dropout: float = Field(0.05, ge=0, lt=1, description="Dropout on the adapter input.")
-    target_modules: Union[Literal["all-linear"], list[str]] = Field(
+    target_modules: Literal["all-linear"] | list[str] = Field(
         "all-linear", description="Module names to adapt, or 'all-linear'."
     )
     merge_on_save: bool = Field(False, description="Also write the base model with the adapter merged in.")
@@ -115,7 +118,7 @@ class QloraMode(_ModeBase):
     quant: QuantSpec = Field(default_factory=QuantSpec)
 
 
-ModeSpec = Annotated[Union[PretrainMode, SftMode, LoraMode, QloraMode], Field(discriminator="kind")]
+ModeSpec = Annotated[PretrainMode | SftMode | LoraMode | QloraMode, Field(discriminator="kind")]
 
 
 # ------------------------------------------------------------------------------------------------------ hardware
@@ -256,7 +259,7 @@ def parse_recipe(raw: dict[str, Any]) -> Recipe:
 
 def _problem(err: Any) -> Problem:
     loc = [str(p) for p in err["loc"]]
-    # Drop the discriminator tag pydantic inserts into the path of a tagged union ("mode.lora.r", not "mode.lora.lora.r").
+    # Drop the discriminator tag pydantic puts in a tagged union's path ("mode.lora.r", not "mode.lora.lora.r").
     if len(loc) >= 2 and loc[0] == "mode" and loc[1] in ("pretrain", "sft", "lora", "qlora"):
         loc = [loc[0], *loc[2:]]
     key = ".".join(loc) or "<recipe>"

@@ -8,7 +8,8 @@ format the same numbers for reading and never compute anything themselves.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from recipekit.memory import Advice, Estimate
 
@@ -73,29 +74,46 @@ def _verdict(est: Estimate) -> str:
         return f"fits: {est.total_gib:.1f} of {est.device_gib:g} GiB, {est.headroom_gib:.1f} GiB headroom"
     if not est.fits_device:
         return f"DOES NOT FIT: {est.total_gib:.1f} GiB needed, {est.device_gib:g} GiB per device"
-    return (f"DOES NOT FIT: {est.offload.host_gib_per_node:.0f} GiB host memory per node for offload, the pod asks "
-            f"for {est.offload.host_limit_gib:g} GiB")
+    return (
+        f"DOES NOT FIT: {est.offload.host_gib_per_node:.0f} GiB host memory per node for offload, the pod asks "
+        f"for {est.offload.host_limit_gib:g} GiB"
+    )
 
 
 def _timing_rows(est: Estimate) -> list[tuple[str, str]]:
     c, comm, off = est.compute, est.communication, est.offload
     rows = [
         ("parameters", f"{_count(c.params_total)} total, {_count(c.params_trainable)} trainable"),
-        ("FLOPs per token", f"{c.flops_per_token / 1e9:,.1f} GFLOP" + (f" (× {c.recompute_factor:.2f} recomputation)"
-                                                          if c.recompute_factor != 1 else "")),
+        (
+            "FLOPs per token",
+            f"{c.flops_per_token / 1e9:,.1f} GFLOP"
+            + (f" (× {c.recompute_factor:.2f} recomputation)" if c.recompute_factor != 1 else ""),
+        ),
         ("tokens per step", f"{c.tokens_per_step:,}"),
         ("compute per step", f"{duration(c.time_s)} at {c.assumed_mfu:.0%} of {c.peak_tflops:g} TFLOP/s"),
-        ("DP communication", f"{comm.pattern}: {_gb(comm.volume_gb)} per device over {comm.link} "
-                             f"({'inter' if comm.crosses_nodes else 'intra'}-node, {comm.bandwidth_gbps:g} GB/s): "
-                             f"{duration(comm.time_s)}, {duration(comm.exposed_s)} exposed"),
+        (
+            "DP communication",
+            f"{comm.pattern}: {_gb(comm.volume_gb)} per device over {comm.link} "
+            f"({'inter' if comm.crosses_nodes else 'intra'}-node, {comm.bandwidth_gbps:g} GB/s): "
+            f"{duration(comm.time_s)}, {duration(comm.exposed_s)} exposed",
+        ),
     ]
     if off.time_s or off.host_gib_per_node or off.nvme_gib_per_node:
-        rows.append(("offload", f"{off.host_gib_per_node:.0f} GiB host per node (pod: {off.host_limit_gib:g} GiB), "
-                                f"{off.nvme_gib_per_node:.0f} GiB NVMe per node, {duration(off.time_s)} per step"))
+        rows.append(
+            (
+                "offload",
+                f"{off.host_gib_per_node:.0f} GiB host per node (pod: {off.host_limit_gib:g} GiB), "
+                f"{off.nvme_gib_per_node:.0f} GiB NVMe per node, {duration(off.time_s)} per step",
+            )
+        )
     rows += [
         ("step time", duration(est.step_time_s)),
-        ("total", f"{est.total_steps:,} steps: {duration(est.total_time_s)}" if est.total_steps
-         else "n/a (no data.num_samples or train.max_steps)"),
+        (
+            "total",
+            f"{est.total_steps:,} steps: {duration(est.total_time_s)}"
+            if est.total_steps
+            else "n/a (no data.num_samples or train.max_steps)",
+        ),
         ("device-hours", f"{est.device_hours:,.0f}" if est.device_hours is not None else "n/a"),
         ("cost", _cost(est)),
     ]
@@ -109,8 +127,11 @@ def _three_d_rows(est: Estimate) -> list[tuple[str, str]]:
     return [
         ("TP × PP", f"{d.tensor_parallel} × {d.pipeline_parallel}, {d.micro_batches} micro-batches per step"),
         ("pipeline bubble", f"{d.bubble_fraction:.1%} = (p − 1)/(m + p − 1)"),
-        ("TP all-reduce", f"{_gb(d.tp_allreduce_gb_per_layer)} per layer per micro-batch, {_gb(d.tp_volume_gb)} "
-                          f"per step over {d.tp_link}: {duration(d.tp_time_s)}"),
+        (
+            "TP all-reduce",
+            f"{_gb(d.tp_allreduce_gb_per_layer)} per layer per micro-batch, {_gb(d.tp_volume_gb)} "
+            f"per step over {d.tp_link}: {duration(d.tp_time_s)}",
+        ),
         ("TP inside a node", "yes" if d.tp_inside_node else "NO: every layer's all-reduce crosses the network"),
         ("backend", d.note),
     ]
@@ -148,9 +169,11 @@ def render_estimate(est: Estimate) -> RenderableType:
     from rich.table import Table
     from rich.text import Text
 
-    head = Text.assemble((f"{est.recipe_name}", "bold"), f": {est.model_name} on {est.layout.world_size} × "
-                                                          f"{est.hw_name} ({_nodes(est.layout.nodes)})\n",
-                         (est.layout.describe(), "dim"))
+    head = Text.assemble(
+        (f"{est.recipe_name}", "bold"),
+        f": {est.model_name} on {est.layout.world_size} × {est.hw_name} ({_nodes(est.layout.nodes)})\n",
+        (est.layout.describe(), "dim"),
+    )
     memory = Table(title="Memory per device", title_justify="left", show_footer=True, expand=False)
     memory.add_column("item", footer="total")
     memory.add_column("GiB", justify="right", footer=f"{est.total_gib:.1f}")
@@ -186,8 +209,10 @@ def render_advice(advices: Sequence[Advice]) -> RenderableType:
     from rich.text import Text
 
     if not advices:
-        return Text("no layout recipekit tried fits on this cluster: add nodes (cluster.nodes=N) or pick a bigger "
-                    "accelerator", style="bold red")
+        return Text(
+            "no layout recipekit tried fits on this cluster: add nodes (cluster.nodes=N) or pick a bigger accelerator",
+            style="bold red",
+        )
     table = Table(title="Layouts that fit, fastest first", title_justify="left")
     table.add_column("#", justify="right")
     table.add_column("overrides", overflow="fold")
@@ -199,9 +224,15 @@ def render_advice(advices: Sequence[Advice]) -> RenderableType:
     for rank, advice in enumerate(advices, 1):
         est = advice.estimate
         overrides = " ".join(advice.overrides) + (" (analysis only)" if est.parallel3d else "")
-        table.add_row(str(rank), overrides, duration(est.step_time_s), duration(est.total_time_s),
-                      f"{est.total_gib:.1f} / {est.device_gib:g}", duration(est.communication.exposed_s),
-                      duration(est.offload.time_s) if est.offload.time_s else "-")
+        table.add_row(
+            str(rank),
+            overrides,
+            duration(est.step_time_s),
+            duration(est.total_time_s),
+            f"{est.total_gib:.1f} / {est.device_gib:g}",
+            duration(est.communication.exposed_s),
+            duration(est.offload.time_s) if est.offload.time_s else "-",
+        )
     return table
 
 
@@ -218,8 +249,14 @@ def estimate_markdown(est: Estimate) -> str:
         "|---|---:|---|",
     ]
     lines += [f"| {item.name} | {item.gib:.2f} | {item.basis} |" for item in est.memory]
-    lines += [f"| **total** | **{est.total_gib:.2f}** | of {est.device_gib:g} GiB per device |", "",
-              f"**{_verdict(est)}**", "", "| compute, time and cost | estimate |", "|---|---|"]
+    lines += [
+        f"| **total** | **{est.total_gib:.2f}** | of {est.device_gib:g} GiB per device |",
+        "",
+        f"**{_verdict(est)}**",
+        "",
+        "| compute, time and cost | estimate |",
+        "|---|---|",
+    ]
     lines += [f"| {name} | {value} |" for name, value in _timing_rows(est)]
     three_d = _three_d_rows(est)
     if three_d:
@@ -228,8 +265,11 @@ def estimate_markdown(est: Estimate) -> str:
     notes = [n for n in est.notes if est.parallel3d is None or n != est.parallel3d.note]
     if notes:
         lines += [""] + [f"- {n}" for n in notes]
-    lines += ["", "Estimates from architecture numbers and an assumed utilisation (`hw.assumed_mfu`); see "
-                  "`recipekit.memory` for the formulas and their sources."]
+    lines += [
+        "",
+        "Estimates from architecture numbers and an assumed utilisation (`hw.assumed_mfu`); see "
+        "`recipekit.memory` for the formulas and their sources.",
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -243,12 +283,22 @@ def estimate_dict(est: Estimate) -> dict[str, Any]:
         "model": est.model_name,
         "hw": est.hw_name,
         "layout": {
-            "parallel": lay.parallel, "zero_stage": lay.zero_stage, "offload_optimizer": lay.offload_optimizer,
-            "offload_param": lay.offload_param, "gradient_checkpointing": lay.gradient_checkpointing,
-            "nodes": lay.nodes, "devices_per_pod": lay.devices_per_pod, "world_size": lay.world_size,
-            "dp_size": lay.dp_size, "tensor_parallel": lay.tensor_parallel, "pipeline_parallel": lay.pipeline_parallel,
-            "micro_batch_size": lay.micro_batch_size, "gradient_accumulation_steps": lay.gradient_accumulation_steps,
-            "global_batch_size": lay.global_batch_size, "seq_len": lay.seq_len, "precision": lay.precision,
+            "parallel": lay.parallel,
+            "zero_stage": lay.zero_stage,
+            "offload_optimizer": lay.offload_optimizer,
+            "offload_param": lay.offload_param,
+            "gradient_checkpointing": lay.gradient_checkpointing,
+            "nodes": lay.nodes,
+            "devices_per_pod": lay.devices_per_pod,
+            "world_size": lay.world_size,
+            "dp_size": lay.dp_size,
+            "tensor_parallel": lay.tensor_parallel,
+            "pipeline_parallel": lay.pipeline_parallel,
+            "micro_batch_size": lay.micro_batch_size,
+            "gradient_accumulation_steps": lay.gradient_accumulation_steps,
+            "global_batch_size": lay.global_batch_size,
+            "seq_len": lay.seq_len,
+            "precision": lay.precision,
         },
         "memory_gib": {
             "items": [{"name": item.name, "gib": _round(item.gib), "basis": item.basis} for item in est.memory],
@@ -260,31 +310,51 @@ def estimate_dict(est: Estimate) -> dict[str, Any]:
             "largest_item": est.largest_item.name,
         },
         "offload": {
-            "host_gib_per_node": _round(off.host_gib_per_node), "host_limit_gib": _round(off.host_limit_gib),
-            "host_fits": off.host_fits, "nvme_gib_per_node": _round(off.nvme_gib_per_node),
+            "host_gib_per_node": _round(off.host_gib_per_node),
+            "host_limit_gib": _round(off.host_limit_gib),
+            "host_fits": off.host_fits,
+            "nvme_gib_per_node": _round(off.nvme_gib_per_node),
             "time_s_per_step": _round(off.time_s),
         },
         "compute": {
-            "params_total": c.params_total, "params_trainable": c.params_trainable,
-            "flops_per_token": _round(c.flops_per_token), "tokens_per_step": c.tokens_per_step,
-            "recompute_factor": _round(c.recompute_factor), "peak_tflops": _round(c.peak_tflops),
-            "assumed_mfu": _round(c.assumed_mfu), "time_s_per_step": _round(c.time_s),
+            "params_total": c.params_total,
+            "params_trainable": c.params_trainable,
+            "flops_per_token": _round(c.flops_per_token),
+            "tokens_per_step": c.tokens_per_step,
+            "recompute_factor": _round(c.recompute_factor),
+            "peak_tflops": _round(c.peak_tflops),
+            "assumed_mfu": _round(c.assumed_mfu),
+            "time_s_per_step": _round(c.time_s),
         },
         "communication": {
-            "pattern": comm.pattern, "volume_gb_per_step": _round(comm.volume_gb), "link": comm.link,
-            "crosses_nodes": comm.crosses_nodes, "bandwidth_gbps": _round(comm.bandwidth_gbps),
-            "time_s": _round(comm.time_s), "exposed_s": _round(comm.exposed_s),
+            "pattern": comm.pattern,
+            "volume_gb_per_step": _round(comm.volume_gb),
+            "link": comm.link,
+            "crosses_nodes": comm.crosses_nodes,
+            "bandwidth_gbps": _round(comm.bandwidth_gbps),
+            "time_s": _round(comm.time_s),
+            "exposed_s": _round(comm.exposed_s),
         },
-        "parallel3d": None if d is None else {
-            "tensor_parallel": d.tensor_parallel, "pipeline_parallel": d.pipeline_parallel,
-            "micro_batches": d.micro_batches, "bubble_fraction": _round(d.bubble_fraction),
+        "parallel3d": None
+        if d is None
+        else {
+            "tensor_parallel": d.tensor_parallel,
+            "pipeline_parallel": d.pipeline_parallel,
+            "micro_batches": d.micro_batches,
+            "bubble_fraction": _round(d.bubble_fraction),
             "tp_allreduce_gb_per_layer": _round(d.tp_allreduce_gb_per_layer),
-            "tp_volume_gb_per_step": _round(d.tp_volume_gb), "tp_inside_node": d.tp_inside_node,
-            "tp_link": d.tp_link, "tp_time_s": _round(d.tp_time_s), "note": d.note,
+            "tp_volume_gb_per_step": _round(d.tp_volume_gb),
+            "tp_inside_node": d.tp_inside_node,
+            "tp_link": d.tp_link,
+            "tp_time_s": _round(d.tp_time_s),
+            "note": d.note,
         },
         "time": {
-            "step_s": _round(est.step_time_s), "total_steps": est.total_steps, "total_s": _opt(est.total_time_s),
-            "device_hours": _opt(est.device_hours), "price_per_device_hour": _opt(est.price_per_device_hour),
+            "step_s": _round(est.step_time_s),
+            "total_steps": est.total_steps,
+            "total_s": _opt(est.total_time_s),
+            "device_hours": _opt(est.device_hours),
+            "price_per_device_hour": _opt(est.price_per_device_hour),
             "cost": _opt(est.cost),
         },
         "notes": list(est.notes),

@@ -23,7 +23,13 @@ def test_bundle_matches_golden(name: str) -> None:
     diffs = []
     for file, data in files.items():
         if data != expected[file]:
-            diff = difflib.unified_diff(expected[file].decode().splitlines(), data.decode().splitlines(),
-                                        f"golden/{name}/{file}", f"built/{file}", lineterm="", n=2)
+            diff = difflib.unified_diff(
+                expected[file].decode().splitlines(),
+                data.decode().splitlines(),
+                f"golden/{name}/{file}",
+                f"built/{file}",
+                lineterm="",
+                n=2,
+            )
             diffs.append("\n".join(diff))
     assert not diffs, "bundle differs from golden (refresh: python tests/golden/refresh.py):\n" + "\n".join(diffs)

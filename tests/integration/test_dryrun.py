@@ -25,7 +25,9 @@ from recipekit.validate.static import load_bundle
 
 pytestmark = pytest.mark.slow
 
-_MISSING = [m for m in ("torch", "transformers", "deepspeed", "peft", "datasets") if importlib.util.find_spec(m) is None]
+_MISSING = [
+    m for m in ("torch", "transformers", "deepspeed", "peft", "datasets") if importlib.util.find_spec(m) is None
+]
 if _MISSING:
     pytest.skip(f"the training stack is not installed ({', '.join(_MISSING)})", allow_module_level=True)
 
@@ -63,8 +65,9 @@ def _explain(results) -> str:
 def test_dry_run_trains_checkpoints_and_finishes(tmp_path: Path, case: str) -> None:
     bundle = build(CASES[case], tmp_path / "bundle", force=True).path
     workdir = tmp_path / "work"
-    results = {r.id: r for r in run_dry_run(load_bundle(bundle), DryRunOptions(pods=2, workdir=workdir,
-                                                                               timeout=TIMEOUT_S))}
+    results = {
+        r.id: r for r in run_dry_run(load_bundle(bundle), DryRunOptions(pods=2, workdir=workdir, timeout=TIMEOUT_S))
+    }
     train = results["dryrun.train"]
     assert all(r.status is not Status.FAIL for r in results.values()), _explain(results.values())
     assert train.status is Status.PASS
@@ -85,8 +88,9 @@ def test_dry_run_trains_checkpoints_and_finishes(tmp_path: Path, case: str) -> N
         assert {"plan.world_size", "EXPECTED_NODES", "train_batch_size"} <= subs
 
 
-@pytest.mark.parametrize("overrides, victim", [(["recipe=tiny_sft"], 1), (["recipe=llama3_8b_sft"], 0)],
-                         ids=["zero2-worker", "zero3-master"])
+@pytest.mark.parametrize(
+    "overrides, victim", [(["recipe=tiny_sft"], 1), (["recipe=llama3_8b_sft"], 0)], ids=["zero2-worker", "zero3-master"]
+)
 def test_kill_a_pod_and_resume_from_the_checkpoint(tmp_path: Path, overrides: list[str], victim: int) -> None:
     """Through the CLI, with --json: a pod dies at step 6, the job restarts and resumes at checkpoint-4.
 
@@ -94,9 +98,24 @@ def test_kill_a_pod_and_resume_from_the_checkpoint(tmp_path: Path, overrides: li
     partitioned optimizer and parameter state."""
     bundle = build(overrides, tmp_path / "bundle", force=True).path
     workdir = tmp_path / "work"
-    result = CliRunner().invoke(validate_command, [str(bundle), "--dry-run", "--pods", "2", "--kill-pod", str(victim),
-                                                   "--at-step", "6", "--workdir", str(workdir), "--timeout",
-                                                   str(TIMEOUT_S), "--json"])
+    result = CliRunner().invoke(
+        validate_command,
+        [
+            str(bundle),
+            "--dry-run",
+            "--pods",
+            "2",
+            "--kill-pod",
+            str(victim),
+            "--at-step",
+            "6",
+            "--workdir",
+            str(workdir),
+            "--timeout",
+            str(TIMEOUT_S),
+            "--json",
+        ],
+    )
     document = json.loads(result.stdout)
     checks = {c["id"]: c for c in document["checks"]}
     assert result.exit_code == 0, json.dumps({k: checks[k] for k in checks if k.startswith("dryrun")}, indent=1)
@@ -116,8 +135,9 @@ def test_a_run_past_its_timeout_is_stopped_and_cleaned_up(tmp_path: Path) -> Non
     """A pod waiting on a peer would wait forever: the dry run's timeout kills every pod and reports a failure."""
     bundle = build(["recipe=tiny_sft", "parallel=ddp"], tmp_path / "bundle", force=True).path
     workdir = tmp_path / "work"
-    result = CliRunner().invoke(validate_command, [str(bundle), "--dry-run", "--workdir", str(workdir),
-                                                   "--timeout", "10"])
+    result = CliRunner().invoke(
+        validate_command, [str(bundle), "--dry-run", "--workdir", str(workdir), "--timeout", "10"]
+    )
     assert result.exit_code == 1, result.output
     assert "dryrun.train" in result.stdout and "--timeout 10" in result.stdout
     assert processes_under(workdir) == []

@@ -33,16 +33,29 @@ pytestmark = pytest.mark.slow
 RUN_TIMEOUT_S = 300
 #: DeepSpeed's first use compiles its shared-memory op; later runs find it in the dry run's cache. The venv's bin
 #: comes first on PATH as in the dry run's pods: a different ninja would make torch rebuild the op every time.
-ENV = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1",
-       "TORCH_EXTENSIONS_DIR": str(extensions_dir()),
-       "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", "")}
+ENV = {
+    **os.environ,
+    "OMP_NUM_THREADS": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+    "HF_HUB_OFFLINE": "1",
+    "TORCH_EXTENSIONS_DIR": str(extensions_dir()),
+    "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""),
+}
 
 
 def make_bundle(root: Path, fmt: str, *overrides: str) -> Path:
     """Build the tiny_sft preset (with ``overrides``) into root/bundle, its data and output under root."""
     data = write_tiny_dataset(fmt, root / ("corpus" if fmt == "text" else "data.jsonl"))
-    settings = ["recipe=tiny_sft", "cluster.nodes=1", "parallel=ddp", f"cluster.mount_path={root}",
-                f"cluster.output_dir={root}/runs", f"data.path={data}", "train.report_to=[none]", *overrides]
+    settings = [
+        "recipe=tiny_sft",
+        "cluster.nodes=1",
+        "parallel=ddp",
+        f"cluster.mount_path={root}",
+        f"cluster.output_dir={root}/runs",
+        f"data.path={data}",
+        "train.report_to=[none]",
+        *overrides,
+    ]
     return build(settings, output=root / "bundle", force=True).path
 
 
@@ -54,21 +67,38 @@ def train_command(bundle: Path, *args: str, processes: int = 0) -> list[str]:
     """The bundle's train.py command line: direct, or under torchrun with ``processes`` processes."""
     command = [sys.executable, str(bundle / "train.py"), "--recipe", str(bundle / "recipe.yaml"), *args]
     if processes:
-        command[1:2] = ["-m", "torch.distributed.run", "--nnodes=1", f"--nproc_per_node={processes}",
-                        f"--master_port={_free_port()}", str(bundle / "train.py")]
+        command[1:2] = [
+            "-m",
+            "torch.distributed.run",
+            "--nnodes=1",
+            f"--nproc_per_node={processes}",
+            f"--master_port={_free_port()}",
+            str(bundle / "train.py"),
+        ]
     return command
 
 
 def run_train(bundle: Path, *args: str, processes: int = 0) -> subprocess.CompletedProcess:
-    return subprocess.run(train_command(bundle, *args, processes=processes), env=ENV, capture_output=True, text=True,
-                          timeout=RUN_TIMEOUT_S, check=False)
+    return subprocess.run(
+        train_command(bundle, *args, processes=processes),
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+        check=False,
+    )
 
 
 def terminate_mid_run(bundle: Path, processes: int = 0) -> tuple[int, str]:
     """Start training, send SIGTERM (as the kubelet does) once 3 steps are logged; return exit code and stderr."""
     out = output_dir(bundle)
-    process = subprocess.Popen(train_command(bundle, processes=processes), env=ENV, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        train_command(bundle, processes=processes),
+        env=ENV,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + RUN_TIMEOUT_S
         while not ((out / "metrics.jsonl").exists() and len(training_logs(out)) >= 3):
@@ -105,9 +135,16 @@ def global_step(checkpoint: Path) -> int:
 
 # -------------------------------------------------------------------------------------------------- modes
 def test_sft_learns_the_tiny_set_and_reports_throughput(tmp_path):
-    bundle = make_bundle(tmp_path, "alpaca", "train.max_steps=60", "train.learning_rate=3e-3",
-                         "train.micro_batch_size=4", "train.save_steps=30", "train.report_to=[tensorboard]",
-                         "data.eval_fraction=0.125")
+    bundle = make_bundle(
+        tmp_path,
+        "alpaca",
+        "train.max_steps=60",
+        "train.learning_rate=3e-3",
+        "train.micro_batch_size=4",
+        "train.save_steps=30",
+        "train.report_to=[tensorboard]",
+        "data.eval_fraction=0.125",
+    )
     result = run_train(bundle)
     assert succeeded(result)
     out = output_dir(bundle)
@@ -127,8 +164,16 @@ def test_sft_learns_the_tiny_set_and_reports_throughput(tmp_path):
 
 
 def test_pretrain_on_a_text_directory(tmp_path):
-    bundle = make_bundle(tmp_path, "text", "mode=pretrain", "data=text", "data.max_len=64", "train.max_steps=30",
-                         "train.learning_rate=3e-3", "train.save_steps=30")
+    bundle = make_bundle(
+        tmp_path,
+        "text",
+        "mode=pretrain",
+        "data=text",
+        "data.max_len=64",
+        "train.max_steps=30",
+        "train.learning_rate=3e-3",
+        "train.save_steps=30",
+    )
     result = run_train(bundle)
     assert succeeded(result)
     logs = training_logs(output_dir(bundle))
@@ -139,9 +184,19 @@ def test_pretrain_on_a_text_directory(tmp_path):
 def test_lora_with_packing_saves_an_adapter_that_reloads_and_merges(tmp_path):
     from peft import PeftModel
 
-    bundle = make_bundle(tmp_path, "messages", "mode=lora", "data=chat", "data.max_len=128", "data.packing=true",
-                         "train.max_steps=12", "train.learning_rate=1e-2", "train.save_steps=12",
-                         "mode.lora.merge_on_save=true", "parallel.gradient_checkpointing=true")
+    bundle = make_bundle(
+        tmp_path,
+        "messages",
+        "mode=lora",
+        "data=chat",
+        "data.max_len=128",
+        "data.packing=true",
+        "train.max_steps=12",
+        "train.learning_rate=1e-2",
+        "train.save_steps=12",
+        "mode.lora.merge_on_save=true",
+        "parallel.gradient_checkpointing=true",
+    )
     result = run_train(bundle)
     assert succeeded(result)
     out = output_dir(bundle)
@@ -154,7 +209,8 @@ def test_lora_with_packing_saves_an_adapter_that_reloads_and_merges(tmp_path):
         adapted = PeftModel.from_pretrained(base, out).eval()
         tuned = adapted(input_ids=ids).logits
         merged = transformers.AutoModelForCausalLM.from_pretrained(out / "merged", dtype=torch.float32)(
-            input_ids=ids).logits
+            input_ids=ids
+        ).logits
     assert not torch.allclose(before, tuned, atol=1e-3), "the adapter changed nothing"
     assert torch.allclose(tuned, merged, atol=0.05), (tuned - merged).abs().max()  # merged copy is bf16
 
@@ -224,8 +280,9 @@ def test_sigterm_to_torchrun_stops_every_rank_at_the_same_step(tmp_path):
 
 
 def test_zero2_with_deepspeed_on_cpu(tmp_path):
-    bundle = make_bundle(tmp_path, "alpaca", "cluster.nodes=2", "parallel=zero2", "train.max_steps=4",
-                         "train.save_steps=2")
+    bundle = make_bundle(
+        tmp_path, "alpaca", "cluster.nodes=2", "parallel=zero2", "train.max_steps=4", "train.save_steps=2"
+    )
     assert (bundle / "ds_config.json").exists()
     result = run_train(bundle, processes=2)
     assert succeeded(result)

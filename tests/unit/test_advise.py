@@ -32,13 +32,13 @@ BASES = [
 ]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def recipe_of(*overrides: str):
     """Hydra composition costs about half a second; the tests compose the same recipes again and again."""
     return parse_recipe(compose(list(overrides)).raw)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def advice_for(base: tuple[str, ...], search_tp_pp: bool = False):
     return tuple(advise(recipe_of(*base), IMAGES, search_tp_pp=search_tp_pp, parallel_options=OPTIONS))
 
@@ -80,8 +80,14 @@ def test_advice_on_a_cluster_too_small_for_plain_zero_offloads():
 
 def test_no_advice_when_nothing_fits():
     # Even ZeRO-Infinity gathers the largest layer (the 1.25 B-parameter embedding) whole: 4.6 GiB > 4 GiB.
-    assert advise(recipe_of("recipe=qwen2.5_72b_sft", "hw=cpu", "cluster=local", "hw.memory_gib=4"), IMAGES,
-                  parallel_options=OPTIONS) == []
+    assert (
+        advise(
+            recipe_of("recipe=qwen2.5_72b_sft", "hw=cpu", "cluster=local", "hw.memory_gib=4"),
+            IMAGES,
+            parallel_options=OPTIONS,
+        )
+        == []
+    )
 
 
 def test_advice_prefers_no_checkpointing_when_memory_allows():
@@ -108,8 +114,9 @@ def test_tp_pp_search_respects_pipeline_zero_limit_and_reproduces():
 
 def test_candidate_carries_the_users_parallel_settings():
     recipe = recipe_of("recipe=qwen2.5_14b_sft", "parallel.reduce_bucket_size=100000000")
-    cand = candidate(recipe, OPTIONS, parallel="zero2", gradient_checkpointing=True, micro_batch_size=2,
-                     global_batch_size=64)
+    cand = candidate(
+        recipe, OPTIONS, parallel="zero2", gradient_checkpointing=True, micro_batch_size=2, global_batch_size=64
+    )
     assert cand.recipe.parallel.reduce_bucket_size == 100_000_000
     assert cand.recipe.parallel.name == "zero2" and cand.recipe.parallel.zero_stage == 2
     assert cand.overrides == ("parallel=zero2", "train.micro_batch_size=2")

@@ -20,8 +20,18 @@ ALLOWED_FLAGS = {
     "show": {"--json", "--recipes", "--help"},
     "list": {"--recipes", "--help"},
     "plan": {"--json", "--advise", "--price", "--top", "--recipes", "--help"},
-    "validate": {"--dry-run", "--pods", "--kill-pod", "--at-step", "--device", "--json", "--workdir", "--steps",
-                 "--timeout", "--help"},
+    "validate": {
+        "--dry-run",
+        "--pods",
+        "--kill-pod",
+        "--at-step",
+        "--device",
+        "--json",
+        "--workdir",
+        "--steps",
+        "--timeout",
+        "--help",
+    },
 }
 
 

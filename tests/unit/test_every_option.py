@@ -18,8 +18,13 @@ _COMPANIONS = {
     "mode": {"pretrain": ["data=text"]},
     "data": {"text": ["mode=pretrain"]},
 }
-_SECTION_MODELS = {"model": ModelSpec, "hw": HardwareSpec, "parallel": ParallelSpec, "data": DataSpec,
-                   "cluster": ClusterSpec}
+_SECTION_MODELS = {
+    "model": ModelSpec,
+    "hw": HardwareSpec,
+    "parallel": ParallelSpec,
+    "data": DataSpec,
+    "cluster": ClusterSpec,
+}
 
 
 def _all_options() -> list[tuple[str, str]]:
@@ -34,12 +39,22 @@ def test_option_builds(group: str, option: str) -> None:
         overrides.append("parallel=zero2")
     # A lone option may not fit on the default cluster (llama3_70b on one node): presets must, options must build.
     files = render_files(overrides, allow_oom=group != "recipe")
-    assert {"Dockerfile", "run.sh", "train.py", "recipe.yaml", "volcano-job.yaml", "README.md", "manifest.json",
-            "plan.json", "plan.md"} <= set(files)
+    assert {
+        "Dockerfile",
+        "run.sh",
+        "train.py",
+        "recipe.yaml",
+        "volcano-job.yaml",
+        "README.md",
+        "manifest.json",
+        "plan.json",
+        "plan.md",
+    } <= set(files)
 
 
-@pytest.mark.parametrize(("group", "option"), [(g, o) for g, o in _all_options() if g in _SECTION_MODELS],
-                         ids=lambda v: str(v))
+@pytest.mark.parametrize(
+    ("group", "option"), [(g, o) for g, o in _all_options() if g in _SECTION_MODELS], ids=lambda v: str(v)
+)
 def test_option_lists_every_key(group: str, option: str) -> None:
     """Options spell out every key of their section, so `group.key=value` never needs a leading `+`."""
     data = yaml.safe_load(group_options(group)[option].read_text())

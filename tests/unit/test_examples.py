@@ -20,7 +20,8 @@ def test_examples_exist() -> None:
 
 @pytest.mark.parametrize("preset", PRESETS)
 def test_example_builds(preset: str, tmp_path: Path) -> None:
-    result = CliRunner().invoke(main, ["build", "--recipes", str(EXAMPLES), f"recipe={preset}",
-                                       "-o", str(tmp_path / preset)])
+    result = CliRunner().invoke(
+        main, ["build", "--recipes", str(EXAMPLES), f"recipe={preset}", "-o", str(tmp_path / preset)]
+    )
     assert result.exit_code == 0, result.output
     assert (tmp_path / preset / "volcano-job.yaml").exists()

@@ -20,8 +20,17 @@ from recipekit import memory  # noqa: E402
 from recipekit.compose import compose  # noqa: E402
 from recipekit.images import load_images  # noqa: E402
 from recipekit.memory import (  # noqa: E402
-    GIB, activation_bytes, bubble_fraction, count_params, estimate, fit_problem, fixes, load_parallel_options,
-    lora_params, model_states, tp_inside_node,
+    GIB,
+    activation_bytes,
+    bubble_fraction,
+    count_params,
+    estimate,
+    fit_problem,
+    fixes,
+    load_parallel_options,
+    lora_params,
+    model_states,
+    tp_inside_node,
 )
 from recipekit.plan import make_plan  # noqa: E402
 from recipekit.recipe import LoraSpec, ModelSpec, parse_recipe  # noqa: E402
@@ -35,7 +44,7 @@ def model(name: str) -> ModelSpec:
     return ModelSpec.model_validate(yaml.safe_load((ROOT / "recipes" / "model" / f"{name}.yaml").read_text()))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def recipe_of(*overrides: str):
     """Hydra composition costs about half a second; tests reuse the same handful of recipes."""
     return parse_recipe(compose(list(overrides)).raw)
@@ -47,10 +56,16 @@ def estimate_of(*overrides: str, **kw):
 
 
 # ------------------------------------------------------------------------------------------------ parameter counts
-@pytest.mark.parametrize("name, published", [
-    ("llama3_8b", 8.03e9), ("llama3_70b", 70.6e9), ("qwen2.5_7b", 7.62e9), ("qwen2.5_14b", 14.8e9),
-    ("qwen2.5_72b", 72.7e9),
-])
+@pytest.mark.parametrize(
+    "name, published",
+    [
+        ("llama3_8b", 8.03e9),
+        ("llama3_70b", 70.6e9),
+        ("qwen2.5_7b", 7.62e9),
+        ("qwen2.5_14b", 14.8e9),
+        ("qwen2.5_72b", 72.7e9),
+    ],
+)
 def test_param_counts_match_published_sizes(name, published):
     assert count_params(model(name)).total == pytest.approx(published, rel=0.01)
 
@@ -62,10 +77,16 @@ def test_param_counts_equal_transformers_exactly():
         spec = model(path.stem)
         config_cls = transformers.LlamaConfig if spec.family == "llama" else transformers.Qwen2Config
         extra = {"attention_bias": spec.attention_bias} if spec.family == "llama" else {}
-        config = config_cls(hidden_size=spec.hidden_size, intermediate_size=spec.intermediate_size,
-                            num_hidden_layers=spec.num_layers, num_attention_heads=spec.num_attention_heads,
-                            num_key_value_heads=spec.num_kv_heads, vocab_size=spec.vocab_size,
-                            tie_word_embeddings=spec.tie_word_embeddings, **extra)
+        config = config_cls(
+            hidden_size=spec.hidden_size,
+            intermediate_size=spec.intermediate_size,
+            num_hidden_layers=spec.num_layers,
+            num_attention_heads=spec.num_attention_heads,
+            num_key_value_heads=spec.num_kv_heads,
+            vocab_size=spec.vocab_size,
+            tie_word_embeddings=spec.tie_word_embeddings,
+            **extra,
+        )
         with torch.device("meta"):
             built = transformers.AutoModelForCausalLM.from_config(config)
         assert count_params(spec).total == sum(p.numel() for p in built.parameters()), spec.name
@@ -80,7 +101,11 @@ def test_lora_params_all_linear():
 
 # ----------------------------------------------------------------------------------- DeepSpeed's own estimators
 ZERO_CASES = [  # (params, gpus per node, nodes)
-    (8.03e9, 8, 1), (14.77e9, 8, 2), (70.55e9, 8, 8), (1.3e9, 1, 1), (72.7e9, 16, 4),
+    (8.03e9, 8, 1),
+    (14.77e9, 8, 2),
+    (70.55e9, 8, 8),
+    (1.3e9, 1, 1),
+    (72.7e9, 16, 4),
 ]
 
 
@@ -98,20 +123,32 @@ def test_zero2_model_states_equal_deepspeed(params, gpus, nodes, offload):
 def test_zero3_model_states_equal_deepspeed(params, gpus, nodes, offload_optimizer, offload_param):
     ds = pytest.importorskip("deepspeed.runtime.zero.stage3")
     largest = 128256 * 4096  # an embedding-sized layer
-    _, ds_gpu, _ = ds.estimate_zero3_model_states_mem_needs(int(params), largest, gpus, nodes,
-                                                           cpu_offload=offload_optimizer,
-                                                           cpu_offload_params=offload_param, zero_init=True)
-    ours = model_states(params, zero_stage=3, dp=gpus * nodes, largest_layer=largest,
-                        offload_optimizer="cpu" if offload_optimizer else "none",
-                        offload_param="cpu" if offload_param else "none")
+    _, ds_gpu, _ = ds.estimate_zero3_model_states_mem_needs(
+        int(params),
+        largest,
+        gpus,
+        nodes,
+        cpu_offload=offload_optimizer,
+        cpu_offload_params=offload_param,
+        zero_init=True,
+    )
+    ours = model_states(
+        params,
+        zero_stage=3,
+        dp=gpus * nodes,
+        largest_layer=largest,
+        offload_optimizer="cpu" if offload_optimizer else "none",
+        offload_param="cpu" if offload_param else "none",
+    )
     assert ours.device == pytest.approx(ds_gpu, rel=0.02)
 
 
 def test_zero3_host_memory_equals_deepspeed_zero_init():
     ds = pytest.importorskip("deepspeed.runtime.zero.stage3")
     params, gpus, nodes = 70.55e9, 8, 2
-    ds_cpu, _, _ = ds.estimate_zero3_model_states_mem_needs(int(params), 10**9, gpus, nodes, cpu_offload=True,
-                                                           cpu_offload_params=True, zero_init=True)
+    ds_cpu, _, _ = ds.estimate_zero3_model_states_mem_needs(
+        int(params), 10**9, gpus, nodes, cpu_offload=True, cpu_offload_params=True, zero_init=True
+    )
     ours = model_states(params, zero_stage=3, dp=gpus * nodes, offload_optimizer="cpu", offload_param="cpu")
     assert ours.host * gpus * memory.HOST_BUFFER_FACTOR == pytest.approx(ds_cpu, rel=0.02)
 
@@ -124,22 +161,32 @@ def test_ddp_is_torch_amp_not_deepspeed():
 
 
 # --------------------------------------------------------------------------------------------------- activations
-H, I, LAYERS, HEADS, KV_HEADS, VOCAB, SEQ, BATCH = 256, 704, 4, 8, 2, 1000, 96, 2
+H, INTER, LAYERS, HEADS, KV_HEADS, VOCAB, SEQ, BATCH = 256, 704, 4, 8, 2, 1000, 96, 2
 
 
 def _saved_bytes(torch, transformers, *, autocast: bool, lora: LoraSpec | None, checkpointing: bool) -> int:
     """Bytes of the tensors autograd keeps during one forward of a small Llama, weights and their casts excluded."""
     torch.manual_seed(0)
-    config = transformers.LlamaConfig(hidden_size=H, intermediate_size=I, num_hidden_layers=LAYERS,
-                                      num_attention_heads=HEADS, num_key_value_heads=KV_HEADS, vocab_size=VOCAB,
-                                      max_position_embeddings=1024)
+    config = transformers.LlamaConfig(
+        hidden_size=H,
+        intermediate_size=INTER,
+        num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS,
+        num_key_value_heads=KV_HEADS,
+        vocab_size=VOCAB,
+        max_position_embeddings=1024,
+    )
     net = transformers.LlamaForCausalLM(config)
     if lora is not None or not autocast:  # DeepSpeed's 16-bit model, or the 16-bit LoRA base
         net = net.to(torch.bfloat16)
     if lora is not None:
         peft = pytest.importorskip("peft")
-        net = peft.get_peft_model(net, peft.LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
-                                                       target_modules=lora.target_modules))
+        net = peft.get_peft_model(
+            net,
+            peft.LoraConfig(
+                r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules=lora.target_modules
+            ),
+        )
         if not autocast:  # DeepSpeed casts the adapters too; under AMP PEFT keeps them fp32
             net = net.to(torch.bfloat16)
     if checkpointing:
@@ -166,11 +213,29 @@ def _saved_bytes(torch, transformers, *, autocast: bool, lora: LoraSpec | None, 
     return sum(kept.values())
 
 
-@pytest.mark.parametrize("autocast, kind, checkpointing", [
-    (False, "full", False), (False, "full", True), (True, "full", False), (True, "full", True),
-    (False, "lora", False), (True, "lora", False), (False, "lora-nodropout", False), (True, "lora-nodropout", True),
-], ids=["ds-full", "ds-full-ckpt", "amp-full", "amp-full-ckpt", "ds-lora", "amp-lora", "ds-lora-nodropout",
-        "amp-lora-nodropout-ckpt"])
+@pytest.mark.parametrize(
+    "autocast, kind, checkpointing",
+    [
+        (False, "full", False),
+        (False, "full", True),
+        (True, "full", False),
+        (True, "full", True),
+        (False, "lora", False),
+        (True, "lora", False),
+        (False, "lora-nodropout", False),
+        (True, "lora-nodropout", True),
+    ],
+    ids=[
+        "ds-full",
+        "ds-full-ckpt",
+        "amp-full",
+        "amp-full-ckpt",
+        "ds-lora",
+        "amp-lora",
+        "ds-lora-nodropout",
+        "amp-lora-nodropout-ckpt",
+    ],
+)
 def test_activations_match_what_autograd_keeps(monkeypatch, autocast, kind, checkpointing):
     """DeepSpeed's 16-bit model (ds) and the Trainer's AMP under DDP (amp), against the tensors autograd keeps."""
     torch = pytest.importorskip("torch")
@@ -180,11 +245,28 @@ def test_activations_match_what_autograd_keeps(monkeypatch, autocast, kind, chec
     # keep a bool mask, which is what the estimator assumes.
     monkeypatch.setattr(memory, "DROPOUT_MASK_BYTES", 4 if autocast else 2)
     measured = _saved_bytes(torch, transformers, autocast=autocast, lora=lora, checkpointing=checkpointing)
-    spec = ModelSpec(name="t", family="llama", name_or_path="t", num_layers=LAYERS, hidden_size=H,
-                     num_attention_heads=HEADS, num_kv_heads=KV_HEADS, intermediate_size=I, vocab_size=VOCAB,
-                     max_position_embeddings=1024)
-    predicted = activation_bytes(spec, micro_batch=BATCH, seq_len=SEQ, act_bytes=2, full_training=lora is None,
-                                 checkpointing=checkpointing, lora=lora, autocast=autocast).saved
+    spec = ModelSpec(
+        name="t",
+        family="llama",
+        name_or_path="t",
+        num_layers=LAYERS,
+        hidden_size=H,
+        num_attention_heads=HEADS,
+        num_kv_heads=KV_HEADS,
+        intermediate_size=INTER,
+        vocab_size=VOCAB,
+        max_position_embeddings=1024,
+    )
+    predicted = activation_bytes(
+        spec,
+        micro_batch=BATCH,
+        seq_len=SEQ,
+        act_bytes=2,
+        full_training=lora is None,
+        checkpointing=checkpointing,
+        lora=lora,
+        autocast=autocast,
+    ).saved
     # LoRA is slightly over: the first layer's input comes from a frozen embedding, so autograd keeps less for it.
     assert predicted == pytest.approx(measured, rel=0.06)
 
@@ -203,8 +285,9 @@ def test_bubble_formula():
     assert bubble_fraction(1, 8) == 0
     assert bubble_fraction(4, 12) == pytest.approx(3 / 15)
     assert bubble_fraction(8, 1) == pytest.approx(7 / 8)
-    est = estimate_of("recipe=llama3_70b_sft", "parallel=zero1", "parallel.tensor_parallel=8",
-                      "parallel.pipeline_parallel=4")
+    est = estimate_of(
+        "recipe=llama3_70b_sft", "parallel=zero1", "parallel.tensor_parallel=8", "parallel.pipeline_parallel=4"
+    )
     assert est.parallel3d is not None
     assert est.parallel3d.micro_batches == est.layout.gradient_accumulation_steps == 64
     assert est.parallel3d.bubble_fraction == pytest.approx(3 / (64 + 3))
@@ -235,8 +318,18 @@ def test_llama3_70b_sft_on_one_910b_node_with_ddp_does_not_fit():
     assert est.largest_item.name in ("gradients", "optimizer states")
 
 
-@pytest.mark.parametrize("preset", ["qwen2.5_14b_sft", "llama3_70b_sft", "qwen2.5_72b_sft", "llama3_8b_sft",
-                                    "llama3_8b_lora", "qwen2.5_7b_pretrain", "tiny_sft"])
+@pytest.mark.parametrize(
+    "preset",
+    [
+        "qwen2.5_14b_sft",
+        "llama3_70b_sft",
+        "qwen2.5_72b_sft",
+        "llama3_8b_sft",
+        "llama3_8b_lora",
+        "qwen2.5_7b_pretrain",
+        "tiny_sft",
+    ],
+)
 def test_shipped_presets_fit(preset):
     est = estimate_of(f"recipe={preset}")
     assert est.fits, (preset, est.total_gib)
@@ -271,12 +364,15 @@ def _overrides_in(hint: str) -> list[str]:
     return match.group(1).split()
 
 
-@pytest.mark.parametrize("base", [
-    ["recipe=llama3_70b_sft", "cluster.nodes=1", "parallel=ddp"],
-    ["recipe=llama3_8b_sft", "parallel=ddp"],
-    ["recipe=qwen2.5_14b_sft", "parallel.gradient_checkpointing=false", "train.micro_batch_size=4"],
-    ["recipe=qwen2.5_72b_sft", "cluster.nodes=2"],
-])
+@pytest.mark.parametrize(
+    "base",
+    [
+        ["recipe=llama3_70b_sft", "cluster.nodes=1", "parallel=ddp"],
+        ["recipe=llama3_8b_sft", "parallel=ddp"],
+        ["recipe=qwen2.5_14b_sft", "parallel.gradient_checkpointing=false", "train.micro_batch_size=4"],
+        ["recipe=qwen2.5_72b_sft", "cluster.nodes=2"],
+    ],
+)
 def test_fit_problem_names_largest_item_and_a_fix_that_fits(base):
     est = estimate_of(*base)
     assert not est.fits
@@ -342,11 +438,28 @@ def test_estimate_dict_is_stable_json():
     second = json.dumps(estimate_dict(estimate_of("recipe=qwen2.5_14b_sft")))
     assert first == second
     data = json.loads(first)
-    assert list(data) == ["recipe", "model", "hw", "layout", "memory_gib", "offload", "compute", "communication",
-                          "parallel3d", "time", "notes"]
+    assert list(data) == [
+        "recipe",
+        "model",
+        "hw",
+        "layout",
+        "memory_gib",
+        "offload",
+        "compute",
+        "communication",
+        "parallel3d",
+        "time",
+        "notes",
+    ]
     assert [item["name"] for item in data["memory_gib"]["items"]] == [
-        "weights", "gradients", "optimizer states", "activations", "logits (loss)", "ZeRO buffers",
-        "framework overhead"]
+        "weights",
+        "gradients",
+        "optimizer states",
+        "activations",
+        "logits (loss)",
+        "ZeRO buffers",
+        "framework overhead",
+    ]
     assert data["memory_gib"]["fits"] is True
     assert all(len(f"{item['gib']:.10g}".replace(".", "").lstrip("0")) <= 4 for item in data["memory_gib"]["items"])
 
@@ -354,8 +467,9 @@ def test_estimate_dict_is_stable_json():
 def test_markdown_and_rich_render():
     from rich.console import Console
 
-    est = estimate_of("recipe=llama3_70b_sft", "parallel=zero1", "parallel.tensor_parallel=8",
-                      "parallel.pipeline_parallel=4")
+    est = estimate_of(
+        "recipe=llama3_70b_sft", "parallel=zero1", "parallel.tensor_parallel=8", "parallel.pipeline_parallel=4"
+    )
     text = estimate_markdown(est)
     assert "| optimizer states |" in text and "pipeline bubble" in text and text.endswith("\n")
     console = Console(width=160, record=True, color_system=None)

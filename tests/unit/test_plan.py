@@ -72,8 +72,9 @@ def test_nvme_offload_needs_a_path_and_param_offload_needs_zero3() -> None:
 
 
 def test_all_cross_section_problems_reported_together() -> None:
-    found = problems_of("mode=pretrain", "data.max_len=100000", "cluster.output_dir=/tmp/out",
-                        "train.precision=fp16", "hw=cpu")
+    found = problems_of(
+        "mode=pretrain", "data.max_len=100000", "cluster.output_dir=/tmp/out", "train.precision=fp16", "hw=cpu"
+    )
     assert {"data.format", "data.max_len", "cluster.output_dir", "train.precision"} <= set(found)
 
 

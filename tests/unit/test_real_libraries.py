@@ -23,12 +23,13 @@ def _bundle(overrides: list[str]) -> tuple[dict, dict | None]:
     return args, ds
 
 
-def _cpu_arguments(args: dict, world_size: int = 1) -> "transformers.TrainingArguments":
+def _cpu_arguments(args: dict, world_size: int = 1) -> transformers.TrainingArguments:
     """Parse as the Trainer would; device-specific choices are swapped for CPU ones and the world size is the
     bundle's, so the check runs here as it would in the cluster."""
     args = {**args, "use_cpu": True, "optim": "adamw_torch", "ddp_backend": None, "deepspeed": None}
-    at_world = type("ClusterTrainingArguments", (transformers.TrainingArguments,),
-                    {"world_size": property(lambda self: world_size)})
+    at_world = type(
+        "ClusterTrainingArguments", (transformers.TrainingArguments,), {"world_size": property(lambda self: world_size)}
+    )
     (parsed,) = transformers.HfArgumentParser(at_world).parse_dict(args, allow_extra_keys=False)
     return parsed
 
@@ -79,6 +80,7 @@ def test_mismatch_check_catches_drift() -> None:
 
 def _resolve_auto(config: dict) -> dict:
     """DeepSpeed rejects "auto" strings the Trainer would have filled: give them plain values for parsing."""
+
     def fix(value):
         if isinstance(value, dict):
             return {k: fix(v) for k, v in value.items()}

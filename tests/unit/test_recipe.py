@@ -22,10 +22,23 @@ def test_presets_parse() -> None:
 
 
 def test_every_error_collected_with_its_key() -> None:
-    found = problems(["train.micro_batch_size=0", "train.learning_rate=abc", "+cluster.nodez=2",
-                      "cluster.master_port=80", "mode.lora.r=-1", "mode=lora"])
-    assert set(found) == {"train.micro_batch_size", "train.learning_rate", "cluster.nodez", "cluster.master_port",
-                          "mode.lora.r"}
+    found = problems(
+        [
+            "train.micro_batch_size=0",
+            "train.learning_rate=abc",
+            "+cluster.nodez=2",
+            "cluster.master_port=80",
+            "mode.lora.r=-1",
+            "mode=lora",
+        ]
+    )
+    assert set(found) == {
+        "train.micro_batch_size",
+        "train.learning_rate",
+        "cluster.nodez",
+        "cluster.master_port",
+        "mode.lora.r",
+    }
     assert "greater than 0" in found["train.micro_batch_size"]
     assert "did you mean 'nodes'" in found["cluster.nodez"]
 

@@ -28,7 +28,7 @@ def _tool(name: str) -> str:
 
 def test_same_inputs_give_byte_identical_bundles(tmp_path: Path) -> None:
     first = build(["recipe=qwen2.5_14b_sft"], tmp_path / "a")
-    second = build(["recipe=qwen2.5_14b_sft"], tmp_path / "b")
+    build(["recipe=qwen2.5_14b_sft"], tmp_path / "b")
     for name in first.files:
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
     assert (tmp_path / "a" / "run.sh").stat().st_mode & 0o777 == 0o755
@@ -53,7 +53,7 @@ def test_numbers_agree_across_files() -> None:
     container = task["template"]["spec"]["containers"][0]
     devices = int(container["resources"]["limits"]["huawei.com/Ascend910"])
     assert task["replicas"] * devices == recipe["plan"]["world_size"] == 16
-    assert "EXPECTED_NODES=2" in run_sh and 'RECIPEKIT_NPROC_PER_NODE:-8}' in run_sh
+    assert "EXPECTED_NODES=2" in run_sh and "RECIPEKIT_NPROC_PER_NODE:-8}" in run_sh
     assert f"MASTER_PORT={container['ports'][0]['containerPort']}" in run_sh
     assert "VC_WORKER_HOSTS" in run_sh and "VC_WORKER_NUM" in run_sh and "VC_TASK_INDEX" in run_sh
     assert job["spec"]["plugins"] == {"env": [], "svc": []}
@@ -70,7 +70,7 @@ def test_ascend_job_and_script_have_what_910b_needs() -> None:
     assert {"/usr/local/Ascend/driver", "/dev/shm", "/mnt/shared"} <= mounts
     assert "huawei.com/npu" not in files["volcano-job.yaml"].decode()
     run_sh = files["run.sh"].decode()
-    assert "source \"${cann_env}\"" in run_sh and "/usr/local/Ascend/ascend-toolkit/set_env.sh" in run_sh
+    assert 'source "${cann_env}"' in run_sh and "/usr/local/Ascend/ascend-toolkit/set_env.sh" in run_sh
     assert "HCCL_CONNECT_TIMEOUT" in run_sh
     assert "FROM quay.io/ascend/cann:9.0.0-910b-ubuntu22.04-py3.11" in files["Dockerfile"].decode()
     assert "torch_npu==2.9.0.post2" in files["Dockerfile"].decode()
@@ -83,16 +83,24 @@ def test_cuda_bundle_has_no_ascend_parts() -> None:
     assert "peft==" in files["Dockerfile"].decode()
 
 
-@pytest.mark.parametrize("overrides", [["recipe=qwen2.5_14b_sft"], ["recipe=llama3_8b_lora", "hw=h100"],
-                                       ["recipe=tiny_sft"], ["recipe=llama3_8b_sft", "cluster.socket_ifname=eth0"]])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["recipe=qwen2.5_14b_sft"],
+        ["recipe=llama3_8b_lora", "hw=h100"],
+        ["recipe=tiny_sft"],
+        ["recipe=llama3_8b_sft", "cluster.socket_ifname=eth0"],
+    ],
+)
 def test_run_sh_passes_shellcheck(tmp_path: Path, overrides: list[str]) -> None:
     (tmp_path / "run.sh").write_bytes(render_files(overrides)["run.sh"])
     result = subprocess.run([_tool("shellcheck"), str(tmp_path / "run.sh")], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout
 
 
-@pytest.mark.parametrize("overrides", [["recipe=qwen2.5_14b_sft"], ["recipe=llama3_8b_lora", "hw=h100"],
-                                       ["recipe=tiny_sft"]])
+@pytest.mark.parametrize(
+    "overrides", [["recipe=qwen2.5_14b_sft"], ["recipe=llama3_8b_lora", "hw=h100"], ["recipe=tiny_sft"]]
+)
 def test_dockerfile_passes_hadolint(tmp_path: Path, overrides: list[str]) -> None:
     (tmp_path / "Dockerfile").write_bytes(render_files(overrides)["Dockerfile"])
     result = subprocess.run([_tool("hadolint"), str(tmp_path / "Dockerfile")], capture_output=True, text=True)

@@ -25,8 +25,17 @@ pytest.importorskip("transformers")
 
 TRAIN_PY = RUNTIME_DIR / "train.py"
 #: What a bundle's image provides; anything else (recipekit above all) would break the bundle.
-IMAGE_PACKAGES = {"yaml", "torch", "transformers", "datasets", "tokenizers", "peft", "deepspeed", "bitsandbytes",
-                  "torch_npu"}
+IMAGE_PACKAGES = {
+    "yaml",
+    "torch",
+    "transformers",
+    "datasets",
+    "tokenizers",
+    "peft",
+    "deepspeed",
+    "bitsandbytes",
+    "torch_npu",
+}
 
 
 @pytest.fixture(scope="module")
@@ -112,11 +121,15 @@ def test_a_cuda_without_bf16_trains_in_fp16(train, tmp_path):
 
 
 def test_deepspeed_config_is_resolved_next_to_the_recipe_and_follows_the_trainer(train, tmp_path):
-    (tmp_path / "ds_config.json").write_text(json.dumps(
-        {"train_batch_size": 4, "fp16": {"enabled": True, "loss_scale": 0}, "zero_optimization": {"stage": 2}}))
+    (tmp_path / "ds_config.json").write_text(
+        json.dumps(
+            {"train_batch_size": 4, "fp16": {"enabled": True, "loss_scale": 0}, "zero_optimization": {"stage": 2}}
+        )
+    )
     planned = {"deepspeed": "ds_config.json", "fp16": True, "bf16": False}
-    args, notes = train.adapt_training_arguments(planned, train.Device("cpu", "gloo", True), tmp_path,
-                                                 world_size=1, planned_world_size=2)
+    args, notes = train.adapt_training_arguments(
+        planned, train.Device("cpu", "gloo", True), tmp_path, world_size=1, planned_world_size=2
+    )
     config = args["deepspeed"]
     assert config["bf16"] == {"enabled": True} and "fp16" not in config  # matches the Trainer's fp16 → bf16
     assert config["train_batch_size"] == "auto" and any("world size is 1" in n for n in notes)
@@ -140,23 +153,35 @@ def test_qlora_falls_back_to_lora_where_4bit_cannot_load_and_says_so(train, capl
 
 
 # ----------------------------------------------------------------------------------------------- bad data
-@pytest.mark.parametrize("fmt, lines, expected", [
-    ("alpaca", ['{"instruction": "a", "output": "b"}', "{not json"], r":2: not valid JSON"),
-    ("alpaca", ['{"instruction": "a", "output": "b"}', '{"instruction": "a"}'], r":2: field 'output': missing"),
-    ("alpaca", ['{"instruction": 3, "output": "b"}'], r":1: field 'instruction': must be a string, got int"),
-    ("alpaca", ['["a", "b"]'], r":1: expected a JSON object"),
-    ("messages", ['{"messages": []}'], r":1: field 'messages': must be a non-empty list"),
-    ("messages", ['{"messages": [{"role": "user", "content": "hi"}, {"role": "bot", "content": "x"}]}'],
-     r"field 'messages\[1\].role': role must be one of"),
-    ("messages", ['{"messages": [{"role": "user", "content": "hi"}]}'], r"no assistant turn"),
-    ("messages", ['{"messages": [{"role": "user"}, {"role": "assistant", "content": "x"}]}'],
-     r"field 'messages\[0\].content'"),
-    ("text", ['{"body": "x"}'], r":1: field 'text': missing"),
-    ("alpaca", [], r"file is empty"),
-    ("alpaca", ["", "  "], r"holds no records"),
-    ("alpaca", ['{"instruction": "a", "output": "b"}', '{"instruction": "\udcff", "output": "b"}'],
-     r":2: not UTF-8 text"),
-])
+@pytest.mark.parametrize(
+    "fmt, lines, expected",
+    [
+        ("alpaca", ['{"instruction": "a", "output": "b"}', "{not json"], r":2: not valid JSON"),
+        ("alpaca", ['{"instruction": "a", "output": "b"}', '{"instruction": "a"}'], r":2: field 'output': missing"),
+        ("alpaca", ['{"instruction": 3, "output": "b"}'], r":1: field 'instruction': must be a string, got int"),
+        ("alpaca", ['["a", "b"]'], r":1: expected a JSON object"),
+        ("messages", ['{"messages": []}'], r":1: field 'messages': must be a non-empty list"),
+        (
+            "messages",
+            ['{"messages": [{"role": "user", "content": "hi"}, {"role": "bot", "content": "x"}]}'],
+            r"field 'messages\[1\].role': role must be one of",
+        ),
+        ("messages", ['{"messages": [{"role": "user", "content": "hi"}]}'], r"no assistant turn"),
+        (
+            "messages",
+            ['{"messages": [{"role": "user"}, {"role": "assistant", "content": "x"}]}'],
+            r"field 'messages\[0\].content'",
+        ),
+        ("text", ['{"body": "x"}'], r":1: field 'text': missing"),
+        ("alpaca", [], r"file is empty"),
+        ("alpaca", ["", "  "], r"holds no records"),
+        (
+            "alpaca",
+            ['{"instruction": "a", "output": "b"}', '{"instruction": "\udcff", "output": "b"}'],
+            r":2: not UTF-8 text",
+        ),
+    ],
+)
 def test_bad_data_names_file_line_and_field(train, tmp_path, fmt, lines, expected):
     path = tmp_path / "data.jsonl"
     path.write_bytes(("\n".join(lines) + ("\n" if lines else "")).encode("utf-8", "surrogateescape"))
@@ -176,8 +201,10 @@ def test_a_data_directory_without_data_files_is_an_error(train, tmp_path):
 # ---------------------------------------------------------------------------------------------- tokenizer
 def test_the_twin_tokenizer_is_deterministic_and_chat_ready(train, tokenizer):
     again = train.train_tokenizer([m for m in ["the red fox", "1 2 3"] * 50], 512, 512)
-    assert again.backend_tokenizer.to_str() == train.train_tokenizer(["the red fox", "1 2 3"] * 50, 512, 512) \
-        .backend_tokenizer.to_str()
+    assert (
+        again.backend_tokenizer.to_str()
+        == train.train_tokenizer(["the red fox", "1 2 3"] * 50, 512, 512).backend_tokenizer.to_str()
+    )
     assert len(tokenizer) <= 512 and tokenizer.pad_token_id is not None
     assert tokenizer.pad_token_id not in (tokenizer.eos_token_id, tokenizer.bos_token_id)
     text = train.render_chat(tokenizer, [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}])
@@ -193,9 +220,13 @@ def _trained_text(tokenizer, sample):
 
 
 def test_prompt_tokens_are_masked_token_by_token(train, tokenizer):
-    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Count from 1 to 3."},
-                {"role": "assistant", "content": "1 2 3"}, {"role": "user", "content": "Spell cat backwards."},
-                {"role": "assistant", "content": "tac"}]
+    messages = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Count from 1 to 3."},
+        {"role": "assistant", "content": "1 2 3"},
+        {"role": "user", "content": "Spell cat backwards."},
+        {"role": "assistant", "content": "tac"},
+    ]
     sample = train.encode_conversation(tokenizer, messages, max_len=512)
     ids, labels = sample["input_ids"], sample["labels"]
     assert len(ids) == len(labels)
@@ -212,15 +243,20 @@ def test_prompt_tokens_are_masked_token_by_token(train, tokenizer):
 def test_alpaca_records_become_one_exchange(train, tokenizer):
     batch = {"instruction": ["Repeat the word."], "input": ["dog 2"], "output": ["dog dog"]}
     (messages,) = train.conversations(batch, "alpaca")
-    assert messages == [{"role": "user", "content": "Repeat the word.\n\ndog 2"},
-                        {"role": "assistant", "content": "dog dog"}]
+    assert messages == [
+        {"role": "user", "content": "Repeat the word.\n\ndog 2"},
+        {"role": "assistant", "content": "dog dog"},
+    ]
     out = train.tokenize_conversations(batch, tokenizer, "alpaca", max_len=512)
     assert _trained_text(tokenizer, {"labels": out["labels"][0]}) == "dog dog<|eos|>"
 
 
 def test_truncation_keeps_max_len_and_drops_samples_with_no_answer_left(train, tokenizer):
-    batch = {"instruction": ["Count from 0 to 30.", "word " * 200], "input": ["", ""],
-             "output": [" ".join(str(i) for i in range(31)), "x"]}
+    batch = {
+        "instruction": ["Count from 0 to 30.", "word " * 200],
+        "input": ["", ""],
+        "output": [" ".join(str(i) for i in range(31)), "x"],
+    }
     out = train.tokenize_conversations(batch, tokenizer, "alpaca", max_len=24)
     assert len(out["input_ids"]) == 1  # the second answer starts beyond 24 tokens
     assert len(out["input_ids"][0]) == 24 and any(t != -100 for t in out["labels"][0])
@@ -229,8 +265,11 @@ def test_truncation_keeps_max_len_and_drops_samples_with_no_answer_left(train, t
 def test_pretraining_text_becomes_full_blocks_separated_by_eos(train, tokenizer):
     batch = {"text": ["the red fox " * 5, "", "1 2 3 4 5 " * 7]}
     out = train.tokenize_into_blocks(batch, tokenizer, block_len=8)
-    stream = [t for doc in ("the red fox " * 5, "1 2 3 4 5 " * 7)
-              for t in tokenizer(doc, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]]
+    stream = [
+        t
+        for doc in ("the red fox " * 5, "1 2 3 4 5 " * 7)
+        for t in tokenizer(doc, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+    ]
     assert all(len(block) == 8 for block in out["input_ids"])
     assert [t for block in out["input_ids"] for t in block] == stream[: len(stream) // 8 * 8]
 
@@ -256,16 +295,29 @@ def test_packing_fills_rows_without_losing_or_mixing_tokens(train, tokenizer, tm
 
 def test_packed_rows_give_each_sample_the_loss_it_has_alone(train, tokenizer, tmp_path):
     torch.manual_seed(0)
-    spec = SimpleNamespace(family="llama", vocab_size=512, hidden_size=64, intermediate_size=128, num_layers=2,
-                           num_attention_heads=4, num_kv_heads=2, max_position_embeddings=512, rms_norm_eps=1e-5,
-                           tie_word_embeddings=False, rope_theta=10000.0, attention_bias=False)
+    spec = SimpleNamespace(
+        family="llama",
+        vocab_size=512,
+        hidden_size=64,
+        intermediate_size=128,
+        num_layers=2,
+        num_attention_heads=4,
+        num_kv_heads=2,
+        max_position_embeddings=512,
+        rms_norm_eps=1e-5,
+        tie_word_embeddings=False,
+        rope_theta=10000.0,
+        attention_bias=False,
+    )
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_config(train.architecture_config(spec, tokenizer)).eval()
     samples = _samples(train, tokenizer, tmp_path, n=6)
     collate = train.SequenceCollator(tokenizer.pad_token_id)
-    alone = [_token_losses(model, collate([{"input_ids": ids, "labels": labels}]))[0].sum()
-             for ids, labels in zip(samples["input_ids"], samples["labels"])]
+    alone = [
+        _token_losses(model, collate([{"input_ids": ids, "labels": labels}]))[0].sum()
+        for ids, labels in zip(samples["input_ids"], samples["labels"])
+    ]
     packed = train.pack_samples(samples, max_len=512)
     assert len(packed["input_ids"]) == 1
     batch = collate([{key: packed[key][0] for key in packed}])
@@ -275,7 +327,7 @@ def test_packed_rows_give_each_sample_the_loss_it_has_alone(train, tokenizer, tm
     offset = 0
     for index in order:
         length = len(samples["input_ids"][index])
-        assert torch.allclose(losses[offset: offset + length - 1].sum(), alone[index], rtol=1e-4, atol=1e-4)
+        assert torch.allclose(losses[offset : offset + length - 1].sum(), alone[index], rtol=1e-4, atol=1e-4)
         offset += length
 
 
@@ -283,8 +335,9 @@ def _token_losses(model, batch):
     """Per-position loss: position t predicts token t+1 (the model's own shift)."""
     with torch.no_grad():
         logits = model(**{k: v for k, v in batch.items() if k != "labels"}).logits
-    return torch.nn.functional.cross_entropy(logits[:, :-1].transpose(1, 2), batch["labels"][:, 1:],
-                                             ignore_index=-100, reduction="none")
+    return torch.nn.functional.cross_entropy(
+        logits[:, :-1].transpose(1, 2), batch["labels"][:, 1:], ignore_index=-100, reduction="none"
+    )
 
 
 def test_collator_pads_right_and_masks_padding(train):
@@ -295,8 +348,12 @@ def test_collator_pads_right_and_masks_padding(train):
     assert batch["attention_mask"].tolist() == [[1, 1, 1], [1, 0, 0]]
     blocks = collate([{"input_ids": [1, 2]}, {"input_ids": [3, 4]}])  # pretraining blocks: labels are the ids
     assert set(blocks) == {"input_ids", "labels"} and blocks["labels"].tolist() == [[1, 2], [3, 4]]
-    packed = collate([{"input_ids": [1, 2, 3], "labels": [-100, 2, 3], "position_ids": [0, 0, 1]},
-                      {"input_ids": [4], "labels": [4], "position_ids": [0]}])
+    packed = collate(
+        [
+            {"input_ids": [1, 2, 3], "labels": [-100, 2, 3], "position_ids": [0, 0, 1]},
+            {"input_ids": [4], "labels": [4], "position_ids": [0]},
+        ]
+    )
     assert packed["position_ids"].tolist() == [[0, 0, 1], [0, 0, 1]] and "attention_mask" not in packed
     assert packed["labels"].tolist()[1] == [4, -100, -100]
 

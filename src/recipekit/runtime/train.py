@@ -68,8 +68,14 @@ RANDOM_INIT_DIR = "random-init"
 METRICS_FILE = "metrics.jsonl"
 TOKENIZER_SAMPLE_LIMIT = 50_000  # records the random twin's tokenizer is trained on: plenty for a dry-run vocabulary
 MAP_BATCH = 1_000  # rows per datasets.map batch; also the window the packer fills its bins from
-WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "adapter_model.safetensors",
-                "pytorch_model.bin", "pytorch_model.bin.index.json", "adapter_model.bin")
+WEIGHT_FILES = (
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "adapter_model.safetensors",
+    "pytorch_model.bin",
+    "pytorch_model.bin.index.json",
+    "adapter_model.bin",
+)
 ROLES = ("system", "user", "assistant")
 SPECIAL_TOKENS = {"bos_token": "<|bos|>", "eos_token": "<|eos|>", "pad_token": "<|pad|>"}
 #: Used by the random twin, and by a pretrained tokenizer that has no template of its own. Role markers are
@@ -126,8 +132,9 @@ def load_run_config(path: Path) -> RunConfig:
     missing = [key for key in ("recipe", "plan", "training_arguments") if not isinstance((raw or {}).get(key), dict)]
     if missing:
         raise RunError(f"{path} lacks section(s) {', '.join(missing)}: rebuild the bundle with `recipekit build`")
-    return RunConfig(_namespace(raw["recipe"]), _namespace(raw["plan"]), dict(raw["training_arguments"]),
-                     path.resolve().parent)
+    return RunConfig(
+        _namespace(raw["recipe"]), _namespace(raw["plan"]), dict(raw["training_arguments"]), path.resolve().parent
+    )
 
 
 # ------------------------------------------------------------------------------------------------------ device
@@ -156,8 +163,9 @@ def detect_device() -> Device:
     return Device("cpu", "gloo", True)
 
 
-def adapt_training_arguments(kwargs: dict[str, Any], device: Device, bundle_dir: Path,
-                             world_size: int, planned_world_size: int) -> tuple[dict[str, Any], list[str]]:
+def adapt_training_arguments(
+    kwargs: dict[str, Any], device: Device, bundle_dir: Path, world_size: int, planned_world_size: int
+) -> tuple[dict[str, Any], list[str]]:
     """Fit the planned Trainer arguments to ``device``; return them and one human-readable note per change.
 
     A bundle built for Ascend must still dry-run on a laptop: backend, optimizer and precision follow the device
@@ -184,8 +192,9 @@ def adapt_training_arguments(kwargs: dict[str, Any], device: Device, bundle_dir:
     return args, notes
 
 
-def _deepspeed_config(args: dict[str, Any], bundle_dir: Path, world_size: int, planned_world_size: int,
-                      notes: list[str]) -> dict[str, Any]:
+def _deepspeed_config(
+    args: dict[str, Any], bundle_dir: Path, world_size: int, planned_world_size: int, notes: list[str]
+) -> dict[str, Any]:
     path = Path(args["deepspeed"])
     path = path if path.is_absolute() else bundle_dir / path
     try:
@@ -198,8 +207,9 @@ def _deepspeed_config(args: dict[str, Any], bundle_dir: Path, world_size: int, p
         else:
             config.pop(precision, None)
     if world_size != planned_world_size and isinstance(config.get("train_batch_size"), int):
-        notes.append(f"world size is {world_size}, the plan's is {planned_world_size}: the global batch follows "
-                     "the world size")
+        notes.append(
+            f"world size is {world_size}, the plan's is {planned_world_size}: the global batch follows the world size"
+        )
         config["train_batch_size"] = "auto"
     return config
 
@@ -223,8 +233,14 @@ def prepare_launch_environment(args: dict[str, Any], device: Device, notes: list
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
             port = sock.getsockname()[1]
-        os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1",
-                          MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        os.environ.update(
+            RANK="0",
+            LOCAL_RANK="0",
+            WORLD_SIZE="1",
+            LOCAL_WORLD_SIZE="1",
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=str(port),
+        )
 
 
 def join_deepspeed_group(device: Device) -> None:
@@ -312,8 +328,9 @@ def _validate_messages(messages: Any, path: Path, line: int) -> None:
         if not isinstance(message, dict):
             raise DataError(path, "must be an object with role and content", line, field)
         if message.get("role") not in ROLES:
-            raise DataError(path, f"role must be one of {', '.join(ROLES)}, got {message.get('role')!r}", line,
-                            f"{field}.role")
+            raise DataError(
+                path, f"role must be one of {', '.join(ROLES)}, got {message.get('role')!r}", line, f"{field}.role"
+            )
         if not isinstance(message.get("content"), str):
             raise DataError(path, "missing or not a string", line, f"{field}.content")
     roles = [m["role"] for m in messages if m["role"] != "system"]
@@ -335,8 +352,11 @@ def load_raw_dataset(data: Any, cache_dir: Path) -> datasets.Dataset:
         records = datasets.load_dataset("json", data_files=jsonl, split="train", cache_dir=str(cache_dir))
         parts.append(records.select_columns(["text"]) if text else records)
     if text:  # a paragraph (text between blank lines) is one document
-        parts.append(datasets.load_dataset("text", data_files=text, sample_by="paragraph", split="train",
-                                           cache_dir=str(cache_dir)))
+        parts.append(
+            datasets.load_dataset(
+                "text", data_files=text, sample_by="paragraph", split="train", cache_dir=str(cache_dir)
+            )
+        )
     return parts[0] if len(parts) == 1 else datasets.concatenate_datasets(parts)
 
 
@@ -370,8 +390,10 @@ def assistant_spans(tokenizer: Any, messages: list[dict[str, str]], text: str) -
         start = len(render_chat(tokenizer, messages[:index], generation_prompt=True))
         upto = render_chat(tokenizer, messages[: index + 1])
         if not text.startswith(upto) or start > len(upto):
-            raise RunError("the tokenizer's chat template does not render a conversation as a prefix of its "
-                           "continuation, so prompt tokens cannot be masked")
+            raise RunError(
+                "the tokenizer's chat template does not render a conversation as a prefix of its "
+                "continuation, so prompt tokens cannot be masked"
+            )
         spans.append((start, len(upto)))
     return spans
 
@@ -382,8 +404,10 @@ def encode_conversation(tokenizer: Any, messages: list[dict[str, str]], max_len:
     spans = assistant_spans(tokenizer, messages, text)
     encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
     ids = encoded["input_ids"][:max_len]
-    labels = [token if any(s <= start < e for s, e in spans) else IGNORE_INDEX
-              for token, (start, _) in zip(ids, encoded["offset_mapping"])]
+    labels = [
+        token if any(s <= start < e for s, e in spans) else IGNORE_INDEX
+        for token, (start, _) in zip(ids, encoded["offset_mapping"])
+    ]
     return {"input_ids": ids, "labels": labels}
 
 
@@ -407,7 +431,7 @@ def tokenize_into_blocks(batch: dict[str, list], tokenizer: Any, block_len: int)
     for ids in tokenizer([t for t in batch["text"] if t.strip()], add_special_tokens=False)["input_ids"]:
         stream += ids + [tokenizer.eos_token_id]
     usable = len(stream) // block_len * block_len
-    return {"input_ids": [stream[i: i + block_len] for i in range(0, usable, block_len)]}
+    return {"input_ids": [stream[i : i + block_len] for i in range(0, usable, block_len)]}
 
 
 def pack_samples(batch: dict[str, list], max_len: int) -> dict[str, list]:
@@ -464,8 +488,12 @@ class SequenceCollator:
         return {key: torch.tensor(batch[key], dtype=torch.long) for key in keep}
 
 
-def build_datasets(raw: datasets.Dataset, tokenizer: Any, data: Any, seed: int,
-                   ) -> tuple[datasets.Dataset, datasets.Dataset | None]:
+def build_datasets(
+    raw: datasets.Dataset,
+    tokenizer: Any,
+    data: Any,
+    seed: int,
+) -> tuple[datasets.Dataset, datasets.Dataset | None]:
     """Tokenised (and for pretraining blocked, for SFT optionally packed) train and eval sets, cached by content."""
     columns = raw.column_names
     workers = _map_workers(len(raw))
@@ -474,11 +502,17 @@ def build_datasets(raw: datasets.Dataset, tokenizer: Any, data: Any, seed: int,
         if not len(tokenized):
             raise RunError(f"data {data.path} yields no full block of max_len={data.max_len} tokens")
     else:
-        tokenized = _map(raw, tokenize_conversations, tokenizer, columns, workers, fmt=data.format,
-                         max_len=data.max_len)
+        tokenized = _map(
+            raw, tokenize_conversations, tokenizer, columns, workers, fmt=data.format, max_len=data.max_len
+        )
         if len(tokenized) < len(raw):
-            _log0("%d of %d samples dropped: their answer starts beyond max_len=%d", len(raw) - len(tokenized),
-                  len(raw), data.max_len, level=logging.WARNING)
+            _log0(
+                "%d of %d samples dropped: their answer starts beyond max_len=%d",
+                len(raw) - len(tokenized),
+                len(raw),
+                data.max_len,
+                level=logging.WARNING,
+            )
         if not len(tokenized):
             raise RunError(f"no sample of {data.path} has an answer within max_len={data.max_len}")
     train, evaluation = tokenized, None
@@ -492,8 +526,9 @@ def build_datasets(raw: datasets.Dataset, tokenizer: Any, data: Any, seed: int,
     return train, evaluation
 
 
-def _map(dataset: datasets.Dataset, function: Any, tokenizer: Any, remove: list[str], workers: int | None,
-         **kwargs: Any) -> datasets.Dataset:
+def _map(
+    dataset: datasets.Dataset, function: Any, tokenizer: Any, remove: list[str], workers: int | None, **kwargs: Any
+) -> datasets.Dataset:
     """``dataset.map(function)`` with a fingerprint made of the input's, the tokenizer's content and the arguments.
 
     An explicit fingerprint makes every rank, and every restart, find the main process's cache files, whatever
@@ -504,8 +539,16 @@ def _map(dataset: datasets.Dataset, function: Any, tokenizer: Any, remove: list[
         parts.append(_tokenizer_digest(tokenizer))
         kwargs["tokenizer"] = tokenizer
     digest = hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
-    return dataset.map(function, batched=True, batch_size=MAP_BATCH, remove_columns=remove, fn_kwargs=kwargs,
-                       num_proc=workers, new_fingerprint=digest, desc=function.__name__.replace("_", " "))
+    return dataset.map(
+        function,
+        batched=True,
+        batch_size=MAP_BATCH,
+        remove_columns=remove,
+        fn_kwargs=kwargs,
+        num_proc=workers,
+        new_fingerprint=digest,
+        desc=function.__name__.replace("_", " "),
+    )
 
 
 def _tokenizer_digest(tokenizer: Any) -> str:
@@ -541,11 +584,16 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int, max_length: int) -> P
     backend = Tokenizer(models.BPE())
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     backend.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials, show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=specials,
+        show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     backend.train_from_iterator(texts, trainer=trainer)
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, model_max_length=max_length,
-                                        extra_special_tokens=roles, **SPECIAL_TOKENS)
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend, model_max_length=max_length, extra_special_tokens=roles, **SPECIAL_TOKENS
+    )
     tokenizer.chat_template = CHAT_TEMPLATE
     return tokenizer
 
@@ -568,13 +616,19 @@ def load_tokenizer(path: str, trust_remote_code: bool) -> Any:
 def architecture_config(spec: Any, tokenizer: Any) -> LlamaConfig | Qwen2Config:
     """A transformers config from the recipe's architecture numbers (the random twin has no config.json)."""
     common = {
-        "vocab_size": max(spec.vocab_size, len(tokenizer)), "hidden_size": spec.hidden_size,
-        "intermediate_size": spec.intermediate_size, "num_hidden_layers": spec.num_layers,
-        "num_attention_heads": spec.num_attention_heads, "num_key_value_heads": spec.num_kv_heads,
-        "max_position_embeddings": spec.max_position_embeddings, "rms_norm_eps": spec.rms_norm_eps,
-        "tie_word_embeddings": spec.tie_word_embeddings, "use_cache": False,
+        "vocab_size": max(spec.vocab_size, len(tokenizer)),
+        "hidden_size": spec.hidden_size,
+        "intermediate_size": spec.intermediate_size,
+        "num_hidden_layers": spec.num_layers,
+        "num_attention_heads": spec.num_attention_heads,
+        "num_key_value_heads": spec.num_kv_heads,
+        "max_position_embeddings": spec.max_position_embeddings,
+        "rms_norm_eps": spec.rms_norm_eps,
+        "tie_word_embeddings": spec.tie_word_embeddings,
+        "use_cache": False,
         "rope_parameters": {"rope_type": "default", "rope_theta": spec.rope_theta},
-        "bos_token_id": tokenizer.bos_token_id, "eos_token_id": tokenizer.eos_token_id,
+        "bos_token_id": tokenizer.bos_token_id,
+        "eos_token_id": tokenizer.eos_token_id,
         "pad_token_id": tokenizer.pad_token_id,
     }
     if spec.family == "llama":
@@ -630,8 +684,12 @@ def quantization_config(mode: Any, device: Device, compute_dtype: torch.dtype) -
     except ImportError as exc:
         _log0("qlora: bitsandbytes unavailable (%s); training plain LoRA on the unquantised model", exc)
         return None
-    return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type=mode.quant.quant_type,
-                              bnb_4bit_use_double_quant=mode.quant.double_quant, bnb_4bit_compute_dtype=compute_dtype)
+    return BitsAndBytesConfig(
+        load_in_4bit=True,
+        bnb_4bit_quant_type=mode.quant.quant_type,
+        bnb_4bit_use_double_quant=mode.quant.double_quant,
+        bnb_4bit_compute_dtype=compute_dtype,
+    )
 
 
 def load_model(path: str, recipe: Any, args: TrainingArguments, device: Device) -> Any:
@@ -640,21 +698,30 @@ def load_model(path: str, recipe: Any, args: TrainingArguments, device: Device) 
     dtype = weight_dtype(_precision(args), mode.kind, bool(args.deepspeed))
     quant = quantization_config(mode, device, dtype)
     extra = {"quantization_config": quant, "device_map": {"": args.device}} if quant else {}
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, trust_remote_code=recipe.model.trust_remote_code,
-                                                 **extra)
+    model = AutoModelForCausalLM.from_pretrained(
+        path, dtype=dtype, trust_remote_code=recipe.model.trust_remote_code, **extra
+    )
     model.config.use_cache = False  # a KV cache in training would also disable the packed-sequence mask
     if mode.kind not in ("lora", "qlora"):
         return model
     from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
 
     if quant:
-        model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=bool(args.activation_checkpointing),
-                                                gradient_checkpointing_kwargs=args.activation_checkpointing_kwargs)
+        model = prepare_model_for_kbit_training(
+            model,
+            use_gradient_checkpointing=bool(args.activation_checkpointing),
+            gradient_checkpointing_kwargs=args.activation_checkpointing_kwargs,
+        )
     elif args.activation_checkpointing:
         model.enable_input_require_grads()  # checkpointed blocks need an input that requires grad
     lora = mode.lora
-    config = LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, task_type="CAUSAL_LM",
-                        target_modules=lora.target_modules)
+    config = LoraConfig(
+        r=lora.r,
+        lora_alpha=lora.alpha,
+        lora_dropout=lora.dropout,
+        task_type="CAUSAL_LM",
+        target_modules=lora.target_modules,
+    )
     return get_peft_model(model, config)
 
 
@@ -709,8 +776,16 @@ def _weights_file_problem(file: Path) -> str | None:
             shards = set(json.loads(file.read_text(encoding="utf-8"))["weight_map"].values())
         except (OSError, ValueError, KeyError):
             return f"{file.name} unreadable"
-        return next(filter(None, (_weights_file_problem(file.parent / s) if (file.parent / s).exists()
-                                  else f"shard {s} missing" for s in sorted(shards))), None)
+        return next(
+            filter(
+                None,
+                (
+                    _weights_file_problem(file.parent / s) if (file.parent / s).exists() else f"shard {s} missing"
+                    for s in sorted(shards)
+                ),
+            ),
+            None,
+        )
     if file.suffix == ".safetensors":
         return _safetensors_problem(file)
     return None if file.stat().st_size else f"{file.name} is empty"
@@ -788,8 +863,11 @@ class ThroughputCallback(TrainerCallback):
             return
         per_device = seen / elapsed / self.world_size
         tflops = per_device * self.flops_per_token / 1e12
-        logs.update(tokens_per_second_per_device=round(per_device, 1), tflops_per_device=round(tflops, 4),
-                    mfu=round(tflops / self.peak_tflops, 5))
+        logs.update(
+            tokens_per_second_per_device=round(per_device, 1),
+            tflops_per_device=round(tflops, 4),
+            mfu=round(tflops / self.peak_tflops, 5),
+        )
 
 
 class MetricsFileCallback(TrainerCallback):
@@ -862,8 +940,16 @@ def _peak_tflops(hw: Any, precision: str) -> float:
     return hw.peak_tflops_fp16 if precision == "fp16" else hw.peak_tflops_bf16
 
 
-def summary_lines(run: RunConfig, args: TrainingArguments, device: Device, model_path: str, counts: tuple[int, int],
-                  train: datasets.Dataset, evaluation: datasets.Dataset | None, resume_from: str | None) -> list[str]:
+def summary_lines(
+    run: RunConfig,
+    args: TrainingArguments,
+    device: Device,
+    model_path: str,
+    counts: tuple[int, int],
+    train: datasets.Dataset,
+    evaluation: datasets.Dataset | None,
+    resume_from: str | None,
+) -> list[str]:
     """The startup block rank 0 logs: what runs where, and how big it is."""
     recipe, trainable, total = run.recipe, *counts
     data = recipe.data
@@ -876,13 +962,19 @@ def summary_lines(run: RunConfig, args: TrainingArguments, device: Device, model
         packing = "on, no attention across samples" if data.packing else "off"
     return [
         f"recipe {recipe.name}: {recipe.mode.kind} of {recipe.model.name} ({recipe.model.init} init) from {model_path}",
-        (f"world size {args.world_size} | device {device.kind} | backend {args.ddp_backend or device.backend} | "
-         f"precision {_precision(args)} | ZeRO {zero} | optimizer {getattr(args.optim, 'value', args.optim)}"),
-        (f"global batch {batch} = micro {args.per_device_train_batch_size} × accumulation "
-         f"{args.gradient_accumulation_steps} × data-parallel {args.world_size}"),
+        (
+            f"world size {args.world_size} | device {device.kind} | backend {args.ddp_backend or device.backend} | "
+            f"precision {_precision(args)} | ZeRO {zero} | optimizer {getattr(args.optim, 'value', args.optim)}"
+        ),
+        (
+            f"global batch {batch} = micro {args.per_device_train_batch_size} × accumulation "
+            f"{args.gradient_accumulation_steps} × data-parallel {args.world_size}"
+        ),
         f"parameters: {trainable:,} trainable of {total:,} ({100 * trainable / max(total, 1):.2f}%)",
-        (f"data: {len(train):,} train {rows}, {len(evaluation) if evaluation is not None else 0:,} eval "
-         f"({data.format}, max_len {data.max_len}, packing {packing})"),
+        (
+            f"data: {len(train):,} train {rows}, {len(evaluation) if evaluation is not None else 0:,} eval "
+            f"({data.format}, max_len {data.max_len}, packing {packing})"
+        ),
         f"output {args.output_dir} | resume from {resume_from or 'scratch'}",
     ]
 
@@ -890,14 +982,20 @@ def summary_lines(run: RunConfig, args: TrainingArguments, device: Device, model
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="Train from a recipekit bundle's recipe.yaml with the HF Trainer.")
     parser.add_argument("--recipe", type=Path, default=Path("recipe.yaml"), help="the bundle's recipe.yaml")
-    parser.add_argument("--resume", default="auto",
-                        help="auto: newest complete checkpoint in output_dir; none: start over; or a checkpoint path")
+    parser.add_argument(
+        "--resume",
+        default="auto",
+        help="auto: newest complete checkpoint in output_dir; none: start over; or a checkpoint path",
+    )
     return parser.parse_args(argv)
 
 
 def setup_logging() -> None:
-    logging.basicConfig(level=logging.INFO if _rank() == 0 else logging.WARNING, stream=sys.stderr,
-                        format=f"%(asctime)s %(levelname)s [rank {_rank()}] %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO if _rank() == 0 else logging.WARNING,
+        stream=sys.stderr,
+        format=f"%(asctime)s %(levelname)s [rank {_rank()}] %(name)s: %(message)s",
+    )
     if _rank() != 0:
         datasets.disable_progress_bars()
 
@@ -905,8 +1003,9 @@ def setup_logging() -> None:
 def training_arguments(run: RunConfig, device: Device) -> TrainingArguments:
     """The plan's Trainer arguments, fitted to the device and launcher found; creating them joins the process group."""
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
-    kwargs, notes = adapt_training_arguments(run.training_arguments, device, run.bundle_dir, world_size,
-                                             run.plan.world_size)
+    kwargs, notes = adapt_training_arguments(
+        run.training_arguments, device, run.bundle_dir, world_size, run.plan.world_size
+    )
     prepare_launch_environment(kwargs, device, notes)
     args = make_training_arguments(kwargs)
     if kwargs.get("deepspeed") and args.world_size > 1:
@@ -916,8 +1015,9 @@ def training_arguments(run: RunConfig, device: Device) -> TrainingArguments:
     return args
 
 
-def prepare_inputs(recipe: Any, args: TrainingArguments, output_dir: Path) -> tuple[str, Any, datasets.Dataset,
-                                                                                  datasets.Dataset | None]:
+def prepare_inputs(
+    recipe: Any, args: TrainingArguments, output_dir: Path
+) -> tuple[str, Any, datasets.Dataset, datasets.Dataset | None]:
     """Model path, tokenizer and the train/eval sets; each step on the main process first, then cached for the rest."""
     with args.main_process_first(local=False, desc="load and validate data"):
         raw = load_raw_dataset(recipe.data, output_dir / "cache" / "datasets")
@@ -933,16 +1033,29 @@ def prepare_inputs(recipe: Any, args: TrainingArguments, output_dir: Path) -> tu
     return model_path, tokenizer, train_set, eval_set
 
 
-def make_trainer(recipe: Any, args: TrainingArguments, model: Any, tokenizer: Any, train_set: datasets.Dataset,
-                 eval_set: datasets.Dataset | None, parameters: int) -> tuple[Trainer, PreemptionCallback]:
+def make_trainer(
+    recipe: Any,
+    args: TrainingArguments,
+    model: Any,
+    tokenizer: Any,
+    train_set: datasets.Dataset,
+    eval_set: datasets.Dataset | None,
+    parameters: int,
+) -> tuple[Trainer, PreemptionCallback]:
     """The Trainer with recipekit's callbacks: throughput first (reporters run in list order and must see its
     figures), then metrics.jsonl and SIGTERM handling."""
     output_dir = Path(args.output_dir)
     per_token = flops_per_token(parameters, recipe.model.num_layers, recipe.model.hidden_size, recipe.data.max_len)
     preemption = PreemptionCallback()
-    trainer = Trainer(model=model, args=args, train_dataset=train_set, eval_dataset=eval_set,
-                      data_collator=SequenceCollator(tokenizer.pad_token_id), processing_class=tokenizer,
-                      callbacks=[MetricsFileCallback(output_dir / METRICS_FILE), preemption])
+    trainer = Trainer(
+        model=model,
+        args=args,
+        train_dataset=train_set,
+        eval_dataset=eval_set,
+        data_collator=SequenceCollator(tokenizer.pad_token_id),
+        processing_class=tokenizer,
+        callbacks=[MetricsFileCallback(output_dir / METRICS_FILE), preemption],
+    )
     throughput = ThroughputCallback(per_token, _peak_tflops(recipe.hw, _precision(args)), args.world_size)
     trainer.callback_handler.callbacks.insert(0, throughput)
     return trainer, preemption
@@ -969,8 +1082,11 @@ def train(options: argparse.Namespace) -> int:
     model_path, tokenizer, train_set, eval_set = prepare_inputs(recipe, args, output_dir)
     model = load_model(model_path, recipe, args, device)
     if recipe.data.packing and recipe.model.trust_remote_code:
-        _log0("packing with remote model code: samples stay apart only if that code masks by position_ids as "
-              "transformers' own models do", level=logging.WARNING)
+        _log0(
+            "packing with remote model code: samples stay apart only if that code masks by position_ids as "
+            "transformers' own models do",
+            level=logging.WARNING,
+        )
     counts = parameter_counts(model)
     trainer, preemption = make_trainer(recipe, args, model, tokenizer, train_set, eval_set, counts[1])
     resume_from = resume_checkpoint(output_dir, options.resume)
@@ -980,8 +1096,11 @@ def train(options: argparse.Namespace) -> int:
     preemption.install()
     trainer.train(resume_from_checkpoint=resume_from)
     if preemption.stopped_at is not None:
-        _log0("SIGTERM: saved checkpoint-%d; exiting %d so the job restarts and resumes from it",
-              preemption.stopped_at, EXIT_PREEMPTED)
+        _log0(
+            "SIGTERM: saved checkpoint-%d; exiting %d so the job restarts and resumes from it",
+            preemption.stopped_at,
+            EXIT_PREEMPTED,
+        )
         return EXIT_PREEMPTED
     save_results(trainer, recipe, args, model_path, tokenizer)
     _log0("done: %d steps; model in %s", trainer.state.global_step, output_dir)

@@ -13,8 +13,9 @@ processes. Earlier modules (recipe, plan, render, bundle, images) never import t
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from recipekit.validate.checks import Finding, Report, Result, Status
 from recipekit.validate.static import BundleUnusable
@@ -25,8 +26,13 @@ if TYPE_CHECKING:
 __all__ = ["BundleUnusable", "Finding", "Report", "Result", "Status", "validate"]
 
 
-def validate(bundle_dir: Path, *, dry_run: "DryRunOptions | None" = None, libraries: bool = True,
-             progress: Callable[[str], None] = lambda message: None) -> Report:
+def validate(
+    bundle_dir: Path,
+    *,
+    dry_run: DryRunOptions | None = None,
+    libraries: bool = True,
+    progress: Callable[[str], None] = lambda message: None,
+) -> Report:
     """Validate ``bundle_dir``: every static check, then (with ``dry_run`` options) the dry run.
 
     Raises :class:`BundleUnusable` when the path is not a bundle, and
@@ -44,4 +50,3 @@ def validate(bundle_dir: Path, *, dry_run: "DryRunOptions | None" = None, librar
 
         report.extend(run_dry_run(bundle, dry_run, progress))
     return report
-

@@ -21,7 +21,8 @@ class Status(str, Enum):
 
 @dataclass(frozen=True, slots=True)
 class Finding:
-    """One thing wrong: the bundle file, the field inside it (dotted / indexed path, may be empty), what, and how to fix."""
+    """One thing wrong: the bundle file, the field inside it (dotted / indexed path, may be empty), what, and how
+    to fix it."""
 
     file: str
     field: str
@@ -57,7 +58,7 @@ class Result:
         self.findings.append(Finding(file, field_, message, hint))
         self.status = Status.FAIL
 
-    def skip(self, reason: str) -> "Result":
+    def skip(self, reason: str) -> Result:
         self.status, self.reason = Status.SKIP, reason
         return self
 

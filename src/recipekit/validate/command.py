@@ -24,27 +24,70 @@ _STYLE = {Status.PASS: "green", Status.FAIL: "bold red", Status.SKIP: "yellow"}
 
 @click.command("validate", context_settings=_SETTINGS)
 @click.argument("bundle", type=click.Path(path_type=Path))
-@click.option("--dry-run", is_flag=True, help="Also run the bundle's run.sh/train.py as simulated Volcano pods on "
-                                              "this machine (tiny twin model, generated data).")
-@click.option("--pods", type=click.IntRange(1, 16), default=2, show_default=True,
-              help="Simulated pods (one process each).")
-@click.option("--kill-pod", type=int, default=None, help="Kill this pod (its whole process tree) during the run, "
-                                                         "restart all pods as Volcano's RestartJob does, check resume.")
-@click.option("--at-step", type=int, default=None, help="Training step at which --kill-pod strikes "
-                                                        "(default: between the midway checkpoint and the end).")
-@click.option("--device", type=click.Choice(["cpu", "npu", "cuda"]), default="cpu", show_default=True,
-              help="Run on one real device per pod instead of CPU (skipped with a reason where there is none).")
-@click.option("--steps", type=click.IntRange(2, 10_000), default=8, show_default=True,
-              help="Optimizer steps of the dry run (checkpoint at half).")
-@click.option("--workdir", type=click.Path(path_type=Path), default=None,
-              help="Work directory for the dry run (default: <bundle>/../.dryrun/<name>); logs stay there.")
-@click.option("--timeout", type=click.FloatRange(10, 24 * 3600), default=900.0, show_default=True,
-              help="Seconds the whole dry run may take; pods are killed past it.")
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Also run the bundle's run.sh/train.py as simulated Volcano pods on "
+    "this machine (tiny twin model, generated data).",
+)
+@click.option(
+    "--pods", type=click.IntRange(1, 16), default=2, show_default=True, help="Simulated pods (one process each)."
+)
+@click.option(
+    "--kill-pod",
+    type=int,
+    default=None,
+    help="Kill this pod (its whole process tree) during the run, "
+    "restart all pods as Volcano's RestartJob does, check resume.",
+)
+@click.option(
+    "--at-step",
+    type=int,
+    default=None,
+    help="Training step at which --kill-pod strikes (default: between the midway checkpoint and the end).",
+)
+@click.option(
+    "--device",
+    type=click.Choice(["cpu", "npu", "cuda"]),
+    default="cpu",
+    show_default=True,
+    help="Run on one real device per pod instead of CPU (skipped with a reason where there is none).",
+)
+@click.option(
+    "--steps",
+    type=click.IntRange(2, 10_000),
+    default=8,
+    show_default=True,
+    help="Optimizer steps of the dry run (checkpoint at half).",
+)
+@click.option(
+    "--workdir",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Work directory for the dry run (default: <bundle>/../.dryrun/<name>); logs stay there.",
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(10, 24 * 3600),
+    default=900.0,
+    show_default=True,
+    help="Seconds the whole dry run may take; pods are killed past it.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document (checks, findings, figures).")
 @click.pass_context
-def validate_command(ctx: click.Context, bundle: Path, dry_run: bool, pods: int, kill_pod: int | None,
-                     at_step: int | None, device: str, steps: int, workdir: Path | None, timeout: float,
-                     as_json: bool) -> None:
+def validate_command(
+    ctx: click.Context,
+    bundle: Path,
+    dry_run: bool,
+    pods: int,
+    kill_pod: int | None,
+    at_step: int | None,
+    device: str,
+    steps: int,
+    workdir: Path | None,
+    timeout: float,
+    as_json: bool,
+) -> None:
     """Check a built bundle: files, hashes, the Volcano Job, cross-file consistency, linters; optionally a dry run.
 
     \b
@@ -65,8 +108,13 @@ def validate_command(ctx: click.Context, bundle: Path, dry_run: bool, pods: int,
             flags = ", ".join("--" + name.replace("_", "-") for name in given)
             verb = "makes" if len(given) == 1 else "make"
             raise click.UsageError(f"{flags} only {verb} sense with --dry-run")
-    options = DryRunOptions(pods=pods, steps=steps, kill_pod=kill_pod, at_step=at_step, device=device,
-                            workdir=workdir, timeout=timeout) if dry_run else None
+    options = (
+        DryRunOptions(
+            pods=pods, steps=steps, kill_pod=kill_pod, at_step=at_step, device=device, workdir=workdir, timeout=timeout
+        )
+        if dry_run
+        else None
+    )
 
     progress = _Progress(dry_run)
     try:
@@ -96,7 +144,7 @@ class _Progress:
         self.dry_run = dry_run
         self.status: Any = None
 
-    def __enter__(self) -> "_Progress":
+    def __enter__(self) -> _Progress:
         if self.interactive:
             self.status = self.console.status("validating")
             self.status.__enter__()
@@ -127,11 +175,21 @@ def print_report(report: Report) -> None:
     from rich.text import Text
 
     console = Console(highlight=False, soft_wrap=False, width=max(120, Console().width))
-    table = Table("check", "result", "details", title=f"recipekit validate {report.bundle}", title_justify="left",
-                  show_lines=False, expand=False)
+    table = Table(
+        "check",
+        "result",
+        "details",
+        title=f"recipekit validate {report.bundle}",
+        title_justify="left",
+        show_lines=False,
+        expand=False,
+    )
     for result in report.results:
-        table.add_row(Text(result.id), Text(result.status.value, style=_STYLE[result.status]),
-                      Text(_details(result), style="red" if result.failed else ""))
+        table.add_row(
+            Text(result.id),
+            Text(result.status.value, style=_STYLE[result.status]),
+            Text(_details(result), style="red" if result.failed else ""),
+        )
     console.print(table)
     for result in report.results:
         subs = result.details.get("substitutions")

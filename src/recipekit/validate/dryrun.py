@@ -35,9 +35,10 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import yaml
 
@@ -88,7 +89,9 @@ class DryRunOptions:
             if self.at_step is None:
                 self.at_step = min(self.steps - 1, self.save_steps + max(1, self.steps // 4))
             if not 1 <= self.at_step < self.steps:
-                raise DryRunUsageError(f"--at-step {self.at_step}: must be between 1 and --steps - 1 ({self.steps - 1})")
+                raise DryRunUsageError(
+                    f"--at-step {self.at_step}: must be between 1 and --steps - 1 ({self.steps - 1})"
+                )
         if self.device not in ("cpu", "npu", "cuda"):
             raise DryRunUsageError(f"--device {self.device}: cpu, npu or cuda")
 
@@ -137,8 +140,10 @@ def _missing_modules(bundle: Bundle) -> list[str]:
 
 def _devices(kind: str) -> tuple[int, str]:
     """How many ``kind`` devices this machine has (asked in a child: importing torch_npu here is not wanted)."""
-    probe = {"cuda": "import torch; print(torch.cuda.device_count())",
-             "npu": "import torch, torch_npu; print(torch.npu.device_count())"}[kind]
+    probe = {
+        "cuda": "import torch; print(torch.cuda.device_count())",
+        "npu": "import torch, torch_npu; print(torch.npu.device_count())",
+    }[kind]
     try:
         proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
     except subprocess.TimeoutExpired:
@@ -189,18 +194,25 @@ def _on_volume(path: str, mount: str, shared: Path, fallback: str) -> Path:
     """Where ``path`` (a path in the pod) lives in the work copy: below ``shared`` when it is on the PVC."""
     mount = mount.rstrip("/")
     if path == mount or path.startswith(mount + "/"):
-        relative = path[len(mount):].lstrip("/")
+        relative = path[len(mount) :].lstrip("/")
         return shared / relative if relative else shared
     return shared / fallback / Path(path).name
 
 
 def _async_io_compatible() -> bool:
     """Whether DeepSpeed's async_io op (NVMe offload) can be built here (needs libaio), asked in a child."""
-    code = ("from deepspeed.accelerator import get_accelerator as g; b = g().create_op_builder('AsyncIOBuilder'); "
-            "print(bool(b and b.is_compatible(verbose=False)))")
+    code = (
+        "from deepspeed.accelerator import get_accelerator as g; b = g().create_op_builder('AsyncIOBuilder'); "
+        "print(bool(b and b.is_compatible(verbose=False)))"
+    )
     try:
-        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                              env={**os.environ, "DS_ACCELERATOR": "cpu"})
+        proc = subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "DS_ACCELERATOR": "cpu"},
+        )
     except subprocess.TimeoutExpired:
         return False
     return proc.stdout.strip().endswith("True")
@@ -212,8 +224,9 @@ def prepare(bundle: Bundle, options: DryRunOptions) -> WorkCopy:
     if root == bundle.path.resolve() or bundle.path.resolve() in root.parents:
         raise DryRunUsageError(f"--workdir {root}: must be outside the bundle (the bundle is never written to)")
     if root.exists() and any(root.iterdir()) and not (root / MARKER).exists():
-        raise DryRunUsageError(f"--workdir {root} exists and is not a recipekit dry-run directory: "
-                               "choose an empty or new directory")
+        raise DryRunUsageError(
+            f"--workdir {root} exists and is not a recipekit dry-run directory: choose an empty or new directory"
+        )
     if root.exists():
         shutil.rmtree(root)
     copy_dir = root / "bundle"
@@ -242,31 +255,55 @@ def prepare(bundle: Bundle, options: DryRunOptions) -> WorkCopy:
     family = bundle.recipe.model.family
     twin = find_twin(family)
     if twin is None:
-        raise DryRunUsageError(f"no tiny twin of model family {family!r} in recipes/model (a model option with "
-                               f"family: {family} and init: random)")
+        raise DryRunUsageError(
+            f"no tiny twin of model family {family!r} in recipes/model (a model option with "
+            f"family: {family} and init: random)"
+        )
     if recipe["model"] != twin:
-        subs.append(Substitution(RECIPE, "recipe.model", recipe["model"].get("name"), twin.get("name"),
-                                 f"the tiny {family} twin: random weights, tokenizer trained on the data"))
+        subs.append(
+            Substitution(
+                RECIPE,
+                "recipe.model",
+                recipe["model"].get("name"),
+                twin.get("name"),
+                f"the tiny {family} twin: random weights, tokenizer trained on the data",
+            )
+        )
         recipe["model"] = dict(twin)
 
     # shared volume → <workdir>/shared; data → a tiny generated set of the same format
     mount = bundle.recipe.cluster.mount_path
     data = recipe["data"]
     data_path = _on_volume(bundle.recipe.data.path, mount, shared, "data")
-    global_micro = args.get("per_device_train_batch_size", 1) * min(args.get("gradient_accumulation_steps", 1),
-                                                                       MAX_ACCUMULATION) * options.pods
+    global_micro = (
+        args.get("per_device_train_batch_size", 1)
+        * min(args.get("gradient_accumulation_steps", 1), MAX_ACCUMULATION)
+        * options.pods
+    )
     samples = max(64, min(2000, options.steps * global_micro * 2))
     from recipekit.tinydata import write_tiny_dataset
 
     written = write_tiny_dataset(bundle.recipe.data.format, data_path, n=samples, seed=0)
-    sub(RECIPE, data, "path", str(written), f"{samples} generated {bundle.recipe.data.format} samples on the "
-                                            "work copy's shared volume", "recipe.data.path")
+    sub(
+        RECIPE,
+        data,
+        "path",
+        str(written),
+        f"{samples} generated {bundle.recipe.data.format} samples on the work copy's shared volume",
+        "recipe.data.path",
+    )
     sub(RECIPE, data, "num_samples", samples, "the generated set's size", "recipe.data.num_samples")
     if data.get("max_len", DRY_MAX_LEN) > DRY_MAX_LEN:
         sub(RECIPE, data, "max_len", DRY_MAX_LEN, "short sequences for a CPU run", "recipe.data.max_len")
     output_dir = _on_volume(str(args["output_dir"]), mount, shared, "runs")
-    sub(RECIPE, args, "output_dir", str(output_dir), f"the PVC {mount} is {shared} here",
-        "training_arguments.output_dir")
+    sub(
+        RECIPE,
+        args,
+        "output_dir",
+        str(output_dir),
+        f"the PVC {mount} is {shared} here",
+        "training_arguments.output_dir",
+    )
     sub(RECIPE, plan, "output_dir", str(output_dir), "the same as training_arguments.output_dir", "plan.output_dir")
 
     # schedule: a few steps, a checkpoint midway
@@ -279,12 +316,24 @@ def prepare(bundle: Bundle, options: DryRunOptions) -> WorkCopy:
     if "eval_steps" in args:
         sub(RECIPE, args, "eval_steps", save, "evaluate at the checkpoint", "training_arguments.eval_steps")
     sub(RECIPE, args, "logging_steps", 1, "every step in metrics.jsonl", "training_arguments.logging_steps")
-    sub(RECIPE, args, "dataloader_num_workers", 0, "no DataLoader worker processes on a small CPU",
-        "training_arguments.dataloader_num_workers")
+    sub(
+        RECIPE,
+        args,
+        "dataloader_num_workers",
+        0,
+        "no DataLoader worker processes on a small CPU",
+        "training_arguments.dataloader_num_workers",
+    )
     warmup = math.ceil(bundle.recipe.train.warmup_ratio * steps)
     if isinstance(args.get("warmup_steps"), (int, float)) and args["warmup_steps"] > warmup:
-        sub(RECIPE, args, "warmup_steps", warmup, f"warmup_ratio {bundle.recipe.train.warmup_ratio} of {steps} steps",
-            "training_arguments.warmup_steps")
+        sub(
+            RECIPE,
+            args,
+            "warmup_steps",
+            warmup,
+            f"warmup_ratio {bundle.recipe.train.warmup_ratio} of {steps} steps",
+            "training_arguments.warmup_steps",
+        )
     if "tensorboard" in (args.get("report_to") or []) and importlib.util.find_spec("tensorboard") is None:
         sub(RECIPE, args, "report_to", "none", "tensorboard is not installed here", "training_arguments.report_to")
     for key, new in (("max_steps", steps), ("save_steps", save), ("logging_steps", 1), ("dataloader_workers", 0)):
@@ -296,15 +345,26 @@ def prepare(bundle: Bundle, options: DryRunOptions) -> WorkCopy:
     dry_accum = min(accum, MAX_ACCUMULATION)
     world = options.pods
     if dry_accum != accum:
-        sub(RECIPE, args, "gradient_accumulation_steps", dry_accum, f"at most {MAX_ACCUMULATION} micro-steps per step "
-                                                                   "on CPU", "training_arguments.gradient_accumulation_steps")
+        sub(
+            RECIPE,
+            args,
+            "gradient_accumulation_steps",
+            dry_accum,
+            f"at most {MAX_ACCUMULATION} micro-steps per step on CPU",
+            "training_arguments.gradient_accumulation_steps",
+        )
     recipe["train"].update(gradient_accumulation_steps=dry_accum, global_batch_size=None)
-    for key, new, why in (("nodes", world, "--pods"), ("devices_per_pod", 1, "one process per pod"),
-                          ("world_size", world, f"{world} pods × 1 process"), ("dp_size", world, "= world size"),
-                          ("gradient_accumulation_steps", dry_accum, "= training_arguments"),
-                          ("global_batch_size", micro * dry_accum * world, f"micro {micro} × accumulation {dry_accum} × world {world}"),
-                          ("total_steps", steps, "--steps"), ("steps_per_epoch", None, "generated data"),
-                          ("warmup_steps", args.get("warmup_steps", plan.get("warmup_steps")), "= training_arguments")):
+    for key, new, why in (
+        ("nodes", world, "--pods"),
+        ("devices_per_pod", 1, "one process per pod"),
+        ("world_size", world, f"{world} pods × 1 process"),
+        ("dp_size", world, "= world size"),
+        ("gradient_accumulation_steps", dry_accum, "= training_arguments"),
+        ("global_batch_size", micro * dry_accum * world, f"micro {micro} × accumulation {dry_accum} × world {world}"),
+        ("total_steps", steps, "--steps"),
+        ("steps_per_epoch", None, "generated data"),
+        ("warmup_steps", args.get("warmup_steps", plan.get("warmup_steps")), "= training_arguments"),
+    ):
         if key in plan:
             sub(RECIPE, plan, key, new, why, f"plan.{key}")
     recipe["cluster"]["nodes"] = world
@@ -322,29 +382,53 @@ def prepare(bundle: Bundle, options: DryRunOptions) -> WorkCopy:
         sub(DS, ds, "train_micro_batch_size_per_gpu", micro, "= training_arguments")
         sub(DS, ds, "gradient_accumulation_steps", dry_accum, "= training_arguments")
         if ds.get("train_batch_size") != "auto":
-            sub(DS, ds, "train_batch_size", micro * dry_accum * world,
-                f"micro {micro} × accumulation {dry_accum} × world {world}")
+            sub(
+                DS,
+                ds,
+                "train_batch_size",
+                micro * dry_accum * world,
+                f"micro {micro} × accumulation {dry_accum} × world {world}",
+            )
         if cpu and isinstance(ds.get("fp16"), dict) and ds["fp16"].get("enabled"):
             subs.append(Substitution(DS, "fp16", ds.pop("fp16"), None, "CPU has no fp16"))
             ds["bf16"] = {"enabled": True}
             subs.append(Substitution(DS, "bf16.enabled", None, True, "fp16 mapped to bf16 on CPU"))
         zero = ds.get("zero_optimization") or {}
         if zero.get("stage") == 3 and zero.get("stage3_param_persistence_threshold") != 0:
-            sub(DS, zero, "stage3_param_persistence_threshold", 0, "else ZeRO-3 partitions no parameter of a tiny model",
-                "zero_optimization.stage3_param_persistence_threshold")
+            sub(
+                DS,
+                zero,
+                "stage3_param_persistence_threshold",
+                0,
+                "else ZeRO-3 partitions no parameter of a tiny model",
+                "zero_optimization.stage3_param_persistence_threshold",
+            )
         nvme_dir = root / "nvme"
         for key in ("offload_optimizer", "offload_param"):
             section = zero.get(key)
             if isinstance(section, dict) and section.get("device") == "nvme":
                 if cpu and not _async_io_compatible():
                     zero[key] = {"device": "cpu", "pin_memory": False}
-                    subs.append(Substitution(DS, f"zero_optimization.{key}", section, zero[key],
-                                             "NVMe offload needs DeepSpeed's async_io op (libaio), not buildable here"))
+                    subs.append(
+                        Substitution(
+                            DS,
+                            f"zero_optimization.{key}",
+                            section,
+                            zero[key],
+                            "NVMe offload needs DeepSpeed's async_io op (libaio), not buildable here",
+                        )
+                    )
                     recipe["parallel"][key] = "cpu"
                 else:
                     nvme_dir.mkdir(exist_ok=True)
-                    sub(DS, section, "nvme_path", str(nvme_dir), "a local directory for NVMe offload",
-                        f"zero_optimization.{key}.nvme_path")
+                    sub(
+                        DS,
+                        section,
+                        "nvme_path",
+                        str(nvme_dir),
+                        "a local directory for NVMe offload",
+                        f"zero_optimization.{key}.nvme_path",
+                    )
 
     # run.sh: the pod count (the port is set per attempt)
     script = (copy_dir / RUN).read_text(encoding="utf-8")
@@ -354,10 +438,13 @@ def prepare(bundle: Bundle, options: DryRunOptions) -> WorkCopy:
         subs.append(Substitution(RUN, "EXPECTED_NODES", int(expected.group(1)), world, "--pods"))
         (copy_dir / RUN).write_text(script, encoding="utf-8")
 
-    header = ("# recipekit validate --dry-run work copy of the bundle's recipe.yaml: the laptop substitutions are "
-              "listed in ../substitutions.json\n")
-    (copy_dir / RECIPE).write_text(header + yaml.safe_dump(doc, sort_keys=False, allow_unicode=True, width=120),
-                                   encoding="utf-8")
+    header = (
+        "# recipekit validate --dry-run work copy of the bundle's recipe.yaml: the laptop substitutions are "
+        "listed in ../substitutions.json\n"
+    )
+    (copy_dir / RECIPE).write_text(
+        header + yaml.safe_dump(doc, sort_keys=False, allow_unicode=True, width=120), encoding="utf-8"
+    )
     if ds is not None:
         (copy_dir / DS).write_text(json.dumps(ds, indent=2) + "\n", encoding="utf-8")
     rehash_manifest(copy_dir)
@@ -368,13 +455,25 @@ def prepare(bundle: Bundle, options: DryRunOptions) -> WorkCopy:
         zero = ds.get("zero_optimization") or {}
         if (zero.get("offload_optimizer") or {}).get("device") in ("cpu", "nvme") or "optimizer" in ds:
             ops.append("CPUAdamBuilder")
-        if "nvme" in ((zero.get("offload_optimizer") or {}).get("device"), (zero.get("offload_param") or {}).get("device")):
+        if "nvme" in (
+            (zero.get("offload_optimizer") or {}).get("device"),
+            (zero.get("offload_param") or {}).get("device"),
+        ):
             ops.append("AsyncIOBuilder")
     task = _task_name(bundle)
-    work = WorkCopy(root=root, bundle=copy_dir, shared=shared, logs=root / "logs", output_dir=output_dir,
-                    task_env=task_env_name(task), substitutions=subs, deepspeed_ops=ops)
-    (root / "substitutions.json").write_text(json.dumps([s.to_json() for s in subs], indent=2, default=str) + "\n",
-                                             encoding="utf-8")
+    work = WorkCopy(
+        root=root,
+        bundle=copy_dir,
+        shared=shared,
+        logs=root / "logs",
+        output_dir=output_dir,
+        task_env=task_env_name(task),
+        substitutions=subs,
+        deepspeed_ops=ops,
+    )
+    (root / "substitutions.json").write_text(
+        json.dumps([s.to_json() for s in subs], indent=2, default=str) + "\n", encoding="utf-8"
+    )
     return work
 
 
@@ -423,18 +522,28 @@ print(json.dumps(out))
     cached = [n for n in _op_names(work.deepspeed_ops) if any(directory.rglob(f"{n}.so"))]
     if len(cached) == len(work.deepspeed_ops):
         # Loading them here would only cost an import of DeepSpeed; a stale one is rebuilt by the pods themselves.
-        result.details = {"torch_extensions_dir": str(directory), "ops": [{"op": n, "status": "cached"} for n in cached]}
+        result.details = {
+            "torch_extensions_dir": str(directory),
+            "ops": [{"op": n, "status": "cached"} for n in cached],
+        }
         result.reason = f"{', '.join(cached)} cached in {directory}"
         return
-    progress(f"building DeepSpeed's C++ ops ({', '.join(_op_names(work.deepspeed_ops))}) with g++ into {directory} "
-             "— once per machine, about 60-80 s")
+    progress(
+        f"building DeepSpeed's C++ ops ({', '.join(_op_names(work.deepspeed_ops))}) with g++ into {directory} "
+        "— once per machine, about 60-80 s"
+    )
     env = {**pod_environment(work, 0, options), "PYTHONWARNINGS": "ignore"}  # exactly the pods' build environment
     log = work.logs / "deepspeed-ops.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
     try:
-        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                              timeout=max(30.0, deadline - time.monotonic()))
+        proc = subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=max(30.0, deadline - time.monotonic()),
+        )
     except subprocess.TimeoutExpired:
         result.fail("<dry run>", "deepspeed ops", "building DeepSpeed's ops did not finish before the timeout")
         return
@@ -451,8 +560,11 @@ print(json.dumps(out))
         if op["status"] == "incompatible":
             result.fail("<dry run>", op["op"], "DeepSpeed says this op cannot be built here (ds_report shows why)")
     built = [o for o in ops if o["status"] == "built"]
-    result.reason = (f"built {', '.join(o['op'] for o in built)} in {result.seconds:.0f} s (one-time; cached in "
-                     f"{directory})" if built else f"cached in {directory} ({result.seconds:.1f} s to load)")
+    result.reason = (
+        f"built {', '.join(o['op'] for o in built)} in {result.seconds:.0f} s (one-time; cached in {directory})"
+        if built
+        else f"cached in {directory} ({result.seconds:.1f} s to load)"
+    )
 
 
 def _op_names(builders: list[str]) -> list[str]:
@@ -465,29 +577,48 @@ def pod_environment(work: WorkCopy, index: int, options: DryRunOptions) -> dict[
     """What Volcano's env and svc plugins inject into pod ``index``, plus the laptop's runtime settings."""
     from recipekit.validate.pods import loopback_interface
 
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR",
-                        "MASTER_PORT", "NODE_RANK") and not k.startswith(("TORCHELASTIC_", "VC_", "VK_"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k
+        not in (
+            "RANK",
+            "LOCAL_RANK",
+            "WORLD_SIZE",
+            "LOCAL_WORLD_SIZE",
+            "GROUP_RANK",
+            "MASTER_ADDR",
+            "MASTER_PORT",
+            "NODE_RANK",
+        )
+        and not k.startswith(("TORCHELASTIC_", "VC_", "VK_"))
+    }
     bin_dir = str(Path(sys.executable).parent)
-    env.update({
-        "VC_TASK_INDEX": str(index),
-        "VK_TASK_INDEX": str(index),
-        f"VC_{work.task_env}_HOSTS": ",".join(["127.0.0.1"] * options.pods),
-        f"VC_{work.task_env}_NUM": str(options.pods),
-        "RECIPEKIT_NPROC_PER_NODE": "1",
-        "PATH": bin_dir + os.pathsep + env.get("PATH", ""),
-        "OMP_NUM_THREADS": "1",
-        "MKL_NUM_THREADS": "1",
-        "TOKENIZERS_PARALLELISM": "false",
-        "PYTHONUNBUFFERED": "1",
-        "HF_HUB_OFFLINE": "1",
-        "HF_DATASETS_OFFLINE": "1",
-        "TRANSFORMERS_OFFLINE": "1",
-        "TORCH_EXTENSIONS_DIR": str(extensions_dir()),
-    })
+    env.update(
+        {
+            "VC_TASK_INDEX": str(index),
+            "VK_TASK_INDEX": str(index),
+            f"VC_{work.task_env}_HOSTS": ",".join(["127.0.0.1"] * options.pods),
+            f"VC_{work.task_env}_NUM": str(options.pods),
+            "RECIPEKIT_NPROC_PER_NODE": "1",
+            "PATH": bin_dir + os.pathsep + env.get("PATH", ""),
+            "OMP_NUM_THREADS": "1",
+            "MKL_NUM_THREADS": "1",
+            "TOKENIZERS_PARALLELISM": "false",
+            "PYTHONUNBUFFERED": "1",
+            "HF_HUB_OFFLINE": "1",
+            "HF_DATASETS_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "TORCH_EXTENSIONS_DIR": str(extensions_dir()),
+        }
+    )
     if options.device == "cpu":
-        env.update(DS_ACCELERATOR="cpu", CUDA_VISIBLE_DEVICES="", ASCEND_RT_VISIBLE_DEVICES="",
-                   TORCH_DEVICE_BACKEND_AUTOLOAD="0")
+        env.update(
+            DS_ACCELERATOR="cpu",
+            CUDA_VISIBLE_DEVICES="",
+            ASCEND_RT_VISIBLE_DEVICES="",
+            TORCH_DEVICE_BACKEND_AUTOLOAD="0",
+        )
         lo = loopback_interface()
         if lo:
             env["GLOO_SOCKET_IFNAME"] = lo
@@ -580,9 +711,18 @@ class DryRun:
 
         self.bundle, self.work, self.options, self.progress, self.deadline = bundle, work, options, progress, deadline
         self.podset = PodSet()
-        self.pods = [self.podset.add(Pod(i, ["bash", str(work.bundle / RUN)], work.bundle,
-                                         pod_environment(work, i, options), work.logs / f"pod-{i}.log"))
-                     for i in range(options.pods)]
+        self.pods = [
+            self.podset.add(
+                Pod(
+                    i,
+                    ["bash", str(work.bundle / RUN)],
+                    work.bundle,
+                    pod_environment(work, i, options),
+                    work.logs / f"pod-{i}.log",
+                )
+            )
+            for i in range(options.pods)
+        ]
         self.metrics = MetricsTail(work.output_dir / METRICS_FILE)
         self.attempts: list[Attempt] = []
         self.ports: set[int] = set()
@@ -601,8 +741,10 @@ class DryRun:
         for pod in self.pods:
             attempt.log_offsets[pod.index] = pod.log_path.stat().st_size if pod.log_path.exists() else 0
             pod.start(header=f"attempt {number}: {label}, master port {port}")
-        self.progress(f"attempt {number}: {len(self.pods)} pod(s) running run.sh (master 127.0.0.1:{port}); "
-                      f"logs in {self.work.logs}")
+        self.progress(
+            f"attempt {number}: {len(self.pods)} pod(s) running run.sh (master 127.0.0.1:{port}); "
+            f"logs in {self.work.logs}"
+        )
         last_remember = 0.0
         while True:
             now = time.monotonic()
@@ -613,8 +755,11 @@ class DryRun:
                 if "loss" in record and isinstance(record.get("step"), int):
                     loss = record.get("loss")
                     attempt.steps.append(Step(record["step"], float(loss) if loss is not None else None, now))
-                    self.progress(f"attempt {number}: step {record['step']}/{self.options.steps}, loss {loss:.4f}"
-                                  if isinstance(loss, (int, float)) else f"attempt {number}: step {record['step']}")
+                    self.progress(
+                        f"attempt {number}: step {record['step']}/{self.options.steps}, loss {loss:.4f}"
+                        if isinstance(loss, (int, float))
+                        else f"attempt {number}: step {record['step']}"
+                    )
             if kill_at is not None and attempt.steps and attempt.steps[-1].step >= kill_at:
                 self._kill(attempt)
                 break
@@ -650,8 +795,10 @@ class DryRun:
         attempt.killed_step = attempt.steps[-1].step
         attempt.killed_processes = processes
         attempt.outcome = "killed"
-        self.progress(f"killed pod {index} ({processes} processes) at step {attempt.killed_step}; deleting the "
-                      f"others as RestartJob does (SIGTERM, {self.options.grace:.0f} s grace, SIGKILL)")
+        self.progress(
+            f"killed pod {index} ({processes} processes) at step {attempt.killed_step}; deleting the "
+            f"others as RestartJob does (SIGTERM, {self.options.grace:.0f} s grace, SIGKILL)"
+        )
         self._stop_all(attempt, grace=self.options.grace)
 
     def _stop_all(self, attempt: Attempt, grace: float) -> None:
@@ -709,12 +856,19 @@ def run_dry_run(bundle: Bundle, options: DryRunOptions, progress: Progress = lam
     deadline = started + options.timeout
     prep = Result("dryrun.prepare", "dry run: work copy of the bundle with the laptop substitutions")
     ops = Result("dryrun.ops", "dry run: DeepSpeed C++ ops (built once, cached)")
-    train = Result("dryrun.train", f"dry run: {options.pods} pod(s) × run.sh → train.py, {options.steps} steps, checkpoint at {options.save_steps}")
+    train = Result(
+        "dryrun.train",
+        f"dry run: {options.pods} pod(s) × run.sh → train.py, {options.steps} steps, "
+        f"checkpoint at {options.save_steps}",
+    )
     results = [prep, ops, train]
     resume = None
     if options.kill_pod is not None:
-        resume = Result("dryrun.resume", f"dry run: kill pod {options.kill_pod} at step {options.at_step}, RestartJob, "
-                                         "resume from the last complete checkpoint")
+        resume = Result(
+            "dryrun.resume",
+            f"dry run: kill pod {options.kill_pod} at step {options.at_step}, RestartJob, "
+            "resume from the last complete checkpoint",
+        )
         results.append(resume)
 
     def skip_all(reason: str) -> list[Result]:
@@ -734,7 +888,9 @@ def run_dry_run(bundle: Bundle, options: DryRunOptions, progress: Progress = lam
         if count == 0:
             return skip_all(why or f"no {options.device} device here")
         if count < options.pods:
-            return skip_all(f"{options.pods} pods need {options.pods} {options.device} devices (one each); found {count}")
+            return skip_all(
+                f"{options.pods} pods need {options.pods} {options.device} devices (one each); found {count}"
+            )
 
     progress(f"preparing the work copy of {bundle.path}")
     start = time.monotonic()
@@ -764,8 +920,9 @@ def run_dry_run(bundle: Bundle, options: DryRunOptions, progress: Progress = lam
                 train.fail("<dry run>", "processes", f"processes still alive after cleanup: {left}")
     summary = {"wall_s": round(time.monotonic() - started, 1), "workdir": str(work.root)}
     train.details.update(summary)
-    (work.root / "report.json").write_text(json.dumps([r.to_json() for r in results], indent=2, default=str) + "\n",
-                                           encoding="utf-8")
+    (work.root / "report.json").write_text(
+        json.dumps([r.to_json() for r in results], indent=2, default=str) + "\n", encoding="utf-8"
+    )
     return results
 
 
@@ -787,15 +944,21 @@ def _train(run: DryRun, train: Result, resume: Result | None) -> None:
     }
     train.details.update(details)
     if first.outcome == "timeout":
-        train.fail("<dry run>", "timeout", f"no result within --timeout {options.timeout:.0f} s "
-                                           f"(last step seen: {first.steps[-1].step if first.steps else 'none'})")
+        train.fail(
+            "<dry run>",
+            "timeout",
+            f"no result within --timeout {options.timeout:.0f} s "
+            f"(last step seen: {first.steps[-1].step if first.steps else 'none'})",
+        )
         run.tails(train)
         if resume:
             resume.skip("the first attempt timed out")
         return
     if first.outcome == "failed":
         bad = {i: c for i, c in first.exit_codes.items() if c not in (0, None)}
-        train.fail("<dry run>", "exit codes", f"pod(s) exited non-zero: {bad}; log tails below, full logs in {work.logs}")
+        train.fail(
+            "<dry run>", "exit codes", f"pod(s) exited non-zero: {bad}; log tails below, full logs in {work.logs}"
+        )
         run.tails(train)
         if resume:
             resume.skip("the first attempt failed")
@@ -804,22 +967,32 @@ def _train(run: DryRun, train: Result, resume: Result | None) -> None:
     if first.outcome == "completed":
         _judge_completion(run, train, first, losses)
         if resume is not None:
-            resume.fail("<dry run>", "--at-step", f"training finished before step {options.at_step} was seen in "
-                                                  f"{METRICS_FILE}, so no pod was killed",
-                        hint="choose a smaller --at-step or more --steps")
+            resume.fail(
+                "<dry run>",
+                "--at-step",
+                f"training finished before step {options.at_step} was seen in {METRICS_FILE}, so no pod was killed",
+                hint="choose a smaller --at-step or more --steps",
+            )
         return
 
     # killed: RestartJob
     assert resume is not None and first.killed_at is not None
     train.details.update(killed_pod=options.kill_pod, killed_at_step=first.killed_step)
-    train.reason = (f"{len(first.steps)} steps before the kill; {details['time_to_first_step_s']} s to the first step, "
-                    f"{details['steps_per_s']} steps/s")
+    train.reason = (
+        f"{len(first.steps)} steps before the kill; {details['time_to_first_step_s']} s to the first step, "
+        f"{details['steps_per_s']} steps/s"
+    )
     checkpoints = complete_checkpoints(work.output_dir)
     expected = checkpoints[-1] if checkpoints else None
-    resume.details.update(killed_pod=options.kill_pod, kill_requested_at_step=options.at_step,
-                          killed_at_step=first.killed_step, killed_processes=first.killed_processes,
-                          complete_checkpoints_at_restart=checkpoints, teardown_s=round(time.monotonic() - first.killed_at, 2),
-                          survivor_exit_codes={i: c for i, c in first.exit_codes.items() if i != options.kill_pod})
+    resume.details.update(
+        killed_pod=options.kill_pod,
+        kill_requested_at_step=options.at_step,
+        killed_at_step=first.killed_step,
+        killed_processes=first.killed_processes,
+        complete_checkpoints_at_restart=checkpoints,
+        teardown_s=round(time.monotonic() - first.killed_at, 2),
+        survivor_exit_codes={i: c for i, c in first.exit_codes.items() if i != options.kill_pod},
+    )
     start = time.monotonic()
     second = run.attempt(kill_at=None)
     resume.seconds = time.monotonic() - start
@@ -831,28 +1004,46 @@ def _train(run: DryRun, train: Result, resume: Result | None) -> None:
         resumed_step = int(tail) if tail.isdigit() else None
     first_new = second.steps[0] if second.steps else None
     mttr = round(first_new.at - first.killed_at, 2) if first_new else None
-    resume.details.update(resumed_from=resumed_from, resumed_step=resumed_step,
-                          first_step_after_restart=first_new.step if first_new else None, mttr_s=mttr,
-                          restart_to_first_step_s=round(first_new.at - second.started, 2) if first_new else None,
-                          exit_codes=second.exit_codes)
+    resume.details.update(
+        resumed_from=resumed_from,
+        resumed_step=resumed_step,
+        first_step_after_restart=first_new.step if first_new else None,
+        mttr_s=mttr,
+        restart_to_first_step_s=round(first_new.at - second.started, 2) if first_new else None,
+        exit_codes=second.exit_codes,
+    )
     if second.outcome != "completed":
         what = "timed out" if second.outcome == "timeout" else f"failed (exit codes {second.exit_codes})"
         resume.fail("<dry run>", "restart", f"the restarted job {what}; full logs in {work.logs}")
         run.tails(resume)
         return
     if resumed_step != expected:
-        resume.fail("<dry run>", "resume", f"resumed from {resumed_from or 'nothing'}, but the last complete "
-                                           f"checkpoint at the restart was {expected if expected is not None else 'none'}")
+        resume.fail(
+            "<dry run>",
+            "resume",
+            f"resumed from {resumed_from or 'nothing'}, but the last complete "
+            f"checkpoint at the restart was {expected if expected is not None else 'none'}",
+        )
     if first_new is not None and expected is not None and first_new.step != expected + 1:
-        resume.fail("<dry run>", "resume", f"the first step after the restart is {first_new.step}, expected "
-                                           f"{expected + 1} (resuming at checkpoint-{expected})")
+        resume.fail(
+            "<dry run>",
+            "resume",
+            f"the first step after the restart is {first_new.step}, expected "
+            f"{expected + 1} (resuming at checkpoint-{expected})",
+        )
     replay = resume.details.get("replayed_loss_max_abs_diff")
-    resume.reason = (f"killed pod {options.kill_pod} at step {first.killed_step}; resumed from "
-                     f"{f'checkpoint-{resumed_step}' if resumed_step is not None else 'scratch'} (last complete: "
-                     f"{expected}); MTTR {mttr} s" + (f"; replayed steps' loss differs by {replay:.2g}" if replay is not None else ""))
+    resume.reason = (
+        f"killed pod {options.kill_pod} at step {first.killed_step}; resumed from "
+        f"{f'checkpoint-{resumed_step}' if resumed_step is not None else 'scratch'} (last complete: "
+        f"{expected}); MTTR {mttr} s"
+        + (f"; replayed steps' loss differs by {replay:.2g}" if replay is not None else "")
+    )
     before = {s.step: s.loss for s in first.steps}
-    replayed = [(s.step, before[s.step], s.loss) for s in second.steps
-                if s.step in before and isinstance(s.loss, (int, float)) and isinstance(before[s.step], (int, float))]
+    replayed = [
+        (s.step, before[s.step], s.loss)
+        for s in second.steps
+        if s.step in before and isinstance(s.loss, (int, float)) and isinstance(before[s.step], (int, float))
+    ]
     if replayed:
         # Steps trained twice (after the checkpoint, before the kill): same data, same state, so the same loss.
         resume.details["replayed_steps"] = [step for step, _, _ in replayed]
@@ -861,22 +1052,33 @@ def _train(run: DryRun, train: Result, resume: Result | None) -> None:
     _judge_completion(run, train, second, all_losses, attempts=[first, second])
 
 
-def _judge_completion(run: DryRun, train: Result, last: Attempt, losses: list[Any],
-                      attempts: list[Attempt] | None = None) -> None:
+def _judge_completion(
+    run: DryRun, train: Result, last: Attempt, losses: list[Any], attempts: list[Attempt] | None = None
+) -> None:
     options, work = run.options, run.work
     final_step = _final_state(work.output_dir)
     checkpoints = complete_checkpoints(work.output_dir)
     weights = [name for name in WEIGHT_FILES if (work.output_dir / name).is_file()]
-    finite = [l for l in losses if isinstance(l, (int, float)) and math.isfinite(l)]
-    train.details.update(final_step=final_step, checkpoints=checkpoints, final_weights=weights,
-                         final_loss=finite[-1] if finite else None, exit_codes=last.exit_codes)
+    finite = [loss for loss in losses if isinstance(loss, (int, float)) and math.isfinite(loss)]
+    train.details.update(
+        final_step=final_step,
+        checkpoints=checkpoints,
+        final_weights=weights,
+        final_loss=finite[-1] if finite else None,
+        exit_codes=last.exit_codes,
+    )
     if final_step != options.steps:
         train.fail("<dry run>", "trainer_state.json", f"final global_step {final_step}, expected {options.steps}")
     if options.save_steps not in checkpoints and options.kill_pod is None:
-        train.fail("<dry run>", "checkpoints", f"no complete checkpoint-{options.save_steps} "
-                                               f"(complete: {checkpoints or 'none'})")
+        train.fail(
+            "<dry run>",
+            "checkpoints",
+            f"no complete checkpoint-{options.save_steps} (complete: {checkpoints or 'none'})",
+        )
     if options.steps not in checkpoints:
-        train.fail("<dry run>", "checkpoints", f"no complete checkpoint-{options.steps} (complete: {checkpoints or 'none'})")
+        train.fail(
+            "<dry run>", "checkpoints", f"no complete checkpoint-{options.steps} (complete: {checkpoints or 'none'})"
+        )
     if not weights:
         train.fail("<dry run>", "final model", f"no model weights in {work.output_dir} after training")
     if len(finite) != len(losses) or not losses:
@@ -885,13 +1087,17 @@ def _judge_completion(run: DryRun, train: Result, last: Attempt, losses: list[An
         run.tails(train)
     elif attempts is None:
         d = train.details
-        train.reason = (f"{options.steps} steps; {d['time_to_first_step_s']} s to the first step, {d['steps_per_s']} "
-                        f"steps/s; loss {_fmt(d['first_loss'])} → {_fmt(d['final_loss'])}; checkpoints {checkpoints}")
+        train.reason = (
+            f"{options.steps} steps; {d['time_to_first_step_s']} s to the first step, {d['steps_per_s']} "
+            f"steps/s; loss {_fmt(d['first_loss'])} → {_fmt(d['final_loss'])}; checkpoints {checkpoints}"
+        )
     else:
         d = train.details
-        train.reason = (f"{options.steps} steps over {len(attempts)} attempts; {d['time_to_first_step_s']} s to the first "
-                        f"step, {d['steps_per_s']} steps/s; loss {_fmt(d['first_loss'])} → {_fmt(d['final_loss'])}; "
-                        f"checkpoints {checkpoints}")
+        train.reason = (
+            f"{options.steps} steps over {len(attempts)} attempts; {d['time_to_first_step_s']} s to the first "
+            f"step, {d['steps_per_s']} steps/s; loss {_fmt(d['first_loss'])} → {_fmt(d['final_loss'])}; "
+            f"checkpoints {checkpoints}"
+        )
 
 
 def _fmt(value: Any) -> str:

@@ -77,8 +77,11 @@ def _versions() -> dict[str, str | None]:
 
 def start(bundle: Any) -> Pending:
     """Start the child (or find a cached answer) for ``bundle`` (a :class:`recipekit.validate.static.Bundle`)."""
-    payload = {"training_arguments": bundle.args, "ds_config": bundle.ds_config,
-               "world_size": bundle.plan.get("dp_size") or bundle.plan.get("world_size")}
+    payload = {
+        "training_arguments": bundle.args,
+        "ds_config": bundle.ds_config,
+        "world_size": bundle.plan.get("dp_size") or bundle.plan.get("world_size"),
+    }
     versions = _versions()
     code = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()
     key = hashlib.sha256(json.dumps([payload, versions, code], sort_keys=True, default=str).encode()).hexdigest()[:24]
@@ -96,22 +99,40 @@ def start(bundle: Any) -> Pending:
             return pending
         except ValueError:
             pass
-    env = {**os.environ, "DS_ACCELERATOR": "cpu", "TRANSFORMERS_VERBOSITY": "error", "TOKENIZERS_PARALLELISM": "false",
-           "PYTHONWARNINGS": "ignore"}
+    env = {
+        **os.environ,
+        "DS_ACCELERATOR": "cpu",
+        "TRANSFORMERS_VERBOSITY": "error",
+        "TOKENIZERS_PARALLELISM": "false",
+        "PYTHONWARNINGS": "ignore",
+    }
     # Files, not pipes: the child's chatter can exceed a pipe buffer while this process is busy with other checks.
     pending.workdir = Path(tempfile.mkdtemp(prefix="recipekit-libcheck-"))
     (pending.workdir / "in.json").write_text(json.dumps(payload), encoding="utf-8")
-    with open(pending.workdir / "in.json", "rb") as stdin, open(pending.workdir / "out.txt", "wb") as stdout, \
-            open(pending.workdir / "err.txt", "wb") as stderr:
-        pending.proc = subprocess.Popen([sys.executable, "-m", "recipekit.validate.libcheck"], stdin=stdin,
-                                        stdout=stdout, stderr=stderr, env=env, start_new_session=True)
+    with (
+        open(pending.workdir / "in.json", "rb") as stdin,
+        open(pending.workdir / "out.txt", "wb") as stdout,
+        open(pending.workdir / "err.txt", "wb") as stderr,
+    ):
+        pending.proc = subprocess.Popen(
+            [sys.executable, "-m", "recipekit.validate.libcheck"],
+            stdin=stdin,
+            stdout=stdout,
+            stderr=stderr,
+            env=env,
+            start_new_session=True,
+        )
     return pending
 
 
 def finish(pending: Pending | None, bundle: Any) -> list[Result]:
     """Collect the child's verdicts as two results: library.transformers and library.deepspeed."""
-    results = [Result("library.transformers", "Transformers: TrainingArguments parse + HfTrainerDeepSpeedConfig mismatch check"),
-               Result("library.deepspeed", "DeepSpeed: DeepSpeedConfig at the bundle's world size")]
+    results = [
+        Result(
+            "library.transformers", "Transformers: TrainingArguments parse + HfTrainerDeepSpeedConfig mismatch check"
+        ),
+        Result("library.deepspeed", "DeepSpeed: DeepSpeedConfig at the bundle's world size"),
+    ]
     if pending is None:
         return [r.skip("not run") for r in results]
     if pending.skip:
@@ -174,8 +195,9 @@ def _check_transformers(payload: dict[str, Any]) -> tuple[dict[str, Any], Any]:
         return {"status": "skipped", "reason": f"transformers not importable: {exc}"}, None
     world = int(payload["world_size"])
     args = {**payload["training_arguments"], "use_cpu": True, "ddp_backend": None, "deepspeed": None}
-    at_world = type("ClusterTrainingArguments", (transformers.TrainingArguments,),
-                    {"world_size": property(lambda self: world)})
+    at_world = type(
+        "ClusterTrainingArguments", (transformers.TrainingArguments,), {"world_size": property(lambda self: world)}
+    )
     findings: list[dict[str, str]] = []
     parsed = None
     try:
@@ -185,10 +207,17 @@ def _check_transformers(payload: dict[str, Any]) -> tuple[dict[str, Any], Any]:
         unknown = re.search(r"not used by the HfArgumentParser: \[(.*)\]", text)
         if unknown:
             for key in re.findall(r"'([^']+)'", unknown.group(1)):
-                findings.append(_finding("recipe.yaml", f"training_arguments.{key}",
-                                         f"TrainingArguments (transformers {transformers.__version__}) has no such argument"))
+                findings.append(
+                    _finding(
+                        "recipe.yaml",
+                        f"training_arguments.{key}",
+                        f"TrainingArguments (transformers {transformers.__version__}) has no such argument",
+                    )
+                )
         else:
-            findings.append(_finding("recipe.yaml", "training_arguments", f"TrainingArguments rejects them: {text[:300]}"))
+            findings.append(
+                _finding("recipe.yaml", "training_arguments", f"TrainingArguments rejects them: {text[:300]}")
+            )
     ds_out = None
     if parsed is not None and payload.get("ds_config") is not None:
         hf = HfTrainerDeepSpeedConfig(copy.deepcopy(payload["ds_config"]))
@@ -199,15 +228,24 @@ def _check_transformers(payload: dict[str, Any]) -> tuple[dict[str, Any], Any]:
         for line in hf.mismatches:
             match = _MISMATCH.match(line.strip())
             if match:
-                findings.append(_finding("ds_config.json", match["ds"],
-                                         f"{match['dv']}, but the Trainer computes {match['hf']} = {match['hv']} "
-                                         f"at world size {world}: it refuses to start"))
+                findings.append(
+                    _finding(
+                        "ds_config.json",
+                        match["ds"],
+                        f"{match['dv']}, but the Trainer computes {match['hf']} = {match['hv']} "
+                        f"at world size {world}: it refuses to start",
+                    )
+                )
             else:
                 findings.append(_finding("ds_config.json", "", line.strip()))
         ds_out = hf.config
     reason = f"transformers {transformers.__version__}, world size {world}"
-    return {"status": "fail" if findings else "pass", "findings": findings, "reason": reason,
-            "seconds": time.monotonic() - start}, ds_out
+    return {
+        "status": "fail" if findings else "pass",
+        "findings": findings,
+        "reason": reason,
+        "seconds": time.monotonic() - start,
+    }, ds_out
 
 
 def _fill_auto(value: Any) -> Any:
@@ -245,11 +283,17 @@ def _check_deepspeed(payload: dict[str, Any], filled: Any) -> dict[str, Any]:
             if key in text:
                 field = key
                 break
-        findings.append(_finding("ds_config.json", field, f"DeepSpeed {deepspeed.__version__} rejects it: {text[:400]}"))
+        findings.append(
+            _finding("ds_config.json", field, f"DeepSpeed {deepspeed.__version__} rejects it: {text[:400]}")
+        )
     finally:
         dist.get_rank, dist.get_world_size = saved
-    return {"status": "fail" if findings else "pass", "findings": findings,
-            "reason": f"deepspeed {deepspeed.__version__}, world size {world}", "seconds": time.monotonic() - start}
+    return {
+        "status": "fail" if findings else "pass",
+        "findings": findings,
+        "reason": f"deepspeed {deepspeed.__version__}, world size {world}",
+        "seconds": time.monotonic() - start,
+    }
 
 
 def main() -> None:

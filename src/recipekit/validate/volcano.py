@@ -18,8 +18,9 @@ The queue's existence and state need a live cluster and are not checked here.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from functools import lru_cache
-from typing import Any, Callable
+from typing import Any
 
 from recipekit.validate.checks import Finding
 
@@ -106,8 +107,13 @@ _SCALARS: dict[str, Callable[[Any], bool]] = {
     "object": lambda v: isinstance(v, dict),
     "duration": lambda v: isinstance(v, str) and bool(_DURATION.match(v)),
 }
-_SCALAR_WORDS = {"string": "a string", "int32": "a 32-bit integer", "bool": "true or false", "object": "an object",
-                 "duration": "a Go duration string such as 90s or 10m"}
+_SCALAR_WORDS = {
+    "string": "a string",
+    "int32": "a 32-bit integer",
+    "bool": "true or false",
+    "object": "an object",
+    "duration": "a Go duration string such as 90s or 10m",
+}
 
 
 def _kind(value: Any) -> str:
@@ -115,7 +121,9 @@ def _kind(value: Any) -> str:
         return "null"
     if isinstance(value, bool):
         return "boolean"
-    return {int: "integer", float: "number", str: "string", list: "list", dict: "object"}.get(type(value), type(value).__name__)
+    return {int: "integer", float: "number", str: "string", list: "list", dict: "object"}.get(
+        type(value), type(value).__name__
+    )
 
 
 def _join(path: str, key: str) -> str:
@@ -137,7 +145,11 @@ def schema_findings(job: Any) -> list[Finding]:
 def _walk(value: Any, spec: Spec, path: str, out: list[Finding]) -> None:
     if isinstance(spec, str):
         if not _SCALARS[spec](value):
-            out.append(Finding(FILE, path or "<document>", f"must be {_SCALAR_WORDS[spec]}, got {_kind(value)} {value!r}"[:200]))
+            out.append(
+                Finding(
+                    FILE, path or "<document>", f"must be {_SCALAR_WORDS[spec]}, got {_kind(value)} {value!r}"[:200]
+                )
+            )
         return
     if isinstance(spec, tuple):
         container, item = spec
@@ -173,8 +185,14 @@ def _walk(value: Any, spec: Spec, path: str, out: list[Finding]) -> None:
             hint = f"did you mean {close!r}?" if close else ""
             if key in NEWER_FIELDS:
                 hint = "a newer Volcano field that older clusters reject: the bundle emits only the core fields"
-            out.append(Finding(FILE, _join(path, key), f"unknown field: the {API_VERSION} Job does not define it",
-                               hint or "allowed: " + ", ".join(sorted(fields))))
+            out.append(
+                Finding(
+                    FILE,
+                    _join(path, key),
+                    f"unknown field: the {API_VERSION} Job does not define it",
+                    hint or "allowed: " + ", ".join(sorted(fields)),
+                )
+            )
 
 
 def _close(key: str, fields: dict[str, Spec]) -> str | None:
@@ -204,10 +222,18 @@ def webhook_findings(job: Any) -> list[Finding]:
     name = str(meta.get("name", ""))
 
     if not _DNS1123_LABEL.match(name) or len(name) > 63:
-        out.append(Finding(FILE, "metadata.name", f"{name!r} is not a valid name (lower-case DNS label, ≤ 63 characters)"))
+        out.append(
+            Finding(FILE, "metadata.name", f"{name!r} is not a valid name (lower-case DNS label, ≤ 63 characters)")
+        )
     elif "svc" in (spec.get("plugins") or {}) and not _DNS1035_LABEL.match(name):
-        out.append(Finding(FILE, "metadata.name", f"{name!r}: the svc plugin creates a Service named after the Job, "
-                                                  "which must start with a letter (DNS-1035 label)"))
+        out.append(
+            Finding(
+                FILE,
+                "metadata.name",
+                f"{name!r}: the svc plugin creates a Service named after the Job, "
+                "which must start with a letter (DNS-1035 label)",
+            )
+        )
     for key in ("minAvailable", "maxRetry", "ttlSecondsAfterFinished"):
         if _int(spec.get(key)) < 0:
             out.append(Finding(FILE, f"spec.{key}", f"must be ≥ 0 (got {spec.get(key)})"))
@@ -233,8 +259,11 @@ def webhook_findings(job: Any) -> list[Finding]:
             if task_min < 0:
                 out.append(Finding(FILE, f"{where}.minAvailable", f"must be ≥ 0 (got {task_min})"))
             elif task_min > replicas:
-                out.append(Finding(FILE, f"{where}.minAvailable",
-                                   f"{task_min} is greater than the task's replicas ({replicas})"))
+                out.append(
+                    Finding(
+                        FILE, f"{where}.minAvailable", f"{task_min} is greater than the task's replicas ({replicas})"
+                    )
+                )
         if not _DNS1123_LABEL.match(tname) or len(tname) > 63:
             out.append(Finding(FILE, f"{where}.name", f"{tname!r} is not a DNS-1123 label"))
         if tname in seen:
@@ -242,27 +271,43 @@ def webhook_findings(job: Any) -> list[Finding]:
         seen.add(tname)
         last = pod_name(name, tname, max(replicas - 1, 0))
         if len(last) > 63 or not _DNS1123_LABEL.match(last):
-            out.append(Finding(FILE, f"{where}.name", f"pod name {last!r} ({len(last)} characters) is not a DNS label "
-                                                      "of at most 63 characters", hint="shorten the job or task name"))
+            out.append(
+                Finding(
+                    FILE,
+                    f"{where}.name",
+                    f"pod name {last!r} ({len(last)} characters) is not a DNS label of at most 63 characters",
+                    hint="shorten the job or task name",
+                )
+            )
         out.extend(policy_findings(task.get("policies"), f"{where}.policies"))
         policy = task.get("topologyPolicy")
         if policy is not None and policy not in TOPOLOGY_POLICIES:
-            out.append(Finding(FILE, f"{where}.topologyPolicy", f"{policy!r} is not one of {', '.join(TOPOLOGY_POLICIES)}"))
+            out.append(
+                Finding(FILE, f"{where}.topologyPolicy", f"{policy!r} is not one of {', '.join(TOPOLOGY_POLICIES)}")
+            )
         depends = task.get("dependsOn")
         if isinstance(depends, dict) and depends.get("iteration") not in (None, "any", "all"):
             out.append(Finding(FILE, f"{where}.dependsOn.iteration", f"{depends.get('iteration')!r} is not any or all"))
 
     job_min = _int(spec.get("minAvailable"))
     if tasks and job_min > total:
-        out.append(Finding(FILE, "spec.minAvailable", f"{job_min} is greater than the total replicas of all tasks ({total})"))
+        out.append(
+            Finding(FILE, "spec.minAvailable", f"{job_min} is greater than the total replicas of all tasks ({total})")
+        )
     out.extend(policy_findings(spec.get("policies"), "spec.policies"))
 
     plugins = spec.get("plugins")
     if isinstance(plugins, dict):
         for plugin in plugins:
             if plugin not in KNOWN_PLUGINS:
-                out.append(Finding(FILE, f"spec.plugins.{plugin}", f"unknown job plugin {plugin!r}",
-                                   hint="known: " + ", ".join(KNOWN_PLUGINS)))
+                out.append(
+                    Finding(
+                        FILE,
+                        f"spec.plugins.{plugin}",
+                        f"unknown job plugin {plugin!r}",
+                        hint="known: " + ", ".join(KNOWN_PLUGINS),
+                    )
+                )
         if "mpi" in plugins:
             args = plugins.get("mpi") or []
             master = next((a.split("=", 1)[1] for a in args if str(a).startswith("--master=")), "master")
@@ -315,13 +360,20 @@ def policy_findings(policies: Any, where: str) -> list[Finding]:
         action = policy.get("action")
         if listed:
             if action not in POLICY_ACTIONS:
-                out.append(Finding(FILE, f"{at}.action", f"invalid policy action {action!r}",
-                                   hint="valid: " + ", ".join(POLICY_ACTIONS)))
+                out.append(
+                    Finding(
+                        FILE,
+                        f"{at}.action",
+                        f"invalid policy action {action!r}",
+                        hint="valid: " + ", ".join(POLICY_ACTIONS),
+                    )
+                )
             for event in dict.fromkeys(listed):
                 key = f"{at}.event" if event == policy.get("event") else f"{at}.events"
                 if event not in POLICY_EVENTS:
-                    out.append(Finding(FILE, key, f"invalid policy event {event!r}",
-                                       hint="valid: " + ", ".join(POLICY_EVENTS)))
+                    out.append(
+                        Finding(FILE, key, f"invalid policy event {event!r}", hint="valid: " + ", ".join(POLICY_EVENTS))
+                    )
                 elif event in events:
                     out.append(Finding(FILE, key, f"duplicate event {event!r} across policies"))
                 events.add(str(event))
@@ -332,11 +384,20 @@ def policy_findings(policies: Any, where: str) -> list[Finding]:
                 out.append(Finding(FILE, f"{at}.exitCode", f"duplicate exitCode {code}"))
             codes.add(code)
             if action is not None and action not in POLICY_ACTIONS:
-                out.append(Finding(FILE, f"{at}.action", f"invalid policy action {action!r}",
-                                   hint="valid: " + ", ".join(POLICY_ACTIONS)))
+                out.append(
+                    Finding(
+                        FILE,
+                        f"{at}.action",
+                        f"invalid policy action {action!r}",
+                        hint="valid: " + ", ".join(POLICY_ACTIONS),
+                    )
+                )
     if "*" in events and len(events) > 1:
-        out.append(Finding(FILE, where, "event '*' must be the only event: it already covers "
-                                        + ", ".join(sorted(events - {'*'}))))
+        out.append(
+            Finding(
+                FILE, where, "event '*' must be the only event: it already covers " + ", ".join(sorted(events - {"*"}))
+            )
+        )
     return out
 
 
@@ -374,8 +435,12 @@ def pod_template_findings(job: Any, version: str = KUBERNETES_VERSION) -> list[F
         if not isinstance(task, dict) or not isinstance(task.get("template"), dict):
             continue
         where = f"spec.tasks[{i}].template"
-        document = {"apiVersion": "v1", "kind": "PodTemplate",
-                    "metadata": {"name": str(task.get("name") or "task")}, "template": task["template"]}
+        document = {
+            "apiVersion": "v1",
+            "kind": "PodTemplate",
+            "metadata": {"name": str(task.get("name") or "task")},
+            "template": task["template"],
+        }
         for path, message in _schema_errors(document, version, kubernetes_validate):
             field = where + _path_suffix(path[1:] if path and path[0] == "template" else path)
             out.append(Finding(FILE, field, message))
@@ -443,8 +508,13 @@ def _pod_semantics(template: dict[str, Any], where: str) -> list[Finding]:
             out.append(Finding(FILE, f"{at}.name", f"{cname!r} is not a DNS-1123 label"))
         for m, mount in enumerate(container.get("volumeMounts") or []):
             if isinstance(mount, dict) and mount.get("name") not in volumes:
-                out.append(Finding(FILE, f"{at}.volumeMounts[{m}].name",
-                                   f"mount of {mount.get('name')!r}, which is not among the pod's volumes"))
+                out.append(
+                    Finding(
+                        FILE,
+                        f"{at}.volumeMounts[{m}].name",
+                        f"mount of {mount.get('name')!r}, which is not among the pod's volumes",
+                    )
+                )
         for p, port in enumerate(container.get("ports") or []):
             value = port.get("containerPort") if isinstance(port, dict) else None
             if isinstance(value, int) and not 1 <= value <= 65535:
@@ -454,8 +524,14 @@ def _pod_semantics(template: dict[str, Any], where: str) -> list[Finding]:
         for key in set(requests) | set(limits):
             if "/" in str(key) and not str(key).startswith("kubernetes.io/"):  # an extended resource
                 if str(requests.get(key)) != str(limits.get(key)):
-                    out.append(Finding(FILE, f"{at}.resources", f"extended resource {key}: request "
-                                       f"{requests.get(key)} must equal limit {limits.get(key)} (no overcommit)"))
+                    out.append(
+                        Finding(
+                            FILE,
+                            f"{at}.resources",
+                            f"extended resource {key}: request "
+                            f"{requests.get(key)} must equal limit {limits.get(key)} (no overcommit)",
+                        )
+                    )
     restart = spec.get("restartPolicy")
     if restart not in (None, "Always", "OnFailure", "Never"):
         out.append(Finding(FILE, f"{where}.spec.restartPolicy", f"{restart!r} is not Always, OnFailure or Never"))
