@@ -15,8 +15,9 @@ from recipekit.bundle import write_bundle
 from recipekit.compose import Composed, compose
 from recipekit.errors import RecipeError
 from recipekit.images import ImageMatrix, load_images
+from recipekit.paths import GROUPS
 from recipekit.plan import Plan, make_plan
-from recipekit.recipe import Recipe, parse_recipe
+from recipekit.recipe import Recipe, parse_recipe, unknown_override_keys
 from recipekit.render import render
 
 #: Where bundles go when no -o is given: ./bundles/<recipe name>.
@@ -35,7 +36,13 @@ class Resolved:
 
 def resolve(overrides: Sequence[str], extra_dirs: Sequence[Path] = (), *, analysis_only: bool = False) -> Resolved:
     """Compose, validate and plan; raises RecipeError with every problem of the first stage that has any."""
-    composed = compose(overrides, extra_dirs)
+    typos = unknown_override_keys(overrides, GROUPS)
+    try:
+        composed = compose([o for o in overrides if o not in {override for override, _ in typos}], extra_dirs)
+    except RecipeError as err:
+        raise RecipeError([problem for _, problem in typos] + err.problems) from None
+    if typos:
+        raise RecipeError([problem for _, problem in typos])
     recipe = parse_recipe(composed.raw)
     images = load_images()
     return Resolved(composed, recipe, make_plan(recipe, images, analysis_only=analysis_only), images)

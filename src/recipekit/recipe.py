@@ -9,7 +9,9 @@ where the arithmetic is, so the error can show it.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+import difflib
+from collections.abc import Sequence
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -279,19 +281,46 @@ def _problem(err: Any) -> Problem:
 
 def _allowed_keys_hint(loc: list[str]) -> str:
     """Name the keys a section does accept, so a typo is a one-look fix."""
-    model: Any = Recipe
-    for part in loc[:-1]:
-        field = getattr(model, "model_fields", {}).get(part)
-        if field is None:
-            return ""
-        model = field.annotation
-        if part == "mode":
-            return ""
-    fields = getattr(model, "model_fields", None)
+    fields = _section_fields(loc[:-1])
     if not fields:
         return ""
-    import difflib
-
-    close = difflib.get_close_matches(loc[-1], list(fields), n=1)
+    close = difflib.get_close_matches(loc[-1], sorted(fields), n=1)
     prefix = f"did you mean {close[0]!r}? " if close else ""
     return prefix + "allowed: " + ", ".join(sorted(fields))
+
+
+def _section_fields(path: list[str]) -> set[str] | None:
+    """The keys the section at ``path`` accepts (for ``mode``, those of every kind); None past a leaf or a dict."""
+    models: list[Any] = [Recipe]
+    for part in path:
+        found = [m.model_fields[part].annotation for m in models if part in getattr(m, "model_fields", {})]
+        models = [model for annotation in found for model in _models_in(annotation)]
+        if not models:
+            return None
+    return {name for model in models for name in model.model_fields}
+
+
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    """The pydantic models an annotation stands for: itself, or each member of a (discriminated) union."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [model for arg in get_args(annotation) for model in _models_in(arg)]
+
+
+def unknown_override_keys(overrides: Sequence[str], groups: Sequence[str]) -> list[tuple[str, Problem]]:
+    """(override, problem) for each plain ``key=value`` override whose key no recipe section has.
+
+    Checked against the schema before composing, so a typo is reported with the keys that section does accept, and
+    all typos cost no extra composition. ``+key`` (add) and ``~key`` (delete) are left to Hydra and the model, as
+    are group choices.
+    """
+    found = []
+    for override in overrides:
+        key, sep, _ = override.partition("=")
+        if not sep or key[:1] in "+~" or key in groups or key.startswith("hydra."):
+            continue
+        path = key.split(".")
+        fields = _section_fields(path[:-1])
+        if fields is not None and path[-1] not in fields:
+            found.append((override, Problem(key, "unknown key", hint=_allowed_keys_hint(path))))
+    return found

@@ -62,3 +62,22 @@ def test_model_architecture_must_be_consistent() -> None:
 def test_root_config_lists_every_train_key() -> None:
     """`train.KEY=VALUE` must work without `+` for every field, so the root config has to list them all."""
     assert set(compose([]).raw["train"]) == set(TrainSpec.model_fields)
+
+
+def test_override_typos_are_caught_against_the_schema_before_composing() -> None:
+    from recipekit.paths import GROUPS
+    from recipekit.recipe import unknown_override_keys
+
+    overrides = [
+        "train.micro_bach_size=2",
+        "mode.lora.rr=3",
+        "mode.lora.r=8",
+        "hw.node_selector.zone=a",
+        "model=llama3_8b",
+        "+train.extra=1",
+        "cluster.nodes=2",
+    ]
+    found = {problem.key: problem.hint for _, problem in unknown_override_keys(overrides, GROUPS)}
+    assert set(found) == {"train.micro_bach_size", "mode.lora.rr"}
+    assert "did you mean 'micro_batch_size'" in found["train.micro_bach_size"]
+    assert "did you mean 'r'" in found["mode.lora.rr"]
