@@ -22,6 +22,12 @@ from recipekit.paths import GROUPS, RECIPES_DIR
 
 #: Hydra's version semantics, pinned so a Hydra upgrade cannot silently change composition.
 HYDRA_VERSION_BASE = "1.3"
+#: Hydra's own config groups for running applications (logging, help, launcher, sweeper, output dirs, env). recipekit
+#: only composes, so they are left out of the composition: about a quarter of its time.
+_HYDRA_APP_GROUPS = tuple(
+    f"~hydra/{group}"
+    for group in ("help", "hydra_help", "job_logging", "hydra_logging", "output", "launcher", "sweeper", "env")
+)
 
 _NOT_IN_STRUCT = re.compile(r"Could not override '([^']+)'")
 _GROUP_OVERRIDE = re.compile(r"^(?P<group>[A-Za-z_]+)=(?P<option>[^=\s]+)$")
@@ -124,7 +130,9 @@ def _compose_once(overrides: list[str], extra_dirs: Sequence[Path]) -> Composed:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             with initialize_config_dir(config_dir=str(RECIPES_DIR), version_base=HYDRA_VERSION_BASE):
-                cfg = hydra_compose(config_name="config", overrides=[*overrides, *search], return_hydra_config=True)
+                cfg = hydra_compose(
+                    config_name="config", overrides=[*overrides, *search, *_HYDRA_APP_GROUPS], return_hydra_config=True
+                )
         choices = OmegaConf.to_container(cfg.hydra.runtime.choices)
         with open_dict(cfg):
             del cfg["hydra"]
