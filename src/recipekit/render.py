@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shlex
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 import jinja2
@@ -137,6 +139,7 @@ def export_default(key: str, value: str) -> str:
 def _environment() -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(TEMPLATES_DIR)),
+        bytecode_cache=_bytecode_cache(),
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
@@ -147,6 +150,20 @@ def _environment() -> jinja2.Environment:
     env.filters["k8s_name"] = k8s_name
     env.globals["export_default"] = export_default
     return env
+
+
+def _bytecode_cache() -> jinja2.BytecodeCache | None:
+    """Compiled templates kept on disk, as Python keeps .pyc files: compiling them is a tenth of a cold build.
+
+    Jinja keys each entry by the template's source checksum, so an edited template is recompiled; the rendered
+    bytes are the same either way. No cache when the directory cannot be created.
+    """
+    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "recipekit" / "jinja"
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return None
+    return jinja2.FileSystemBytecodeCache(str(root))
 
 
 def _template(name: str, context: dict[str, Any]) -> bytes:
