@@ -30,8 +30,14 @@ def timed(argv: list[str], expect: int) -> float:
     return elapsed
 
 
-def median_of(runs: int, argv: list[str], expect: int = 0) -> float:
-    return statistics.median(timed(argv, expect) for _ in range(runs))
+def interleaved_medians(runs: int, cases: dict[str, tuple[list[str], int]]) -> dict[str, float]:
+    """Median of ``runs`` rounds, each round running every case once: drift in the machine's speed (a shared VM)
+    then hits the baseline and recipekit alike instead of skewing their ratio."""
+    times: dict[str, list[float]] = {name: [] for name in cases}
+    for _ in range(runs):
+        for name, (argv, expect) in cases.items():
+            times[name].append(timed(argv, expect))
+    return {name: statistics.median(values) for name, values in times.items()}
 
 
 def main() -> None:
@@ -53,9 +59,9 @@ def main() -> None:
             ),
             "recipekit show recipe=qwen2.5_14b_sft": ([*cli, "show", "recipe=qwen2.5_14b_sft", "--json"], 0),
         }
-        results = {name: median_of(runs, argv, expect) for name, (argv, expect) in cases.items()}
+        results = interleaved_medians(runs, cases)
     baseline = results["baseline: import hydra, jinja2, omegaconf"]
-    print(f"median of {runs} cold runs each, measured in this run")
+    print(f"median of {runs} interleaved rounds of cold runs, measured in this run")
     print(f"{'case':58} {'seconds':>8} {'× baseline':>11}")
     for name, seconds in results.items():
         print(f"{name:58} {seconds:8.3f} {seconds / baseline:10.2f}×")
