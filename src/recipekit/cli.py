@@ -18,7 +18,6 @@ import click
 from recipekit import __version__
 from recipekit.errors import RecipeError
 
-OVERRIDES_HELP = "Hydra overrides: group=option, key=value, +key=value (new key), ~key (delete)."
 _SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 110}
 
 
@@ -85,11 +84,15 @@ class _Commands(click.Group):
 def main() -> None:
     """Compile a training recipe into a Volcano launch bundle for Ascend NPU and NVIDIA GPU clusters.
 
+    Recipes are chosen and changed with Hydra overrides: group=option, key=value, +key=value (a new key),
+    ~key (delete).
+
     \b
     Examples:
       recipekit list
       recipekit build recipe=llama3_8b_sft hw=ascend910b
-      recipekit validate bundles/llama3-8b-sft --dry-run
+      recipekit plan recipe=llama3_70b_sft cluster.nodes=8 --advise
+      recipekit validate bundles/llama3_8b_sft --dry-run
     """
 
 
