@@ -358,16 +358,17 @@ def policy_findings(policies: Any, where: str) -> list[Finding]:
             out.append(Finding(FILE, at, "neither event nor exitCode: give one of them"))
             continue
         action = policy.get("action")
-        if listed:
-            if action not in POLICY_ACTIONS:
-                out.append(
-                    Finding(
-                        FILE,
-                        f"{at}.action",
-                        f"invalid policy action {action!r}",
-                        hint="valid: " + ", ".join(POLICY_ACTIONS),
-                    )
+        # An event policy must name a valid action; an exitCode policy may leave it out.
+        if (listed or action is not None) and action not in POLICY_ACTIONS:
+            out.append(
+                Finding(
+                    FILE,
+                    f"{at}.action",
+                    f"invalid policy action {action!r}",
+                    hint="valid: " + ", ".join(POLICY_ACTIONS),
                 )
+            )
+        if listed:
             for event in dict.fromkeys(listed):
                 key = f"{at}.event" if event == policy.get("event") else f"{at}.events"
                 if event not in POLICY_EVENTS:
@@ -383,15 +384,6 @@ def policy_findings(policies: Any, where: str) -> list[Finding]:
             elif code in codes:
                 out.append(Finding(FILE, f"{at}.exitCode", f"duplicate exitCode {code}"))
             codes.add(code)
-            if action is not None and action not in POLICY_ACTIONS:
-                out.append(
-                    Finding(
-                        FILE,
-                        f"{at}.action",
-                        f"invalid policy action {action!r}",
-                        hint="valid: " + ", ".join(POLICY_ACTIONS),
-                    )
-                )
     if "*" in events and len(events) > 1:
         out.append(
             Finding(
