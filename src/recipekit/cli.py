@@ -150,11 +150,12 @@ def show(overrides: tuple[str, ...], as_json: bool, extra_dirs: tuple[Path, ...]
     import yaml
 
     from recipekit.build import resolve
+    from recipekit.schema import to_data
 
     resolved = resolve(overrides, extra_dirs)
     document = {
         "choices": resolved.composed.choices,
-        "recipe": resolved.recipe.model_dump(mode="json"),
+        "recipe": to_data(resolved.recipe),
         "plan": resolved.plan.summary(),
         "warnings": resolved.plan.warnings,
     }

@@ -9,50 +9,50 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field
-
+from recipekit import yamlfile
 from recipekit.errors import Problem
 from recipekit.paths import IMAGES_DIR
+from recipekit.schema import Section, spec, validate
 
 
-class ImageFamily(BaseModel):
+class ImageFamily(Section):
     """One row of images/matrix.yaml."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    description: str = ""
-    base_image: str
-    base_tag: str
-    cann: str | None = Field(description="CANN version inside the base image (Ascend only).")
-    python: str
-    torch: str
-    torch_npu: str | None
-    torch_index: str = Field(description="pip index the torch wheel comes from (CPU wheel for Ascend).")
-    cann_env: list[str] = Field(description="set_env.sh scripts run.sh sources, the first that exists wins.")
-    bitsandbytes: str = Field(description="pip requirement for 4-bit loading (QLoRA) on this family.")
-    packages: dict[str, str] = Field(description="The Python training stack, name -> exact version.")
+    description: str = spec("", description="What the family is for.")
+    base_image: str = spec(description="Base image repository.")
+    base_tag: str = spec(description="Base image tag (for Ascend it starts with the CANN version).")
+    cann: str | None = spec(description="CANN version inside the base image (Ascend only).")
+    python: str = spec(description="Python version of the base image.")
+    torch: str = spec(description="Pinned torch version.")
+    torch_npu: str | None = spec(description="Pinned torch_npu version (Ascend only).")
+    torch_index: str = spec(description="pip index the torch wheel comes from (CPU wheel for Ascend).")
+    cann_env: list[str] = spec(description="set_env.sh scripts run.sh sources, the first that exists wins.")
+    bitsandbytes: str = spec(description="pip requirement for 4-bit loading (QLoRA) on this family.")
+    packages: dict[str, str] = spec(description="The Python training stack, name -> exact version.")
 
     @property
     def base(self) -> str:
         return f"{self.base_image}:{self.base_tag}"
 
 
-class ImageMatrix(BaseModel):
+class ImageMatrix(Section):
     """All families plus torch_npu's compatibility table (torch_npu -> (torch, CANN))."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    families: dict[str, ImageFamily]
-    torch_npu_table: dict[str, tuple[str, str]]
+    families: dict[str, ImageFamily] = spec(description="images/matrix.yaml: family name -> pinned image.")
+    torch_npu_table: dict[str, tuple[str, str]] = spec(description="images/torch_npu.yaml: torch_npu -> (torch, CANN).")
 
 
 def load_images(directory: Path = IMAGES_DIR) -> ImageMatrix:
-    matrix = yaml.safe_load((directory / "matrix.yaml").read_text(encoding="utf-8"))
-    table = yaml.safe_load((directory / "torch_npu.yaml").read_text(encoding="utf-8"))
-    return ImageMatrix(
-        families=matrix["families"],
-        torch_npu_table={str(k): (str(v[0]), str(v[1])) for k, v in table.items()},
+    """images/ as typed records; a malformed file is a RecipeError naming the key, like a bad recipe."""
+    matrix = yamlfile.read(directory / "matrix.yaml")
+    table = yamlfile.read(directory / "torch_npu.yaml")
+    return validate(
+        ImageMatrix,
+        {
+            "families": matrix["families"],
+            "torch_npu_table": {str(k): [str(v) for v in row] for k, row in table.items()},
+        },
+        root="images",
     )
 
 

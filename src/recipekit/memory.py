@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from recipekit.errors import Problem, RecipeError
 from recipekit.images import ImageMatrix
 from recipekit.plan import Plan, make_plan
 from recipekit.recipe import LoraSpec, ModelSpec, ParallelSpec, Recipe
+from recipekit.schema import to_data, validate
 
 GIB = 2**30
 GB = 1e9
@@ -918,15 +919,15 @@ def _three_d(recipe: Recipe, plan: Plan) -> ThreeD:
 def load_parallel_options(extra_dirs: Sequence[Path] = ()) -> dict[str, ParallelSpec]:
     """The parallel group's options, typed, from the recipe trees on disk (skipping any that do not validate)."""
     import yaml
-    from pydantic import ValidationError
 
+    from recipekit import yamlfile
     from recipekit.compose import group_options
 
     options: dict[str, ParallelSpec] = {}
     for name, path in group_options("parallel", extra_dirs).items():
         try:
-            options[name] = ParallelSpec.model_validate(yaml.safe_load(path.read_text(encoding="utf-8")))
-        except (yaml.YAMLError, ValidationError):
+            options[name] = validate(ParallelSpec, yamlfile.read(path))
+        except (yaml.YAMLError, RecipeError):
             continue
     return options
 
@@ -968,13 +969,13 @@ def candidate(
     own = options.get(par.name)
     carried = {
         k: v
-        for k, v in par.model_dump().items()
+        for k, v in to_data(par).items()
         if own is not None and k not in ("name", "description", *_LAYOUT_FIELDS) and v != getattr(own, k)
     }
     out: list[str] = []
     new_par = par
     if parallel is not None and (explicit or parallel != par.name):
-        new_par = options[parallel].model_copy(update=carried)
+        new_par = replace(options[parallel], **carried)
         out.append(f"parallel={parallel}")
         if own is not None and any(getattr(par, k) != getattr(own, k) for k in _LAYOUT_FIELDS):
             # the recipe overrode a layout key of its own option; that override would outlive parallel=NAME
@@ -988,24 +989,24 @@ def candidate(
             continue
         if explicit or value != getattr(new_par, key) or value != getattr(par, key):
             out.append(f"parallel.{key}={_bool(value) if isinstance(value, bool) else value}")
-        new_par = new_par.model_copy(update={key: value})
+        new_par = replace(new_par, **{key: value})
 
     new_train = tr
     if micro_batch_size is not None and (explicit or micro_batch_size != tr.micro_batch_size):
-        new_train = new_train.model_copy(update={"micro_batch_size": micro_batch_size})
+        new_train = replace(new_train, micro_batch_size=micro_batch_size)
         out.append(f"train.micro_batch_size={micro_batch_size}")
     new_cluster = recipe.cluster
     if nodes is not None and nodes != recipe.cluster.nodes:
-        new_cluster = new_cluster.model_copy(update={"nodes": nodes})
+        new_cluster = replace(new_cluster, nodes=nodes)
         out.append(f"cluster.nodes={nodes}")
     if global_batch_size is not None and (tr.gradient_accumulation_steps is not None or tr.global_batch_size is None):
         devices = new_cluster.devices_per_pod or recipe.hw.devices_per_node
         dp = max(1, new_cluster.nodes * devices // (new_par.tensor_parallel * new_par.pipeline_parallel))
         accum = max(1, global_batch_size // (new_train.micro_batch_size * dp))
         if explicit or accum != tr.gradient_accumulation_steps:
-            new_train = new_train.model_copy(update={"gradient_accumulation_steps": accum})
+            new_train = replace(new_train, gradient_accumulation_steps=accum)
             out.append(f"train.gradient_accumulation_steps={accum}")
-    changed = recipe.model_copy(update={"parallel": new_par, "train": new_train, "cluster": new_cluster})
+    changed = replace(recipe, parallel=new_par, train=new_train, cluster=new_cluster)
     return Candidate(changed, tuple(out))
 
 

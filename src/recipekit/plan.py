@@ -23,6 +23,7 @@ from recipekit import __version__
 from recipekit.errors import Collector
 from recipekit.images import ImageFamily, ImageMatrix, compatibility_problems
 from recipekit.recipe import Recipe
+from recipekit.schema import to_data
 
 Precision = Literal["bf16", "fp16", "fp32"]
 
@@ -113,7 +114,7 @@ def recipe_digest(recipe: Recipe, family: ImageFamily) -> str:
     """A short hash of what goes into the image (recipe, pins, recipekit version): the image tag, so a change forces
     a rebuild and two recipes never share a tag."""
     canonical = json.dumps(
-        {"recipekit": __version__, "recipe": recipe.model_dump(mode="json"), "image": family.model_dump(mode="json")},
+        {"recipekit": __version__, "recipe": to_data(recipe), "image": to_data(family)},
         sort_keys=True,
         separators=(",", ":"),
     )

@@ -1,67 +1,59 @@
 """The typed Recipe: what a user may say, and nothing else.
 
-Every section is a closed pydantic model (``extra="forbid"``) so a misspelled key is an error rather than a silently
-ignored setting. Each field carries a description: it is the documentation ``recipekit show`` and the recipes README
-point to. Models only check what one section can know on its own (types, ranges, enums); rules that need two
+Every section is a closed record (:class:`recipekit.schema.Section`) so a misspelled key is an error rather than a
+silently ignored setting. Each field carries a description: it is the documentation ``recipekit show`` and the recipes
+README point to. Sections only check what one section can know on its own (types, ranges, enums); rules that need two
 sections (global batch divisibility, precision against hardware, devices per pod) live in :mod:`recipekit.plan`,
 where the arithmetic is, so the error can show it.
 """
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Sequence
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
-
-from recipekit.errors import Problem, RecipeError
-
-
-class Section(BaseModel):
-    """Base for every recipe section: closed, immutable, validated on assignment."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+from recipekit.errors import Problem
+from recipekit.schema import Section, Tagged, field_types, sections_in, spec, unknown_key_hint, validate
 
 
 # --------------------------------------------------------------------------------------------------------- model
 class ModelSpec(Section):
     """A decoder-only transformer, described by its architecture numbers so that no download is ever needed."""
 
-    name: str = Field(description="Short name, used in bundle and job names.")
-    description: str = Field("", description="One line shown by `recipekit list model`.")
-    family: Literal["llama", "qwen2"] = Field(description="Architecture family; the tiny twin shares it.")
-    name_or_path: str = Field(description="Weights and tokenizer: a path on the shared volume (or a hub id).")
-    init: Literal["pretrained", "random"] = Field(
+    name: str = spec(description="Short name, used in bundle and job names.")
+    description: str = spec("", description="One line shown by `recipekit list model`.")
+    family: Literal["llama", "qwen2"] = spec(description="Architecture family; the tiny twin shares it.")
+    name_or_path: str = spec(description="Weights and tokenizer: a path on the shared volume (or a hub id).")
+    init: Literal["pretrained", "random"] = spec(
         "pretrained",
         description="random: build from these numbers with random weights and a locally trained tokenizer.",
     )
-    num_layers: int = Field(gt=0, description="Decoder layers (num_hidden_layers).")
-    hidden_size: int = Field(gt=0, description="Model width.")
-    num_attention_heads: int = Field(gt=0, description="Query heads.")
-    num_kv_heads: int = Field(gt=0, description="Key/value heads (grouped-query attention).")
-    intermediate_size: int = Field(gt=0, description="SwiGLU MLP width.")
-    vocab_size: int = Field(gt=0, description="Tokenizer vocabulary (embedding rows).")
-    max_position_embeddings: int = Field(gt=0, description="Longest sequence the model was trained for.")
-    tie_word_embeddings: bool = Field(False, description="Output head shares the input embedding.")
-    rope_theta: float = Field(500000.0, gt=0, description="RoPE base.")
-    rms_norm_eps: float = Field(1e-5, gt=0, description="RMSNorm epsilon.")
-    attention_bias: bool = Field(False, description="q/k/v projections carry a bias (Qwen2 does).")
-    trust_remote_code: bool = Field(False, description="Allow model code from the checkpoint; off unless needed.")
+    num_layers: int = spec(gt=0, description="Decoder layers (num_hidden_layers).")
+    hidden_size: int = spec(gt=0, description="Model width.")
+    num_attention_heads: int = spec(gt=0, description="Query heads.")
+    num_kv_heads: int = spec(gt=0, description="Key/value heads (grouped-query attention).")
+    intermediate_size: int = spec(gt=0, description="SwiGLU MLP width.")
+    vocab_size: int = spec(gt=0, description="Tokenizer vocabulary (embedding rows).")
+    max_position_embeddings: int = spec(gt=0, description="Longest sequence the model was trained for.")
+    tie_word_embeddings: bool = spec(False, description="Output head shares the input embedding.")
+    rope_theta: float = spec(500000.0, gt=0, description="RoPE base.")
+    rms_norm_eps: float = spec(1e-5, gt=0, description="RMSNorm epsilon.")
+    attention_bias: bool = spec(False, description="q/k/v projections carry a bias (Qwen2 does).")
+    trust_remote_code: bool = spec(False, description="Allow model code from the checkpoint; off unless needed.")
 
-    @model_validator(mode="after")
-    def _heads_divide(self) -> ModelSpec:
+    def rules(self) -> list[str]:
+        broken = []
         if self.hidden_size % self.num_attention_heads:
-            raise ValueError(
+            broken.append(
                 f"hidden_size ({self.hidden_size}) must be divisible by "
                 f"num_attention_heads ({self.num_attention_heads})"
             )
         if self.num_attention_heads % self.num_kv_heads:
-            raise ValueError(
+            broken.append(
                 f"num_attention_heads ({self.num_attention_heads}) must be divisible by "
                 f"num_kv_heads ({self.num_kv_heads})"
             )
-        return self
+        return broken
 
     @property
     def head_dim(self) -> int:
@@ -72,25 +64,25 @@ class ModelSpec(Section):
 class LoraSpec(Section):
     """PEFT LoRA adapter settings (``peft.LoraConfig``)."""
 
-    r: int = Field(16, gt=0, le=1024, description="Adapter rank.")
-    alpha: int = Field(32, gt=0, description="Scaling numerator (lora_alpha).")
-    dropout: float = Field(0.05, ge=0, lt=1, description="Dropout on the adapter input.")
-    target_modules: Literal["all-linear"] | list[str] = Field(
+    r: int = spec(16, gt=0, le=1024, description="Adapter rank.")
+    alpha: int = spec(32, gt=0, description="Scaling numerator (lora_alpha).")
+    dropout: float = spec(0.05, ge=0, lt=1, description="Dropout on the adapter input.")
+    target_modules: Literal["all-linear"] | list[str] = spec(
         "all-linear", description="Module names to adapt, or 'all-linear'."
     )
-    merge_on_save: bool = Field(False, description="Also write the base model with the adapter merged in.")
+    merge_on_save: bool = spec(False, description="Also write the base model with the adapter merged in.")
 
 
 class QuantSpec(Section):
     """4-bit base-model loading for QLoRA (bitsandbytes ``BitsAndBytesConfig``)."""
 
-    bits: Literal[4] = Field(4, description="Weight bits of the frozen base model.")
-    quant_type: Literal["nf4", "fp4"] = Field("nf4", description="4-bit data type.")
-    double_quant: bool = Field(True, description="Quantize the quantization constants too.")
+    bits: Literal[4] = spec(4, description="Weight bits of the frozen base model.")
+    quant_type: Literal["nf4", "fp4"] = spec("nf4", description="4-bit data type.")
+    double_quant: bool = spec(True, description="Quantize the quantization constants too.")
 
 
 class _ModeBase(Section):
-    description: str = Field("", description="One line shown by `recipekit list mode`.")
+    description: str = spec("", description="One line shown by `recipekit list mode`.")
 
 
 class PretrainMode(_ModeBase):
@@ -109,202 +101,162 @@ class LoraMode(_ModeBase):
     """Supervised fine-tuning of a LoRA adapter on a frozen base model."""
 
     kind: Literal["lora"]
-    lora: LoraSpec = Field(default_factory=LoraSpec)
+    lora: LoraSpec = spec(default_factory=LoraSpec, description="The adapter.")
 
 
 class QloraMode(_ModeBase):
     """LoRA on a 4-bit base model (bitsandbytes; on Ascend the bitsandbytes-npu-beta preview)."""
 
     kind: Literal["qlora"]
-    lora: LoraSpec = Field(default_factory=LoraSpec)
-    quant: QuantSpec = Field(default_factory=QuantSpec)
+    lora: LoraSpec = spec(default_factory=LoraSpec, description="The adapter.")
+    quant: QuantSpec = spec(default_factory=QuantSpec, description="How the frozen base model is quantized.")
 
 
-ModeSpec = Annotated[PretrainMode | SftMode | LoraMode | QloraMode, Field(discriminator="kind")]
+ModeSpec = Annotated[PretrainMode | SftMode | LoraMode | QloraMode, Tagged("kind")]
 
 
 # ------------------------------------------------------------------------------------------------------ hardware
 class HardwareSpec(Section):
     """One accelerator type and the node it comes in. Peak figures are data, overridable per recipe."""
 
-    name: str = Field(description="Short name (the option's file name).")
-    description: str = Field("", description="One line shown by `recipekit list hw`.")
-    vendor: Literal["ascend", "nvidia", "cpu"] = Field(description="Decides base image, backend and device plugin.")
-    chip: str = Field(description="Chip id used in image tags and labels, e.g. 910b, a3, a100.")
-    image_family: str = Field(description="Key into images/matrix.yaml.")
-    device_resource: str | None = Field(description="Extended resource the device plugin advertises (None for CPU).")
-    devices_per_node: int = Field(gt=0, le=64, description="Accelerators in one server.")
-    memory_gib: float = Field(gt=0, description="Memory per device, GiB.")
-    peak_tflops_bf16: float = Field(gt=0, description="Dense bf16 peak per device, TFLOP/s (MFU denominator).")
-    peak_tflops_fp16: float = Field(gt=0, description="Dense fp16 peak per device, TFLOP/s.")
-    supports_bf16: bool = Field(description="bf16 arithmetic available (910B/A3/Ampere+: yes; 910A, V100: no).")
-    assumed_mfu: float = Field(0.4, gt=0, le=1, description="Model FLOPs utilisation assumed for time estimates.")
-    comm_backend: Literal["hccl", "nccl", "gloo"] = Field(description="torch.distributed backend.")
-    intra_node_link: str = Field(description="Device interconnect inside a node (HCCS, NVLink, ...).")
-    intra_node_gbps: float = Field(gt=0, description="Per-device intra-node bandwidth, GB/s (one direction).")
-    inter_node_link: str = Field(description="Network between nodes (RoCE, InfiniBand, Ethernet).")
-    inter_node_gbps: float = Field(gt=0, description="Per-node inter-node bandwidth, GB/s (one direction).")
-    node_selector: dict[str, str] = Field(default_factory=dict, description="Kubernetes nodeSelector for the pods.")
-    pod_labels: dict[str, str] = Field(default_factory=dict, description="Labels the device scheduler needs.")
-    host_mounts: list[str] = Field(default_factory=list, description="Host paths mounted read-only (drivers).")
-    env: dict[str, str] = Field(default_factory=dict, description="Collective-library env defaults run.sh exports.")
-    price_per_device_hour: float | None = Field(None, ge=0, description="Cost of one device for one hour.")
+    name: str = spec(description="Short name (the option's file name).")
+    description: str = spec("", description="One line shown by `recipekit list hw`.")
+    vendor: Literal["ascend", "nvidia", "cpu"] = spec(description="Decides base image, backend and device plugin.")
+    chip: str = spec(description="Chip id used in image tags and labels, e.g. 910b, a3, a100.")
+    image_family: str = spec(description="Key into images/matrix.yaml.")
+    device_resource: str | None = spec(description="Extended resource the device plugin advertises (None for CPU).")
+    devices_per_node: int = spec(gt=0, le=64, description="Accelerators in one server.")
+    memory_gib: float = spec(gt=0, description="Memory per device, GiB.")
+    peak_tflops_bf16: float = spec(gt=0, description="Dense bf16 peak per device, TFLOP/s (MFU denominator).")
+    peak_tflops_fp16: float = spec(gt=0, description="Dense fp16 peak per device, TFLOP/s.")
+    supports_bf16: bool = spec(description="bf16 arithmetic available (910B/A3/Ampere+: yes; 910A, V100: no).")
+    assumed_mfu: float = spec(0.4, gt=0, le=1, description="Model FLOPs utilisation assumed for time estimates.")
+    comm_backend: Literal["hccl", "nccl", "gloo"] = spec(description="torch.distributed backend.")
+    intra_node_link: str = spec(description="Device interconnect inside a node (HCCS, NVLink, ...).")
+    intra_node_gbps: float = spec(gt=0, description="Per-device intra-node bandwidth, GB/s (one direction).")
+    inter_node_link: str = spec(description="Network between nodes (RoCE, InfiniBand, Ethernet).")
+    inter_node_gbps: float = spec(gt=0, description="Per-node inter-node bandwidth, GB/s (one direction).")
+    node_selector: dict[str, str] = spec(default_factory=dict, description="Kubernetes nodeSelector for the pods.")
+    pod_labels: dict[str, str] = spec(default_factory=dict, description="Labels the device scheduler needs.")
+    host_mounts: list[str] = spec(default_factory=list, description="Host paths mounted read-only (drivers).")
+    env: dict[str, str] = spec(default_factory=dict, description="Collective-library env defaults run.sh exports.")
+    price_per_device_hour: float | None = spec(None, ge=0, description="Cost of one device for one hour.")
 
 
 # ------------------------------------------------------------------------------------------------------ parallel
 class ParallelSpec(Section):
     """Data parallelism: plain DDP or a DeepSpeed ZeRO stage, with optional offload."""
 
-    name: str = Field(description="Short name (the option's file name).")
-    description: str = Field("", description="One line shown by `recipekit list parallel`.")
-    zero_stage: Literal[0, 1, 2, 3] = Field(description="0 = DDP without DeepSpeed; 1-3 = ZeRO stage.")
-    offload_optimizer: Literal["none", "cpu", "nvme"] = Field("none", description="Where optimizer states live.")
-    offload_param: Literal["none", "cpu", "nvme"] = Field("none", description="Where parameters live (ZeRO-3 only).")
-    nvme_path: str | None = Field(None, description="Local NVMe directory for nvme offload.")
-    gradient_checkpointing: bool = Field(False, description="Recompute activations in backward to save memory.")
-    overlap_comm: bool = Field(True, description="Overlap gradient reduction with backward (ZeRO).")
-    reduce_bucket_size: int = Field(500_000_000, gt=0, description="Elements per gradient reduction bucket.")
-    tensor_parallel: int = Field(1, ge=1, description="Tensor-parallel degree (analysed by plan; build needs 1).")
-    pipeline_parallel: int = Field(1, ge=1, description="Pipeline stages (analysed by plan; build needs 1).")
+    name: str = spec(description="Short name (the option's file name).")
+    description: str = spec("", description="One line shown by `recipekit list parallel`.")
+    zero_stage: Literal[0, 1, 2, 3] = spec(description="0 = DDP without DeepSpeed; 1-3 = ZeRO stage.")
+    offload_optimizer: Literal["none", "cpu", "nvme"] = spec("none", description="Where optimizer states live.")
+    offload_param: Literal["none", "cpu", "nvme"] = spec("none", description="Where parameters live (ZeRO-3 only).")
+    nvme_path: str | None = spec(None, description="Local NVMe directory for nvme offload.")
+    gradient_checkpointing: bool = spec(False, description="Recompute activations in backward to save memory.")
+    overlap_comm: bool = spec(True, description="Overlap gradient reduction with backward (ZeRO).")
+    reduce_bucket_size: int = spec(500_000_000, gt=0, description="Elements per gradient reduction bucket.")
+    tensor_parallel: int = spec(1, ge=1, description="Tensor-parallel degree (analysed by plan; build needs 1).")
+    pipeline_parallel: int = spec(1, ge=1, description="Pipeline stages (analysed by plan; build needs 1).")
 
 
 # ---------------------------------------------------------------------------------------------------------- data
 class DataSpec(Section):
     """Training data on the shared volume."""
 
-    name: str = Field(description="Short name (the option's file name).")
-    description: str = Field("", description="One line shown by `recipekit list data`.")
-    format: Literal["alpaca", "messages", "text"] = Field(
+    name: str = spec(description="Short name (the option's file name).")
+    description: str = spec("", description="One line shown by `recipekit list data`.")
+    format: Literal["alpaca", "messages", "text"] = spec(
         description="alpaca: instruction/input/output JSONL; messages: chat JSONL; text: raw text files."
     )
-    path: str = Field(description="File or directory on the shared volume.")
-    max_len: int = Field(2048, gt=0, description="Sequence length (truncation; block size when packing).")
-    packing: bool = Field(False, description="Pack several samples into one sequence.")
-    num_samples: int | None = Field(None, gt=0, description="Samples (or blocks) per epoch, for schedule and time.")
-    eval_fraction: float = Field(0.0, ge=0, lt=1, description="Held-out fraction for evaluation.")
+    path: str = spec(description="File or directory on the shared volume.")
+    max_len: int = spec(2048, gt=0, description="Sequence length (truncation; block size when packing).")
+    packing: bool = spec(False, description="Pack several samples into one sequence.")
+    num_samples: int | None = spec(None, gt=0, description="Samples (or blocks) per epoch, for schedule and time.")
+    eval_fraction: float = spec(0.0, ge=0, lt=1, description="Held-out fraction for evaluation.")
 
 
 # ------------------------------------------------------------------------------------------------------- cluster
 class ClusterSpec(Section):
     """Where the Job runs: Volcano queue, namespace, nodes, image registry and shared volume."""
 
-    name: str = Field(description="Short name (the option's file name).")
-    description: str = Field("", description="One line shown by `recipekit list cluster`.")
-    namespace: str = Field("default", description="Kubernetes namespace of the Job.")
-    queue: str = Field("default", description="Volcano queue (must exist and be open).")
-    nodes: int = Field(1, gt=0, le=4096, description="Pods, one per node.")
-    devices_per_pod: int | None = Field(None, gt=0, description="Devices each pod asks for (default: a whole node).")
-    image_registry: str = Field(description="Registry and project the bundle's image is pushed to.")
-    pvc_claim: str = Field(description="PersistentVolumeClaim with models, data and checkpoints.")
-    mount_path: str = Field("/mnt/shared", description="Where the claim is mounted in each pod.")
-    output_dir: str = Field(description="Checkpoints and final model; must lie under mount_path.")
-    priority_class: str | None = Field(None, description="Kubernetes PriorityClass of the pods.")
-    task_name: str = Field("worker", description="Volcano task name; run.sh reads VC_<TASK>_HOSTS from it.")
-    master_port: int = Field(29500, ge=1024, le=65535, description="Fixed rendezvous port on the first pod.")
-    max_retry: int = Field(3, ge=1, description="Job restarts Volcano allows before failing the Job.")
-    shm_gib: int = Field(64, gt=0, description="Size of the /dev/shm memory volume per pod.")
-    cpu_per_pod: int = Field(32, gt=0, description="CPU cores requested per pod.")
-    memory_gib_per_pod: int = Field(512, gt=0, description="Host memory requested per pod, GiB.")
-    socket_ifname: str | None = Field(None, description="NIC for HCCL/NCCL/gloo bootstrap (e.g. eth0).")
-    connect_timeout_s: int = Field(1800, ge=120, le=7200, description="Collective connect timeout, seconds.")
+    name: str = spec(description="Short name (the option's file name).")
+    description: str = spec("", description="One line shown by `recipekit list cluster`.")
+    namespace: str = spec("default", description="Kubernetes namespace of the Job.")
+    queue: str = spec("default", description="Volcano queue (must exist and be open).")
+    nodes: int = spec(1, gt=0, le=4096, description="Pods, one per node.")
+    devices_per_pod: int | None = spec(None, gt=0, description="Devices each pod asks for (default: a whole node).")
+    image_registry: str = spec(description="Registry and project the bundle's image is pushed to.")
+    pvc_claim: str = spec(description="PersistentVolumeClaim with models, data and checkpoints.")
+    mount_path: str = spec("/mnt/shared", description="Where the claim is mounted in each pod.")
+    output_dir: str = spec(description="Checkpoints and final model; must lie under mount_path.")
+    priority_class: str | None = spec(None, description="Kubernetes PriorityClass of the pods.")
+    task_name: str = spec("worker", description="Volcano task name; run.sh reads VC_<TASK>_HOSTS from it.")
+    master_port: int = spec(29500, ge=1024, le=65535, description="Fixed rendezvous port on the first pod.")
+    max_retry: int = spec(3, ge=1, description="Job restarts Volcano allows before failing the Job.")
+    shm_gib: int = spec(64, gt=0, description="Size of the /dev/shm memory volume per pod.")
+    cpu_per_pod: int = spec(32, gt=0, description="CPU cores requested per pod.")
+    memory_gib_per_pod: int = spec(512, gt=0, description="Host memory requested per pod, GiB.")
+    socket_ifname: str | None = spec(None, description="NIC for HCCL/NCCL/gloo bootstrap (e.g. eth0).")
+    connect_timeout_s: int = spec(1800, ge=120, le=7200, description="Collective connect timeout, seconds.")
 
 
 # --------------------------------------------------------------------------------------------------------- train
 class TrainSpec(Section):
     """Optimisation and bookkeeping; the Trainer arguments are derived from these by the plan."""
 
-    micro_batch_size: int = Field(1, gt=0, description="Sequences per device per step.")
-    gradient_accumulation_steps: int | None = Field(
+    micro_batch_size: int = spec(1, gt=0, description="Sequences per device per step.")
+    gradient_accumulation_steps: int | None = spec(
         None, gt=0, description="Micro-steps per optimizer step; derived from global_batch_size when unset."
     )
-    global_batch_size: int | None = Field(None, gt=0, description="Sequences per optimizer step across all devices.")
-    epochs: float = Field(1.0, gt=0, description="Passes over the data (ignored when max_steps is set).")
-    max_steps: int | None = Field(None, gt=0, description="Optimizer steps; overrides epochs.")
-    learning_rate: float = Field(2e-5, gt=0, lt=1, description="Peak learning rate.")
-    lr_scheduler: Literal["cosine", "linear", "constant_with_warmup"] = Field("cosine", description="LR schedule.")
-    warmup_ratio: float = Field(0.03, ge=0, lt=1, description="Fraction of steps spent warming up.")
-    weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
-    max_grad_norm: float = Field(1.0, gt=0, description="Gradient clipping norm.")
-    precision: Literal["auto", "bf16", "fp16", "fp32"] = Field("auto", description="auto: bf16 where supported.")
-    save_steps: int = Field(500, gt=0, description="Checkpoint every N optimizer steps.")
-    save_total_limit: int = Field(3, gt=0, description="Checkpoints kept (oldest deleted first).")
-    logging_steps: int = Field(10, gt=0, description="Log every N optimizer steps.")
-    seed: int = Field(42, ge=0, description="Random seed.")
-    report_to: list[Literal["tensorboard", "wandb", "mlflow", "none"]] = Field(
+    global_batch_size: int | None = spec(None, gt=0, description="Sequences per optimizer step across all devices.")
+    epochs: float = spec(1.0, gt=0, description="Passes over the data (ignored when max_steps is set).")
+    max_steps: int | None = spec(None, gt=0, description="Optimizer steps; overrides epochs.")
+    learning_rate: float = spec(2e-5, gt=0, lt=1, description="Peak learning rate.")
+    lr_scheduler: Literal["cosine", "linear", "constant_with_warmup"] = spec("cosine", description="LR schedule.")
+    warmup_ratio: float = spec(0.03, ge=0, lt=1, description="Fraction of steps spent warming up.")
+    weight_decay: float = spec(0.0, ge=0, description="AdamW weight decay.")
+    max_grad_norm: float = spec(1.0, gt=0, description="Gradient clipping norm.")
+    precision: Literal["auto", "bf16", "fp16", "fp32"] = spec("auto", description="auto: bf16 where supported.")
+    save_steps: int = spec(500, gt=0, description="Checkpoint every N optimizer steps.")
+    save_total_limit: int = spec(3, gt=0, description="Checkpoints kept (oldest deleted first).")
+    logging_steps: int = spec(10, gt=0, description="Log every N optimizer steps.")
+    seed: int = spec(42, ge=0, description="Random seed.")
+    report_to: list[Literal["tensorboard", "wandb", "mlflow", "none"]] = spec(
         default_factory=lambda: ["tensorboard"], description="Trackers the Trainer reports to."
     )
-    dataloader_workers: int = Field(4, ge=0, description="DataLoader worker processes per device.")
+    dataloader_workers: int = spec(4, ge=0, description="DataLoader worker processes per device.")
 
 
 # -------------------------------------------------------------------------------------------------------- recipe
 class Recipe(Section):
     """A complete, resolved recipe: one option of each group plus the training settings."""
 
-    name: str = Field(pattern=r"^[a-z0-9]([a-z0-9._-]*[a-z0-9])?$", description="Bundle name (lower case).")
-    description: str = Field("", description="One line about this recipe.")
-    model: ModelSpec
-    mode: ModeSpec
-    hw: HardwareSpec
-    parallel: ParallelSpec
-    data: DataSpec
-    cluster: ClusterSpec
-    train: TrainSpec = Field(default_factory=TrainSpec)
+    name: str = spec(pattern=r"^[a-z0-9]([a-z0-9._-]*[a-z0-9])?$", description="Bundle name (lower case).")
+    description: str = spec("", description="One line about this recipe.")
+    model: ModelSpec = spec(description="The network (group `model`).")
+    mode: ModeSpec = spec(description="What is trained and how (group `mode`), chosen by its `kind`.")
+    hw: HardwareSpec = spec(description="The accelerator and its node (group `hw`).")
+    parallel: ParallelSpec = spec(description="Data-parallel layout (group `parallel`).")
+    data: DataSpec = spec(description="Training data (group `data`).")
+    cluster: ClusterSpec = spec(description="Where the Volcano Job runs (group `cluster`).")
+    train: TrainSpec = spec(default_factory=TrainSpec, description="Optimisation and bookkeeping.")
 
 
 def parse_recipe(raw: dict[str, Any]) -> Recipe:
-    """Validate a plain dict into a Recipe, turning *every* pydantic error into a :class:`Problem`."""
-    try:
-        return Recipe.model_validate(raw)
-    except ValidationError as exc:
-        raise RecipeError([_problem(err) for err in exc.errors()]) from None
-
-
-def _problem(err: Any) -> Problem:
-    loc = [str(p) for p in err["loc"]]
-    # Drop the discriminator tag pydantic puts in a tagged union's path ("mode.lora.r", not "mode.lora.lora.r").
-    if len(loc) >= 2 and loc[0] == "mode" and loc[1] in ("pretrain", "sft", "lora", "qlora"):
-        loc = [loc[0], *loc[2:]]
-    key = ".".join(loc) or "<recipe>"
-    kind = err["type"]
-    if kind == "extra_forbidden":
-        return Problem(key, "unknown key", hint=_allowed_keys_hint(loc))
-    if kind == "missing":
-        return Problem(key, "required key is missing")
-    if kind == "union_tag_invalid":
-        return Problem(key or "mode", f"unknown mode kind {err['input']!r}", hint="allowed: pretrain, sft, lora, qlora")
-    message = err["msg"].removeprefix("Value error, ")
-    got = err.get("input")
-    if got is not None and not isinstance(got, (dict, list)):
-        message = f"{message} (got {got!r})"
-    return Problem(key, message)
-
-
-def _allowed_keys_hint(loc: list[str]) -> str:
-    """Name the keys a section does accept, so a typo is a one-look fix."""
-    fields = _section_fields(loc[:-1])
-    if not fields:
-        return ""
-    close = difflib.get_close_matches(loc[-1], sorted(fields), n=1)
-    prefix = f"did you mean {close[0]!r}? " if close else ""
-    return prefix + "allowed: " + ", ".join(sorted(fields))
+    """Validate a plain dict into a Recipe; :class:`RecipeError` lists *every* problem found."""
+    return validate(Recipe, raw)
 
 
 def _section_fields(path: list[str]) -> set[str] | None:
     """The keys the section at ``path`` accepts (for ``mode``, those of every kind); None past a leaf or a dict."""
-    models: list[Any] = [Recipe]
+    sections: list[Any] = [Recipe]
     for part in path:
-        found = [m.model_fields[part].annotation for m in models if part in getattr(m, "model_fields", {})]
-        models = [model for annotation in found for model in _models_in(annotation)]
-        if not models:
+        found = [field_types(section)[part] for section in sections if part in field_types(section)]
+        sections = [inner for annotation in found for inner in sections_in(annotation)]
+        if not sections:
             return None
-    return {name for model in models for name in model.model_fields}
-
-
-def _models_in(annotation: Any) -> list[type[BaseModel]]:
-    """The pydantic models an annotation stands for: itself, or each member of a (discriminated) union."""
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return [annotation]
-    return [model for arg in get_args(annotation) for model in _models_in(arg)]
+    return {name for section in sections for name in field_types(section)}
 
 
 def unknown_override_keys(overrides: Sequence[str], groups: Sequence[str]) -> list[tuple[str, Problem]]:
@@ -322,5 +274,5 @@ def unknown_override_keys(overrides: Sequence[str], groups: Sequence[str]) -> li
         path = key.split(".")
         fields = _section_fields(path[:-1])
         if fields is not None and path[-1] not in fields:
-            found.append((override, Problem(key, "unknown key", hint=_allowed_keys_hint(path))))
+            found.append((override, Problem(key, "unknown key", hint=unknown_key_hint(path[-1], sorted(fields)))))
     return found

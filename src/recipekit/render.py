@@ -27,6 +27,7 @@ from recipekit.paths import RUNTIME_DIR, TEMPLATES_DIR
 from recipekit.plan import WORKDIR, Plan, k8s_name
 from recipekit.recipe import Recipe
 from recipekit.report import estimate_dict, estimate_markdown
+from recipekit.schema import to_data
 
 #: Runtime modules copied verbatim from src/recipekit/runtime/ into the bundle.
 RUNTIME_FILES = ("train.py",)
@@ -52,7 +53,7 @@ def render(
     files["recipe.yaml"] = _yaml(
         {
             "recipekit_version": __version__,
-            "recipe": recipe.model_dump(mode="json"),
+            "recipe": to_data(recipe),
             "plan": plan.summary(),
             "training_arguments": plan.training_arguments,
         },
@@ -93,7 +94,7 @@ def manifest(recipe: Recipe, plan: Plan, files: dict[str, bytes], composed: Comp
             "choices": dict(composed.choices) if composed else {},
             "overrides": list(composed.overrides) if composed else [],
             "versions": dict(sorted(versions.items())),
-            "recipe": recipe.model_dump(mode="json"),
+            "recipe": to_data(recipe),
             "files": {name: hashlib.sha256(data).hexdigest() for name, data in sorted(files.items())},
         }
     )

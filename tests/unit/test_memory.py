@@ -35,13 +35,14 @@ from recipekit.memory import (  # noqa: E402
 from recipekit.plan import make_plan  # noqa: E402
 from recipekit.recipe import LoraSpec, ModelSpec, parse_recipe  # noqa: E402
 from recipekit.report import estimate_dict, estimate_markdown, render_advice, render_estimate  # noqa: E402
+from recipekit.schema import validate  # noqa: E402
 
 IMAGES = load_images()
 OPTIONS = load_parallel_options()
 
 
 def model(name: str) -> ModelSpec:
-    return ModelSpec.model_validate(yaml.safe_load((ROOT / "recipes" / "model" / f"{name}.yaml").read_text()))
+    return validate(ModelSpec, yaml.safe_load((ROOT / "recipes" / "model" / f"{name}.yaml").read_text()))
 
 
 @functools.cache
