@@ -7,6 +7,7 @@ with one line per problem and never a traceback.
 from __future__ import annotations
 
 import functools
+import gc
 import json
 import sys
 from collections.abc import Callable
@@ -264,5 +265,19 @@ def list_(group: str | None, extra_dirs: tuple[Path, ...]) -> None:
     _console().print(table)
 
 
+def run() -> None:
+    """The console script: :func:`main`, then skip the interpreter's last garbage collection.
+
+    At exit CPython collects every cycle left by Hydra, OmegaConf, ANTLR and Jinja; measured here that is about
+    0.15 s — a fifth of a whole `build`. Freezing the heap leaves those objects to the operating system, which
+    reclaims the memory at once. Everything that must happen at exit still does: objects are released by reference
+    counting, atexit handlers run, streams are flushed; nothing recipekit writes is pending by then.
+    """
+    try:
+        main()
+    finally:
+        gc.freeze()
+
+
 if __name__ == "__main__":  # pragma: no cover
-    main()
+    run()

@@ -100,3 +100,13 @@ def test_build_never_imports_the_training_stack(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ}, check=True)
     assert "HEAVY=\n" in out.stdout, out.stdout + out.stderr
     assert (tmp_path / "b" / "run.sh").exists()
+
+
+def test_console_script_exit_codes_and_output(tmp_path: Path) -> None:
+    """`python -m recipekit.cli` is the console script's `run()`: same exit codes, output flushed, no traceback."""
+    cli = [sys.executable, "-m", "recipekit.cli", "build", "recipe=tiny_sft"]
+    good = subprocess.run([*cli, "-o", str(tmp_path / "b")], capture_output=True, text=True)
+    assert good.returncode == 0 and good.stdout.startswith("built "), good.stderr
+    bad = subprocess.run([*cli, "train.micro_bach_size=2", "-o", str(tmp_path / "c")], capture_output=True, text=True)
+    assert bad.returncode == 2 and "train.micro_bach_size: unknown key" in bad.stderr
+    assert "Traceback" not in bad.stderr and not (tmp_path / "c").exists()
