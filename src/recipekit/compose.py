@@ -17,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from recipekit import yamlfile
 from recipekit.errors import Collector, Problem, RecipeError
 from recipekit.paths import GROUPS, RECIPES_DIR
 
@@ -59,7 +60,7 @@ def group_options(group: str, extra: Sequence[Path] = ()) -> dict[str, Path]:
 def describe_option(path: Path) -> str:
     """The option's one-line ``description`` key (empty when it has none)."""
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        data = yamlfile.read(path) or {}
     except yaml.YAMLError:
         return "(unreadable YAML)"
     return str(data.get("description", "")) if isinstance(data, dict) else ""
