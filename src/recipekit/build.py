@@ -32,6 +32,8 @@ class Resolved:
     recipe: Recipe
     plan: Plan
     images: ImageMatrix
+    #: The team recipe trees searched besides recipekit's own (their parallel options are fit suggestions too).
+    extra_dirs: tuple[Path, ...] = ()
 
 
 def resolve(overrides: Sequence[str], extra_dirs: Sequence[Path] = (), *, analysis_only: bool = False) -> Resolved:
@@ -45,7 +47,8 @@ def resolve(overrides: Sequence[str], extra_dirs: Sequence[Path] = (), *, analys
         raise RecipeError([problem for _, problem in typos])
     recipe = parse_recipe(composed.raw)
     images = load_images()
-    return Resolved(composed, recipe, make_plan(recipe, images, analysis_only=analysis_only), images)
+    plan = make_plan(recipe, images, analysis_only=analysis_only)
+    return Resolved(composed, recipe, plan, images, tuple(Path(d) for d in extra_dirs))
 
 
 @dataclass(frozen=True)
@@ -79,7 +82,9 @@ def build(
 def compile_bundle(resolved: Resolved, *, allow_oom: bool = False) -> tuple[dict[str, bytes], memory.Estimate]:
     """The bundle's files in memory, after the memory check ``build`` applies; writes nothing."""
     estimate = memory.estimate(resolved.recipe, resolved.plan)
-    problem = memory.fit_problem(estimate, images=resolved.images)
-    if problem is not None and not allow_oom:
-        raise RecipeError([problem])
+    if not estimate.fits and not allow_oom:
+        options = memory.load_parallel_options(resolved.extra_dirs)
+        problem = memory.fit_problem(estimate, images=resolved.images, parallel_options=options)
+        if problem is not None:
+            raise RecipeError([problem])
     return render(resolved.recipe, resolved.plan, resolved.composed, estimate), estimate

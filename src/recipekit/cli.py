@@ -212,10 +212,11 @@ def plan(
     resolved = resolve(overrides, extra_dirs, analysis_only=True)
     recipe = resolved.recipe
     estimate = memory.estimate(recipe, resolved.plan, price_per_device_hour=price)
+    options = memory.load_parallel_options(extra_dirs)
     advices: list[memory.Advice] = []
     if advise:
         search_tp_pp = recipe.parallel.tensor_parallel > 1 or recipe.parallel.pipeline_parallel > 1
-        advices = memory.advise(recipe, resolved.images, top=top, search_tp_pp=search_tp_pp)
+        advices = memory.advise(recipe, resolved.images, top=top, search_tp_pp=search_tp_pp, parallel_options=options)
     if as_json:
         document: dict[str, Any] = {"estimate": report.estimate_dict(estimate)}
         if advise:
@@ -225,7 +226,7 @@ def plan(
     console = _console()
     console.print(report.render_estimate(estimate))
     if not estimate.fits:
-        problem = memory.fit_problem(estimate, images=resolved.images)
+        problem = memory.fit_problem(estimate, images=resolved.images, parallel_options=options)
         if problem is not None:
             console.print(f"[bold]to fit:[/] {problem.hint}", highlight=False)
     if advise:

@@ -88,26 +88,26 @@ class _ModeBase(Section):
 class PretrainMode(_ModeBase):
     """Train every parameter on raw text packed into fixed-length blocks."""
 
-    kind: Literal["pretrain"]
+    kind: Literal["pretrain"] = spec(description="Which mode this is (selects the section's keys).")
 
 
 class SftMode(_ModeBase):
     """Full supervised fine-tuning: every parameter, prompt tokens masked from the loss."""
 
-    kind: Literal["sft"]
+    kind: Literal["sft"] = spec(description="Which mode this is (selects the section's keys).")
 
 
 class LoraMode(_ModeBase):
     """Supervised fine-tuning of a LoRA adapter on a frozen base model."""
 
-    kind: Literal["lora"]
+    kind: Literal["lora"] = spec(description="Which mode this is (selects the section's keys).")
     lora: LoraSpec = spec(default_factory=LoraSpec, description="The adapter.")
 
 
 class QloraMode(_ModeBase):
     """LoRA on a 4-bit base model (bitsandbytes; on Ascend the bitsandbytes-npu-beta preview)."""
 
-    kind: Literal["qlora"]
+    kind: Literal["qlora"] = spec(description="Which mode this is (selects the section's keys).")
     lora: LoraSpec = spec(default_factory=LoraSpec, description="The adapter.")
     quant: QuantSpec = spec(default_factory=QuantSpec, description="How the frozen base model is quantized.")
 

@@ -139,3 +139,27 @@ def test_render_and_dict():
     assert " ".join(advices[0].overrides) in shown
     data = advice_dict(advices)
     assert data[0]["overrides"] == list(advices[0].overrides) and data[0]["estimate"]["memory_gib"]["fits"]
+
+
+def test_build_suggests_fixes_from_the_team_recipe_trees_too(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A team's own parallel options (`--recipes DIR`) are candidates for the fix a refused build proposes."""
+    from recipekit import build, memory
+    from recipekit.errors import RecipeError
+
+    team = tmp_path / "team"
+    (team / "parallel").mkdir(parents=True)
+    own = (ROOT / "recipes" / "parallel" / "zero3_offload.yaml").read_text()
+    (team / "parallel" / "zero3_offload_team.yaml").write_text(own.replace("zero3_offload", "zero3_offload_team"))
+    seen: list[tuple[Path, ...]] = []
+    real = memory.load_parallel_options
+
+    def spy(extra_dirs=()):
+        seen.append(tuple(extra_dirs))
+        return real(extra_dirs)
+
+    monkeypatch.setattr(memory, "load_parallel_options", spy)
+    resolved = build.resolve(["recipe=llama3_70b_sft", "cluster.nodes=1"], [team])
+    with pytest.raises(RecipeError, match="cheapest change that fits"):
+        build.compile_bundle(resolved)
+    assert seen == [(team,)]
+    assert "zero3_offload_team" in spy((team,))

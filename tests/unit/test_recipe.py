@@ -82,3 +82,21 @@ def test_override_typos_are_caught_against_the_schema_before_composing() -> None
     assert set(found) == {"train.micro_bach_size", "mode.lora.rr"}
     assert "did you mean 'micro_batch_size'" in found["train.micro_bach_size"]
     assert "did you mean 'r'" in found["mode.lora.rr"]
+
+
+def test_every_field_of_every_section_is_documented() -> None:
+    """Field descriptions are the recipe's reference documentation: none may be missing."""
+    import dataclasses
+
+    from recipekit import recipe as module
+    from recipekit.schema import Section
+
+    sections = [v for v in vars(module).values() if isinstance(v, type) and issubclass(v, Section) and v is not Section]
+    assert len(sections) >= 12
+    undocumented = [
+        f"{section.__name__}.{field.name}"
+        for section in sections
+        for field in dataclasses.fields(section)
+        if not field.metadata.get("description")
+    ]
+    assert undocumented == []
