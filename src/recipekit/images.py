@@ -49,7 +49,7 @@ def load_images(directory: Path = IMAGES_DIR) -> ImageMatrix:
     return validate(
         ImageMatrix,
         {
-            "families": matrix["families"],
+            "families": (matrix or {}).get("families"),
             "torch_npu_table": {str(k): [str(v) for v in row] for k, row in table.items()},
         },
         root="images",

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import replace
 
+import pytest
+
+from recipekit.errors import RecipeError
 from recipekit.images import compatibility_problems, load_images
+from recipekit.paths import IMAGES_DIR
 
 
 def test_shipped_matrix_is_compatible() -> None:
@@ -22,3 +27,13 @@ def test_wrong_torch_or_cann_is_reported() -> None:
     assert "needs CANN 9.0.0" in bad_cann[0].message
     unknown = compatibility_problems("x", replace(family, torch_npu="9.9.9"), images.torch_npu_table)
     assert "not in torch_npu's compatibility table" in unknown[0].message
+
+
+def test_malformed_matrix_is_a_recipe_error_naming_the_key(tmp_path) -> None:
+    shutil.copytree(IMAGES_DIR, tmp_path / "images")
+    matrix = tmp_path / "images" / "matrix.yaml"
+    matrix.write_text(matrix.read_text().replace("base_tag:", "base_tg:", 1))
+    with pytest.raises(RecipeError) as info:
+        load_images(tmp_path / "images")
+    keys = {problem.key for problem in info.value.problems}
+    assert any(key.endswith(".base_tg") for key in keys) and any(key.endswith(".base_tag") for key in keys), keys
