@@ -213,7 +213,10 @@ def _scalar(annotation: type, value: Any, key: str, problems: list[Problem]) -> 
         return value
     if annotation in (str, bool) and isinstance(value, annotation):
         return value
-    problems.append(Problem(key, f"must be {_describe(annotation)} (got {_show(value)})"))
+    # YAML and Hydra's override grammar read 123, 1.5 and true as numbers and booleans: say how to keep the text.
+    as_text = annotation is str and isinstance(value, (int, float))
+    hint = f"quote it to keep it as text: {key}='{value}'" if as_text else ""
+    problems.append(Problem(key, f"must be {_describe(annotation)} (got {_show(value)})", hint))
     return _INVALID
 
 
