@@ -133,10 +133,11 @@ def _join(loc: str, key: str | int) -> str:
 
 
 def _section(cls: type[Section], data: Any, loc: str, problems: list[Problem]) -> Any:
-    if not isinstance(data, dict):
-        problems.append(Problem(loc or "<root>", f"must be a mapping of {cls.__name__} keys (got {_show(data)})"))
-        return _INVALID
     fields = {f.name: f for f in dataclasses.fields(cls)}
+    if not isinstance(data, dict):
+        keys = "keys: " + ", ".join(fields)
+        problems.append(Problem(loc or "<root>", f"must be a mapping (got {_show(data)})", keys))
+        return _INVALID
     for key in data:
         if key not in fields:
             problems.append(Problem(_join(loc, str(key)), "unknown key", unknown_key_hint(str(key), list(fields))))

@@ -114,3 +114,7 @@ def test_to_data_is_plain_json_ready_data_in_field_order() -> None:
     assert list(data) == field_names(Outer)
     assert data["pair"] == ["a", "b"] and data["pet"] == {"kind": "dog", "good": True}
     assert validate(Outer, data) == outer
+
+
+def test_a_section_that_is_not_a_mapping_lists_its_keys() -> None:
+    assert problems({**GOOD, "inner": 3}) == {"inner": "must be a mapping (got 3) keys: size, ratio"}
