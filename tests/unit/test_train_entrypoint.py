@@ -10,6 +10,7 @@ import importlib.util
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -436,3 +437,45 @@ def test_sigterm_requests_a_checkpoint_and_a_stop(train):
         assert control.should_save and control.should_training_stop and callback.stopped_at == 7
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+_LEAVE_SCRIPT = """
+import importlib.util, os, sys, time
+import torch.distributed as dist
+spec = importlib.util.spec_from_file_location("bundle_train", sys.argv[1])
+train = importlib.util.module_from_spec(spec)
+sys.modules[spec.name] = train
+spec.loader.exec_module(train)
+dist.init_process_group("gloo")
+if dist.get_rank() == 1:
+    time.sleep(1.5)  # the slow rank, still busy after rank 0 is done
+start = time.monotonic()
+train.leave_process_group()
+print(f"rank {os.environ['RANK']} waited {time.monotonic() - start:.2f} initialized={dist.is_initialized()}")
+"""
+
+
+@pytest.mark.slow
+def test_no_rank_leaves_the_process_group_before_the_others(tmp_path: Path) -> None:
+    """A rank that finishes first waits for the slow one, then all tear the group down (no SIGABRT on the slow one)."""
+    script = tmp_path / "leave.py"
+    script.write_text(_LEAVE_SCRIPT)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": "2"}
+    ranks = [
+        subprocess.Popen(
+            [sys.executable, str(script), str(TRAIN_PY)],
+            env={**env, "RANK": str(rank), "LOCAL_RANK": "0"},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for rank in (0, 1)
+    ]
+    outputs = [process.communicate(timeout=120) for process in ranks]
+    assert [process.returncode for process in ranks] == [0, 0], outputs
+    waited = {line.split()[1]: line for out, _ in outputs for line in out.splitlines() if line.startswith("rank")}
+    assert float(waited["0"].split()[3]) >= 1.0 and "initialized=False" in waited["0"], waited
+    assert "initialized=False" in waited["1"], waited

@@ -1063,14 +1063,30 @@ def make_trainer(
 
 def save_results(trainer: Trainer, recipe: Any, args: TrainingArguments, model_path: str, tokenizer: Any) -> None:
     """The final model (full weights, gathered under ZeRO-3, or the LoRA adapter) with its tokenizer and state;
-    for ``lora.merge_on_save`` also the merged model."""
+    for ``lora.merge_on_save`` also the merged model, written by rank 0 alone once the others have left."""
     output_dir = Path(args.output_dir)
     trainer.save_model(str(output_dir))
     trainer.save_state()
     lora = getattr(recipe.mode, "lora", None)
-    if lora is not None and lora.merge_on_save and args.process_index == 0:
+    merge_here = lora is not None and lora.merge_on_save and args.process_index == 0
+    leave_process_group()
+    if merge_here:
         merged = save_merged(model_path, output_dir, recipe, _precision(args), tokenizer)
         _log0("merged model written to %s", merged)
+
+
+def leave_process_group() -> None:
+    """Every rank waits for the others, then all tear the process group down together.
+
+    Rank 0 saves last and the others finish first, or the reverse; a rank that destroys its gloo/HCCL/NCCL group and
+    exits while another still has a collective or its teardown in flight makes that rank's transport lose its peer
+    mid-operation, and the process aborts ("terminate called without an active exception", SIGABRT): a finished run
+    reported as a failed pod, which Volcano restarts. Nothing after this point talks to other ranks (the LoRA merge
+    is local to rank 0), so no barrier can time out on it.
+    """
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()
 
 
 def train(options: argparse.Namespace) -> int:
@@ -1104,7 +1120,20 @@ def train(options: argparse.Namespace) -> int:
         return EXIT_PREEMPTED
     save_results(trainer, recipe, args, model_path, tokenizer)
     _log0("done: %d steps; model in %s", trainer.state.global_step, output_dir)
+    wait_for_every_rank()
     return 0
+
+
+def wait_for_every_rank() -> None:
+    """Hold each rank until all are done before the process group is torn down.
+
+    Rank 0 saves and finishes first; if it destroys its gloo/HCCL/NCCL group and exits while a slower rank still has
+    a collective or its own teardown in flight, that rank's transport loses its peer mid-operation and the process
+    aborts ("terminate called without an active exception", SIGABRT) — a finished run would then be reported as a
+    failed pod and restarted by Volcano.
+    """
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.barrier()
 
 
 def main(argv: list[str] | None = None) -> int:
