@@ -1076,7 +1076,8 @@ def save_results(trainer: Trainer, recipe: Any, args: TrainingArguments, model_p
 
 
 def leave_process_group() -> None:
-    """Every rank waits for the others, then all tear the process group down together.
+    """Every rank waits for the others, then all tear the process group down together (after the final save, or
+    after the checkpoint a SIGTERM asked for: paths every rank takes at the same step).
 
     Rank 0 saves last and the others finish first, or the reverse; a rank that destroys its gloo/HCCL/NCCL group and
     exits while another still has a collective or its teardown in flight makes that rank's transport lose its peer
@@ -1111,29 +1112,17 @@ def train(options: argparse.Namespace) -> int:
 
     preemption.install()
     trainer.train(resume_from_checkpoint=resume_from)
-    if preemption.stopped_at is not None:
+    if preemption.stopped_at is not None:  # every rank stopped at this step (the flag is all-reduced)
         _log0(
             "SIGTERM: saved checkpoint-%d; exiting %d so the job restarts and resumes from it",
             preemption.stopped_at,
             EXIT_PREEMPTED,
         )
+        leave_process_group()
         return EXIT_PREEMPTED
     save_results(trainer, recipe, args, model_path, tokenizer)
     _log0("done: %d steps; model in %s", trainer.state.global_step, output_dir)
-    wait_for_every_rank()
     return 0
-
-
-def wait_for_every_rank() -> None:
-    """Hold each rank until all are done before the process group is torn down.
-
-    Rank 0 saves and finishes first; if it destroys its gloo/HCCL/NCCL group and exits while a slower rank still has
-    a collective or its own teardown in flight, that rank's transport loses its peer mid-operation and the process
-    aborts ("terminate called without an active exception", SIGABRT) — a finished run would then be reported as a
-    failed pod and restarted by Volcano.
-    """
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        torch.distributed.barrier()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1148,9 +1137,9 @@ def main(argv: list[str] | None = None) -> int:
         LOG.exception("training failed")
         print(f"train.py: failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
-    finally:
-        if torch.distributed.is_available() and torch.distributed.is_initialized():
-            torch.distributed.destroy_process_group()
+    # A rank that failed on its own does not destroy the process group: that is collective, and with its peers
+    # blocked in a collective it would hang (NCCL/HCCL) instead of exiting. Exiting non-zero lets torchrun stop
+    # the pod's other workers and Volcano restart the job.
 
 
 if __name__ == "__main__":
