@@ -33,39 +33,27 @@ from recipekit.recipe import parse_recipe  # noqa: E402
 GOAL = 0.15
 #: Steps run; the peak is taken over all but the first, which allocates the optimizer states.
 STEPS = 3
+#: The Llama twin widened to 156M parameters (the model part of two configurations below).
+LLAMA_156M = [
+    "model=tiny_llama",
+    "model.hidden_size=1024",
+    "model.intermediate_size=2816",
+    "model.num_layers=8",
+    "model.num_attention_heads=16",
+    "model.num_kv_heads=4",
+    "model.vocab_size=32000",
+    "model.max_position_embeddings=4096",
+    "data.max_len=1024",
+]
 #: Small configurations: (label, overrides). Each fits a 40 GB device with room to spare.
 CONFIGS = [
     (
         "llama 156M, micro 4 × 1024, no checkpointing",
-        [
-            "model=tiny_llama",
-            "model.hidden_size=1024",
-            "model.intermediate_size=2816",
-            "model.num_layers=8",
-            "model.num_attention_heads=16",
-            "model.num_kv_heads=4",
-            "model.vocab_size=32000",
-            "model.max_position_embeddings=4096",
-            "data.max_len=1024",
-            "train.micro_batch_size=4",
-            "parallel.gradient_checkpointing=false",
-        ],
+        [*LLAMA_156M, "train.micro_batch_size=4", "parallel.gradient_checkpointing=false"],
     ),
     (
         "llama 156M, micro 8 × 1024, checkpointing",
-        [
-            "model=tiny_llama",
-            "model.hidden_size=1024",
-            "model.intermediate_size=2816",
-            "model.num_layers=8",
-            "model.num_attention_heads=16",
-            "model.num_kv_heads=4",
-            "model.vocab_size=32000",
-            "model.max_position_embeddings=4096",
-            "data.max_len=1024",
-            "train.micro_batch_size=8",
-            "parallel.gradient_checkpointing=true",
-        ],
+        [*LLAMA_156M, "train.micro_batch_size=8", "parallel.gradient_checkpointing=true"],
     ),
     (
         "qwen2 391M, micro 2 × 2048, no checkpointing",
