@@ -476,14 +476,16 @@ class SequenceCollator:
         longest = max(len(row["input_ids"]) for row in rows)
         packed = "position_ids" in rows[0]
         batch: dict[str, list] = {"input_ids": [], "labels": [], "attention_mask": [], "position_ids": []}
+        padded = False
         for row in rows:
             ids, pad = row["input_ids"], longest - len(row["input_ids"])
+            padded = padded or pad > 0
             batch["input_ids"].append(ids + [self.pad_token_id] * pad)
             batch["labels"].append(list(row.get("labels", ids)) + [IGNORE_INDEX] * pad)
-            batch["attention_mask"].append([1] * len(ids) + [0] * pad)
             if packed:
                 batch["position_ids"].append(row["position_ids"] + list(range(pad)))
-        padded = any(len(row["input_ids"]) < longest for row in rows)
+            else:
+                batch["attention_mask"].append([1] * len(ids) + [0] * pad)
         keep = ["input_ids", "labels"] + (["position_ids"] if packed else ["attention_mask"] if padded else [])
         return {key: torch.tensor(batch[key], dtype=torch.long) for key in keep}
 
@@ -495,16 +497,13 @@ def build_datasets(
     seed: int,
 ) -> tuple[datasets.Dataset, datasets.Dataset | None]:
     """Tokenised (and for pretraining blocked, for SFT optionally packed) train and eval sets, cached by content."""
-    columns = raw.column_names
     workers = _map_workers(len(raw))
     if data.format == "text":
-        tokenized = _map(raw, tokenize_into_blocks, tokenizer, columns, workers, block_len=data.max_len)
+        tokenized = _map(raw, tokenize_into_blocks, tokenizer, workers, block_len=data.max_len)
         if not len(tokenized):
             raise RunError(f"data {data.path} yields no full block of max_len={data.max_len} tokens")
     else:
-        tokenized = _map(
-            raw, tokenize_conversations, tokenizer, columns, workers, fmt=data.format, max_len=data.max_len
-        )
+        tokenized = _map(raw, tokenize_conversations, tokenizer, workers, fmt=data.format, max_len=data.max_len)
         if len(tokenized) < len(raw):
             _log0(
                 "%d of %d samples dropped: their answer starts beyond max_len=%d",
@@ -520,16 +519,17 @@ def build_datasets(
         split = tokenized.train_test_split(test_size=data.eval_fraction, seed=seed)
         train, evaluation = split["train"], split["test"]
     if data.format != "text" and data.packing:
-        train = _map(train, pack_samples, None, train.column_names, workers, max_len=data.max_len)
+        train = _map(train, pack_samples, None, workers, max_len=data.max_len)
         if evaluation is not None:
-            evaluation = _map(evaluation, pack_samples, None, evaluation.column_names, workers, max_len=data.max_len)
+            evaluation = _map(evaluation, pack_samples, None, workers, max_len=data.max_len)
     return train, evaluation
 
 
 def _map(
-    dataset: datasets.Dataset, function: Any, tokenizer: Any, remove: list[str], workers: int | None, **kwargs: Any
+    dataset: datasets.Dataset, function: Any, tokenizer: Any, workers: int | None, **kwargs: Any
 ) -> datasets.Dataset:
-    """``dataset.map(function)`` with a fingerprint made of the input's, the tokenizer's content and the arguments.
+    """``dataset.map(function)``, whose output columns replace the input's, with a fingerprint made of the input's,
+    the tokenizer's content and the arguments.
 
     An explicit fingerprint makes every rank, and every restart, find the main process's cache files, whatever
     the pickling of a tokenizer object happens to produce. ``tokenizer`` (None for token-level steps) is passed on.
@@ -543,7 +543,7 @@ def _map(
         function,
         batched=True,
         batch_size=MAP_BATCH,
-        remove_columns=remove,
+        remove_columns=dataset.column_names,
         fn_kwargs=kwargs,
         num_proc=workers,
         new_fingerprint=digest,
@@ -658,6 +658,10 @@ def create_random_init(spec: Any, raw: datasets.Dataset, fmt: str, seed: int, de
     _log0("random twin: %d-token tokenizer and seeded weights written to %s", len(tokenizer), destination)
 
 
+#: The recipe's 16-bit precisions as torch dtypes (fp32 is everything else).
+HALF_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
 def weight_dtype(precision: str, mode: str, deepspeed: bool) -> torch.dtype:
     """The dtype weights are loaded in.
 
@@ -665,7 +669,7 @@ def weight_dtype(precision: str, mode: str, deepspeed: bool) -> torch.dtype:
     (adapters stay fp32), or DeepSpeed, which keeps its own fp32 master copy. Full training under the Trainer's AMP
     needs fp32 weights: AMP computes in half precision but has no master copy.
     """
-    half = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+    half = HALF_DTYPES.get(precision)
     if half is not None and (mode in ("lora", "qlora") or deepspeed):
         return half
     return torch.float32
@@ -739,7 +743,7 @@ def save_merged(path: str, output_dir: Path, recipe: Any, precision: str, tokeni
     """Merge the saved adapter into a fresh, unquantised copy of the base and write it to output_dir/merged."""
     from peft import PeftModel
 
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision, torch.float32)
+    dtype = HALF_DTYPES.get(precision, torch.float32)
     base = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, trust_remote_code=recipe.model.trust_remote_code)
     merged = PeftModel.from_pretrained(base, str(output_dir)).merge_and_unload()
     target = output_dir / "merged"
@@ -776,16 +780,13 @@ def _weights_file_problem(file: Path) -> str | None:
             shards = set(json.loads(file.read_text(encoding="utf-8"))["weight_map"].values())
         except (OSError, ValueError, KeyError):
             return f"{file.name} unreadable"
-        return next(
-            filter(
-                None,
-                (
-                    _weights_file_problem(file.parent / s) if (file.parent / s).exists() else f"shard {s} missing"
-                    for s in sorted(shards)
-                ),
-            ),
-            None,
-        )
+        for shard in sorted(shards):
+            if not (file.parent / shard).exists():
+                return f"shard {shard} missing"
+            problem = _weights_file_problem(file.parent / shard)
+            if problem:
+                return problem
+        return None
     if file.suffix == ".safetensors":
         return _safetensors_problem(file)
     return None if file.stat().st_size else f"{file.name} is empty"
@@ -955,10 +956,10 @@ def summary_lines(
     data = recipe.data
     zero = run.plan.zero_stage if args.deepspeed else 0
     batch = args.per_device_train_batch_size * args.gradient_accumulation_steps * args.world_size
-    rows = "blocks" if data.format == "text" else "packed rows" if data.packing else "samples"
     if data.format == "text":
-        packing = "documents concatenated into blocks"
+        rows, packing = "blocks", "documents concatenated into blocks"
     else:
+        rows = "packed rows" if data.packing else "samples"
         packing = "on, no attention across samples" if data.packing else "off"
     return [
         f"recipe {recipe.name}: {recipe.mode.kind} of {recipe.model.name} ({recipe.model.init} init) from {model_path}",
