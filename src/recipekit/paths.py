@@ -6,6 +6,7 @@ top-level folders of the repository. Either way the rest of the code asks here a
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 _PACKAGE = Path(__file__).resolve().parent
@@ -16,6 +17,14 @@ RECIPES_DIR = _ROOT / "recipes"
 TEMPLATES_DIR = _ROOT / "templates"
 IMAGES_DIR = _ROOT / "images"
 RUNTIME_DIR = _PACKAGE / "runtime"
+
+
+def cache_dir(*parts: str) -> Path:
+    """recipekit's per-user cache (``$XDG_CACHE_HOME/recipekit``, else ``~/.cache/recipekit``), read at call time
+    so a changed environment (tests, CI) is honoured."""
+    root = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(root, "recipekit", *parts)
+
 
 #: The config groups of a recipe, in the order they are listed and composed.
 GROUPS = ("model", "mode", "hw", "parallel", "data", "cluster", "recipe")

@@ -33,8 +33,11 @@ WORKDIR = "/workspace"
 TERMINATION_GRACE_S = 600
 #: Seconds between torchrun's SIGKILL of its workers and the kubelet's SIGKILL of the pod.
 SHUTDOWN_MARGIN_S = 60
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_MAX_DNS_LABEL = 63
+#: DeepSpeed's accelerator name (DS_ACCELERATOR) per hardware vendor.
+DS_ACCELERATORS = {"ascend": "npu", "nvidia": "cuda", "cpu": "cpu"}
+#: A Kubernetes object name (RFC 1123 label) and its length limit.
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+MAX_DNS_LABEL = 63
 
 
 @dataclass(frozen=True)
@@ -98,7 +101,7 @@ class Plan:
 
 
 # ------------------------------------------------------------------------------------------------------- helpers
-def k8s_name(text: str, limit: int = _MAX_DNS_LABEL) -> str:
+def k8s_name(text: str, limit: int = MAX_DNS_LABEL) -> str:
     """Make ``text`` a DNS label: lower case, ``[a-z0-9-]``, at most ``limit`` characters, no dash at either end."""
     name = re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")
     name = re.sub(r"-{2,}", "-", name)[:limit].strip("-")
@@ -259,10 +262,10 @@ def make_plan(recipe: Recipe, images: ImageMatrix, *, analysis_only: bool = Fals
             f"{cl.output_dir} is not under the shared volume {cl.mount_path}",
             hint="checkpoints must survive a pod: put output_dir under mount_path",
         )
-    if not _DNS_LABEL.match(cl.task_name):
+    if not DNS_LABEL.match(cl.task_name):
         errors.add("cluster.task_name", f"{cl.task_name!r} is not a DNS label", hint="lower case letters, digits, '-'")
     suffix = f"-{cl.task_name}-{cl.nodes - 1}"
-    job_name = k8s_name(recipe.name, limit=_MAX_DNS_LABEL - len(suffix))
+    job_name = k8s_name(recipe.name, limit=MAX_DNS_LABEL - len(suffix))
     if len(job_name) < 1:
         errors.add("cluster.task_name", "task name too long to build <job>-<task>-<index> within 63 characters")
 
@@ -446,7 +449,7 @@ def runtime_env(recipe: Recipe, deepspeed: bool) -> dict[str, str]:
     if cl.socket_ifname:
         env["GLOO_SOCKET_IFNAME"] = cl.socket_ifname
     if deepspeed:
-        env["DS_ACCELERATOR"] = {"ascend": "npu", "nvidia": "cuda", "cpu": "cpu"}[hw.vendor]
+        env["DS_ACCELERATOR"] = DS_ACCELERATORS[hw.vendor]
     if recipe.model.name_or_path.startswith("/"):
         env["HF_HUB_OFFLINE"] = "1"
     # After SIGTERM torchrun waits this long for train.py's last checkpoint before SIGKILL (default 30 s); it must

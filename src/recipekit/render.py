@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shlex
 from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
 import jinja2
@@ -23,7 +21,7 @@ from recipekit import __version__
 from recipekit.compose import Composed
 from recipekit.errors import Problem, RecipeError
 from recipekit.memory import Estimate
-from recipekit.paths import RUNTIME_DIR, TEMPLATES_DIR
+from recipekit.paths import RUNTIME_DIR, TEMPLATES_DIR, cache_dir
 from recipekit.plan import WORKDIR, Plan, k8s_name
 from recipekit.recipe import Recipe
 from recipekit.report import estimate_dict, estimate_markdown
@@ -159,7 +157,7 @@ def _bytecode_cache() -> jinja2.BytecodeCache | None:
     Jinja keys each entry by the template's source checksum, so an edited template is recompiled; the rendered
     bytes are the same either way. No cache when the directory cannot be created.
     """
-    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "recipekit" / "jinja"
+    root = cache_dir("jinja")
     try:
         root.mkdir(parents=True, exist_ok=True)
     except OSError:

@@ -8,6 +8,7 @@ failure points at the line to fix. A check that cannot run here (a linter not in
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -58,6 +59,11 @@ class Result:
         self.findings.append(Finding(file, field_, message, hint))
         self.status = Status.FAIL
 
+    def fail_all(self, findings: Iterable[Finding]) -> None:
+        """Fail with each of ``findings`` (none: the result keeps its status)."""
+        for finding in findings:
+            self.fail(finding.file, finding.field, finding.message, finding.hint)
+
     def skip(self, reason: str) -> Result:
         self.status, self.reason = Status.SKIP, reason
         return self
@@ -81,10 +87,6 @@ class Report:
     bundle: str
     results: list[Result] = field(default_factory=list)
 
-    def add(self, result: Result) -> Result:
-        self.results.append(result)
-        return result
-
     def extend(self, results: list[Result]) -> None:
         self.results.extend(results)
 
@@ -101,9 +103,6 @@ class Report:
     @property
     def exit_code(self) -> int:
         return 0 if self.ok else 1
-
-    def get(self, check_id: str) -> Result | None:
-        return next((r for r in self.results if r.id == check_id), None)
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -26,6 +26,7 @@ grace period, SIGKILL), then every pod is started again and the run must resume 
 from __future__ import annotations
 
 import copy
+import functools
 import importlib.util
 import json
 import math
@@ -42,9 +43,11 @@ from typing import Any
 
 import yaml
 
+from recipekit import yamlfile
+from recipekit.paths import cache_dir
 from recipekit.plan import task_env_name
 from recipekit.validate.checks import Result
-from recipekit.validate.static import DS, RECIPE, RUN, Bundle, check_batch, load_bundle, rehash_manifest
+from recipekit.validate.static import DS, RECIPE, RUN, Bundle, check_batch, load_bundle, rehash_manifest, task_of
 
 MARKER = ".recipekit-dryrun"
 METRICS_FILE = "metrics.jsonl"  # train.py's per-log-step JSON lines, written by rank 0 into output_dir
@@ -168,8 +171,7 @@ def extensions_dir() -> Path:
     ninja or command (the venv's ninja 1.13 and a system ninja 1.11 alternate otherwise), and pods and the prebuild
     here always run with the same environment (:func:`pod_environment`), so they share one build.
     """
-    root = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(root) / "recipekit" / "torch_extensions" / "dryrun"
+    return cache_dir("torch_extensions", "dryrun")
 
 
 # ------------------------------------------------------------------------------------------------ the work copy
@@ -180,7 +182,7 @@ def find_twin(family: str) -> dict[str, Any] | None:
     found = []
     for name, path in group_options("model").items():
         try:
-            data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+            data = yamlfile.read(path) or {}
         except (OSError, yaml.YAMLError):
             continue
         if isinstance(data, dict) and data.get("family") == family and data.get("init") == "random":
@@ -199,6 +201,7 @@ def _on_volume(path: str, mount: str, shared: Path, fallback: str) -> Path:
     return shared / fallback / Path(path).name
 
 
+@functools.cache
 def _async_io_compatible() -> bool:
     """Whether DeepSpeed's async_io op (NVMe offload) can be built here (needs libaio), asked in a child."""
     code = (
@@ -478,8 +481,6 @@ def prepare(bundle: Bundle, options: DryRunOptions) -> WorkCopy:
 
 
 def _task_name(bundle: Bundle) -> str:
-    from recipekit.validate.static import task_of
-
     located = task_of(bundle.job)
     if located is not None and located[1].get("name"):
         return str(located[1]["name"])
@@ -706,10 +707,10 @@ def complete_checkpoints(output_dir: Path) -> list[int]:
 class DryRun:
     """One dry run of a prepared work copy: attempts of N pods, an optional kill, the figures."""
 
-    def __init__(self, bundle: Bundle, work: WorkCopy, options: DryRunOptions, progress: Progress, deadline: float):
+    def __init__(self, work: WorkCopy, options: DryRunOptions, progress: Progress, deadline: float):
         from recipekit.validate.pods import Pod, PodSet
 
-        self.bundle, self.work, self.options, self.progress, self.deadline = bundle, work, options, progress, deadline
+        self.work, self.options, self.progress, self.deadline = work, options, progress, deadline
         self.podset = PodSet()
         self.pods = [
             self.podset.add(
@@ -769,7 +770,7 @@ class DryRun:
                 break
             if any(code not in (None, 0) for code in codes.values()):
                 # A failed pod: its peers fail or hang in their next collective. Give them a moment, then stop them.
-                self._stop_all(attempt, grace=min(self.options.grace, 10.0))
+                self._stop_all(grace=min(self.options.grace, 10.0))
                 attempt.outcome = "failed"
                 break
             if now > self.deadline:
@@ -799,9 +800,9 @@ class DryRun:
             f"killed pod {index} ({processes} processes) at step {attempt.killed_step}; deleting the "
             f"others as RestartJob does (SIGTERM, {self.options.grace:.0f} s grace, SIGKILL)"
         )
-        self._stop_all(attempt, grace=self.options.grace)
+        self._stop_all(grace=self.options.grace)
 
-    def _stop_all(self, attempt: Attempt, grace: float) -> None:
+    def _stop_all(self, grace: float) -> None:
         import threading
 
         threads = [threading.Thread(target=pod.terminate, args=(grace,)) for pod in self.pods if pod.alive()]
@@ -909,7 +910,7 @@ def run_dry_run(bundle: Bundle, options: DryRunOptions, progress: Progress = lam
             resume.skip("the DeepSpeed ops could not be built")
         return results
 
-    run = DryRun(bundle, work, options, progress, deadline)
+    run = DryRun(work, options, progress, deadline)
     with run.podset:
         try:
             _train(run, train, resume)

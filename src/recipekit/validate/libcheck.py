@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from recipekit.paths import cache_dir
 from recipekit.validate.checks import Finding, Result
 
 TIMEOUT_S = 240
@@ -39,14 +40,8 @@ _LIBRARIES = ("transformers", "deepspeed", "accelerate", "torch")
 _MISMATCH = re.compile(r"^- ds (?P<ds>\S+)=(?P<dv>.*) vs hf (?P<hf>.+?)=(?P<hv>.*)$")
 
 
-def cache_dir() -> Path:
-    root = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(root) / "recipekit" / "validate"
-
-
 @dataclass
 class Pending:
-    payload: dict[str, Any]
     key: str
     proc: subprocess.Popen[str] | None = None
     cached: dict[str, Any] | None = None
@@ -85,14 +80,14 @@ def start(bundle: Any) -> Pending:
     versions = _versions()
     code = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()
     key = hashlib.sha256(json.dumps([payload, versions, code], sort_keys=True, default=str).encode()).hexdigest()[:24]
-    pending = Pending(payload, key)
+    pending = Pending(key)
     if not bundle.args or not isinstance(payload["world_size"], int):
         pending.skip = "needs recipe.yaml's training_arguments and plan"
         return pending
     if versions["transformers"] is None and versions["deepspeed"] is None:
         pending.skip = "transformers and deepspeed are not installed here (pip install 'recipekit[train]')"
         return pending
-    cached = cache_dir() / f"libcheck-{key}.json"
+    cached = cache_dir("validate") / f"libcheck-{key}.json"
     if cached.is_file():
         try:
             pending.cached = json.loads(cached.read_text(encoding="utf-8"))
@@ -125,7 +120,7 @@ def start(bundle: Any) -> Pending:
     return pending
 
 
-def finish(pending: Pending | None, bundle: Any) -> list[Result]:
+def finish(pending: Pending | None) -> list[Result]:
     """Collect the child's verdicts as two results: library.transformers and library.deepspeed."""
     results = [
         Result(
@@ -155,7 +150,7 @@ def finish(pending: Pending | None, bundle: Any) -> list[Result]:
                 r.fail("<check>", r.id, "the library check crashed: " + " | ".join(tail))
             return results
         if pending.proc.returncode == 0:
-            path = cache_dir() / f"libcheck-{pending.key}.json"
+            path = cache_dir("validate") / f"libcheck-{pending.key}.json"
             try:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 tmp = path.with_suffix(f".{os.getpid()}.tmp")

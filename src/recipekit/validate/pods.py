@@ -19,15 +19,11 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import psutil
-
-#: How long a pod gets between SIGTERM and SIGKILL by default (Kubernetes' terminationGracePeriodSeconds stand-in).
-DEFAULT_GRACE_S = 20.0
 
 
 @dataclass
@@ -40,8 +36,6 @@ class Pod:
     env: dict[str, str]
     log_path: Path
     proc: subprocess.Popen[bytes] | None = None
-    started_at: float = 0.0
-    ended_at: float | None = None
     seen: dict[int, psutil.Process] = field(default_factory=dict)
     killed: bool = False
 
@@ -60,27 +54,12 @@ class Pod:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
-        self.started_at = time.monotonic()
-        self.ended_at = None
         self.killed = False
         self.seen = {}
         self.remember()
 
-    @property
-    def pid(self) -> int | None:
-        return self.proc.pid if self.proc else None
-
     def poll(self) -> int | None:
-        if self.proc is None:
-            return None
-        code = self.proc.poll()
-        if code is not None and self.ended_at is None:
-            self.ended_at = time.monotonic()
-        return code
-
-    @property
-    def returncode(self) -> int | None:
-        return self.poll()
+        return None if self.proc is None else self.proc.poll()
 
     @property
     def running(self) -> bool:
@@ -118,7 +97,7 @@ class Pod:
             except psutil.Error:
                 pass
 
-    def terminate(self, grace: float = DEFAULT_GRACE_S) -> None:
+    def terminate(self, grace: float) -> None:
         """As Kubernetes deletes a pod: SIGTERM to the container's main process, SIGKILL to all after ``grace``."""
         if self.proc is None:
             return
@@ -186,9 +165,6 @@ class PodSet:
     def add(self, pod: Pod) -> Pod:
         self.pods.append(pod)
         return pod
-
-    def __iter__(self) -> Iterator[Pod]:
-        return iter(self.pods)
 
     def remember(self) -> None:
         for pod in self.pods:

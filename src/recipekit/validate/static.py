@@ -24,7 +24,7 @@ from typing import Any
 import yaml
 
 from recipekit.errors import RecipeError
-from recipekit.plan import task_env_name
+from recipekit.plan import DS_ACCELERATORS, task_env_name
 from recipekit.recipe import Recipe, parse_recipe
 from recipekit.render import MANIFEST
 from recipekit.validate import volcano
@@ -306,8 +306,7 @@ def rehash_manifest(directory: Path) -> None:
 # -------------------------------------------------------------------------------------------------------- checks
 def check_parse(bundle: Bundle) -> Result:
     result = Result("files.parse", "every file parses (YAML, JSON, recipe.yaml structure, bash -n, Dockerfile)")
-    for finding in bundle.parse_findings:
-        result.fail(finding.file, finding.field, finding.message, finding.hint)
+    result.fail_all(bundle.parse_findings)
     if result.status is Status.PASS:
         result.reason = f"{len(bundle.raw)} files"
     return result
@@ -343,8 +342,7 @@ def check_job_schema(bundle: Bundle) -> Result:
     result = Result("volcano.schema", "Volcano Job: only fields batch.volcano.sh/v1alpha1 defines, right types")
     if bundle.job is None:
         return result.skip(f"{JOB} missing or unparseable")
-    for finding in volcano.schema_findings(bundle.job):
-        result.fail(finding.file, finding.field, finding.message, finding.hint)
+    result.fail_all(volcano.schema_findings(bundle.job))
     if result.status is Status.PASS:
         result.reason = "every field defined by the Job type, with its type"
     return result
@@ -354,8 +352,7 @@ def check_job_webhook(bundle: Bundle) -> Result:
     result = Result("volcano.webhook", "Volcano Job: admission webhook rules (tasks, minAvailable, policies, names)")
     if bundle.job is None:
         return result.skip(f"{JOB} missing or unparseable")
-    for finding in volcano.webhook_findings(bundle.job):
-        result.fail(finding.file, finding.field, finding.message, finding.hint)
+    result.fail_all(volcano.webhook_findings(bundle.job))
     result.reason = "queue existence and state need a cluster: not checked" if result.status is Status.PASS else ""
     return result
 
@@ -370,8 +367,7 @@ def check_pod_template(bundle: Bundle) -> Result:
     findings = volcano.pod_template_findings(bundle.job)
     if isinstance(findings, str):
         return result.skip(findings)
-    for finding in findings:
-        result.fail(finding.file, finding.field, finding.message, finding.hint)
+    result.fail_all(findings)
     if result.status is Status.PASS:
         result.reason = "valid v1 PodTemplate; mounts name declared volumes; device requests = limits"
     return result
@@ -544,7 +540,7 @@ def check_device(bundle: Bundle) -> Result:
         )
     if bundle.run_sh is not None and bundle.ds_config is not None:
         accelerator = exported_default(bundle.run_sh, "DS_ACCELERATOR")
-        want = {"ascend": "npu", "nvidia": "cuda", "cpu": "cpu"}[hw.vendor]
+        want = DS_ACCELERATORS[hw.vendor]
         if accelerator != want:
             result.fail(RUN, "DS_ACCELERATOR", f"{accelerator!r}, but DeepSpeed on {hw.vendor} needs {want!r}")
     if result.status is Status.PASS:
@@ -600,20 +596,17 @@ def check_batch(bundle: Bundle) -> Result:
             result.reason = f"DDP: micro {micro} × accumulation {accum} × {world} = {plan.get('global_batch_size')}"
         return result
 
-    def ds_value(key: str) -> Any:
-        return ds.get(key)
-
     for key, want, source in (
         ("train_micro_batch_size_per_gpu", micro, "training_arguments.per_device_train_batch_size"),
         ("gradient_accumulation_steps", accum, "training_arguments.gradient_accumulation_steps"),
         ("gradient_clipping", args.get("max_grad_norm"), "training_arguments.max_grad_norm"),
     ):
-        value = ds_value(key)
+        value = ds.get(key)
         if value != "auto" and value is not None and value != want:
             result.fail(
                 DS, key, f"{value}, but {RECIPE} {source} = {want} (the Trainer refuses to start on a mismatch)"
             )
-    tbs = ds_value("train_batch_size")
+    tbs = ds.get("train_batch_size")
     if tbs != "auto" and all(isinstance(v, int) for v in (micro, accum, world)) and tbs != micro * accum * world:
         result.fail(
             DS,
@@ -900,5 +893,5 @@ def run_static(
     if libraries:
         if on_check:
             on_check("transformers / deepspeed cross-checks")
-        results.extend(libcheck.finish(pending, bundle))
+        results.extend(libcheck.finish(pending))
     return results
