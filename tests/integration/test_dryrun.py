@@ -126,6 +126,7 @@ def test_kill_a_pod_and_resume_from_the_checkpoint(tmp_path: Path, overrides: li
     assert resume["resumed_step"] == 4 and resume["first_step_after_restart"] == 5
     assert resume["mttr_s"] > 0 and resume["exit_codes"] == {"0": 0, "1": 0}
     assert resume["replayed_loss_max_abs_diff"] < 1e-3  # steps 5-6 trained twice from the same state
+    assert "replayed steps' loss differs by" in checks["dryrun.resume"]["reason"]
     train = checks["dryrun.train"]["details"]
     assert train["final_step"] == 8 and train["checkpoints"][-1] == 8
     assert processes_under(workdir) == []

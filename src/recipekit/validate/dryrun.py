@@ -1032,13 +1032,6 @@ def _train(run: DryRun, train: Result, resume: Result | None) -> None:
             f"the first step after the restart is {first_new.step}, expected "
             f"{expected + 1} (resuming at checkpoint-{expected})",
         )
-    replay = resume.details.get("replayed_loss_max_abs_diff")
-    resume.reason = (
-        f"killed pod {options.kill_pod} at step {first.killed_step}; resumed from "
-        f"{f'checkpoint-{resumed_step}' if resumed_step is not None else 'scratch'} (last complete: "
-        f"{expected}); MTTR {mttr} s"
-        + (f"; replayed steps' loss differs by {replay:.2g}" if replay is not None else "")
-    )
     before = {s.step: s.loss for s in first.steps}
     replayed = [
         (s.step, before[s.step], s.loss)
@@ -1049,6 +1042,13 @@ def _train(run: DryRun, train: Result, resume: Result | None) -> None:
         # Steps trained twice (after the checkpoint, before the kill): same data, same state, so the same loss.
         resume.details["replayed_steps"] = [step for step, _, _ in replayed]
         resume.details["replayed_loss_max_abs_diff"] = max(abs(a - b) for _, a, b in replayed)
+    replay = resume.details.get("replayed_loss_max_abs_diff")
+    resume.reason = (
+        f"killed pod {options.kill_pod} at step {first.killed_step}; resumed from "
+        f"{f'checkpoint-{resumed_step}' if resumed_step is not None else 'scratch'} (last complete: "
+        f"{expected}); MTTR {mttr} s"
+        + (f"; replayed steps' loss differs by {replay:.2g}" if replay is not None else "")
+    )
     all_losses = losses + [s.loss for s in second.steps if s.loss is not None]
     _judge_completion(run, train, second, all_losses, attempts=[first, second])
 
