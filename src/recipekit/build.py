@@ -39,8 +39,9 @@ class Resolved:
 def resolve(overrides: Sequence[str], extra_dirs: Sequence[Path] = (), *, analysis_only: bool = False) -> Resolved:
     """Compose, validate and plan; raises RecipeError with every problem of the first stage that has any."""
     typos = unknown_override_keys(overrides, GROUPS)
+    mistyped = {override for override, _ in typos}
     try:
-        composed = compose([o for o in overrides if o not in {override for override, _ in typos}], extra_dirs)
+        composed = compose([o for o in overrides if o not in mistyped], extra_dirs)
     except RecipeError as err:
         raise RecipeError([problem for _, problem in typos] + err.problems) from None
     if typos:

@@ -60,8 +60,3 @@ def write_bundle(files: dict[str, bytes], target: Path, *, force: bool = False) 
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
     return target
-
-
-def read_bundle(directory: Path) -> dict[str, bytes]:
-    """Every regular file of a bundle directory (not recursive: bundles are flat)."""
-    return {p.name: p.read_bytes() for p in sorted(directory.iterdir()) if p.is_file()}

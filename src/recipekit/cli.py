@@ -212,7 +212,8 @@ def plan(
     resolved = resolve(overrides, extra_dirs, analysis_only=True)
     recipe = resolved.recipe
     estimate = memory.estimate(recipe, resolved.plan, price_per_device_hour=price)
-    options = memory.load_parallel_options(extra_dirs)
+    # the parallel options on disk are candidates only for --advise and for the fix of a layout that does not fit
+    options = memory.load_parallel_options(extra_dirs) if advise or not estimate.fits else {}
     advices: list[memory.Advice] = []
     if advise:
         search_tp_pp = recipe.parallel.tensor_parallel > 1 or recipe.parallel.pipeline_parallel > 1

@@ -78,7 +78,8 @@ def compose(overrides: Sequence[str], extra_dirs: Sequence[Path] = ()) -> Compos
     problems.raise_if_any()
     bad_choices = _check_group_choices(overrides, extra_dirs)
     problems.extend([problem for _, problem in bad_choices])
-    remaining = [o for o in overrides if o not in {override for override, _ in bad_choices}]
+    unknown = {override for override, _ in bad_choices}
+    remaining = [o for o in overrides if o not in unknown]
     while True:
         try:
             composed = _compose_once(remaining, extra_dirs)
@@ -124,9 +125,8 @@ def _compose_once(overrides: list[str], extra_dirs: Sequence[Path]) -> Composed:
     from omegaconf import OmegaConf, open_dict
     from omegaconf.errors import OmegaConfBaseException
 
-    search = (
-        [f"hydra.searchpath=[{','.join('file://' + str(Path(d).resolve()) for d in extra_dirs)}]"] if extra_dirs else []
-    )
+    team_trees = recipe_dirs(extra_dirs)[1:]
+    search = [f"hydra.searchpath=[{','.join(f'file://{d}' for d in team_trees)}]"] if team_trees else []
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

@@ -274,5 +274,5 @@ def unknown_override_keys(overrides: Sequence[str], groups: Sequence[str]) -> li
         path = key.split(".")
         fields = _section_fields(path[:-1])
         if fields is not None and path[-1] not in fields:
-            found.append((override, Problem(key, "unknown key", hint=unknown_key_hint(path[-1], sorted(fields)))))
+            found.append((override, Problem(key, "unknown key", hint=unknown_key_hint(path[-1], list(fields)))))
     return found
