@@ -24,7 +24,7 @@ from pathlib import Path
 
 from recipekit.errors import Problem, RecipeError
 from recipekit.images import ImageMatrix
-from recipekit.plan import Plan, make_plan
+from recipekit.plan import STAGE3_PREFETCH_FACTOR, Plan, make_plan
 from recipekit.recipe import LoraSpec, ModelSpec, ParallelSpec, Recipe
 from recipekit.schema import to_data, validate
 
@@ -751,7 +751,7 @@ def _zero_buffers(recipe: Recipe, zero: int, trainable_dev: float) -> tuple[floa
         basis = f"reduce + all-gather buckets {bucket / 1e6:.0f} M elements × 2 B × {factor:g}"
         return 2 * bucket * 2 * factor, basis
     if zero == 3:
-        prefetch = 0.9 * recipe.model.hidden_size**2  # plan's stage3_prefetch_bucket_size
+        prefetch = STAGE3_PREFETCH_FACTOR * recipe.model.hidden_size**2  # plan's stage3_prefetch_bucket_size
         basis = f"reduce bucket {bucket / 1e6:.0f} M + prefetch {prefetch / 1e6:.0f} M elements × 2 B"
         return 2 * (bucket + prefetch), basis
     return 0.0, "none without DeepSpeed"
@@ -1104,10 +1104,13 @@ def fixes(
         }
         for k in range(1, MAX_NODE_DOUBLINGS + 1)
     ]
-    found, by_nodes = first_fit(tries), first_fit(more_nodes)
+    found = first_fit(tries)
+    if found is not None and found.estimate.offload.time_s == 0:
+        return [found]  # no offload to avoid: more nodes would not be offered
+    by_nodes = first_fit(more_nodes)
     if found is None:
         return [by_nodes] if by_nodes else []
-    return [found, by_nodes] if by_nodes and found.estimate.offload.time_s > 0 else [found]
+    return [found, by_nodes] if by_nodes else [found]
 
 
 def fit_problem(

@@ -33,6 +33,8 @@ WORKDIR = "/workspace"
 TERMINATION_GRACE_S = 600
 #: Seconds between torchrun's SIGKILL of its workers and the kubelet's SIGKILL of the pod.
 SHUTDOWN_MARGIN_S = 60
+#: ZeRO-3 prefetch bucket in elements per hidden² (Transformers' value for "auto"; memory's estimate uses it too).
+STAGE3_PREFETCH_FACTOR = 0.9
 #: DeepSpeed's accelerator name (DS_ACCELERATOR) per hardware vendor.
 DS_ACCELERATORS = {"ascend": "npu", "nvidia": "cuda", "cpu": "cpu"}
 #: A Kubernetes object name (RFC 1123 label) and its length limit.
@@ -59,7 +61,6 @@ class Plan:
     precision: Precision
     comm_backend: str
     zero_stage: int
-    uses_deepspeed: bool
     steps_per_epoch: int | None
     total_steps: int | None
     warmup_steps: int | float
@@ -304,7 +305,6 @@ def make_plan(recipe: Recipe, images: ImageMatrix, *, analysis_only: bool = Fals
         precision=precision,
         comm_backend=hw.comm_backend,
         zero_stage=zero,
-        uses_deepspeed=bool(zero),
         steps_per_epoch=steps_per_epoch,
         total_steps=total_steps,
         warmup_steps=warmup,
@@ -338,7 +338,7 @@ def deepspeed_config(recipe: Recipe, micro: int, accum: int, global_batch: int, 
         zero.update(allgather_partitions=True, allgather_bucket_size=par.reduce_bucket_size, reduce_scatter=True)
     if par.zero_stage == 3:
         zero.update(
-            stage3_prefetch_bucket_size=int(0.9 * hidden * hidden),
+            stage3_prefetch_bucket_size=int(STAGE3_PREFETCH_FACTOR * hidden * hidden),
             stage3_param_persistence_threshold=10 * hidden,
             stage3_max_live_parameters=1_000_000_000,
             stage3_max_reuse_distance=1_000_000_000,

@@ -8,6 +8,7 @@ format the same numbers for reading and never compute anything themselves.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -152,7 +153,7 @@ def usage_bar(est: Estimate) -> Text:
     scale = max(est.total_gib, est.device_gib)
     bar = Text()
     for item, style in zip(est.memory, ITEM_STYLES):
-        bar.append("█" * round(item.gib / scale * BAR_WIDTH), style=style)
+        bar.append(_bar(item.gib, scale, style))
     device_cell = round(est.device_gib / scale * BAR_WIDTH)
     used = len(bar.plain)
     if used < device_cell:
@@ -184,23 +185,29 @@ def render_estimate(est: Estimate) -> RenderableType:
         memory.add_row(Text(item.name, style=style), f"{item.gib:.2f}", _bar(item.gib, scale, style), item.basis)
     verdict = Text(_verdict(est), style="bold green" if est.fits else "bold red")
 
-    timing = Table(title="Compute, time and cost", title_justify="left", show_header=False)
-    timing.add_column("what", style="bold")
-    timing.add_column("estimate", overflow="fold")
-    for name, value in _timing_rows(est):
-        timing.add_row(name, value)
+    timing = _rows_table("Compute, time and cost", _timing_rows(est))
     parts: list[RenderableType] = [head, memory, usage_bar(est), verdict, timing]
     three_d = _three_d_rows(est)
     if three_d:
-        table = Table(title="Tensor / pipeline parallelism (analysis)", title_justify="left", show_header=False)
-        table.add_column("what", style="bold")
-        table.add_column("estimate", overflow="fold")
-        for name, value in three_d:
-            table.add_row(name, value)
-        parts.append(table)
-    notes = [n for n in est.notes if est.parallel3d is None or n != est.parallel3d.note]
-    parts += [Text(f"note: {n}", style="dim") for n in notes]
+        parts.append(_rows_table("Tensor / pipeline parallelism (analysis)", three_d))
+    parts += [Text(f"note: {n}", style="dim") for n in _notes(est)]
     return Group(*parts)
+
+
+def _rows_table(title: str, rows: list[tuple[str, str]]) -> RenderableType:
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left", show_header=False)
+    table.add_column("what", style="bold")
+    table.add_column("estimate", overflow="fold")
+    for name, value in rows:
+        table.add_row(name, value)
+    return table
+
+
+def _notes(est: Estimate) -> list[str]:
+    """The estimate's notes, less the 3D note its own section already shows."""
+    return [n for n in est.notes if est.parallel3d is None or n != est.parallel3d.note]
 
 
 def render_advice(advices: Sequence[Advice]) -> RenderableType:
@@ -262,7 +269,7 @@ def estimate_markdown(est: Estimate) -> str:
     if three_d:
         lines += ["", "| tensor / pipeline parallelism | analysis |", "|---|---|"]
         lines += [f"| {name} | {value} |" for name, value in three_d]
-    notes = [n for n in est.notes if est.parallel3d is None or n != est.parallel3d.note]
+    notes = _notes(est)
     if notes:
         lines += [""] + [f"- {n}" for n in notes]
     lines += [
@@ -282,24 +289,7 @@ def estimate_dict(est: Estimate) -> dict[str, Any]:
         "recipe": est.recipe_name,
         "model": est.model_name,
         "hw": est.hw_name,
-        "layout": {
-            "parallel": lay.parallel,
-            "zero_stage": lay.zero_stage,
-            "offload_optimizer": lay.offload_optimizer,
-            "offload_param": lay.offload_param,
-            "gradient_checkpointing": lay.gradient_checkpointing,
-            "nodes": lay.nodes,
-            "devices_per_pod": lay.devices_per_pod,
-            "world_size": lay.world_size,
-            "dp_size": lay.dp_size,
-            "tensor_parallel": lay.tensor_parallel,
-            "pipeline_parallel": lay.pipeline_parallel,
-            "micro_batch_size": lay.micro_batch_size,
-            "gradient_accumulation_steps": lay.gradient_accumulation_steps,
-            "global_batch_size": lay.global_batch_size,
-            "seq_len": lay.seq_len,
-            "precision": lay.precision,
-        },
+        "layout": dataclasses.asdict(lay),  # all exact (integers, names, flags)
         "memory_gib": {
             "items": [{"name": item.name, "gib": _round(item.gib), "basis": item.basis} for item in est.memory],
             "total": _round(est.total_gib),
