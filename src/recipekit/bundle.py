@@ -13,8 +13,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from recipekit.bundlefiles import EXECUTABLE, MANIFEST
 from recipekit.errors import Problem, RecipeError
-from recipekit.render import EXECUTABLE, MANIFEST
 
 
 def is_bundle(directory: Path) -> bool:
@@ -46,6 +46,9 @@ def write_bundle(files: dict[str, bytes], target: Path, *, force: bool = False) 
     try:
         for name, data in files.items():
             path = staging / name
+            if path.parent != staging:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.parent.chmod(0o755)
             path.write_bytes(data)
             path.chmod(0o755 if name in EXECUTABLE else 0o644)
         staging.chmod(0o755)

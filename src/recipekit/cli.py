@@ -129,8 +129,8 @@ def build(
             ]
         )
     click.echo(
-        f"{click.style('built', fg='green')} {built.path} ({len(built.files)} files): {plan.nodes} pod(s) × "
-        f"{plan.devices_per_pod} device(s), global batch {plan.global_batch_size}, {plan.precision}, "
+        f"{click.style('built', fg='green')} {built.path} ({len(built.files)} files): {plan.layout.nodes} pod(s) × "
+        f"{plan.layout.devices_per_pod} device(s), global batch {plan.layout.global_batch_size}, {plan.precision}, "
         f"{'ZeRO-' + str(plan.zero_stage) if plan.zero_stage else 'DDP'}"
     )
 

@@ -1,8 +1,8 @@
 """Command-line overrides → a plain recipe dict, through Hydra's compose API. The only module that imports Hydra.
 
 Hydra stops at the first bad override; recipekit wants every problem at once. So group choices are checked against
-the options found on disk before composing (with close matches), and an override of a key that does not exist is
-recorded, dropped and the composition retried, until Hydra accepts what is left; then all problems are raised.
+the options found on disk before composing (with close matches); plain key overrides are applied with ``++`` and
+judged by the typed schema afterwards, which reports every unknown key with the keys its section accepts.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import difflib
 import re
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +30,6 @@ _HYDRA_APP_GROUPS = tuple(
     for group in ("help", "hydra_help", "job_logging", "hydra_logging", "output", "launcher", "sweeper", "env")
 )
 
-_NOT_IN_STRUCT = re.compile(r"Could not override '([^']+)'")
 _GROUP_OVERRIDE = re.compile(r"^(?P<group>[A-Za-z_]+)=(?P<option>[^=\s]+)$")
 
 
@@ -69,7 +68,11 @@ def describe_option(path: Path) -> str:
 def compose(overrides: Sequence[str], extra_dirs: Sequence[Path] = ()) -> Composed:
     """Compose recipekit's config with ``overrides`` (Hydra grammar) into a plain dict.
 
-    Raises :class:`RecipeError` listing every unknown group option, unknown key and malformed override.
+    Defaults live in the typed records, and option files spell only what differs from them, so a plain
+    ``section.key=value`` may name a key the composed YAML lacks: it is applied with Hydra's ``++`` (add or
+    override), and whether the key exists is the schema's to say (``recipekit.recipe``, with close matches). The
+    recorded overrides stay as the user wrote them. Raises :class:`RecipeError` listing every unknown group option
+    and malformed override.
     """
     problems = Collector()
     for directory in extra_dirs:
@@ -80,24 +83,20 @@ def compose(overrides: Sequence[str], extra_dirs: Sequence[Path] = ()) -> Compos
     problems.extend([problem for _, problem in bad_choices])
     unknown = {override for override, _ in bad_choices}
     remaining = [o for o in overrides if o not in unknown]
-    while True:
-        try:
-            composed = _compose_once(remaining, extra_dirs)
-        except RecipeError as err:
-            problems.extend(err.problems)
-            problems.raise_if_any()
-        except _UnknownKey as err:
-            problems.add(err.key, "unknown key", hint=f"to add a new key write +{err.override}")
-            remaining.remove(err.override)
-        else:
-            problems.raise_if_any()
-            return composed
+    try:
+        composed = _compose_once([_forced(o) for o in remaining], extra_dirs)
+    except RecipeError as err:
+        problems.extend(err.problems)
+    problems.raise_if_any()
+    return replace(composed, overrides=list(remaining))
 
 
-class _UnknownKey(Exception):
-    def __init__(self, key: str, override: str) -> None:
-        super().__init__(key)
-        self.key, self.override = key, override
+def _forced(override: str) -> str:
+    """``key=value`` → ``++key=value`` for a plain key override; group choices and ``+``/``~`` forms unchanged."""
+    key, sep, _ = override.partition("=")
+    if not sep or key[:1] in "+~" or key.startswith("hydra.") or _GROUP_OVERRIDE.match(override) and key in GROUPS:
+        return override
+    return "++" + override
 
 
 def _check_group_choices(overrides: Sequence[str], extra_dirs: Sequence[Path]) -> list[tuple[str, Problem]]:
@@ -144,11 +143,6 @@ def _compose_once(overrides: list[str], extra_dirs: Sequence[Path]) -> Composed:
     except MissingConfigException as exc:
         raise RecipeError([Problem("recipe", str(exc).splitlines()[0])]) from None
     except ConfigCompositionException as exc:
-        match = _NOT_IN_STRUCT.search(str(exc))
-        if match:
-            key = match.group(1)
-            override = next(o for o in overrides if o.split("=", 1)[0].lstrip("+~") == key)
-            raise _UnknownKey(key, override) from None
         raise RecipeError([Problem("override", " ".join(str(exc).split()))]) from None
     except (HydraException, OmegaConfBaseException, yaml.YAMLError) as exc:
         raise RecipeError([Problem("recipe", " ".join(str(exc).split()))]) from None

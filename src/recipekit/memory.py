@@ -24,6 +24,7 @@ from pathlib import Path
 
 from recipekit.errors import Problem, RecipeError
 from recipekit.images import ImageMatrix
+from recipekit.modelsize import LORA_MODULES, ParamCounts, count_params, linear_shapes, lora_params, lora_targets
 from recipekit.plan import STAGE3_PREFETCH_FACTOR, Plan, make_plan
 from recipekit.recipe import LoraSpec, ModelSpec, ParallelSpec, Recipe
 from recipekit.schema import to_data, validate
@@ -74,15 +75,10 @@ DROPOUT_MASK_BYTES = 1
 #: Allowance for what no formula above counts: allocator fragmentation and caching, cuBLAS/CANN workspaces,
 #: optimizer temporaries. A round figure, not a measurement.
 ALLOCATOR_ALLOWANCE_GIB = 2.0
-#: Memory the runtime takes before PyTorch allocates anything (CUDA context; CANN runtime and HCCL buffers, which
-#: ``HCCL_BUFFSIZE=200`` MB per communicator makes larger). Not visible to ``max_memory_allocated``.
-RUNTIME_CONTEXT_GIB = {"nvidia": 0.75, "ascend": 1.5, "cpu": 0.0}
 #: DeepSpeed ZeRO-1/2 with ``overlap_comm`` "uses 4.5x the allgather_bucket_size and reduce_bucket_size values"
 #: (Hugging Face Transformers, DeepSpeed integration guide: 5e8 elements → 5e8 × 2 bytes × 2 × 4.5 = 9 GB).
 ZERO12_OVERLAP_BUFFER_FACTOR = 4.5
 
-#: tensor cores run fp32 (as TF32) at about half their bf16 rate on A100/H100; CPUs have no separate bf16 peak.
-FP32_PEAK_FRACTION = 0.5
 #: Share of a training step's FLOPs spent in backward (2 of 6 × params per token are forward).
 BACKWARD_SHARE = 2 / 3
 #: Host ↔ device bandwidth for offload, GB/s per device (PCIe 4.0 x16 in practice).
@@ -94,85 +90,10 @@ HOST_MEMORY_GBPS = 100.0
 #: Bytes CPU Adam moves per parameter: read fp32 weight, gradient and two moments, write them back plus a 16-bit copy.
 HOST_ADAM_BYTES_PER_PARAM = 30
 
-#: LoRA target names recipekit knows the shape of; "all-linear" is every one of them (PEFT leaves lm_head out).
-LORA_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 #: fit_problem tries at most this many doublings of the node count.
 MAX_NODE_DOUBLINGS = 6
 #: The parallel options' fields that make a layout; every other field is a setting carried over unchanged.
 _LAYOUT_FIELDS = ("zero_stage", "offload_optimizer", "offload_param")
-
-
-# ----------------------------------------------------------------------------------------------- parameter counts
-@dataclass(frozen=True)
-class ParamCounts:
-    """Parameters of a decoder-only Llama/Qwen2 model, counted from its architecture numbers."""
-
-    embedding: int
-    head: int  # 0 when the head is tied to the embedding
-    per_layer: int
-    layers: int
-    final_norm: int
-    linear_per_layer: int  # weights of the seven projections (what QLoRA quantizes)
-    largest_module: int  # parameters of the biggest single module: ZeRO-3 gathers it whole
-
-    @property
-    def total(self) -> int:
-        return self.embedding + self.head + self.layers * self.per_layer + self.final_norm
-
-    @property
-    def matmul(self) -> int:
-        """Parameters that cost FLOPs: all but the input embedding (a lookup)."""
-        return self.total - self.embedding
-
-
-def linear_shapes(model: ModelSpec) -> dict[str, tuple[int, int]]:
-    """(in_features, out_features) of each projection in one decoder layer."""
-    h, kv, i = model.hidden_size, model.num_kv_heads * model.head_dim, model.intermediate_size
-    return {
-        "q_proj": (h, h),
-        "k_proj": (h, kv),
-        "v_proj": (h, kv),
-        "o_proj": (h, h),
-        "gate_proj": (h, i),
-        "up_proj": (h, i),
-        "down_proj": (i, h),
-    }
-
-
-def count_params(model: ModelSpec) -> ParamCounts:
-    """Embeddings, untied head, attention q/k/v/o (GQA: k and v are kv_heads × head_dim wide; optional q/k/v bias),
-    SwiGLU MLP (gate, up, down), two RMSNorm weights per layer and a final norm.
-
-    Matches the published sizes: Llama 3 8B 8.03 B, 70B 70.6 B; Qwen2.5 7B 7.62 B, 14B 14.8 B, 72B 72.7 B.
-    """
-    shapes = linear_shapes(model)
-    linear = sum(i * o for i, o in shapes.values())
-    bias = (shapes["q_proj"][1] + shapes["k_proj"][1] + shapes["v_proj"][1]) if model.attention_bias else 0
-    per_layer = linear + bias + 2 * model.hidden_size
-    embedding = model.vocab_size * model.hidden_size
-    head = 0 if model.tie_word_embeddings else embedding
-    return ParamCounts(
-        embedding=embedding,
-        head=head,
-        per_layer=per_layer,
-        layers=model.num_layers,
-        final_norm=model.hidden_size,
-        linear_per_layer=linear,
-        largest_module=max(embedding, *(i * o for i, o in shapes.values())),
-    )
-
-
-def lora_targets(lora: LoraSpec) -> tuple[str, ...]:
-    """The adapted projections; names recipekit does not know are left out (and noted by :func:`estimate`)."""
-    if lora.target_modules == "all-linear":
-        return LORA_MODULES
-    return tuple(m for m in LORA_MODULES if m in lora.target_modules)
-
-
-def lora_params(model: ModelSpec, lora: LoraSpec) -> int:
-    """LoRA adds A (r × in) and B (out × r) to each adapted projection: r × (in + out) per module per layer."""
-    shapes = linear_shapes(model)
-    return model.num_layers * sum(lora.r * (shapes[m][0] + shapes[m][1]) for m in lora_targets(lora))
 
 
 def qlora_base_bytes(counts: ParamCounts, *, double_quant: bool, other_bytes: int) -> float:
@@ -540,8 +461,8 @@ def estimate(recipe: Recipe, plan: Plan, *, price_per_device_hour: float | None 
     lora = mode.lora if mode.kind in ("lora", "qlora") else None
     full_training = lora is None
     trainable_total = counts.total if full_training else lora_params(model, lora)
-    tp, pp, dp = plan.tensor_parallel, plan.pipeline_parallel, plan.dp_size
-    micro, accum, seq = plan.micro_batch_size, plan.gradient_accumulation_steps, recipe.data.max_len
+    tp, pp, dp = plan.layout.tensor_parallel, plan.layout.pipeline_parallel, plan.layout.dp_size
+    micro, accum, seq = plan.layout.micro_batch_size, plan.layout.gradient_accumulation_steps, recipe.data.max_len
     act_bytes = 4 if plan.precision == "fp32" else 2
     # Without DeepSpeed the bundle trains under the Trainer's AMP: fp32 weights (LoRA: a 16-bit base, fp32
     # adapters) and autocast; DeepSpeed instead casts the model to 16 bits and keeps its own fp32 master copy.
@@ -593,7 +514,7 @@ def estimate(recipe: Recipe, plan: Plan, *, price_per_device_hour: float | None 
 
     # --- buffers and overhead
     buffers, buffer_basis = _zero_buffers(recipe, plan.zero_stage, trainable_dev)
-    overhead = ALLOCATOR_ALLOWANCE_GIB + RUNTIME_CONTEXT_GIB[hw.vendor]
+    overhead = ALLOCATOR_ALLOWANCE_GIB + hw.runtime_context_gib
 
     shard = _shard_words(tp, pp)
     memory = (
@@ -615,14 +536,14 @@ def estimate(recipe: Recipe, plan: Plan, *, price_per_device_hour: float | None 
         MemoryItem(
             "framework overhead",
             overhead,
-            f"{ALLOCATOR_ALLOWANCE_GIB:g} GiB allocator/workspaces + {RUNTIME_CONTEXT_GIB[hw.vendor]:g} GiB "
+            f"{ALLOCATOR_ALLOWANCE_GIB:g} GiB allocator/workspaces + {hw.runtime_context_gib:g} GiB "
             f"{hw.vendor} runtime context",
         ),
     )
     total = sum(item.gib for item in memory)
 
     # --- offload
-    per_node = plan.devices_per_pod
+    per_node = plan.layout.devices_per_pod
     offload_s = _offload_time(recipe, plan, params_dev, trainable_dev)
     offload = Offload(
         host_gib_per_node=states.host * per_node * HOST_BUFFER_FACTOR / GIB,
@@ -647,7 +568,7 @@ def estimate(recipe: Recipe, plan: Plan, *, price_per_device_hour: float | None 
     price = hw.price_per_device_hour if price_per_device_hour is None else price_per_device_hour
     total_steps = plan.total_steps
     total_time = step * total_steps if total_steps else None
-    device_hours = total_time / 3600 * plan.world_size if total_time is not None else None
+    device_hours = total_time / 3600 * plan.layout.world_size if total_time is not None else None
     cost = device_hours * price if device_hours is not None and price is not None else None
 
     layout = Layout(
@@ -656,15 +577,15 @@ def estimate(recipe: Recipe, plan: Plan, *, price_per_device_hour: float | None 
         offload_optimizer=par.offload_optimizer,
         offload_param=par.offload_param,
         gradient_checkpointing=par.gradient_checkpointing,
-        nodes=plan.nodes,
-        devices_per_pod=plan.devices_per_pod,
-        world_size=plan.world_size,
+        nodes=plan.layout.nodes,
+        devices_per_pod=plan.layout.devices_per_pod,
+        world_size=plan.layout.world_size,
         dp_size=dp,
         tensor_parallel=tp,
         pipeline_parallel=pp,
         micro_batch_size=micro,
         gradient_accumulation_steps=accum,
-        global_batch_size=plan.global_batch_size,
+        global_batch_size=plan.layout.global_batch_size,
         seq_len=seq,
         precision=plan.precision,
     )
@@ -758,38 +679,23 @@ def _zero_buffers(recipe: Recipe, zero: int, trainable_dev: float) -> tuple[floa
 
 
 def _compute(recipe: Recipe, plan: Plan, counts: ParamCounts, trainable: int, full_training: bool) -> Compute:
-    """FLOPs per token ≈ 6 × params + 12 × layers × hidden × seq (attention scores and values, forward + backward).
+    """Step time from the plan's FLOPs per token (defined once, in the runtime contract).
 
-    Params here exclude the input embedding, a lookup without FLOPs. LoRA: the frozen base runs forward (2N) and
-    backward for activation gradients only (2N), the adapters train fully (6 × adapter params): ≈ 4N per token.
-    Checkpointing recomputes the forward once more. ``hw.assumed_mfu`` is taken as the utilisation of the FLOPs
-    actually executed, so recomputation costs time; the pipeline bubble stretches the step by 1/(1 − bubble).
+    ``hw.assumed_mfu`` is taken as the utilisation of the FLOPs actually executed (an HFU): activation checkpointing's
+    recomputation therefore costs time. The pipeline bubble stretches the step by 1/(1 − bubble).
     """
-    model, hw = recipe.model, recipe.hw
-    seq = recipe.data.max_len
-    attention = 12 * model.num_layers * model.hidden_size * seq
-    base = counts.matmul
-    if full_training:
-        per_token = 6 * base + attention
-        forward = 2 * base + attention / 3
-    else:
-        per_token = 4 * base + 6 * trainable + attention
-        forward = 2 * base + 2 * trainable + attention / 3
-    recompute = (per_token + forward) / per_token if recipe.parallel.gradient_checkpointing else 1.0
-    tokens = plan.global_batch_size * seq
-    peak = {"bf16": hw.peak_tflops_bf16, "fp16": hw.peak_tflops_fp16, "fp32": hw.peak_tflops_bf16 * FP32_PEAK_FRACTION}[
-        plan.precision
-    ]
-    time_s = per_token * tokens * recompute / (plan.world_size * peak * 1e12 * hw.assumed_mfu)
-    if plan.pipeline_parallel > 1:
-        time_s /= 1 - bubble_fraction(plan.pipeline_parallel, plan.gradient_accumulation_steps)
+    hw, flops, layout = recipe.hw, plan.flops, plan.layout
+    tokens = layout.global_batch_size * recipe.data.max_len
+    time_s = flops.hardware_per_token * tokens / (layout.world_size * flops.peak_tflops * 1e12 * hw.assumed_mfu)
+    if layout.pipeline_parallel > 1:
+        time_s /= 1 - bubble_fraction(layout.pipeline_parallel, layout.gradient_accumulation_steps)
     return Compute(
         params_total=counts.total,
         params_trainable=trainable,
-        flops_per_token=per_token,
+        flops_per_token=flops.model_per_token,
         tokens_per_step=tokens,
-        recompute_factor=recompute,
-        peak_tflops=peak,
+        recompute_factor=flops.hardware_per_token / flops.model_per_token,
+        peak_tflops=flops.peak_tflops,
         assumed_mfu=hw.assumed_mfu,
         time_s=time_s,
     )
@@ -797,7 +703,7 @@ def _compute(recipe: Recipe, plan: Plan, counts: ParamCounts, trainable: int, fu
 
 def dp_group_crosses_nodes(plan: Plan) -> bool:
     """Megatron's rank order (TP innermost, then DP, PP outermost): a stage's TP × DP ranks are consecutive."""
-    return plan.world_size // plan.pipeline_parallel > plan.devices_per_pod
+    return plan.layout.world_size // plan.layout.pipeline_parallel > plan.layout.devices_per_pod
 
 
 def _dp_communication(
@@ -818,7 +724,7 @@ def _dp_communication(
     all-gather after a ZeRO-1/2 step is exposed.
     """
     hw, par = recipe.hw, recipe.parallel
-    n, zero, accum = plan.dp_size, plan.zero_stage, plan.gradient_accumulation_steps
+    n, zero, accum = plan.layout.dp_size, plan.zero_stage, plan.layout.gradient_accumulation_steps
     crosses = dp_group_crosses_nodes(plan)
     link, gbps = (hw.inter_node_link, hw.inter_node_gbps) if crosses else (hw.intra_node_link, hw.intra_node_gbps)
     if n == 1:
@@ -857,7 +763,7 @@ def _offload_time(recipe: Recipe, plan: Plan, params_dev: float, trainable_dev: 
     Parameter offload (ZeRO-3): each micro-step fetches the weight partition for forward, backward and recomputation.
     """
     par = recipe.parallel
-    dp, accum, per_node = plan.dp_size, plan.gradient_accumulation_steps, plan.devices_per_pod
+    dp, accum, per_node = plan.layout.dp_size, plan.layout.gradient_accumulation_steps, plan.layout.devices_per_pod
     seconds = 0.0
     if par.offload_optimizer != "none":
         part = trainable_dev / dp
@@ -892,13 +798,13 @@ def _three_d(recipe: Recipe, plan: Plan) -> ThreeD:
     """Megatron-style TP: 2 all-reduces of the b·s·h activations in forward and 2 in backward per layer (one more
     forward's worth under recomputation), none of them hidden."""
     model, hw = recipe.model, recipe.hw
-    tp, pp, m = plan.tensor_parallel, plan.pipeline_parallel, plan.gradient_accumulation_steps
+    tp, pp, m = plan.layout.tensor_parallel, plan.layout.pipeline_parallel, plan.layout.gradient_accumulation_steps
     act = 4 if plan.precision == "fp32" else 2
-    per_allreduce = 2 * (tp - 1) / tp * plan.micro_batch_size * recipe.data.max_len * model.hidden_size * act
+    per_allreduce = 2 * (tp - 1) / tp * plan.layout.micro_batch_size * recipe.data.max_len * model.hidden_size * act
     count = 6 if recipe.parallel.gradient_checkpointing else 4
     per_layer = count * per_allreduce / GB
     step_volume = per_layer * math.ceil(model.num_layers / pp) * m
-    inside = tp_inside_node(tp, plan.devices_per_pod)
+    inside = tp_inside_node(tp, plan.layout.devices_per_pod)
     link, gbps = (hw.intra_node_link, hw.intra_node_gbps) if inside else (hw.inter_node_link, hw.inter_node_gbps)
     return ThreeD(
         tensor_parallel=tp,
@@ -1016,7 +922,7 @@ def _try(cand: Candidate, images: ImageMatrix, global_batch: int) -> Estimate | 
         plan = make_plan(cand.recipe, images, analysis_only=True)
     except RecipeError:
         return None
-    if plan.global_batch_size != global_batch:
+    if plan.layout.global_batch_size != global_batch:
         return None
     return estimate(cand.recipe, plan)
 
@@ -1060,7 +966,8 @@ def fixes(
     recipe, plan = est.recipe, est.plan
     images = images or _images_of(plan)
     options = parallel_options if parallel_options is not None else load_parallel_options()
-    gb, gc_now, micro_now = plan.global_batch_size, recipe.parallel.gradient_checkpointing, plan.micro_batch_size
+    gb, micro_now = plan.layout.global_batch_size, plan.layout.micro_batch_size
+    gc_now = recipe.parallel.gradient_checkpointing
     zero_now = recipe.parallel.zero_stage
 
     def first_fit(tries: list[dict[str, object]]) -> Advice | None:
@@ -1166,20 +1073,20 @@ def advise(
     """
     options = parallel_options if parallel_options is not None else load_parallel_options()
     base = make_plan(recipe, images, analysis_only=True)
-    gb, model = base.global_batch_size, recipe.model
+    gb, model = base.layout.global_batch_size, recipe.model
     layouts: list[tuple[int, int]] = [(recipe.parallel.tensor_parallel, recipe.parallel.pipeline_parallel)]
     if search_tp_pp:
         tps = [
             t
-            for t in _powers_of_two(base.devices_per_pod)
+            for t in _powers_of_two(base.layout.devices_per_pod)
             if model.num_attention_heads % t == 0 and model.num_kv_heads % t == 0
         ]
-        pps = [p for p in _powers_of_two(min(model.num_layers, base.world_size))]
-        layouts = [(t, p) for t in tps for p in pps if base.world_size % (t * p) == 0]
+        pps = [p for p in _powers_of_two(min(model.num_layers, base.layout.world_size))]
+        layouts = [(t, p) for t in tps for p in pps if base.layout.world_size % (t * p) == 0]
 
     found: dict[tuple[str, ...], Estimate] = {}
     for tp, pp in layouts:
-        dp = base.world_size // (tp * pp)
+        dp = base.layout.world_size // (tp * pp)
         micros = [m for m in _powers_of_two(gb // dp) if gb % (m * dp) == 0]
         for option in options.values():
             if tp * pp > 1 and option.zero_stage > 1:

@@ -1,9 +1,10 @@
 """Recipe → Plan: every number the bundle uses, computed once. Pure: no I/O, no clock, no environment.
 
-A value that appears in two bundle files (world size in the Job and in run.sh, batch sizes in ds_config.json and
-in the Trainer arguments, the master port in run.sh and the Job's container port) is computed here and rendered
-into both, so the files cannot drift apart. The DeepSpeed config and the Volcano Job are built here as plain dicts;
-the renderer only serialises them.
+A value that appears in two bundle files (world size in the Job and in launch.json, batch sizes in ds_config.json and
+in the Trainer arguments, the master port in launch.json and the Job's container port, the FLOPs per token in the
+estimate and in the run's MFU) is computed here and rendered into both, so the files cannot drift apart. The
+DeepSpeed config, the Volcano Job and the launch data are built here as plain dicts; the renderer only serialises
+them.
 
 Every rule that needs more than one section is checked here, all of them before giving up, and each error shows
 its arithmetic:
@@ -16,70 +17,70 @@ import hashlib
 import json
 import math
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
 from recipekit import __version__
-from recipekit.errors import Collector
+from recipekit.bundlefiles import DS_CONFIG, RUN, TRAIN_MODULE, WORKDIR
+from recipekit.errors import Collector, Problem
 from recipekit.images import ImageFamily, ImageMatrix, compatibility_problems
-from recipekit.recipe import Recipe
+from recipekit.modelsize import count_params, lora_params
+from recipekit.recipe import HardwareSpec, Recipe
+from recipekit.runtime import contract
 from recipekit.schema import to_data
 
 Precision = Literal["bf16", "fp16", "fp32"]
 
-#: Where the bundle lives inside the image and the pods.
-WORKDIR = "/workspace"
 #: Seconds Kubernetes waits after SIGTERM before SIGKILL: time for train.py to write its last checkpoint.
 TERMINATION_GRACE_S = 600
 #: Seconds between torchrun's SIGKILL of its workers and the kubelet's SIGKILL of the pod.
 SHUTDOWN_MARGIN_S = 60
+#: How long the launcher waits for the first pod's DNS name (the svc plugin's records lag the pods by seconds).
+MASTER_DNS_WAIT_S = 120
 #: ZeRO-3 prefetch bucket in elements per hidden² (Transformers' value for "auto"; memory's estimate uses it too).
 STAGE3_PREFETCH_FACTOR = 0.9
-#: DeepSpeed's accelerator name (DS_ACCELERATOR) per hardware vendor.
-DS_ACCELERATORS = {"ascend": "npu", "nvidia": "cuda", "cpu": "cpu"}
 #: A Kubernetes object name (RFC 1123 label) and its length limit.
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 MAX_DNS_LABEL = 63
+#: Hex digits of the run fingerprint in the Job name and output directory: enough to keep runs of one team apart.
+RUN_ID_LENGTH = 6
 
 
+# ------------------------------------------------------------------------------------------------------- layout
 @dataclass(frozen=True)
-class Plan:
-    """What the renderer needs, already decided. Field names are the words the bundle files use."""
+class Layout:
+    """How the devices are used and how big a step is: the numbers every bundle file and every estimate share.
 
-    job_name: str
-    task_name: str
-    task_env: str  # VC_<TASK_ENV>_HOSTS / VC_<TASK_ENV>_NUM
+    The derived numbers are properties, so world size, data-parallel size and global batch cannot disagree with the
+    numbers they come from. Megatron's order: TP innermost, then DP, PP outermost.
+    """
+
     nodes: int
     devices_per_pod: int
-    world_size: int
-    dp_size: int
-    tensor_parallel: int
-    pipeline_parallel: int
-    micro_batch_size: int
-    gradient_accumulation_steps: int
-    global_batch_size: int
-    precision: Precision
-    comm_backend: str
-    zero_stage: int
-    steps_per_epoch: int | None
-    total_steps: int | None
-    warmup_steps: int | float
-    master_port: int
-    output_dir: str
-    image: str
-    image_family: str
-    family: ImageFamily
-    env: dict[str, str]
-    pip_packages: list[str]
-    training_arguments: dict[str, Any]
-    ds_config: dict[str, Any] | None
-    job: dict[str, Any]
-    warnings: list[str] = field(default_factory=list)
+    tensor_parallel: int = 1
+    pipeline_parallel: int = 1
+    micro_batch_size: int = 1
+    gradient_accumulation_steps: int = 1
 
-    def summary(self) -> dict[str, Any]:
-        """The derived numbers, as written into recipe.yaml and shown by ``recipekit show``."""
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.devices_per_pod
+
+    @property
+    def model_parallel(self) -> int:
+        return self.tensor_parallel * self.pipeline_parallel
+
+    @property
+    def dp_size(self) -> int:
+        return max(1, self.world_size // self.model_parallel)
+
+    @property
+    def global_batch_size(self) -> int:
+        return self.micro_batch_size * self.gradient_accumulation_steps * self.dp_size
+
+    def numbers(self) -> dict[str, int]:
+        """Every number, given and derived, under the names the bundle files use."""
         return {
-            "job_name": self.job_name,
             "nodes": self.nodes,
             "devices_per_pod": self.devices_per_pod,
             "world_size": self.world_size,
@@ -89,6 +90,174 @@ class Plan:
             "micro_batch_size": self.micro_batch_size,
             "gradient_accumulation_steps": self.gradient_accumulation_steps,
             "global_batch_size": self.global_batch_size,
+        }
+
+
+#: The plan's numbers as recipe.yaml carries them, with their types (validate checks recipe.yaml against this).
+LAYOUT_KEYS = tuple(Layout(1, 1).numbers())
+
+
+def derive_layout(
+    nodes: int,
+    devices_per_pod: int,
+    *,
+    tensor_parallel: int = 1,
+    pipeline_parallel: int = 1,
+    micro_batch_size: int = 1,
+    gradient_accumulation_steps: int | None = None,
+    global_batch_size: int | None = None,
+) -> tuple[Layout, list[Problem]]:
+    """The layout for these choices, with every problem of the arithmetic (each showing its numbers).
+
+    Accumulation is given, or derived from the global batch (which must then divide evenly), or 1.
+    """
+    problems: list[Problem] = []
+    base = Layout(nodes, devices_per_pod, tensor_parallel, pipeline_parallel, micro_batch_size)
+    world, model_parallel = base.world_size, base.model_parallel
+    if world % model_parallel:
+        problems.append(
+            Problem(
+                "parallel.tensor_parallel",
+                f"world size {world} (nodes {nodes} × devices per pod {devices_per_pod}) is not divisible "
+                f"by TP {tensor_parallel} × PP {pipeline_parallel} = {model_parallel}",
+            )
+        )
+    dp, micro = base.dp_size, micro_batch_size
+    per_step = micro * dp
+    if global_batch_size is not None and gradient_accumulation_steps is not None:
+        accum = gradient_accumulation_steps
+        if micro * accum * dp != global_batch_size:
+            problems.append(
+                Problem(
+                    "train.global_batch_size",
+                    f"{global_batch_size} != micro_batch_size ({micro}) × gradient_accumulation_steps ({accum}) "
+                    f"× data-parallel size ({dp}) = {micro * accum * dp}",
+                    hint="set only one of global_batch_size and gradient_accumulation_steps",
+                )
+            )
+    elif global_batch_size is not None:
+        accum = max(1, global_batch_size // per_step)
+        if global_batch_size % per_step:
+            lower, upper = (global_batch_size // per_step) * per_step, (global_batch_size // per_step + 1) * per_step
+            problems.append(
+                Problem(
+                    "train.global_batch_size",
+                    f"{global_batch_size} is not divisible by micro_batch_size ({micro}) × data-parallel size "
+                    f"({dp}) = {per_step}",
+                    hint="nearest that divide: " + " or ".join(str(v) for v in (lower, upper) if v > 0),
+                )
+            )
+    else:
+        accum = gradient_accumulation_steps or 1
+    return replace(base, gradient_accumulation_steps=accum), problems
+
+
+def recipe_layout(recipe: Recipe) -> tuple[Layout, list[Problem]]:
+    """The layout a recipe asks for (devices per pod default to a whole node)."""
+    cl, par, tr = recipe.cluster, recipe.parallel, recipe.train
+    return derive_layout(
+        cl.nodes,
+        cl.devices_per_pod or recipe.hw.devices_per_node,
+        tensor_parallel=par.tensor_parallel,
+        pipeline_parallel=par.pipeline_parallel,
+        micro_batch_size=tr.micro_batch_size,
+        gradient_accumulation_steps=tr.gradient_accumulation_steps,
+        global_batch_size=tr.global_batch_size,
+    )
+
+
+# ------------------------------------------------------------------------------------------------------ precision
+def resolve_precision(requested: str, hw: HardwareSpec) -> tuple[Precision, list[Problem]]:
+    """``auto`` → bf16 where the hardware has it, else fp16 where it has that, else fp32; an explicit precision the
+    hardware lacks is a problem. The one statement of these rules (validate applies it to a built bundle too)."""
+    precision: Precision
+    if requested == "auto":
+        precision = "bf16" if hw.supports_bf16 else "fp16" if hw.supports_fp16 else "fp32"
+    else:
+        precision = requested  # type: ignore[assignment]
+    problems = []
+    if precision == "bf16" and not hw.supports_bf16:
+        problems.append(
+            Problem("train.precision", f"bf16 requested, but {hw.name} has no bf16", hint="use fp16 or auto")
+        )
+    if precision == "fp16" and not hw.supports_fp16:
+        problems.append(
+            Problem("train.precision", f"fp16 requested, but {hw.name} has no fp16", hint="use bf16, fp32 or auto")
+        )
+    return precision, problems
+
+
+# ---------------------------------------------------------------------------------------------------------- FLOPs
+@dataclass(frozen=True)
+class Flops:
+    """What one training token costs and the peak it is measured against (definitions: runtime contract)."""
+
+    params_total: int
+    params_trainable: int
+    model_per_token: float  # MFU's numerator
+    hardware_per_token: float  # HFU's: with the recomputation activation checkpointing adds
+    peak_tflops: float  # per device, at the plan's precision
+
+
+def recipe_flops(recipe: Recipe, precision: Precision) -> Flops:
+    """FLOPs per token at ``data.max_len`` tokens, counted from the architecture numbers."""
+    model, mode, hw = recipe.model, recipe.mode, recipe.hw
+    counts = count_params(model)
+    full = mode.kind not in ("lora", "qlora")
+    trainable = counts.total if full else lora_params(model, mode.lora)  # type: ignore[union-attr]
+    shape = dict(
+        matmul_params=counts.matmul,
+        trainable_params=trainable,
+        full_training=full,
+        layers=model.num_layers,
+        hidden=model.hidden_size,
+        seq_len=recipe.data.max_len,
+    )
+    return Flops(
+        params_total=counts.total,
+        params_trainable=trainable,
+        model_per_token=contract.flops_per_token(**shape),
+        hardware_per_token=contract.flops_per_token(**shape, recompute=recipe.parallel.gradient_checkpointing),
+        peak_tflops=contract.peak_tflops(precision, bf16=hw.peak_tflops_bf16, fp16=hw.peak_tflops_fp16),
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------- plan
+@dataclass(frozen=True)
+class Plan:
+    """What the renderer needs, already decided. Field names are the words the bundle files use."""
+
+    job_name: str
+    run_id: str
+    task_name: str
+    task_env: str  # VC_<TASK_ENV>_HOSTS / VC_<TASK_ENV>_NUM
+    layout: Layout
+    precision: Precision
+    comm_backend: str
+    zero_stage: int
+    steps_per_epoch: int | None
+    total_steps: int | None
+    warmup_steps: int | float
+    master_port: int
+    output_dir: str
+    flops: Flops
+    image: str
+    image_family: str
+    family: ImageFamily
+    env: dict[str, str]
+    pip_packages: list[str]
+    training_arguments: dict[str, Any]
+    ds_config: dict[str, Any] | None
+    launch: dict[str, Any]
+    job: dict[str, Any]
+    warnings: list[str] = field(default_factory=list)
+
+    def summary(self) -> dict[str, Any]:
+        """The derived numbers, as written into recipe.yaml (train.py reads them) and shown by ``recipekit show``."""
+        return {
+            "job_name": self.job_name,
+            "run_id": self.run_id,
+            **self.layout.numbers(),
             "precision": self.precision,
             "comm_backend": self.comm_backend,
             "zero_stage": self.zero_stage,
@@ -97,6 +266,7 @@ class Plan:
             "warmup_steps": self.warmup_steps,
             "master_port": self.master_port,
             "output_dir": self.output_dir,
+            "flops": asdict(self.flops),
             "image": self.image,
         }
 
@@ -114,15 +284,58 @@ def task_env_name(task: str) -> str:
     return task.replace("-", "_").upper()
 
 
+def _digest(data: Any) -> str:
+    canonical = json.dumps(data, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
 def recipe_digest(recipe: Recipe, family: ImageFamily) -> str:
     """A short hash of what goes into the image (recipe, pins, recipekit version): the image tag, so a change forces
     a rebuild and two recipes never share a tag."""
-    canonical = json.dumps(
-        {"recipekit": __version__, "recipe": to_data(recipe), "image": to_data(family)},
-        sort_keys=True,
-        separators=(",", ":"),
-    )
-    return hashlib.sha256(canonical.encode()).hexdigest()[:12]
+    return _digest({"recipekit": __version__, "recipe": to_data(recipe), "image": to_data(family)})[:12]
+
+
+#: The training settings that change a run's trajectory; bookkeeping (save/log cadence, trackers, workers) does not.
+_TRAJECTORY_KEYS = (
+    "epochs",
+    "max_steps",
+    "learning_rate",
+    "lr_scheduler",
+    "warmup_ratio",
+    "weight_decay",
+    "max_grad_norm",
+    "seed",
+)
+
+
+def run_identity(recipe: Recipe, layout: Layout, precision: str) -> dict[str, Any]:
+    """What defines a run: the model, what is trained, on which data, in which world layout, with which optimisation.
+
+    Two builds with equal identities are the same run (a re-submission resumes its checkpoints); any difference gives
+    a new Job name and output directory. Descriptions, cluster placement (namespace, queue, registry), hardware names
+    and bookkeeping are left out: moving a run to another queue keeps its checkpoints.
+    """
+    data, train = recipe.data, to_data(recipe.train)
+    return {
+        "model": {k: v for k, v in to_data(recipe.model).items() if k != "description"},
+        "mode": {k: v for k, v in to_data(recipe.mode).items() if k != "description"},
+        "data": {
+            "format": data.format,
+            "path": data.path,
+            "max_len": data.max_len,
+            "packing": data.packing,
+            "eval_fraction": data.eval_fraction,
+        },
+        "layout": {k: v for k, v in layout.numbers().items() if k not in ("nodes", "devices_per_pod")},
+        "zero_stage": recipe.parallel.zero_stage,
+        "precision": precision,
+        "train": {k: train[k] for k in _TRAJECTORY_KEYS},
+    }
+
+
+def run_id(identity: dict[str, Any]) -> str:
+    """The run fingerprint: a short hash of :func:`run_identity`, recorded in every checkpoint."""
+    return _digest(identity)[:RUN_ID_LENGTH]
 
 
 # -------------------------------------------------------------------------------------------------------- plan
@@ -143,71 +356,26 @@ def make_plan(recipe: Recipe, images: ImageMatrix, *, analysis_only: bool = Fals
         recipe.model,
     )
 
-    # --- devices and world size
-    devices_per_pod = cl.devices_per_pod or hw.devices_per_node
-    if devices_per_pod > hw.devices_per_node:
+    # --- devices, world size and batch
+    layout, problems = recipe_layout(recipe)
+    errors.extend(problems)
+    if layout.devices_per_pod > hw.devices_per_node:
         errors.add(
             "cluster.devices_per_pod",
-            f"{devices_per_pod} devices per pod, but a {hw.name} node has {hw.devices_per_node}",
+            f"{layout.devices_per_pod} devices per pod, but a {hw.name} node has {hw.devices_per_node}",
             hint=f"at most {hw.devices_per_node}; add nodes instead",
         )
-    world_size = cl.nodes * devices_per_pod
-    model_parallel = par.tensor_parallel * par.pipeline_parallel
-    if world_size % model_parallel:
+    if layout.model_parallel > 1 and not analysis_only and not problems:
         errors.add(
             "parallel.tensor_parallel",
-            f"world size {world_size} (nodes {cl.nodes} × devices per pod {devices_per_pod}) is not divisible "
-            f"by TP {par.tensor_parallel} × PP {par.pipeline_parallel} = {model_parallel}",
-        )
-    elif model_parallel > 1 and not analysis_only:
-        errors.add(
-            "parallel.tensor_parallel",
-            f"TP {par.tensor_parallel} × PP {par.pipeline_parallel} = {model_parallel}: the bundle's "
+            f"TP {par.tensor_parallel} × PP {par.pipeline_parallel} = {layout.model_parallel}: the bundle's "
             "Trainer/DeepSpeed backend runs data parallelism only",
             hint="set both to 1 to build; `recipekit plan` still analyses 3D layouts",
         )
-    dp_size = max(1, world_size // model_parallel)
-
-    # --- batch arithmetic
-    micro = tr.micro_batch_size
-    per_step = micro * dp_size
-    if tr.global_batch_size is not None and tr.gradient_accumulation_steps is not None:
-        accum = tr.gradient_accumulation_steps
-        if micro * accum * dp_size != tr.global_batch_size:
-            errors.add(
-                "train.global_batch_size",
-                f"{tr.global_batch_size} != micro_batch_size ({micro}) × gradient_accumulation_steps ({accum}) "
-                f"× data-parallel size ({dp_size}) = {micro * accum * dp_size}",
-                hint="set only one of global_batch_size and gradient_accumulation_steps",
-            )
-    elif tr.global_batch_size is not None:
-        accum = max(1, tr.global_batch_size // per_step)
-        if tr.global_batch_size % per_step:
-            lower, upper = (
-                (tr.global_batch_size // per_step) * per_step,
-                (tr.global_batch_size // per_step + 1) * per_step,
-            )
-            nearest = " or ".join(str(v) for v in (lower, upper) if v > 0)
-            errors.add(
-                "train.global_batch_size",
-                f"{tr.global_batch_size} is not divisible by micro_batch_size ({micro}) × data-parallel size "
-                f"({dp_size}) = {per_step}",
-                hint=f"nearest that divide: {nearest}",
-            )
-    else:
-        accum = tr.gradient_accumulation_steps or 1
-    global_batch = micro * accum * dp_size
 
     # --- precision
-    precision: Precision
-    if tr.precision == "auto":
-        precision = "bf16" if hw.supports_bf16 else ("fp32" if hw.vendor == "cpu" else "fp16")
-    else:
-        precision = tr.precision
-    if precision == "bf16" and not hw.supports_bf16:
-        errors.add("train.precision", f"bf16 requested, but {hw.name} has no bf16 support", hint="use fp16 or auto")
-    if precision == "fp16" and hw.vendor == "cpu":
-        errors.add("train.precision", "fp16 is not supported on CPU", hint="use bf16, fp32 or auto")
+    precision, problems = resolve_precision(tr.precision, hw)
+    errors.extend(problems)
 
     # --- ZeRO and offload
     zero = par.zero_stage
@@ -243,7 +411,7 @@ def make_plan(recipe: Recipe, images: ImageMatrix, *, analysis_only: bool = Fals
     steps_per_epoch = total_steps = None
     if data.num_samples:
         train_samples = max(1, math.floor(data.num_samples * (1 - data.eval_fraction)))
-        steps_per_epoch = math.ceil(train_samples / global_batch)
+        steps_per_epoch = math.ceil(train_samples / layout.global_batch_size)
     if tr.max_steps:
         total_steps = tr.max_steps
     elif steps_per_epoch:
@@ -254,8 +422,16 @@ def make_plan(recipe: Recipe, images: ImageMatrix, *, analysis_only: bool = Fals
             f"train.save_steps ({tr.save_steps}) > total steps ({total_steps}): no checkpoint before the end"
         )
 
-    # --- cluster
-    output_dir = f"{cl.output_dir.rstrip('/')}/{k8s_name(recipe.name)}"
+    # --- run identity and cluster names
+    identity = run_id(run_identity(recipe, layout, precision))
+    if not DNS_LABEL.match(cl.task_name):
+        errors.add("cluster.task_name", f"{cl.task_name!r} is not a DNS label", hint="lower case letters, digits, '-'")
+    suffix = f"-{identity}-{cl.task_name}-{cl.nodes - 1}"
+    readable = k8s_name(recipe.name, limit=MAX_DNS_LABEL - len(suffix))
+    if MAX_DNS_LABEL - len(suffix) < 1:
+        errors.add("cluster.task_name", "task name too long to build <job>-<task>-<index> within 63 characters")
+    job_name = f"{readable}-{identity}"
+    output_dir = f"{cl.output_dir.rstrip('/')}/{job_name}"
     mount = cl.mount_path.rstrip("/") + "/"
     if not (output_dir + "/").startswith(mount):
         errors.add(
@@ -263,12 +439,6 @@ def make_plan(recipe: Recipe, images: ImageMatrix, *, analysis_only: bool = Fals
             f"{cl.output_dir} is not under the shared volume {cl.mount_path}",
             hint="checkpoints must survive a pod: put output_dir under mount_path",
         )
-    if not DNS_LABEL.match(cl.task_name):
-        errors.add("cluster.task_name", f"{cl.task_name!r} is not a DNS label", hint="lower case letters, digits, '-'")
-    suffix = f"-{cl.task_name}-{cl.nodes - 1}"
-    job_name = k8s_name(recipe.name, limit=MAX_DNS_LABEL - len(suffix))
-    if len(job_name) < 1:
-        errors.add("cluster.task_name", "task name too long to build <job>-<task>-<index> within 63 characters")
 
     # --- image
     family = images.families.get(hw.image_family)
@@ -286,22 +456,15 @@ def make_plan(recipe: Recipe, images: ImageMatrix, *, analysis_only: bool = Fals
 
     digest = recipe_digest(recipe, family)
     image = f"{cl.image_registry.rstrip('/')}/{k8s_name(recipe.name)}:{digest}"
-    ds_config = deepspeed_config(recipe, micro, accum, global_batch, precision) if zero else None
-    training_arguments = trainer_arguments(recipe, output_dir, micro, accum, precision, total_steps, warmup, bool(zero))
+    ds_config = deepspeed_config(recipe, layout, precision) if zero else None
+    training_arguments = trainer_arguments(recipe, output_dir, layout, precision, total_steps, warmup, bool(zero))
     env = runtime_env(recipe, bool(zero))
     plan = Plan(
         job_name=job_name,
+        run_id=identity,
         task_name=cl.task_name,
         task_env=task_env_name(cl.task_name),
-        nodes=cl.nodes,
-        devices_per_pod=devices_per_pod,
-        world_size=world_size,
-        dp_size=dp_size,
-        tensor_parallel=par.tensor_parallel,
-        pipeline_parallel=par.pipeline_parallel,
-        micro_batch_size=micro,
-        gradient_accumulation_steps=accum,
-        global_batch_size=global_batch,
+        layout=layout,
         precision=precision,
         comm_backend=hw.comm_backend,
         zero_stage=zero,
@@ -310,6 +473,7 @@ def make_plan(recipe: Recipe, images: ImageMatrix, *, analysis_only: bool = Fals
         warmup_steps=warmup,
         master_port=cl.master_port,
         output_dir=output_dir,
+        flops=recipe_flops(recipe, precision),
         image=image,
         image_family=hw.image_family,
         family=family,
@@ -317,15 +481,16 @@ def make_plan(recipe: Recipe, images: ImageMatrix, *, analysis_only: bool = Fals
         pip_packages=pip_packages(recipe, family, bool(zero)),
         training_arguments=training_arguments,
         ds_config=ds_config,
+        launch={},
         job={},
         warnings=warnings,
     )
-    # The Job is built from the finished plan (names, image, devices), then added to it.
-    return replace(plan, job=volcano_job(recipe, plan))
+    # The launch data and the Job are built from the finished plan (names, image, devices), then added to it.
+    return replace(plan, launch=launch_spec(recipe, plan), job=volcano_job(recipe, plan))
 
 
 # ---------------------------------------------------------------------------------------------------- documents
-def deepspeed_config(recipe: Recipe, micro: int, accum: int, global_batch: int, precision: Precision) -> dict[str, Any]:
+def deepspeed_config(recipe: Recipe, layout: Layout, precision: Precision) -> dict[str, Any]:
     """The ds_config: batch values equal to the Trainer's (DeepSpeed and the Trainer both check them)."""
     par, tr, hidden = recipe.parallel, recipe.train, recipe.model.hidden_size
     zero: dict[str, Any] = {
@@ -353,9 +518,9 @@ def deepspeed_config(recipe: Recipe, micro: int, accum: int, global_batch: int, 
             zero[key] = {"device": "nvme", "nvme_path": par.nvme_path, "pin_memory": True}
 
     config: dict[str, Any] = {
-        "train_batch_size": global_batch,
-        "train_micro_batch_size_per_gpu": micro,
-        "gradient_accumulation_steps": accum,
+        "train_batch_size": layout.global_batch_size,
+        "train_micro_batch_size_per_gpu": layout.micro_batch_size,
+        "gradient_accumulation_steps": layout.gradient_accumulation_steps,
         "gradient_clipping": tr.max_grad_norm,
         "zero_optimization": zero,
         "steps_per_print": 1_000_000,  # the Trainer logs; DeepSpeed's own step prints are noise
@@ -384,8 +549,7 @@ def deepspeed_config(recipe: Recipe, micro: int, accum: int, global_batch: int, 
 def trainer_arguments(
     recipe: Recipe,
     output_dir: str,
-    micro: int,
-    accum: int,
+    layout: Layout,
     precision: Precision,
     total_steps: int | None,
     warmup: int | float,
@@ -393,12 +557,12 @@ def trainer_arguments(
 ) -> dict[str, Any]:
     """``transformers.TrainingArguments`` keyword arguments, exactly as train.py passes them."""
     tr, par, hw, data = recipe.train, recipe.parallel, recipe.hw, recipe.data
-    optim = {"ascend": "adamw_torch_npu_fused", "nvidia": "adamw_torch_fused", "cpu": "adamw_torch"}[hw.vendor]
+    micro = layout.micro_batch_size
     args: dict[str, Any] = {
         "output_dir": output_dir,
         "run_name": recipe.name,
         "per_device_train_batch_size": micro,
-        "gradient_accumulation_steps": accum,
+        "gradient_accumulation_steps": layout.gradient_accumulation_steps,
         "learning_rate": tr.learning_rate,
         "lr_scheduler_type": tr.lr_scheduler,
         "warmup_steps": warmup,
@@ -406,7 +570,7 @@ def trainer_arguments(
         "max_grad_norm": tr.max_grad_norm,
         "bf16": precision == "bf16",
         "fp16": precision == "fp16",
-        "optim": optim,
+        "optim": hw.optimizer,
         "logging_steps": tr.logging_steps,
         "logging_first_step": True,
         "save_strategy": "steps",
@@ -429,7 +593,7 @@ def trainer_arguments(
     if par.gradient_checkpointing:
         args["activation_checkpointing_kwargs"] = {"use_reentrant": False}
     if deepspeed:
-        args["deepspeed"] = "ds_config.json"
+        args["deepspeed"] = DS_CONFIG
     if data.eval_fraction > 0:
         args.update(eval_strategy="steps", eval_steps=tr.save_steps, per_device_eval_batch_size=micro)
     return args
@@ -449,7 +613,7 @@ def runtime_env(recipe: Recipe, deepspeed: bool) -> dict[str, str]:
     if cl.socket_ifname:
         env["GLOO_SOCKET_IFNAME"] = cl.socket_ifname
     if deepspeed:
-        env["DS_ACCELERATOR"] = DS_ACCELERATORS[hw.vendor]
+        env["DS_ACCELERATOR"] = hw.ds_accelerator
     if recipe.model.name_or_path.startswith("/"):
         env["HF_HUB_OFFLINE"] = "1"
     # After SIGTERM torchrun waits this long for train.py's last checkpoint before SIGKILL (default 30 s); it must
@@ -472,13 +636,36 @@ def pip_packages(recipe: Recipe, family: ImageFamily, deepspeed: bool) -> list[s
     return pins
 
 
+def launch_spec(recipe: Recipe, plan: Plan) -> dict[str, Any]:
+    """launch.json: everything the pod's launcher needs, as data (run.sh itself holds no recipe value).
+
+    The launcher (runtime/launch.py) checks Volcano's variables against these numbers, waits for the master's DNS
+    name, exports ``env`` (each key overridable from the pod spec) and execs torchrun. Keeping this data out of shell
+    text means no recipe value is ever parsed by a shell, and validate and the dry run read and write JSON.
+    """
+    return {
+        "job_name": plan.job_name,
+        "run_id": plan.run_id,
+        "task_name": plan.task_name,
+        "task_env": plan.task_env,
+        "nodes": plan.layout.nodes,
+        "nproc_per_node": plan.layout.devices_per_pod,
+        "master_port": plan.master_port,
+        "master_dns_wait_s": MASTER_DNS_WAIT_S,
+        "device": recipe.hw.torch_device,
+        "env": plan.env,
+        "module": TRAIN_MODULE,
+        "args": ["--resume", "auto"],
+    }
+
+
 def volcano_job(recipe: Recipe, plan: Plan) -> dict[str, Any]:
     """The ``batch.volcano.sh/v1alpha1`` Job: gang-scheduled, env+svc plugins, restart on eviction or failure."""
     hw, cl = recipe.hw, recipe.cluster
     labels = {"app.kubernetes.io/name": plan.job_name, "app.kubernetes.io/managed-by": "recipekit"}
     resources: dict[str, Any] = {"cpu": str(cl.cpu_per_pod), "memory": f"{cl.memory_gib_per_pod}Gi"}
     if hw.device_resource:
-        resources[hw.device_resource] = str(plan.devices_per_pod)
+        resources[hw.device_resource] = str(plan.layout.devices_per_pod)
 
     volumes: list[dict[str, Any]] = [
         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{cl.shm_gib}Gi"}},
@@ -501,7 +688,7 @@ def volcano_job(recipe: Recipe, plan: Plan) -> dict[str, Any]:
         "name": "trainer",
         "image": plan.image,
         "imagePullPolicy": "IfNotPresent",
-        "command": ["bash", f"{WORKDIR}/run.sh"],
+        "command": ["bash", f"{WORKDIR}/{RUN}"],
         "workingDir": WORKDIR,
         "ports": [{"name": "rendezvous", "containerPort": plan.master_port, "protocol": "TCP"}],
         "resources": {"requests": dict(resources), "limits": dict(resources)},
@@ -521,7 +708,7 @@ def volcano_job(recipe: Recipe, plan: Plan) -> dict[str, Any]:
 
     spec: dict[str, Any] = {
         "schedulerName": "volcano",
-        "minAvailable": plan.nodes,
+        "minAvailable": plan.layout.nodes,
         "queue": cl.queue,
         "maxRetry": cl.max_retry,
         "plugins": {"env": [], "svc": []},
@@ -533,7 +720,7 @@ def volcano_job(recipe: Recipe, plan: Plan) -> dict[str, Any]:
         "tasks": [
             {
                 "name": plan.task_name,
-                "replicas": plan.nodes,
+                "replicas": plan.layout.nodes,
                 "template": {"metadata": {"labels": {**labels, **hw.pod_labels}}, "spec": pod_spec},
             }
         ],

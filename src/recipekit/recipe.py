@@ -130,6 +130,28 @@ class HardwareSpec(Section):
     peak_tflops_bf16: float = spec(gt=0, description="Dense bf16 peak per device, TFLOP/s (MFU denominator).")
     peak_tflops_fp16: float = spec(gt=0, description="Dense fp16 peak per device, TFLOP/s.")
     supports_bf16: bool = spec(description="bf16 arithmetic available (910B/A3/Ampere+: yes; 910A, V100: no).")
+    supports_fp16: bool = spec(True, description="fp16 arithmetic available (accelerators: yes; CPU training: no).")
+    torch_device: Literal["npu", "cuda", "cpu"] = spec(
+        description="torch device type the training processes must find; train.py refuses to run on another."
+    )
+    ds_accelerator: str = spec(
+        pattern=r"^[a-z][a-z0-9_]*$", description="DeepSpeed's accelerator name (DS_ACCELERATOR): npu, cuda, cpu."
+    )
+    optimizer: str = spec(
+        pattern=r"^[a-z][a-z0-9_]*$",
+        description="Trainer `optim` on this device: its fused AdamW where it has one (adamw_torch_npu_fused, ...).",
+    )
+    visible_devices_env: str | None = spec(
+        None,
+        pattern=r"^[A-Z_][A-Z0-9_]*$",
+        description="Variable that limits a process to some devices (ASCEND_RT_VISIBLE_DEVICES, CUDA_VISIBLE_DEVICES).",
+    )
+    runtime_context_gib: float = spec(
+        0.0,
+        ge=0,
+        le=64,
+        description="Device memory the runtime holds before PyTorch allocates (CUDA context; CANN, HCCL buffers).",
+    )
     assumed_mfu: float = spec(0.4, gt=0, le=1, description="Model FLOPs utilisation assumed for time estimates.")
     comm_backend: Literal["hccl", "nccl", "gloo"] = spec(description="torch.distributed backend.")
     intra_node_link: str = spec(description="Device interconnect inside a node (HCCS, NVLink, ...).")

@@ -65,7 +65,7 @@ def test_advice_overrides_compose_to_the_advised_plan(base):
 @pytest.mark.parametrize("base", BASES, ids=" ".join)
 def test_advice_keeps_the_global_batch_and_ranks_by_step_time(base):
     advices = advice_for(base)
-    expected = make_plan(recipe_of(*base), IMAGES, analysis_only=True).global_batch_size
+    expected = make_plan(recipe_of(*base), IMAGES, analysis_only=True).layout.global_batch_size
     assert {a.estimate.layout.global_batch_size for a in advices} == {expected}
     times = [a.step_time_s for a in advices]
     assert times == sorted(times)

@@ -205,13 +205,28 @@ BREAKAGES: list[Breakage] = [
         True,
     ),
     ("plan-json-syntax", "tiny", write("plan.json", "{"), "files.parse", ("plan.json", "not valid JSON"), True),
-    ("run-sh-syntax", "tiny", edit_text("run.sh", "then\n", "\n"), "files.parse", ("run.sh", "bash -n"), True),
+    (
+        "run-sh-syntax",
+        "tiny",
+        edit_text("run.sh", "exec python3", "exec python3 ("),
+        "files.parse",
+        ("run.sh", "bash -n"),
+        True,
+    ),
+    (
+        "launch-json-type",
+        "tiny",
+        edit_json("launch.json", lambda d: _set(d, "nodes", "2")),
+        "files.parse",
+        ("launch.json nodes", "must be int"),
+        True,
+    ),
     (
         "train-py-syntax",
         "tiny",
-        edit_text("train.py", "def main(", "def main(("),
+        edit_text("runtime/train.py", "def main(", "def main(("),
         "files.parse",
-        ("train.py", "syntax error"),
+        ("runtime/train.py", "syntax error"),
         True,
     ),
     # manifest hashes, missing and extra files
@@ -457,17 +472,17 @@ BREAKAGES: list[Breakage] = [
     (
         "run-sh-expected-nodes",
         "qwen",
-        edit_text("run.sh", "EXPECTED_NODES=2", "EXPECTED_NODES=3"),
+        edit_json("launch.json", lambda d: _set(d, "nodes", 3)),
         "consistency.world-size",
-        ("run.sh EXPECTED_NODES", "3, but volcano-job.yaml spec.tasks[0].replicas = 2"),
+        ("launch.json nodes", "3, but volcano-job.yaml spec.tasks[0].replicas = 2"),
         True,
     ),
     (
         "run-sh-nproc",
         "llama",
-        edit_text("run.sh", "RECIPEKIT_NPROC_PER_NODE:-8", "RECIPEKIT_NPROC_PER_NODE:-4"),
+        edit_json("launch.json", lambda d: _set(d, "nproc_per_node", 4)),
         "consistency.world-size",
-        ("run.sh NPROC_PER_NODE", "4 processes per pod"),
+        ("launch.json nproc_per_node", "4 processes per pod"),
         True,
     ),
     (
@@ -483,7 +498,7 @@ BREAKAGES: list[Breakage] = [
         "tiny",
         edit_yaml("volcano-job.yaml", lambda j: _set(task(j), "name", "trainer")),
         "consistency.task-env",
-        ("run.sh VC_WORKER_HOSTS", "named 'trainer'", "VC_TRAINER_HOSTS"),
+        ("launch.json task_env", "named 'trainer'", "VC_TRAINER_HOSTS"),
         True,
     ),
     (
@@ -537,9 +552,9 @@ BREAKAGES: list[Breakage] = [
     (
         "ds-accelerator",
         "llama",
-        edit_text("run.sh", "DS_ACCELERATOR:-npu", "DS_ACCELERATOR:-cuda"),
+        edit_json("launch.json", lambda d: _set(d["env"], "DS_ACCELERATOR", "cuda")),
         "consistency.device",
-        ("run.sh DS_ACCELERATOR", "'cuda'", "'npu'"),
+        ("launch.json env.DS_ACCELERATOR", "'cuda'", "'npu'"),
         True,
     ),
     (
@@ -613,7 +628,7 @@ BREAKAGES: list[Breakage] = [
         "llama",
         edit_yaml("recipe.yaml", lambda d: _set(d["recipe"]["hw"], "supports_bf16", False)),
         "consistency.precision",
-        ("recipe.yaml plan.precision", "no bf16 support"),
+        ("recipe.yaml plan.precision", "has no bf16"),
         True,
     ),
     (
@@ -676,15 +691,15 @@ BREAKAGES: list[Breakage] = [
     (
         "master-port",
         "tiny",
-        edit_text("run.sh", "MASTER_PORT=29500", "MASTER_PORT=29501"),
+        edit_json("launch.json", lambda d: _set(d, "master_port", 29501)),
         "consistency.port",
-        ("run.sh MASTER_PORT", "29501, but recipe.yaml plan.master_port = 29500"),
+        ("launch.json master_port", "29501, but recipe.yaml plan.master_port = 29500"),
         True,
     ),
     (
         "shellcheck",
         "tiny",
-        edit_text("run.sh", "export MASTER_ADDR MASTER_PORT", "export MASTER_ADDR MASTER_PORT\necho $NNODES"),
+        edit_text("run.sh", "exec python3", "echo $BUNDLE_DIR\nexec python3"),
         "lint.shellcheck",
         ("run.sh line", "SC2086"),
         True,
@@ -847,11 +862,11 @@ def test_cli_exit_0_on_a_good_bundle(built: dict[str, Path]) -> None:
 
 def test_cli_exit_1_names_the_file_and_field(built: dict[str, Path], tmp_path: Path) -> None:
     bundle = _copy(built["tiny"], tmp_path / "b")
-    edit_text("run.sh", "MASTER_PORT=29500", "MASTER_PORT=29501")(bundle)
+    edit_json("launch.json", lambda d: _set(d, "master_port", 29501))(bundle)
     result = invoke(str(bundle))
     assert result.exit_code == 1, result.output
-    assert "run.sh: edited after the build" in result.stdout
-    assert "run.sh MASTER_PORT: 29501" in result.stdout and "Traceback" not in result.output
+    assert "launch.json: edited after the build" in result.stdout
+    assert "launch.json master_port: 29501" in result.stdout and "Traceback" not in result.output
 
 
 @pytest.mark.parametrize(

@@ -44,6 +44,7 @@ from typing import Any
 import yaml
 
 from recipekit import yamlfile
+from recipekit.bundlefiles import LAUNCH
 from recipekit.paths import cache_dir
 from recipekit.plan import task_env_name
 from recipekit.validate.checks import Result
@@ -189,7 +190,11 @@ def find_twin(family: str) -> dict[str, Any] | None:
             found.append((name != f"tiny_{family}", name, data))
     if not found:
         return None
-    return sorted(found, key=lambda item: item[:2])[0][2]
+    from recipekit.recipe import ModelSpec
+    from recipekit.schema import to_data, validate
+
+    # an option spells only what differs from the record's defaults: the twin is the whole record
+    return to_data(validate(ModelSpec, sorted(found, key=lambda item: item[:2])[0][2], root="model"))
 
 
 def _on_volume(path: str, mount: str, shared: Path, fallback: str) -> Path:
@@ -236,6 +241,7 @@ def prepare(bundle: Bundle, options: DryRunOptions) -> WorkCopy:
     copy_dir.mkdir(parents=True)
     (root / MARKER).write_text("recipekit validate --dry-run work directory; safe to delete\n", encoding="utf-8")
     for name, data in bundle.raw.items():
+        (copy_dir / name).parent.mkdir(parents=True, exist_ok=True)
         (copy_dir / name).write_bytes(data)
     (copy_dir / RUN).chmod(0o755)
 
@@ -433,13 +439,13 @@ def prepare(bundle: Bundle, options: DryRunOptions) -> WorkCopy:
                         f"zero_optimization.{key}.nvme_path",
                     )
 
-    # run.sh: the pod count (the port is set per attempt)
-    script = (copy_dir / RUN).read_text(encoding="utf-8")
-    expected = re.search(r"^EXPECTED_NODES=(\d+)$", script, re.MULTILINE)
-    if expected and int(expected.group(1)) != world:
-        script = script.replace(expected.group(0), f"EXPECTED_NODES={world}")
-        subs.append(Substitution(RUN, "EXPECTED_NODES", int(expected.group(1)), world, "--pods"))
-        (copy_dir / RUN).write_text(script, encoding="utf-8")
+    # launch.json: the pod count and one process per pod (the port is set per attempt)
+    launch = json.loads((copy_dir / LAUNCH).read_text(encoding="utf-8"))
+    for key, new, why in (("nodes", world, "--pods"), ("nproc_per_node", 1, "one process per pod")):
+        if launch.get(key) != new:
+            subs.append(Substitution(LAUNCH, key, launch.get(key), new, why))
+            launch[key] = new
+    (copy_dir / LAUNCH).write_text(json.dumps(launch, indent=2) + "\n", encoding="utf-8")
 
     header = (
         "# recipekit validate --dry-run work copy of the bundle's recipe.yaml: the laptop substitutions are "
@@ -488,12 +494,10 @@ def _task_name(bundle: Bundle) -> str:
 
 
 def set_master_port(work: WorkCopy, port: int) -> None:
-    path = work.bundle / RUN
-    script = path.read_text(encoding="utf-8")
-    script, count = re.subn(r"^MASTER_PORT=\S+$", f"MASTER_PORT={port}", script, count=1, flags=re.MULTILINE)
-    if not count:
-        raise DryRunUsageError("run.sh has no MASTER_PORT=<port> line to point at a free port")
-    path.write_text(script, encoding="utf-8")
+    path = work.bundle / LAUNCH
+    launch = json.loads(path.read_text(encoding="utf-8"))
+    launch["master_port"] = port
+    path.write_text(json.dumps(launch, indent=2) + "\n", encoding="utf-8")
     rehash_manifest(work.bundle)
 
 
@@ -601,7 +605,6 @@ def pod_environment(work: WorkCopy, index: int, options: DryRunOptions) -> dict[
             "VK_TASK_INDEX": str(index),
             f"VC_{work.task_env}_HOSTS": ",".join(["127.0.0.1"] * options.pods),
             f"VC_{work.task_env}_NUM": str(options.pods),
-            "RECIPEKIT_NPROC_PER_NODE": "1",
             "PATH": bin_dir + os.pathsep + env.get("PATH", ""),
             "OMP_NUM_THREADS": "1",
             "MKL_NUM_THREADS": "1",
@@ -875,7 +878,7 @@ def run_dry_run(bundle: Bundle, options: DryRunOptions, progress: Progress = lam
     def skip_all(reason: str) -> list[Result]:
         return [r.skip(reason) for r in results]
 
-    if bundle.doc is None or bundle.recipe is None or bundle.run_sh is None or "train.py" not in bundle.raw:
+    if bundle.doc is None or bundle.recipe is None or bundle.run_sh is None or "runtime/train.py" not in bundle.raw:
         return skip_all("needs a parseable recipe.yaml, run.sh and train.py (see files.parse)")
     if bundle.plan.get("zero_stage") and bundle.ds_config is None:
         return skip_all("a ZeRO bundle without a parseable ds_config.json (see files.parse)")

@@ -23,35 +23,36 @@ from typing import Any
 
 import yaml
 
+from recipekit.bundlefiles import DOCKERFILE, JOB, LAUNCH, MANIFEST, REQUIRED, RUN, RUNTIME
+from recipekit.bundlefiles import DS_CONFIG as DS
+from recipekit.bundlefiles import RECIPE as RECIPE
 from recipekit.errors import RecipeError
-from recipekit.plan import DS_ACCELERATORS, task_env_name
+from recipekit.plan import LAYOUT_KEYS, resolve_precision, task_env_name
 from recipekit.recipe import Recipe, parse_recipe
-from recipekit.render import MANIFEST
 from recipekit.validate import volcano
 from recipekit.validate.checks import Finding, Result, Status
 
-RECIPE, DS, JOB, RUN, DOCKERFILE = "recipe.yaml", "ds_config.json", "volcano-job.yaml", "run.sh", "Dockerfile"
-#: Summary keys recipe.yaml's plan must carry (what run.sh, the Job and train.py were rendered from).
+#: Summary keys recipe.yaml's plan must carry (what launch.json, the Job and train.py were rendered from).
 PLAN_KEYS = {
     "job_name": str,
-    "nodes": int,
-    "devices_per_pod": int,
-    "world_size": int,
-    "dp_size": int,
-    "micro_batch_size": int,
-    "gradient_accumulation_steps": int,
-    "global_batch_size": int,
+    "run_id": str,
+    **dict.fromkeys(LAYOUT_KEYS, int),
     "precision": str,
     "comm_backend": str,
     "zero_stage": int,
     "master_port": int,
     "output_dir": str,
 }
-#: Device plugins' extended resources, by hardware vendor and chip (cluster facts: 910B and A3 are Ascend910).
-DEVICE_RESOURCES = {
-    ("ascend", "910b"): "huawei.com/Ascend910",
-    ("ascend", "a3"): "huawei.com/Ascend910",
-    ("ascend", "910"): "huawei.com/Ascend910",
+#: launch.json keys the launcher reads, with their types.
+LAUNCH_KEYS = {
+    "task_name": str,
+    "task_env": str,
+    "nodes": int,
+    "nproc_per_node": int,
+    "master_port": int,
+    "env": dict,
+    "module": str,
+    "args": list,
 }
 _KNOWN_DEVICE_PREFIXES = ("huawei.com/", "nvidia.com/", "amd.com/", "intel.com/")
 
@@ -72,6 +73,7 @@ class Bundle:
     ds_config: dict[str, Any] | None = None
     job: dict[str, Any] | None = None
     run_sh: str | None = None
+    launch: dict[str, Any] | None = None
     dockerfile: str | None = None
     parse_findings: list[Finding] = field(default_factory=list)
     extra_entries: list[str] = field(default_factory=list)
@@ -117,6 +119,13 @@ def load_bundle(directory: Path) -> Bundle:
     for entry in sorted(directory.iterdir()):
         if entry.is_file():
             raw[entry.name] = entry.read_bytes()
+        elif entry.name == RUNTIME and entry.is_dir():
+            for inner in sorted(entry.iterdir()):
+                name = f"{RUNTIME}/{inner.name}"
+                if inner.is_file():
+                    raw[name] = inner.read_bytes()
+                elif inner.name != "__pycache__":
+                    extra_entries.append(name + "/")
         else:
             extra_entries.append(entry.name + "/")
     bundle = Bundle(directory, raw, manifest, extra_entries=extra_entries)
@@ -175,6 +184,20 @@ def _parse(bundle: Bundle) -> None:
                 bundle.ds_config = ds
             else:
                 out.append(Finding(DS, "", "must be a JSON object"))
+    text = bundle.text(LAUNCH)
+    if text is not None:
+        try:
+            launch = json.loads(text)
+        except ValueError as exc:
+            out.append(Finding(LAUNCH, "", f"not valid JSON: {exc}"))
+        else:
+            if not isinstance(launch, dict):
+                out.append(Finding(LAUNCH, "", "must be a JSON object"))
+            else:
+                bundle.launch = launch
+                for key, kind in LAUNCH_KEYS.items():
+                    if not isinstance(launch.get(key), kind) or isinstance(launch.get(key), bool):
+                        out.append(Finding(LAUNCH, key, f"must be {kind.__name__}, got {launch.get(key)!r}"))
     text = bundle.text(JOB)
     if text is not None:
         try:
@@ -198,7 +221,7 @@ def _parse(bundle: Bundle) -> None:
     if bundle.dockerfile is not None and not dockerfile_instructions(bundle.dockerfile, "FROM"):
         out.append(Finding(DOCKERFILE, "FROM", "no FROM instruction"))
     for name in sorted(bundle.raw):  # any other structured file (plan.json, ...) must parse too
-        if name in (RECIPE, DS, JOB, MANIFEST):
+        if name in (RECIPE, DS, JOB, MANIFEST, LAUNCH):
             continue
         if name.endswith(".json"):
             try:
@@ -210,12 +233,11 @@ def _parse(bundle: Bundle) -> None:
                 yaml.safe_load(bundle.raw[name])
             except yaml.YAMLError as exc:
                 out.append(Finding(name, "", f"not valid YAML: {_yaml_error(exc)}"))
-    text = bundle.text("train.py")
-    if text is not None:
+    for name in sorted(n for n in bundle.raw if n.endswith(".py")):
         try:
-            compile(text, "train.py", "exec")
+            compile(bundle.raw[name], name, "exec")
         except SyntaxError as exc:
-            out.append(Finding("train.py", f"line {exc.lineno}", f"Python syntax error: {exc.msg}"))
+            out.append(Finding(name, f"line {exc.lineno}", f"Python syntax error: {exc.msg}"))
 
 
 # ------------------------------------------------------------------------------------------------------- helpers
@@ -242,22 +264,6 @@ def dockerfile_instructions(text: str, keyword: str) -> list[str]:
         if head.upper() == keyword.upper():
             found.append(rest.strip())
     return found
-
-
-def shell_assignment(script: str, name: str) -> str | None:
-    """The literal value of a top-level ``NAME=value`` line in run.sh."""
-    match = re.search(rf"^{re.escape(name)}=(\S+)\s*$", script, re.MULTILINE)
-    return match.group(1).strip("\"'") if match else None
-
-
-def nproc_default(script: str) -> str | None:
-    match = re.search(r'^NPROC_PER_NODE="\$\{RECIPEKIT_NPROC_PER_NODE:-([^}]*)\}"', script, re.MULTILINE)
-    return match.group(1) if match else None
-
-
-def exported_default(script: str, name: str) -> str | None:
-    match = re.search(rf'^export {re.escape(name)}="\$\{{{re.escape(name)}:-([^}}]*)\}}"', script, re.MULTILINE)
-    return match.group(1) if match else None
 
 
 def task_of(job: dict[str, Any] | None) -> tuple[int, dict[str, Any]] | None:
@@ -328,7 +334,7 @@ def check_manifest(bundle: Bundle) -> Result:
             )
     for name in sorted(set(bundle.raw) - set(listed) - {MANIFEST}) + bundle.extra_entries:
         result.fail(name, "", "extra file: not listed in manifest.json", hint="remove it, or rebuild the bundle")
-    for name in ("recipe.yaml", "run.sh", "train.py", "volcano-job.yaml", "Dockerfile"):
+    for name in REQUIRED:
         if name not in listed and name not in bundle.raw:
             result.fail(name, "", "missing: every bundle has it")
     if bundle.plan.get("zero_stage") and DS not in bundle.raw:
@@ -374,11 +380,11 @@ def check_pod_template(bundle: Bundle) -> Result:
 
 
 def check_world_size(bundle: Bundle) -> Result:
-    """replicas × devices per pod = world size in the plan = what run.sh launches."""
-    result = Result("consistency.world-size", "replicas × devices per pod = plan world size = what run.sh launches")
+    """replicas × devices per pod = world size in the plan = what launch.json starts."""
+    result = Result("consistency.world-size", "replicas × devices per pod = plan world size = what the launcher starts")
     located = task_of(bundle.job)
-    if located is None or not bundle.plan or bundle.run_sh is None:
-        return result.skip("needs volcano-job.yaml (with a task), recipe.yaml's plan and run.sh")
+    if located is None or not bundle.plan or bundle.launch is None:
+        return result.skip("needs volcano-job.yaml (with a task), recipe.yaml's plan and launch.json")
     index, task = located
     where = f"spec.tasks[{index}]"
     replicas = _as_int(task.get("replicas"))
@@ -415,20 +421,17 @@ def check_world_size(bundle: Bundle) -> Result:
             f"{where}.replicas",
             f"{replicas} pods, but {RECIPE} recipe.cluster.nodes = {bundle.recipe.cluster.nodes}",
         )
-    expected = _as_int(shell_assignment(bundle.run_sh, "EXPECTED_NODES"))
-    if expected is None:
-        result.fail(RUN, "EXPECTED_NODES", "no EXPECTED_NODES=<n> line: run.sh cannot check the pod count")
-    elif replicas is not None and expected != replicas:
+    launch = bundle.launch or {}
+    expected = launch.get("nodes")
+    if replicas is not None and expected != replicas:
         result.fail(
-            RUN, "EXPECTED_NODES", f"{expected}, but {JOB} {where}.replicas = {replicas}: every pod would exit 2"
+            LAUNCH, "nodes", f"{expected}, but {JOB} {where}.replicas = {replicas}: every pod's launcher would exit 2"
         )
-    nproc = _as_int(nproc_default(bundle.run_sh))
-    if nproc is None:
-        result.fail(RUN, "NPROC_PER_NODE", 'no NPROC_PER_NODE="${RECIPEKIT_NPROC_PER_NODE:-<n>}" line')
-    elif per_pod is not None and nproc != per_pod:
+    nproc = launch.get("nproc_per_node")
+    if per_pod is not None and nproc != per_pod:
         result.fail(
-            RUN,
-            "NPROC_PER_NODE",
+            LAUNCH,
+            "nproc_per_node",
             f"torchrun starts {nproc} processes per pod, but the pod gets {per_pod} × {resource_name}",
         )
     job_min = _as_int(((bundle.job or {}).get("spec") or {}).get("minAvailable"))
@@ -445,30 +448,30 @@ def check_world_size(bundle: Bundle) -> Result:
 
 
 def check_task_env(bundle: Bundle) -> Result:
-    result = Result("consistency.task-env", "run.sh reads VC_<TASK>_* of the Job's task; env and svc plugins enabled")
+    result = Result(
+        "consistency.task-env", "the launcher reads VC_<TASK>_* of the Job's task; env and svc plugins enabled"
+    )
     located = task_of(bundle.job)
-    if located is None or bundle.run_sh is None:
-        return result.skip("needs volcano-job.yaml (with a task) and run.sh")
+    if located is None or bundle.launch is None:
+        return result.skip("needs volcano-job.yaml (with a task) and launch.json")
     index, task = located
     task_name = str(task.get("name", ""))
     want = task_env_name(task_name)
-    read = set(re.findall(r"VC_([A-Z0-9_]+?)_(?:HOSTS|NUM)\b", bundle.run_sh))
-    if not read:
-        result.fail(RUN, "VC_<TASK>_HOSTS", "run.sh does not read the svc plugin's host list")
-    for name in sorted(read - {want}):
+    read = bundle.launch.get("task_env")
+    if read != want:
         result.fail(
-            RUN,
-            f"VC_{name}_HOSTS",
-            f"run.sh reads VC_{name}_*, but the Job's task is named {task_name!r} "
+            LAUNCH,
+            "task_env",
+            f"the launcher reads VC_{read}_*, but the Job's task is named {task_name!r} "
             f"(the svc plugin sets VC_{want}_HOSTS / VC_{want}_NUM)",
         )
     plugins = ((bundle.job.get("spec") or {}).get("plugins")) or {}
     if not isinstance(plugins, dict):
         plugins = {}
-    if re.search(r"\bV[CK]_TASK_INDEX\b", bundle.run_sh) and "env" not in plugins:
-        result.fail(JOB, "spec.plugins.env", "run.sh reads VC_TASK_INDEX, which only the env plugin sets")
-    if read and "svc" not in plugins:
-        result.fail(JOB, "spec.plugins.svc", f"run.sh reads VC_{want}_HOSTS, which only the svc plugin sets")
+    if "env" not in plugins:
+        result.fail(JOB, "spec.plugins.env", "the launcher reads VC_TASK_INDEX, which only the env plugin sets")
+    if "svc" not in plugins:
+        result.fail(JOB, "spec.plugins.svc", f"the launcher reads VC_{want}_HOSTS, which only the svc plugin sets")
     if bundle.plan.get("job_name") and (bundle.job.get("metadata") or {}).get("name") != bundle.plan["job_name"]:
         result.fail(
             JOB,
@@ -490,13 +493,6 @@ def check_device(bundle: Bundle) -> Result:
     hw = bundle.recipe.hw
     at = f"spec.tasks[{index}].template.spec.containers[0].resources"
     resources = device_resources(container_of(task))
-    expected = DEVICE_RESOURCES.get((hw.vendor, hw.chip.lower()))
-    if expected and hw.device_resource != expected:
-        result.fail(
-            RECIPE,
-            "recipe.hw.device_resource",
-            f"{hw.device_resource!r}, but {hw.chip} devices are advertised as {expected!r}",
-        )
     if hw.device_resource:
         if hw.device_resource not in resources:
             result.fail(
@@ -538,11 +534,14 @@ def check_device(bundle: Bundle) -> Result:
         result.fail(
             RECIPE, "plan.comm_backend", f"{bundle.plan.get('comm_backend')!r}, but {hw.name} uses {hw.comm_backend!r}"
         )
-    if bundle.run_sh is not None and bundle.ds_config is not None:
-        accelerator = exported_default(bundle.run_sh, "DS_ACCELERATOR")
-        want = DS_ACCELERATORS[hw.vendor]
-        if accelerator != want:
-            result.fail(RUN, "DS_ACCELERATOR", f"{accelerator!r}, but DeepSpeed on {hw.vendor} needs {want!r}")
+    if bundle.launch is not None and bundle.ds_config is not None:
+        accelerator = (bundle.launch.get("env") or {}).get("DS_ACCELERATOR")
+        if accelerator != hw.ds_accelerator:
+            result.fail(
+                LAUNCH, "env.DS_ACCELERATOR", f"{accelerator!r}, but DeepSpeed on {hw.name} needs {hw.ds_accelerator!r}"
+            )
+    if bundle.launch is not None and bundle.launch.get("device") not in (None, hw.torch_device):
+        result.fail(LAUNCH, "device", f"{bundle.launch.get('device')!r}, but {hw.name} is a {hw.torch_device} device")
     if result.status is Status.PASS:
         result.reason = f"{hw.device_resource or 'CPU'} on {hw.name}, {hw.comm_backend}"
     return result
@@ -643,12 +642,11 @@ def check_precision(bundle: Bundle) -> Result:
     if bundle.recipe is None or not bundle.plan:
         return result.skip("needs a parseable recipe.yaml")
     hw, precision = bundle.recipe.hw, bundle.plan.get("precision")
-    if precision == "bf16" and not hw.supports_bf16:
-        result.fail(RECIPE, "plan.precision", f"bf16, but {hw.name} has no bf16 support", hint="train.precision=fp16")
-    if precision == "fp16" and hw.vendor == "cpu":
-        result.fail(RECIPE, "plan.precision", "fp16 is not supported on CPU", hint="train.precision=bf16 or fp32")
     if precision not in ("bf16", "fp16", "fp32"):
         result.fail(RECIPE, "plan.precision", f"{precision!r} is not bf16, fp16 or fp32")
+    else:
+        for problem in resolve_precision(precision, hw)[1]:
+            result.fail(RECIPE, "plan.precision", problem.message, problem.hint)
     if result.status is Status.PASS:
         result.reason = f"{precision} on {hw.name}"
     return result
@@ -779,22 +777,20 @@ def check_storage(bundle: Bundle) -> Result:
 
 
 def check_port(bundle: Bundle) -> Result:
-    result = Result("consistency.port", "rendezvous port: run.sh MASTER_PORT = plan = container port")
+    result = Result("consistency.port", "rendezvous port: launch.json master_port = plan = container port")
     located = task_of(bundle.job)
-    if located is None or bundle.run_sh is None or not bundle.plan:
-        return result.skip("needs volcano-job.yaml, run.sh and recipe.yaml's plan")
+    if located is None or bundle.launch is None or not bundle.plan:
+        return result.skip("needs volcano-job.yaml, launch.json and recipe.yaml's plan")
     index, task = located
-    port = _as_int(shell_assignment(bundle.run_sh, "MASTER_PORT"))
-    if port is None:
-        result.fail(RUN, "MASTER_PORT", "no MASTER_PORT=<port> line")
-    elif port != bundle.plan.get("master_port"):
-        result.fail(RUN, "MASTER_PORT", f"{port}, but {RECIPE} plan.master_port = {bundle.plan.get('master_port')}")
+    port = bundle.launch.get("master_port")
+    if port != bundle.plan.get("master_port"):
+        result.fail(LAUNCH, "master_port", f"{port}, but {RECIPE} plan.master_port = {bundle.plan.get('master_port')}")
     ports = [p.get("containerPort") for p in container_of(task).get("ports") or [] if isinstance(p, dict)]
-    if port is not None and ports and port not in ports:
+    if ports and port not in ports:
         result.fail(
             JOB,
             f"spec.tasks[{index}].template.spec.containers[0].ports",
-            f"declares {ports}, but run.sh rendezvous on {port}",
+            f"declares {ports}, but the launcher rendezvous on {port}",
         )
     if result.status is Status.PASS:
         result.reason = f"port {port}"

@@ -1,0 +1,45 @@
+"""The bundle's layout: its file names, which are executable, which go into the image, where it lives in the pod.
+
+A leaf module: render writes these names, bundle.py sets their modes, validate reads them back, and the dry run
+copies them; none of them spells a file name of its own. The names train.py and the launcher read at run time
+come from the runtime contract, which is shipped inside the bundle.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from recipekit.paths import RUNTIME_DIR
+from recipekit.runtime import contract
+
+#: Where the bundle lives inside the image and the pods (the Dockerfile's WORKDIR, the Job's workingDir).
+WORKDIR = "/workspace"
+
+MANIFEST = "manifest.json"
+RECIPE = contract.RECIPE_FILE
+LAUNCH = contract.LAUNCH_FILE
+DS_CONFIG = contract.DS_CONFIG_FILE
+RUN = "run.sh"
+DOCKERFILE = "Dockerfile"
+JOB = "volcano-job.yaml"
+README = "README.md"
+PLAN_JSON = "plan.json"
+PLAN_MD = "plan.md"
+#: The runtime package: src/recipekit/runtime/*.py, copied verbatim under this directory.
+RUNTIME = contract.RUNTIME_PACKAGE
+#: The module torchrun starts in each process (``torchrun ... -m runtime.train``).
+TRAIN_MODULE = f"{RUNTIME}.train"
+
+EXECUTABLE = frozenset({RUN})
+#: Files every bundle has (ds_config.json only with DeepSpeed; plan.* only when built with an estimate).
+REQUIRED = (RECIPE, LAUNCH, RUN, JOB, DOCKERFILE, README, f"{RUNTIME}/train.py", f"{RUNTIME}/contract.py")
+
+
+def runtime_files() -> dict[str, Path]:
+    """Bundle path → source file of every runtime module (the whole package: train.py and what it imports)."""
+    return {f"{RUNTIME}/{path.name}": path for path in sorted(RUNTIME_DIR.glob("*.py"))}
+
+
+def in_image(name: str) -> bool:
+    """What the Dockerfile copies into the image: what the pods run. The rest is for people and for kubectl."""
+    return name in (RUN, RECIPE, LAUNCH, DS_CONFIG) or name.startswith(f"{RUNTIME}/")

@@ -1,0 +1,249 @@
+"""The runtime contract: what build time and run time must agree on, written down once.
+
+recipekit's planner and validator (build time) and the bundle's launcher and train.py (run time, inside the image)
+meet at a boundary the run side cannot cross: a bundle never imports recipekit. So the knowledge both sides need lives
+here, in a module that imports only the standard library. ``recipekit build`` copies it into every bundle (as
+``runtime/contract.py``); recipekit imports it as ``recipekit.runtime.contract``. Both sides therefore run the same
+code for:
+
+* the bundle's and the output directory's file names;
+* the exit codes the launcher and train.py use, and what Volcano's policies make of them;
+* what a FLOP count, MFU and HFU mean (one definition for the planner's time estimate and the metrics a run logs);
+* when a checkpoint is complete enough to resume from (the dry run predicts what train.py will pick);
+* the structured records train.py appends to ``metrics.jsonl`` (start, resume, adaptations), so that nothing has to
+  scrape log text.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+# ----------------------------------------------------------------------------------------------------- file names
+#: The bundle's files that the launcher and train.py read.
+RECIPE_FILE = "recipe.yaml"
+LAUNCH_FILE = "launch.json"
+DS_CONFIG_FILE = "ds_config.json"
+ENTRYPOINT = "train.py"
+#: The package beside train.py that holds the runtime modules (this one among them).
+RUNTIME_PACKAGE = "runtime"
+
+#: What train.py writes into the run's output directory.
+METRICS_FILE = "metrics.jsonl"
+RANDOM_INIT_DIR = "random-init"
+CHECKPOINT_PREFIX = "checkpoint-"
+#: The Trainer writes this last into a checkpoint; its absence marks an interrupted save.
+TRAINER_STATE_FILE = "trainer_state.json"
+#: transformers marks a checkpoint whose save did not finish with this file.
+INCOMPLETE_MARKER = "checkpoint-is-incomplete.txt"
+#: Model weights as the Trainer, PEFT and DeepSpeed save them: single files and sharded indexes.
+WEIGHT_FILES = (
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "adapter_model.safetensors",
+    "pytorch_model.bin",
+    "pytorch_model.bin.index.json",
+    "adapter_model.bin",
+)
+
+# ----------------------------------------------------------------------------------------------------- exit codes
+EXIT_OK = 0
+#: A bug or an environment failure (a traceback is in the log).
+EXIT_FAILED = 1
+#: Something the user must fix (recipe, data, checkpoint, missing device or driver), said in one line.
+EXIT_USER_ERROR = 2
+#: Stopped by SIGTERM after saving a checkpoint: non-zero, so Volcano restarts the job instead of completing it.
+EXIT_PREEMPTED = 128 + 15
+
+# ------------------------------------------------------------------------------------------------ FLOPs and MFU
+#: Tensor cores run fp32 (as TF32) at about half their 16-bit rate; the planner and the metrics share the figure.
+FP32_PEAK_FRACTION = 0.5
+
+
+def flops_per_token(
+    *,
+    matmul_params: int,
+    trainable_params: int,
+    full_training: bool,
+    layers: int,
+    hidden: int,
+    seq_len: int,
+    recompute: bool = False,
+) -> float:
+    """Training FLOPs per token of a decoder-only transformer.
+
+    ``matmul_params`` are the parameters that cost FLOPs: all but the input embedding, which is a lookup (a tied head
+    is a matmul and counts). Full training: forward 2·N, backward 4·N (gradients of activations and of weights).
+    LoRA: the frozen base runs forward (2·N) and passes activation gradients back (2·N) but computes no weight
+    gradient; the adapters train fully (6 × adapter parameters). Attention scores and their weighted sum add
+    4·L·h·s forward and twice that backward: 12·L·h·s.
+
+    ``recompute=False`` counts the model's FLOPs: the numerator of **MFU** (model FLOPs utilisation, PaLM appendix B),
+    independent of how the run saves memory. ``recompute=True`` adds the forward pass that activation checkpointing
+    runs again in backward: the FLOPs the hardware really executes, the numerator of **HFU**. The planner's
+    ``hw.assumed_mfu`` is an HFU (it times the work actually done); metrics.jsonl logs both.
+    """
+    attention = 12 * layers * hidden * seq_len
+    if full_training:
+        per_token = 6 * matmul_params + attention
+        forward = 2 * matmul_params + attention / 3
+    else:
+        per_token = 4 * matmul_params + 6 * trainable_params + attention
+        forward = 2 * matmul_params + 2 * trainable_params + attention / 3
+    return float(per_token + forward) if recompute else float(per_token)
+
+
+def peak_tflops(precision: str, *, bf16: float, fp16: float) -> float:
+    """The utilisation denominator per device: the hardware's 16-bit peak for its precision; fp32 at a fraction."""
+    if precision == "fp16":
+        return fp16
+    if precision == "bf16":
+        return bf16
+    return bf16 * FP32_PEAK_FRACTION
+
+
+def utilisation(tokens_per_s_per_device: float, flops_per_token: float, peak: float) -> float:
+    """Achieved FLOP/s over the peak: MFU with model FLOPs, HFU with hardware FLOPs."""
+    return tokens_per_s_per_device * flops_per_token / (peak * 1e12) if peak > 0 else 0.0
+
+
+# ---------------------------------------------------------------------------------------------------- checkpoints
+def checkpoint_step(path: Path) -> int | None:
+    """N of a ``checkpoint-N`` directory name, else None."""
+    name = path.name
+    if not name.startswith(CHECKPOINT_PREFIX):
+        return None
+    tail = name[len(CHECKPOINT_PREFIX) :]
+    return int(tail) if tail.isdigit() else None
+
+
+def checkpoint_problem(path: Path) -> str | None:
+    """Why ``path`` cannot be resumed from, or None when it is complete.
+
+    Complete means: the Trainer's state parses (it is written last, so an interrupted save lacks it or has it cut),
+    no incompleteness marker, and at least one weights file, each of them whole: a safetensors file holds every
+    byte its header points to, a sharded index names only shards that exist and are whole, a .bin is not empty.
+    """
+    try:
+        json.loads((path / TRAINER_STATE_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return f"{TRAINER_STATE_FILE} missing or unreadable"
+    if (path / INCOMPLETE_MARKER).exists():
+        return "marked incomplete"
+    weights = [path / name for name in WEIGHT_FILES if (path / name).is_file()]
+    if not weights:
+        return "no model weights"
+    for file in weights:
+        problem = _weights_file_problem(file)
+        if problem:
+            return problem
+    return None
+
+
+def _weights_file_problem(file: Path) -> str | None:
+    if file.name.endswith(".index.json"):
+        try:
+            shards = set(json.loads(file.read_text(encoding="utf-8"))["weight_map"].values())
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return f"{file.name} unreadable"
+        for shard in sorted(shards):
+            shard_path = file.parent / str(shard)
+            if not shard_path.is_file():
+                return f"shard {shard} missing"
+            problem = _weights_file_problem(shard_path)
+            if problem:
+                return problem
+        return None
+    if file.suffix == ".safetensors":
+        return _safetensors_problem(file)
+    return None if file.stat().st_size else f"{file.name} is empty"
+
+
+def _safetensors_problem(file: Path) -> str | None:
+    """A safetensors file is complete when it holds its header and every byte the header points to."""
+    size = file.stat().st_size
+    header: Any = None
+    header_len = 0
+    try:
+        with file.open("rb") as handle:
+            header_len = int.from_bytes(handle.read(8), "little")
+            if 8 + header_len <= size:
+                header = json.loads(handle.read(header_len))
+    except (OSError, ValueError):
+        header = None
+    if not isinstance(header, dict):
+        return f"{file.name} has a truncated header"
+    try:
+        end = max((int(t["data_offsets"][1]) for k, t in header.items() if k != "__metadata__"), default=0)
+    except (KeyError, TypeError, ValueError, IndexError):
+        return f"{file.name} has a malformed header"
+    if 8 + header_len + end > size:
+        return f"{file.name} truncated ({size} of {8 + header_len + end} bytes)"
+    return None
+
+
+def checkpoints(output_dir: Path) -> Iterator[tuple[int, Path, str | None]]:
+    """(step, path, problem) of every ``checkpoint-N`` directory, newest first; problem None when complete."""
+    found = []
+    try:
+        entries = list(Path(output_dir).iterdir())
+    except OSError:
+        return
+    for path in entries:
+        step = checkpoint_step(path)
+        if step is not None and path.is_dir():
+            found.append((step, path))
+    for step, path in sorted(found, reverse=True):
+        yield step, path, checkpoint_problem(path)
+
+
+def latest_complete_checkpoint(output_dir: Path) -> Path | None:
+    """The checkpoint ``--resume auto`` continues from: the newest complete one."""
+    for _, path, problem in checkpoints(output_dir):
+        if problem is None:
+            return path
+    return None
+
+
+# -------------------------------------------------------------------------------------------------------- records
+#: ``metrics.jsonl`` holds one JSON object per line. Training logs carry ``step`` and the Trainer's figures (loss,
+#: learning_rate, ...); the records below carry ``event`` instead, so readers never parse log text.
+EVENT_START = "start"  # world size, device, precision, parameters, resume_from (None: from scratch), resume_step
+EVENT_ADAPTED = "adapted"  # one change train.py made to the plan for the device or launcher it found: ``note``
+EVENT_PREEMPTED = "preempted"  # SIGTERM: checkpoint saved at ``step``
+EVENT_DONE = "done"  # final ``step``, where the model went
+
+
+def event(kind: str, **fields: Any) -> dict[str, Any]:
+    """One structured record for metrics.jsonl."""
+    return {"event": kind, **fields}
+
+
+def append_record(path: Path, record: dict[str, Any]) -> None:
+    """Append one record as a JSON line (rank 0 only writes; a reader may see a partial last line)."""
+    with Path(path).open("a", encoding="utf-8") as handle:
+        handle.write(json.dumps(record, sort_keys=False) + "\n")
+
+
+def read_records(path: Path) -> list[dict[str, Any]]:
+    """Every complete JSON object line of a metrics file; unreadable lines (a write in progress) are skipped."""
+    try:
+        text = Path(path).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return []
+    records = []
+    for line in text.splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict):
+            records.append(record)
+    return records
+
+
+def events(records: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    """The records of one event kind, in file order."""
+    return [r for r in records if r.get("event") == kind]

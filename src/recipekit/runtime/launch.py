@@ -1,0 +1,180 @@
+"""The pod's launcher: Volcano's injected variables + launch.json → one ``torchrun`` for this pod.
+
+run.sh prepares the process environment (CANN's set_env.sh on Ascend) and execs ``python3 -m runtime.launch
+launch.json``. Everything recipe-specific is data in launch.json, read here, so no recipe value is ever parsed by a
+shell. Standard library only: it runs before anything else in the image is trusted.
+
+What it checks, each failure a one-line reason and a non-zero exit so Volcano's policy acts:
+
+* the env plugin's ``VC_TASK_INDEX`` and the svc plugin's ``VC_<TASK>_HOSTS`` / ``VC_<TASK>_NUM`` (or its
+  ``/etc/volcano/<task>.host`` file) are there, and the pod count is the one the bundle was built for (exit 2: a
+  Job edited by hand or a missing plugin will not heal by restarting);
+* the first pod's DNS name resolves within ``master_dns_wait_s`` (the svc plugin's records lag the pods by seconds;
+  past that, exit 1: a restart may land on healthier nodes).
+
+Then it exports launch.json's ``env`` (a value already set in the pod spec wins), MASTER_ADDR and MASTER_PORT, and
+execs torchrun: SIGTERM from the kubelet reaches torchrun, which passes it on to train.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from . import contract  # the package is ``runtime`` in a bundle, ``recipekit.runtime`` in recipekit
+
+#: Where the svc plugin also writes each task's hosts, one per line.
+VOLCANO_HOSTS_DIR = Path("/etc/volcano")
+#: Seconds between DNS attempts while waiting for the master's record.
+DNS_RETRY_S = 2.0
+
+
+class LaunchError(Exception):
+    """A reason not to start torchrun, with the exit code it deserves."""
+
+    def __init__(self, message: str, code: int = contract.EXIT_USER_ERROR):
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass(frozen=True)
+class Topology:
+    """This pod's place in the Job, from what Volcano injected."""
+
+    node_rank: int
+    nodes: int
+    hosts: list[str]
+
+    @property
+    def master(self) -> str:
+        return self.hosts[0]
+
+
+def read_spec(path: Path) -> dict[str, Any]:
+    """launch.json, with the keys this launcher needs."""
+    try:
+        spec = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise LaunchError(f"cannot read {path}: {exc}") from None
+    required = ("task_name", "task_env", "nodes", "nproc_per_node", "master_port", "env", "module", "args")
+    missing = [key for key in required if key not in spec] if isinstance(spec, dict) else list(required)
+    if missing:
+        raise LaunchError(f"{path} lacks {', '.join(missing)}: rebuild the bundle with `recipekit build`")
+    return spec
+
+
+def topology(spec: Mapping[str, Any], environ: Mapping[str, str], hosts_dir: Path = VOLCANO_HOSTS_DIR) -> Topology:
+    """Volcano's variables for this pod, checked against the bundle's plan."""
+    task, task_env = spec["task_name"], spec["task_env"]
+    index = environ.get("VC_TASK_INDEX", environ.get("VK_TASK_INDEX"))
+    if index is None:
+        raise LaunchError("VC_TASK_INDEX is not set: the Volcano Job needs the env plugin (spec.plugins.env)")
+    hosts_var, num_var = f"VC_{task_env}_HOSTS", f"VC_{task_env}_NUM"
+    hosts_text = environ.get(hosts_var)
+    if hosts_text is None:
+        hosts_file = hosts_dir / f"{task_env.lower()}.host"
+        try:
+            hosts_text = ",".join(hosts_file.read_text(encoding="utf-8").split())
+        except OSError:
+            raise LaunchError(
+                f"{hosts_var} is not set and {hosts_file} is missing: the Volcano Job needs the svc plugin "
+                f"(spec.plugins.svc) and a task named {task!r}"
+            ) from None
+    hosts = [h for h in hosts_text.split(",") if h]
+    nodes_text = environ.get(num_var, str(len(hosts)))
+    if not (index.isdigit() and nodes_text.isdigit()):
+        raise LaunchError(f"VC_TASK_INDEX={index!r}, {num_var}={nodes_text!r}: expected non-negative integers")
+    node_rank, nodes = int(index), int(nodes_text)
+    if nodes != spec["nodes"]:
+        raise LaunchError(
+            f"the Job has {nodes} pods but this bundle was built for {spec['nodes']}: "
+            f"rebuild with cluster.nodes={nodes}"
+        )
+    if len(hosts) != nodes or node_rank >= nodes:
+        raise LaunchError(f"{hosts_var} lists {len(hosts)} hosts, {num_var}={nodes}, VC_TASK_INDEX={node_rank}")
+    return Topology(node_rank, nodes, hosts)
+
+
+def wait_for_master(
+    host: str,
+    timeout_s: float,
+    resolve: Callable[[str], Any] = socket.gethostbyname,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> None:
+    """Until the master's name resolves; past ``timeout_s`` a LaunchError (exit 1) instead of a doomed torchrun."""
+    deadline = clock() + timeout_s
+    while True:
+        try:
+            resolve(host)
+            return
+        except OSError as exc:
+            if clock() >= deadline:
+                raise LaunchError(
+                    f"the master {host} did not resolve within {timeout_s:g} s ({exc}): check the svc plugin's "
+                    "headless Service and the cluster DNS",
+                    code=contract.EXIT_FAILED,
+                ) from None
+        sleep(DNS_RETRY_S)
+
+
+def torchrun_argv(spec: Mapping[str, Any], topo: Topology, bundle_dir: Path) -> list[str]:
+    """One torchrun per pod: static rendezvous on the first pod, ``nproc_per_node`` workers here."""
+    return [
+        "torchrun",
+        f"--nnodes={topo.nodes}",
+        f"--node_rank={topo.node_rank}",
+        f"--nproc_per_node={spec['nproc_per_node']}",
+        f"--master_addr={topo.master}",
+        f"--master_port={spec['master_port']}",
+        "-m",
+        str(spec["module"]),
+        "--recipe",
+        str(bundle_dir / contract.RECIPE_FILE),
+        *[str(a) for a in spec["args"]],
+    ]
+
+
+def environment(spec: Mapping[str, Any], topo: Topology, environ: Mapping[str, str]) -> dict[str, str]:
+    """The process environment torchrun starts with: the pod's, plus launch.json's defaults and the rendezvous."""
+    env = dict(environ)
+    for key, value in spec["env"].items():
+        env.setdefault(str(key), str(value))
+    env["MASTER_ADDR"], env["MASTER_PORT"] = topo.master, str(spec["master_port"])
+    return env
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    path = Path(args[0] if args else contract.LAUNCH_FILE).resolve()
+    try:
+        spec = read_spec(path)
+        topo = topology(spec, os.environ)
+        wait_for_master(topo.master, float(spec.get("master_dns_wait_s", 120)))
+    except LaunchError as exc:
+        print(f"launch: {exc}", file=sys.stderr)
+        return exc.code
+    argv_out = torchrun_argv(spec, topo, path.parent)
+    print(
+        f"launch: pod {topo.node_rank}/{topo.nodes} of {spec.get('job_name', '?')}; master "
+        f"{topo.master}:{spec['master_port']}; {spec['nproc_per_node']} processes per pod",
+        file=sys.stderr,
+        flush=True,
+    )
+    try:
+        os.execvpe(argv_out[0], argv_out, environment(spec, topo, os.environ))
+    except OSError as exc:
+        print(f"launch: cannot start {argv_out[0]}: {exc}", file=sys.stderr)
+        return contract.EXIT_FAILED
+    return contract.EXIT_FAILED  # pragma: no cover - exec does not return
+
+
+if __name__ == "__main__":
+    sys.exit(main())
