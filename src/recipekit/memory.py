@@ -547,7 +547,7 @@ def estimate(recipe: Recipe, plan: Plan, *, price_per_device_hour: float | None 
     offload_s = _offload_time(recipe, plan, params_dev, trainable_dev)
     offload = Offload(
         host_gib_per_node=states.host * per_node * HOST_BUFFER_FACTOR / GIB,
-        host_limit_gib=float(recipe.cluster.memory_gib_per_pod),
+        host_limit_gib=float(plan.pod_memory_gib),
         nvme_gib_per_node=states.nvme * per_node / GIB,
         time_s=offload_s,
     )

@@ -159,8 +159,27 @@ class HardwareSpec(Section):
     inter_node_link: str = spec(description="Network between nodes (RoCE, InfiniBand, Ethernet).")
     inter_node_gbps: float = spec(gt=0, description="Per-node inter-node bandwidth, GB/s (one direction).")
     node_selector: dict[str, str] = spec(default_factory=dict, description="Kubernetes nodeSelector for the pods.")
-    pod_labels: dict[str, str] = spec(default_factory=dict, description="Labels the device scheduler needs.")
-    host_mounts: list[str] = spec(default_factory=list, description="Host paths mounted read-only (drivers).")
+    pod_labels: dict[str, str] = spec(
+        default_factory=dict, description="Labels the device scheduler needs (on the Job and its pod template)."
+    )
+    host_mounts: dict[str, Literal["Directory", "File"]] = spec(
+        default_factory=dict,
+        description="Host paths mounted read-only (drivers) and what they must be: a pod on a node that lacks one "
+        "fails to start with the path named, instead of getting an empty directory in its place.",
+    )
+    device_env_from_annotation: dict[str, str] = spec(
+        default_factory=dict,
+        description="Container env filled from a pod annotation by the downward API (the Ascend device plugin's "
+        "Volcano mode writes the allocated NPUs into annotation huawei.com/Ascend910: ASCEND_VISIBLE_DEVICES).",
+    )
+    superpod_devices: int | None = spec(
+        None,
+        gt=0,
+        description="Devices in one physical SuperPoD (Atlas 900 A3: 384); set, the Job asks MindCluster for "
+        "SuperPoD affinity with an sp-block annotation.",
+    )
+    node_cpus: int = spec(32, gt=0, le=4096, description="CPU cores a node offers to pods (allocatable).")
+    node_memory_gib: int = spec(256, gt=0, le=65536, description="Host memory a node offers to pods, GiB.")
     env: dict[str, str] = spec(default_factory=dict, description="Collective-library env defaults run.sh exports.")
     price_per_device_hour: float | None = spec(None, ge=0, description="Cost of one device for one hour.")
 
@@ -217,8 +236,14 @@ class ClusterSpec(Section):
     master_port: int = spec(29500, ge=1024, le=65535, description="Fixed rendezvous port on the first pod.")
     max_retry: int = spec(3, ge=1, description="Job restarts Volcano allows before failing the Job.")
     shm_gib: int = spec(64, gt=0, description="Size of the /dev/shm memory volume per pod.")
-    cpu_per_pod: int = spec(32, gt=0, description="CPU cores requested per pod.")
-    memory_gib_per_pod: int = spec(512, gt=0, description="Host memory requested per pod, GiB.")
+    cpu_per_pod: int | None = spec(
+        None, gt=0, description="CPU cores requested per pod (default: the pod's share of hw.node_cpus, 90%)."
+    )
+    memory_gib_per_pod: int | None = spec(
+        None,
+        gt=0,
+        description="Host memory requested per pod, GiB (default: the pod's share of hw.node_memory_gib, 85%).",
+    )
     socket_ifname: str | None = spec(None, description="NIC for HCCL/NCCL/gloo bootstrap (e.g. eth0).")
     connect_timeout_s: int = spec(1800, ge=120, le=7200, description="Collective connect timeout, seconds.")
 
