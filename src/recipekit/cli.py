@@ -208,12 +208,13 @@ def plan(
     """
     from recipekit import memory, report
     from recipekit.build import resolve
+    from recipekit.options import load_parallel_options
 
     resolved = resolve(overrides, extra_dirs, analysis_only=True)
     recipe = resolved.recipe
     estimate = memory.estimate(recipe, resolved.plan, price_per_device_hour=price)
     # the parallel options on disk are candidates only for --advise and for the fix of a layout that does not fit
-    options = memory.load_parallel_options(extra_dirs) if advise or not estimate.fits else {}
+    options = load_parallel_options(extra_dirs) if advise or not estimate.fits else {}
     advices: list[memory.Advice] = []
     if advise:
         search_tp_pp = recipe.parallel.tensor_parallel > 1 or recipe.parallel.pipeline_parallel > 1

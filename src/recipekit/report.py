@@ -8,7 +8,6 @@ format the same numbers for reading and never compute anything themselves.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -68,6 +67,27 @@ def _cost(est: Estimate) -> str:
     if est.cost is None:
         return "n/a (set hw.price_per_device_hour)" if est.device_hours is not None else "n/a"
     return f"{est.cost:,.0f} ({est.price_per_device_hour:g} per device-hour)"
+
+
+def describe_layout(est: Estimate) -> str:
+    """The layout in one line: parallel option and offloads, checkpointing, TP × PP, and the batch arithmetic."""
+    par, lay = est.parallel, est.layout
+    offload = [
+        f"{what} → {where}"
+        for what, where in (("optimizer", par.offload_optimizer), ("params", par.offload_param))
+        if where != "none"
+    ]
+    parts = [
+        par.name + (f" ({', '.join(offload)})" if offload else ""),
+        f"checkpointing {'on' if par.gradient_checkpointing else 'off'}",
+    ]
+    if lay.model_parallel > 1:
+        parts.append(f"TP {lay.tensor_parallel} × PP {lay.pipeline_parallel}")
+    parts.append(
+        f"micro {lay.micro_batch_size} × accum {lay.gradient_accumulation_steps} × dp {lay.dp_size}"
+        f" = {lay.global_batch_size} × {est.seq_len} tokens"
+    )
+    return ", ".join(parts)
 
 
 def _verdict(est: Estimate) -> str:
@@ -173,7 +193,7 @@ def render_estimate(est: Estimate) -> RenderableType:
     head = Text.assemble(
         (f"{est.recipe_name}", "bold"),
         f": {est.model_name} on {est.layout.world_size} × {est.hw_name} ({_nodes(est.layout.nodes)})\n",
-        (est.layout.describe(), "dim"),
+        (describe_layout(est), "dim"),
     )
     memory = Table(title="Memory per device", title_justify="left", show_footer=True, expand=False)
     memory.add_column("item", footer="total")
@@ -250,7 +270,7 @@ def estimate_markdown(est: Estimate) -> str:
         "## Memory, time and cost estimate",
         "",
         f"{est.model_name} on {est.layout.world_size} × {est.hw_name} ({_nodes(est.layout.nodes)}): "
-        f"{est.layout.describe()}.",
+        f"{describe_layout(est)}.",
         "",
         "| memory per device | GiB | counted as |",
         "|---|---:|---|",
@@ -283,13 +303,12 @@ def estimate_markdown(est: Estimate) -> str:
 # ------------------------------------------------------------------------------------------------------------- JSON
 def estimate_dict(est: Estimate) -> dict[str, Any]:
     """The estimate as plain JSON types, keys in a fixed order, floats rounded (byte-identical bundles)."""
-    lay, c, comm, off = est.layout, est.compute, est.communication, est.offload
-    d = est.parallel3d
+    c, comm, off, d = est.compute, est.communication, est.offload, est.parallel3d
     return {
         "recipe": est.recipe_name,
         "model": est.model_name,
         "hw": est.hw_name,
-        "layout": dataclasses.asdict(lay),  # all exact (integers, names, flags)
+        "layout": layout_dict(est),
         "memory_gib": {
             "items": [{"name": item.name, "gib": _round(item.gib), "basis": item.basis} for item in est.memory],
             "total": _round(est.total_gib),
@@ -348,6 +367,22 @@ def estimate_dict(est: Estimate) -> dict[str, Any]:
             "cost": _opt(est.cost),
         },
         "notes": list(est.notes),
+    }
+
+
+def layout_dict(est: Estimate) -> dict[str, Any]:
+    """What the estimate is for, all exact (integers, names, flags): the parallel choice, the plan's layout numbers
+    (given and derived, as the plan names them), the sequence length and the precision."""
+    par = est.parallel
+    return {
+        "parallel": par.name,
+        "zero_stage": par.zero_stage,
+        "offload_optimizer": par.offload_optimizer,
+        "offload_param": par.offload_param,
+        "gradient_checkpointing": par.gradient_checkpointing,
+        **est.layout.numbers(),
+        "seq_len": est.seq_len,
+        "precision": est.precision,
     }
 
 
