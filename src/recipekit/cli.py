@@ -163,16 +163,13 @@ def show(overrides: tuple[str, ...], as_json: bool, extra_dirs: tuple[Path, ...]
     if as_json:
         click.echo(json.dumps(document, indent=2))
         return
-    from rich.table import Table
+    from recipekit import report
 
     console = _console()
     console.print(
         yaml.safe_dump({"choices": document["choices"], "recipe": document["recipe"]}, sort_keys=False), markup=False
     )
-    table = Table("derived", "value", title="plan", title_justify="left")
-    for key, value in document["plan"].items():
-        table.add_row(key, str(value))
-    console.print(table)
+    console.print(report.render_summary(document["plan"]))
     _warn(resolved.plan.warnings)
 
 

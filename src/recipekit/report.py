@@ -1,5 +1,5 @@
-"""Presentation of :mod:`recipekit.memory` results: rich renderables for the terminal, markdown for the bundle's
-plan.md, and a JSON-able dict for plan.json and ``--json``.
+"""Presentation of the plan and :mod:`recipekit.memory` results: rich renderables for the terminal, markdown for the
+bundle's plan.md, and a JSON-able dict for plan.json and ``--json``.
 
 The dict is what other tools read and what goes into bundles, so it has a fixed key order and every float rounded to
 a few significant digits: the same recipe gives byte-identical files on any machine. The terminal and markdown views
@@ -231,7 +231,14 @@ def _notes(est: Estimate) -> list[str]:
 
 
 def render_advice(advices: Sequence[Advice]) -> RenderableType:
-    """The advised layouts, fastest first, with the overrides to paste."""
+    """The advised layouts, fastest first: their figures in a table, then each one's overrides to paste.
+
+    The overrides stand below the table, not in a column of it: squeezed into a column beside the figures, an 80-column
+    terminal (the width rich assumes when the output is piped) would fold them mid-word into fragments that no longer
+    paste. Below, a line of overrides breaks only at the spaces between them, so each override stays whole on one
+    line at any width it fits in.
+    """
+    from rich.console import Group
     from rich.table import Table
     from rich.text import Text
 
@@ -242,25 +249,54 @@ def render_advice(advices: Sequence[Advice]) -> RenderableType:
         )
     table = Table(title="Layouts that fit, fastest first", title_justify="left")
     table.add_column("#", justify="right")
-    table.add_column("overrides", overflow="fold")
     table.add_column("step", justify="right")
     table.add_column("total", justify="right")
     table.add_column("GiB / device", justify="right")
     table.add_column("exposed comm", justify="right")
     table.add_column("offload", justify="right")
+    overrides = Table.grid(padding=(0, 0, 0, 1))
+    overrides.add_column(justify="right")
+    overrides.add_column(overflow="fold")  # fold only an override longer than the whole line
     for rank, advice in enumerate(advices, 1):
         est = advice.estimate
-        overrides = " ".join(advice.overrides) + (" (analysis only)" if est.parallel3d else "")
         table.add_row(
             str(rank),
-            overrides,
             duration(est.step_time_s),
             duration(est.total_time_s),
             f"{est.total_gib:.1f} / {est.device_gib:g}",
             duration(est.communication.exposed_s),
             duration(est.offload.time_s) if est.offload.time_s else "-",
         )
-    return table
+        line = Text(" ".join(advice.overrides))
+        if est.parallel3d:
+            line.append(" (analysis only)", style="dim")
+        overrides.add_row(f"{rank}", line)
+    heading = Text("Overrides of each layout, to add to the recipe's own:", style="bold")
+    return Group(table, heading, overrides)
+
+
+def render_summary(summary: dict[str, Any]) -> RenderableType:
+    """``recipekit show``'s derived numbers (:meth:`recipekit.plan.Plan.summary`): a table, then the image tag.
+
+    The tag is printed whole on a line of its own: in the table's value column it would be cut or folded at 80
+    columns, and it is what one copies into ``docker pull``. Nested records (the FLOPs) show one field a line.
+    """
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(title="plan", title_justify="left")
+    table.add_column("derived")
+    table.add_column("value", overflow="fold")
+    for key, value in summary.items():
+        if key == "image":
+            continue
+        text = "\n".join(f"{k}: {v}" for k, v in value.items()) if isinstance(value, dict) else str(value)
+        table.add_row(key, text)
+    parts: list[RenderableType] = [table]
+    if "image" in summary:
+        parts.append(Text.assemble(("image ", "bold"), str(summary["image"]), no_wrap=True, overflow="ignore"))
+    return Group(*parts)
 
 
 # --------------------------------------------------------------------------------------------------------- markdown
