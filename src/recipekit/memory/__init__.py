@@ -9,7 +9,8 @@ answer "does it fit, how long, how much" before anything is downloaded or schedu
 * :mod:`~recipekit.memory.advise`: variations that fit (:func:`fixes`, :func:`fit_problem`, :func:`advise`), trying
   the parallel options the caller passes in (:func:`recipekit.options.load_parallel_options` reads them).
 
-Nothing here reads from disk.
+Nothing here reads from disk. The package's ``estimate`` and ``advise`` are the functions (they hide the modules of
+the same name as attributes): reach a module's other names with ``from recipekit.memory.estimate import ...``.
 """
 
 from recipekit.memory.advise import Advice, Candidate, advise, candidate, fit_problem, fixes

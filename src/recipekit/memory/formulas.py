@@ -132,7 +132,7 @@ class Regime:
 def regime(precision: str, zero_stage: int) -> Regime:
     """The byte widths of a run trained at ``precision`` under ``zero_stage``.
 
-    * fp32 (CPU): everything fp32; the weights are their own master, no fp32 gradient copy.
+    * fp32 (the CPU's, or asked for): everything fp32; the weights are their own master, no fp32 gradient copy.
     * stage 0 in 16 bits: torch DDP under the Trainer's AMP (the bundle without DeepSpeed, runtime/train.py
       ``weight_dtype``): fp32 weights are their own master copy, autocast keeps a 16-bit copy of each weight from
       forward to backward, gradients are fp32 (DDP's bucket copy depends on the ranks: :func:`model_states`). LoRA:
@@ -141,11 +141,40 @@ def regime(precision: str, zero_stage: int) -> Regime:
       Adam's moments: 2 + 2 + 4 + 12 bytes per parameter at ZeRO-1/2 (DeepSpeed's 2 + 18), 2 + 2 + 2 + 12 at ZeRO-3.
     """
     if precision == "fp32":
-        return Regime(precision, zero_stage, FULL, 0, FULL, FULL, 0, 0, FULL)
+        return Regime(
+            precision,
+            zero_stage,
+            weight=FULL,
+            autocast_copy=0,
+            frozen_weight=FULL,
+            gradient=FULL,
+            fp32_gradient=0,
+            master_weight=0,
+            element=FULL,
+        )
     if zero_stage == 0:
-        return Regime(precision, zero_stage, FULL, HALF, HALF, FULL, 0, 0, HALF)
-    fp32_gradient = FP32_GRAD_BYTES_ZERO3 if zero_stage == 3 else FULL
-    return Regime(precision, zero_stage, HALF, 0, HALF, HALF, fp32_gradient, FULL, HALF)
+        return Regime(
+            precision,
+            zero_stage,
+            weight=FULL,
+            autocast_copy=HALF,
+            frozen_weight=HALF,
+            gradient=FULL,
+            fp32_gradient=0,
+            master_weight=0,
+            element=HALF,
+        )
+    return Regime(
+        precision,
+        zero_stage,
+        weight=HALF,
+        autocast_copy=0,
+        frozen_weight=HALF,
+        gradient=HALF,
+        fp32_gradient=FP32_GRAD_BYTES_ZERO3 if zero_stage == 3 else FULL,
+        master_weight=FULL,
+        element=HALF,
+    )
 
 
 # ---------------------------------------------------------------------------------------------------- model states
