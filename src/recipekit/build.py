@@ -15,6 +15,7 @@ from recipekit.bundle import write_bundle
 from recipekit.compose import Composed, compose
 from recipekit.errors import RecipeError
 from recipekit.images import ImageMatrix, load_images
+from recipekit.options import load_parallel_options
 from recipekit.paths import GROUPS
 from recipekit.plan import Plan, make_plan
 from recipekit.recipe import Recipe, parse_recipe, unknown_override_keys
@@ -84,7 +85,7 @@ def compile_bundle(resolved: Resolved, *, allow_oom: bool = False) -> tuple[dict
     """The bundle's files in memory, after the memory check ``build`` applies; writes nothing."""
     estimate = memory.estimate(resolved.recipe, resolved.plan)
     if not estimate.fits and not allow_oom:
-        options = memory.load_parallel_options(resolved.extra_dirs)
+        options = load_parallel_options(resolved.extra_dirs)
         problem = memory.fit_problem(estimate, images=resolved.images, parallel_options=options)
         if problem is not None:
             raise RecipeError([problem])

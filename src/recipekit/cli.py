@@ -163,16 +163,13 @@ def show(overrides: tuple[str, ...], as_json: bool, extra_dirs: tuple[Path, ...]
     if as_json:
         click.echo(json.dumps(document, indent=2))
         return
-    from rich.table import Table
+    from recipekit import report
 
     console = _console()
     console.print(
         yaml.safe_dump({"choices": document["choices"], "recipe": document["recipe"]}, sort_keys=False), markup=False
     )
-    table = Table("derived", "value", title="plan", title_justify="left")
-    for key, value in document["plan"].items():
-        table.add_row(key, str(value))
-    console.print(table)
+    console.print(report.render_summary(document["plan"]))
     _warn(resolved.plan.warnings)
 
 
@@ -208,12 +205,13 @@ def plan(
     """
     from recipekit import memory, report
     from recipekit.build import resolve
+    from recipekit.options import load_parallel_options
 
     resolved = resolve(overrides, extra_dirs, analysis_only=True)
     recipe = resolved.recipe
     estimate = memory.estimate(recipe, resolved.plan, price_per_device_hour=price)
     # the parallel options on disk are candidates only for --advise and for the fix of a layout that does not fit
-    options = memory.load_parallel_options(extra_dirs) if advise or not estimate.fits else {}
+    options = load_parallel_options(extra_dirs) if advise or not estimate.fits else {}
     advices: list[memory.Advice] = []
     if advise:
         search_tp_pp = recipe.parallel.tensor_parallel > 1 or recipe.parallel.pipeline_parallel > 1

@@ -420,10 +420,13 @@ def host_volume_problems(hw: HardwareSpec) -> list[Problem]:
 
 
 # -------------------------------------------------------------------------------------------------------- plan
-def make_plan(recipe: Recipe, images: ImageMatrix, *, analysis_only: bool = False) -> Plan:
+def make_plan(recipe: Recipe, images: ImageMatrix, *, analysis_only: bool = False, documents: bool = True) -> Plan:
     """Derive every number and document of the bundle from ``recipe``; raise one RecipeError with all problems.
 
     ``analysis_only`` accepts tensor/pipeline parallel degrees the bundle's backend cannot run, for ``recipekit plan``.
+    ``documents=False`` leaves out what only the bundle's files need (:func:`with_documents`: the image tag, a digest
+    of the whole recipe, and the ds_config, Trainer arguments, launch data and Job dicts), for plans that are only
+    estimated, such as each candidate ``plan --advise`` tries; every check still runs and every number is the same.
     """
     errors = Collector()
     warnings: list[str] = []
@@ -542,11 +545,6 @@ def make_plan(recipe: Recipe, images: ImageMatrix, *, analysis_only: bool = Fals
     errors.raise_if_any()
     assert family is not None
 
-    digest = recipe_digest(recipe, family)
-    image = f"{cl.image_registry.rstrip('/')}/{k8s_name(recipe.name)}:{digest}"
-    ds_config = deepspeed_config(recipe, layout, precision) if zero else None
-    training_arguments = trainer_arguments(recipe, output_dir, layout, precision, total_steps, warmup, bool(zero))
-    env = runtime_env(recipe, bool(zero))
     plan = Plan(
         job_name=job_name,
         run_id=identity,
@@ -565,16 +563,34 @@ def make_plan(recipe: Recipe, images: ImageMatrix, *, analysis_only: bool = Fals
         pod_memory_gib=pod_memory_gib,
         superpod_block=superpod_block,
         flops=recipe_flops(recipe, precision),
-        image=image,
+        image="",
         image_family=hw.image_family,
         family=family,
-        env=env,
-        pip_packages=pip_packages(recipe, family, bool(zero)),
-        training_arguments=training_arguments,
-        ds_config=ds_config,
+        env={},
+        pip_packages=[],
+        training_arguments={},
+        ds_config=None,
         launch={},
         job={},
         warnings=warnings,
+    )
+    return with_documents(recipe, plan) if documents else plan
+
+
+def with_documents(recipe: Recipe, plan: Plan) -> Plan:
+    """``plan`` with what the bundle's files carry: the image tag (a digest of the recipe, its pins and recipekit's
+    version), the pins, the runtime environment, ds_config, the Trainer arguments, launch data and the Job."""
+    deepspeed = bool(plan.zero_stage)
+    image = f"{recipe.cluster.image_registry.rstrip('/')}/{k8s_name(recipe.name)}:{recipe_digest(recipe, plan.family)}"
+    plan = replace(
+        plan,
+        image=image,
+        env=runtime_env(recipe, deepspeed),
+        pip_packages=pip_packages(recipe, plan.family, deepspeed),
+        training_arguments=trainer_arguments(
+            recipe, plan.output_dir, plan.layout, plan.precision, plan.total_steps, plan.warmup_steps, deepspeed
+        ),
+        ds_config=deepspeed_config(recipe, plan.layout, plan.precision) if deepspeed else None,
     )
     # The launch data and the Job are built from the finished plan (names, image, devices), then added to it.
     return replace(plan, launch=launch_spec(recipe, plan), job=volcano_job(recipe, plan))
