@@ -39,8 +39,16 @@ def locate(problems: Sequence[Problem], overrides: Sequence[str], extra_dirs: Se
     located = []
     for problem in problems:
         where = None if _set_on_command_line(problem.key, on_command_line) else _where(problem.key, files, cache)
-        located.append(Problem(f"{where}: {problem.key}", problem.message, problem.hint) if where else problem)
+        located.append(Problem(f"{where}: {problem.key}", problem.message, _file_hint(problem)) if where else problem)
     return located
+
+
+def _file_hint(problem: Problem) -> str:
+    """A hint phrased for the command line (``key='5'``), rephrased for the YAML file the value is in."""
+    prefix = f"quote it to keep it as text: {problem.key}="
+    if problem.hint.startswith(prefix):
+        return f"quote it to keep it as text: {_PART.findall(problem.key)[-1]}: {problem.hint[len(prefix) :]}"
+    return problem.hint
 
 
 def _override_key(override: str) -> str:

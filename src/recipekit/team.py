@@ -35,7 +35,8 @@ _KEYS = {
     "recipekit": "the recipekit versions it was written for, e.g. '>=0.1,<0.2'",
     "search_path": "recipe trees relative to recipekit.toml, e.g. ['recipes']",
 }
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+#: What a repo name may be: it names the layer in `recipekit list` and in package directories.
+REPO_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
 @dataclass(frozen=True)
@@ -96,7 +97,7 @@ def read_config(path: Path) -> TeamConfig:
         if key not in data and key != "search_path":
             problems.add(f"{where}: {key}", "required key is missing", hint=f"{key} = {what}")
     name = data.get("name", "")
-    if "name" in data and not (isinstance(name, str) and _NAME.match(name)):
+    if "name" in data and not (isinstance(name, str) and REPO_NAME.match(name)):
         problems.add(f"{where}: name", f"must be letters, digits, '.', '_' or '-' (got {name!r})")
     spec = data.get("recipekit", "")
     if "recipekit" in data:
