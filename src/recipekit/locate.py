@@ -19,6 +19,7 @@ import yaml
 
 from recipekit.compose import ConfigFile, loaded_configs
 from recipekit.errors import Problem, RecipeError
+from recipekit.paths import GROUPS
 
 _PART = re.compile(r"[^.\[\]]+|\[\d+\]")
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -34,7 +35,8 @@ def locate(problems: Sequence[Problem], overrides: Sequence[str], extra_dirs: Se
         return list(problems)
     if not any(f.layer > 0 for f in files):
         return list(problems)
-    on_command_line = {_override_key(o) for o in overrides}
+    # value overrides only: `cluster=team` chooses the file, it does not set cluster.queue
+    on_command_line = {key for key in map(_override_key, overrides) if key not in GROUPS}
     cache: dict[Path, yaml.Node | None] = {}
     located = []
     for problem in problems:
