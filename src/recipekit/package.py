@@ -244,6 +244,12 @@ def verify(archive: Path) -> Verified:
     if any(not re.fullmatch(r"sources/\d+-[A-Za-z0-9._-]+", layer) for layer in layers):
         problems.append(Problem(f"{what}: {INDEX}", "malformed layer list"))
         raise RecipeError(problems)
+    overrides = [str(o) for o in index["overrides"]]
+    for override in overrides:  # a package configures its recipe, never Hydra (search path, launchers, ...)
+        if override.lstrip("+~").startswith("hydra"):
+            problems.append(Problem(f"{what}: {INDEX}", f"override {override!r} is not allowed in a package"))
+    if any(p.key == f"{what}: {INDEX}" for p in problems):
+        raise RecipeError(problems)
     sources = {name: data for name, data in entries.items() if name.startswith("sources/")}
     strays = [name for name in sources if not any(name.startswith(f"{layer}/") for layer in layers)]
     problems.extend(Problem(f"{what}: {name}", "not inside a listed source layer") for name in strays)
@@ -260,7 +266,7 @@ def verify(archive: Path) -> Verified:
             target.write_bytes(data)
         try:
             # the manifest's own origin (key order included): the rebuilt manifest must match it byte for byte
-            rebuilt = rebuild([str(o) for o in index["overrides"]], dirs, manifest.get("origin", []))
+            rebuilt = rebuild(overrides, dirs, manifest.get("origin", []))
         except RecipeError as err:
             problems.extend(Problem(f"{what}: rebuild", str(p)) for p in err.problems)
         else:

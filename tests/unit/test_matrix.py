@@ -113,3 +113,21 @@ def test_glob_sweeps_a_groups_options() -> None:
         ["recipe=llama3_8b_lora"],
         ["recipe=llama3_8b_sft"],
     ]
+
+
+def test_shared_composition_equals_a_full_one() -> None:
+    """Values applied to a shared composition give exactly what Hydra composes, for every kind of value override."""
+    base = ["recipe=tiny_sft", "hw=h100"]
+    tails = [
+        ["train.seed=3"],
+        ["train.learning_rate=1e-5", "cluster.queue='a b'"],
+        ["train.report_to=[none]"],
+        ["+train.extra=1"],
+        ["~description"],
+        ["train.max_steps=null", "cluster.nodes=4"],
+        ["train.micro_bach_size=2"],  # unknown key: left to a full composition, which reports it
+    ]
+    shared = compose_module.compose_variants(base, [([*base, *tail], tail) for tail in tails])
+    for tail, composed in zip(tails[:-1], shared):
+        assert composed == compose_module.compose([*base, *tail]), tail
+    assert shared[-1] is None

@@ -270,3 +270,12 @@ def test_a_built_in_recipe_packs_and_verifies(tmp_path: Path) -> None:
     result = run("verify", str(archive))
     assert result.exit_code == 0 and result.output.startswith("verified"), result.output
     assert "origin" not in json.loads((tmp_path / "tiny" / "manifest.json").read_text())
+
+
+def test_a_package_may_not_configure_hydra(package: Path, tmp_path: Path) -> None:
+    entries = members(package.read_bytes())
+    index = json.loads(entries[f"our_qwen_sft/{INDEX}"])
+    index["overrides"].append("hydra.searchpath=[file:///etc]")
+    change = {f"our_qwen_sft/{INDEX}": json.dumps(index).encode()}
+    found = problems_of(repack(package, tmp_path / "hostile.tar.gz", change))
+    assert any("override 'hydra.searchpath=[file:///etc]' is not allowed in a package" in p for p in found)
