@@ -1,5 +1,8 @@
 """Command-line overrides → a plain recipe dict, through Hydra's compose API. The only module that imports Hydra.
 
+Besides composing, it answers the other questions only Hydra can: which files a composition read (packages, error
+locations), what a multirun sweep expands to, and how to share one composition between matrix combinations.
+
 Hydra stops at the first bad override; recipekit wants every problem at once. So group choices are checked against
 the options found on disk before composing (with close matches), and an override of a key that does not exist is
 recorded, dropped and the composition retried, until Hydra accepts what is left; then all problems are raised.
@@ -185,7 +188,8 @@ def _hydra_session(extra_dirs: Sequence[Path]) -> Iterator[Any]:
     with Hydra's own objects, exactly as ``initialize_config_dir`` builds it, then each team layer is prepended
     before recipekit's recipes: (Hydra's configs,) last team layer, ..., first team layer, recipekit's recipes.
     Lookup, defaults lists and merging stay Hydra's; a team layer may even ship its own ``config.yaml``. The two
-    ``hydra._internal`` imports are what ``initialize_config_dir`` calls (hydra-core is pinned to 1.3.x).
+    ``hydra._internal`` imports are what ``initialize_config_dir`` calls (hydra-core is pinned to 1.3.x; the tests
+    that a team option shadows a built-in one break if that changes).
     """
     from hydra import version
     from hydra._internal.hydra import Hydra
@@ -326,8 +330,10 @@ def compose_variants(
 
     ``tail`` holds value overrides only, the last ones of the variant's ``overrides``; Hydra itself applies
     command-line value overrides after merging the defaults list, with this same function, so the result equals
-    ``compose(overrides)`` — at the cost of a copy instead of a composition. A variant is None where the base or its
-    tail does not compose: the caller composes it in full, which reports the problems as a single build does.
+    ``compose(overrides)`` — at the cost of a copy instead of a composition (``_set_values`` for plain values,
+    else a copy of the config and Hydra's private ``_apply_overrides_to_config``, pinned like ``_hydra_session``'s
+    imports). A variant is None where the base or its tail does not compose: the caller composes it in full, which
+    reports the problems as a single build does.
     """
     from hydra import compose as hydra_compose
     from hydra._internal.config_loader_impl import ConfigLoaderImpl
