@@ -130,11 +130,12 @@ def run_matrix(
 
 
 def _share(found: list[Combination], jobs: int) -> list[list[Combination]]:
-    """Combinations grouped by what they compose; a big group is split so every process gets work."""
+    """Combinations grouped by what they compose; a group bigger than an eighth of the work (with 2 processes) is
+    split, at the cost of one more composition per piece, so that no process is left with most of it."""
     groups: dict[tuple[str, ...], list[Combination]] = {}
     for combination in found:
         groups.setdefault(combination.base, []).append(combination)
-    size = max(1, math.ceil(len(found) / (jobs * 4))) if len(groups) < jobs * 2 else len(found)
+    size = max(1, math.ceil(len(found) / (jobs * 4)))
     return [members[i : i + size] for members in groups.values() for i in range(0, len(members), size)]
 
 
