@@ -131,3 +131,11 @@ def test_shared_composition_equals_a_full_one() -> None:
     for tail, composed in zip(tails[:-1], shared):
         assert composed == compose_module.compose([*base, *tail]), tail
     assert shared[-1] is None
+
+
+def test_work_is_split_between_processes_only_where_it_pays() -> None:
+    one_group = combinations(["recipe=tiny_sft", "train.seed=range(0,200)"])
+    assert [len(piece) for piece in matrix._share(one_group, jobs=2)] == [25] * 8
+    assert len(matrix._share(one_group, jobs=1)) == 1
+    small = combinations(["recipe=tiny_sft,llama3_8b_sft", "train.seed=1,2,3"])
+    assert [len(piece) for piece in matrix._share(small, jobs=2)] == [3, 3]
