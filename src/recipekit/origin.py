@@ -23,17 +23,19 @@ from recipekit.team import find_config, read_config
 
 
 def layer_origin(directory: Path) -> dict[str, Any]:
-    """``{"path", "repo", "git_commit", "git_dirty"}`` for one team layer."""
+    """``{"path", "repo", "repo_path", "git_commit", "git_dirty"}`` for one team layer: the layer's directory, the
+    name and root of the team repo (the recipekit.toml at or above it; null for a bare ``--recipes`` tree), and the
+    state of the git checkout it is in (null outside one)."""
     directory = Path(directory).resolve()
-    repo = None
+    repo = repo_path = None
     config = find_config(directory)
     if config is not None:
         try:
-            repo = read_config(config).name
+            repo, repo_path = read_config(config).name, str(config.parent.resolve())
         except RecipeError:
-            repo = None
+            repo = repo_path = None
     commit, dirty = _git_state(directory)
-    return {"path": str(directory), "repo": repo, "git_commit": commit, "git_dirty": dirty}
+    return {"path": str(directory), "repo": repo, "repo_path": repo_path, "git_commit": commit, "git_dirty": dirty}
 
 
 def origin(extra_dirs: Sequence[Path]) -> tuple[dict[str, Any], ...]:

@@ -59,7 +59,13 @@ def test_init_then_build_from_a_clean_directory(repo: Path) -> None:
     assert manifest["choices"]["cluster"] == "team" and manifest["recipe"]["cluster"]["queue"] == "team-nlp-recipes"
     assert manifest["recipe"]["model"]["name_or_path"] == "/mnt/team/models/Qwen2.5-7B-Instruct"
     assert manifest["origin"] == [
-        {"path": str(repo.resolve() / "recipes"), "repo": "team-nlp-recipes", "git_commit": None, "git_dirty": None}
+        {
+            "path": str(repo.resolve() / "recipes"),
+            "repo": "team-nlp-recipes",
+            "repo_path": str(repo.resolve()),
+            "git_commit": None,
+            "git_dirty": None,
+        }
     ]
 
 
