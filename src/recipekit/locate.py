@@ -118,5 +118,5 @@ def _display(path: Path) -> str:
     """A path relative to the current directory when it is below it (what an editor or terminal link wants)."""
     try:
         return Path(os.path.relpath(path)).as_posix() if path.is_relative_to(Path.cwd()) else str(path)
-    except ValueError:
+    except (ValueError, OSError):  # another drive, or a current directory that no longer exists
         return str(path)

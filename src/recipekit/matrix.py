@@ -215,5 +215,6 @@ def summary(outcomes: Sequence[Outcome], relative_to: Path | None = None) -> str
     lines = ["  ".join(cell.ljust(widths[i]) if i < 3 else cell for i, cell in enumerate(row)).rstrip() for row in rows]
     lines.insert(1, "  ".join("-" * w for w in [*widths, len("plan fit")]))
     failed = sum(not o.ok for o in outcomes)
-    lines.append(f"{len(outcomes)} combinations: {len(outcomes) - failed} built, {failed} failed")
+    plural = "s" if len(outcomes) != 1 else ""
+    lines.append(f"{len(outcomes)} combination{plural}: {len(outcomes) - failed} built, {failed} failed")
     return "\n".join(lines)

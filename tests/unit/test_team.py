@@ -82,7 +82,7 @@ def test_scaffold_ci_script_passes(repo: Path) -> None:
     env.pop(("RECIPEKIT_RECIPES"), None)
     result = subprocess.run(["bash", "ci.sh"], cwd=repo, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "1 combinations: 1 built, 0 failed" in result.stdout
+    assert "1 combination: 1 built, 0 failed" in result.stdout
     assert "our_qwen_sft" in result.stdout
 
 
