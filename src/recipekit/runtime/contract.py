@@ -340,7 +340,7 @@ def _identity_problem(
 #: ``metrics.jsonl`` holds one JSON object per line. Training logs carry ``step`` and the Trainer's figures (loss,
 #: learning_rate, ...); the records below carry ``event`` instead, so readers never parse log text.
 EVENT_START = "start"  # run_id, world size, device, precision, parameters, resume_from (None: scratch), resume_step
-EVENT_ADAPTED = "adapted"  # one change train.py made to the plan for the device or launcher it found: ``note``
+EVENT_ADAPTED = "adapted"  # one change to the plan for how train.py was launched (no torchrun): ``note``
 EVENT_PREEMPTED = "preempted"  # SIGTERM: checkpoint saved at ``step``
 EVENT_DONE = "done"  # final ``step``, where the model went
 
