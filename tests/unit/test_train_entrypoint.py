@@ -301,21 +301,35 @@ def test_every_saved_checkpoint_gets_the_run_record(tmp_path):
 
 # -------------------------------------------------------------------------------------------- throughput
 @pytest.fixture(scope="module")
-def tiny_plan():
+def tiny_sft():
     from recipekit.build import resolve
 
     return resolve(["recipe=tiny_sft"])
 
 
-def test_the_plans_parameter_count_is_the_live_twins(tiny_plan):
+def test_the_plans_parameter_count_is_the_live_twins(tiny_sft):
     tokenizer = twin.train_tokenizer(["the red fox jumps over 1 2 3"] * 20, 512, 512)
-    live = twin.random_model(tiny_plan.recipe.model, tokenizer)
+    live = twin.random_model(tiny_sft.recipe.model, tokenizer)
     trainable, total = model.parameter_counts(live)
-    assert total == trainable == tiny_plan.plan.flops.params_total == tiny_plan.plan.flops.params_trainable
+    assert total == trainable == tiny_sft.plan.flops.params_total == tiny_sft.plan.flops.params_trainable
 
 
-def test_throughput_reports_mfu_and_hfu_with_the_plans_flops(tiny_plan, monkeypatch):
-    flops = tiny_plan.plan.flops
+def test_the_plans_lora_parameter_count_is_the_live_adapters():
+    from peft import LoraConfig, get_peft_model
+
+    from recipekit.build import resolve
+
+    resolved = resolve(["recipe=tiny_sft", "mode=lora"])
+    lora, flops = resolved.recipe.mode.lora, resolved.plan.flops
+    tokenizer = twin.train_tokenizer(["the red fox jumps over 1 2 3"] * 20, 512, 512)
+    config = LoraConfig(r=lora.r, lora_alpha=lora.alpha, target_modules=lora.target_modules, task_type="CAUSAL_LM")
+    live = get_peft_model(twin.random_model(resolved.recipe.model, tokenizer), config)
+    trainable, total = model.parameter_counts(live)
+    assert trainable == flops.params_trainable and total - trainable == flops.params_total  # adapters come on top
+
+
+def test_throughput_reports_mfu_and_hfu_with_the_plans_flops(tiny_sft, monkeypatch):
+    flops = tiny_sft.plan.flops
     clock = [100.0]
     monkeypatch.setattr(callbacks, "time", SimpleNamespace(perf_counter=lambda: clock[0]))
     callback = callbacks.ThroughputCallback.from_plan(flops, world_size=2)

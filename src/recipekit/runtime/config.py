@@ -16,8 +16,11 @@ from .common import RunError
 REQUIRED_KEYS = (
     "recipe.name",
     "recipe.hw.torch_device",
+    "recipe.hw.ds_accelerator",
     "plan.run_id",
     "plan.world_size",
+    "plan.zero_stage",
+    "plan.comm_backend",
     "plan.flops.model_per_token",
     "plan.flops.hardware_per_token",
     "plan.flops.peak_tflops",
