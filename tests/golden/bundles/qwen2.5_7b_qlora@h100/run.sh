@@ -11,17 +11,6 @@ EXPECTED_NODES=1
 MASTER_PORT=29500
 NPROC_PER_NODE="${RECIPEKIT_NPROC_PER_NODE:-8}"
 
-# CANN must be sourced by the process that trains: a Dockerfile `RUN source` is gone by the time the pod starts.
-# The scripts read unset variables, so nounset is off while they run.
-for cann_env in /usr/local/Ascend/ascend-toolkit/set_env.sh /usr/local/Ascend/cann/set_env.sh /usr/local/Ascend/nnal/atb/set_env.sh; do
-  if [[ -f "${cann_env}" ]]; then
-    set +u
-    # shellcheck disable=SC1090
-    source "${cann_env}"
-    set -u
-  fi
-done
-
 : "${VC_TASK_INDEX:?not set: the Volcano Job needs the env plugin}"
 : "${VC_WORKER_HOSTS:?not set: the Volcano Job needs the svc plugin and a task named worker}"
 : "${VC_WORKER_NUM:?not set: the Volcano Job needs the svc plugin}"
@@ -41,14 +30,11 @@ for _ in $(seq 1 60); do
 done
 
 export MASTER_ADDR MASTER_PORT
-export CPU_AFFINITY_CONF="${CPU_AFFINITY_CONF:-1}"
-export DS_ACCELERATOR="${DS_ACCELERATOR:-npu}"
-export HCCL_BUFFSIZE="${HCCL_BUFFSIZE:-200}"
-export HCCL_CONNECT_TIMEOUT="${HCCL_CONNECT_TIMEOUT:-1800}"
+export DS_ACCELERATOR="${DS_ACCELERATOR:-cuda}"
 export HF_HUB_OFFLINE="${HF_HUB_OFFLINE:-1}"
-export PYTORCH_NPU_ALLOC_CONF="${PYTORCH_NPU_ALLOC_CONF:-expandable_segments:True}"
-export TASK_QUEUE_ENABLE="${TASK_QUEUE_ENABLE:-1}"
+export NCCL_DEBUG="${NCCL_DEBUG:-WARN}"
 export TORCH_ELASTIC_SHUTDOWN_TIMEOUT="${TORCH_ELASTIC_SHUTDOWN_TIMEOUT:-540}"
+export TORCH_NCCL_ASYNC_ERROR_HANDLING="${TORCH_NCCL_ASYNC_ERROR_HANDLING:-1}"
 
 echo "run.sh: pod ${NODE_RANK}/${NNODES} of qwen2-5-7b-qlora; master ${MASTER_ADDR}:${MASTER_PORT}; ${NPROC_PER_NODE} processes per pod"
 
