@@ -27,7 +27,7 @@ from recipekit.errors import RecipeError
 from recipekit.plan import DS_ACCELERATORS, task_env_name
 from recipekit.recipe import Recipe, parse_recipe
 from recipekit.render import MANIFEST
-from recipekit.validate import volcano
+from recipekit.validate import imagestack, volcano
 from recipekit.validate.checks import Finding, Result, Status
 
 RECIPE, DS, JOB, RUN, DOCKERFILE = "recipe.yaml", "ds_config.json", "volcano-job.yaml", "run.sh", "Dockerfile"
@@ -872,6 +872,7 @@ CHECKS: tuple[Callable[[Bundle], Result], ...] = (
     check_port,
     check_shellcheck,
     check_hadolint,
+    *imagestack.CHECKS,
 )
 
 
