@@ -66,7 +66,10 @@ def _recipes_option(func: Callable[..., Any]) -> Callable[..., Any]:
 class _Commands(click.Group):
     """A group whose heavier commands are imported only when invoked, so `build` does not pay for `validate`."""
 
-    lazy = {"validate": ("recipekit.validate.command", "validate_command")}
+    lazy = {
+        "validate": ("recipekit.validate.command", "validate_command"),
+        "image": ("recipekit.imagecommand", "image_group"),
+    }
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*super().list_commands(ctx), *self.lazy})
@@ -94,6 +97,7 @@ def main() -> None:
       recipekit build recipe=llama3_8b_sft hw=ascend910b
       recipekit plan recipe=llama3_70b_sft cluster.nodes=8 --advise
       recipekit validate bundles/llama3_8b_sft --dry-run
+      recipekit image build bundles/llama3_8b_sft --push
     """
 
 
