@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 import shutil
 import subprocess
 import sys
@@ -29,7 +28,7 @@ from recipekit.bundlefiles import RECIPE as RECIPE
 from recipekit.errors import RecipeError
 from recipekit.plan import LAYOUT_KEYS, resolve_precision, task_env_name
 from recipekit.recipe import Recipe, parse_recipe
-from recipekit.validate import volcano
+from recipekit.validate import imagestack, volcano
 from recipekit.validate.checks import Finding, Result, Status
 
 #: Summary keys recipe.yaml's plan must carry (what launch.json, the Job and train.py were rendered from).
@@ -644,19 +643,21 @@ def check_image(bundle: Bundle) -> Result:
     result = Result("consistency.image", "Dockerfile FROM and torch/torch_npu pins: a row of torch_npu's table")
     if bundle.dockerfile is None:
         return result.skip("no Dockerfile")
-    from recipekit.images import ImageFamily, compatibility_problems, load_images
+    from recipekit.dockerfile import parse, split_image
+    from recipekit.images import ARCHS, ImageFamily, base_reference, compatibility_problems, load_images
 
     images = load_images()
-    froms = dockerfile_instructions(bundle.dockerfile, "FROM")
-    if not froms:
+    parsed_file = parse(bundle.dockerfile)
+    base = parsed_file.base
+    if not base:
         return result.skip("no FROM instruction (reported by files.parse)")
-    base = froms[-1].split()[0]
-    image, _, tag = base.rpartition(":") if ":" in base.split("/")[-1] else (base, "", "latest")
-    runs = " ".join(dockerfile_instructions(bundle.dockerfile, "RUN"))
-    pins = dict(re.findall(r"(?<![\w.-])([A-Za-z0-9_.-]+)==([A-Za-z0-9_.+-]+)", runs))
-    torch, torch_npu = pins.get("torch"), pins.get("torch_npu")
+    image, tag = split_image(base)
+    arch = bundle.recipe.hw.arch if bundle.recipe else "amd64"
+    build = parsed_file.torch_for((arch, ARCHS[arch]))
+    torch = build.split("+")[0] if build else None
+    torch_npu = parsed_file.pins.get("torch-npu")
     if torch is None:
-        result.fail(DOCKERFILE, "RUN pip install torch", "torch is not pinned (torch==<version>)")
+        result.fail(DOCKERFILE, "RUN pip install torch", f"torch is not pinned for {arch} (torch==<version>)")
     family_name = bundle.recipe.hw.image_family if bundle.recipe else None
     family = images.families.get(family_name) if family_name else None
     vendor = bundle.recipe.hw.vendor if bundle.recipe else None
@@ -688,16 +689,19 @@ def check_image(bundle: Bundle) -> Result:
         for problem in compatibility_problems(family_name or "dockerfile", parsed, images.torch_npu_table):
             result.fail(DOCKERFILE, "FROM / torch / torch_npu", problem.message, problem.hint)
     if family is not None:
-        if base != family.base:
-            result.fail(DOCKERFILE, "FROM", f"{base}, but images/matrix.yaml family {family_name} is {family.base}")
-        for name, want in (("torch", family.torch), ("torch_npu", family.torch_npu)):
-            if pins.get(name) != want and not (want is None and name not in pins):
-                result.fail(
-                    DOCKERFILE, f"RUN pip install {name}", f"{pins.get(name)}, but family {family_name} pins {want}"
-                )
+        expected = base_reference(family, bundle.recipe.cluster.base_image_registry if bundle.recipe else None)
+        if base != expected:
+            result.fail(DOCKERFILE, "FROM", f"{base}, but images/matrix.yaml family {family_name} is {expected}")
+        for name, have, want in (
+            ("torch", build, family.torch_builds.get(arch)),
+            ("torch_npu", torch_npu, family.torch_npu),
+        ):
+            if have != want:
+                result.fail(DOCKERFILE, f"RUN pip install {name}", f"{have}, but family {family_name} pins {want}")
     versions = bundle.manifest.get("versions") if isinstance(bundle.manifest.get("versions"), dict) else {}
+    pins = {**parsed_file.pins, **({"torch": torch} if torch else {})}
     for name, pinned in pins.items():
-        recorded = versions.get(name)
+        recorded = versions.get(name, versions.get(name.replace("-", "_")))
         if recorded is not None and str(recorded) != pinned:
             result.fail(
                 DOCKERFILE, f"RUN pip install {name}", f"{pinned}, but manifest.json versions.{name} = {recorded}"
@@ -705,7 +709,7 @@ def check_image(bundle: Bundle) -> Result:
     if versions.get("base_image") and versions["base_image"] != base:
         result.fail(DOCKERFILE, "FROM", f"{base}, but manifest.json versions.base_image = {versions['base_image']}")
     if result.status is Status.PASS:
-        result.reason = f"{base}, torch {torch}" + (f", torch_npu {torch_npu} (CANN {cann})" if torch_npu else "")
+        result.reason = f"{base}, torch {build}" + (f", torch_npu {torch_npu} (CANN {cann})" if torch_npu else "")
     return result
 
 
@@ -850,6 +854,7 @@ CHECKS: tuple[Callable[[Bundle], Result], ...] = (
     check_port,
     check_shellcheck,
     check_hadolint,
+    *imagestack.CHECKS,
 )
 
 
