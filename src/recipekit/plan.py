@@ -823,7 +823,7 @@ def volcano_job(recipe: Recipe, plan: Plan) -> dict[str, Any]:
         "volumes": volumes,
     }
     # The image is built for one CPU architecture: a pod on a node of another fails with "exec format error".
-    pod_spec["nodeSelector"] = {**hw.node_selector, ARCH_LABEL: hw.arch}
+    pod_spec["nodeSelector"] = {**hw.node_selector, ARCH_LABEL: hw.arch, **hw.arch_node_selector.get(hw.arch, {})}
     if cl.priority_class:
         pod_spec["priorityClassName"] = cl.priority_class
 

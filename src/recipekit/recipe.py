@@ -180,13 +180,20 @@ class HardwareSpec(Section):
     )
     node_cpus: int = spec(32, gt=0, le=4096, description="CPU cores a node offers to pods (allocatable).")
     node_memory_gib: int = spec(256, gt=0, le=65536, description="Host memory a node offers to pods, GiB.")
-    env: dict[str, str] = spec(default_factory=dict, description="Collective-library env defaults run.sh exports.")
+    env: dict[str, str] = spec(
+        default_factory=dict, description="Collective-library env defaults the launcher exports (launch.json)."
+    )
     price_per_device_hour: float | None = spec(None, ge=0, description="Cost of one device for one hour.")
     archs: list[Literal["amd64", "arm64"]] = spec(
         description="CPU architectures this hardware's servers come with (Kubernetes names: amd64, arm64)."
     )
     arch: Literal["amd64", "arm64"] = spec(
         description="The nodes' CPU architecture: the image is built for it and the Job selects nodes of it."
+    )
+    arch_node_selector: dict[Literal["amd64", "arm64"], dict[str, str]] = spec(
+        default_factory=dict,
+        description="Extra node labels per architecture (MindCluster labels Ascend hosts host-arch: huawei-arm or "
+        "huawei-x86), added to kubernetes.io/arch.",
     )
 
     def rules(self) -> list[str]:

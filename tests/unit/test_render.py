@@ -164,6 +164,13 @@ def test_ascend_scheduling_details_follow_mindcluster() -> None:
     assert job["metadata"]["labels"]["ring-controller.atlas"] == template["metadata"]["labels"]["ring-controller.atlas"]
     assert template["metadata"]["annotations"]["sidecar.istio.io/inject"] == "false"
     assert "sp-block" not in template["metadata"]["annotations"]
+    assert template["spec"]["nodeSelector"] == {
+        "accelerator-type": "module-910b-8",
+        "kubernetes.io/arch": "arm64",
+        "host-arch": "huawei-arm",
+    }
+    x86 = yaml.safe_load(render_files(["recipe=llama3_8b_sft", "hw.arch=amd64"])["volcano-job.yaml"])
+    assert x86["spec"]["tasks"][0]["template"]["spec"]["nodeSelector"]["host-arch"] == "huawei-x86"
 
 
 def test_a3_box8_and_superpod_select_their_own_nodes() -> None:
