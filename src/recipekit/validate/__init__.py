@@ -3,7 +3,9 @@
 Public API:
 
 * :func:`validate` — run the checks on a bundle directory and return a :class:`~recipekit.validate.checks.Report`.
-* :func:`recipekit.validate.static.load_bundle` / :func:`recipekit.validate.static.run_static` — the static part.
+* :func:`recipekit.validate.loader.load_bundle` (also importable from ``recipekit.validate.static``) and
+  :func:`recipekit.validate.static.run_static` — the static part; :data:`recipekit.validate.static.CHECKS` lists the
+  checks in report order.
 * :func:`recipekit.validate.dryrun.run_dry_run` with :class:`~recipekit.validate.dryrun.DryRunOptions` — the dry run.
 * :data:`recipekit.validate.command.validate_command` — the click command (registered as ``recipekit validate``).
 
@@ -18,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from recipekit.validate.checks import Finding, Report, Result, Status
-from recipekit.validate.static import BundleUnusable
+from recipekit.validate.loader import BundleUnusable
 
 if TYPE_CHECKING:
     from recipekit.validate.dryrun import DryRunOptions
@@ -38,7 +40,8 @@ def validate(
     Raises :class:`BundleUnusable` when the path is not a bundle, and
     :class:`recipekit.validate.dryrun.DryRunUsageError` for dry-run options that cannot work.
     """
-    from recipekit.validate.static import load_bundle, run_static
+    from recipekit.validate.loader import load_bundle
+    from recipekit.validate.static import run_static
 
     if dry_run is not None:
         dry_run.check()  # bad flags are reported before any work

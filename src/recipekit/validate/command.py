@@ -100,7 +100,7 @@ def validate_command(
     """
     from recipekit.validate import validate
     from recipekit.validate.dryrun import DryRunOptions, DryRunUsageError
-    from recipekit.validate.static import BundleUnusable
+    from recipekit.validate.loader import BundleUnusable
 
     if not dry_run:
         given = [name for name in _DRY_RUN_ONLY if ctx.get_parameter_source(name) is not ParameterSource.DEFAULT]
