@@ -20,12 +20,22 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from recipekit.validate.checks import Finding, Report, Result, Status
-from recipekit.validate.loader import BundleUnusable
 
 if TYPE_CHECKING:
     from recipekit.validate.dryrun import DryRunOptions
+    from recipekit.validate.loader import BundleUnusable
 
 __all__ = ["BundleUnusable", "Finding", "Report", "Result", "Status", "validate"]
+
+
+def __getattr__(name: str) -> object:
+    # Lazily, so that importing a leaf of this package (the library check's child process does, with -m) does not
+    # import the loader and, through it, the recipe and plan modules.
+    if name == "BundleUnusable":
+        from recipekit.validate.loader import BundleUnusable
+
+        return BundleUnusable
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def validate(
