@@ -19,7 +19,8 @@ answer and turns it into results. What a first check costs, and how that is kept
 * **Only the checks' imports.** The child imports the four modules the checks use, hides peft (which transformers
   imports whenever installed, and which imports transformers' modelling code) and answers TrainingArguments'
   Kubeflow probe without importing the modelling stack; the verdicts stay the libraries' own (see libchild). What
-  is left is mostly ``import torch``, which TrainingArguments and DeepSpeed both need.
+  is left is mostly ``import torch`` (which TrainingArguments and DeepSpeed both need) and the two libraries'
+  package imports.
 * **Cached by content, not by bundle.** The answer depends only on the Trainer arguments, ds_config, the world size,
   the library versions and the checking code. The arguments that only *name* the run (:data:`IDENTITY_ARGS`:
   output_dir, run_name — output_dir carries the run id, which changes with the model path or data path) are replaced

@@ -18,7 +18,8 @@ as the libraries would give it:
   of the stand-in imports the real module and answers from it: a transformers that asks for more gets slower, never
   a different verdict.
 
-Together they take a first check from about 2.5× ``import torch`` to about 1× (``benchmarks/bench_validate.py``).
+Together they take the child's imports from about 3× the CPU time of ``import torch`` to under 2×
+(``benchmarks/bench_validate.py``).
 """
 
 from __future__ import annotations
