@@ -309,6 +309,8 @@ def test_announcements_are_the_runtime_speaking_in_its_own_name() -> None:
     assert announcement("run.sh: no CANN environment script found") is not None
     assert announcement("2026 INFO [rank 0] train: world size 2") is None  # a log line: not a phase
     assert announcement("Generating train split: 128 examples") is None
+    long = announcement("train.py: failed: RuntimeError: " + "x" * 500) or ""
+    assert len(long) == 200 and long.endswith("…")  # the whole message is in the pod's log
 
 
 def test_workers_counts_torchrun_children_running_the_module_not_torchrun() -> None:

@@ -26,6 +26,8 @@ from recipekit.runtime import contract
 ANNOUNCERS = ("run.sh:", "launch:", "train.py:")
 _TORCHRUN = ("torchrun", "torch.distributed.run")
 _PLAIN_FIELDS = ("event", "phase", "rank", "time", "ts")
+#: An announcement longer than this (a failure's whole message) is cut: the full text is in the pod's log.
+MAX_CHARS = 200
 
 
 class LogFollower:
@@ -48,12 +50,12 @@ class LogFollower:
 
 
 def announcement(line: str) -> str | None:
-    """The runtime's announcement in a log line, or None. Progress bars rewrite a line with carriage returns, so
-    each rewritten segment is looked at."""
+    """The runtime's announcement in a log line (cut to :data:`MAX_CHARS`), or None. Progress bars rewrite a line
+    with carriage returns, so each rewritten segment is looked at."""
     for segment in reversed(line.split("\r")):
         text = segment.strip()
         if text.startswith(ANNOUNCERS):
-            return text
+            return text if len(text) <= MAX_CHARS else text[: MAX_CHARS - 1] + "…"
     return None
 
 
