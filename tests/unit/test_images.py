@@ -55,10 +55,14 @@ def _selector(job: dict) -> dict:
 
 def test_arch_default_is_explicit_and_overridable() -> None:
     dockerfile, job = _dockerfile_and_job()
-    assert _selector(job) == {"accelerator-type": "module-910b-8", "kubernetes.io/arch": "arm64"}
+    assert _selector(job) == {
+        "accelerator-type": "module-910b-8",
+        "kubernetes.io/arch": "arm64",
+        "host-arch": "huawei-arm",
+    }
     assert "build with --platform linux/arm64" in dockerfile
     _, job = _dockerfile_and_job("hw.arch=amd64")
-    assert _selector(job)["kubernetes.io/arch"] == "amd64"
+    assert (_selector(job)["kubernetes.io/arch"], _selector(job)["host-arch"]) == ("amd64", "huawei-x86")
     _, job = _dockerfile_and_job("hw=h100")
     assert _selector(job) == {"kubernetes.io/arch": "amd64"}
 

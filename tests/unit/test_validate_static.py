@@ -24,7 +24,8 @@ from recipekit.build import build
 from recipekit.validate import validate
 from recipekit.validate.checks import Status
 from recipekit.validate.command import validate_command
-from recipekit.validate.static import BundleUnusable, load_bundle, rehash_manifest, run_static
+from recipekit.validate.loader import BundleUnusable, load_bundle, rehash_manifest
+from recipekit.validate.static import run_static
 from recipekit.validate.volcano import policy_findings, schema_findings, webhook_findings
 
 BUNDLES = {
