@@ -20,6 +20,8 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
 from recipekit import __version__
+from recipekit.datasize import DataSize, data_size
+from recipekit.datasize import steps_per_epoch as steps_per_epoch_of
 from recipekit.documents import (
     deepspeed_config,
     launch_spec,
@@ -121,6 +123,8 @@ class Plan:
     warmup_steps: int | float
     master_port: int
     output_dir: str
+    prepared_dir: str  # prepared data: <prepared_dir>/<fingerprint>, shared by runs with equal inputs
+    data: DataSize
     pod_cpus: int
     pod_memory_gib: int
     superpod_block: int | None  # MindCluster's sp-block: devices of one logical SuperPoD
@@ -150,6 +154,8 @@ class Plan:
             "warmup_steps": self.warmup_steps,
             "master_port": self.master_port,
             "output_dir": self.output_dir,
+            "prepared_dir": self.prepared_dir,
+            "data": self.data.summary(),
             "flops": asdict(self.flops),
             "image": self.image,
         }
@@ -197,6 +203,7 @@ def run_identity(recipe: Recipe, layout: Layout, precision: str) -> dict[str, An
             "max_len": data.max_len,
             "packing": data.packing,
             "eval_fraction": data.eval_fraction,
+            "shard_mib": data.shard_mib,  # chunks bound the packing windows, so they shape the rows
         },
         "layout": {k: v for k, v in layout.numbers().items() if k not in ("nodes", "devices_per_pod")},
         "zero_stage": recipe.parallel.zero_stage,
@@ -347,10 +354,10 @@ def make_plan(recipe: Recipe, images: ImageMatrix, *, analysis_only: bool = Fals
         )
 
     # --- schedule
+    size = data_size(data)
     steps_per_epoch = total_steps = None
-    if data.num_samples:
-        train_samples = max(1, math.floor(data.num_samples * (1 - data.eval_fraction)))
-        steps_per_epoch = math.ceil(train_samples / layout.global_batch_size)
+    if size.rows:
+        steps_per_epoch = steps_per_epoch_of(size.rows, layout)
     if tr.max_steps:
         total_steps = tr.max_steps
     elif steps_per_epoch:
@@ -377,6 +384,13 @@ def make_plan(recipe: Recipe, images: ImageMatrix, *, analysis_only: bool = Fals
             "cluster.output_dir",
             f"{cl.output_dir} is not under the shared volume {cl.mount_path}",
             hint="checkpoints must survive a pod: put output_dir under mount_path",
+        )
+    prepared_dir = (data.prepared_dir or f"{cl.output_dir.rstrip('/')}/prepared").rstrip("/")
+    if data.prepared_dir and not (prepared_dir + "/").startswith(mount):
+        errors.add(
+            "data.prepared_dir",
+            f"{data.prepared_dir} is not under the shared volume {cl.mount_path}",
+            hint="every pod prepares a share and reads every shard: put prepared_dir under mount_path",
         )
 
     # --- pod resources and placement
@@ -415,6 +429,8 @@ def make_plan(recipe: Recipe, images: ImageMatrix, *, analysis_only: bool = Fals
         warmup_steps=warmup,
         master_port=cl.master_port,
         output_dir=output_dir,
+        prepared_dir=prepared_dir,
+        data=size,
         pod_cpus=pod_cpus,
         pod_memory_gib=pod_memory_gib,
         superpod_block=superpod_block,

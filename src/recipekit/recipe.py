@@ -226,13 +226,39 @@ class DataSpec(Section):
     name: str = spec(description="Short name (the option's file name).")
     description: str = spec("", description="One line shown by `recipekit list data`.")
     format: Literal["alpaca", "messages", "text"] = spec(
-        description="alpaca: instruction/input/output JSONL; messages: chat JSONL; text: raw text files."
+        description="alpaca: instruction/input/output records; messages: chat records; text: raw text. Records "
+        "come as JSON lines, JSON arrays, Parquet or Arrow files; text also as .txt files."
     )
-    path: str = spec(description="File or directory on the shared volume.")
+    path: str = spec(
+        description="A file, a directory (its data files) or a glob (corpus/**/*.jsonl) on the shared volume."
+    )
     max_len: int = spec(2048, gt=0, description="Sequence length (truncation; block size when packing).")
     packing: bool = spec(False, description="Pack several samples into one sequence.")
-    num_samples: int | None = spec(None, gt=0, description="Samples (or blocks) per epoch, for schedule and time.")
+    num_samples: int | None = spec(
+        None, gt=0, description="Records (pretraining: blocks) per epoch: the estimate until num_rows is set."
+    )
+    num_rows: int | None = spec(
+        None, gt=0, description="Training rows per epoch, exact once the data is prepared (recipekit plan --data)."
+    )
+    num_tokens: int | None = spec(
+        None, gt=0, description="Tokens of the training rows per epoch (padding excluded): time and cost figures."
+    )
     eval_fraction: float = spec(0.0, ge=0, lt=1, description="Held-out fraction for evaluation.")
+    max_bad_records: int = spec(
+        0, ge=0, description="Bad records skipped (and reported) before preparing fails; 0: the first is fatal."
+    )
+    shard_mib: float = spec(
+        64.0, gt=0, le=65536, description="Input MiB per prepare work unit and output shard (split at record edges)."
+    )
+    prepared_dir: str | None = spec(
+        None,
+        description="Where prepared shards live on the shared volume, one directory per fingerprint, reused by "
+        "every run with equal data, tokenizer and row settings (default: <cluster.output_dir>/prepared).",
+    )
+    fingerprint: Literal["stat", "content"] = spec(
+        "stat",
+        description="How data files are recognised for reuse: size and mtime (stat), or a sha256 of their content.",
+    )
 
 
 # ------------------------------------------------------------------------------------------------------- cluster

@@ -128,6 +128,7 @@ def _timing_rows(est: Estimate) -> list[tuple[str, str]]:
             )
         )
     rows += [
+        ("data per epoch", _data_words(est)),
         ("step time", duration(est.step_time_s)),
         (
             "total",
@@ -139,6 +140,15 @@ def _timing_rows(est: Estimate) -> list[tuple[str, str]]:
         ("cost", _cost(est)),
     ]
     return rows
+
+
+def _data_words(est: Estimate) -> str:
+    """Rows and tokens of one epoch and where each number comes from (``plan.data``: exact once prepared)."""
+    data = est.plan.data
+    if not data.rows:
+        return "n/a (no data.num_rows, data.num_tokens or data.num_samples)"
+    exact = "exact, prepared" if data.exact else "estimated"
+    return f"{data.rows:,} rows ({data.rows_from}), {data.tokens:,} tokens ({data.tokens_from}); {exact}"
 
 
 def _three_d_rows(est: Estimate) -> list[tuple[str, str]]:
@@ -394,6 +404,7 @@ def estimate_dict(est: Estimate) -> dict[str, Any]:
             "tp_time_s": _round(d.tp_time_s),
             "note": d.note,
         },
+        "data": est.plan.data.summary(),
         "time": {
             "step_s": _round(est.step_time_s),
             "total_steps": est.total_steps,

@@ -4,9 +4,10 @@ Tests and the dry run need data that (a) is valid in exactly the shape a real ru
 lengths so padding, truncation and packing are exercised, and (c) is learnable by a two-layer model in a few dozen
 steps so "the loss falls" is a real check. Every sample comes from a handful of rule-based tasks over a tiny word list
 (repeat a word, count, spell backwards, a fixed fact), so the answer is a function of the prompt and the loss drops
-fast. The same ``seed`` and ``n`` always give byte-identical files.
+fast. The same ``seed`` and ``n`` always give byte-identical files, in every file layout, holding the same records.
 
-Only the standard library is used: the light CLI imports this module and must not pull in torch or transformers.
+Only the standard library is used for JSON and text: the light CLI imports this module and must not pull in torch
+or transformers. Parquet and Arrow files are written with pyarrow, imported only for them.
 """
 
 from __future__ import annotations
@@ -15,42 +16,54 @@ import json
 import random
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 FORMATS = ("alpaca", "messages", "text")
+#: File layouts by suffix; a path without one of them is a directory of several files.
+LAYOUTS = (".jsonl", ".json", ".parquet", ".arrow", ".txt")
 
 _WORDS = ("red", "blue", "green", "cat", "dog", "fish", "sun", "moon", "tree", "rock", "bird", "star")
 _SYSTEM = "You are a careful assistant. Answer with the result only."
-_TEXT_FILES = 3  # a text *directory* is split over this many .txt files, to exercise multi-file loading
+_PARTS = 3  # a data *directory* is split over this many files, to exercise multi-file loading
 
 
 def write_tiny_dataset(format: str, path: Path, n: int = 64, seed: int = 0) -> Path:
     """Write ``n`` samples of ``format`` to ``path`` and return the path written.
 
-    - ``alpaca``: JSONL with ``instruction``, ``input`` (often empty) and ``output``.
-    - ``messages``: JSONL with ``messages`` = [{role, content}, ...]: an optional system turn, one or two exchanges.
-    - ``text``: raw text, one paragraph per sample, paragraphs separated by a blank line. ``path`` ending in ``.txt``
-      gives one file; ending in ``.jsonl`` gives JSONL with a ``text`` field; anything else is a directory of
-      several ``.txt`` files.
+    - ``alpaca``: records with ``instruction``, ``input`` (often empty) and ``output``.
+    - ``messages``: records with ``messages`` = [{role, content}, ...]: an optional system turn, one or two exchanges.
+    - ``text``: documents of a few sentences; as records, a ``text`` field.
+
+    The suffix of ``path`` picks the layout: ``.jsonl`` (JSON lines), ``.json`` (one JSON array, indented as
+    ``alpaca_data.json`` is), ``.parquet``, ``.arrow`` (Arrow IPC stream, as datasets.save_to_disk writes) or, for
+    text, ``.txt`` (documents separated by a blank line). Any other path becomes a directory of several files:
+    ``part-NNNNN.txt`` for text, ``part-NNNNN.jsonl`` otherwise, the samples dealt round-robin.
     """
     if format not in FORMATS:
         raise ValueError(f"unknown data format {format!r}; expected one of {', '.join(FORMATS)}")
     if n < 1:
         raise ValueError(f"n must be at least 1, got {n}")
-    rng = random.Random(seed)
     path = Path(path)
-    if format == "alpaca":
-        return _write_jsonl(path, [_alpaca_record(rng) for _ in range(n)])
-    if format == "messages":
-        return _write_jsonl(path, [{"messages": _conversation(rng)} for _ in range(n)])
-    paragraphs = [_paragraph(rng) for _ in range(n)]
-    if path.suffix == ".jsonl":
-        return _write_jsonl(path, [{"text": p} for p in paragraphs])
-    if path.suffix == ".txt":
-        return _write_text(path, paragraphs)
+    if path.suffix == ".txt" and format != "text":
+        raise ValueError(f"a .txt file holds text documents, not {format} records")
+    records = tiny_records(format, n, seed)
+    if path.suffix in LAYOUTS:
+        return _write(path, records)
     path.mkdir(parents=True, exist_ok=True)
-    for index in range(min(_TEXT_FILES, n)):
-        _write_text(path / f"part-{index:05d}.txt", paragraphs[index::_TEXT_FILES])
+    suffix = ".txt" if format == "text" else ".jsonl"
+    for index in range(min(_PARTS, n)):
+        _write(path / f"part-{index:05d}{suffix}", records[index::_PARTS])
     return path
+
+
+def tiny_records(format: str, n: int, seed: int = 0) -> list[dict[str, Any]]:
+    """The ``n`` records every layout of ``write_tiny_dataset(format, ..., n, seed)`` holds, in file order."""
+    rng = random.Random(seed)
+    if format == "alpaca":
+        return [_alpaca_record(rng) for _ in range(n)]
+    if format == "messages":
+        return [{"messages": _conversation(rng)} for _ in range(n)]
+    return [{"text": _paragraph(rng)} for _ in range(n)]
 
 
 # ----------------------------------------------------------------------------------------------------- tasks
@@ -105,13 +118,29 @@ def _paragraph(rng: random.Random) -> str:
 
 
 # ----------------------------------------------------------------------------------------------------- files
-def _write_jsonl(path: Path, records: list[dict]) -> Path:
+def _write(path: Path, records: list[dict[str, Any]]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
+    if path.suffix == ".txt":
+        path.write_text("\n\n".join(r["text"] for r in records) + "\n", encoding="utf-8")
+    elif path.suffix == ".json":
+        path.write_text(json.dumps(records, ensure_ascii=False, indent=4) + "\n", encoding="utf-8")
+    elif path.suffix in (".parquet", ".arrow"):
+        _write_columnar(path, records)
+    else:
+        path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
     return path
 
 
-def _write_text(path: Path, paragraphs: list[str]) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("\n\n".join(paragraphs) + "\n", encoding="utf-8")
-    return path
+def _write_columnar(path: Path, records: list[dict[str, Any]]) -> None:
+    """Parquet (row groups of 16 records) or an Arrow IPC stream (batches of 16): several units to split on."""
+    import pyarrow as pa
+
+    table = pa.Table.from_pylist(records)
+    if path.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        pq.write_table(table, path, row_group_size=16)
+        return
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, table.schema) as writer:
+        for batch in table.to_batches(max_chunksize=16):
+            writer.write_batch(batch)

@@ -12,12 +12,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from recipekit.tinydata import write_tiny_dataset
+from recipekit.tinydata import tiny_records, write_tiny_dataset
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from recipekit.runtime import chat, data, samples, twin  # noqa: E402
+from recipekit.runtime import chat, data, samples, sources, twin  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -29,11 +29,22 @@ def tokenizer(tmp_path_factory):
 
 
 # ----------------------------------------------------------------------------------------------- tiny data
+def records_of(path, fmt, chunk_bytes=1 << 20):
+    """Every item of the data at ``path``, chunk by chunk (sources.py), and the first problem as a DataError."""
+    files = sources.find_files(str(path), fmt)
+    items = [i for c in sources.plan_chunks(files, chunk_bytes) for i in sources.read_chunk(files[c.file], c, fmt)]
+    for item in items:
+        problem = item.checked(fmt)
+        if problem is not None:
+            raise data.DataError(item.locate(), problem[0], field=problem[1])
+    return [item.record for item in items]
+
+
 def test_tinydata_is_deterministic_and_needs_no_training_stack(tmp_path):
     first = write_tiny_dataset("alpaca", tmp_path / "a.jsonl", n=32, seed=3).read_bytes()
     assert write_tiny_dataset("alpaca", tmp_path / "b.jsonl", n=32, seed=3).read_bytes() == first
     assert write_tiny_dataset("alpaca", tmp_path / "c.jsonl", n=32, seed=4).read_bytes() != first
-    probe = "import sys, recipekit.tinydata; print(sorted({'torch', 'transformers'} & set(sys.modules)))"
+    probe = "import sys, recipekit.tinydata; print(sorted({'torch', 'transformers', 'pyarrow'} & set(sys.modules)))"
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]"
 
@@ -41,13 +52,16 @@ def test_tinydata_is_deterministic_and_needs_no_training_stack(tmp_path):
 def test_tinydata_formats_are_valid_and_vary_in_length(tmp_path):
     for fmt, name in (("alpaca", "a.jsonl"), ("messages", "m.jsonl"), ("text", "t.jsonl")):
         path = write_tiny_dataset(fmt, tmp_path / name, n=40)
-        assert data.validate_data_file(path, fmt) == 40
+        assert len(records_of(path, fmt)) == 40
         lengths = {len(line) for line in path.read_text().splitlines()}
         assert max(lengths) > 2 * min(lengths)
     corpus = write_tiny_dataset("text", tmp_path / "corpus", n=40)
-    files = data.data_files(corpus, "text")
-    assert len(files) == 3 and all(f.suffix == ".txt" for f in files)
-    assert sum(f.read_text().count("\n\n") + 1 for f in files) == 40  # paragraphs = samples
+    files = sources.find_files(str(corpus), "text")
+    assert len(files) == 3 and all(f.kind == "text" for f in files)
+    assert sum(f.path.read_text().count("\n\n") + 1 for f in files) == 40  # paragraphs = samples
+    assert sorted(r["text"] for r in records_of(corpus, "text")) == sorted(
+        r["text"] for r in tiny_records("text", 40)
+    )
 
 
 # ----------------------------------------------------------------------------------------------- bad data
@@ -57,6 +71,7 @@ def test_tinydata_formats_are_valid_and_vary_in_length(tmp_path):
         ("alpaca", ['{"instruction": "a", "output": "b"}', "{not json"], r":2: not valid JSON"),
         ("alpaca", ['{"instruction": "a", "output": "b"}', '{"instruction": "a"}'], r":2: field 'output': missing"),
         ("alpaca", ['{"instruction": 3, "output": "b"}'], r":1: field 'instruction': must be a string, got int"),
+        ("alpaca", ['{"instruction": null, "output": "b"}'], r":1: field 'instruction': missing"),
         ("alpaca", ['["a", "b"]'], r":1: expected a JSON object"),
         ("messages", ['{"messages": []}'], r":1: field 'messages': must be a non-empty list"),
         (
@@ -72,7 +87,6 @@ def test_tinydata_formats_are_valid_and_vary_in_length(tmp_path):
         ),
         ("text", ['{"body": "x"}'], r":1: field 'text': missing"),
         ("alpaca", [], r"file is empty"),
-        ("alpaca", ["", "  "], r"holds no records"),
         (
             "alpaca",
             ['{"instruction": "a", "output": "b"}', '{"instruction": "\udcff", "output": "b"}'],
@@ -84,16 +98,27 @@ def test_bad_data_names_file_line_and_field(tmp_path, fmt, lines, expected):
     path = tmp_path / "data.jsonl"
     path.write_bytes(("\n".join(lines) + ("\n" if lines else "")).encode("utf-8", "surrogateescape"))
     with pytest.raises(data.DataError, match=expected) as raised:
-        data.validate_data_file(path, fmt)
+        records_of(path, fmt)
     assert str(path) in str(raised.value) and "\n" not in str(raised.value)
+
+
+def test_line_numbers_count_from_the_file_start_in_every_chunk(tmp_path):
+    path = write_tiny_dataset("alpaca", tmp_path / "data.jsonl", n=300)
+    lines = path.read_text().splitlines()
+    lines[250] = '{"instruction": "x"}'
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(data.DataError, match=r"data.jsonl:251: field 'output': missing"):
+        records_of(path, "alpaca", chunk_bytes=2000)  # line 251 lies in a later chunk
 
 
 def test_a_data_directory_without_data_files_is_an_error(tmp_path):
     (tmp_path / "notes.md").write_text("x")
-    with pytest.raises(data.DataError, match="no .jsonl files"):
-        data.data_files(tmp_path, "alpaca")
+    with pytest.raises(data.DataError, match="directory holds no .jsonl or .json or .parquet or .arrow files"):
+        sources.find_files(str(tmp_path), "alpaca")
     with pytest.raises(data.DataError, match="does not exist"):
-        data.data_files(tmp_path / "absent", "text")
+        sources.find_files(str(tmp_path / "absent"), "text")
+    with pytest.raises(data.DataError, match="the pattern matches no file"):
+        sources.find_files(str(tmp_path / "*.jsonl"), "alpaca")
 
 
 # ---------------------------------------------------------------------------------------------- tokenizer

@@ -272,7 +272,13 @@ def estimate(recipe: Recipe, plan: Plan, *, price_per_device_hour: float | None 
         notes.append(three_d.note)
     step = compute.time_s + comm.exposed_s + offload_s + (three_d.tp_time_s if three_d else 0.0)
 
-    if not recipe.data.packing:
+    if plan.data.tokens_from == "data.num_tokens":
+        notes.append(
+            f"tokens per step: {compute.tokens_per_step / layout.global_batch_size:,.0f} per row, the mean of "
+            f"data.num_tokens over {plan.data.rows:,} rows ({plan.data.rows_from})"
+            + ("; padding to a micro batch's longest row adds to it" if not recipe.data.packing else "")
+        )
+    elif not recipe.data.packing:
         notes.append(
             f"tokens per step assume every sequence is data.max_len = {seq} tokens long (an upper bound "
             "without packing)"
@@ -364,7 +370,9 @@ def _compute(recipe: Recipe, plan: Plan) -> Compute:
     recomputation therefore costs time. The pipeline bubble stretches the step by 1/(1 − bubble).
     """
     hw, flops, layout = recipe.hw, plan.flops, plan.layout
-    tokens = layout.global_batch_size * recipe.data.max_len
+    # the mean row when the data's tokens are known (plan.data), else every row at max_len
+    per_row = min(plan.data.tokens_per_row or recipe.data.max_len, recipe.data.max_len)
+    tokens = round(layout.global_batch_size * per_row)
     time_s = flops.hardware_per_token * tokens / (layout.world_size * flops.peak_tflops * 1e12 * hw.assumed_mfu)
     if layout.pipeline_parallel > 1:
         time_s /= 1 - bubble_fraction(layout.pipeline_parallel, layout.gradient_accumulation_steps)

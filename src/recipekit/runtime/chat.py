@@ -50,7 +50,8 @@ def assistant_spans(tokenizer: Any, messages: list[dict[str, str]], text: str) -
         if message["role"] != "assistant":
             continue
         start = len(render_chat(tokenizer, messages[:index], generation_prompt=True))
-        upto = render_chat(tokenizer, messages[: index + 1])
+        # the whole conversation is rendered already: one render less per record for the common single answer
+        upto = text if index == len(messages) - 1 else render_chat(tokenizer, messages[: index + 1])
         if not text.startswith(upto) or start > len(upto):
             raise RunError(
                 "the tokenizer's chat template does not render a conversation as a prefix of its "

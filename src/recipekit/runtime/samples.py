@@ -1,28 +1,27 @@
 """Records → training rows: tokenised with prompt tokens masked, blocked for pretraining, packed, and collated.
 
 Every row carries ``labels``: -100 (the loss's ignore_index) on each token the model must not learn (prompts,
-padding, the first token of a packed sample). The datasets.map steps fingerprint their output by content, so every
-rank and every restart finds the main process's cached result instead of tokenising again.
+padding, the first token of a packed sample). The functions take and give column batches (``{"input_ids": [...],
+...}``), the shape ``datasets.map(batched=True)`` uses: the prepare step (prepare.py) calls them on windows of
+:data:`WINDOW` records in input order and stores their rows in shards (shards.py), which hand the very same rows
+back to the collator.
 """
 
 from __future__ import annotations
 
 import bisect
-import hashlib
-import json
-import logging
-import os
 from dataclasses import dataclass
 from typing import Any
 
-import datasets
+import numpy as np
 import torch
 
 from .chat import assistant_spans, conversations, render_chat
-from .common import RunError, log0
 
 IGNORE_INDEX = -100  # label value the loss skips (torch.nn.CrossEntropyLoss ignore_index)
-MAP_BATCH = 1_000  # rows per datasets.map batch; also the window the packer fills its bins from
+#: Records tokenised together, and samples packed together: the packer fills its bins from this many samples, and
+#: pretraining's blocks run across the documents of one window (its shorter tail is dropped).
+WINDOW = 1_000
 
 
 def encode_conversation(tokenizer: Any, messages: list[dict[str, str]], max_len: int) -> dict[str, list[int]]:
@@ -39,20 +38,39 @@ def encode_conversation(tokenizer: Any, messages: list[dict[str, str]], max_len:
 
 
 def tokenize_conversations(batch: dict[str, list], tokenizer: Any, fmt: str, max_len: int) -> dict[str, list]:
-    """datasets.map function: encode each record; drop those whose answer lies wholly beyond max_len."""
+    """Encode each record as :func:`encode_conversation` does, the batch's texts in one tokenizer call; drop the
+    records whose answer lies wholly beyond max_len."""
     out: dict[str, list] = {"input_ids": [], "labels": []}
-    for messages in conversations(batch, fmt):
-        sample = encode_conversation(tokenizer, messages, max_len)
-        if any(label != IGNORE_INDEX for label in sample["labels"]):
-            out["input_ids"].append(sample["input_ids"])
-            out["labels"].append(sample["labels"])
+    chats = list(conversations(batch, fmt))
+    if not chats:
+        return out
+    texts = [render_chat(tokenizer, messages) for messages in chats]
+    spans = [assistant_spans(tokenizer, messages, text) for messages, text in zip(chats, texts)]
+    encoded = tokenizer(texts, add_special_tokens=False, return_offsets_mapping=True)
+    for ids, offsets, answer in zip(encoded["input_ids"], encoded["offset_mapping"], spans):
+        ids = ids[:max_len]
+        learned = _in_spans([start for start, _ in offsets[: len(ids)]], answer)
+        if learned.any():
+            out["input_ids"].append(ids)
+            out["labels"].append(np.where(learned, ids, IGNORE_INDEX).tolist())
     return out
 
 
-def tokenize_into_blocks(batch: dict[str, list], tokenizer: Any, block_len: int) -> dict[str, list]:
-    """datasets.map function for pretraining: documents joined with eos, cut into block_len token blocks.
+def _in_spans(starts: list[int], spans: list[tuple[int, int]]) -> np.ndarray:
+    """Whether each token (by the character it starts at) lies in one of ``spans`` (sorted, disjoint)."""
+    positions = np.asarray(starts, dtype=np.int64)
+    if not spans:
+        return np.zeros(len(positions), dtype=bool)
+    lower = np.asarray([s for s, _ in spans], dtype=np.int64)
+    upper = np.asarray([e for _, e in spans], dtype=np.int64)
+    which = np.searchsorted(lower, positions, side="right") - 1
+    return (which >= 0) & (positions < upper[np.maximum(which, 0)])
 
-    The tail shorter than a block at the end of each map batch is dropped (at most one block per batch).
+
+def tokenize_into_blocks(batch: dict[str, list], tokenizer: Any, block_len: int) -> dict[str, list]:
+    """Pretraining rows: documents joined with eos, cut into block_len token blocks.
+
+    The tail shorter than a block at the end of each batch is dropped (at most one block per window).
     """
     stream: list[int] = []
     for ids in tokenizer([t for t in batch["text"] if t.strip()], add_special_tokens=False)["input_ids"]:
@@ -62,7 +80,7 @@ def tokenize_into_blocks(batch: dict[str, list], tokenizer: Any, block_len: int)
 
 
 def pack_samples(batch: dict[str, list], max_len: int) -> dict[str, list]:
-    """datasets.map function: pack samples into rows of at most max_len tokens, best-fit decreasing.
+    """Pack samples into rows of at most max_len tokens, best-fit decreasing.
 
     Each row carries ``position_ids`` that restart at 0 for every sample. With no attention_mask, transformers
     derives a block-diagonal causal mask from them (sdpa, eager, flash), so no token attends to another sample and
@@ -115,74 +133,3 @@ class SequenceCollator:
                 batch["attention_mask"].append([1] * len(ids) + [0] * pad)
         keep = ["input_ids", "labels"] + (["position_ids"] if packed else ["attention_mask"] if padded else [])
         return {key: torch.tensor(batch[key], dtype=torch.long) for key in keep}
-
-
-def build_datasets(
-    raw: datasets.Dataset,
-    tokenizer: Any,
-    data: Any,
-    seed: int,
-) -> tuple[datasets.Dataset, datasets.Dataset | None]:
-    """Tokenised (and for pretraining blocked, for SFT optionally packed) train and eval sets, cached by content."""
-    workers = _map_workers(len(raw))
-    if data.format == "text":
-        tokenized = _map(raw, tokenize_into_blocks, tokenizer, workers, block_len=data.max_len)
-        if not len(tokenized):
-            raise RunError(f"data {data.path} yields no full block of max_len={data.max_len} tokens")
-    else:
-        tokenized = _map(raw, tokenize_conversations, tokenizer, workers, fmt=data.format, max_len=data.max_len)
-        if len(tokenized) < len(raw):
-            log0(
-                "%d of %d samples dropped: their answer starts beyond max_len=%d",
-                len(raw) - len(tokenized),
-                len(raw),
-                data.max_len,
-                level=logging.WARNING,
-            )
-        if not len(tokenized):
-            raise RunError(f"no sample of {data.path} has an answer within max_len={data.max_len}")
-    train, evaluation = tokenized, None
-    if data.eval_fraction > 0:
-        split = tokenized.train_test_split(test_size=data.eval_fraction, seed=seed)
-        train, evaluation = split["train"], split["test"]
-    if data.format != "text" and data.packing:
-        train = _map(train, pack_samples, None, workers, max_len=data.max_len)
-        if evaluation is not None:
-            evaluation = _map(evaluation, pack_samples, None, workers, max_len=data.max_len)
-    return train, evaluation
-
-
-def _map(
-    dataset: datasets.Dataset, function: Any, tokenizer: Any, workers: int | None, **kwargs: Any
-) -> datasets.Dataset:
-    """``dataset.map(function)``, whose output columns replace the input's, with a fingerprint made of the input's,
-    the tokenizer's content and the arguments.
-
-    An explicit fingerprint makes every rank, and every restart, find the main process's cache files, whatever
-    the pickling of a tokenizer object happens to produce. ``tokenizer`` (None for token-level steps) is passed on.
-    """
-    parts = [dataset._fingerprint, function.__name__, json.dumps(kwargs, sort_keys=True)]
-    if tokenizer is not None:
-        parts.append(_tokenizer_digest(tokenizer))
-        kwargs["tokenizer"] = tokenizer
-    digest = hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
-    return dataset.map(
-        function,
-        batched=True,
-        batch_size=MAP_BATCH,
-        remove_columns=dataset.column_names,
-        fn_kwargs=kwargs,
-        num_proc=workers,
-        new_fingerprint=digest,
-        desc=function.__name__.replace("_", " "),
-    )
-
-
-def _tokenizer_digest(tokenizer: Any) -> str:
-    content = tokenizer.backend_tokenizer.to_str() + str(tokenizer.chat_template)
-    return hashlib.sha256(content.encode()).hexdigest()
-
-
-def _map_workers(rows: int) -> int | None:
-    """Worker processes for tokenisation: worth their start-up cost only on large data."""
-    return min(8, os.cpu_count() or 1) if rows >= 50_000 else None

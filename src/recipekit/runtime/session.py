@@ -14,21 +14,18 @@ import os
 from pathlib import Path
 from typing import Any
 
-import datasets
-from transformers import Trainer
-
 from . import contract
 from .arguments import make_training_arguments, trainer_kwargs
 from .callbacks import MetricsFileCallback, PreemptionCallback, ThroughputCallback
 from .checkpoints import RunRecordCallback, choose_resume
 from .common import log0, precision, rank
 from .config import RunConfig
-from .data import load_raw_dataset
+from .dataprep import prepare_for_run, world
 from .device import Device
 from .distributed import join_deepspeed_group, launched, leave_process_group, prepare_environment
-from .model import load_model, load_tokenizer, parameter_counts, save_merged
-from .samples import SequenceCollator, build_datasets
-from .twin import create_random_init
+from .model import load_model, parameter_counts, save_merged
+from .sampler import PreparedTrainer
+from .samples import SequenceCollator
 
 
 class Records:
@@ -61,37 +58,20 @@ def training_arguments(run: RunConfig, device: Device) -> tuple[Any, list[str]]:
     return args, notes
 
 
-def prepare_inputs(
-    recipe: Any, args: Any, output_dir: Path
-) -> tuple[str, Any, datasets.Dataset, datasets.Dataset | None]:
-    """Model path, tokenizer and the train/eval sets; each step on the main process first, then cached for the rest."""
-    with args.main_process_first(local=False, desc="load and validate data"):
-        raw = load_raw_dataset(recipe.data, output_dir / "cache" / "datasets")
-    model_path = recipe.model.name_or_path
-    if recipe.model.init == "random":
-        model_path = str(output_dir / contract.RANDOM_INIT_DIR)
-        with args.main_process_first(local=False, desc="create the random twin"):
-            if args.process_index == 0:
-                create_random_init(recipe.model, raw, recipe.data.format, args.seed, Path(model_path))
-    tokenizer = load_tokenizer(model_path, recipe.model.trust_remote_code)
-    with args.main_process_first(local=False, desc="tokenize"):
-        train_set, eval_set = build_datasets(raw, tokenizer, recipe.data, args.seed)
-    return model_path, tokenizer, train_set, eval_set
-
-
 def make_trainer(
     run: RunConfig,
     args: Any,
     model: Any,
     tokenizer: Any,
-    train_set: datasets.Dataset,
-    eval_set: datasets.Dataset | None,
+    train_set: Any,
+    eval_set: Any,
     identity: dict[str, Any],
-) -> tuple[Trainer, PreemptionCallback]:
-    """The Trainer with recipekit's callbacks: throughput first (reporters run in list order and must see its
-    figures), then metrics.jsonl, the run record of each checkpoint and SIGTERM handling."""
+) -> tuple[PreparedTrainer, PreemptionCallback]:
+    """The Trainer (drawing rows in the resumable order, sampler.py) with recipekit's callbacks: throughput first
+    (reporters run in list order and must see its figures), then metrics.jsonl, the run record of each checkpoint
+    and SIGTERM handling."""
     preemption = PreemptionCallback()
-    trainer = Trainer(
+    trainer = PreparedTrainer(
         model=model,
         args=args,
         train_dataset=train_set,
@@ -114,8 +94,8 @@ def summary_lines(
     device: Device,
     model_path: str,
     counts: tuple[int, int],
-    train: datasets.Dataset,
-    evaluation: datasets.Dataset | None,
+    train: Any,
+    evaluation: Any,
     resume_from: str | None,
 ) -> list[str]:
     """The startup block rank 0 logs: what runs where, and how big it is."""
@@ -149,7 +129,7 @@ def summary_lines(
 
 
 def save_results(
-    trainer: Trainer, recipe: Any, args: Any, model_path: str, tokenizer: Any, identity: dict[str, Any]
+    trainer: Any, recipe: Any, args: Any, model_path: str, tokenizer: Any, identity: dict[str, Any]
 ) -> Path | None:
     """The final model (full weights, gathered under ZeRO-3, or the LoRA adapter) with its tokenizer, state and run
     record; for ``lora.merge_on_save`` also the merged model, written by rank 0 alone once the others have left.
@@ -172,21 +152,22 @@ def save_results(
 def run_training(run: RunConfig, device: Device, resume: str) -> int:
     """Train as recipe.yaml says, on ``device``, continuing from ``resume`` (auto | none | a checkpoint path)."""
     recipe, plan = run.recipe, run.plan
-    if rank() != 0:
-        datasets.disable_progress_bars()
-    args, notes = training_arguments(run, device)
-    output_dir = Path(args.output_dir)
+    output_dir = Path(run.training_arguments["output_dir"])
     output_dir.mkdir(parents=True, exist_ok=True)
-    records = Records(output_dir, args.process_index == 0)
+    records = Records(output_dir, rank() == 0)
+    zero = plan.zero_stage if run.training_arguments.get("deepspeed") else 0
+    # Before any data or model is loaded: a checkpoint of another run is refused in seconds, not after minutes.
+    choice = choose_resume(output_dir, resume, plan.run_id, world_size=world(), zero_stage=zero)
+    resume_from = str(choice.path) if choice.path is not None else None
+    # The data before the process group: preparing a corpus takes as long as it takes, and no collective (with its
+    # ddp_timeout) may be waiting meanwhile. Every rank prepares its share, or all reuse what is there (dataprep.py).
+    data = prepare_for_run(run, output_dir, records.add)
+    model_path, tokenizer, train_set, eval_set = data.model_path, data.tokenizer, data.train, data.eval
+
+    args, notes = training_arguments(run, device)
     for note in notes:
         log0("adapted: %s", note)
         records.add(contract.EVENT_ADAPTED, note=note)
-    zero = plan.zero_stage if args.deepspeed else 0
-    # Before any data or model is loaded: a checkpoint of another run is refused in seconds, not after minutes.
-    choice = choose_resume(output_dir, resume, plan.run_id, world_size=args.world_size, zero_stage=zero)
-    resume_from = str(choice.path) if choice.path is not None else None
-
-    model_path, tokenizer, train_set, eval_set = prepare_inputs(recipe, args, output_dir)
     model = load_model(model_path, recipe, args, device.kind)
     if recipe.data.packing and recipe.model.trust_remote_code:
         log0(

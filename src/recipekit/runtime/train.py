@@ -8,11 +8,13 @@ torch_npu only when the recipe needs them), never recipekit: a bundle must run w
 
 The Hugging Face ``Trainer`` does the training. The runtime decides what the Trainer cannot know from the recipe:
 whether the target device is really there (device.py; checked before the training stack is imported, so a broken
-torch_npu is reported in one line), how the data is read, validated, tokenised, masked and packed (data.py,
-chat.py, samples.py), how the model is built (model.py; twin.py for a random twin with a tokenizer trained here),
-which checkpoint to resume from and whether it belongs to this run (checkpoints.py, contract.py), and what to do
-on SIGTERM (callbacks.py). session.py strings these together; this module parses the command line, maps failures
-to exit codes and starts the session once the device is known to work.
+torch_npu is reported in one line), how the data is read, validated, tokenised, masked, packed and stored as
+shards once for every run that needs it (sources.py, data.py, chat.py, samples.py, prepare.py, shards.py,
+workers.py, dataprep.py), the order rows are drawn in (sampler.py), how the model is built (model.py; twin.py for
+a random twin with a tokenizer trained here), which checkpoint to resume from and whether it belongs to this run
+(checkpoints.py, contract.py), and what to do on SIGTERM (callbacks.py). session.py strings these together; this
+module parses the command line, maps failures to exit codes and starts the session once the device is known to
+work.
 
 Outputs in ``training_arguments.output_dir``:
   checkpoint-N/     Trainer checkpoints (save_steps, save_total_limit), each with the run record
@@ -23,8 +25,11 @@ Outputs in ``training_arguments.output_dir``:
   random-init/      the random twin's initial weights and tokenizer (``model.init: random`` only), so that resume,
                     adapters and merges all refer to one base
   the final model   full weights, or the LoRA adapter (plus merged/ when ``lora.merge_on_save``), and the run record
-  cache/datasets/   the Arrow cache of the loaded and tokenised data: the main process writes it, the others read it
   runs/             TensorBoard event files (when ``report_to`` has tensorboard)
+
+The training data is prepared into memory-mapped shards under ``plan.prepared_dir``/<fingerprint> (dataprep.py),
+shared by every run whose data, tokenizer and row settings are equal; each rank prepares its share before the
+process group forms, or reuses what an earlier run (or ``recipekit data prepare``) left there.
 
 Exit codes (``contract.EXIT_*``): 0 done; 2 a problem the user can fix (recipe, data, checkpoint, missing device or
 driver), printed as one line; 143 stopped by SIGTERM after saving a checkpoint (non-zero, so Volcano restarts the

@@ -8,29 +8,32 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Iterator
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
-import datasets
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
 from .chat import CHAT_TEMPLATE, ROLES, SPECIAL_TOKENS, conversations
 from .common import log0
-from .samples import MAP_BATCH
+from .samples import WINDOW
+from .sources import FIELDS
 
 TOKENIZER_SAMPLE_LIMIT = 50_000  # records the twin's tokenizer is trained on: plenty for a dry-run vocabulary
 
 
-def corpus_texts(raw: datasets.Dataset, fmt: str, limit: int = TOKENIZER_SAMPLE_LIMIT) -> Iterator[str]:
-    """The text of up to ``limit`` records, for training the random twin's tokenizer on the run's own data."""
-    sample = raw.select(range(min(limit, len(raw))))
-    for batch in sample.iter(batch_size=MAP_BATCH):
+def corpus_texts(records: Iterable[dict[str, Any]], fmt: str) -> Iterator[str]:
+    """The text of ``records`` (for text data the documents, else every turn's content), for training the random
+    twin's tokenizer on the run's own data."""
+    records = iter(records)
+    while batch := list(islice(records, WINDOW)):
+        columns = {field: [record.get(field) for record in batch] for field in FIELDS[fmt]}
         if fmt == "text":
-            yield from batch["text"]
+            yield from columns["text"]
         else:
-            for messages in conversations(batch, fmt):
+            for messages in conversations(columns, fmt):
                 yield from (m["content"] for m in messages)
 
 
@@ -93,15 +96,16 @@ def random_model(spec: Any, tokenizer: Any) -> Any:
     return (LlamaForCausalLM if spec.family == "llama" else Qwen2ForCausalLM)(config)
 
 
-def create_random_init(spec: Any, raw: datasets.Dataset, fmt: str, seed: int, destination: Path) -> None:
-    """Write the random twin (seeded weights and a tokenizer trained on the data) to ``destination``, atomically.
+def create_random_init(spec: Any, texts: Iterable[str], seed: int, destination: Path) -> None:
+    """Write the random twin (seeded weights and a tokenizer trained on ``texts``) to ``destination``, atomically:
+    the directory appears whole or not at all, which is what the other ranks wait for.
 
     Written once, then loaded like any pretrained checkpoint, so a resumed run, a LoRA adapter and a merge all use
     the very same base weights and tokenizer.
     """
     if (destination / "config.json").exists():
         return
-    tokenizer = train_tokenizer(corpus_texts(raw, fmt), spec.vocab_size, spec.max_position_embeddings)
+    tokenizer = train_tokenizer(texts, spec.vocab_size, spec.max_position_embeddings)
     torch.manual_seed(seed)
     model = random_model(spec, tokenizer)
     staging = destination.with_name(f"{destination.name}.tmp-{os.getpid()}")

@@ -1,0 +1,383 @@
+"""The input: data files → chunks (the unit of preparing work) → records, each with where it lies.
+
+``data.path`` is a file, a directory (its data files; not recursive) or a glob (``corpus/**/*.jsonl``). Files are
+taken in the sorted order of their path below the data root; that order, then the position inside a file, is the
+order of the training data, whoever reads it. Kinds, by suffix: ``.jsonl`` (JSON lines), ``.json`` (a JSON array
+of records, or JSON lines: the first character decides), ``.parquet``, ``.arrow`` (Arrow IPC file or stream, as
+``datasets.save_to_disk`` writes) and, for ``text`` data, ``.txt`` (a document is a run of non-blank lines). A file
+named explicitly with another suffix is read as JSON lines.
+
+A file is cut into chunks of ``data.shard_mib`` of input. Chunk k of a file holds the records that *begin* in its
+bytes [k·C, (k+1)·C), so listing the chunks needs only the file sizes, and reading one needs only its own bytes
+(plus the rest of its last record). Any process can read any chunk, and what a chunk holds depends on the file and C
+alone — never on how many processes share the work. Where a record begins, by kind:
+
+* JSON lines: at byte 0 or after a newline;
+* text: a chunk's edge moves forward to the next blank line, so documents never straddle two chunks;
+* Parquet: a row group begins at its first column chunk (row groups are never split);
+* Arrow: record batch j begins at the summed size of the batches before it (batches are never split);
+* a JSON array is one chunk (it is parsed whole: convert very large ones to JSON lines).
+
+pyarrow (a dependency of ``datasets``, so in every image) is imported only for Parquet and Arrow files.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import math
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .data import DataError, Where, record_problem
+
+KINDS = {".jsonl": "jsonl", ".json": "json", ".parquet": "parquet", ".arrow": "arrow", ".txt": "text"}
+#: The columns each format reads from Parquet and Arrow files (other columns are left on disk).
+FIELDS = {"alpaca": ("instruction", "input", "output"), "messages": ("messages",), "text": ("text",)}
+#: Files datasets.save_to_disk writes beside its .arrow files: metadata, not records.
+METADATA_NAMES = frozenset({"dataset_info.json", "state.json", "dataset_dict.json"})
+_GLOB = re.compile(r"[*?\[]")
+_SPACE = re.compile(r"[ \t\n\r]*")
+_COUNT_BLOCK = 16 << 20
+_ROWS_PER_BATCH = 1_000
+
+
+@dataclass(frozen=True)
+class InputFile:
+    """One data file: where it is, its name below the data root (what fingerprints and manifests record), its kind."""
+
+    path: Path
+    name: str
+    kind: str
+    size: int
+    mtime_ns: int
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """Bytes [start, end) of input file ``file``: the records that begin there. ``index`` orders all chunks."""
+
+    index: int
+    file: int
+    part: int
+    start: int
+    end: int
+
+
+@dataclass
+class Item:
+    """One record as read, or why it could not be read (``problem``: message and field). Its location is worked out
+    only when asked for: line numbers cost a count of the newlines before the chunk."""
+
+    record: Any
+    problem: tuple[str, str | None] | None
+    locate: Callable[[], Where]
+
+    def checked(self, fmt: str) -> tuple[str, str | None] | None:
+        """Why this item cannot be trained on (unreadable or an invalid record), or None."""
+        return self.problem or record_problem(self.record, fmt)
+
+
+# ------------------------------------------------------------------------------------------------------ the files
+def find_files(spec: str, fmt: str) -> list[InputFile]:
+    """The files ``data.path`` stands for, in training order; a DataError when there are none or one is unusable."""
+    if _GLOB.search(spec):
+        root = _glob_root(spec)
+        paths = [Path(p) for p in glob.glob(spec, recursive=True) if Path(p).is_file()]
+        if not paths:
+            raise DataError(spec, "the pattern matches no file")
+        chosen = [p for p in paths if _is_data_file(p, fmt)]
+        if not chosen:
+            raise DataError(spec, f"the pattern matches no data file ({_suffixes(fmt)})")
+    else:
+        path = Path(spec)
+        if not path.exists():
+            raise DataError(path, "does not exist")
+        if path.is_file():
+            return [_input(path, path.parent, fmt, named=True)]
+        root = path
+        chosen = [p for p in path.iterdir() if p.is_file() and _is_data_file(p, fmt)]
+        if not chosen:
+            raise DataError(path, f"directory holds no {_suffixes(fmt)} files")
+    return sorted((_input(p, root, fmt) for p in chosen), key=lambda f: f.name)
+
+
+def _glob_root(spec: str) -> Path:
+    parts = Path(spec).parts
+    fixed = [part for part in parts[: next(i for i, p in enumerate(parts) if _GLOB.search(p))]]
+    return Path(*fixed) if fixed else Path(".")
+
+
+def _suffixes(fmt: str) -> str:
+    return " or ".join(s for s in KINDS if s != ".txt" or fmt == "text")
+
+
+def _is_data_file(path: Path, fmt: str) -> bool:
+    if path.name.startswith(".") or path.name in METADATA_NAMES:
+        return False
+    return path.suffix in KINDS and (path.suffix != ".txt" or fmt == "text")
+
+
+def _input(path: Path, root: Path, fmt: str, named: bool = False) -> InputFile:
+    stat = path.stat()
+    if stat.st_size == 0:
+        raise DataError(path, "file is empty")
+    kind = KINDS.get(path.suffix, "jsonl" if named else "")
+    if kind == "text" and fmt != "text":
+        raise DataError(path, f"plain text holds no {fmt} records: use JSON lines, a JSON array, Parquet or Arrow")
+    if kind == "json":
+        kind = _json_kind(path)
+    try:
+        name = path.relative_to(root).as_posix()
+    except ValueError:
+        name = path.name
+    return InputFile(path, name, kind, stat.st_size, stat.st_mtime_ns)
+
+
+def _json_kind(path: Path) -> str:
+    """A .json file holds one array of records (``[``) or JSON lines (``{``): its first character says which."""
+    with path.open("rb") as handle:
+        while True:
+            block = handle.read(4096)
+            stripped = block.lstrip()
+            if stripped or not block:
+                return "json" if stripped[:1] == b"[" else "jsonl"
+
+
+# ----------------------------------------------------------------------------------------------------- the chunks
+def plan_chunks(files: list[InputFile], chunk_bytes: int) -> list[Chunk]:
+    """Every chunk of every file, in training order."""
+    chunks: list[Chunk] = []
+    for number, file in enumerate(files):
+        parts = 1 if file.kind == "json" else max(1, math.ceil(file.size / chunk_bytes))
+        for part in range(parts):
+            end = file.size if part == parts - 1 else (part + 1) * chunk_bytes
+            chunks.append(Chunk(len(chunks), number, part, part * chunk_bytes if parts > 1 else 0, end))
+    return chunks
+
+
+def read_chunk(file: InputFile, chunk: Chunk, fmt: str) -> Iterator[Item]:
+    """The records that begin in ``chunk`` of ``file``, in file order. A broken JSON array or an unreadable Parquet or
+    Arrow file raises DataError (nothing after the break can be found); a bad record is an Item with a problem."""
+    if file.kind == "jsonl":
+        return _json_lines(file, chunk)
+    if file.kind == "text":
+        return _text(file, chunk)
+    if file.kind == "json":
+        return _json_array(file)
+    if file.kind == "parquet":
+        return _parquet(file, chunk, FIELDS[fmt])
+    return _arrow(file, chunk, FIELDS[fmt])
+
+
+class _Lines:
+    """Line numbers inside one chunk: the newlines before the chunk are counted once, on the first request."""
+
+    def __init__(self, path: Path, begin: int):
+        self.path, self.begin, self.base = path, begin, -1
+
+    def where(self, index: int) -> Callable[[], Where]:
+        return lambda: Where(str(self.path), line=self.first() + index)
+
+    def first(self) -> int:
+        if self.base < 0:
+            count, left = 0, self.begin
+            with self.path.open("rb") as handle:
+                while left > 0:
+                    block = handle.read(min(_COUNT_BLOCK, left))
+                    if not block:
+                        break
+                    count, left = count + block.count(b"\n"), left - len(block)
+            self.base = count + 1
+        return self.base
+
+
+def _line_start(handle: Any, offset: int, size: int) -> int:
+    """The first line start at or after ``offset``."""
+    if offset <= 0:
+        return 0
+    if offset >= size:
+        return size
+    handle.seek(offset - 1)
+    handle.readline()
+    return handle.tell()
+
+
+def _json_lines(file: InputFile, chunk: Chunk) -> Iterator[Item]:
+    with file.path.open("rb") as handle:
+        begin = _line_start(handle, chunk.start, file.size)
+        end = _line_start(handle, chunk.end, file.size)
+        handle.seek(begin)
+        data = handle.read(end - begin)
+    lines = _Lines(file.path, begin)
+    for index, raw in enumerate(data.split(b"\n")):
+        if not raw.strip():
+            continue
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            yield Item(None, (f"not UTF-8 text (byte {exc.start + 1})", None), lines.where(index))
+            continue
+        try:
+            yield Item(json.loads(text), None, lines.where(index))
+        except json.JSONDecodeError as exc:
+            yield Item(None, (f"not valid JSON ({exc.msg} at column {exc.colno})", None), lines.where(index))
+
+
+def _text_edge(handle: Any, offset: int, size: int) -> int:
+    """Where a text chunk's edge near ``offset`` really lies: the start of the next blank line (or the file's end)."""
+    if offset <= 0:
+        return 0
+    position = _line_start(handle, offset, size)
+    handle.seek(position)
+    while position < size:
+        line = handle.readline()
+        if not line.strip():
+            return position
+        position += len(line)
+    return size
+
+
+def _text(file: InputFile, chunk: Chunk) -> Iterator[Item]:
+    """Documents: runs of non-blank lines, joined by newlines (a CRLF file's carriage returns dropped)."""
+    with file.path.open("rb") as handle:
+        begin = _text_edge(handle, chunk.start, file.size)
+        end = _text_edge(handle, chunk.end, file.size) if chunk.end < file.size else file.size
+        handle.seek(begin)
+        data = handle.read(end - begin)
+    lines = _Lines(file.path, begin)
+    paragraph: list[bytes] = []
+    first = 0
+    for index, raw in enumerate([*data.split(b"\n"), b""]):
+        if raw.strip():
+            if not paragraph:
+                first = index
+            paragraph.append(raw[:-1] if raw.endswith(b"\r") else raw)
+            continue
+        if paragraph:
+            joined = b"\n".join(paragraph)
+            paragraph = []
+            try:
+                yield Item({"text": joined.decode("utf-8")}, None, lines.where(first))
+            except UnicodeDecodeError as exc:
+                line = first + joined.count(b"\n", 0, exc.start)
+                yield Item(None, (f"not UTF-8 text (byte {exc.start + 1} of the document)", None), lines.where(line))
+
+
+def _json_array(file: InputFile) -> Iterator[Item]:
+    raw = file.path.read_bytes()
+    path = str(file.path)
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise DataError(path, f"not UTF-8 text (byte {exc.start + 1})", raw.count(b"\n", 0, exc.start) + 1) from None
+    line, counted = 1, 0
+
+    def line_at(position: int) -> int:
+        nonlocal line, counted
+        line, counted = line + text.count("\n", counted, position), position
+        return line
+
+    position = _SPACE.match(text, 0).end()  # type: ignore[union-attr]
+    if text[position : position + 1] != "[":
+        raise DataError(path, "not a JSON array (a .json file holds one array of records, or JSON lines)", 1)
+    decoder = json.JSONDecoder()
+    position = _SPACE.match(text, position + 1).end()  # type: ignore[union-attr]
+    closed = text[position : position + 1] == "]"
+    while not closed:
+        try:
+            value, after = decoder.raw_decode(text, position)
+        except json.JSONDecodeError as exc:
+            raise DataError(
+                path, f"not valid JSON ({exc.msg} at column {exc.colno}); the array cannot be read past it", exc.lineno
+            ) from None
+        where = Where(path, line=line_at(position))
+        yield Item(value, None, lambda where=where: where)
+        position = _SPACE.match(text, after).end()  # type: ignore[union-attr]
+        mark = text[position : position + 1]
+        if mark == ",":
+            position = _SPACE.match(text, position + 1).end()  # type: ignore[union-attr]
+        elif mark == "]":
+            closed = True
+        else:
+            raise DataError(path, "expected ',' or ']' after an array element", line_at(position))
+    if text[position + 1 :].strip():
+        raise DataError(path, "text after the JSON array's closing ']'", line_at(position + 1))
+
+
+def _rows(table: Any, path: str, first_row: int) -> Iterator[Item]:
+    """Records of an Arrow table or batch, a thousand rows converted to Python at a time."""
+    row = first_row
+    for batch in table.to_batches(max_chunksize=_ROWS_PER_BATCH):
+        for record in batch.to_pylist():
+            where = Where(path, row=row)
+            yield Item(record, None, lambda where=where: where)
+            row += 1
+
+
+def _columns(schema: Any, fields: tuple[str, ...]) -> list[str]:
+    return [name for name in fields if name in schema.names]
+
+
+def _parquet(file: InputFile, chunk: Chunk, fields: tuple[str, ...]) -> Iterator[Item]:
+    import pyarrow.parquet as pq
+
+    path = str(file.path)
+    try:
+        parquet = pq.ParquetFile(path)
+    except Exception as exc:  # noqa: BLE001 - pyarrow raises several types for a damaged file
+        raise DataError(path, f"not a readable Parquet file ({type(exc).__name__}: {exc})") from None
+    metadata, columns = parquet.metadata, _columns(parquet.schema_arrow, fields)
+    row = 0
+    for group in range(metadata.num_row_groups):
+        meta = metadata.row_group(group)
+        if chunk.start <= _group_offset(meta) < chunk.end:
+            yield from _rows(parquet.read_row_group(group, columns=columns), path, row)
+        row += meta.num_rows
+
+
+def _group_offset(meta: Any) -> int:
+    """Where a Parquet row group begins: its first page (a dictionary page, when there is one, comes first)."""
+    offsets = []
+    for index in range(meta.num_columns):
+        column = meta.column(index)
+        offsets.append(column.data_page_offset)
+        if column.has_dictionary_page and column.dictionary_page_offset:
+            offsets.append(column.dictionary_page_offset)
+    return min(offsets) if offsets else 0
+
+
+def _arrow(file: InputFile, chunk: Chunk, fields: tuple[str, ...]) -> Iterator[Item]:
+    import pyarrow as pa
+
+    path = str(file.path)
+    try:
+        source = pa.memory_map(path)
+        try:
+            reader = pa.ipc.open_file(source)
+            batches: Iterator[Any] = (reader.get_batch(i) for i in range(reader.num_record_batches))
+        except pa.ArrowInvalid:
+            source.seek(0)
+            batches = iter(pa.ipc.open_stream(source))
+        offset = row = 0
+        for batch in batches:
+            if chunk.start <= min(offset, file.size - 1) < chunk.end:
+                yield from _rows(pa.Table.from_batches([batch.select(_columns(batch.schema, fields))]), path, row)
+            offset, row = offset + batch.nbytes, row + batch.num_rows
+    except pa.ArrowException as exc:
+        raise DataError(path, f"not a readable Arrow IPC file ({type(exc).__name__}: {exc})") from None
+
+
+def first_records(files: list[InputFile], chunks: list[Chunk], fmt: str, limit: int) -> Iterator[dict[str, Any]]:
+    """Up to ``limit`` valid records from the start of the data (bad ones are passed over: preparing reports them)."""
+    count = 0
+    for chunk in chunks:
+        for item in read_chunk(files[chunk.file], chunk, fmt):
+            if item.checked(fmt) is None:
+                yield item.record
+                count += 1
+                if count >= limit:
+                    return
