@@ -161,7 +161,7 @@ def test_sft_learns_the_tiny_set_and_reports_throughput(tmp_path):
     out = output_dir(bundle)
     logs = training_logs(out)
     assert [e["step"] for e in logs] == list(range(1, 61))
-    first, last = logs[0]["loss"], sum(e["loss"] for e in logs[-5:]) / 5
+    first, last = logs[0]["loss"], sum(e["loss"] for e in logs[-20:]) / 20  # 4 samples a step: average the noise
     assert last < 0.5 * first, f"loss {first:.2f} → {last:.2f}"
     assert all(e["tokens_per_second_per_device"] > 0 and 0 < e["mfu"] <= e["hfu"] < 1 for e in logs[1:])
     flops = recipe_yaml(bundle)["plan"]["flops"]
@@ -179,7 +179,9 @@ def test_sft_learns_the_tiny_set_and_reports_throughput(tmp_path):
     assert done["step"] == 60 and done["output"] == str(out)
     assert contract.read_run_record(out)["run_id"] == start["run_id"]
     assert contract.read_run_record(out / "checkpoint-30") == {**contract.read_run_record(out), "step": 30}
-    assert "56 train samples, 8 eval" in result.stderr
+    (data,) = records(out, contract.EVENT_DATA)  # prepared by this run, eval drawn per sample (about 1/8)
+    assert data["train_rows"] + data["eval_rows"] == 64 and 4 <= data["eval_rows"] <= 14 and not data["reused"]
+    assert f"{data['train_rows']} train samples, {data['eval_rows']} eval" in result.stderr
     evaluations = [e for e in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()) if "eval_loss" in e]
     assert [e["step"] for e in evaluations] == [30, 60] and evaluations[-1]["eval_loss"] < first
     model = transformers.AutoModelForCausalLM.from_pretrained(out)

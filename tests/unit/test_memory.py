@@ -451,6 +451,7 @@ def test_estimate_dict_is_stable_json():
         "compute",
         "communication",
         "parallel3d",
+        "data",
         "time",
         "notes",
     ]

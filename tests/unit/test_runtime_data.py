@@ -59,9 +59,7 @@ def test_tinydata_formats_are_valid_and_vary_in_length(tmp_path):
     files = sources.find_files(str(corpus), "text")
     assert len(files) == 3 and all(f.kind == "text" for f in files)
     assert sum(f.path.read_text().count("\n\n") + 1 for f in files) == 40  # paragraphs = samples
-    assert sorted(r["text"] for r in records_of(corpus, "text")) == sorted(
-        r["text"] for r in tiny_records("text", 40)
-    )
+    assert sorted(r["text"] for r in records_of(corpus, "text")) == sorted(r["text"] for r in tiny_records("text", 40))
 
 
 # ----------------------------------------------------------------------------------------------- bad data

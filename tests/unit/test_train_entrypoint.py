@@ -51,6 +51,10 @@ IMAGE_PACKAGES = {
     "deepspeed",
     "bitsandbytes",
     "torch_npu",
+    # datasets' own dependencies, so in every image that has datasets: the shards are numpy memory maps, and
+    # Parquet and Arrow inputs are read with pyarrow
+    "numpy",
+    "pyarrow",
 }
 
 

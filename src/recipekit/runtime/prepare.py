@@ -195,10 +195,15 @@ def verdict(records: list[dict[str, Any]], settings: Settings, total: int) -> Ru
     bad = sum(int(r.get("bad", 0)) for r in ordered)
     if bad > settings.max_bad_records:
         first = next(example for r in ordered for example in r.get("bad_examples", []))
+        if not settings.max_bad_records:
+            return RunError(
+                f"data error: {first['where']}: {first['message']} (data.max_bad_records is 0: a bad record is "
+                "fatal; raise it to skip and count them)"
+            )
         aborted = any(r.get("status") == "aborted" for r in ordered)
         return RunError(
             f"data error: {first['where']}: {first['message']} ({bad}{'+' if aborted else ''} bad records"
-            f"{' so far' if len(ordered) < total else ''}, more than data.max_bad_records="
+            f"{' so far' if aborted or len(ordered) < total else ''}, more than data.max_bad_records="
             f"{settings.max_bad_records})"
         )
     return None
