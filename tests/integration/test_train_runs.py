@@ -304,7 +304,10 @@ def test_bad_data_exits_2_with_one_line(tmp_path):
 
 # ------------------------------------------------------------------------------------------ distributed
 def test_two_processes_with_gloo_under_torchrun(tmp_path):
-    bundle = make_bundle(tmp_path, "alpaca", "cluster.nodes=2", "train.max_steps=6", "train.save_steps=3")
+    """Both ranks prepare a share of the data (2 KiB chunks) before the process group forms; a rerun reuses it."""
+    bundle = make_bundle(
+        tmp_path, "alpaca", "cluster.nodes=2", "train.max_steps=6", "train.save_steps=3", "data.shard_mib=0.002"
+    )
     result = run_train(bundle, processes=2)
     assert succeeded(result)
     out = output_dir(bundle)
@@ -313,6 +316,16 @@ def test_two_processes_with_gloo_under_torchrun(tmp_path):
     assert [e["step"] for e in training_logs(out)] == list(range(1, 7))
     assert global_step(out / "checkpoint-6") == 6
     transformers.AutoModelForCausalLM.from_pretrained(out)
+    (data,) = records(out, contract.EVENT_DATA)
+    assert data["workers"] == 2 and data["chunks"] >= 3 and not data["reused"] and data["records"]["read"] == 64
+    directory = Path(data["directory"])
+    assert directory.parent == tmp_path / "runs" / "prepared" and (directory / "manifest.json").is_file()
+    shares = [json.loads((directory / "progress" / f"{rank}.json").read_text())["chunks"] for rank in (0, 1)]
+    assert shares == [(data["chunks"] + 1) // 2, data["chunks"] // 2]  # chunks r, r + 2, ... for rank r
+
+    again = run_train(bundle, "--resume", "none", processes=2)
+    assert succeeded(again)
+    assert records(out, contract.EVENT_DATA)[-1]["reused"] is True
 
 
 def test_sigterm_to_torchrun_stops_every_rank_at_the_same_step(tmp_path):
