@@ -81,6 +81,7 @@ class _Commands(click.Group):
         "verify": ("recipekit.commands", "verify_command"),
         "diff": ("recipekit.commands", "diff_command"),
         "image": ("recipekit.imagecommand", "image_group"),
+        "data": ("recipekit.datacommand", "data_group"),
     }
 
     def list_commands(self, ctx: click.Context) -> list[str]:
@@ -245,10 +246,24 @@ def show(overrides: tuple[str, ...], as_json: bool, extra_dirs: tuple[Path, ...]
     help="Price of one device for one hour, for the cost figure (default: hw.price_per_device_hour).",
 )
 @click.option("--top", type=click.IntRange(1, 50), default=5, show_default=True, help="Layouts --advise prints.")
+@click.option(
+    "--data",
+    "manifest",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="A prepared dataset's manifest.json (or its directory): its exact rows and tokens become data.num_rows "
+    "and data.num_tokens.",
+)
 @_recipes_option
 @_user_errors
 def plan(
-    overrides: tuple[str, ...], as_json: bool, advise: bool, price: float | None, top: int, extra_dirs: tuple[Path, ...]
+    overrides: tuple[str, ...],
+    as_json: bool,
+    advise: bool,
+    price: float | None,
+    top: int,
+    manifest: Path | None,
+    extra_dirs: tuple[Path, ...],
 ) -> None:
     """Estimate memory per device, compute, time and cost of a recipe, before anything is submitted.
 
@@ -258,14 +273,25 @@ def plan(
       recipekit plan recipe=llama3_8b_lora hw=a100_80g --json
       recipekit plan recipe=qwen2.5_72b_sft hw=ascend910b --advise
       recipekit plan recipe=llama3_70b_sft parallel.tensor_parallel=8 parallel.pipeline_parallel=2 --price 2.5
+      recipekit plan recipe=qwen2.5_7b_pretrain --data /mnt/shared/runs/prepared/4f2a.../manifest.json
     """
     from recipekit import memory, report
     from recipekit.build import resolve
     from recipekit.options import load_parallel_options
 
     extra_dirs = _layers(extra_dirs)
+    document = None
+    if manifest is not None:
+        from recipekit import prepared
+
+        document = prepared.read(manifest)
+        overrides = (*overrides, *prepared.overrides(document))
     resolved = resolve(overrides, extra_dirs, analysis_only=True)
     recipe = resolved.recipe
+    if document is not None:
+        mismatched = prepared.problems(document, recipe, str(manifest))
+        if mismatched:
+            raise RecipeError(mismatched)
     estimate = memory.estimate(recipe, resolved.plan, price_per_device_hour=price)
     # the parallel options on disk are candidates only for --advise and for the fix of a layout that does not fit
     options = load_parallel_options(extra_dirs) if advise or not estimate.fits else {}

@@ -19,7 +19,7 @@ ALLOWED_FLAGS = {
     "build": {"--output", "--force", "--allow-oom", "--multirun", "--recipes", "--help"},
     "show": {"--json", "--recipes", "--help"},
     "list": {"--recipes", "--help"},
-    "plan": {"--json", "--advise", "--price", "--top", "--recipes", "--help"},
+    "plan": {"--json", "--advise", "--price", "--top", "--data", "--recipes", "--help"},
     "init": {"--help"},
     "pack": {"--output", "--help"},
     "verify": {"--help"},
@@ -38,6 +38,8 @@ ALLOWED_FLAGS = {
     },
     "image": {"--help"},
     "image build": {"--tag", "--push", "--platform", "--build-arg", "--engine", "--help"},
+    "data": {"--help"},
+    "data prepare": {"--workers", "--volume", "--json", "--help"},
 }
 
 

@@ -38,6 +38,7 @@ PLAN_KEYS = {
     "zero_stage": int,
     "master_port": int,
     "output_dir": str,
+    "prepared_dir": str,
 }
 #: launch.json keys the launcher reads, with their types.
 LAUNCH_KEYS = {

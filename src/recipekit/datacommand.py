@@ -1,0 +1,160 @@
+"""The ``recipekit data`` commands: prepare a bundle's training data ahead of the run.
+
+``recipekit data prepare BUNDLE`` runs the bundle's own prepare step (``python -m runtime.dataprep``, with only the
+bundle on PYTHONPATH, as a pod runs it) in a child process on this machine's Python: the shards it writes are the
+very bytes the Job would write, under the same fingerprint, so the Job finds them and starts training at once. The
+child reports progress as JSON lines, drawn here as a progress bar (input bytes done, records/s, tokens/s, ETA).
+
+Exit codes: 0 prepared (or found prepared); 2 the bundle, the data or this machine's Python stack is unusable (one
+line, no traceback); 1 the prepare step failed otherwise (its traceback is shown).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from recipekit.bundlefiles import RECIPE, RUNTIME
+from recipekit.runtime import contract
+
+_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 110}
+#: What the bundle's prepare step imports (its tokenizer comes through transformers).
+STACK = ("transformers", "tokenizers", "numpy", "pyarrow", "yaml")
+MODULE = f"{RUNTIME}.dataprep"
+
+
+@click.group("data", context_settings=_SETTINGS)
+def data_group() -> None:
+    """Prepare a bundle's training data ahead of the run.
+
+    \b
+    Examples:
+      recipekit data prepare bundles/qwen2.5_7b_pretrain --workers 32
+    """
+
+
+@data_group.command("prepare", context_settings=_SETTINGS)
+@click.argument("bundle", type=click.Path(path_type=Path))
+@click.option(
+    "--workers",
+    type=click.IntRange(1, 4096),
+    default=os.cpu_count() or 1,
+    show_default="this machine's CPUs",
+    help="Local worker processes (the Job uses every rank of every pod).",
+)
+@click.option(
+    "--volume",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Where the bundle's shared volume (cluster.mount_path) is mounted here (default: at the same path).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON document.")
+def prepare_command(bundle: Path, workers: int, volume: Path | None, as_json: bool) -> None:
+    """Tokenise, mask, pack and shard BUNDLE's training data on the shared volume, with the bundle's own code.
+
+    The shards land in <data.prepared_dir>/<fingerprint>/ (default <cluster.output_dir>/prepared), where the
+    Job looks first: a run whose data, tokenizer and row settings are equal reuses them instead of preparing.
+    Afterwards, paste the printed data.num_rows/data.num_tokens into the recipe (or run recipekit plan --data)
+    for an exact schedule.
+
+    \b
+    Examples:
+      recipekit data prepare bundles/qwen2.5_7b_pretrain --workers 32
+      recipekit data prepare bundles/llama3_8b_sft --volume /mnt/pvc-llm-shared
+      recipekit data prepare bundles/tiny_sft --workers 2 --json
+    """
+    problem = _unusable(bundle)
+    if problem:
+        click.echo(f"{click.style('error:', fg='red', bold=True)} {problem}", err=True)
+        sys.exit(2)
+    command = [sys.executable, "-m", MODULE, "--recipe", str(bundle / RECIPE), "--workers", str(workers)]
+    command += ["--progress", "json"] + (["--volume", str(volume)] if volume is not None else [])
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    env["PYTHONPATH"] = str(bundle.resolve())
+    env.setdefault("TOKENIZERS_PARALLELISM", "false")  # one process per core already; no thread pools on top
+    done = _run(command, env)
+    if done is None:
+        sys.exit(1)
+    if as_json:
+        click.echo(json.dumps(done, indent=2))
+        return
+    _summary(done)
+
+
+def _unusable(bundle: Path) -> str | None:
+    """Why BUNDLE cannot be prepared here, or None."""
+    if not (bundle / RECIPE).is_file():
+        return f"{bundle} is not a recipekit bundle (no {RECIPE})"
+    if not (bundle / RUNTIME / "dataprep.py").is_file():
+        return f"{bundle} was built by a recipekit without a prepare step: rebuild it with `recipekit build`"
+    missing = [name for name in STACK if importlib.util.find_spec(name) is None]
+    if missing:  # the image's stack, which pods have
+        return (
+            f"{', '.join(missing)} not installed here: the bundle's prepare step needs pip install 'recipekit[train]'"
+        )
+    return None
+
+
+def _run(command: list[str], env: dict[str, str]) -> dict[str, Any] | None:
+    """Run the child, drawing its progress; its result, or exit with its code on failure."""
+    from rich.console import Console
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn
+
+    console = Console(stderr=True, highlight=False)
+    columns = (
+        TextColumn("preparing"),
+        BarColumn(),
+        DownloadColumn(binary_units=True),
+        TextColumn("{task.fields[rates]}"),
+    )
+    done: dict[str, Any] | None = None
+    with Progress(*columns, console=console, transient=True) as progress:
+        task = progress.add_task("prepare", total=None, rates="")
+        process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, text=True)
+        assert process.stdout is not None
+        for line in process.stdout:
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            if event.get("event") == "progress":
+                progress.update(
+                    task,
+                    total=event["total_bytes"],
+                    completed=event["bytes"] + event["reused_bytes"],
+                    rates=_rates(event),
+                )
+            elif event.get("event") == "done":
+                done = event
+        code = process.wait()
+    if code != contract.EXIT_OK:
+        sys.exit(2 if code == contract.EXIT_USER_ERROR else 1)
+    return done
+
+
+def _rates(event: dict[str, Any]) -> str:
+    eta = event.get("eta_s")
+    return (
+        f"{event['chunks']}/{event['total_chunks']} chunks · {event['records_per_s']:,.0f} records/s · "
+        f"{event['tokens_per_s']:,.0f} tokens/s · ETA {f'{eta:.0f} s' if eta is not None else '?'}"
+    )
+
+
+def _summary(done: dict[str, Any]) -> None:
+    verb = "found prepared" if done["reused"] else f"prepared in {done['seconds']:.1f} s by {done['workers']} workers"
+    records = done["records"]
+    click.echo(
+        f"{click.style('data', fg='green')} {verb}: {done['train_rows']:,} train rows, {done['train_tokens']:,} "
+        f"tokens ({done['row_kind']}), {done['eval_rows']:,} eval rows; {records['read']:,} records read, "
+        f"{records['bad']:,} bad, {records['dropped']:,} dropped"
+    )
+    click.echo(f"shards: {done['directory']}")
+    click.echo(f"exact schedule: data.num_rows={done['train_rows']} data.num_tokens={done['train_tokens']}")
+    click.echo(f"  (recipekit plan <overrides> --data {done['manifest']})")
