@@ -81,6 +81,13 @@ def test_dry_run_trains_checkpoints_and_finishes(tmp_path: Path, case: str) -> N
     assert details["started"]["world_size"] == 2 and details["started"]["resume_from"] is None
     assert details["done"]["step"] == 8
     assert isinstance(details["first_loss"], float) and isinstance(details["final_loss"], float)
+    # The data was prepared inside the pods, before their process group formed: both pods took a share.
+    data = details["data"]
+    assert data["workers"] == 2 and data["chunks"] >= 4 and not data["reused"] and data["train_rows"] > 0
+    prepared = Path(data["directory"])
+    assert prepared.parent == workdir / "shared" / "runs" / "prepared" and (prepared / "manifest.json").is_file()
+    shares = [json.loads((prepared / "progress" / f"{pod}.json").read_text())["chunks"] for pod in (0, 1)]
+    assert min(shares) >= 2 and sum(shares) == data["chunks"]
     # The bundle itself is untouched; every process is gone.
     assert not (bundle / "shared").exists() and (workdir / "substitutions.json").is_file()
     assert processes_under(workdir) == []
@@ -141,6 +148,11 @@ def test_kill_a_pod_and_resume_from_the_checkpoint(tmp_path: Path, overrides: li
             assert f"attempt {attempt}: pod {pod}: launch: pod {pod}/2" in result.stderr, result.stderr
             assert f"attempt {attempt}: pod {pod}: torchrun started 1 worker" in result.stderr, result.stderr
     assert "attempt 1: train.py started: world size 2" in result.stderr and "resuming from" in result.stderr
+    # The pods prepared the data in the first attempt; the restart found it and prepared nothing.
+    assert "attempt 0: train.py prepared the data over 2 worker(s)" in result.stderr
+    assert "attempt 1: train.py reused prepared data" in result.stderr
+    assert train["data"]["reused"] is False and resume["data"]["reused"] is True
+    assert resume["data"]["fingerprint"] == train["data"]["fingerprint"]
 
 
 def test_a_run_past_its_timeout_is_stopped_and_cleaned_up(tmp_path: Path) -> None:

@@ -292,7 +292,8 @@ def _worker(job: Job, tokenizer: Any, me: int, workers: int) -> None:
     try:
         work(job, tokenizer, me, workers)
     except RunError as exc:
-        print(f"dataprep: worker {me}: " + " ".join(str(exc).split()), file=sys.stderr, flush=True)
+        if job.failure() != str(exc):  # a reason failed.json holds is the parent's to say, once
+            print(f"dataprep: worker {me}: " + " ".join(str(exc).split()), file=sys.stderr, flush=True)
         sys.exit(contract.EXIT_USER_ERROR)
     except Exception:  # a bug: keep the traceback
         traceback.print_exc()

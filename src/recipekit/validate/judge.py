@@ -114,8 +114,16 @@ def first_attempt_details(attempt: Attempt, pods: int) -> dict[str, Any]:
         "steps_per_s": round(r, 2) if (r := rate(attempt.steps)) else None,
         "first_loss": losses[0] if losses else None,
         "started": {k: v for k, v in start.items() if k != "event"} if start else None,
+        "data": data_details(attempt),
         "adapted_by_train_py": [str(r.get("note")) for r in attempt.events(contract.EVENT_ADAPTED)],
     }
+
+
+def data_details(attempt: Attempt) -> dict[str, Any] | None:
+    """train.py's account of the training data in ``attempt``: prepared by the pods (how many workers, chunks, rows)
+    or reused from an earlier attempt."""
+    record = attempt.last(contract.EVENT_DATA)
+    return {k: v for k, v in record.items() if k != "event"} if record else None
 
 
 # ------------------------------------------------------------------------------------------------- completion
@@ -191,6 +199,7 @@ def judge_resume(
         mttr_s=mttr,
         restart_to_first_step_s=round(first_new.at - second.started, 2) if first_new else None,
         exit_codes=second.exit_codes,
+        data=data_details(second),
     )
     if second.outcome != "completed":
         what = "timed out" if second.outcome == "timeout" else f"failed (exit codes {second.exit_codes})"

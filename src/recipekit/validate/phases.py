@@ -90,6 +90,16 @@ def describe(record: dict[str, Any]) -> str | None:
             f"{record.get('precision')}, ZeRO {record.get('zero_stage')}, {params}; "
             + (f"resuming from {where}" if where else "from scratch")
         )
+    if kind == contract.EVENT_DATA:
+        how = (
+            "reused prepared data"
+            if record.get("reused")
+            else f"prepared the data over {record.get('workers')} worker(s) in {record.get('seconds')} s"
+        )
+        return (
+            f"train.py {how}: {record.get('chunks')} chunks, {record.get('train_rows')} train rows, "
+            f"{record.get('train_tokens')} tokens ({record.get('row_kind')}) in {record.get('directory')}"
+        )
     if kind == contract.EVENT_ADAPTED:
         return f"train.py adapted: {record.get('note')}"
     if kind == contract.EVENT_PREEMPTED:

@@ -6,7 +6,8 @@ rendered by the same code that built the bundle, so every derived number (world 
 Trainer arguments, ds_config) follows from the substitutions exactly as it would on a cluster:
 
 * the model by its tiny twin of the same family (``recipes/model/tiny_<family>.yaml``: random weights, a tokenizer
-  trained on the data), the data by a small generated dataset of the recipe's format (:mod:`recipekit.tinydata`);
+  trained on the data), the data by a small generated dataset of the recipe's format (:mod:`recipekit.tinydata`),
+  cut into small prepare chunks so that every pod prepares a share of it, as every pod of the Job does;
 * the shared volume (PVC) by ``<workdir>/shared``: output_dir and data keep their paths below the mount;
 * the schedule by a few steps with a checkpoint midway, logging every step, no DataLoader workers, at most
   two accumulation micro-steps;
@@ -47,6 +48,9 @@ from recipekit.validate.loader import Bundle, rehash_manifest
 MARKER = ".recipekit-dryrun"
 DRY_MAX_LEN = 128
 MAX_ACCUMULATION = 2
+#: The generated data is cut into about this many prepare chunks per pod, each at least DRY_MIN_CHUNK bytes.
+DRY_CHUNKS_PER_POD = 4
+DRY_MIN_CHUNK = 1024
 #: Files whose structure is compared key by key between the bundle and its work copy.
 _STRUCTURED = (RECIPE, DS_CONFIG, LAUNCH)
 
@@ -203,16 +207,25 @@ def substitute(recipe: Recipe, options: Any, root: Path) -> tuple[Recipe, list[S
     micro = recipe.train.micro_batch_size
     accum = min(_accumulation(recipe), MAX_ACCUMULATION)
     samples = max(64, min(2000, options.steps * micro * accum * options.pods * 2))
-    data_path = write_tiny_dataset(
-        recipe.data.format, _on_volume(recipe.data.path, mount, shared, "data"), n=samples, seed=0
-    )
+    data_path = write_tiny_dataset(recipe.data.format, _tiny_data_path(recipe.data.path, mount, shared), n=samples)
     dry = sub.section(
         dry,
         "data",
         f"{samples} generated {recipe.data.format} samples on the work copy's volume",
         path=str(data_path),
         num_samples=samples,
+        num_rows=None,
+        num_tokens=None,
     )
+    dry = sub.section(
+        dry,
+        "data",
+        "small chunks, so that every pod prepares a share of the generated data",
+        shard_mib=dry_shard_mib(data_path, options.pods),
+    )
+    if recipe.data.prepared_dir:
+        prepared = _on_volume(recipe.data.prepared_dir, mount, shared, "prepared")
+        dry = sub.section(dry, "data", f"the PVC {mount} is {shared} here", prepared_dir=str(prepared))
     if recipe.data.max_len > DRY_MAX_LEN:
         dry = sub.section(dry, "data", "short sequences for a CPU run", max_len=DRY_MAX_LEN)
     dry = sub.section(
@@ -263,6 +276,23 @@ def substitute(recipe: Recipe, options: Any, root: Path) -> tuple[Recipe, list[S
             (root / "nvme").mkdir(parents=True, exist_ok=True)
             dry = sub.section(dry, "parallel", "a local directory for NVMe offload", nvme_path=str(root / "nvme"))
     return dry, sub.found
+
+
+def _tiny_data_path(path: str, mount: str, shared: Path) -> Path:
+    """Where the generated data goes: the recipe's path on the work copy's volume; for a glob, a directory of
+    several files below the pattern's fixed part."""
+    if not any(mark in path for mark in "*?["):
+        return _on_volume(path, mount, shared, "data")
+    parts = Path(path).parts
+    fixed = parts[: next(i for i, part in enumerate(parts) if any(mark in part for mark in "*?["))]
+    return _on_volume(str(Path(*fixed)) if fixed else mount, mount, shared, "data") / "tiny"
+
+
+def dry_shard_mib(data: Path, pods: int) -> float:
+    """Input MiB per chunk for about four chunks per pod of the generated data (at least 1 KiB each)."""
+    files = [data] if data.is_file() else [p for p in data.rglob("*") if p.is_file()]
+    size = sum(p.stat().st_size for p in files)
+    return round(max(DRY_MIN_CHUNK, size // (DRY_CHUNKS_PER_POD * pods)) / 2**20, 6)
 
 
 def _accumulation(recipe: Recipe) -> int:
