@@ -12,7 +12,8 @@ Prints:
      with the in-process path of the runtime before prepared data (``--baseline``, a git revision; its runtime/
      replaces the bundle's), which tokenises on the main process before step 1. Goal: prepared 10× ≤ 1.2 × 1×.
      Both sides get the random twin made ahead, so the figures are about the data alone.
-The machine's load moves single figures a lot (2 cores shared here): compare the ratios, measured in one run.
+The machine's load moves single figures a lot (2 cores shared here): compare the ratios, measured in one run, and
+the 2-worker ratio with the machine's own 2-process speed-up on pure Python work, printed before and after.
 Run: .venv/bin/python benchmarks/bench_data.py [--records 10000] [--throughput-records 40000] [--runs 3] [--only ...]
 """
 
@@ -196,6 +197,27 @@ def first_steps(root: Path, records: int, revision: str | None, runs: int) -> No
     print(f"  {'prepare ahead, 2 workers':30}{ahead[1]:9.1f}s{ahead[10]:9.1f}s{ahead[10] / ahead[1]:9.2f}×  (once)")
 
 
+def _burn(n: int) -> int:
+    total = 0
+    for i in range(n):
+        total += i * i
+    return total
+
+
+def machine_scaling(n: int = 4_000_000) -> float:
+    """This machine's own speed-up from a second process on pure Python work, now: what 2 workers can hope for
+    (1.9-2.0 on two idle cores; far less when other work holds them)."""
+    import multiprocessing
+
+    started = time.monotonic()
+    _burn(n), _burn(n)
+    serial = time.monotonic() - started
+    started = time.monotonic()
+    with multiprocessing.get_context("fork").Pool(2) as pool:
+        pool.map(_burn, [n, n])
+    return serial / (time.monotonic() - started)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--records", type=int, default=10_000, help="records of the 1× corpus (time to first step)")
@@ -208,8 +230,10 @@ def main() -> None:
     try:
         if options.only in (None, "throughput"):
             print("prepare throughput (tokens/s, one tokenizer thread per process)")
+            print(f"this machine's 2-process speed-up on pure Python work, before: {machine_scaling():.2f}×")
             for fmt in ("alpaca", "text"):
                 throughput(root, fmt, options.throughput_records)
+            print(f"this machine's 2-process speed-up on pure Python work, after: {machine_scaling():.2f}×")
         if options.only in (None, "first-step"):
             first_steps(root, options.records, options.baseline or None, options.runs)
     finally:

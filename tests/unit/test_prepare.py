@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import time
 from pathlib import Path
 
@@ -169,6 +170,19 @@ def test_a_shard_row_holds_what_the_tokenising_functions_made(tmp_path, tokenize
     assert shards[-1] == shards[len(shards) - 1]
     with pytest.raises(IndexError):
         shards[len(shards)]
+
+
+def test_dataloader_worker_processes_map_the_shards_themselves(tmp_path, tokenizer):
+    data = write_tiny_dataset("messages", tmp_path / "chat.jsonl", n=60)
+    job, found = prepare(data, tokenizer, tmp_path / "prepared", format="messages", packing=True)
+    shards = ShardDataset(job.directory, found, "train")
+    assert shards[0] and shards._maps  # mapped here ...
+    assert pickle.loads(pickle.dumps(shards))._maps == {}  # ... but a worker maps them anew, never gets a copy
+    loader = torch.utils.data.DataLoader(
+        shards, batch_size=2, num_workers=2, collate_fn=samples.SequenceCollator(tokenizer.pad_token_id)
+    )
+    rows = [row for batch in loader for row in batch["input_ids"].tolist()]
+    assert len(rows) == len(shards)
 
 
 # ----------------------------------------------------------------------------------------------- fingerprints

@@ -159,7 +159,7 @@ def prepare_for_run(run: Any, output_dir: Path, record: Callable[..., None]) -> 
         )
         record(contract.EVENT_PHASE, phase="prepare data", rank=me, chunks=len(job.chunks), workers=size)
         report = _log_progress(job, size, started) if me == 0 else (lambda: None)
-        work(job, tokenizer, me, size)
+        work(job, tokenizer, me, size, report)
         found = collect(job, merger=me == 0, report=report)
     else:
         log0("prepared data found in %s (fingerprint %s): reusing it", job.directory, job.fingerprint)
@@ -300,16 +300,26 @@ def _worker(job: Job, tokenizer: Any, me: int, workers: int) -> None:
         sys.exit(contract.EXIT_FAILED)
 
 
-def _text_progress(event: dict[str, Any]) -> None:
-    if event.get("event") != "progress":
-        return
-    eta = f"{event['eta_s']:.0f} s" if event.get("eta_s") is not None else "?"
-    print(
-        f"dataprep: {event['chunks']}/{event['total_chunks']} chunks, {event['records']} records, "
-        f"{event['records_per_s']:.0f} records/s, {event['tokens_per_s']:.0f} tokens/s, ETA {eta}",
-        file=sys.stderr,
-        flush=True,
-    )
+#: Seconds between progress lines of ``--progress text`` (the JSON form goes out every second, for a progress bar).
+TEXT_EVERY_S = 5.0
+
+
+def _text_progress() -> Callable[[dict[str, Any]], None]:
+    last = [0.0]
+
+    def emit(event: dict[str, Any]) -> None:
+        if event.get("event") != "progress" or time.monotonic() - last[0] < TEXT_EVERY_S:
+            return
+        last[0] = time.monotonic()
+        eta = f"{event['eta_s']:.0f} s" if event.get("eta_s") is not None else "?"
+        print(
+            f"dataprep: {event['chunks']}/{event['total_chunks']} chunks, {event['records']} records, "
+            f"{event['records_per_s']:.0f} records/s, {event['tokens_per_s']:.0f} tokens/s, ETA {eta}",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    return emit
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -321,7 +331,7 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(event), flush=True)
 
     else:
-        emit = _text_progress
+        emit = _text_progress()
     try:
         done = prepare_ahead(options, emit)
     except RunError as exc:

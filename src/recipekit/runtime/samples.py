@@ -73,8 +73,10 @@ def tokenize_into_blocks(batch: dict[str, list], tokenizer: Any, block_len: int)
     The tail shorter than a block at the end of each batch is dropped (at most one block per window).
     """
     stream: list[int] = []
+    eos = tokenizer.eos_token_id  # once: the attribute is a vocabulary lookup each time
     for ids in tokenizer([t for t in batch["text"] if t.strip()], add_special_tokens=False)["input_ids"]:
-        stream += ids + [tokenizer.eos_token_id]
+        stream.extend(ids)
+        stream.append(eos)
     usable = len(stream) // block_len * block_len
     return {"input_ids": [stream[i : i + block_len] for i in range(0, usable, block_len)]}
 

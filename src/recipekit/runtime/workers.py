@@ -87,12 +87,13 @@ class Job:
 
 
 class Tally:
-    """One worker's running counts, kept in ``progress/<rank>.json`` (written at most every PROGRESS_EVERY_S)."""
+    """One worker's running counts, kept in ``progress/<rank>.json`` (written at most every PROGRESS_EVERY_S, when
+    ``report`` is called too: the merger reports progress while it prepares its own share)."""
 
-    def __init__(self, job: Job, rank: int):
+    def __init__(self, job: Job, rank: int, report: Callable[[], None] = lambda: None):
         self.path = job.directory / layout.PROGRESS / f"{rank}.json"
         self.counts = {"chunks": 0, "bytes": 0, "records": 0, "tokens": 0, "reused_bytes": 0}
-        self.written = 0.0
+        self.written, self.report = 0.0, report
         self.write(force=True)
 
     def add(self, records: int, tokens: int) -> None:
@@ -110,12 +111,13 @@ class Tally:
         if force or now - self.written >= PROGRESS_EVERY_S:
             layout.write_json(self.path, self.counts)
             self.written = now
+            self.report()
 
 
-def work(job: Job, tokenizer: Any, rank: int, world: int) -> None:
+def work(job: Job, tokenizer: Any, rank: int, world: int, report: Callable[[], None] = lambda: None) -> None:
     """Prepare worker ``rank``'s share of ``world`` (skipping what an earlier attempt finished)."""
     preparer = ChunkPreparer(job.directory, job.files, job.settings, tokenizer, job.dtype)
-    tally = Tally(job, rank)
+    tally = Tally(job, rank, report)
     for chunk in job.chunks[rank::world]:
         reason = job.failure()
         if reason is not None:
