@@ -161,6 +161,17 @@ def test_prompt_tokens_are_masked_token_by_token(tokenizer):
     assert _trained_text(tokenizer, sample) == "1 2 3<|eos|>tac<|eos|>"
 
 
+def test_a_batch_is_encoded_as_each_record_alone(tokenizer, tmp_path):
+    """tokenize_conversations (one tokenizer call per batch, masks by span search) equals encode_conversation."""
+    records = tiny_records("messages", 120, seed=9)  # system turns, one or two exchanges
+    batch = {"messages": [r["messages"] for r in records]}
+    out = samples.tokenize_conversations(batch, tokenizer, "messages", max_len=16)  # truncation too
+    alone = [samples.encode_conversation(tokenizer, m, 16) for m in chat.conversations(batch, "messages")]
+    kept = [a for a in alone if any(label != -100 for label in a["labels"])]
+    assert 0 < len(kept) < len(alone)  # some answers lie beyond 16 tokens: dropped alike
+    assert out == {"input_ids": [a["input_ids"] for a in kept], "labels": [a["labels"] for a in kept]}
+
+
 def test_alpaca_records_become_one_exchange(tokenizer):
     batch = {"instruction": ["Repeat the word."], "input": ["dog 2"], "output": ["dog dog"]}
     (messages,) = chat.conversations(batch, "alpaca")
