@@ -155,7 +155,7 @@ def plan_chunks(files: list[InputFile], chunk_bytes: int) -> list[Chunk]:
         parts = 1 if file.kind == "json" else max(1, math.ceil(file.size / chunk_bytes))
         for part in range(parts):
             end = file.size if part == parts - 1 else (part + 1) * chunk_bytes
-            chunks.append(Chunk(len(chunks), number, part, part * chunk_bytes if parts > 1 else 0, end))
+            chunks.append(Chunk(len(chunks), number, part, part * chunk_bytes, end))
     return chunks
 
 
