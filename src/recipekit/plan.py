@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 from recipekit import __version__
 from recipekit.bundlefiles import DS_CONFIG, RUN, TRAIN_MODULE, WORKDIR
+from recipekit.domains import host_volume_name
 from recipekit.errors import Collector, Problem
 from recipekit.images import ImageFamily, ImageMatrix, compatibility_problems
 from recipekit.modelsize import count_params, lora_params
@@ -373,6 +374,9 @@ def make_plan(recipe: Recipe, images: ImageMatrix, *, analysis_only: bool = Fals
             hint="set both to 1 to build; `recipekit plan` still analyses 3D layouts",
         )
 
+    errors.extend(pipeline_problems(recipe))
+    errors.extend(mount_problems(recipe))
+
     # --- precision
     precision, problems = resolve_precision(tr.precision, hw)
     errors.extend(problems)
@@ -487,6 +491,40 @@ def make_plan(recipe: Recipe, images: ImageMatrix, *, analysis_only: bool = Fals
     )
     # The launch data and the Job are built from the finished plan (names, image, devices), then added to it.
     return replace(plan, launch=launch_spec(recipe, plan), job=volcano_job(recipe, plan))
+
+
+def pipeline_problems(recipe: Recipe) -> list[Problem]:
+    """A pipeline stage holds at least one decoder layer: more stages than layers leave some with nothing to run."""
+    stages, layers = recipe.parallel.pipeline_parallel, recipe.model.num_layers
+    if stages <= layers:
+        return []
+    return [
+        Problem(
+            "parallel.pipeline_parallel",
+            f"{stages} pipeline stages for {recipe.model.name}'s {layers} layers: a stage needs at least one layer",
+            hint=f"at most {layers}",
+        )
+    ]
+
+
+def mount_problems(recipe: Recipe) -> list[Problem]:
+    """Every volume of the pod gets its own mount path: Kubernetes rejects a pod that mounts two volumes at one path,
+    and a host mount on or above the shared volume (or NVMe scratch) would hide it."""
+    claimed = {"/dev/shm": "the /dev/shm memory volume", recipe.cluster.mount_path.rstrip("/"): "cluster.mount_path"}
+    par = recipe.parallel
+    if par.nvme_path and "nvme" in (par.offload_optimizer, par.offload_param):
+        claimed.setdefault(par.nvme_path.rstrip("/"), "parallel.nvme_path")
+    problems = []
+    for path in recipe.hw.host_mounts:
+        mine = path.rstrip("/")
+        for other, owner in claimed.items():
+            if mine == other or other.startswith(mine + "/") or mine.startswith(other + "/"):
+                problems.append(
+                    Problem("hw.host_mounts", f"{path} overlaps {owner} ({other})", hint="mount paths must be disjoint")
+                )
+    if par.nvme_path and recipe.cluster.mount_path.rstrip("/") == par.nvme_path.rstrip("/"):
+        problems.append(Problem("parallel.nvme_path", f"{par.nvme_path} is cluster.mount_path, the shared volume"))
+    return problems
 
 
 # ---------------------------------------------------------------------------------------------------- documents
@@ -676,7 +714,7 @@ def volcano_job(recipe: Recipe, plan: Plan) -> dict[str, Any]:
         {"name": "shared", "mountPath": cl.mount_path},
     ]
     for path in hw.host_mounts:
-        name = k8s_name("host-" + path.strip("/").replace("/", "-").replace("_", "-").replace(".", "-"))
+        name = host_volume_name(path)
         volumes.append({"name": name, "hostPath": {"path": path}})
         mounts.append({"name": name, "mountPath": path, "readOnly": True})
     par = recipe.parallel
