@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import gc
 import json
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -35,22 +36,38 @@ def _warn(warnings: list[str]) -> None:
 
 
 def _user_errors(func: Callable[..., Any]) -> Callable[..., Any]:
-    """Turn RecipeError into the list of problems on stderr and exit code 2."""
+    """Turn RecipeError into the list of problems on stderr and exit code 2.
+
+    An ``OSError`` that reaches here (a ``--recipes`` tree that cannot be read, say) is the user's file system
+    refusing a path they gave: it is reported the same way, one line naming the path, rather than as a traceback.
+    """
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return func(*args, **kwargs)
-        except RecipeError as err:
-            count = len(err.problems)
-            click.echo(
-                f"{click.style('error:', fg='red', bold=True)} {count} problem{'s' if count != 1 else ''}:", err=True
+        except BrokenPipeError:  # stdout closed by the reader (| head): not the user's input
+            raise
+        except OSError as exc:
+            from recipekit.errors import Problem
+
+            where = os.fsdecode(exc.filename) if exc.filename is not None else "path"
+            _report(
+                RecipeError([Problem(where.encode("utf-8", "backslashreplace").decode(), exc.strerror or str(exc))])
             )
-            for problem in err.problems:
-                click.echo(f"  - {problem}", err=True)
-            sys.exit(2)
+        except RecipeError as err:
+            _report(err)
 
     return wrapper
+
+
+def _report(err: RecipeError) -> None:
+    """Every problem on its own line on stderr, then exit code 2."""
+    count = len(err.problems)
+    click.echo(f"{click.style('error:', fg='red', bold=True)} {count} problem{'s' if count != 1 else ''}:", err=True)
+    for problem in err.problems:
+        click.echo(f"  - {problem}", err=True)
+    sys.exit(2)
 
 
 def _recipes_option(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -254,12 +271,15 @@ def list_(group: str | None, extra_dirs: tuple[Path, ...]) -> None:
     """
     from rich.table import Table
 
-    from recipekit.compose import describe_option, group_options
+    from recipekit.compose import check_team_trees, describe_option, group_options
     from recipekit.errors import Problem
     from recipekit.paths import GROUPS
 
     if group is not None and group not in GROUPS:
         raise RecipeError([Problem("group", f"unknown group {group!r}", hint="groups: " + ", ".join(GROUPS))])
+    problems = [Problem(f"--recipes {d}", "not a directory") for d in extra_dirs if not Path(d).is_dir()]
+    if problems or (problems := check_team_trees(extra_dirs)):
+        raise RecipeError(problems)
     table = Table("group", "option", "description")
     for name in [group] if group else GROUPS:
         for option, path in group_options(name, extra_dirs).items():

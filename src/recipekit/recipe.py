@@ -9,6 +9,7 @@ where the arithmetic is, so the error can show it.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
@@ -385,7 +386,7 @@ def unknown_override_keys(overrides: Sequence[str], groups: Sequence[str]) -> li
     found = []
     for override in overrides:
         key, sep, _ = override.partition("=")
-        if not sep or key[:1] in "+~" or key in groups or key.startswith("hydra."):
+        if not sep or key[:1] in "+~" or key in groups or re.split(r"[./]", key)[0] == "hydra":
             continue
         path = key.split(".")
         fields = _section_fields(path[:-1])
