@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shlex
 from functools import lru_cache
 from typing import Any
@@ -144,6 +145,28 @@ def shell_quote(value: Any) -> str:
     return shlex.quote(str(value))
 
 
+def markdown_text(value: Any) -> str:
+    """Plain Markdown text that shows as written and ends where the template says: every character Markdown reads
+    as inline structure (emphasis, code, links, HTML, a table cell's end) is backslash-escaped, and so is a list
+    marker at the start (the value may begin a paragraph)."""
+    text = _MARKDOWN_INLINE.sub(r"\\\1", str(value))
+    return _MARKDOWN_LIST_START.sub(r"\1\\\2", text, count=1)
+
+
+def markdown_code(value: Any, *, cell: bool = False) -> str:
+    """``value`` as a Markdown code span that it cannot end early: the fence is one backtick longer than the longest
+    run of backticks inside, padded when the value starts or ends with one. In a table cell (``cell``) a ``|`` is
+    escaped too: GitHub's table parser splits cells before it reads code spans, and unescapes ``\\|`` itself."""
+    text = str(value).replace("|", "\\|") if cell else str(value)
+    fence = "`" * (max((len(run) for run in re.findall(r"`+", text)), default=0) + 1)
+    pad = " " if text[:1] == "`" or text[-1:] == "`" else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+_MARKDOWN_INLINE = re.compile(r"([\\`*_{}\[\]<>#|~])")
+_MARKDOWN_LIST_START = re.compile(r"^(\d*)([-+.)])(?=\s|$)")
+
+
 def export_default(key: str, value: str) -> str:
     """``export KEY="${KEY:-value}"``: the bundle's default, overridable from the pod's env."""
     escaped = str(value).replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$").replace("`", "\\`")
@@ -162,6 +185,9 @@ def _environment() -> jinja2.Environment:
         autoescape=False,
     )
     env.filters["q"] = shell_quote
+    env.filters["md"] = markdown_text
+    env.filters["code"] = markdown_code
+    env.filters["cell_code"] = lambda value: markdown_code(value, cell=True)
     env.filters["k8s_name"] = k8s_name
     env.globals["export_default"] = export_default
     return env
