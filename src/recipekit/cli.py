@@ -65,8 +65,10 @@ def _report(err: RecipeError) -> None:
     """Every problem on its own line on stderr, then exit code 2."""
     count = len(err.problems)
     click.echo(f"{click.style('error:', fg='red', bold=True)} {count} problem{'s' if count != 1 else ''}:", err=True)
-    for problem in err.problems:
-        click.echo(f"  - {problem}", err=True)
+    from recipekit.schema import printable
+
+    for problem in err.problems:  # one line each, whatever text the input smuggled into a key or a message
+        click.echo(f"  - {printable(str(problem))}", err=True)
     sys.exit(2)
 
 

@@ -198,7 +198,14 @@ _INVALID = _Invalid()
 def _join(loc: str, key: str | int) -> str:
     if isinstance(key, int):
         return f"{loc}[{key}]"
+    key = printable(key)
     return f"{loc}.{key}" if loc else key
+
+
+def printable(text: str) -> str:
+    """``text`` with each control, invisible-formatting or surrogate character written as its escape (``\\n``,
+    ``\\u202e``): a key or value from the input can then never break a one-line message, or hide what it says."""
+    return _FORBIDDEN_TEXT.sub(lambda match: match.group().encode("unicode_escape").decode("ascii"), text)
 
 
 def _section(cls: type[Section], data: Any, loc: str, problems: list[Problem]) -> Any:

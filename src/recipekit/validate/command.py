@@ -8,6 +8,7 @@ the long steps goes to stderr.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -122,6 +123,10 @@ def validate_command(
             report = validate(bundle, dry_run=options, progress=progress)
     except (BundleUnusable, DryRunUsageError) as exc:
         click.echo(f"error: {exc}", err=True)
+        ctx.exit(2)
+    except OSError as exc:  # a path the user gave that the file system refuses (unreadable, a loop, ...)
+        where = os.fsdecode(exc.filename) if exc.filename is not None else str(bundle)
+        click.echo(f"error: {where}: {exc.strerror or exc}".encode("utf-8", "backslashreplace").decode(), err=True)
         ctx.exit(2)
     except KeyboardInterrupt:
         click.echo("interrupted: every pod process was stopped", err=True)

@@ -23,6 +23,7 @@ from typing import Any
 
 import yaml
 
+from recipekit import yamlfile
 from recipekit.bundlefiles import DOCKERFILE, JOB, LAUNCH, MANIFEST, REQUIRED, RUN, RUNTIME
 from recipekit.bundlefiles import DS_CONFIG as DS
 from recipekit.bundlefiles import RECIPE as RECIPE
@@ -105,7 +106,7 @@ def load_bundle(directory: Path) -> Bundle:
         raise BundleUnusable(f"{directory}: no {MANIFEST}: not a recipekit bundle (build one with `recipekit build`)")
     try:
         manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise BundleUnusable(f"{manifest_path}: not valid JSON ({exc})") from None
     if (
         not isinstance(manifest, dict)
@@ -144,7 +145,7 @@ def _parse(bundle: Bundle) -> None:
     text = bundle.text(RECIPE)
     if text is not None:
         try:
-            doc = yaml.safe_load(text)
+            doc = yamlfile.load(text, RECIPE)  # refuses alias bombs, deep nesting, huge numbers before building
         except yaml.YAMLError as exc:
             out.append(Finding(RECIPE, "", f"not valid YAML: {_yaml_error(exc)}"))
         else:
@@ -201,7 +202,7 @@ def _parse(bundle: Bundle) -> None:
     text = bundle.text(JOB)
     if text is not None:
         try:
-            job = yaml.safe_load(text)
+            job = yamlfile.load(text, JOB)
         except yaml.YAMLError as exc:
             out.append(Finding(JOB, "", f"not valid YAML: {_yaml_error(exc)}"))
         else:
@@ -230,7 +231,7 @@ def _parse(bundle: Bundle) -> None:
                 out.append(Finding(name, "", f"not valid JSON: {exc}"))
         elif name.endswith((".yaml", ".yml")):
             try:
-                yaml.safe_load(bundle.raw[name])
+                yamlfile.load(bundle.raw[name].decode("utf-8", errors="replace"), name)
             except yaml.YAMLError as exc:
                 out.append(Finding(name, "", f"not valid YAML: {_yaml_error(exc)}"))
     for name in sorted(n for n in bundle.raw if n.endswith(".py")):
