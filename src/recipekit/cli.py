@@ -189,8 +189,10 @@ def show(overrides: tuple[str, ...], as_json: bool, extra_dirs: tuple[Path, ...]
         yaml.safe_dump({"choices": document["choices"], "recipe": document["recipe"]}, sort_keys=False), markup=False
     )
     table = Table("derived", "value", title="plan", title_justify="left")
+    from rich.text import Text
+
     for key, value in document["plan"].items():
-        table.add_row(key, str(value))
+        table.add_row(key, Text(str(value)))
     console.print(table)
     _warn(resolved.plan.warnings)
 
@@ -282,10 +284,13 @@ def list_(group: str | None, extra_dirs: tuple[Path, ...]) -> None:
     problems = [Problem(f"--recipes {d}", "not a directory") for d in extra_dirs if not Path(d).is_dir()]
     if problems or (problems := check_team_trees(extra_dirs)):
         raise RecipeError(problems)
+    from rich.text import Text
+
     table = Table("group", "option", "description")
     for name in [group] if group else GROUPS:
         for option, path in group_options(name, extra_dirs).items():
-            table.add_row(name, option, describe_option(path))
+            # Text, not str: a team's description is shown as written, never read as rich markup ("[/x]" would raise)
+            table.add_row(name, Text(option), Text(describe_option(path)))
     _console().print(table)
 
 

@@ -636,3 +636,165 @@ def test_a_recipe_error_names_a_value_without_expanding_it() -> None:
         parse_recipe(data)
     text = str(info.value)
     assert "description" in text and "train.seed" in text and len(text) < 2000
+
+
+# ------------------------------------------------------------------------------------------------ validate, list
+def test_validate_reads_an_alias_bomb_recipe_yaml_without_expanding_it(previous_bundle, tmp_path: Path) -> None:
+    """A 5 KB alias-bomb recipe.yaml hung `validate`: now a finding naming the file, promptly, no traceback."""
+    from recipekit.validate.static import rehash_manifest
+
+    bundle = tmp_path / "b"
+    shutil.copytree(previous_bundle, bundle)
+    bomb = "recipekit_version: x\nrecipe:\n  description: &a [" + ",".join(["lol"] * 9) + "]\n"
+    for level in range(12):
+        bomb += f"  k{level}: &{chr(98 + level)} [{','.join(['*' + chr(97 + level)] * 9)}]\n"
+    (bundle / RECIPE).write_text(bomb)
+    rehash_manifest(bundle)
+    result = subprocess.run(
+        [sys.executable, "-m", "recipekit.cli", "validate", str(bundle)], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "recipe.yaml" in result.stdout and "alias" in result.stdout and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda d: (d / MANIFEST).write_text("[" * 100_000), "not valid JSON"),
+        (lambda d: (d / MANIFEST).write_bytes(b"\xff\xfe"), "not valid JSON"),
+        (lambda d: (d / MANIFEST).write_text("5"), "not a recipekit manifest"),
+    ],
+    ids=["deep JSON", "not UTF-8", "a number"],
+)
+def test_validate_exits_2_for_a_manifest_that_is_not_one(tmp_path: Path, make, message: str) -> None:
+    (tmp_path / "b").mkdir()
+    make(tmp_path / "b")
+    result = CliRunner().invoke(main, ["validate", str(tmp_path / "b")])
+    assert result.exit_code == 2 and message in result.output and "Traceback" not in result.output
+
+
+def test_list_shows_a_team_description_as_written(tmp_path: Path) -> None:
+    """rich would read "[/x]" as a closing tag and raise; a description is text, not markup."""
+    write_tree(tmp_path / "team", {"hw/odd.yaml": 'name: odd\ndescription: "[/oops] [bold]x"\n'})
+    result = CliRunner().invoke(main, ["list", "hw", "--recipes", str(tmp_path / "team")])
+    assert result.exit_code == 0, result.output
+    assert "[/oops] [bold]x" in result.output
+
+
+# ------------------------------------------------------------------------------------------- domains, loader
+@pytest.mark.parametrize(
+    "domain, good, bad",
+    [
+        ("DNS_LABEL", ["default", "team-a", "a" * 63, "0x"], ["Team", "team_a", "a" * 64, "", "team\n", "-a", "a-"]),
+        ("DNS_SUBDOMAIN", ["llm-shared", "a.b-c.d", "a" * 253], ["A", "a..b", "a_b", "a" * 254, ".a", "a."]),
+        ("ENV_NAME", ["HCCL_BUFFSIZE", "_x", "a1"], ["1", "A-B", "A=$(id)", "A B", "", "É"]),
+        (
+            "IMAGE_REGISTRY",
+            ["registry.example.com/llm", "localhost:5000/recipekit", "quay.io/a/b_c", "team", "reg.io:5000"],
+            ["Registry_X", "reg.io/A", "reg.io/a b", "reg.io:port/x", "reg.io//x", "", "reg.io/$(id)"],
+        ),
+        (
+            "EXTENDED_RESOURCE",
+            ["huawei.com/Ascend910", "nvidia.com/gpu", "example.com/a.b_c"],
+            ["gpu", "kubernetes.io/gpu", "a.kubernetes.io/x", "nvidia.com/", "/gpu", "Nvidia_Com/gpu"],
+        ),
+        ("LABEL_KEY", ["accelerator-type", "ring-controller.atlas", "a.b/c_d"], ["", "a/", "-a", "a b", "x" * 64]),
+        ("LABEL_VALUE", ["", "module-910b-8", "a.b_c"], ["-a", "a b", "v" * 64]),
+        (
+            "MOUNT_PATH",
+            ["/mnt/shared", "/data/", "/home/team/x"],
+            ["mnt", "/", "/dev/shm", "/dev", "/workspace", "/workspace/x", "/usr", "/var", "/a/../b", "//a", "/a b"],
+        ),
+        ("ABSOLUTE_PATH", ["/mnt/shared/runs", "/x"], ["runs", "/a/./b", "/a/../b", "/a;b", "/a\\b"]),
+        ("HOST_PATH", ["/usr/local/Ascend/driver", "/etc/x.info"], ["/", "x", "/proc/x", "/sys", "/workspace"]),
+        ("IFNAMES", ["eth0", "eth0,ib0", "enp1s0f0.100"], ["eth0/1", "eth0:1", "a" * 16, "eth0 ", ",", ".."]),
+    ],
+)
+def test_domains_accept_real_values_and_refuse_lookalikes(domain: str, good: list[str], bad: list[str]) -> None:
+    from recipekit import domains
+
+    rule = getattr(domains, domain)
+    assert [value for value in good if rule.problem(value) is not None] == []
+    assert [value for value in bad if rule.problem(value) is None] == []
+
+
+def test_host_volume_names_match_the_jobs_and_collide_where_they_should() -> None:
+    from recipekit.domains import host_volume_name
+
+    assert host_volume_name("/usr/local/Ascend/driver") == "host-usr-local-ascend-driver"
+    assert host_volume_name("/a_b") == host_volume_name("/a-b") == host_volume_name("/A.B")
+    assert len(host_volume_name("/" + "x" * 300)) <= 63
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        (ALIAS_BOMB, "alias bomb"),
+        ("a: &a [*a]\n", "refers to its own enclosing node"),
+        ("a: *nowhere\n", "has no anchor before it"),
+        ("x: " + "[" * 65 + "]" * 65 + "\n", "nested more than 64 levels"),
+        ("x: " + "[" * 5000 + "]" * 5000 + "\n", "not valid YAML"),
+        ("x: " + "1" * 5000 + "\n", "a number of 5000 characters"),
+        ("x: 2024-13-45\n", "cannot construct"),
+        ("a: 1\n---\nb: 2\n", "not valid YAML"),
+    ],
+    ids=["bomb", "recursive", "undefined", "deep", "very deep", "long number", "bad date", "two documents"],
+)
+def test_the_yaml_loader_refuses_before_constructing(text: str, message: str) -> None:
+    from recipekit import yamlfile
+
+    with pytest.raises(yamlfile.UnsafeYAML) as info:
+        yamlfile.load(text, "team.yaml")
+    assert message in str(info.value) and str(info.value).startswith("team.yaml") and "\n" not in str(info.value)
+
+
+def test_the_yaml_loader_names_bad_bytes_and_keeps_quoted_numbers_as_text(tmp_path: Path) -> None:
+    from recipekit import yamlfile
+
+    (tmp_path / "latin1.yaml").write_bytes(b"a: 1\nb: caf\xe9\n")
+    with pytest.raises(yamlfile.UnsafeYAML, match=r"latin1.yaml:2: is not UTF-8 text \(byte 0xe9"):
+        yamlfile.read(tmp_path / "latin1.yaml")
+    assert yamlfile.load("x: '" + "1" * 5000 + "'\n") == {"x": "1" * 5000}
+    shared = yamlfile.load("a: &a [1, 2]\nb: *a\n")
+    assert shared == {"a": [1, 2], "b": [1, 2]}
+
+
+# -------------------------------------------------------------------------------------------- numbers at bounds
+def test_every_number_at_its_bound_plans_estimates_and_renders(base_raw) -> None:
+    """The upper bounds are sane: any value the schema accepts gives a plan, an estimate and files, or a
+    RecipeError — never an overflow, a ZeroDivisionError or an infinite figure."""
+    import math
+
+    from recipekit import memory
+
+    images = load_images()
+    checked = 0
+    for key, bounds in numeric_fields(Recipe):
+        for name in ("le", "ge"):
+            if name not in bounds or key.startswith("mode."):
+                continue
+            raw = copy.deepcopy(base_raw)
+            _set(raw, key, bounds[name])
+            try:
+                recipe = parse_recipe(raw)
+                plan = make_plan(recipe, images, analysis_only=True)
+                estimate = memory.estimate(recipe, plan)
+            except RecipeError:
+                continue
+            assert math.isfinite(estimate.total_gib), key
+            if plan.layout.model_parallel == 1:
+                render(recipe, make_plan(recipe, images), None, estimate)
+            checked += 1
+    assert checked > 20
+
+
+def numeric_fields(section: type, prefix: str = "") -> list[tuple[str, dict[str, float]]]:
+    found = []
+    for field in dataclasses.fields(section):
+        subs = sections_in(field_types(section)[field.name])
+        if subs:
+            for sub in subs:
+                found.extend(numeric_fields(sub, f"{prefix}{field.name}."))
+        elif field.metadata.get("bounds"):
+            found.append((f"{prefix}{field.name}", field.metadata["bounds"]))
+    return found
