@@ -265,6 +265,9 @@ def check_team_trees(extra_dirs: Sequence[Path]) -> list[Problem]:
     for root in recipe_dirs(extra_dirs)[1:]:
         for path in _yaml_files(root):
             where = _shown(path)
+            if not path.is_file():  # a directory named *.yaml, a FIFO (opening it would wait for a writer forever)
+                problems.append(Problem(where, "is not a regular file"))
+                continue
             try:
                 data = yamlfile.read(path)
             except OSError as exc:
@@ -291,7 +294,7 @@ def _yaml_files(root: Path) -> list[Path]:
     for group in GROUPS:
         for folder, dirs, names in os.walk(root / group):
             dirs.sort()
-            files.extend(Path(folder, name) for name in sorted(names) if name.endswith(".yaml"))
+            files.extend(Path(folder, name) for name in sorted([*names, *dirs]) if name.endswith(".yaml"))
     return files
 
 

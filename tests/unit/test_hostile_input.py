@@ -798,3 +798,17 @@ def numeric_fields(section: type, prefix: str = "") -> list[tuple[str, dict[str,
         elif field.metadata.get("bounds"):
             found.append((f"{prefix}{field.name}", field.metadata["bounds"]))
     return found
+
+
+def test_a_team_file_that_is_not_a_regular_file_is_refused_not_waited_on(tmp_path: Path) -> None:
+    """A FIFO named like an option would block Hydra's read forever; a directory named like one would raise."""
+    (tmp_path / "team" / "model" / "dir.yaml").mkdir(parents=True)
+    os.mkfifo(tmp_path / "team" / "model" / "fifo.yaml")
+    result = subprocess.run(
+        [sys.executable, "-m", "recipekit.cli", "plan", "--recipes", str(tmp_path / "team"), "recipe=tiny_sft"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "fifo.yaml: is not a regular file" in result.stderr and "dir.yaml: is not a regular file" in result.stderr
