@@ -52,7 +52,7 @@ MIN_INT, MAX_INT = -(2**63), 2**63 - 1
 #: Characters no text field may hold: C0/C1 controls (NUL, newline, escape, ...), Unicode line and paragraph
 #: separators (YAML reads them as line breaks), bidirectional overrides (text that displays unlike what it is) and
 #: lone surrogates (not encodable as UTF-8, so the bundle could not even be written).
-_FORBIDDEN_TEXT = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+_FORBIDDEN_TEXT = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 
 
 @dataclasses.dataclass(frozen=True)
