@@ -508,23 +508,20 @@ def pipeline_problems(recipe: Recipe) -> list[Problem]:
 
 
 def mount_problems(recipe: Recipe) -> list[Problem]:
-    """Every volume of the pod gets its own mount path: Kubernetes rejects a pod that mounts two volumes at one path,
-    and a host mount on or above the shared volume (or NVMe scratch) would hide it."""
-    claimed = {"/dev/shm": "the /dev/shm memory volume", recipe.cluster.mount_path.rstrip("/"): "cluster.mount_path"}
+    """Every volume of the pod gets its own mount path: Kubernetes rejects a pod that mounts two volumes at one path
+    (a host mount at the PVC's mount path, or at the NVMe scratch directory)."""
     par = recipe.parallel
+    claimed = {recipe.cluster.mount_path.rstrip("/"): "cluster.mount_path"}
     if par.nvme_path and "nvme" in (par.offload_optimizer, par.offload_param):
-        claimed.setdefault(par.nvme_path.rstrip("/"), "parallel.nvme_path")
-    problems = []
-    for path in recipe.hw.host_mounts:
-        mine = path.rstrip("/")
-        for other, owner in claimed.items():
-            if mine == other or other.startswith(mine + "/") or mine.startswith(other + "/"):
-                problems.append(
-                    Problem("hw.host_mounts", f"{path} overlaps {owner} ({other})", hint="mount paths must be disjoint")
-                )
-    if par.nvme_path and recipe.cluster.mount_path.rstrip("/") == par.nvme_path.rstrip("/"):
-        problems.append(Problem("parallel.nvme_path", f"{par.nvme_path} is cluster.mount_path, the shared volume"))
-    return problems
+        nvme = par.nvme_path.rstrip("/")
+        if nvme in claimed:
+            return [Problem("parallel.nvme_path", f"{par.nvme_path} is also {claimed[nvme]}", "a local NVMe directory")]
+        claimed[nvme] = "parallel.nvme_path"
+    return [
+        Problem("hw.host_mounts", f"{path} is also {claimed[path.rstrip('/')]}", hint="mount paths must differ")
+        for path in recipe.hw.host_mounts
+        if path.rstrip("/") in claimed
+    ]
 
 
 # ---------------------------------------------------------------------------------------------------- documents

@@ -218,6 +218,8 @@ PATHS = [
     by_override("hw.host_mounts", "[usr/local/x]", name="relative host mount"),
     by_override("hw.host_mounts", "[/mnt/shared]", name="host mount over the PVC"),
     by_override("parallel.nvme_path", "nvme", name="relative nvme path"),
+    by_override("parallel.nvme_path", "/mnt/shared", "parallel=zero3_nvme", name="nvme scratch on the PVC"),
+    by_override("hw.host_mounts", "[/dev/shm]", name="host mount over /dev/shm"),
 ]
 
 
