@@ -72,6 +72,13 @@ def _report(err: RecipeError) -> None:
     sys.exit(2)
 
 
+def _finite(param: click.Parameter, value: float | None) -> float | None:
+    """A number flag's value, refused when it is NaN (which every range comparison lets through)."""
+    if value is not None and value != value:
+        raise click.BadParameter("nan is not a number", param=param)
+    return value
+
+
 def _recipes_option(func: Callable[..., Any]) -> Callable[..., Any]:
     return click.option(
         "--recipes",
@@ -208,7 +215,8 @@ def show(overrides: tuple[str, ...], as_json: bool, extra_dirs: tuple[Path, ...]
 )
 @click.option(
     "--price",
-    type=click.FloatRange(min=0),
+    type=click.FloatRange(min=0, max=1e6),
+    callback=lambda ctx, param, value: _finite(param, value),
     default=None,
     help="Price of one device for one hour, for the cost figure (default: hw.price_per_device_hour).",
 )

@@ -814,3 +814,19 @@ def test_a_team_file_that_is_not_a_regular_file_is_refused_not_waited_on(tmp_pat
     )
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "fifo.yaml: is not a regular file" in result.stderr and "dir.yaml: is not a regular file" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "args, flag",
+    [
+        (["plan", "recipe=tiny_sft", "--price", "nan"], "--price"),
+        (["plan", "recipe=tiny_sft", "--price", "inf"], "--price"),
+        (["plan", "recipe=tiny_sft", "--price", "1e308"], "--price"),
+        (["validate", ".", "--dry-run", "--timeout", "nan"], "--timeout"),
+    ],
+    ids=["price nan", "price inf", "price 1e308", "timeout nan"],
+)
+def test_number_flags_are_finite(args: list[str], flag: str) -> None:
+    """NaN passes every range comparison; an infinite price gives an infinite cost (and invalid JSON)."""
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2 and flag in result.output and "Traceback" not in result.output

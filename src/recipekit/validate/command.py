@@ -70,6 +70,7 @@ _STYLE = {Status.PASS: "green", Status.FAIL: "bold red", Status.SKIP: "yellow"}
 @click.option(
     "--timeout",
     type=click.FloatRange(10, 24 * 3600),
+    callback=lambda ctx, param, value: value if value == value else ctx.fail("--timeout: nan is not a number"),
     default=900.0,
     show_default=True,
     help="Seconds the whole dry run may take; pods are killed past it.",
