@@ -155,6 +155,12 @@ def _compose_once(overrides: list[str], extra_dirs: Sequence[Path]) -> Composed:
     except MissingConfigException as exc:
         raise RecipeError([Problem("recipe", str(exc).splitlines()[0])]) from None
     except ConfigCompositionException as exc:
+        # Hydra sometimes wraps OmegaConf's error without a message of its own (a YAML key that is null, say)
+        cause = exc.__cause__
+        if not str(exc).strip() and cause is not None:
+            key = getattr(cause, "full_key", None) or "recipe"
+            first = (str(getattr(cause, "msg", None) or cause).strip().splitlines() or ["invalid"])[0]
+            raise RecipeError([Problem(str(key), " ".join(first.split()))]) from None
         raise RecipeError([Problem("override", " ".join(str(exc).split()))]) from None
     except OmegaConfBaseException as exc:
         # full_key names the value whose interpolation failed (a reference to a key that does not exist, ...)
