@@ -323,6 +323,18 @@ TEAM_TREES = [
         {"recipe/broken.yaml": "# @package _global_\nx: [1, 2\n"},
     ),
     Case(
+        "python object tag",
+        ("--recipes", "{team}", "recipe=tag"),
+        "tag.yaml",
+        {"recipe/tag.yaml": "# @package _global_\ndescription: !!python/object/apply:os.system [id]\n"},
+    ),
+    Case(
+        "null key",
+        ("--recipes", "{team}", "recipe=nullkey"),
+        "train",
+        {"recipe/nullkey.yaml": "# @package _global_\ntrain:\n  null: 1\n"},
+    ),
+    Case(
         "list with a bomb",
         (
             "--recipes",
