@@ -4,11 +4,13 @@ The files are written into a staging directory beside the target (same file syst
 
 * **A new target** is one ``rename`` of the staging directory: the path appears complete or not at all.
 * **Replacing a bundle, on Linux** (ext4, xfs, btrfs, tmpfs, ...) is one ``renameat2(RENAME_EXCHANGE)``: the kernel
-  swaps the two directory entries in a single step, so every lookup of the target path — by a person, ``validate``,
-  ``docker build`` or a script polling for ``manifest.json`` — finds a complete bundle, the old one or the new one,
-  never nothing and never a mix. The old tree, now under the staging name, is then deleted. An interruption at any
-  moment leaves the target whole: the old bundle before the exchange, the new one after it. (A ``SIGKILL`` can leave
-  the hidden ``.<name>.recipekit-*`` staging directory behind; it is never the target.)
+  swaps the two directory entries in a single step, so every lookup of a path in the bundle — by a person,
+  ``kubectl apply -f``, ``validate`` or a script polling for ``manifest.json`` — finds a complete bundle, the old one
+  or the new one, never nothing. The old tree, now under the staging name, is then deleted, so a reader already
+  walking the old directory (``docker build`` sending its context) may see entries vanish and should start again, as
+  with any replacement that keeps no old versions. An interruption at any moment leaves the target whole: the old
+  bundle before the exchange, the new one after it. (A ``SIGKILL`` can leave the hidden ``.<name>.recipekit-*``
+  staging directory behind; it is never the target.)
 * **Elsewhere** (another OS; a file system without the exchange, such as NFS) it is two renames: the old bundle
   aside, then the new one in. For the instant between them the path is missing; SIGINT, SIGTERM and SIGHUP are
   held back across both renames, and any failure of the second puts the old bundle back, so only a SIGKILL or a
