@@ -25,7 +25,8 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from recipekit.compose import compose  # noqa: E402
 from recipekit.images import load_images  # noqa: E402
-from recipekit.memory import advise, estimate, load_parallel_options  # noqa: E402
+from recipekit.memory import advise, estimate  # noqa: E402
+from recipekit.options import load_parallel_options  # noqa: E402
 from recipekit.plan import make_plan  # noqa: E402
 from recipekit.recipe import parse_recipe  # noqa: E402
 

@@ -27,6 +27,7 @@ from pathlib import Path
 import yaml
 
 from recipekit.build import build
+from recipekit.bundlefiles import TRAIN_MODULE
 from recipekit.tinydata import write_tiny_dataset
 
 LONG_SHARE = 0.15
@@ -101,8 +102,8 @@ def run_entrypoint(bundle: Path) -> dict:
         shutil.rmtree(checkpoint)
     (out / "metrics.jsonl").unlink(missing_ok=True)
     result = subprocess.run(
-        [sys.executable, str(bundle / "train.py"), "--recipe", str(bundle / "recipe.yaml"), "--resume", "none"],
-        env=ENV,
+        [sys.executable, "-m", TRAIN_MODULE, "--recipe", str(bundle / "recipe.yaml"), "--resume", "none"],
+        env={**ENV, "PYTHONPATH": str(bundle)},  # as run.sh: the bundle's runtime package on the path
         capture_output=True,
         text=True,
         check=False,

@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+
+import pytest
 
 from recipekit.build import compile_bundle, resolve
+
+
+@pytest.fixture(autouse=True)
+def _no_team_layers_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """A developer's own $RECIPEKIT_RECIPES must not leak into the CLI tests (team layers are tested explicitly)."""
+    monkeypatch.delenv("RECIPEKIT_RECIPES", raising=False)
+    yield
 
 
 def render_files(overrides: Sequence[str], *, allow_oom: bool = False) -> dict[str, bytes]:

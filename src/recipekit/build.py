@@ -6,15 +6,17 @@ the same path. Nothing here imports torch, transformers or deepspeed.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from recipekit import memory
 from recipekit.bundle import write_bundle
 from recipekit.compose import Composed, compose
 from recipekit.errors import RecipeError
 from recipekit.images import ImageMatrix, load_images
+from recipekit.options import load_parallel_options
 from recipekit.paths import GROUPS
 from recipekit.plan import Plan, make_plan
 from recipekit.recipe import Recipe, parse_recipe, unknown_override_keys
@@ -36,19 +38,36 @@ class Resolved:
     extra_dirs: tuple[Path, ...] = ()
 
 
-def resolve(overrides: Sequence[str], extra_dirs: Sequence[Path] = (), *, analysis_only: bool = False) -> Resolved:
-    """Compose, validate and plan; raises RecipeError with every problem of the first stage that has any."""
+def resolve(
+    overrides: Sequence[str],
+    extra_dirs: Sequence[Path] = (),
+    *,
+    analysis_only: bool = False,
+    composer: Callable[[list[str], Sequence[Path]], Composed] = compose,
+) -> Resolved:
+    """Compose, validate and plan; raises RecipeError with every problem of the first stage that has any.
+
+    ``composer`` stands in for :func:`compose` where a matrix build already composed the recipe. A problem with a
+    key a team YAML file set names that file and line (:mod:`recipekit.locate`).
+    """
     typos = unknown_override_keys(overrides, GROUPS)
     mistyped = {override for override, _ in typos}
     try:
-        composed = compose([o for o in overrides if o not in mistyped], extra_dirs)
+        composed = composer([o for o in overrides if o not in mistyped], extra_dirs)
     except RecipeError as err:
         raise RecipeError([problem for _, problem in typos] + err.problems) from None
     if typos:
         raise RecipeError([problem for _, problem in typos])
-    recipe = parse_recipe(composed.raw)
-    images = load_images()
-    plan = make_plan(recipe, images, analysis_only=analysis_only)
+    try:
+        recipe = parse_recipe(composed.raw)
+        images = load_images()
+        plan = make_plan(recipe, images, analysis_only=analysis_only)
+    except RecipeError as err:
+        if not extra_dirs:
+            raise
+        from recipekit.locate import locate
+
+        raise RecipeError(locate(err.problems, overrides, extra_dirs)) from None
     return Resolved(composed, recipe, plan, images, tuple(Path(d) for d in extra_dirs))
 
 
@@ -67,6 +86,7 @@ def build(
     extra_dirs: Sequence[Path] = (),
     force: bool = False,
     allow_oom: bool = False,
+    origin: Sequence[dict[str, Any]] | None = None,
 ) -> Built:
     """Build the bundle for ``overrides`` into ``output`` (default ./bundles/<name>), atomically.
 
@@ -74,7 +94,28 @@ def build(
     that fits) unless ``allow_oom``: finding out from an OOM after the image is built and the gang scheduled costs
     far more than this estimate.
     """
-    resolved = resolve(overrides, extra_dirs)
+    return build_resolved(resolve(overrides, extra_dirs), output, force=force, allow_oom=allow_oom, origin=origin)
+
+
+def build_resolved(
+    resolved: Resolved,
+    output: Path | None = None,
+    *,
+    force: bool = False,
+    allow_oom: bool = False,
+    origin: Sequence[dict[str, Any]] | None = None,
+) -> Built:
+    """The second half of :func:`build`, for a recipe already resolved (a matrix build names its output from it).
+
+    The manifest records the team layers' ``origin``: None detects it from the resolved layers (git); ``verify``
+    passes the one it unpacked, so that its rebuild in a temporary directory gives the same bytes.
+    """
+    if origin is None and resolved.extra_dirs:
+        from recipekit.origin import origin as detect_origin
+
+        origin = detect_origin(resolved.extra_dirs)
+    if origin:
+        resolved = replace(resolved, composed=replace(resolved.composed, origin=tuple(origin)))
     files, estimate = compile_bundle(resolved, allow_oom=allow_oom)
     target = output if output is not None else DEFAULT_OUTPUT_ROOT / resolved.recipe.name
     return Built(resolved, write_bundle(files, target, force=force), files, estimate)
@@ -84,7 +125,7 @@ def compile_bundle(resolved: Resolved, *, allow_oom: bool = False) -> tuple[dict
     """The bundle's files in memory, after the memory check ``build`` applies; writes nothing."""
     estimate = memory.estimate(resolved.recipe, resolved.plan)
     if not estimate.fits and not allow_oom:
-        options = memory.load_parallel_options(resolved.extra_dirs)
+        options = load_parallel_options(resolved.extra_dirs)
         problem = memory.fit_problem(estimate, images=resolved.images, parallel_options=options)
         if problem is not None:
             raise RecipeError([problem])

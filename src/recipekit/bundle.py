@@ -37,6 +37,7 @@ import shutil
 import signal
 import sys
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -281,16 +282,32 @@ def _replace_in_two_renames(staging: Path, target: Path) -> None:
 
 @contextlib.contextmanager
 def _signals_held() -> Iterator[None]:
-    """Hold back SIGINT, SIGTERM and SIGHUP (delivered on exit) while the bundle is put in place, so Ctrl-C or a
-    scheduler's TERM cannot stop the process between two steps that belong together."""
-    if not hasattr(signal, "pthread_sigmask"):
+    """Hold back SIGINT, SIGTERM and SIGHUP while the bundle is put in place, then deliver them: Ctrl-C or a
+    scheduler's TERM cannot stop the process between two steps that belong together.
+
+    Done with Python-level handlers that only record the signal, not a thread signal mask: a process-directed
+    signal goes to any thread that does not block it (a library's helper thread), and Python runs its handler in the
+    main thread at once whichever thread took it. Handlers can only be set from the main thread; elsewhere the
+    signals are left alone.
+    """
+    if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD_SIGNALS)
+    received: list[int] = []
+    previous: dict[int, Any] = {}
+    for signum in _HELD_SIGNALS:
+        handler = signal.getsignal(signum)
+        if handler is None:  # installed by C code: it could not be put back
+            continue
+        previous[signum] = handler
+        signal.signal(signum, lambda number, frame: received.append(number))
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        for signum in received:
+            signal.raise_signal(signum)  # now, to the handler that was there before
 
 
 def _os_problem(given: str, exc: OSError) -> Problem:

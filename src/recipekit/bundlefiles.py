@@ -43,3 +43,25 @@ def runtime_files() -> dict[str, Path]:
 def in_image(name: str) -> bool:
     """What the Dockerfile copies into the image: what the pods run. The rest is for people and for kubectl."""
     return name in (RUN, RECIPE, LAUNCH, DS_CONFIG) or name.startswith(f"{RUNTIME}/")
+
+
+def read_files(directory: Path) -> tuple[dict[str, bytes], list[str]]:
+    """A bundle directory's files as ``{name: bytes}`` (runtime modules as ``runtime/<file>``), and the entries that
+    are no part of a bundle's layout (other directories, links), so callers can report them."""
+    files: dict[str, bytes] = {}
+    strays: list[str] = []
+    for entry in sorted(Path(directory).iterdir()):
+        if entry.is_symlink():
+            strays.append(entry.name)
+        elif entry.is_file():
+            files[entry.name] = entry.read_bytes()
+        elif entry.name == RUNTIME and entry.is_dir():
+            for inner in sorted(entry.iterdir()):
+                name = f"{RUNTIME}/{inner.name}"
+                if inner.is_file() and not inner.is_symlink():
+                    files[name] = inner.read_bytes()
+                elif inner.name != "__pycache__":
+                    strays.append(name + "/" if inner.is_dir() else name)
+        else:
+            strays.append(entry.name + "/")
+    return files, strays

@@ -85,14 +85,28 @@ def _recipes_option(func: Callable[..., Any]) -> Callable[..., Any]:
         "extra_dirs",
         multiple=True,
         type=click.Path(path_type=Path),
-        help="Extra recipe tree (your team's repo) searched after recipekit's own; repeatable.",
+        help="Extra recipe tree searched after recipekit's own and recipekit.toml's, before $RECIPEKIT_RECIPES; "
+        "a later tree overrides an earlier one; repeatable.",
     )(func)
+
+
+def _layers(extra_dirs: tuple[Path, ...]) -> tuple[Path, ...]:
+    """Every team layer: recipekit.toml's search path (this directory or a parent), --recipes, $RECIPEKIT_RECIPES."""
+    from recipekit.team import layer_dirs
+
+    return layer_dirs(extra_dirs)
 
 
 class _Commands(click.Group):
     """A group whose heavier commands are imported only when invoked, so `build` does not pay for `validate`."""
 
-    lazy = {"validate": ("recipekit.validate.command", "validate_command")}
+    lazy = {
+        "validate": ("recipekit.validate.command", "validate_command"),
+        "init": ("recipekit.commands", "init_command"),
+        "pack": ("recipekit.commands", "pack_command"),
+        "verify": ("recipekit.commands", "verify_command"),
+        "diff": ("recipekit.commands", "diff_command"),
+    }
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*super().list_commands(ctx), *self.lazy})
@@ -125,13 +139,30 @@ def main() -> None:
 
 @main.command(context_settings={**_SETTINGS, "ignore_unknown_options": True})
 @click.argument("overrides", nargs=-1)
-@click.option("-o", "--output", type=click.Path(path_type=Path), help="Bundle directory (default: bundles/<name>).")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(path_type=Path),
+    help="Bundle directory (default: bundles/<name>); with -m, the root.",
+)
 @click.option("--force", is_flag=True, help="Replace OUTPUT even if it is not a recipekit bundle.")
 @click.option("--allow-oom", is_flag=True, help="Build even when the plan predicts the run will not fit in memory.")
+@click.option(
+    "-m",
+    "--multirun",
+    is_flag=True,
+    help="Matrix build: OVERRIDES are a Hydra sweep (a=1,2 range() glob()); one bundle per combination, in "
+    "<root>/<name>@<swept values>, then a summary table. Exit 2 if any combination failed.",
+)
 @_recipes_option
 @_user_errors
 def build(
-    overrides: tuple[str, ...], output: Path | None, force: bool, allow_oom: bool, extra_dirs: tuple[Path, ...]
+    overrides: tuple[str, ...],
+    output: Path | None,
+    force: bool,
+    allow_oom: bool,
+    multirun: bool,
+    extra_dirs: tuple[Path, ...],
 ) -> None:
     """Build the bundle for a recipe. OVERRIDES: Hydra overrides (group=option, key=value, +key=value, ~key).
 
@@ -141,7 +172,13 @@ def build(
       recipekit build recipe=qwen2.5_14b_sft cluster.nodes=4 parallel=zero3 train.micro_batch_size=2
       recipekit build model=qwen2.5_7b mode=lora hw=h100 -o out/qwen-lora
       recipekit build --recipes ./team-recipes recipe=our_llama_sft
+      recipekit build -m recipe=llama3_8b_sft,qwen2.5_7b_pretrain hw=ascend910b,h100
+      recipekit build -m 'recipe=glob(*)' train.seed=range(1,4) -o out/matrix
     """
+    extra_dirs = _layers(extra_dirs)
+    if multirun:
+        _build_matrix(overrides, output, force, allow_oom, extra_dirs)
+        return
     from recipekit.build import build as build_bundle
 
     built = build_bundle(overrides, output, extra_dirs=extra_dirs, force=force, allow_oom=allow_oom)
@@ -159,6 +196,23 @@ def build(
         f"{plan.layout.devices_per_pod} device(s), global batch {plan.layout.global_batch_size}, {plan.precision}, "
         f"{'ZeRO-' + str(plan.zero_stage) if plan.zero_stage else 'DDP'}"
     )
+
+
+def _build_matrix(
+    arguments: tuple[str, ...], output: Path | None, force: bool, allow_oom: bool, extra_dirs: tuple[Path, ...]
+) -> None:
+    from recipekit.matrix import run_matrix, summary
+
+    outcomes = run_matrix(arguments, output, extra_dirs=extra_dirs, force=force, allow_oom=allow_oom)
+    for outcome in outcomes:
+        _warn([f"[{outcome.combination}] {warning}" for warning in outcome.warnings])
+        if outcome.problems:
+            click.echo(f"{click.style('error:', fg='red', bold=True)} {outcome.combination}:", err=True)
+            for problem in outcome.problems:
+                click.echo(f"  - {problem}", err=True)
+    click.echo(summary(outcomes))
+    if not all(outcome.ok for outcome in outcomes):
+        sys.exit(2)
 
 
 @main.command(context_settings={**_SETTINGS, "ignore_unknown_options": True})
@@ -179,7 +233,7 @@ def show(overrides: tuple[str, ...], as_json: bool, extra_dirs: tuple[Path, ...]
     from recipekit.build import resolve
     from recipekit.schema import to_data
 
-    resolved = resolve(overrides, extra_dirs)
+    resolved = resolve(overrides, _layers(extra_dirs))
     document = {
         "choices": resolved.composed.choices,
         "recipe": to_data(resolved.recipe),
@@ -189,18 +243,13 @@ def show(overrides: tuple[str, ...], as_json: bool, extra_dirs: tuple[Path, ...]
     if as_json:
         click.echo(json.dumps(document, indent=2))
         return
-    from rich.table import Table
+    from recipekit import report
 
     console = _console()
     console.print(
         yaml.safe_dump({"choices": document["choices"], "recipe": document["recipe"]}, sort_keys=False), markup=False
     )
-    table = Table("derived", "value", title="plan", title_justify="left")
-    from rich.text import Text
-
-    for key, value in document["plan"].items():
-        table.add_row(key, Text(str(value)))
-    console.print(table)
+    console.print(report.render_summary(document["plan"]))
     _warn(resolved.plan.warnings)
 
 
@@ -237,12 +286,14 @@ def plan(
     """
     from recipekit import memory, report
     from recipekit.build import resolve
+    from recipekit.options import load_parallel_options
 
+    extra_dirs = _layers(extra_dirs)
     resolved = resolve(overrides, extra_dirs, analysis_only=True)
     recipe = resolved.recipe
     estimate = memory.estimate(recipe, resolved.plan, price_per_device_hour=price)
     # the parallel options on disk are candidates only for --advise and for the fix of a layout that does not fit
-    options = memory.load_parallel_options(extra_dirs) if advise or not estimate.fits else {}
+    options = load_parallel_options(extra_dirs) if advise or not estimate.fits else {}
     advices: list[memory.Advice] = []
     if advise:
         search_tp_pp = recipe.parallel.tensor_parallel > 1 or recipe.parallel.pipeline_parallel > 1
@@ -273,32 +324,38 @@ def plan(
 @_recipes_option
 @_user_errors
 def list_(group: str | None, extra_dirs: tuple[Path, ...]) -> None:
-    """List config groups and their options, with one-line descriptions.
+    """List config groups and their options: descriptions, each group's default (*), where each option comes from.
+
+    An option from a team layer (recipekit.toml, --recipes, $RECIPEKIT_RECIPES) that replaces a same-named option of
+    an earlier layer is marked "shadows ...".
 
     \b
     Examples:
       recipekit list
       recipekit list hw
       recipekit list recipe
+      recipekit list cluster --recipes ./team-recipes
     """
     from rich.table import Table
+    from rich.text import Text
 
-    from recipekit.compose import check_team_trees, describe_option, group_options
+    from recipekit.compose import check_team_trees
     from recipekit.errors import Problem
+    from recipekit.listing import option_rows
     from recipekit.paths import GROUPS
+    from recipekit.team import search_layers
 
     if group is not None and group not in GROUPS:
         raise RecipeError([Problem("group", f"unknown group {group!r}", hint="groups: " + ", ".join(GROUPS))])
-    problems = [Problem(f"--recipes {d}", "not a directory") for d in extra_dirs if not Path(d).is_dir()]
-    if problems or (problems := check_team_trees(extra_dirs)):
+    layers = search_layers(extra_dirs)
+    problems = check_team_trees([layer.path for layer in layers])
+    if problems:
         raise RecipeError(problems)
-    from rich.text import Text
-
-    table = Table("group", "option", "description")
-    for name in [group] if group else GROUPS:
-        for option, path in group_options(name, extra_dirs).items():
-            # Text, not str: a team's description is shown as written, never read as rich markup ("[/x]" would raise)
-            table.add_row(name, Text(option), Text(describe_option(path)))
+    table = Table("group", "option", "from", "description", caption="* the group's default")
+    for row in option_rows([group] if group else GROUPS, layers):
+        origin = row.origin + (f" (shadows {', '.join(row.shadows)})" if row.shadows else "")
+        # Text, not str: a team's names and descriptions show as written, never read as rich markup ("[/x]" raises)
+        table.add_row(row.group, Text(row.option + (" *" if row.default else "")), Text(origin), Text(row.description))
     _console().print(table)
 
 

@@ -1,5 +1,8 @@
 """Command-line overrides → a plain recipe dict, through Hydra's compose API. The only module that imports Hydra.
 
+Besides composing, it answers the other questions only Hydra can: which files a composition read (packages, error
+locations), what a multirun sweep expands to, and how to share one composition between matrix combinations.
+
 Hydra stops at the first bad override; recipekit wants every problem at once. So group choices are checked against
 the options found on disk before composing (with close matches); plain key overrides are applied with ``++`` and
 judged by the typed schema afterwards, which reports every unknown key with the keys its section accepts.
@@ -7,11 +10,14 @@ judged by the typed schema afterwards, which reports every unknown key with the 
 
 from __future__ import annotations
 
+import copy
 import difflib
+import itertools
 import os
 import re
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -41,20 +47,30 @@ class Composed:
     raw: dict[str, Any]
     choices: dict[str, str | None]
     overrides: list[str] = field(default_factory=list)
+    #: Where the team layers came from (path, repo, git commit, dirty), for the manifest; empty for built-ins only.
+    origin: tuple[dict[str, Any], ...] = ()
 
 
 def recipe_dirs(extra: Sequence[Path] = ()) -> list[Path]:
-    """The recipe trees searched, recipekit's own first; ``extra`` are a team's recipe repos."""
+    """The recipe trees (layers) searched, recipekit's own first; ``extra`` are team trees, later ones winning."""
     return [RECIPES_DIR, *(Path(p).resolve() for p in extra)]
 
 
-def group_options(group: str, extra: Sequence[Path] = ()) -> dict[str, Path]:
-    """Every option of ``group``, discovered from the recipe trees on disk (never from a list in code)."""
-    found: dict[str, Path] = {}
+def option_files(group: str, extra: Sequence[Path] = ()) -> dict[str, list[Path]]:
+    """Each option of ``group`` → its files in every layer that has one, the winning (last) layer's last."""
+    found: dict[str, list[Path]] = {}
     for root in recipe_dirs(extra):
         for path in sorted((root / group).glob("*.yaml")):
-            found.setdefault(path.stem, path)
+            found.setdefault(path.stem, []).append(path)
     return dict(sorted(found.items()))
+
+
+def group_options(group: str, extra: Sequence[Path] = ()) -> dict[str, Path]:
+    """Every option of ``group``, discovered from the recipe trees on disk (never from a list in code).
+
+    A team layer's option shadows a same-named one of an earlier layer, as Hydra resolves it (see _hydra_session).
+    """
+    return {option: paths[-1] for option, paths in option_files(group, extra).items()}
 
 
 def describe_option(path: Path) -> str:
@@ -123,32 +139,16 @@ def _check_group_choices(overrides: Sequence[str], extra_dirs: Sequence[Path]) -
 
 def _compose_once(overrides: list[str], extra_dirs: Sequence[Path]) -> Composed:
     from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
     from hydra.errors import ConfigCompositionException, HydraException, MissingConfigException, OverrideParseException
-    from omegaconf import OmegaConf, open_dict
     from omegaconf.errors import OmegaConfBaseException
 
-    team_trees = recipe_dirs(extra_dirs)[1:]
-    search = [f"hydra.searchpath=[{','.join(f'file://{d}' for d in team_trees)}]"] if team_trees else []
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), _hydra_session(extra_dirs):
             warnings.simplefilter("ignore")
-            with initialize_config_dir(config_dir=str(RECIPES_DIR), version_base=HYDRA_VERSION_BASE):
-                cfg = hydra_compose(
-                    config_name="config", overrides=[*overrides, *search, *_HYDRA_APP_GROUPS], return_hydra_config=True
-                )
-        choices = OmegaConf.to_container(cfg.hydra.runtime.choices)
-        with open_dict(cfg):
-            del cfg["hydra"]
-        # Resolve only what keeps the bundle reproducible: references to other recipe keys, never resolvers.
-        refused = [
-            Problem(key, message, _RESOLVER_HINT)
-            for key, value in _strings(OmegaConf.to_container(cfg, resolve=False))
-            for message in _interpolation_problems(value)
-        ]
-        if refused:
-            raise RecipeError(refused)
-        raw = OmegaConf.to_container(cfg, resolve=True)
+            cfg = hydra_compose(
+                config_name="config", overrides=[*overrides, *_HYDRA_APP_GROUPS], return_hydra_config=True
+            )
+        return _finish(cfg, overrides)
     except OverrideParseException as exc:
         first_line = str(exc).splitlines()
         raise RecipeError([Problem("override", first_line[0], " ".join(first_line[1:2]))]) from None
@@ -171,10 +171,261 @@ def _compose_once(overrides: list[str], extra_dirs: Sequence[Path]) -> Composed:
     except (HydraException, yaml.YAMLError) as exc:
         raise RecipeError([Problem("recipe", " ".join(str(exc).split()))]) from None
 
+
+def _finish(cfg: Any, overrides: Sequence[str]) -> Composed:
+    """A composed config (with its ``hydra`` node) as a plain dict, its group choices and the name it defaults to."""
+    from omegaconf import OmegaConf, open_dict
+
+    choices = OmegaConf.to_container(cfg.hydra.runtime.choices)
+    with open_dict(cfg):
+        del cfg["hydra"]
+    # Resolve only what keeps the bundle reproducible: references to other recipe keys, never resolvers.
+    refused = [
+        Problem(key, message, _RESOLVER_HINT)
+        for key, value in _strings(OmegaConf.to_container(cfg, resolve=False))
+        for message in _interpolation_problems(value)
+    ]
+    if refused:
+        raise RecipeError(refused)
+    return _composed(OmegaConf.to_container(cfg, resolve=True), choices, overrides)
+
+
+def _composed(raw: dict[str, Any], choices: dict[str, Any], overrides: Sequence[str]) -> Composed:
     group_choices = {g: choices.get(g) for g in GROUPS}
     if raw.get("name") is None:
         raw["name"] = default_name(group_choices)
     return Composed(raw=raw, choices=group_choices, overrides=list(overrides))
+
+
+@contextmanager
+def _hydra_session(extra_dirs: Sequence[Path]) -> Iterator[Any]:
+    """Hydra initialised on the recipe layers, each team layer searched before the layers it follows.
+
+    Hydra takes the first match along its search path, and ``hydra.searchpath`` only appends behind the primary
+    config directory: a team option could never shadow a built-in one that way. So the search path is built here
+    with Hydra's own objects, exactly as ``initialize_config_dir`` builds it, then each team layer is prepended
+    before recipekit's recipes: (Hydra's configs,) last team layer, ..., first team layer, recipekit's recipes.
+    Lookup, defaults lists and merging stay Hydra's; a team layer may even ship its own ``config.yaml``. The two
+    ``hydra._internal`` imports are what ``initialize_config_dir`` calls (hydra-core is pinned to 1.3.x; the tests
+    that a team option shadows a built-in one break if that changes).
+    """
+    from hydra import version
+    from hydra._internal.hydra import Hydra
+    from hydra._internal.utils import create_config_search_path
+    from hydra.core.config_search_path import SearchPathQuery
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.initialize import get_gh_backup, restore_gh_from_backup
+
+    backup = get_gh_backup()
+    version.setbase(HYDRA_VERSION_BASE)
+    search_path = create_config_search_path(search_path_dir=str(RECIPES_DIR))
+    for layer in reversed(recipe_dirs(extra_dirs)[1:]):
+        search_path.prepend("recipekit-layer", f"file://{layer}", anchor=SearchPathQuery(provider="main"))
+    Hydra.create_main_hydra2(task_name="app", config_search_path=search_path)
+    try:
+        yield GlobalHydra.instance()
+    finally:
+        restore_gh_from_backup(backup)
+
+
+# ---------------------------------------------------------------------------------------- what a composition read
+@dataclass(frozen=True)
+class ConfigFile:
+    """One YAML file a composition merged, in merge order: which layer it came from and where its keys land."""
+
+    path: Path
+    layer: int
+    #: Dotted key its content is merged under ("" for the root, e.g. a preset with ``# @package _global_``).
+    package: str
+
+
+def loaded_configs(overrides: Sequence[str], extra_dirs: Sequence[Path] = ()) -> list[ConfigFile]:
+    """Every recipe file the composition of ``overrides`` merges, in Hydra's merge order (a later one wins).
+
+    From Hydra's own defaults list, so nested defaults (a team option that extends a built-in one) are included;
+    each file is found in the layers the way Hydra finds it, the last layer first. Raises :class:`RecipeError` when
+    the overrides do not compose.
+    """
+    from hydra.errors import HydraException
+    from hydra.types import RunMode
+    from omegaconf.errors import OmegaConfBaseException
+
+    layers = recipe_dirs(extra_dirs)
+    refuse_hostile(overrides)
+    try:
+        with warnings.catch_warnings(), _hydra_session(extra_dirs) as hydra:
+            warnings.simplefilter("ignore")
+            defaults = hydra.config_loader().compute_defaults_list(
+                "config", [*overrides, *_HYDRA_APP_GROUPS], RunMode.RUN
+            )
+    except (HydraException, OmegaConfBaseException, yaml.YAMLError) as exc:
+        raise RecipeError([Problem("recipe", " ".join(str(exc).split()))]) from None
+    found: list[ConfigFile] = []
+    for default in defaults.defaults:
+        if default.config_path is None:
+            continue
+        for index in reversed(range(len(layers))):
+            path = layers[index] / f"{default.config_path}.yaml"
+            if path.is_file():
+                package = "" if default.package in (None, "_global_") else str(default.package)
+                found.append(ConfigFile(path, index, package))
+                break
+    return found
+
+
+# ------------------------------------------------------------------------------------------------ matrix builds
+@dataclass(frozen=True)
+class Sweep:
+    """A multirun sweep expanded: every combination's overrides, position by position as given on the command line.
+
+    ``swept[i]`` says whether argument ``i`` varies across combinations; ``group[i]`` whether it chooses a config
+    group option (or otherwise changes which files are composed) rather than setting a value.
+    """
+
+    combinations: list[list[str]]
+    swept: list[bool]
+    group: list[bool]
+
+
+def expand_sweep(arguments: Sequence[str], extra_dirs: Sequence[Path] = ()) -> Sweep:
+    """Hydra's multirun grammar (``a=1,2``, ``choice(...)``, ``range(1,4)``, ``glob(*)`` over a group's options)
+    expanded to the cartesian product, in argument order, as Hydra's basic sweeper does.
+
+    Parsed with Hydra's override parser. Every problem is reported at once: a malformed argument, a key given
+    twice, and sweeps that cannot be listed reproducibly (``interval``, ``shuffle``).
+    """
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.override_parser.types import Glob
+    from hydra.errors import OverrideParseException
+
+    problems = Collector()
+    refuse_hostile(arguments)
+    try:
+        parsed = OverridesParser.create().parse_overrides(list(arguments))
+    except OverrideParseException as exc:
+        lines = str(exc).splitlines()
+        raise RecipeError([Problem("override", lines[0], " ".join(lines[1:2]))]) from None
+    axes: list[list[str]] = []
+    seen: set[str] = set()
+    for override in parsed:
+        key = override.get_key_element()
+        bare = override.key_or_group
+        if bare in seen:
+            problems.add(bare, "given twice in one sweep", hint="list all its values in one argument: key=a,b")
+        seen.add(bare)
+        value = override.value()
+        if not override.is_sweep_override():
+            axes.append([str(override.input_line)])
+        elif override.is_interval_sweep():
+            problems.add(key, "interval() is a continuous range", hint="list the values, or use range(start,stop,step)")
+            axes.append([])
+        elif getattr(value, "shuffle", False):
+            problems.add(key, "shuffle() gives a different order each run", hint="list the values in order")
+            axes.append([])
+        elif isinstance(value, Glob):
+            if bare not in GROUPS:
+                problems.add(key, "glob() selects options of a config group", hint="groups: " + ", ".join(GROUPS))
+                axes.append([])
+            else:
+                axes.append([f"{key}={option}" for option in value.filter(list(group_options(bare, extra_dirs)))])
+        else:
+            axes.append([f"{key}={item}" for item in override.sweep_string_iterator()])
+        if not axes[-1] and not problems.problems:
+            problems.add(key, "the sweep selects nothing")
+    problems.raise_if_any()
+    group = [_is_group(override.key_or_group) for override in parsed]
+    swept = [len(axis) > 1 or override.is_sweep_override() for axis, override in zip(axes, parsed)]
+    return Sweep([list(c) for c in itertools.product(*axes)], swept, group)
+
+
+def _is_group(key: str) -> bool:
+    """An override of a config group (or of Hydra itself) changes what is composed, not just a value."""
+    return key in GROUPS or "/" in key or key == "hydra" or key.startswith("hydra.")
+
+
+def compose_variants(
+    base: Sequence[str], variants: Sequence[tuple[Sequence[str], Sequence[str]]], extra_dirs: Sequence[Path] = ()
+) -> list[Composed | None]:
+    """Compose ``base`` once, then give each variant ``(overrides, tail)`` its own copy with ``tail`` applied.
+
+    ``tail`` holds value overrides only, the last ones of the variant's ``overrides``; Hydra itself applies
+    command-line value overrides after merging the defaults list, with this same function, so the result equals
+    ``compose(overrides)`` — at the cost of a copy instead of a composition (``_set_values`` for plain values,
+    else a copy of the config and Hydra's private ``_apply_overrides_to_config``, pinned like ``_hydra_session``'s
+    imports). A variant is None where the base or its tail does not compose: the caller composes it in full, which
+    reports the problems as a single build does.
+    """
+    from hydra import compose as hydra_compose
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    failures = (HydraException, OmegaConfBaseException, yaml.YAMLError, RecipeError)
+    try:
+        with warnings.catch_warnings(), _hydra_session(extra_dirs):
+            warnings.simplefilter("ignore")
+            cfg = hydra_compose(config_name="config", overrides=[*base, *_HYDRA_APP_GROUPS], return_hydra_config=True)
+        choices = OmegaConf.to_container(cfg.hydra.runtime.choices)
+        plain = OmegaConf.to_container(cfg, resolve=False)
+    except failures:
+        return [None] * len(variants)
+    plain.pop("hydra", None)
+    if _has_interpolation(plain):
+        plain = None  # a changed value could change another through ${...}: let OmegaConf resolve every copy
+    parser = OverridesParser.create()
+    results: list[Composed | None] = []
+    for overrides, tail in variants:
+        try:
+            parsed = parser.parse_overrides([_forced(o) for o in tail])
+            raw = _set_values(plain, parsed) if plain is not None else None
+            if raw is not None:
+                results.append(_composed(raw, choices, overrides))
+                continue
+            variant = copy.deepcopy(cfg)
+            ConfigLoaderImpl._apply_overrides_to_config(parsed, variant)
+            results.append(_finish(variant, overrides))
+        except failures:
+            results.append(None)
+    return results
+
+
+def _set_values(base: dict[str, Any], overrides: Sequence[Any]) -> dict[str, Any] | None:
+    """``base`` (plain data, no interpolation) with each override applied, when every one sets a plain value
+    (text, number, bool, null) on a key that holds no mapping or list: what ``OmegaConf.update`` does on such a
+    config, for a hundredth of the cost of copying a DictConfig. ``++`` (compose's form of a plain key override)
+    may create the key and the sections above it, as Hydra's force-add does. None for anything else (``+``, ``~``,
+    a mapping or list, an interpolation): the caller lets Hydra apply those.
+    """
+    raw = copy.deepcopy(base)
+    for override in overrides:
+        value = override.value()
+        kind = override.type.name
+        if kind not in ("CHANGE", "FORCE_ADD") or override.package is not None:
+            return None
+        if not (value is None or isinstance(value, (str, int, float, bool))) or "${" in str(value):
+            return None
+        *path, leaf = override.key_or_group.split(".")
+        node: Any = raw
+        for part in path:
+            if kind == "FORCE_ADD" and isinstance(node, dict) and part not in node:
+                node[part] = {}
+            node = node.get(part) if isinstance(node, dict) else None
+        if not isinstance(node, dict) or isinstance(node.get(leaf), (dict, list)):
+            return None
+        if kind == "CHANGE" and leaf not in node:
+            return None
+        node[leaf] = value
+    return raw
+
+
+def _has_interpolation(data: Any) -> bool:
+    if isinstance(data, dict):
+        return any(_has_interpolation(v) for v in data.values())
+    if isinstance(data, list):
+        return any(_has_interpolation(v) for v in data)
+    return isinstance(data, str) and "${" in data
 
 
 def default_name(choices: dict[str, str | None]) -> str:
@@ -231,6 +482,14 @@ def check_overrides(overrides: Sequence[str]) -> list[tuple[str, Problem]]:
                 )
             )
     return found
+
+
+def refuse_hostile(overrides: Sequence[str]) -> None:
+    """Raise :class:`RecipeError` for every override :func:`check_overrides` refuses: for the entry points that hand
+    overrides to Hydra's parser without composing first (sweeps, the list of files a composition reads)."""
+    refused = check_overrides(overrides)
+    if refused:
+        raise RecipeError([problem for _, problem in refused])
 
 
 def _nesting_and_digits(value: str) -> tuple[int, int]:

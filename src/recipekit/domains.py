@@ -264,15 +264,3 @@ IFNAMES = Domain(
     "Linux interface names (1-15 letters, digits, '_', '.', '-'; no '/', ':' or spaces), comma-separated",
     _ifnames,
 )
-
-
-def host_volume_name(path: str) -> str:
-    """The Job's volume name for a host mount, ``host-<path with '-'>``: a DNS label (at most 63 characters).
-
-    Defined here, beside the host path domain, so that the schema can reject two host mounts whose names collide
-    (``/a_b`` and ``/a-b``; two long paths that agree in their first 58 characters) and the Job uses the same names.
-    """
-    text = "host-" + path.strip("/").replace("/", "-").replace("_", "-").replace(".", "-")
-    name = re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")
-    name = re.sub(r"-{2,}", "-", name)[:63].strip("-")
-    return name or "host"

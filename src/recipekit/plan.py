@@ -22,7 +22,6 @@ from typing import Any, Literal
 
 from recipekit import __version__
 from recipekit.bundlefiles import DS_CONFIG, RUN, TRAIN_MODULE, WORKDIR
-from recipekit.domains import host_volume_name
 from recipekit.errors import Collector, Problem
 from recipekit.images import ImageFamily, ImageMatrix, compatibility_problems
 from recipekit.modelsize import count_params, lora_params
@@ -43,6 +42,13 @@ STAGE3_PREFETCH_FACTOR = 0.9
 #: A Kubernetes object name (RFC 1123 label) and its length limit.
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 MAX_DNS_LABEL = 63
+#: Share of a node's allocatable CPU and memory a pod asks for by default (its share of the node's devices): room
+#: for the kubelet's reservations, DaemonSets and the page cache the dataloaders lean on.
+POD_CPU_HEADROOM = 0.9
+POD_MEMORY_HEADROOM = 0.85
+#: Pod annotation that keeps service meshes out: a sidecar would hold the rendezvous port's traffic and keep pods
+#: alive after training ends.
+NO_SIDECAR = {"sidecar.istio.io/inject": "false"}
 #: Hex digits of the run fingerprint in the Job name and output directory: enough to keep runs of one team apart.
 RUN_ID_LENGTH = 6
 
@@ -241,6 +247,9 @@ class Plan:
     warmup_steps: int | float
     master_port: int
     output_dir: str
+    pod_cpus: int
+    pod_memory_gib: int
+    superpod_block: int | None  # MindCluster's sp-block: devices of one logical SuperPoD
     flops: Flops
     image: str
     image_family: str
@@ -339,11 +348,85 @@ def run_id(identity: dict[str, Any]) -> str:
     return _digest(identity)[:RUN_ID_LENGTH]
 
 
+# -------------------------------------------------------------------------------------------- pod placement
+def pod_resources(recipe: Recipe, layout: Layout) -> tuple[int, int, list[Problem]]:
+    """CPU cores and GiB of host memory each pod asks for: given, or the pod's share of what a node offers.
+
+    A request above the node's allocatable never schedules (the PodGroup stays Pending with no useful message), so
+    it is refused here with the numbers.
+    """
+    hw, cl = recipe.hw, recipe.cluster
+    share = layout.devices_per_pod / hw.devices_per_node
+    cpus = cl.cpu_per_pod or max(1, math.floor(hw.node_cpus * share * POD_CPU_HEADROOM))
+    memory = cl.memory_gib_per_pod or max(1, math.floor(hw.node_memory_gib * share * POD_MEMORY_HEADROOM))
+    problems = []
+    if cpus > hw.node_cpus:
+        problems.append(
+            Problem(
+                "cluster.cpu_per_pod",
+                f"{cpus} cores per pod, but a {hw.name} node offers {hw.node_cpus}",
+                hint=f"at most {hw.node_cpus}, or set hw.node_cpus to your nodes' allocatable CPU",
+            )
+        )
+    if memory > hw.node_memory_gib:
+        problems.append(
+            Problem(
+                "cluster.memory_gib_per_pod",
+                f"{memory} GiB per pod, but a {hw.name} node offers {hw.node_memory_gib} GiB",
+                hint=f"at most {hw.node_memory_gib}, or set hw.node_memory_gib to your nodes' allocatable memory",
+            )
+        )
+    return cpus, memory, problems
+
+
+def superpod_block_size(hw: HardwareSpec, layout: Layout) -> tuple[int | None, list[Problem]]:
+    """MindCluster's ``sp-block`` for SuperPoD hardware: the devices of one logical SuperPoD.
+
+    It must be a multiple of the devices per pod and divide the job's devices; the whole job in one block when it
+    fits in a physical SuperPoD, else the largest block that does.
+    """
+    if hw.superpod_devices is None:
+        return None, []
+    world, per_pod = layout.world_size, layout.devices_per_pod
+    blocks = [b for b in range(per_pod, min(world, hw.superpod_devices) + 1, per_pod) if world % b == 0]
+    if not blocks:
+        return None, [
+            Problem(
+                "cluster.nodes",
+                f"{world} devices cannot be split into SuperPoD blocks of at most {hw.superpod_devices} devices "
+                f"that are multiples of {per_pod} per pod",
+            )
+        ]
+    return blocks[-1], []
+
+
+def host_volume_name(path: str) -> str:
+    """The Job's volume name for a host path (a DNS label derived from the path)."""
+    return k8s_name("host-" + path.strip("/").replace("/", "-").replace("_", "-").replace(".", "-"))
+
+
+def host_volume_problems(hw: HardwareSpec) -> list[Problem]:
+    """Two host paths whose volume names collide would make the Job invalid: refuse with both paths named."""
+    seen: dict[str, str] = {}
+    problems = []
+    for path in hw.host_mounts:
+        name = host_volume_name(path)
+        if name in seen:
+            problems.append(
+                Problem("hw.host_mounts", f"{seen[name]} and {path} both become volume {name!r}", hint="rename one")
+            )
+        seen.setdefault(name, path)
+    return problems
+
+
 # -------------------------------------------------------------------------------------------------------- plan
-def make_plan(recipe: Recipe, images: ImageMatrix, *, analysis_only: bool = False) -> Plan:
+def make_plan(recipe: Recipe, images: ImageMatrix, *, analysis_only: bool = False, documents: bool = True) -> Plan:
     """Derive every number and document of the bundle from ``recipe``; raise one RecipeError with all problems.
 
     ``analysis_only`` accepts tensor/pipeline parallel degrees the bundle's backend cannot run, for ``recipekit plan``.
+    ``documents=False`` leaves out what only the bundle's files need (:func:`with_documents`: the image tag, a digest
+    of the whole recipe, and the ds_config, Trainer arguments, launch data and Job dicts), for plans that are only
+    estimated, such as each candidate ``plan --advise`` tries; every check still runs and every number is the same.
     """
     errors = Collector()
     warnings: list[str] = []
@@ -444,6 +527,13 @@ def make_plan(recipe: Recipe, images: ImageMatrix, *, analysis_only: bool = Fals
             hint="checkpoints must survive a pod: put output_dir under mount_path",
         )
 
+    # --- pod resources and placement
+    pod_cpus, pod_memory_gib, problems = pod_resources(recipe, layout)
+    errors.extend(problems)
+    superpod_block, problems = superpod_block_size(hw, layout)
+    errors.extend(problems)
+    errors.extend(host_volume_problems(hw))
+
     # --- image
     family = images.families.get(hw.image_family)
     if family is None:
@@ -458,11 +548,6 @@ def make_plan(recipe: Recipe, images: ImageMatrix, *, analysis_only: bool = Fals
     errors.raise_if_any()
     assert family is not None
 
-    digest = recipe_digest(recipe, family)
-    image = f"{cl.image_registry.rstrip('/')}/{k8s_name(recipe.name)}:{digest}"
-    ds_config = deepspeed_config(recipe, layout, precision) if zero else None
-    training_arguments = trainer_arguments(recipe, output_dir, layout, precision, total_steps, warmup, bool(zero))
-    env = runtime_env(recipe, bool(zero))
     plan = Plan(
         job_name=job_name,
         run_id=identity,
@@ -477,17 +562,38 @@ def make_plan(recipe: Recipe, images: ImageMatrix, *, analysis_only: bool = Fals
         warmup_steps=warmup,
         master_port=cl.master_port,
         output_dir=output_dir,
+        pod_cpus=pod_cpus,
+        pod_memory_gib=pod_memory_gib,
+        superpod_block=superpod_block,
         flops=recipe_flops(recipe, precision),
-        image=image,
+        image="",
         image_family=hw.image_family,
         family=family,
-        env=env,
-        pip_packages=pip_packages(recipe, family, bool(zero)),
-        training_arguments=training_arguments,
-        ds_config=ds_config,
+        env={},
+        pip_packages=[],
+        training_arguments={},
+        ds_config=None,
         launch={},
         job={},
         warnings=warnings,
+    )
+    return with_documents(recipe, plan) if documents else plan
+
+
+def with_documents(recipe: Recipe, plan: Plan) -> Plan:
+    """``plan`` with what the bundle's files carry: the image tag (a digest of the recipe, its pins and recipekit's
+    version), the pins, the runtime environment, ds_config, the Trainer arguments, launch data and the Job."""
+    deepspeed = bool(plan.zero_stage)
+    image = f"{recipe.cluster.image_registry.rstrip('/')}/{k8s_name(recipe.name)}:{recipe_digest(recipe, plan.family)}"
+    plan = replace(
+        plan,
+        image=image,
+        env=runtime_env(recipe, deepspeed),
+        pip_packages=pip_packages(recipe, plan.family, deepspeed),
+        training_arguments=trainer_arguments(
+            recipe, plan.output_dir, plan.layout, plan.precision, plan.total_steps, plan.warmup_steps, deepspeed
+        ),
+        ds_config=deepspeed_config(recipe, plan.layout, plan.precision) if deepspeed else None,
     )
     # The launch data and the Job are built from the finished plan (names, image, devices), then added to it.
     return replace(plan, launch=launch_spec(recipe, plan), job=volcano_job(recipe, plan))
@@ -698,10 +804,13 @@ def volcano_job(recipe: Recipe, plan: Plan) -> dict[str, Any]:
     """The ``batch.volcano.sh/v1alpha1`` Job: gang-scheduled, env+svc plugins, restart on eviction or failure."""
     hw, cl = recipe.hw, recipe.cluster
     labels = {"app.kubernetes.io/name": plan.job_name, "app.kubernetes.io/managed-by": "recipekit"}
-    resources: dict[str, Any] = {"cpu": str(cl.cpu_per_pod), "memory": f"{cl.memory_gib_per_pod}Gi"}
+    resources: dict[str, Any] = {"cpu": str(plan.pod_cpus), "memory": f"{plan.pod_memory_gib}Gi"}
     if hw.device_resource:
         resources[hw.device_resource] = str(plan.layout.devices_per_pod)
 
+    annotations = dict(NO_SIDECAR)
+    if plan.superpod_block is not None:
+        annotations["sp-block"] = str(plan.superpod_block)
     volumes: list[dict[str, Any]] = [
         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{cl.shm_gib}Gi"}},
         {"name": "shared", "persistentVolumeClaim": {"claimName": cl.pvc_claim}},
@@ -710,9 +819,9 @@ def volcano_job(recipe: Recipe, plan: Plan) -> dict[str, Any]:
         {"name": "dshm", "mountPath": "/dev/shm"},
         {"name": "shared", "mountPath": cl.mount_path},
     ]
-    for path in hw.host_mounts:
+    for path, kind in hw.host_mounts.items():
         name = host_volume_name(path)
-        volumes.append({"name": name, "hostPath": {"path": path}})
+        volumes.append({"name": name, "hostPath": {"path": path, "type": kind}})
         mounts.append({"name": name, "mountPath": path, "readOnly": True})
     par = recipe.parallel
     if par.nvme_path and "nvme" in (par.offload_optimizer, par.offload_param):
@@ -729,6 +838,11 @@ def volcano_job(recipe: Recipe, plan: Plan) -> dict[str, Any]:
         "resources": {"requests": dict(resources), "limits": dict(resources)},
         "volumeMounts": mounts,
     }
+    if hw.device_env_from_annotation:
+        container["env"] = [
+            {"name": name, "valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{annotation}']"}}}
+            for name, annotation in sorted(hw.device_env_from_annotation.items())
+        ]
     pod_spec: dict[str, Any] = {
         # Volcano, not the kubelet, restarts: a lone restarted rank could never rejoin a static rendezvous.
         "restartPolicy": "Never",
@@ -746,7 +860,8 @@ def volcano_job(recipe: Recipe, plan: Plan) -> dict[str, Any]:
         "minAvailable": plan.layout.nodes,
         "queue": cl.queue,
         "maxRetry": cl.max_retry,
-        "plugins": {"env": [], "svc": []},
+        # Ranks resolve each other before any pod is Ready (none is until training runs).
+        "plugins": {"env": [], "svc": ["--publish-not-ready-addresses"]},
         "policies": [
             {"event": "PodEvicted", "action": "RestartJob"},
             {"event": "PodFailed", "action": "RestartJob"},
@@ -756,19 +871,21 @@ def volcano_job(recipe: Recipe, plan: Plan) -> dict[str, Any]:
             {
                 "name": plan.task_name,
                 "replicas": plan.layout.nodes,
-                "template": {"metadata": {"labels": {**labels, **hw.pod_labels}}, "spec": pod_spec},
+                "template": {
+                    "metadata": {"labels": {**labels, **hw.pod_labels}, "annotations": annotations},
+                    "spec": pod_spec,
+                },
             }
         ],
     }
     if cl.priority_class:
         spec["priorityClassName"] = cl.priority_class
-    return {
-        "apiVersion": "batch.volcano.sh/v1alpha1",
-        "kind": "Job",
-        "metadata": {
-            "name": plan.job_name,
-            "namespace": cl.namespace,
-            "labels": {**labels, "recipekit.io/version": __version__},
-        },
-        "spec": spec,
+    metadata: dict[str, Any] = {
+        "name": plan.job_name,
+        "namespace": cl.namespace,
+        # MindCluster reads the device labels on the Job as well as on its pods
+        "labels": {**labels, **hw.pod_labels, "recipekit.io/version": __version__, "recipekit.io/run": plan.run_id},
     }
+    if plan.superpod_block is not None:
+        metadata["annotations"] = {"sp-block": str(plan.superpod_block)}
+    return {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "metadata": metadata, "spec": spec}

@@ -13,7 +13,6 @@ import re
 from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
-from recipekit import domains
 from recipekit.domains import (
     ABSOLUTE_PATH,
     DNS_LABEL,
@@ -193,35 +192,34 @@ class HardwareSpec(Section):
         default_factory=dict, description="Kubernetes nodeSelector for the pods (label keys and values)."
     )
     pod_labels: dict[Annotated[str, LABEL_KEY], Annotated[str, LABEL_VALUE]] = spec(
-        default_factory=dict, description="Labels the device scheduler needs (label keys and values)."
+        default_factory=dict,
+        description="Labels the device scheduler needs (on the Job and its pod template; label keys and values).",
     )
-    host_mounts: list[Annotated[str, HOST_PATH]] = spec(
-        default_factory=list,
-        description="Host paths mounted read-only at the same path (drivers); absolute, with distinct volume names.",
+    host_mounts: dict[Annotated[str, HOST_PATH], Literal["Directory", "File"]] = spec(
+        default_factory=dict,
+        description="Host paths mounted read-only at the same path (drivers) and what they must be: a pod on a node "
+        "that lacks one fails to start with the path named, instead of getting an empty directory in its place.",
     )
+    device_env_from_annotation: dict[Annotated[str, ENV_NAME], Annotated[str, LABEL_KEY]] = spec(
+        default_factory=dict,
+        description="Container env filled from a pod annotation by the downward API (the Ascend device plugin's "
+        "Volcano mode writes the allocated NPUs into annotation huawei.com/Ascend910: ASCEND_VISIBLE_DEVICES).",
+    )
+    superpod_devices: int | None = spec(
+        None,
+        gt=0,
+        le=1_000_000,
+        description="Devices in one physical SuperPoD (Atlas 900 A3: 384); set, the Job asks MindCluster for "
+        "SuperPoD affinity with an sp-block annotation.",
+    )
+    node_cpus: int = spec(32, gt=0, le=4096, description="CPU cores a node offers to pods (allocatable).")
+    node_memory_gib: int = spec(256, gt=0, le=65536, description="Host memory a node offers to pods, GiB.")
     env: dict[Annotated[str, ENV_NAME], str] = spec(
         default_factory=dict,
         description="Collective-library env defaults the launcher exports: names are C identifiers; a value is one "
         "line of text, passed byte for byte through launch.json to the process environment (never a shell).",
     )
     price_per_device_hour: float | None = spec(None, ge=0, le=1e6, description="Cost of one device for one hour.")
-
-    def rules(self) -> list[str | tuple[str, str]]:
-        """Host mounts become Job volumes named ``host-<path>``: two paths that give one name would be one volume."""
-        seen: dict[str, str] = {}
-        broken: list[str | tuple[str, str]] = []
-        for path in self.host_mounts:
-            name = domains.host_volume_name(path)
-            if name in seen:
-                broken.append(
-                    (
-                        "host_mounts",
-                        f"{seen[name]!r} and {path!r} both become the Job volume {name!r} "
-                        "(paths that differ only in '/', '_', '.', '-', case or past 58 characters)",
-                    )
-                )
-            seen.setdefault(name, path)
-        return broken
 
 
 # ------------------------------------------------------------------------------------------------------ parallel
@@ -303,8 +301,18 @@ class ClusterSpec(Section):
     master_port: int = spec(29500, ge=1024, le=65535, description="Fixed rendezvous port on the first pod.")
     max_retry: int = spec(3, ge=1, le=1000, description="Job restarts Volcano allows before failing the Job.")
     shm_gib: int = spec(64, gt=0, le=65_536, description="Size of the /dev/shm memory volume per pod.")
-    cpu_per_pod: int = spec(32, gt=0, le=65_536, description="CPU cores requested per pod.")
-    memory_gib_per_pod: int = spec(512, gt=0, le=1_048_576, description="Host memory requested per pod, GiB.")
+    cpu_per_pod: int | None = spec(
+        None,
+        gt=0,
+        le=65_536,
+        description="CPU cores requested per pod (default: the pod's share of hw.node_cpus, 90%).",
+    )
+    memory_gib_per_pod: int | None = spec(
+        None,
+        gt=0,
+        le=1_048_576,
+        description="Host memory requested per pod, GiB (default: the pod's share of hw.node_memory_gib, 85%).",
+    )
     socket_ifname: str | None = spec(
         None, domain=IFNAMES, description="NIC(s) for HCCL/NCCL/gloo bootstrap: eth0, or a list eth0,eth1."
     )

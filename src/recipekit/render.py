@@ -111,6 +111,8 @@ def manifest(recipe: Recipe, plan: Plan, files: dict[str, bytes], composed: Comp
             "versions": dict(sorted(versions.items())),
             "recipe": to_data(recipe),
             "files": {name: hashlib.sha256(data).hexdigest() for name, data in sorted(files.items())},
+            # where the team recipe layers came from (recipekit.origin); absent for built-in recipes only
+            **({"origin": list(composed.origin)} if composed and composed.origin else {}),
         }
     )
 

@@ -1,5 +1,5 @@
-"""Presentation of :mod:`recipekit.memory` results: rich renderables for the terminal, markdown for the bundle's
-plan.md, and a JSON-able dict for plan.json and ``--json``.
+"""Presentation of the plan and :mod:`recipekit.memory` results: rich renderables for the terminal, markdown for the
+bundle's plan.md, and a JSON-able dict for plan.json and ``--json``.
 
 The dict is what other tools read and what goes into bundles, so it has a fixed key order and every float rounded to
 a few significant digits: the same recipe gives byte-identical files on any machine. The terminal and markdown views
@@ -8,7 +8,6 @@ format the same numbers for reading and never compute anything themselves.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -68,6 +67,27 @@ def _cost(est: Estimate) -> str:
     if est.cost is None:
         return "n/a (set hw.price_per_device_hour)" if est.device_hours is not None else "n/a"
     return f"{est.cost:,.0f} ({est.price_per_device_hour:g} per device-hour)"
+
+
+def describe_layout(est: Estimate) -> str:
+    """The layout in one line: parallel option and offloads, checkpointing, TP × PP, and the batch arithmetic."""
+    par, lay = est.parallel, est.layout
+    offload = [
+        f"{what} → {where}"
+        for what, where in (("optimizer", par.offload_optimizer), ("params", par.offload_param))
+        if where != "none"
+    ]
+    parts = [
+        par.name + (f" ({', '.join(offload)})" if offload else ""),
+        f"checkpointing {'on' if par.gradient_checkpointing else 'off'}",
+    ]
+    if lay.model_parallel > 1:
+        parts.append(f"TP {lay.tensor_parallel} × PP {lay.pipeline_parallel}")
+    parts.append(
+        f"micro {lay.micro_batch_size} × accum {lay.gradient_accumulation_steps} × dp {lay.dp_size}"
+        f" = {lay.global_batch_size} × {est.seq_len} tokens"
+    )
+    return ", ".join(parts)
 
 
 def _verdict(est: Estimate) -> str:
@@ -173,7 +193,7 @@ def render_estimate(est: Estimate) -> RenderableType:
     head = Text.assemble(
         (f"{est.recipe_name}", "bold"),
         f": {est.model_name} on {est.layout.world_size} × {est.hw_name} ({_nodes(est.layout.nodes)})\n",
-        (est.layout.describe(), "dim"),
+        (describe_layout(est), "dim"),
     )
     memory = Table(title="Memory per device", title_justify="left", show_footer=True, expand=False)
     memory.add_column("item", footer="total")
@@ -211,7 +231,14 @@ def _notes(est: Estimate) -> list[str]:
 
 
 def render_advice(advices: Sequence[Advice]) -> RenderableType:
-    """The advised layouts, fastest first, with the overrides to paste."""
+    """The advised layouts, fastest first: their figures in a table, then each one's overrides to paste.
+
+    The overrides stand below the table, not in a column of it: squeezed into a column beside the figures, an 80-column
+    terminal (the width rich assumes when the output is piped) would fold them mid-word into fragments that no longer
+    paste. Below, a line of overrides breaks only at the spaces between them, so each override stays whole on one
+    line at any width it fits in.
+    """
+    from rich.console import Group
     from rich.table import Table
     from rich.text import Text
 
@@ -222,25 +249,54 @@ def render_advice(advices: Sequence[Advice]) -> RenderableType:
         )
     table = Table(title="Layouts that fit, fastest first", title_justify="left")
     table.add_column("#", justify="right")
-    table.add_column("overrides", overflow="fold")
     table.add_column("step", justify="right")
     table.add_column("total", justify="right")
     table.add_column("GiB / device", justify="right")
     table.add_column("exposed comm", justify="right")
     table.add_column("offload", justify="right")
+    overrides = Table.grid(padding=(0, 0, 0, 1))
+    overrides.add_column(justify="right")
+    overrides.add_column(overflow="fold")  # fold only an override longer than the whole line
     for rank, advice in enumerate(advices, 1):
         est = advice.estimate
-        overrides = " ".join(advice.overrides) + (" (analysis only)" if est.parallel3d else "")
         table.add_row(
             str(rank),
-            overrides,
             duration(est.step_time_s),
             duration(est.total_time_s),
             f"{est.total_gib:.1f} / {est.device_gib:g}",
             duration(est.communication.exposed_s),
             duration(est.offload.time_s) if est.offload.time_s else "-",
         )
-    return table
+        line = Text(" ".join(advice.overrides))
+        if est.parallel3d:
+            line.append(" (analysis only)", style="dim")
+        overrides.add_row(f"{rank}", line)
+    heading = Text("Overrides of each layout, to add to the recipe's own:", style="bold")
+    return Group(table, heading, overrides)
+
+
+def render_summary(summary: dict[str, Any]) -> RenderableType:
+    """``recipekit show``'s derived numbers (:meth:`recipekit.plan.Plan.summary`): a table, then the image tag.
+
+    The tag is printed whole on a line of its own: in the table's value column it would be cut or folded at 80
+    columns, and it is what one copies into ``docker pull``. Nested records (the FLOPs) show one field a line.
+    """
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(title="plan", title_justify="left")
+    table.add_column("derived")
+    table.add_column("value", overflow="fold")
+    for key, value in summary.items():
+        if key == "image":
+            continue
+        text = "\n".join(f"{k}: {v}" for k, v in value.items()) if isinstance(value, dict) else str(value)
+        table.add_row(key, text)
+    parts: list[RenderableType] = [table]
+    if "image" in summary:
+        parts.append(Text.assemble(("image ", "bold"), str(summary["image"]), no_wrap=True, overflow="ignore"))
+    return Group(*parts)
 
 
 # --------------------------------------------------------------------------------------------------------- markdown
@@ -250,7 +306,7 @@ def estimate_markdown(est: Estimate) -> str:
         "## Memory, time and cost estimate",
         "",
         f"{est.model_name} on {est.layout.world_size} × {est.hw_name} ({_nodes(est.layout.nodes)}): "
-        f"{est.layout.describe()}.",
+        f"{describe_layout(est)}.",
         "",
         "| memory per device | GiB | counted as |",
         "|---|---:|---|",
@@ -283,13 +339,12 @@ def estimate_markdown(est: Estimate) -> str:
 # ------------------------------------------------------------------------------------------------------------- JSON
 def estimate_dict(est: Estimate) -> dict[str, Any]:
     """The estimate as plain JSON types, keys in a fixed order, floats rounded (byte-identical bundles)."""
-    lay, c, comm, off = est.layout, est.compute, est.communication, est.offload
-    d = est.parallel3d
+    c, comm, off, d = est.compute, est.communication, est.offload, est.parallel3d
     return {
         "recipe": est.recipe_name,
         "model": est.model_name,
         "hw": est.hw_name,
-        "layout": dataclasses.asdict(lay),  # all exact (integers, names, flags)
+        "layout": layout_dict(est),
         "memory_gib": {
             "items": [{"name": item.name, "gib": _round(item.gib), "basis": item.basis} for item in est.memory],
             "total": _round(est.total_gib),
@@ -348,6 +403,22 @@ def estimate_dict(est: Estimate) -> dict[str, Any]:
             "cost": _opt(est.cost),
         },
         "notes": list(est.notes),
+    }
+
+
+def layout_dict(est: Estimate) -> dict[str, Any]:
+    """What the estimate is for, all exact (integers, names, flags): the parallel choice, the plan's layout numbers
+    (given and derived, as the plan names them), the sequence length and the precision."""
+    par = est.parallel
+    return {
+        "parallel": par.name,
+        "zero_stage": par.zero_stage,
+        "offload_optimizer": par.offload_optimizer,
+        "offload_param": par.offload_param,
+        "gradient_checkpointing": par.gradient_checkpointing,
+        **est.layout.numbers(),
+        "seq_len": est.seq_len,
+        "precision": est.precision,
     }
 
 

@@ -85,7 +85,7 @@ def test_dry_run_trains_checkpoints_and_finishes(tmp_path: Path, case: str) -> N
     if case == "zero3":
         assert "zero_optimization.stage3_param_persistence_threshold" in subs
     if case in ("zero2", "lora"):  # an 8-device single-node bundle becomes two 1-process pods
-        assert {"plan.world_size", "EXPECTED_NODES", "train_batch_size"} <= subs
+        assert {"plan.world_size", "nodes", "nproc_per_node", "train_batch_size", "recipe.hw"} <= subs
 
 
 @pytest.mark.parametrize(

@@ -1,8 +1,9 @@
-"""Real training runs of a built bundle's train.py on CPU: the tiny twin through the real Trainer.
+"""Real training runs of a built bundle's runtime on CPU: the tiny twin through the real Trainer.
 
-Each test builds a bundle with ``recipekit.build`` (so train.py, recipe.yaml and ds_config.json are exactly what a
-cluster would get), writes tiny data with ``recipekit.tinydata`` and runs the bundle's train.py as a subprocess,
-the way run.sh does (with torchrun for the multi-process cases). Slow: deselect with ``-m 'not slow'``.
+Each test builds a bundle with ``recipekit.build`` (so runtime/, recipe.yaml and ds_config.json are exactly what a
+cluster would get), writes tiny data with ``recipekit.tinydata`` and runs ``python -m runtime.train`` with the bundle
+directory on PYTHONPATH as a subprocess, the way the launcher does (under torchrun for the multi-process cases).
+Slow: deselect with ``-m 'not slow'``.
 DeepSpeed compiles a CPU communication op on first use (a few minutes, once); it is cached in
 ~/.cache/recipekit/torch_extensions.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -22,6 +24,8 @@ import pytest
 import yaml
 
 from recipekit.build import build
+from recipekit.bundlefiles import TRAIN_MODULE
+from recipekit.runtime import contract
 from recipekit.tinydata import write_tiny_dataset
 from recipekit.validate.dryrun import extensions_dir
 
@@ -59,29 +63,32 @@ def make_bundle(root: Path, fmt: str, *overrides: str) -> Path:
     return build(settings, output=root / "bundle", force=True).path
 
 
+def recipe_yaml(bundle: Path) -> dict:
+    return yaml.safe_load((bundle / "recipe.yaml").read_text())
+
+
 def output_dir(bundle: Path) -> Path:
-    return Path(yaml.safe_load((bundle / "recipe.yaml").read_text())["training_arguments"]["output_dir"])
+    return Path(recipe_yaml(bundle)["training_arguments"]["output_dir"])
 
 
 def train_command(bundle: Path, *args: str, processes: int = 0) -> list[str]:
-    """The bundle's train.py command line: direct, or under torchrun with ``processes`` processes."""
-    command = [sys.executable, str(bundle / "train.py"), "--recipe", str(bundle / "recipe.yaml"), *args]
-    if processes:
-        command[1:2] = [
-            "-m",
-            "torch.distributed.run",
-            "--nnodes=1",
-            f"--nproc_per_node={processes}",
-            f"--master_port={_free_port()}",
-            str(bundle / "train.py"),
-        ]
-    return command
+    """The bundle's entrypoint: ``python -m runtime.train``, or torchrun ``-m runtime.train`` with ``processes``."""
+    entry = ["-m", TRAIN_MODULE, "--recipe", str(bundle / "recipe.yaml"), *args]
+    if not processes:
+        return [sys.executable, *entry]
+    torchrun = ["-m", "torch.distributed.run", "--nnodes=1", f"--nproc_per_node={processes}"]
+    return [sys.executable, *torchrun, f"--master_port={_free_port()}", *entry]
+
+
+def bundle_env(bundle: Path) -> dict[str, str]:
+    """The environment run.sh gives the launcher: the bundle directory on PYTHONPATH (``runtime`` is a package)."""
+    return {**ENV, "PYTHONPATH": str(bundle)}
 
 
 def run_train(bundle: Path, *args: str, processes: int = 0) -> subprocess.CompletedProcess:
     return subprocess.run(
         train_command(bundle, *args, processes=processes),
-        env=ENV,
+        env=bundle_env(bundle),
         capture_output=True,
         text=True,
         timeout=RUN_TIMEOUT_S,
@@ -94,7 +101,7 @@ def terminate_mid_run(bundle: Path, processes: int = 0) -> tuple[int, str]:
     out = output_dir(bundle)
     process = subprocess.Popen(
         train_command(bundle, processes=processes),
-        env=ENV,
+        env=bundle_env(bundle),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
@@ -125,8 +132,12 @@ def succeeded(result: subprocess.CompletedProcess) -> bool:
 
 def training_logs(out: Path) -> list[dict]:
     """metrics.jsonl's training entries (one per logging step)."""
-    lines = (out / "metrics.jsonl").read_text().splitlines()
-    return [entry for entry in map(json.loads, lines) if "loss" in entry]
+    return [entry for entry in contract.read_records(out / contract.METRICS_FILE) if "loss" in entry]
+
+
+def records(out: Path, kind: str) -> list[dict]:
+    """metrics.jsonl's structured records of one kind (contract.EVENT_*)."""
+    return contract.events(contract.read_records(out / contract.METRICS_FILE), kind)
 
 
 def global_step(checkpoint: Path) -> int:
@@ -152,8 +163,22 @@ def test_sft_learns_the_tiny_set_and_reports_throughput(tmp_path):
     assert [e["step"] for e in logs] == list(range(1, 61))
     first, last = logs[0]["loss"], sum(e["loss"] for e in logs[-5:]) / 5
     assert last < 0.5 * first, f"loss {first:.2f} → {last:.2f}"
-    assert all(e["tokens_per_second_per_device"] > 0 and 0 < e["mfu"] < 1 for e in logs[1:])
+    assert all(e["tokens_per_second_per_device"] > 0 and 0 < e["mfu"] <= e["hfu"] < 1 for e in logs[1:])
+    flops = recipe_yaml(bundle)["plan"]["flops"]
+    for entry in logs[1:]:  # one MFU definition: the callback's figure is the contract's, from the plan's numbers
+        tokens = entry["tokens_per_second_per_device"]
+        expected = contract.utilisation(tokens, flops["model_per_token"], flops["peak_tflops"])
+        assert entry["mfu"] == pytest.approx(expected, rel=1e-3)
     assert "world size 1 | device cpu | backend gloo | precision bf16 | ZeRO 0" in result.stderr
+    (start,) = records(out, contract.EVENT_START)
+    assert start["run_id"] == recipe_yaml(bundle)["plan"]["run_id"] and start["device"] == "cpu"
+    assert start["parameters_total"] == flops["params_total"] == start["parameters_trainable"]
+    assert (start["world_size"], start["precision"], start["zero_stage"]) == (1, "bf16", 0)
+    assert start["resume_from"] is None and start["resume_step"] is None
+    (done,) = records(out, contract.EVENT_DONE)
+    assert done["step"] == 60 and done["output"] == str(out)
+    assert contract.read_run_record(out)["run_id"] == start["run_id"]
+    assert contract.read_run_record(out / "checkpoint-30") == {**contract.read_run_record(out), "step": 30}
     assert "56 train samples, 8 eval" in result.stderr
     evaluations = [e for e in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()) if "eval_loss" in e]
     assert [e["step"] for e in evaluations] == [30, 60] and evaluations[-1]["eval_loss"] < first
@@ -216,20 +241,37 @@ def test_lora_with_packing_saves_an_adapter_that_reloads_and_merges(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------ checkpoints
-def test_resume_continues_the_step_and_skips_a_truncated_checkpoint(tmp_path):
+def test_resume_continues_from_the_contracts_choice_and_refuses_another_run(tmp_path):
     bundle = make_bundle(tmp_path, "alpaca", "train.max_steps=6", "train.save_steps=2")
     assert succeeded(run_train(bundle))
-    out = output_dir(bundle)
+    out, run_id = output_dir(bundle), recipe_yaml(bundle)["plan"]["run_id"]
     assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-4", "checkpoint-6"]
     weights = out / "checkpoint-6" / "model.safetensors"
     os.truncate(weights, weights.stat().st_size // 2)  # as if the pod died while writing it
+    sharded = out / "checkpoint-8"  # a .bin-sharded save that lost a shard
+    sharded.mkdir()
+    (sharded / "trainer_state.json").write_text('{"global_step": 8}')
+    (sharded / "pytorch_model.bin.index.json").write_text(json.dumps({"weight_map": {"w": "pytorch_model-1.bin"}}))
+    expected = contract.resume_choice(out, run_id)
+    assert expected.step == 4 and [name for name, _ in expected.skipped] == ["checkpoint-8", "checkpoint-6"]
 
     result = run_train(bundle, "--resume", "auto")
     assert succeeded(result)
     assert "skipping checkpoint-6: model.safetensors truncated" in result.stderr
+    assert "skipping checkpoint-8: shard pytorch_model-1.bin missing" in result.stderr
     assert f"resume from {out / 'checkpoint-4'}" in result.stderr
+    start = records(out, contract.EVENT_START)[-1]
+    assert (start["resume_from"], start["resume_step"]) == (str(expected.path), 4)
+    assert [s["checkpoint"] for s in start["skipped"]] == ["checkpoint-8", "checkpoint-6"]
     second_run = [e["step"] for e in training_logs(out)][6:]
-    assert second_run == [5, 6] and global_step(out / "checkpoint-6") == 6
+    assert second_run == [5, 6] and global_step(out / "checkpoint-6") == 6  # the Trainer was given checkpoint-4
+
+    shutil.rmtree(sharded)
+    contract.write_run_record(out / "checkpoint-6", contract.run_record("0a0a0a", world_size=1, zero_stage=0))
+    refused = run_train(bundle, "--resume", "auto")
+    assert refused.returncode == contract.EXIT_USER_ERROR and "Traceback" not in refused.stderr
+    last = refused.stderr.strip().splitlines()[-1]
+    assert last.startswith("train.py: checkpoint-6 belongs to run '0a0a0a'") and f"'{run_id}'" in last
 
 
 def test_sigterm_saves_a_loadable_checkpoint_and_exits_143(tmp_path):
@@ -240,6 +282,9 @@ def test_sigterm_saves_a_loadable_checkpoint_and_exits_143(tmp_path):
     assert "Traceback" not in stderr
     (checkpoint,) = out.glob("checkpoint-*")
     assert global_step(checkpoint) >= 3 and f"SIGTERM: saved {checkpoint.name}" in stderr
+    assert [r["step"] for r in records(out, contract.EVENT_PREEMPTED)] == [global_step(checkpoint)]
+    assert contract.read_run_record(checkpoint)["step"] == global_step(checkpoint)
+    assert not records(out, contract.EVENT_DONE)
     assert transformers.AutoModelForCausalLM.from_pretrained(checkpoint).config.num_hidden_layers == 2
     assert not (out / "model.safetensors").exists()  # an interrupted run does not pose as a finished one
 
@@ -276,6 +321,7 @@ def test_sigterm_to_torchrun_stops_every_rank_at_the_same_step(tmp_path):
     (checkpoint,) = out.glob("checkpoint-*")
     assert f"SIGTERM: saved {checkpoint.name}" in stderr
     assert {p.name for p in checkpoint.glob("rng_state_*.pth")} == {"rng_state_0.pth", "rng_state_1.pth"}
+    assert [r["step"] for r in records(out, contract.EVENT_PREEMPTED)] == [global_step(checkpoint)]
     assert global_step(checkpoint) == int(checkpoint.name.split("-")[1])
 
 
@@ -290,4 +336,8 @@ def test_zero2_with_deepspeed_on_cpu(tmp_path):
     assert "world size 2 | device cpu | backend gloo | precision bf16 | ZeRO 2" in result.stderr
     assert (out / "checkpoint-4" / "global_step4").is_dir()  # DeepSpeed's partitioned optimizer states
     assert global_step(out / "checkpoint-4") == 4
+    record = contract.read_run_record(out / "checkpoint-4")
+    assert (record["world_size"], record["zero_stage"], record["step"]) == (2, 2, 4)
+    (start,) = records(out, contract.EVENT_START)  # rank 0 alone writes the records
+    assert (start["world_size"], start["zero_stage"]) == (2, 2) and not records(out, contract.EVENT_ADAPTED)
     transformers.AutoModelForCausalLM.from_pretrained(out)

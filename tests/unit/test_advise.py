@@ -13,7 +13,8 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from recipekit.compose import compose  # noqa: E402
 from recipekit.images import load_images  # noqa: E402
-from recipekit.memory import advise, candidate, estimate, load_parallel_options  # noqa: E402
+from recipekit.memory import advise, candidate, estimate  # noqa: E402
+from recipekit.options import load_parallel_options  # noqa: E402
 from recipekit.plan import make_plan  # noqa: E402
 from recipekit.recipe import parse_recipe  # noqa: E402
 from recipekit.report import advice_dict, render_advice  # noqa: E402
@@ -57,7 +58,7 @@ def test_advice_overrides_compose_to_the_advised_plan(base):
     for advice in advice_for(base):
         recipe = recipe_of(*base, *advice.overrides)
         assert recipe == advice.estimate.recipe, advice.overrides
-        plan = make_plan(recipe, IMAGES, analysis_only=True)
+        plan = make_plan(recipe, IMAGES, analysis_only=True, documents=False)  # as advise plans its candidates
         assert plan.summary() == advice.estimate.plan.summary()
         assert estimate(recipe, plan) == advice.estimate
 
@@ -104,12 +105,12 @@ def test_tp_pp_search_respects_pipeline_zero_limit_and_reproduces():
         est = advice.estimate
         assert est.fits
         if est.parallel3d is not None:
-            assert est.layout.zero_stage <= 1
+            assert est.parallel.zero_stage <= 1
             assert est.parallel3d.tp_inside_node
             assert "data parallelism only" in est.parallel3d.note
         recipe = recipe_of(*base, *advice.overrides)
         assert recipe == est.recipe
-        assert make_plan(recipe, IMAGES, analysis_only=True).summary() == est.plan.summary()
+        assert make_plan(recipe, IMAGES, analysis_only=True, documents=False).summary() == est.plan.summary()
 
 
 def test_candidate_carries_the_users_parallel_settings():
@@ -143,7 +144,7 @@ def test_render_and_dict():
 
 def test_build_suggests_fixes_from_the_team_recipe_trees_too(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """A team's own parallel options (`--recipes DIR`) are candidates for the fix a refused build proposes."""
-    from recipekit import build, memory
+    from recipekit import build
     from recipekit.errors import RecipeError
 
     team = tmp_path / "team"
@@ -151,15 +152,27 @@ def test_build_suggests_fixes_from_the_team_recipe_trees_too(monkeypatch: pytest
     own = (ROOT / "recipes" / "parallel" / "zero3_offload.yaml").read_text()
     (team / "parallel" / "zero3_offload_team.yaml").write_text(own.replace("zero3_offload", "zero3_offload_team"))
     seen: list[tuple[Path, ...]] = []
-    real = memory.load_parallel_options
+    real = load_parallel_options
 
     def spy(extra_dirs=()):
         seen.append(tuple(extra_dirs))
         return real(extra_dirs)
 
-    monkeypatch.setattr(memory, "load_parallel_options", spy)
+    monkeypatch.setattr(build, "load_parallel_options", spy)
     resolved = build.resolve(["recipe=llama3_70b_sft", "cluster.nodes=1"], [team])
     with pytest.raises(RecipeError, match="cheapest change that fits"):
         build.compile_bundle(resolved)
     assert seen == [(team,)]
     assert "zero3_offload_team" in spy((team,))
+
+
+def test_candidates_are_planned_without_documents_but_with_every_number():
+    """advise plans each candidate with documents=False: the same checks and numbers, no image digest, Job or
+    ds_config (about half of a candidate's cost)."""
+    recipe = recipe_of("recipe=qwen2.5_14b_sft")
+    full = make_plan(recipe, IMAGES, analysis_only=True)
+    bare = make_plan(recipe, IMAGES, analysis_only=True, documents=False)
+    assert {**full.summary(), "image": ""} == bare.summary()
+    assert (bare.image, bare.job, bare.launch, bare.ds_config, bare.training_arguments) == ("", {}, {}, None, {})
+    assert full.job and full.ds_config and full.image
+    assert estimate(recipe, bare) == estimate(recipe, full)

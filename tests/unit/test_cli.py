@@ -16,10 +16,14 @@ from recipekit.cli import main
 
 #: The frozen command-line surface. New knobs belong in recipes, not flags: extend this list deliberately.
 ALLOWED_FLAGS = {
-    "build": {"--output", "--force", "--allow-oom", "--recipes", "--help"},
+    "build": {"--output", "--force", "--allow-oom", "--multirun", "--recipes", "--help"},
     "show": {"--json", "--recipes", "--help"},
     "list": {"--recipes", "--help"},
     "plan": {"--json", "--advise", "--price", "--top", "--recipes", "--help"},
+    "init": {"--help"},
+    "pack": {"--output", "--help"},
+    "verify": {"--help"},
+    "diff": {"--help"},
     "validate": {
         "--dry-run",
         "--pods",

@@ -733,7 +733,7 @@ def test_domains_accept_real_values_and_refuse_lookalikes(domain: str, good: lis
 
 
 def test_host_volume_names_match_the_jobs_and_collide_where_they_should() -> None:
-    from recipekit.domains import host_volume_name
+    from recipekit.plan import host_volume_name
 
     assert host_volume_name("/usr/local/Ascend/driver") == "host-usr-local-ascend-driver"
     assert host_volume_name("/a_b") == host_volume_name("/a-b") == host_volume_name("/A.B")

@@ -23,15 +23,16 @@ from recipekit.memory import (  # noqa: E402
     GIB,
     activation_bytes,
     bubble_fraction,
-    count_params,
     estimate,
     fit_problem,
     fixes,
-    load_parallel_options,
-    lora_params,
+    formulas,
     model_states,
+    regime,
     tp_inside_node,
 )
+from recipekit.modelsize import count_params, lora_params  # noqa: E402
+from recipekit.options import load_parallel_options  # noqa: E402
 from recipekit.plan import make_plan  # noqa: E402
 from recipekit.recipe import LoraSpec, ModelSpec, parse_recipe  # noqa: E402
 from recipekit.report import estimate_dict, estimate_markdown, render_advice, render_estimate  # noqa: E402
@@ -115,7 +116,7 @@ ZERO_CASES = [  # (params, gpus per node, nodes)
 def test_zero2_model_states_equal_deepspeed(params, gpus, nodes, offload):
     ds = pytest.importorskip("deepspeed.runtime.zero.stage_1_and_2")
     _, ds_gpu = ds.estimate_zero2_model_states_mem_needs(int(params), gpus, nodes, cpu_offload=offload)
-    ours = model_states(params, zero_stage=2, dp=gpus * nodes, offload_optimizer="cpu" if offload else "none")
+    ours = model_states(params, regime("bf16", 2), dp=gpus * nodes, offload_optimizer="cpu" if offload else "none")
     assert ours.device == pytest.approx(ds_gpu, rel=0.02)
 
 
@@ -135,7 +136,7 @@ def test_zero3_model_states_equal_deepspeed(params, gpus, nodes, offload_optimiz
     )
     ours = model_states(
         params,
-        zero_stage=3,
+        regime("bf16", 3),
         dp=gpus * nodes,
         largest_layer=largest,
         offload_optimizer="cpu" if offload_optimizer else "none",
@@ -150,15 +151,15 @@ def test_zero3_host_memory_equals_deepspeed_zero_init():
     ds_cpu, _, _ = ds.estimate_zero3_model_states_mem_needs(
         int(params), 10**9, gpus, nodes, cpu_offload=True, cpu_offload_params=True, zero_init=True
     )
-    ours = model_states(params, zero_stage=3, dp=gpus * nodes, offload_optimizer="cpu", offload_param="cpu")
-    assert ours.host * gpus * memory.HOST_BUFFER_FACTOR == pytest.approx(ds_cpu, rel=0.02)
+    ours = model_states(params, regime("bf16", 3), dp=gpus * nodes, offload_optimizer="cpu", offload_param="cpu")
+    assert ours.host * gpus * formulas.HOST_BUFFER_FACTOR == pytest.approx(ds_cpu, rel=0.02)
 
 
 def test_ddp_is_torch_amp_not_deepspeed():
     # Stage 0 is the bundle's plain DDP under AMP: fp32 weights + 16-bit autocast copy, fp32 gradients and DDP's
     # bucket copy, Adam moments: 22 bytes per parameter; one rank has no bucket copy: 18.
-    assert model_states(1e9, zero_stage=0, dp=8).device == pytest.approx(22e9)
-    assert model_states(1e9, zero_stage=0, dp=1).device == pytest.approx(18e9)
+    assert model_states(1e9, regime("bf16", 0), dp=8).device == pytest.approx(22e9)
+    assert model_states(1e9, regime("bf16", 0), dp=1).device == pytest.approx(18e9)
 
 
 # --------------------------------------------------------------------------------------------------- activations
@@ -244,7 +245,7 @@ def test_activations_match_what_autograd_keeps(monkeypatch, autocast, kind, chec
     lora = None if kind == "full" else LoraSpec(r=16, dropout=0.0 if kind == "lora-nodropout" else 0.05)
     # On CPU dropout keeps its mask in the input's dtype (fp32 for PEFT's fp32 adapters under AMP); CUDA and NPU
     # keep a bool mask, which is what the estimator assumes.
-    monkeypatch.setattr(memory, "DROPOUT_MASK_BYTES", 4 if autocast else 2)
+    monkeypatch.setattr(formulas, "DROPOUT_MASK_BYTES", 4 if autocast else 2)
     measured = _saved_bytes(torch, transformers, autocast=autocast, lora=lora, checkpointing=checkpointing)
     spec = ModelSpec(
         name="t",
@@ -258,15 +259,15 @@ def test_activations_match_what_autograd_keeps(monkeypatch, autocast, kind, chec
         vocab_size=VOCAB,
         max_position_embeddings=1024,
     )
+    # AMP is the regime of stage 0 (DDP); any ZeRO stage is DeepSpeed's 16-bit model.
     predicted = activation_bytes(
         spec,
+        regime("bf16", 0 if autocast else 2),
         micro_batch=BATCH,
         seq_len=SEQ,
-        act_bytes=2,
         full_training=lora is None,
         checkpointing=checkpointing,
         lora=lora,
-        autocast=autocast,
     ).saved
     # LoRA is slightly over: the first layer's input comes from a frozen embedding, so autograd keeps less for it.
     assert predicted == pytest.approx(measured, rel=0.06)
@@ -274,8 +275,9 @@ def test_activations_match_what_autograd_keeps(monkeypatch, autocast, kind, chec
 
 def test_checkpointing_keeps_layer_inputs_plus_one_layer():
     spec = model("llama3_8b")
-    full = activation_bytes(spec, micro_batch=1, seq_len=2048, act_bytes=2, full_training=True, checkpointing=False)
-    ckpt = activation_bytes(spec, micro_batch=1, seq_len=2048, act_bytes=2, full_training=True, checkpointing=True)
+    ds = regime("bf16", 3)
+    full = activation_bytes(spec, ds, micro_batch=1, seq_len=2048, full_training=True, checkpointing=False)
+    ckpt = activation_bytes(spec, ds, micro_batch=1, seq_len=2048, full_training=True, checkpointing=True)
     assert ckpt.layers == 32 * 2 * 2048 * 4096  # 2·s·b·h bytes per layer
     assert ckpt.recomputed == pytest.approx(full.layers / 32)
     assert ckpt.logits_saved == full.logits_saved == 2048 * 128256 * 4
@@ -334,7 +336,7 @@ def test_llama3_70b_sft_on_one_910b_node_with_ddp_does_not_fit():
 def test_shipped_presets_fit(preset):
     est = estimate_of(f"recipe={preset}")
     assert est.fits, (preset, est.total_gib)
-    assert fit_problem(est) is None
+    assert fit_problem(est, parallel_options=OPTIONS) is None
 
 
 def test_qwen2_5_14b_sft_on_2x8_910b_fits():
@@ -354,7 +356,7 @@ def test_qlora_base_is_about_a_quarter_of_lora():
 def test_host_memory_counts_for_offload():
     est = estimate_of("recipe=llama3_70b_sft", "cluster.nodes=1", "parallel=zero3_offload")
     assert est.fits_device and not est.offload.host_fits and not est.fits
-    problem = fit_problem(est)
+    problem = fit_problem(est, parallel_options=OPTIONS)
     assert problem is not None and "host memory" in problem.message
 
 
@@ -490,3 +492,66 @@ def test_estimate_is_fast():
         estimate(recipe, plan)
     assert (time.perf_counter() - start) / 100 < 0.01
     assert memory.GIB == GIB == 2**30
+
+
+# ------------------------------------------------------------------------------------------------------ regime
+@pytest.mark.parametrize("precision", ["bf16", "fp16", "fp32"])
+@pytest.mark.parametrize("zero", [0, 1, 2, 3])
+def test_regime_words_name_the_bytes_it_counts(precision, zero):
+    reg = regime(precision, zero)
+    assert reg.weight_words("sft").startswith({2: "16-bit", 4: "fp32"}[reg.weight])
+    assert reg.gradient_words.startswith({2: "16-bit", 4: "fp32"}[reg.gradient])
+    assert ("fp32 copy" in reg.gradient_words) == bool(reg.fp32_gradient)
+    assert ("master +" in reg.optimizer_words) == bool(reg.master_weight)
+    if precision == "fp32":
+        assert "16-bit" not in reg.weight_words("lora") + reg.gradient_words + reg.optimizer_words
+
+
+def test_fp32_under_zero_says_fp32_and_counts_4_bytes():
+    """The review's case: fp32 with ZeRO ≥ 1 counted 4 bytes per parameter and called them 16-bit."""
+    est = estimate_of("recipe=llama3_8b_sft", "train.precision=fp32")  # ZeRO-3 over 8 ranks
+    counts = count_params(model("llama3_8b"))
+    items = {item.name: item for item in est.memory}
+    weights, gradients, optimizer = items["weights"], items["gradients"], items["optimizer states"]
+    assert "16-bit" not in weights.basis + gradients.basis + optimizer.basis
+    assert "fp32" in weights.basis and "fp32" in gradients.basis
+    # weights: 4 bytes over 8 ranks + the largest layer gathered in fp32
+    assert weights.gib * GIB == pytest.approx(counts.total * 4 / 8 + counts.largest_module * 4)
+    # optimizer: Adam's two fp32 moments only; the fp32 weights are their own master
+    assert optimizer.gib * GIB == pytest.approx(counts.total * 8 / 8)
+
+
+def test_estimate_layout_is_the_plans():
+    est = estimate_of("recipe=qwen2.5_14b_sft")
+    assert est.layout is est.plan.layout
+    assert est.parallel is est.recipe.parallel and est.precision == est.plan.precision
+    assert list(estimate_dict(est)["layout"]) == [
+        "parallel",
+        "zero_stage",
+        "offload_optimizer",
+        "offload_param",
+        "gradient_checkpointing",
+        "nodes",
+        "devices_per_pod",
+        "world_size",
+        "dp_size",
+        "tensor_parallel",
+        "pipeline_parallel",
+        "micro_batch_size",
+        "gradient_accumulation_steps",
+        "global_batch_size",
+        "seq_len",
+        "precision",
+    ]
+
+
+def test_memory_reads_nothing_from_disk():
+    """The estimators and the search take their inputs: importing them pulls in neither Hydra nor the recipe trees."""
+    import os
+    import subprocess
+
+    readers = ("recipekit.compose", "recipekit.options", "hydra", "omegaconf")
+    code = f"import sys, recipekit.memory; print(sorted(m for m in sys.modules if m.startswith({readers})))"
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env).stdout
+    assert out.strip() == "[]"

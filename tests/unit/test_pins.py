@@ -6,8 +6,9 @@ Where the two must agree this test fails on any drift; where they differ on purp
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 from recipekit.images import load_images
 

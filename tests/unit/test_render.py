@@ -57,7 +57,7 @@ def test_numbers_agree_across_files() -> None:
     assert launch["master_port"] == container["ports"][0]["containerPort"] == recipe["plan"]["master_port"]
     assert launch["task_name"] == task["name"] and launch["task_env"] == "WORKER"
     assert launch["job_name"] == job["metadata"]["name"] == recipe["plan"]["job_name"]
-    assert job["spec"]["plugins"] == {"env": [], "svc": []}
+    assert job["spec"]["plugins"] == {"env": [], "svc": ["--publish-not-ready-addresses"]}
     assert job["spec"]["minAvailable"] == task["replicas"]
     assert container["image"] == recipe["plan"]["image"]
 
@@ -141,3 +141,61 @@ def test_build_refuses_a_recipe_that_will_not_fit(tmp_path: Path) -> None:
     assert not (tmp_path / "b").exists()
     built = build(["model=llama3_70b", "parallel=ddp"], tmp_path / "b", allow_oom=True)
     assert not built.estimate.fits and (tmp_path / "b" / "plan.md").exists()
+
+
+def test_ascend_scheduling_details_follow_mindcluster() -> None:
+    """Typed host paths, NPUs from the device plugin's annotation, labels on Job and pods, no mesh sidecar."""
+    job = yaml.safe_load(render_files(["recipe=llama3_8b_sft", "hw=ascend910b"])["volcano-job.yaml"])
+    template = job["spec"]["tasks"][0]["template"]
+    container = template["spec"]["containers"][0]
+    host_paths = {v["hostPath"]["path"]: v["hostPath"]["type"] for v in template["spec"]["volumes"] if "hostPath" in v}
+    assert host_paths == {
+        "/usr/local/Ascend/driver": "Directory",
+        "/usr/local/dcmi": "Directory",
+        "/usr/local/bin/npu-smi": "File",
+        "/etc/ascend_install.info": "File",
+    }
+    assert container["env"] == [
+        {
+            "name": "ASCEND_VISIBLE_DEVICES",
+            "valueFrom": {"fieldRef": {"fieldPath": "metadata.annotations['huawei.com/Ascend910']"}},
+        }
+    ]
+    assert job["metadata"]["labels"]["ring-controller.atlas"] == template["metadata"]["labels"]["ring-controller.atlas"]
+    assert template["metadata"]["annotations"]["sidecar.istio.io/inject"] == "false"
+    assert "sp-block" not in template["metadata"]["annotations"]
+
+
+def test_a3_box8_and_superpod_select_their_own_nodes() -> None:
+    box8 = yaml.safe_load(render_files(["recipe=llama3_8b_sft", "hw=ascend910_a3"])["volcano-job.yaml"])
+    assert box8["spec"]["tasks"][0]["template"]["spec"]["nodeSelector"]["accelerator-type"] == "module-a3-16"
+    superpod = yaml.safe_load(
+        render_files(["recipe=llama3_8b_sft", "hw=ascend910_a3_superpod", "cluster.nodes=4"])["volcano-job.yaml"]
+    )
+    template = superpod["spec"]["tasks"][0]["template"]
+    assert template["spec"]["nodeSelector"]["accelerator-type"] == "module-a3-16-super-pod"
+    # 4 nodes × 16 dies fit one SuperPoD: one logical block of the whole job, on the Job and its pods
+    assert superpod["metadata"]["annotations"]["sp-block"] == template["metadata"]["annotations"]["sp-block"] == "64"
+
+
+def test_superpod_block_splits_jobs_larger_than_a_superpod() -> None:
+    from recipekit.build import resolve
+
+    plan = resolve(
+        ["recipe=llama3_70b_sft", "hw=ascend910_a3_superpod", "cluster.nodes=48", "train.global_batch_size=1536"]
+    ).plan
+    assert plan.layout.world_size == 768 and plan.superpod_block == 384
+
+
+def test_pod_requests_follow_node_allocatable_and_refuse_what_never_schedules() -> None:
+    from recipekit.build import resolve
+    from recipekit.errors import RecipeError
+
+    plan = resolve(["recipe=llama3_8b_sft", "hw=ascend910b", "cluster.devices_per_pod=4"]).plan
+    assert (plan.pod_cpus, plan.pod_memory_gib) == (86, 435)  # half a node: 192 × ½ × 0.9, 1024 × ½ × 0.85
+    try:
+        resolve(["recipe=llama3_8b_sft", "cluster.memory_gib_per_pod=2000"])
+    except RecipeError as err:
+        assert "2000 GiB per pod, but a ascend910b node offers 1024 GiB" in str(err)
+    else:
+        raise AssertionError("a request above the node's memory was accepted")

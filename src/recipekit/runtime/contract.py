@@ -9,7 +9,8 @@ code for:
 * the bundle's and the output directory's file names;
 * the exit codes the launcher and train.py use, and what Volcano's policies make of them;
 * what a FLOP count, MFU and HFU mean (one definition for the planner's time estimate and the metrics a run logs);
-* when a checkpoint is complete enough to resume from (the dry run predicts what train.py will pick);
+* when a checkpoint is complete enough to resume from, which run wrote it, and so which checkpoint a restart
+  continues from (:func:`resume_choice`: train.py acts on its answer, the dry run predicts with it);
 * the structured records train.py appends to ``metrics.jsonl`` (start, resume, adaptations), so that nothing has to
   scrape log text.
 """
@@ -17,7 +18,9 @@ code for:
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +39,8 @@ RANDOM_INIT_DIR = "random-init"
 CHECKPOINT_PREFIX = "checkpoint-"
 #: The Trainer writes this last into a checkpoint; its absence marks an interrupted save.
 TRAINER_STATE_FILE = "trainer_state.json"
+#: Which run wrote a checkpoint (or the final output): run_id and world layout, see :func:`run_record`.
+RUN_FILE = "recipekit-run.json"
 #: transformers marks a checkpoint whose save did not finish with this file.
 INCOMPLETE_MARKER = "checkpoint-is-incomplete.txt"
 #: Model weights as the Trainer, PEFT and DeepSpeed save them: single files and sharded indexes.
@@ -207,11 +212,135 @@ def latest_complete_checkpoint(output_dir: Path) -> Path | None:
     return None
 
 
+# ------------------------------------------------------------------------------------------ run identity, resume
+def run_record(run_id: str, *, world_size: int, zero_stage: int, **extra: Any) -> dict[str, Any]:
+    """What :data:`RUN_FILE` holds: the run fingerprint (``plan.run_id``: model, data, layout, optimisation) and the
+    world layout the checkpoint's states were written in, plus anything else worth reading (step, recipe name)."""
+    return {"run_id": run_id, "world_size": world_size, "zero_stage": zero_stage, **extra}
+
+
+def write_run_record(directory: Path, record: dict[str, Any]) -> None:
+    """Write :data:`RUN_FILE` into ``directory`` atomically: a reader sees the whole record or none."""
+    target = Path(directory) / RUN_FILE
+    staging = target.with_name(f"{RUN_FILE}.tmp-{os.getpid()}")
+    staging.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    os.replace(staging, target)
+
+
+def read_run_record(directory: Path) -> dict[str, Any] | None:
+    """The run record of a checkpoint, or None when it has none (written by an older bundle) or it is unreadable."""
+    try:
+        record = json.loads((Path(directory) / RUN_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+class ResumeRefused(Exception):
+    """A checkpoint that must not be resumed from, said in one line (train.py exits :data:`EXIT_USER_ERROR`)."""
+
+
+@dataclass(frozen=True)
+class ResumeChoice:
+    """Where a run continues from, and why not from anything newer."""
+
+    path: Path | None  # None: from scratch
+    #: (checkpoint name, why it cannot be resumed) of every newer checkpoint passed over, newest first
+    skipped: tuple[tuple[str, str], ...] = ()
+    #: things worth a warning about the chosen checkpoint (e.g. it carries no run record)
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def step(self) -> int | None:
+        return checkpoint_step(self.path) if self.path is not None else None
+
+
+def resume_choice(
+    output_dir: Path,
+    run_id: str,
+    resume: str = "auto",
+    *,
+    world_size: int | None = None,
+    zero_stage: int | None = None,
+) -> ResumeChoice:
+    """The checkpoint a run of ``run_id`` continues from; raises :class:`ResumeRefused` for one it must not touch.
+
+    ``resume``: ``none`` (from scratch), ``auto`` (the newest complete ``checkpoint-N`` of ``output_dir``; incomplete
+    ones are skipped with their reason) or a checkpoint path (it must be complete). The chosen checkpoint must belong
+    to this run: a run record naming another run is refused rather than skipped, because continuing from an older
+    checkpoint of a directory another run has written into would silently lose work. Given ``world_size`` and
+    ``zero_stage`` (this run's), a ZeRO checkpoint written by another world layout is refused too: its partitioned
+    optimizer states cannot be re-sharded here. A checkpoint without a record (an older bundle) is accepted with a
+    warning. Pure apart from reading the directory: train.py acts on the answer and the dry run predicts with it.
+    """
+    if resume == "none":
+        return ResumeChoice(None)
+    skipped: list[tuple[str, str]] = []
+    if resume == "auto":
+        path = None
+        for _, candidate, problem in checkpoints(output_dir):
+            if problem is None:
+                path = candidate
+                break
+            skipped.append((candidate.name, problem))
+        if path is None:
+            return ResumeChoice(None, tuple(skipped))
+    else:
+        path = Path(resume)
+        problem = checkpoint_problem(path) if path.is_dir() else "not a directory"
+        if problem:
+            raise ResumeRefused(f"--resume {resume}: {problem}")
+    record = read_run_record(path)
+    if record is None:
+        warning = (
+            f"{path.name} has no {RUN_FILE} (saved by an older bundle): resuming it without checking that it "
+            f"belongs to run {run_id}"
+        )
+        return ResumeChoice(path, tuple(skipped), (warning,))
+    refusal = _identity_problem(path.name, record, run_id, world_size, zero_stage)
+    if refusal:
+        raise ResumeRefused(refusal)
+    return ResumeChoice(path, tuple(skipped))
+
+
+def _layout(world_size: Any, zero_stage: Any) -> str:
+    parts = [
+        f"world size {world_size}" if world_size is not None else "",
+        f"ZeRO {zero_stage}" if zero_stage is not None else "",
+    ]
+    return ", ".join(p for p in parts if p)
+
+
+def _identity_problem(
+    name: str, record: dict[str, Any], run_id: str, world_size: int | None, zero_stage: int | None
+) -> str | None:
+    theirs = _layout(record.get("world_size"), record.get("zero_stage"))
+    ours = _layout(world_size, zero_stage)
+    if record.get("run_id") != run_id:
+        return (
+            f"{name} belongs to run {record.get('run_id')!r} ({theirs or 'layout unknown'}), not to this bundle's run "
+            f"{run_id!r}{f' ({ours})' if ours else ''}: only a bundle built from the same recipe can resume it (a "
+            "different world size or ZeRO layout cannot: DeepSpeed universal checkpoints are not supported); "
+            "rebuild with the recipe that wrote it, or start over with --resume none or another output_dir"
+        )
+    if world_size is None or zero_stage is None:
+        return None
+    if record.get("world_size") == world_size and record.get("zero_stage") == zero_stage:
+        return None
+    if not (record.get("zero_stage") or zero_stage):
+        return None  # plain Trainer checkpoints hold whole states: any world size loads them
+    return (
+        f"{name} was saved with {theirs}, this run has {ours}: ZeRO-partitioned states cannot be re-sharded here "
+        "(DeepSpeed universal checkpoints are not supported); run it with the layout it was saved with, or start "
+        "over with --resume none"
+    )
+
+
 # -------------------------------------------------------------------------------------------------------- records
 #: ``metrics.jsonl`` holds one JSON object per line. Training logs carry ``step`` and the Trainer's figures (loss,
 #: learning_rate, ...); the records below carry ``event`` instead, so readers never parse log text.
-EVENT_START = "start"  # world size, device, precision, parameters, resume_from (None: from scratch), resume_step
-EVENT_ADAPTED = "adapted"  # one change train.py made to the plan for the device or launcher it found: ``note``
+EVENT_START = "start"  # run_id, world size, device, precision, parameters, resume_from (None: scratch), resume_step
+EVENT_ADAPTED = "adapted"  # one change to the plan for how train.py was launched (no torchrun): ``note``
 EVENT_PREEMPTED = "preempted"  # SIGTERM: checkpoint saved at ``step``
 EVENT_DONE = "done"  # final ``step``, where the model went
 

@@ -201,14 +201,27 @@ def print_report(report: Report) -> None:
         subs = result.details.get("substitutions")
         if subs and not result.failed:
             console.print(f"[bold]dry-run substitutions[/] ({result.details.get('workdir')}):")
+            derived: dict[str, int] = {}
             for sub in subs:
-                console.print(Text(f"  {sub['file']} {sub['field']}: {sub['why']}"))
+                if sub.get("derived"):
+                    derived[sub["file"]] = derived.get(sub["file"], 0) + 1
+                else:
+                    where = sub["field"] if sub["file"] == "recipe.yaml" else f"{sub['file']} {sub['field']}"
+                    console.print(Text(f"  {where}: {_value(sub['old'])} → {_value(sub['new'])} ({sub['why']})"))
+            if derived:
+                counted = ", ".join(f"{file} {count}" for file, count in derived.items())
+                console.print(Text(f"  and what follows from them when re-planned: {counted} (substitutions.json)"))
         for name, tail in (result.details.get("log_tails") or {}).items():
             console.print(f"[bold red]{result.id}: last lines of {name}[/]")
             console.print(Text(tail))
     counts = report.counts()
     verdict = "[green]bundle OK[/]" if report.ok else "[bold red]bundle has problems[/]"
     console.print(f"{counts['pass']} passed, {counts['fail']} failed, {counts['skipped']} skipped: {verdict}")
+
+
+def _value(value: object, limit: int = 48) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, default=str)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def main() -> None:  # pragma: no cover - `python -m recipekit.validate.command` before cli.py registers it

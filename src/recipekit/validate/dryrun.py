@@ -1,32 +1,18 @@
-"""The dry run: the bundle's own run.sh and train.py, as N simulated Volcano pods on this machine.
+"""The dry run: the bundle's own run.sh and runtime, as N simulated Volcano pods on this machine.
 
-Nothing in the bundle is rewritten. It is copied to a work directory and only what cannot be the same on a laptop
-is substituted, each substitution recorded (``substitutions.json``) and reported:
-
-* the model by its tiny twin of the same family (``recipes/model/tiny_<family>.yaml``: random weights, a tokenizer
-  trained on the data), the data by a small generated dataset of the recipe's format (:mod:`recipekit.tinydata`);
-* the shared volume (PVC) by ``<workdir>/shared``: output_dir and data keep their paths below the mount;
-* the schedule by a few steps with a checkpoint midway, logging every step, no DataLoader workers;
-* the world size by ``--pods`` × 1 process (run.sh honours ``RECIPEKIT_NPROC_PER_NODE``): ds_config's
-  train_batch_size/gradient_accumulation_steps and recipe.yaml's plan and Trainer arguments are fixed together,
-  so DeepSpeed and the Trainer still agree; run.sh's ``EXPECTED_NODES`` when ``--pods`` differs from the bundle;
-* the rendezvous port in run.sh's ``MASTER_PORT=`` line by a free one (per attempt);
-* on CPU: fp16 → bf16 (CPU has no fp16), ZeRO-3's ``stage3_param_persistence_threshold`` → 0 (else a tiny model
-  partitions nothing), NVMe offload → CPU offload when DeepSpeed's async_io op cannot be built here.
-
-The same ZeRO stage and offload are kept. Backend and optimizer are left to train.py, which adapts them to the
-device it finds and logs each change ("adapted: ..."); those lines are collected into the report.
+The bundle is never written to: :mod:`recipekit.validate.workcopy` re-plans its recipe for this machine (tiny twin,
+generated data, a few steps, pods × 1 process, the CPU) into a work directory and records every difference in
+``substitutions.json``. This module builds DeepSpeed's C++ ops once, starts the pods and judges what they did.
 
 Each pod is ``bash run.sh`` with what Volcano's env and svc plugins inject (``VC_TASK_INDEX``, ``VK_TASK_INDEX``,
 ``VC_<TASK>_HOSTS`` = 127.0.0.1 per pod, ``VC_<TASK>_NUM``). With ``--kill-pod I --at-step S``, pod I's whole process
 tree is SIGKILLed when the trainer logs step S; the other pods are deleted as Volcano's RestartJob does (SIGTERM,
-grace period, SIGKILL), then every pod is started again and the run must resume from the last complete checkpoint.
+grace period, SIGKILL), then every pod is started again and the run must resume from the last complete checkpoint
+— the one the runtime contract's rules pick, which is what train.py itself picks.
 """
 
 from __future__ import annotations
 
-import copy
-import functools
 import importlib.util
 import json
 import math
@@ -41,27 +27,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from recipekit import yamlfile
-from recipekit.bundlefiles import LAUNCH
+from recipekit.bundlefiles import RUN
 from recipekit.paths import cache_dir
-from recipekit.plan import task_env_name
+from recipekit.runtime import contract
 from recipekit.validate.checks import Result
-from recipekit.validate.static import DS, RECIPE, RUN, Bundle, check_batch, load_bundle, rehash_manifest, task_of
+from recipekit.validate.static import Bundle, check_batch, load_bundle
+from recipekit.validate.workcopy import DryRunUsageError, WorkCopy, prepare, set_master_port
 
-MARKER = ".recipekit-dryrun"
-METRICS_FILE = "metrics.jsonl"  # train.py's per-log-step JSON lines, written by rank 0 into output_dir
-DRY_MAX_LEN = 128
-MAX_ACCUMULATION = 2
-WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "adapter_model.safetensors", "pytorch_model.bin")
+METRICS_FILE = contract.METRICS_FILE
 _RESUME_LINE = re.compile(r"resume from (\S+)")
 _ADAPTED_LINE = re.compile(r"adapted: (.+)$")
 Progress = Callable[[str], None]
-
-
-class DryRunUsageError(Exception):
-    """Arguments or a work directory the dry run cannot use (exit code 2)."""
 
 
 @dataclass
@@ -100,38 +76,6 @@ class DryRunOptions:
             raise DryRunUsageError(f"--device {self.device}: cpu, npu or cuda")
 
 
-@dataclass
-class Substitution:
-    file: str
-    field: str
-    old: Any
-    new: Any
-    why: str
-
-    def __str__(self) -> str:
-        return f"{self.file} {self.field}: {_short(self.old)} → {_short(self.new)} ({self.why})"
-
-    def to_json(self) -> dict[str, Any]:
-        return {"file": self.file, "field": self.field, "old": self.old, "new": self.new, "why": self.why}
-
-
-def _short(value: Any, limit: int = 60) -> str:
-    text = json.dumps(value, default=str) if not isinstance(value, str) else value
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-@dataclass
-class WorkCopy:
-    root: Path
-    bundle: Path
-    shared: Path
-    logs: Path
-    output_dir: Path
-    task_env: str
-    substitutions: list[Substitution] = field(default_factory=list)
-    deepspeed_ops: list[str] = field(default_factory=list)
-
-
 # ---------------------------------------------------------------------------------------------- prerequisites
 def _missing_modules(bundle: Bundle) -> list[str]:
     needed = ["torch", "transformers", "datasets", "tokenizers", "psutil"]
@@ -161,10 +105,6 @@ def _devices(kind: str) -> tuple[int, str]:
         return 0, f"could not count {kind} devices"
 
 
-def default_workdir(bundle_dir: Path) -> Path:
-    return bundle_dir.resolve().parent / ".dryrun" / bundle_dir.resolve().name
-
-
 def extensions_dir() -> Path:
     """Where DeepSpeed's JIT-compiled ops are cached for dry runs.
 
@@ -173,332 +113,6 @@ def extensions_dir() -> Path:
     here always run with the same environment (:func:`pod_environment`), so they share one build.
     """
     return cache_dir("torch_extensions", "dryrun")
-
-
-# ------------------------------------------------------------------------------------------------ the work copy
-def find_twin(family: str) -> dict[str, Any] | None:
-    """The tiny twin of ``family`` among the model options (random init, same family), tiny_<family> preferred."""
-    from recipekit.compose import group_options
-
-    found = []
-    for name, path in group_options("model").items():
-        try:
-            data = yamlfile.read(path) or {}
-        except (OSError, yaml.YAMLError):
-            continue
-        if isinstance(data, dict) and data.get("family") == family and data.get("init") == "random":
-            found.append((name != f"tiny_{family}", name, data))
-    if not found:
-        return None
-    from recipekit.recipe import ModelSpec
-    from recipekit.schema import to_data, validate
-
-    # an option spells only what differs from the record's defaults: the twin is the whole record
-    return to_data(validate(ModelSpec, sorted(found, key=lambda item: item[:2])[0][2], root="model"))
-
-
-def _on_volume(path: str, mount: str, shared: Path, fallback: str) -> Path:
-    """Where ``path`` (a path in the pod) lives in the work copy: below ``shared`` when it is on the PVC."""
-    mount = mount.rstrip("/")
-    if path == mount or path.startswith(mount + "/"):
-        relative = path[len(mount) :].lstrip("/")
-        return shared / relative if relative else shared
-    return shared / fallback / Path(path).name
-
-
-@functools.cache
-def _async_io_compatible() -> bool:
-    """Whether DeepSpeed's async_io op (NVMe offload) can be built here (needs libaio), asked in a child."""
-    code = (
-        "from deepspeed.accelerator import get_accelerator as g; b = g().create_op_builder('AsyncIOBuilder'); "
-        "print(bool(b and b.is_compatible(verbose=False)))"
-    )
-    try:
-        proc = subprocess.run(
-            [sys.executable, "-c", code],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            env={**os.environ, "DS_ACCELERATOR": "cpu"},
-        )
-    except subprocess.TimeoutExpired:
-        return False
-    return proc.stdout.strip().endswith("True")
-
-
-def prepare(bundle: Bundle, options: DryRunOptions) -> WorkCopy:
-    """Copy the bundle to the work directory and make the laptop substitutions; return where everything is."""
-    root = (options.workdir or default_workdir(bundle.path)).resolve()
-    if root == bundle.path.resolve() or bundle.path.resolve() in root.parents:
-        raise DryRunUsageError(f"--workdir {root}: must be outside the bundle (the bundle is never written to)")
-    if root.exists() and any(root.iterdir()) and not (root / MARKER).exists():
-        raise DryRunUsageError(
-            f"--workdir {root} exists and is not a recipekit dry-run directory: choose an empty or new directory"
-        )
-    if root.exists():
-        shutil.rmtree(root)
-    copy_dir = root / "bundle"
-    copy_dir.mkdir(parents=True)
-    (root / MARKER).write_text("recipekit validate --dry-run work directory; safe to delete\n", encoding="utf-8")
-    for name, data in bundle.raw.items():
-        (copy_dir / name).parent.mkdir(parents=True, exist_ok=True)
-        (copy_dir / name).write_bytes(data)
-    (copy_dir / RUN).chmod(0o755)
-
-    assert bundle.doc is not None and bundle.recipe is not None
-    doc = copy.deepcopy(bundle.doc)
-    recipe, plan, args = doc["recipe"], doc["plan"], doc["training_arguments"]
-    ds = copy.deepcopy(bundle.ds_config) if bundle.ds_config is not None else None
-    subs: list[Substitution] = []
-    shared = root / "shared"
-    cpu = options.device == "cpu"
-
-    def sub(file: str, container: dict[str, Any], key: str, new: Any, why: str, path: str | None = None) -> None:
-        old = container.get(key, None)
-        if old == new and key in container:
-            return
-        container[key] = new
-        subs.append(Substitution(file, path or key, old, new, why))
-
-    # model → tiny twin of the same family
-    family = bundle.recipe.model.family
-    twin = find_twin(family)
-    if twin is None:
-        raise DryRunUsageError(
-            f"no tiny twin of model family {family!r} in recipes/model (a model option with "
-            f"family: {family} and init: random)"
-        )
-    if recipe["model"] != twin:
-        subs.append(
-            Substitution(
-                RECIPE,
-                "recipe.model",
-                recipe["model"].get("name"),
-                twin.get("name"),
-                f"the tiny {family} twin: random weights, tokenizer trained on the data",
-            )
-        )
-        recipe["model"] = dict(twin)
-
-    # shared volume → <workdir>/shared; data → a tiny generated set of the same format
-    mount = bundle.recipe.cluster.mount_path
-    data = recipe["data"]
-    data_path = _on_volume(bundle.recipe.data.path, mount, shared, "data")
-    global_micro = (
-        args.get("per_device_train_batch_size", 1)
-        * min(args.get("gradient_accumulation_steps", 1), MAX_ACCUMULATION)
-        * options.pods
-    )
-    samples = max(64, min(2000, options.steps * global_micro * 2))
-    from recipekit.tinydata import write_tiny_dataset
-
-    written = write_tiny_dataset(bundle.recipe.data.format, data_path, n=samples, seed=0)
-    sub(
-        RECIPE,
-        data,
-        "path",
-        str(written),
-        f"{samples} generated {bundle.recipe.data.format} samples on the work copy's shared volume",
-        "recipe.data.path",
-    )
-    sub(RECIPE, data, "num_samples", samples, "the generated set's size", "recipe.data.num_samples")
-    if data.get("max_len", DRY_MAX_LEN) > DRY_MAX_LEN:
-        sub(RECIPE, data, "max_len", DRY_MAX_LEN, "short sequences for a CPU run", "recipe.data.max_len")
-    output_dir = _on_volume(str(args["output_dir"]), mount, shared, "runs")
-    sub(
-        RECIPE,
-        args,
-        "output_dir",
-        str(output_dir),
-        f"the PVC {mount} is {shared} here",
-        "training_arguments.output_dir",
-    )
-    sub(RECIPE, plan, "output_dir", str(output_dir), "the same as training_arguments.output_dir", "plan.output_dir")
-
-    # schedule: a few steps, a checkpoint midway
-    steps, save = options.steps, options.save_steps
-    if "num_train_epochs" in args:
-        old = args.pop("num_train_epochs")
-        subs.append(Substitution(RECIPE, "training_arguments.num_train_epochs", old, None, "max_steps instead"))
-    sub(RECIPE, args, "max_steps", steps, "a few steps", "training_arguments.max_steps")
-    sub(RECIPE, args, "save_steps", save, "a checkpoint midway", "training_arguments.save_steps")
-    if "eval_steps" in args:
-        sub(RECIPE, args, "eval_steps", save, "evaluate at the checkpoint", "training_arguments.eval_steps")
-    sub(RECIPE, args, "logging_steps", 1, "every step in metrics.jsonl", "training_arguments.logging_steps")
-    sub(
-        RECIPE,
-        args,
-        "dataloader_num_workers",
-        0,
-        "no DataLoader worker processes on a small CPU",
-        "training_arguments.dataloader_num_workers",
-    )
-    warmup = math.ceil(bundle.recipe.train.warmup_ratio * steps)
-    if isinstance(args.get("warmup_steps"), (int, float)) and args["warmup_steps"] > warmup:
-        sub(
-            RECIPE,
-            args,
-            "warmup_steps",
-            warmup,
-            f"warmup_ratio {bundle.recipe.train.warmup_ratio} of {steps} steps",
-            "training_arguments.warmup_steps",
-        )
-    if "tensorboard" in (args.get("report_to") or []) and importlib.util.find_spec("tensorboard") is None:
-        sub(RECIPE, args, "report_to", "none", "tensorboard is not installed here", "training_arguments.report_to")
-    for key, new in (("max_steps", steps), ("save_steps", save), ("logging_steps", 1), ("dataloader_workers", 0)):
-        recipe["train"][key] = new
-
-    # world size: pods × 1 process
-    micro = int(args.get("per_device_train_batch_size", 1))
-    accum = int(args.get("gradient_accumulation_steps", 1))
-    dry_accum = min(accum, MAX_ACCUMULATION)
-    world = options.pods
-    if dry_accum != accum:
-        sub(
-            RECIPE,
-            args,
-            "gradient_accumulation_steps",
-            dry_accum,
-            f"at most {MAX_ACCUMULATION} micro-steps per step on CPU",
-            "training_arguments.gradient_accumulation_steps",
-        )
-    recipe["train"].update(gradient_accumulation_steps=dry_accum, global_batch_size=None)
-    for key, new, why in (
-        ("nodes", world, "--pods"),
-        ("devices_per_pod", 1, "one process per pod"),
-        ("world_size", world, f"{world} pods × 1 process"),
-        ("dp_size", world, "= world size"),
-        ("gradient_accumulation_steps", dry_accum, "= training_arguments"),
-        ("global_batch_size", micro * dry_accum * world, f"micro {micro} × accumulation {dry_accum} × world {world}"),
-        ("total_steps", steps, "--steps"),
-        ("steps_per_epoch", None, "generated data"),
-        ("warmup_steps", args.get("warmup_steps", plan.get("warmup_steps")), "= training_arguments"),
-    ):
-        if key in plan:
-            sub(RECIPE, plan, key, new, why, f"plan.{key}")
-    recipe["cluster"]["nodes"] = world
-    recipe["cluster"]["devices_per_pod"] = 1
-
-    # precision on CPU
-    if cpu and (args.get("fp16") or plan.get("precision") == "fp16"):
-        sub(RECIPE, args, "fp16", False, "CPU has no fp16", "training_arguments.fp16")
-        sub(RECIPE, args, "bf16", True, "fp16 mapped to bf16 on CPU", "training_arguments.bf16")
-        sub(RECIPE, plan, "precision", "bf16", "fp16 mapped to bf16 on CPU", "plan.precision")
-        recipe["train"]["precision"] = "bf16"
-
-    # ds_config: batch at the dry-run world size; CPU-specific ZeRO settings
-    if ds is not None:
-        sub(DS, ds, "train_micro_batch_size_per_gpu", micro, "= training_arguments")
-        sub(DS, ds, "gradient_accumulation_steps", dry_accum, "= training_arguments")
-        if ds.get("train_batch_size") != "auto":
-            sub(
-                DS,
-                ds,
-                "train_batch_size",
-                micro * dry_accum * world,
-                f"micro {micro} × accumulation {dry_accum} × world {world}",
-            )
-        if cpu and isinstance(ds.get("fp16"), dict) and ds["fp16"].get("enabled"):
-            subs.append(Substitution(DS, "fp16", ds.pop("fp16"), None, "CPU has no fp16"))
-            ds["bf16"] = {"enabled": True}
-            subs.append(Substitution(DS, "bf16.enabled", None, True, "fp16 mapped to bf16 on CPU"))
-        zero = ds.get("zero_optimization") or {}
-        if zero.get("stage") == 3 and zero.get("stage3_param_persistence_threshold") != 0:
-            sub(
-                DS,
-                zero,
-                "stage3_param_persistence_threshold",
-                0,
-                "else ZeRO-3 partitions no parameter of a tiny model",
-                "zero_optimization.stage3_param_persistence_threshold",
-            )
-        nvme_dir = root / "nvme"
-        for key in ("offload_optimizer", "offload_param"):
-            section = zero.get(key)
-            if isinstance(section, dict) and section.get("device") == "nvme":
-                if cpu and not _async_io_compatible():
-                    zero[key] = {"device": "cpu", "pin_memory": False}
-                    subs.append(
-                        Substitution(
-                            DS,
-                            f"zero_optimization.{key}",
-                            section,
-                            zero[key],
-                            "NVMe offload needs DeepSpeed's async_io op (libaio), not buildable here",
-                        )
-                    )
-                    recipe["parallel"][key] = "cpu"
-                else:
-                    nvme_dir.mkdir(exist_ok=True)
-                    sub(
-                        DS,
-                        section,
-                        "nvme_path",
-                        str(nvme_dir),
-                        "a local directory for NVMe offload",
-                        f"zero_optimization.{key}.nvme_path",
-                    )
-
-    # launch.json: the pod count and one process per pod (the port is set per attempt)
-    launch = json.loads((copy_dir / LAUNCH).read_text(encoding="utf-8"))
-    for key, new, why in (("nodes", world, "--pods"), ("nproc_per_node", 1, "one process per pod")):
-        if launch.get(key) != new:
-            subs.append(Substitution(LAUNCH, key, launch.get(key), new, why))
-            launch[key] = new
-    (copy_dir / LAUNCH).write_text(json.dumps(launch, indent=2) + "\n", encoding="utf-8")
-
-    header = (
-        "# recipekit validate --dry-run work copy of the bundle's recipe.yaml: the laptop substitutions are "
-        "listed in ../substitutions.json\n"
-    )
-    (copy_dir / RECIPE).write_text(
-        header + yaml.safe_dump(doc, sort_keys=False, allow_unicode=True, width=120), encoding="utf-8"
-    )
-    if ds is not None:
-        (copy_dir / DS).write_text(json.dumps(ds, indent=2) + "\n", encoding="utf-8")
-    rehash_manifest(copy_dir)
-
-    ops = []
-    if ds is not None and cpu:
-        ops.append("ShareMemCommBuilder")  # DeepSpeed's CPU collectives
-        zero = ds.get("zero_optimization") or {}
-        if (zero.get("offload_optimizer") or {}).get("device") in ("cpu", "nvme") or "optimizer" in ds:
-            ops.append("CPUAdamBuilder")
-        if "nvme" in (
-            (zero.get("offload_optimizer") or {}).get("device"),
-            (zero.get("offload_param") or {}).get("device"),
-        ):
-            ops.append("AsyncIOBuilder")
-    task = _task_name(bundle)
-    work = WorkCopy(
-        root=root,
-        bundle=copy_dir,
-        shared=shared,
-        logs=root / "logs",
-        output_dir=output_dir,
-        task_env=task_env_name(task),
-        substitutions=subs,
-        deepspeed_ops=ops,
-    )
-    (root / "substitutions.json").write_text(
-        json.dumps([s.to_json() for s in subs], indent=2, default=str) + "\n", encoding="utf-8"
-    )
-    return work
-
-
-def _task_name(bundle: Bundle) -> str:
-    located = task_of(bundle.job)
-    if located is not None and located[1].get("name"):
-        return str(located[1]["name"])
-    return bundle.recipe.cluster.task_name if bundle.recipe else "worker"
-
-
-def set_master_port(work: WorkCopy, port: int) -> None:
-    path = work.bundle / LAUNCH
-    launch = json.loads(path.read_text(encoding="utf-8"))
-    launch["master_port"] = port
-    path.write_text(json.dumps(launch, indent=2) + "\n", encoding="utf-8")
-    rehash_manifest(work.bundle)
 
 
 # ----------------------------------------------------------------------------------------------------- the ops
@@ -689,22 +303,8 @@ class MetricsTail:
 
 
 def complete_checkpoints(output_dir: Path) -> list[int]:
-    """Steps of the checkpoints a restart can resume from: trainer_state.json readable (the Trainer writes it
-    last), model weights present, no incompleteness marker."""
-    steps = []
-    for path in output_dir.glob("checkpoint-*"):
-        suffix = path.name.split("-")[-1]
-        if not (path.is_dir() and suffix.isdigit()):
-            continue
-        try:
-            json.loads((path / "trainer_state.json").read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
-        if (path / "checkpoint-is-incomplete.txt").exists():
-            continue
-        if any((path / name).is_file() and (path / name).stat().st_size for name in WEIGHT_FILES):
-            steps.append(int(suffix))
-    return sorted(steps)
+    """Steps of the checkpoints a restart can resume from, oldest first (the runtime contract's rule)."""
+    return sorted(step for step, _, problem in contract.checkpoints(output_dir) if problem is None)
 
 
 class DryRun:
@@ -1062,7 +662,7 @@ def _judge_completion(
     options, work = run.options, run.work
     final_step = _final_state(work.output_dir)
     checkpoints = complete_checkpoints(work.output_dir)
-    weights = [name for name in WEIGHT_FILES if (work.output_dir / name).is_file()]
+    weights = [name for name in contract.WEIGHT_FILES if (work.output_dir / name).is_file()]
     finite = [loss for loss in losses if isinstance(loss, (int, float)) and math.isfinite(loss)]
     train.details.update(
         final_step=final_step,

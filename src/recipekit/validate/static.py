@@ -24,7 +24,7 @@ from typing import Any
 import yaml
 
 from recipekit import yamlfile
-from recipekit.bundlefiles import DOCKERFILE, JOB, LAUNCH, MANIFEST, REQUIRED, RUN, RUNTIME
+from recipekit.bundlefiles import DOCKERFILE, JOB, LAUNCH, MANIFEST, REQUIRED, RUN, read_files
 from recipekit.bundlefiles import DS_CONFIG as DS
 from recipekit.bundlefiles import RECIPE as RECIPE
 from recipekit.errors import RecipeError
@@ -115,20 +115,7 @@ def load_bundle(directory: Path) -> Bundle:
     ):
         raise BundleUnusable(f"{manifest_path}: not a recipekit manifest (no recipekit_version / files)")
 
-    raw: dict[str, bytes] = {}
-    extra_entries: list[str] = []
-    for entry in sorted(directory.iterdir()):
-        if entry.is_file():
-            raw[entry.name] = entry.read_bytes()
-        elif entry.name == RUNTIME and entry.is_dir():
-            for inner in sorted(entry.iterdir()):
-                name = f"{RUNTIME}/{inner.name}"
-                if inner.is_file():
-                    raw[name] = inner.read_bytes()
-                elif inner.name != "__pycache__":
-                    extra_entries.append(name + "/")
-        else:
-            extra_entries.append(entry.name + "/")
+    raw, extra_entries = read_files(directory)
     bundle = Bundle(directory, raw, manifest, extra_entries=extra_entries)
     _parse(bundle)
     return bundle

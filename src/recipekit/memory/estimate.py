@@ -1,0 +1,447 @@
+"""One recipe under one plan: memory per device, compute, communication, time and cost, as the :class:`Estimate`.
+
+Every layout number (world, data-parallel size, micro batch, accumulation, global batch) and the FLOPs per token come
+from the plan, which derives them once; the byte widths come from the one :class:`~recipekit.memory.formulas.Regime`
+the plan's precision and ZeRO stage select. This module only applies the formulas to them and names what it counted.
+Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from recipekit.memory.formulas import (
+    ALLOCATOR_ALLOWANCE_GIB,
+    GB,
+    GIB,
+    HOST_BUFFER_FACTOR,
+    LOGITS_PEAK_BYTES,
+    LOGITS_SAVED_BYTES,
+    Regime,
+    activation_bytes,
+    bubble_fraction,
+    dp_traffic,
+    dtype_name,
+    model_states,
+    offload_seconds,
+    pipeline_stage,
+    qlora_base_bytes,
+    regime,
+    tp_allreduce_bytes_per_layer,
+    tp_inside_node,
+    zero_buffers,
+)
+from recipekit.modelsize import LORA_MODULES, count_params
+from recipekit.plan import Layout, Plan
+from recipekit.recipe import ParallelSpec, Recipe
+
+
+# --------------------------------------------------------------------------------------------------------- records
+@dataclass(frozen=True)
+class MemoryItem:
+    """One named share of a device's memory and how it was counted."""
+
+    name: str
+    gib: float
+    basis: str
+
+
+@dataclass(frozen=True)
+class Compute:
+    """FLOPs and the step's compute time at the assumed utilisation."""
+
+    params_total: int
+    params_trainable: int
+    flops_per_token: float
+    tokens_per_step: int
+    recompute_factor: float
+    peak_tflops: float
+    assumed_mfu: float
+    time_s: float  # per optimizer step, pipeline bubble included, communication excluded
+
+
+@dataclass(frozen=True)
+class Communication:
+    """Data-parallel traffic of one optimizer step, per device."""
+
+    pattern: str
+    volume_gb: float
+    link: str
+    crosses_nodes: bool
+    bandwidth_gbps: float
+    time_s: float
+    exposed_s: float  # what backward (or ZeRO-3 prefetch) cannot hide
+
+
+@dataclass(frozen=True)
+class Offload:
+    """Where offloaded states live and what moving them costs per step."""
+
+    host_gib_per_node: float
+    host_limit_gib: float  # what each pod asks for: plan.pod_memory_gib
+    nvme_gib_per_node: float
+    time_s: float
+
+    @property
+    def host_fits(self) -> bool:
+        return self.host_gib_per_node <= self.host_limit_gib
+
+
+@dataclass(frozen=True)
+class ThreeD:
+    """Tensor and pipeline parallelism, analysed (the bundle's backend runs data parallelism only)."""
+
+    tensor_parallel: int
+    pipeline_parallel: int
+    micro_batches: int
+    bubble_fraction: float
+    tp_allreduce_gb_per_layer: float  # per device, one micro-batch's forward and backward
+    tp_volume_gb: float  # per device, per optimizer step
+    tp_inside_node: bool
+    tp_link: str
+    tp_time_s: float
+    note: str
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """Memory per device, compute, communication, time and cost of one recipe under one plan.
+
+    What it is for: the plan's ``layout`` (its numbers, as the plan derived them), the recipe's ``parallel`` choice
+    (option, ZeRO stage, offloads, checkpointing), the sequence length and the plan's precision.
+    """
+
+    recipe_name: str
+    model_name: str
+    hw_name: str
+    layout: Layout
+    parallel: ParallelSpec
+    seq_len: int
+    precision: str
+    memory: tuple[MemoryItem, ...]
+    total_gib: float
+    device_gib: float
+    headroom_gib: float
+    offload: Offload
+    compute: Compute
+    communication: Communication
+    parallel3d: ThreeD | None
+    step_time_s: float
+    total_steps: int | None
+    total_time_s: float | None
+    device_hours: float | None
+    price_per_device_hour: float | None
+    cost: float | None
+    notes: tuple[str, ...]
+    recipe: Recipe = field(compare=False, repr=False)
+    plan: Plan = field(compare=False, repr=False)
+
+    @property
+    def fits_device(self) -> bool:
+        return self.total_gib <= self.device_gib
+
+    @property
+    def fits(self) -> bool:
+        """Device memory and, for offload, the pod's host memory both suffice."""
+        return self.fits_device and self.offload.host_fits
+
+    @property
+    def largest_item(self) -> MemoryItem:
+        return max(self.memory, key=lambda item: item.gib)
+
+    def item(self, name: str) -> float:
+        return next(item.gib for item in self.memory if item.name == name)
+
+
+# -------------------------------------------------------------------------------------------------------- estimate
+def estimate(recipe: Recipe, plan: Plan, *, price_per_device_hour: float | None = None) -> Estimate:
+    """Estimate memory per device, compute, communication, time and cost of ``recipe`` laid out as ``plan``.
+
+    ``price_per_device_hour`` defaults to ``recipe.hw.price_per_device_hour``; without either there is no cost.
+    """
+    model, hw, par, mode = recipe.model, recipe.hw, recipe.parallel, recipe.mode
+    layout, seq = plan.layout, recipe.data.max_len
+    tp, pp, dp = layout.tensor_parallel, layout.pipeline_parallel, layout.dp_size
+    micro, accum = layout.micro_batch_size, layout.gradient_accumulation_steps
+    reg = regime(plan.precision, plan.zero_stage)
+    counts = count_params(model)
+    lora = mode.lora if mode.kind in ("lora", "qlora") else None
+    full_training = lora is None
+    notes: list[str] = []
+
+    # --- what one device holds of the model: the heaviest pipeline stage, split over TP
+    stage_layers, stage_params = pipeline_stage(counts, pp)
+    params_dev = stage_params / tp
+    trainable_dev = params_dev if full_training else plan.flops.params_trainable * stage_params / counts.total / tp
+    frozen_b: float | None = None
+    if mode.kind == "qlora":
+        base = qlora_base_bytes(counts, double_quant=mode.quant.double_quant, other_bytes=reg.frozen_weight)
+        frozen_b = base / counts.total
+    states = model_states(
+        params_dev + (0 if full_training else trainable_dev),
+        reg,
+        dp=dp,
+        trainable=trainable_dev,
+        frozen_weight_bytes=frozen_b,
+        offload_optimizer=par.offload_optimizer,
+        offload_param=par.offload_param,
+        largest_layer=counts.largest_module / tp,
+    )
+
+    # --- activations
+    acts = activation_bytes(
+        model,
+        reg,
+        micro_batch=micro,
+        seq_len=seq,
+        full_training=full_training,
+        checkpointing=par.gradient_checkpointing,
+        lora=lora,
+        tp=tp,
+        layers=stage_layers,
+        in_flight=min(pp, accum) if pp > 1 else 1,
+    )
+    logits_peak = acts.logits_saved * LOGITS_PEAK_BYTES / LOGITS_SAVED_BYTES
+    if lora is not None and isinstance(lora.target_modules, list):
+        unknown = sorted(set(lora.target_modules) - set(LORA_MODULES))
+        if unknown:
+            notes.append(f"LoRA targets {', '.join(unknown)} are not projections recipekit knows; not counted")
+
+    # --- buffers and overhead
+    buffers, buffer_basis = zero_buffers(
+        reg,
+        reduce_bucket=par.reduce_bucket_size,
+        overlap_comm=par.overlap_comm,
+        trainable=trainable_dev,
+        hidden=model.hidden_size,
+    )
+    overhead = ALLOCATOR_ALLOWANCE_GIB + hw.runtime_context_gib
+
+    shard = _shard_words(tp, pp)
+    memory = (
+        MemoryItem("weights", states.weights / GIB, _weights_basis(mode.kind, params_dev, reg, par, shard)),
+        MemoryItem("gradients", states.gradients / GIB, _gradients_basis(trainable_dev, reg, par, dp)),
+        MemoryItem("optimizer states", states.optimizer / GIB, _optimizer_basis(trainable_dev, reg, par, dp)),
+        MemoryItem(
+            "activations",
+            (acts.layers + acts.recomputed + acts.head) / GIB,
+            _activation_basis(par.gradient_checkpointing, micro, seq, stage_layers, pp, accum),
+        ),
+        MemoryItem(
+            "logits (loss)",
+            logits_peak / GIB,
+            f"{micro} × {seq} tokens × {model.vocab_size} vocab × {LOGITS_PEAK_BYTES} B fp32"
+            + (f" / TP {tp}" if tp > 1 else ""),
+        ),
+        MemoryItem("ZeRO buffers", buffers / GIB, buffer_basis),
+        MemoryItem(
+            "framework overhead",
+            overhead,
+            f"{ALLOCATOR_ALLOWANCE_GIB:g} GiB allocator/workspaces + {hw.runtime_context_gib:g} GiB "
+            f"{hw.vendor} runtime context",
+        ),
+    )
+    total = sum(item.gib for item in memory)
+
+    # --- offload
+    per_node = layout.devices_per_pod
+    offload_s = offload_seconds(
+        reg,
+        offload_optimizer=par.offload_optimizer,
+        offload_param=par.offload_param,
+        checkpointing=par.gradient_checkpointing,
+        dp=dp,
+        accum=accum,
+        devices_per_node=per_node,
+        params=params_dev,
+        trainable=trainable_dev,
+    )
+    offload = Offload(
+        host_gib_per_node=states.host * per_node * HOST_BUFFER_FACTOR / GIB,
+        host_limit_gib=float(plan.pod_memory_gib),
+        nvme_gib_per_node=states.nvme * per_node / GIB,
+        time_s=offload_s,
+    )
+
+    # --- compute, communication, time and cost
+    compute = _compute(recipe, plan)
+    comm = _dp_communication(recipe, plan, reg, params_dev, trainable_dev, compute.time_s)
+    three_d = _three_d(recipe, plan, reg, stage_layers) if tp * pp > 1 else None
+    if three_d is not None:
+        notes.append(three_d.note)
+    step = compute.time_s + comm.exposed_s + offload_s + (three_d.tp_time_s if three_d else 0.0)
+
+    if not recipe.data.packing:
+        notes.append(
+            f"tokens per step assume every sequence is data.max_len = {seq} tokens long (an upper bound "
+            "without packing)"
+        )
+    price = hw.price_per_device_hour if price_per_device_hour is None else price_per_device_hour
+    total_steps = plan.total_steps
+    total_time = step * total_steps if total_steps else None
+    device_hours = total_time / 3600 * layout.world_size if total_time is not None else None
+    cost = device_hours * price if device_hours is not None and price is not None else None
+
+    return Estimate(
+        recipe_name=recipe.name,
+        model_name=model.name,
+        hw_name=hw.name,
+        layout=layout,
+        parallel=par,
+        seq_len=seq,
+        precision=plan.precision,
+        memory=memory,
+        total_gib=total,
+        device_gib=hw.memory_gib,
+        headroom_gib=hw.memory_gib - total,
+        offload=offload,
+        compute=compute,
+        communication=comm,
+        parallel3d=three_d,
+        step_time_s=step,
+        total_steps=total_steps,
+        total_time_s=total_time,
+        device_hours=device_hours,
+        price_per_device_hour=price,
+        cost=cost,
+        notes=tuple(notes),
+        recipe=recipe,
+        plan=plan,
+    )
+
+
+# --------------------------------------------------------------------------------------------------- the bases
+def _shard_words(tp: int, pp: int) -> str:
+    parts = [f"TP {tp}"] if tp > 1 else []
+    parts += [f"PP {pp} (heaviest stage)"] if pp > 1 else []
+    return ", ".join(parts)
+
+
+def _spread(where: str, dp: int) -> str:
+    """Where a ZeRO-partitioned state lives: offloaded, or split over the data-parallel ranks."""
+    return f"offloaded to {where}" if where != "none" else f"partitioned over {dp} ranks"
+
+
+def _weights_basis(kind: str, params_dev: float, reg: Regime, par: ParallelSpec, shard: str) -> str:
+    if par.offload_param != "none":
+        where = "on host/NVMe"
+    else:
+        where = "partitioned over dp + largest layer gathered" if reg.zero_stage == 3 else "replicated"
+    return f"{params_dev / 1e9:.2f} B params, {reg.weight_words(kind)}, {where}" + (f"; {shard}" if shard else "")
+
+
+def _gradients_basis(trainable: float, reg: Regime, par: ParallelSpec, dp: int) -> str:
+    head = f"{trainable / 1e9:.3g} B trainable, {reg.gradient_words}"
+    if reg.zero_stage == 0:
+        return head + (" + DDP bucket copy" if dp > 1 else "") + ", replicated"
+    spread = _spread(par.offload_optimizer, dp)
+    if reg.zero_stage >= 2:
+        where = spread
+    elif reg.fp32_gradient:
+        where = f"{dtype_name(reg.gradient)} replicated, fp32 copy {spread}"
+    else:
+        where = "replicated"
+    return f"{head}, {where}" + (" + largest layer gathered" if reg.zero_stage == 3 else "")
+
+
+def _optimizer_basis(trainable: float, reg: Regime, par: ParallelSpec, dp: int) -> str:
+    where = "replicated" if reg.zero_stage == 0 else _spread(par.offload_optimizer, dp)
+    return f"{trainable / 1e9:.3g} B trainable, {reg.optimizer_words}, {where}"
+
+
+def _activation_basis(checkpointing: bool, micro: int, seq: int, layers: int, pp: int, accum: int) -> str:
+    kept = "layer inputs + one recomputed layer" if checkpointing else "all layers, no recomputation"
+    flight = f", {min(pp, accum)} micro-batches in flight" if pp > 1 else ""
+    return f"micro {micro} × seq {seq}, {layers} layers: {kept}{flight}"
+
+
+# ------------------------------------------------------------------------------------------- compute and traffic
+def _compute(recipe: Recipe, plan: Plan) -> Compute:
+    """Step time from the plan's FLOPs per token (defined once, in the runtime contract).
+
+    ``hw.assumed_mfu`` is taken as the utilisation of the FLOPs actually executed (an HFU): activation checkpointing's
+    recomputation therefore costs time. The pipeline bubble stretches the step by 1/(1 − bubble).
+    """
+    hw, flops, layout = recipe.hw, plan.flops, plan.layout
+    tokens = layout.global_batch_size * recipe.data.max_len
+    time_s = flops.hardware_per_token * tokens / (layout.world_size * flops.peak_tflops * 1e12 * hw.assumed_mfu)
+    if layout.pipeline_parallel > 1:
+        time_s /= 1 - bubble_fraction(layout.pipeline_parallel, layout.gradient_accumulation_steps)
+    return Compute(
+        params_total=flops.params_total,
+        params_trainable=flops.params_trainable,
+        flops_per_token=flops.model_per_token,
+        tokens_per_step=tokens,
+        recompute_factor=flops.hardware_per_token / flops.model_per_token,
+        peak_tflops=flops.peak_tflops,
+        assumed_mfu=hw.assumed_mfu,
+        time_s=time_s,
+    )
+
+
+def dp_group_crosses_nodes(layout: Layout) -> bool:
+    """Megatron's rank order (TP innermost, then DP, PP outermost): a stage's TP × DP ranks are consecutive."""
+    return layout.world_size // layout.pipeline_parallel > layout.devices_per_pod
+
+
+def _dp_communication(
+    recipe: Recipe, plan: Plan, reg: Regime, params_dev: float, trainable_dev: float, compute_s: float
+) -> Communication:
+    """The step's data-parallel traffic (:func:`~recipekit.memory.formulas.dp_traffic`) on the link it crosses.
+
+    When the group spans nodes the ring crosses each node's network once, so a node's NICs carry about what one
+    device sends: the time is volume / inter-node bandwidth; inside a node, volume / per-device link bandwidth.
+    What compute cannot hide (everything, without ``overlap_comm`` under ZeRO) is exposed.
+    """
+    hw, par, layout = recipe.hw, recipe.parallel, plan.layout
+    crosses = dp_group_crosses_nodes(layout)
+    link, gbps = (hw.inter_node_link, hw.inter_node_gbps) if crosses else (hw.intra_node_link, hw.intra_node_gbps)
+    if layout.dp_size == 1:
+        return Communication("none (one data-parallel rank)", 0.0, link, crosses, gbps, 0.0, 0.0)
+    traffic = dp_traffic(
+        reg,
+        dp=layout.dp_size,
+        accum=layout.gradient_accumulation_steps,
+        params=params_dev,
+        trainable=trainable_dev,
+        checkpointing=par.gradient_checkpointing,
+    )
+    hidden_s, exposed_s = traffic.hideable / GB / gbps, traffic.exposed / GB / gbps
+    window = compute_s * traffic.window_share if par.overlap_comm or reg.zero_stage == 0 else 0.0
+    exposed = exposed_s + max(0.0, hidden_s - window)
+    volume = (traffic.hideable + traffic.exposed) / GB
+    return Communication(traffic.pattern, volume, link, crosses, gbps, hidden_s + exposed_s, exposed)
+
+
+def _three_d(recipe: Recipe, plan: Plan, reg: Regime, stage_layers: int) -> ThreeD:
+    """TP's all-reduces over the heaviest stage's layers (none of them hidden) on the link TP crosses, and the
+    pipeline's bubble."""
+    model, hw, layout = recipe.model, recipe.hw, plan.layout
+    tp, pp, m = layout.tensor_parallel, layout.pipeline_parallel, layout.gradient_accumulation_steps
+    per_layer = (
+        tp_allreduce_bytes_per_layer(
+            reg,
+            tensor_parallel=tp,
+            micro_batch=layout.micro_batch_size,
+            seq_len=recipe.data.max_len,
+            hidden=model.hidden_size,
+            checkpointing=recipe.parallel.gradient_checkpointing,
+        )
+        / GB
+    )
+    step_volume = per_layer * stage_layers * m
+    inside = tp_inside_node(tp, layout.devices_per_pod)
+    link, gbps = (hw.intra_node_link, hw.intra_node_gbps) if inside else (hw.inter_node_link, hw.inter_node_gbps)
+    return ThreeD(
+        tensor_parallel=tp,
+        pipeline_parallel=pp,
+        micro_batches=m,
+        bubble_fraction=bubble_fraction(pp, m),
+        tp_allreduce_gb_per_layer=per_layer,
+        tp_volume_gb=step_volume,
+        tp_inside_node=inside,
+        tp_link=link,
+        tp_time_s=step_volume / gbps if tp > 1 else 0.0,
+        note="analysis only: the bundle's Trainer/DeepSpeed backend runs data parallelism only "
+        "(TP/PP need Megatron-style model code)",
+    )

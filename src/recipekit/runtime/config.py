@@ -1,0 +1,74 @@
+"""recipe.yaml: the resolved recipe, the plan's numbers and the Trainer arguments the bundle was built with."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import yaml
+
+from .common import RunError
+
+#: Keys the runtime reads beyond the sections themselves: a recipe.yaml from another recipekit version may lack them,
+#: and saying so at once beats an AttributeError halfway through a run.
+REQUIRED_KEYS = (
+    "recipe.name",
+    "recipe.hw.torch_device",
+    "recipe.hw.ds_accelerator",
+    "plan.run_id",
+    "plan.world_size",
+    "plan.zero_stage",
+    "plan.comm_backend",
+    "plan.flops.model_per_token",
+    "plan.flops.hardware_per_token",
+    "plan.flops.peak_tflops",
+)
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """recipe.yaml, split into the parts the runtime uses. ``recipe`` and ``plan`` allow attribute access."""
+
+    recipe: Any
+    plan: Any
+    training_arguments: dict[str, Any]
+    bundle_dir: Path
+
+
+def _namespace(value: Any) -> Any:
+    if isinstance(value, dict):
+        return SimpleNamespace(**{k: _namespace(v) for k, v in value.items()})
+    if isinstance(value, list):
+        return [_namespace(v) for v in value]
+    return value
+
+
+def _lookup(raw: dict[str, Any], dotted: str) -> bool:
+    node: Any = raw
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return False
+        node = node[part]
+    return True
+
+
+def load_run_config(path: Path) -> RunConfig:
+    """Read the bundle's recipe.yaml; a missing or foreign file is a one-line RunError."""
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise RunError(f"cannot read recipe {path}: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise RunError(f"{path} is not valid YAML: {exc}") from None
+    raw = raw if isinstance(raw, dict) else {}
+    missing = [key for key in ("recipe", "plan", "training_arguments") if not isinstance(raw.get(key), dict)]
+    if missing:
+        raise RunError(f"{path} lacks section(s) {', '.join(missing)}: rebuild the bundle with `recipekit build`")
+    absent = [key for key in REQUIRED_KEYS if not _lookup(raw, key)]
+    if absent:
+        raise RunError(f"{path} lacks {', '.join(absent)}: rebuild the bundle with this recipekit's `recipekit build`")
+    return RunConfig(
+        _namespace(raw["recipe"]), _namespace(raw["plan"]), dict(raw["training_arguments"]), path.resolve().parent
+    )

@@ -1,0 +1,123 @@
+"""The model to train and its tokenizer: loaded in the right dtype, optionally 4-bit, wrapped in LoRA; the merge.
+
+``weight_dtype`` is the rule recipekit's memory estimate assumes for the weights' dtype; the merged copy is made
+from an unquantised base, so it holds real weights even after QLoRA.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from .chat import CHAT_TEMPLATE
+from .common import RunError, log0, precision
+
+#: The recipe's 16-bit precisions as torch dtypes (fp32 is everything else).
+HALF_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def load_tokenizer(path: str, trust_remote_code: bool) -> Any:
+    """The model's tokenizer, given a pad token and a chat template if it lacks them (both logged)."""
+    tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+    if not getattr(tokenizer, "is_fast", False):
+        raise RunError(f"the tokenizer of {path} is not a fast tokenizer: prompt masking needs offset mappings")
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+        log0("tokenizer has no pad token: padding with eos (%s); padding is never in the loss", tokenizer.eos_token)
+    if not tokenizer.chat_template:
+        tokenizer.chat_template = CHAT_TEMPLATE
+        log0("tokenizer has no chat template: using recipekit's plain <|role|> template")
+    return tokenizer
+
+
+def weight_dtype(precision: str, mode: str, deepspeed: bool) -> torch.dtype:
+    """The dtype weights are loaded in.
+
+    Half precision when the loaded weights are never updated in place by a plain optimizer: a frozen LoRA base
+    (adapters stay fp32), or DeepSpeed, which keeps its own fp32 master copy. Full training under the Trainer's AMP
+    needs fp32 weights: AMP computes in half precision but has no master copy.
+    """
+    half = HALF_DTYPES.get(precision)
+    if half is not None and (mode in ("lora", "qlora") or deepspeed):
+        return half
+    return torch.float32
+
+
+def quantization_config(mode: Any, device_kind: str, compute_dtype: torch.dtype) -> Any:
+    """bitsandbytes 4-bit loading for QLoRA, or None (logged) where it cannot run: then the run is plain LoRA."""
+    if mode.kind != "qlora":
+        return None
+    if device_kind == "cpu":
+        log0("qlora: 4-bit loading needs an accelerator; training plain LoRA on the unquantised model")
+        return None
+    try:
+        import bitsandbytes  # noqa: F401
+        from transformers import BitsAndBytesConfig
+    except ImportError as exc:
+        log0("qlora: bitsandbytes unavailable (%s); training plain LoRA on the unquantised model", exc)
+        return None
+    return BitsAndBytesConfig(
+        load_in_4bit=True,
+        bnb_4bit_quant_type=mode.quant.quant_type,
+        bnb_4bit_use_double_quant=mode.quant.double_quant,
+        bnb_4bit_compute_dtype=compute_dtype,
+    )
+
+
+def load_model(path: str, recipe: Any, args: Any, device_kind: str) -> Any:
+    """The model to train: loaded, optionally quantised, and wrapped in a LoRA adapter for lora/qlora."""
+    mode = recipe.mode
+    dtype = weight_dtype(precision(args), mode.kind, bool(args.deepspeed))
+    quant = quantization_config(mode, device_kind, dtype)
+    extra = {"quantization_config": quant, "device_map": {"": args.device}} if quant else {}
+    model = AutoModelForCausalLM.from_pretrained(
+        path, dtype=dtype, trust_remote_code=recipe.model.trust_remote_code, **extra
+    )
+    model.config.use_cache = False  # a KV cache in training would also disable the packed-sequence mask
+    if mode.kind not in ("lora", "qlora"):
+        return model
+    from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
+
+    if quant:
+        model = prepare_model_for_kbit_training(
+            model,
+            use_gradient_checkpointing=bool(args.activation_checkpointing),
+            gradient_checkpointing_kwargs=args.activation_checkpointing_kwargs,
+        )
+    elif args.activation_checkpointing:
+        model.enable_input_require_grads()  # checkpointed blocks need an input that requires grad
+    lora = mode.lora
+    config = LoraConfig(
+        r=lora.r,
+        lora_alpha=lora.alpha,
+        lora_dropout=lora.dropout,
+        task_type="CAUSAL_LM",
+        target_modules=lora.target_modules,
+    )
+    return get_peft_model(model, config)
+
+
+def parameter_counts(model: Any) -> tuple[int, int]:
+    """(trainable, total) parameters; ZeRO-3 partitions report their full size in ``ds_numel``."""
+    trainable = total = 0
+    for parameter in model.parameters():
+        count = getattr(parameter, "ds_numel", parameter.numel())
+        total += count
+        trainable += count if parameter.requires_grad else 0
+    return trainable, total
+
+
+def save_merged(path: str, output_dir: Path, recipe: Any, precision: str, tokenizer: Any) -> Path:
+    """Merge the saved adapter into a fresh, unquantised copy of the base and write it to output_dir/merged."""
+    from peft import PeftModel
+
+    dtype = HALF_DTYPES.get(precision, torch.float32)
+    base = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, trust_remote_code=recipe.model.trust_remote_code)
+    merged = PeftModel.from_pretrained(base, str(output_dir)).merge_and_unload()
+    target = output_dir / "merged"
+    merged.save_pretrained(target)
+    tokenizer.save_pretrained(target)
+    return target

@@ -1,0 +1,231 @@
+"""One training session, start to end: arguments, resume choice, data, model, Trainer, records, final save.
+
+train.py imports this module only after it has found the target device (see device.py), because importing it
+imports the training stack: transformers, datasets, tokenizers, peft when LoRA is used.
+
+Every rank runs the same code and reaches the same decisions; rank 0 alone writes the structured records of
+metrics.jsonl (``contract.EVENT_*``) and logs the human-readable lines next to them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import datasets
+from transformers import Trainer
+
+from . import contract
+from .arguments import make_training_arguments, trainer_kwargs
+from .callbacks import MetricsFileCallback, PreemptionCallback, ThroughputCallback
+from .checkpoints import RunRecordCallback, choose_resume
+from .common import log0, precision, rank
+from .config import RunConfig
+from .data import load_raw_dataset
+from .device import Device
+from .distributed import join_deepspeed_group, launched, leave_process_group, prepare_environment
+from .model import load_model, load_tokenizer, parameter_counts, save_merged
+from .samples import SequenceCollator, build_datasets
+from .twin import create_random_init
+
+
+class Records:
+    """metrics.jsonl's structured records, appended by rank 0 only."""
+
+    def __init__(self, output_dir: Path, writer: bool):
+        self.path, self.writer = output_dir / contract.METRICS_FILE, writer
+
+    def add(self, kind: str, **fields: Any) -> None:
+        if self.writer:
+            contract.append_record(self.path, contract.event(kind, **fields))
+
+
+def training_arguments(run: RunConfig, device: Device) -> tuple[Any, list[str]]:
+    """The plan's Trainer arguments for how this process was launched, and the notes on what that changed.
+    Creating them joins the process group."""
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    kwargs, notes = trainer_kwargs(
+        run.training_arguments,
+        device_kind=device.kind,
+        bundle_dir=run.bundle_dir,
+        world_size=world_size,
+        planned_world_size=run.plan.world_size,
+        launched=launched(),
+    )
+    prepare_environment(bool(kwargs.get("deepspeed")), run.recipe.hw.ds_accelerator, notes)
+    args = make_training_arguments(kwargs)
+    if kwargs.get("deepspeed") and args.world_size > 1:
+        join_deepspeed_group(args.ddp_backend or run.plan.comm_backend)
+    return args, notes
+
+
+def prepare_inputs(
+    recipe: Any, args: Any, output_dir: Path
+) -> tuple[str, Any, datasets.Dataset, datasets.Dataset | None]:
+    """Model path, tokenizer and the train/eval sets; each step on the main process first, then cached for the rest."""
+    with args.main_process_first(local=False, desc="load and validate data"):
+        raw = load_raw_dataset(recipe.data, output_dir / "cache" / "datasets")
+    model_path = recipe.model.name_or_path
+    if recipe.model.init == "random":
+        model_path = str(output_dir / contract.RANDOM_INIT_DIR)
+        with args.main_process_first(local=False, desc="create the random twin"):
+            if args.process_index == 0:
+                create_random_init(recipe.model, raw, recipe.data.format, args.seed, Path(model_path))
+    tokenizer = load_tokenizer(model_path, recipe.model.trust_remote_code)
+    with args.main_process_first(local=False, desc="tokenize"):
+        train_set, eval_set = build_datasets(raw, tokenizer, recipe.data, args.seed)
+    return model_path, tokenizer, train_set, eval_set
+
+
+def make_trainer(
+    run: RunConfig,
+    args: Any,
+    model: Any,
+    tokenizer: Any,
+    train_set: datasets.Dataset,
+    eval_set: datasets.Dataset | None,
+    identity: dict[str, Any],
+) -> tuple[Trainer, PreemptionCallback]:
+    """The Trainer with recipekit's callbacks: throughput first (reporters run in list order and must see its
+    figures), then metrics.jsonl, the run record of each checkpoint and SIGTERM handling."""
+    preemption = PreemptionCallback()
+    trainer = Trainer(
+        model=model,
+        args=args,
+        train_dataset=train_set,
+        eval_dataset=eval_set,
+        data_collator=SequenceCollator(tokenizer.pad_token_id),
+        processing_class=tokenizer,
+        callbacks=[
+            MetricsFileCallback(Path(args.output_dir) / contract.METRICS_FILE),
+            RunRecordCallback(identity),
+            preemption,
+        ],
+    )
+    trainer.callback_handler.callbacks.insert(0, ThroughputCallback.from_plan(run.plan.flops, args.world_size))
+    return trainer, preemption
+
+
+def summary_lines(
+    run: RunConfig,
+    args: Any,
+    device: Device,
+    model_path: str,
+    counts: tuple[int, int],
+    train: datasets.Dataset,
+    evaluation: datasets.Dataset | None,
+    resume_from: str | None,
+) -> list[str]:
+    """The startup block rank 0 logs: what runs where, and how big it is."""
+    recipe, trainable, total = run.recipe, *counts
+    data = recipe.data
+    zero = run.plan.zero_stage if args.deepspeed else 0
+    batch = args.per_device_train_batch_size * args.gradient_accumulation_steps * args.world_size
+    if data.format == "text":
+        rows, packing = "blocks", "documents concatenated into blocks"
+    else:
+        rows = "packed rows" if data.packing else "samples"
+        packing = "on, no attention across samples" if data.packing else "off"
+    return [
+        f"recipe {recipe.name} (run {run.plan.run_id}): {recipe.mode.kind} of {recipe.model.name} "
+        f"({recipe.model.init} init) from {model_path}",
+        (
+            f"world size {args.world_size} | device {device.kind} | backend {args.ddp_backend or run.plan.comm_backend}"
+            f" | precision {precision(args)} | ZeRO {zero} | optimizer {getattr(args.optim, 'value', args.optim)}"
+        ),
+        (
+            f"global batch {batch} = micro {args.per_device_train_batch_size} × accumulation "
+            f"{args.gradient_accumulation_steps} × data-parallel {args.world_size}"
+        ),
+        f"parameters: {trainable:,} trainable of {total:,} ({100 * trainable / max(total, 1):.2f}%)",
+        (
+            f"data: {len(train):,} train {rows}, {len(evaluation) if evaluation is not None else 0:,} eval "
+            f"({data.format}, max_len {data.max_len}, packing {packing})"
+        ),
+        f"output {args.output_dir} | resume from {resume_from or 'scratch'}",
+    ]
+
+
+def save_results(
+    trainer: Trainer, recipe: Any, args: Any, model_path: str, tokenizer: Any, identity: dict[str, Any]
+) -> Path | None:
+    """The final model (full weights, gathered under ZeRO-3, or the LoRA adapter) with its tokenizer, state and run
+    record; for ``lora.merge_on_save`` also the merged model, written by rank 0 alone once the others have left.
+    Returns where the merged model went (rank 0), else None."""
+    output_dir = Path(args.output_dir)
+    trainer.save_model(str(output_dir))
+    trainer.save_state()
+    if args.process_index == 0:
+        contract.write_run_record(output_dir, {**identity, "step": trainer.state.global_step})
+    lora = getattr(recipe.mode, "lora", None)
+    merge_here = lora is not None and lora.merge_on_save and args.process_index == 0
+    leave_process_group()
+    if not merge_here:
+        return None
+    merged = save_merged(model_path, output_dir, recipe, precision(args), tokenizer)
+    log0("merged model written to %s", merged)
+    return merged
+
+
+def run_training(run: RunConfig, device: Device, resume: str) -> int:
+    """Train as recipe.yaml says, on ``device``, continuing from ``resume`` (auto | none | a checkpoint path)."""
+    recipe, plan = run.recipe, run.plan
+    if rank() != 0:
+        datasets.disable_progress_bars()
+    args, notes = training_arguments(run, device)
+    output_dir = Path(args.output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    records = Records(output_dir, args.process_index == 0)
+    for note in notes:
+        log0("adapted: %s", note)
+        records.add(contract.EVENT_ADAPTED, note=note)
+    zero = plan.zero_stage if args.deepspeed else 0
+    # Before any data or model is loaded: a checkpoint of another run is refused in seconds, not after minutes.
+    choice = choose_resume(output_dir, resume, plan.run_id, world_size=args.world_size, zero_stage=zero)
+    resume_from = str(choice.path) if choice.path is not None else None
+
+    model_path, tokenizer, train_set, eval_set = prepare_inputs(recipe, args, output_dir)
+    model = load_model(model_path, recipe, args, device.kind)
+    if recipe.data.packing and recipe.model.trust_remote_code:
+        log0(
+            "packing with remote model code: samples stay apart only if that code masks by position_ids as "
+            "transformers' own models do",
+            level=logging.WARNING,
+        )
+    trainable, total = parameter_counts(model)
+    identity = contract.run_record(plan.run_id, world_size=args.world_size, zero_stage=zero, recipe=recipe.name)
+    trainer, preemption = make_trainer(run, args, model, tokenizer, train_set, eval_set, identity)
+    for line in summary_lines(run, args, device, model_path, (trainable, total), train_set, eval_set, resume_from):
+        log0(line)
+    records.add(
+        contract.EVENT_START,
+        run_id=plan.run_id,
+        world_size=args.world_size,
+        device=device.kind,
+        precision=precision(args),
+        zero_stage=zero,
+        parameters_total=total,
+        parameters_trainable=trainable,
+        resume_from=resume_from,
+        resume_step=choice.step,
+        skipped=[{"checkpoint": name, "reason": reason} for name, reason in choice.skipped],
+    )
+
+    preemption.install()
+    trainer.train(resume_from_checkpoint=resume_from)
+    if preemption.stopped_at is not None:  # every rank stopped at this step (the flag is all-reduced)
+        log0(
+            "SIGTERM: saved checkpoint-%d; exiting %d so the job restarts and resumes from it",
+            preemption.stopped_at,
+            contract.EXIT_PREEMPTED,
+        )
+        records.add(contract.EVENT_PREEMPTED, step=preemption.stopped_at)
+        leave_process_group()
+        return contract.EXIT_PREEMPTED
+    merged = save_results(trainer, recipe, args, model_path, tokenizer, identity)
+    step = trainer.state.global_step
+    records.add(contract.EVENT_DONE, step=step, output=str(output_dir), merged=str(merged) if merged else None)
+    log0("done: %d steps; model in %s", step, output_dir)
+    return contract.EXIT_OK

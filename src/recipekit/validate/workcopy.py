@@ -1,0 +1,413 @@
+"""The dry run's work copy: the bundle re-planned for a laptop, with every difference recorded.
+
+Nothing in the bundle is edited by hand. The bundle's resolved recipe (recipe.yaml) is parsed into the typed Recipe,
+only what cannot be the same on this machine is substituted *in the recipe*, and the work copy is planned and
+rendered by the same code that built the bundle, so every derived number (world size, batch arithmetic, launch data,
+Trainer arguments, ds_config) follows from the substitutions exactly as it would on a cluster:
+
+* the model by its tiny twin of the same family (``recipes/model/tiny_<family>.yaml``: random weights, a tokenizer
+  trained on the data), the data by a small generated dataset of the recipe's format (:mod:`recipekit.tinydata`);
+* the shared volume (PVC) by ``<workdir>/shared``: output_dir and data keep their paths below the mount;
+* the schedule by a few steps with a checkpoint midway, logging every step, no DataLoader workers, at most
+  two accumulation micro-steps;
+* the world by ``--pods`` pods × 1 process, and — on CPU — the hardware by the ``cpu`` option (gloo, CPU AdamW,
+  DeepSpeed's CPU accelerator; fp16 becomes bf16, which CPUs have), NVMe offload by CPU offload when DeepSpeed's
+  async_io op cannot be built here.
+
+Two edits stay explicit because they are about this machine, not the recipe: ZeRO-3's
+``stage3_param_persistence_threshold`` → 0 (else a tiny model partitions nothing), and the rendezvous port (a free
+one per attempt, in launch.json). ``substitutions.json`` lists the recipe substitutions with their reasons, then
+the difference between the bundle's files and the work copy's, key by key.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from recipekit import yamlfile
+from recipekit.bundlefiles import DS_CONFIG, LAUNCH, RECIPE, RUN
+from recipekit.compose import Composed, group_options
+from recipekit.errors import RecipeError
+from recipekit.recipe import HardwareSpec, ModelSpec, Recipe
+from recipekit.schema import to_data, validate
+from recipekit.validate.static import Bundle, rehash_manifest
+
+MARKER = ".recipekit-dryrun"
+DRY_MAX_LEN = 128
+MAX_ACCUMULATION = 2
+#: Files whose structure is compared key by key between the bundle and its work copy.
+_STRUCTURED = (RECIPE, DS_CONFIG, LAUNCH)
+
+
+class DryRunUsageError(Exception):
+    """Arguments or a work directory the dry run cannot use (exit code 2)."""
+
+
+@dataclass
+class Substitution:
+    """One difference between the bundle and its work copy: a recipe substitution (with its reason) or a file
+    value that follows from them."""
+
+    file: str
+    field: str
+    old: Any
+    new: Any
+    why: str
+    derived: bool = False  # a consequence of the substitutions, found by comparing the two bundles
+
+    def __str__(self) -> str:
+        return f"{self.file} {self.field}: {_short(self.old)} → {_short(self.new)} ({self.why})"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "file": self.file,
+            "field": self.field,
+            "old": self.old,
+            "new": self.new,
+            "why": self.why,
+            "derived": self.derived,
+        }
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = json.dumps(value, default=str) if not isinstance(value, str) else value
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+@dataclass
+class WorkCopy:
+    """Where a dry run's copy of the bundle, its shared volume and its logs are."""
+
+    root: Path
+    bundle: Path
+    shared: Path
+    logs: Path
+    output_dir: Path
+    task_env: str
+    run_id: str
+    substitutions: list[Substitution] = field(default_factory=list)
+    deepspeed_ops: list[str] = field(default_factory=list)
+
+
+def default_workdir(bundle_dir: Path) -> Path:
+    return bundle_dir.resolve().parent / ".dryrun" / bundle_dir.resolve().name
+
+
+# ------------------------------------------------------------------------------------------- the substitutions
+def find_twin(family: str) -> ModelSpec | None:
+    """The tiny twin of ``family`` among the model options (random init, same family), tiny_<family> preferred."""
+    found = []
+    for name, path in group_options("model").items():
+        try:
+            data = yamlfile.read(path) or {}
+        except (OSError, yaml.YAMLError):
+            continue
+        if isinstance(data, dict) and data.get("family") == family and data.get("init") == "random":
+            found.append((name != f"tiny_{family}", name, data))
+    if not found:
+        return None
+    return validate(ModelSpec, sorted(found, key=lambda item: item[:2])[0][2], root="model")
+
+
+def cpu_hardware() -> HardwareSpec:
+    """The ``cpu`` hardware option: what a laptop is, in the recipe's own terms."""
+    return validate(HardwareSpec, yamlfile.read(group_options("hw")["cpu"]), root="hw")
+
+
+def _on_volume(path: str, mount: str, shared: Path, fallback: str) -> Path:
+    """Where ``path`` (a path in the pod) lives in the work copy: below ``shared`` when it is on the PVC."""
+    mount = mount.rstrip("/")
+    if path == mount or path.startswith(mount + "/"):
+        relative = path[len(mount) :].lstrip("/")
+        return shared / relative if relative else shared
+    return shared / fallback / Path(path).name
+
+
+@functools.cache
+def async_io_compatible() -> bool:
+    """Whether DeepSpeed's async_io op (NVMe offload) can be built here (needs libaio), asked in a child."""
+    code = (
+        "from deepspeed.accelerator import get_accelerator as g; b = g().create_op_builder('AsyncIOBuilder'); "
+        "print(bool(b and b.is_compatible(verbose=False)))"
+    )
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "DS_ACCELERATOR": "cpu"},
+        )
+    except subprocess.TimeoutExpired:
+        return False
+    return proc.stdout.strip().endswith("True")
+
+
+class _Substituter:
+    """Collects recipe substitutions, each with its reason, as dotted recipe keys."""
+
+    def __init__(self) -> None:
+        self.found: list[Substitution] = []
+
+    def section(self, recipe: Recipe, name: str, why: str, **changes: Any) -> Recipe:
+        """``recipe`` with ``changes`` applied to section ``name``, each change that changes something recorded."""
+        old = getattr(recipe, name)
+        real = {k: v for k, v in changes.items() if getattr(old, k) != v}
+        for key, value in real.items():
+            self.found.append(
+                Substitution(RECIPE, f"recipe.{name}.{key}", _plain(getattr(old, key)), _plain(value), why)
+            )
+        return replace(recipe, **{name: replace(old, **real)}) if real else recipe
+
+    def whole(self, recipe: Recipe, name: str, new: Any, why: str) -> Recipe:
+        old = getattr(recipe, name)
+        if old == new:
+            return recipe
+        self.found.append(Substitution(RECIPE, f"recipe.{name}", old.name, new.name, why))
+        return replace(recipe, **{name: new})
+
+
+def _plain(value: Any) -> Any:
+    return to_data(value) if hasattr(value, "__dataclass_fields__") else value
+
+
+def substitute(recipe: Recipe, options: Any, root: Path) -> tuple[Recipe, list[Substitution]]:
+    """The dry-run recipe: ``recipe`` with only what a laptop must change, and why each change was made."""
+    from recipekit.tinydata import write_tiny_dataset
+
+    sub = _Substituter()
+    twin = find_twin(recipe.model.family)
+    if twin is None:
+        raise DryRunUsageError(
+            f"no tiny twin of model family {recipe.model.family!r} in recipes/model (a model option with "
+            f"family: {recipe.model.family} and init: random)"
+        )
+    dry = sub.whole(
+        recipe, "model", twin, f"the tiny {recipe.model.family} twin: random weights, tokenizer trained on the data"
+    )
+
+    shared = root / "shared"
+    mount = recipe.cluster.mount_path
+    micro = recipe.train.micro_batch_size
+    accum = min(_accumulation(recipe), MAX_ACCUMULATION)
+    samples = max(64, min(2000, options.steps * micro * accum * options.pods * 2))
+    data_path = write_tiny_dataset(
+        recipe.data.format, _on_volume(recipe.data.path, mount, shared, "data"), n=samples, seed=0
+    )
+    dry = sub.section(
+        dry,
+        "data",
+        f"{samples} generated {recipe.data.format} samples on the work copy's volume",
+        path=str(data_path),
+        num_samples=samples,
+    )
+    if recipe.data.max_len > DRY_MAX_LEN:
+        dry = sub.section(dry, "data", "short sequences for a CPU run", max_len=DRY_MAX_LEN)
+    dry = sub.section(
+        dry,
+        "cluster",
+        f"the PVC {mount} is {shared} here",
+        mount_path=str(shared),
+        output_dir=str(_on_volume(recipe.cluster.output_dir, mount, shared, "runs")),
+    )
+    dry = sub.section(
+        dry, "cluster", f"{options.pods} simulated pods of one process each", nodes=options.pods, devices_per_pod=1
+    )
+
+    # schedule: a few steps, a checkpoint midway, every step logged
+    report_to = list(recipe.train.report_to)
+    if "tensorboard" in report_to and importlib.util.find_spec("tensorboard") is None:
+        report_to = [r for r in report_to if r != "tensorboard"] or ["none"]
+    dry = sub.section(
+        dry,
+        "train",
+        "a few steps, a checkpoint midway, every step in metrics.jsonl, no DataLoader workers",
+        max_steps=options.steps,
+        save_steps=options.save_steps,
+        logging_steps=1,
+        dataloader_workers=0,
+    )
+    dry = sub.section(
+        dry,
+        "train",
+        f"at most {MAX_ACCUMULATION} micro-steps per step on a small machine",
+        gradient_accumulation_steps=accum,
+        global_batch_size=None,
+    )
+    dry = sub.section(dry, "train", "tensorboard is not installed here", report_to=report_to)
+
+    if options.device == "cpu":
+        dry = sub.whole(dry, "hw", cpu_hardware(), "this machine's CPU: gloo, CPU AdamW, DeepSpeed's CPU accelerator")
+        if dry.train.precision == "fp16":
+            dry = sub.section(dry, "train", "CPUs have no fp16", precision="bf16")
+    par = dry.parallel
+    if "nvme" in (par.offload_optimizer, par.offload_param):
+        if options.device == "cpu" and not async_io_compatible():
+            moved = {k: "cpu" for k in ("offload_optimizer", "offload_param") if getattr(par, k) == "nvme"}
+            dry = sub.section(
+                dry, "parallel", "NVMe offload needs DeepSpeed's async_io op (libaio), not buildable here", **moved
+            )
+        else:
+            (root / "nvme").mkdir(parents=True, exist_ok=True)
+            dry = sub.section(dry, "parallel", "a local directory for NVMe offload", nvme_path=str(root / "nvme"))
+    return dry, sub.found
+
+
+def _accumulation(recipe: Recipe) -> int:
+    from recipekit.plan import recipe_layout
+
+    return recipe_layout(recipe)[0].gradient_accumulation_steps
+
+
+# ------------------------------------------------------------------------------------------------ the work copy
+def prepare(bundle: Bundle, options: Any) -> WorkCopy:
+    """Re-plan the bundle's recipe for this machine into ``<workdir>/bundle``; record every difference."""
+    from recipekit.build import Resolved, compile_bundle
+    from recipekit.images import load_images
+    from recipekit.plan import make_plan
+
+    root = (options.workdir or default_workdir(bundle.path)).resolve()
+    if root == bundle.path.resolve() or bundle.path.resolve() in root.parents:
+        raise DryRunUsageError(f"--workdir {root}: must be outside the bundle (the bundle is never written to)")
+    if root.exists() and any(root.iterdir()) and not (root / MARKER).exists():
+        raise DryRunUsageError(
+            f"--workdir {root} exists and is not a recipekit dry-run directory: choose an empty or new directory"
+        )
+    if root.exists():
+        shutil.rmtree(root)
+    root.mkdir(parents=True)
+    (root / MARKER).write_text("recipekit validate --dry-run work directory; safe to delete\n", encoding="utf-8")
+
+    assert bundle.recipe is not None
+    dry, subs = substitute(bundle.recipe, options, root)
+    images = load_images()
+    try:
+        plan = make_plan(dry, images)
+    except RecipeError as err:
+        raise DryRunUsageError(f"the substituted recipe does not plan: {err}") from None
+    manifest = bundle.manifest
+    composed = Composed(
+        raw={}, choices=dict(manifest.get("choices") or {}), overrides=list(manifest.get("overrides") or [])
+    )
+    files, _ = compile_bundle(Resolved(composed, dry, plan, images), allow_oom=True)
+
+    ds = json.loads(files[DS_CONFIG]) if DS_CONFIG in files else None
+    explicit: list[Substitution] = []
+    zero = (ds or {}).get("zero_optimization") or {}
+    if zero.get("stage") == 3 and zero.get("stage3_param_persistence_threshold") != 0:
+        old = zero["stage3_param_persistence_threshold"]
+        zero["stage3_param_persistence_threshold"] = 0
+        explicit.append(
+            Substitution(
+                DS_CONFIG,
+                "zero_optimization.stage3_param_persistence_threshold",
+                old,
+                0,
+                "else ZeRO-3 partitions no parameter of a tiny model",
+            )
+        )
+        files[DS_CONFIG] = (json.dumps(ds, indent=2, ensure_ascii=False) + "\n").encode()
+
+    copy_dir = root / "bundle"
+    for name, data in files.items():
+        path = copy_dir / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    (copy_dir / RUN).chmod(0o755)
+    if explicit:
+        rehash_manifest(copy_dir)
+
+    derived = file_differences(bundle.raw, files, covered={s.field for s in explicit})
+    work = WorkCopy(
+        root=root,
+        bundle=copy_dir,
+        shared=root / "shared",
+        logs=root / "logs",
+        output_dir=Path(plan.output_dir),
+        task_env=plan.task_env,
+        run_id=plan.run_id,
+        substitutions=subs + explicit + derived,
+        deepspeed_ops=deepspeed_ops(ds, options.device),
+    )
+    (root / "substitutions.json").write_text(
+        json.dumps([s.to_json() for s in work.substitutions], indent=2, default=str) + "\n", encoding="utf-8"
+    )
+    return work
+
+
+def deepspeed_ops(ds: dict[str, Any] | None, device: str) -> list[str]:
+    """The DeepSpeed C++ ops the pods will JIT-build on this CPU: prebuilt once, timed apart from the run."""
+    if ds is None or device != "cpu":
+        return []
+    ops = ["ShareMemCommBuilder"]  # DeepSpeed's CPU collectives
+    zero = ds.get("zero_optimization") or {}
+    devices = {(zero.get(k) or {}).get("device") for k in ("offload_optimizer", "offload_param")}
+    if devices & {"cpu", "nvme"} or "optimizer" in ds:
+        ops.append("CPUAdamBuilder")
+    if "nvme" in devices:
+        ops.append("AsyncIOBuilder")
+    return ops
+
+
+def set_master_port(work: WorkCopy, port: int) -> None:
+    """A free rendezvous port for one attempt: the launcher reads it from launch.json."""
+    path = work.bundle / LAUNCH
+    launch = json.loads(path.read_text(encoding="utf-8"))
+    launch["master_port"] = port
+    path.write_text(json.dumps(launch, indent=2) + "\n", encoding="utf-8")
+    rehash_manifest(work.bundle)
+
+
+# ------------------------------------------------------------------------------------------------- the diff
+def file_differences(before: dict[str, bytes], after: dict[str, bytes], covered: set[str]) -> list[Substitution]:
+    """How the work copy's pod-side files differ from the bundle's, key by key (the recipe section is described by
+    the substitutions themselves, so recipe.yaml's ``recipe`` keys are left out)."""
+    found: list[Substitution] = []
+    for name in _STRUCTURED:
+        old, new = _load(name, before.get(name)), _load(name, after.get(name))
+        if name == RECIPE:
+            old, new = {k: v for k, v in old.items() if k != "recipe"}, {k: v for k, v in new.items() if k != "recipe"}
+        for key, a, b in _leaf_changes(old, new):
+            if key not in covered:
+                found.append(Substitution(name, key, a, b, "follows from the substitutions (re-planned)", derived=True))
+    for name in (RUN,):
+        if before.get(name) != after.get(name):
+            changed = sum(
+                1
+                for line in difflib.unified_diff(
+                    (before.get(name) or b"").decode().splitlines(), (after.get(name) or b"").decode().splitlines(), n=0
+                )
+                if line[:1] in "+-" and not line.startswith(("+++", "---"))
+            )
+            why = f"re-rendered for the substituted hardware ({changed} lines)"
+            found.append(Substitution(name, "", None, None, why, derived=True))
+    return found
+
+
+def _load(name: str, data: bytes | None) -> dict[str, Any]:
+    if data is None:
+        return {}
+    loaded = json.loads(data) if name.endswith(".json") else yaml.safe_load(data)
+    return loaded if isinstance(loaded, dict) else {}
+
+
+def _leaf_changes(old: Any, new: Any, prefix: str = "") -> list[tuple[str, Any, Any]]:
+    if isinstance(old, dict) and isinstance(new, dict):
+        changes = []
+        for key in list(old) + [k for k in new if k not in old]:
+            path = f"{prefix}.{key}" if prefix else str(key)
+            changes.extend(_leaf_changes(old.get(key), new.get(key), path))
+        return changes
+    return [] if old == new else [(prefix, old, new)]
