@@ -106,6 +106,7 @@ class _Commands(click.Group):
         "pack": ("recipekit.commands", "pack_command"),
         "verify": ("recipekit.commands", "verify_command"),
         "diff": ("recipekit.commands", "diff_command"),
+        "image": ("recipekit.imagecommand", "image_group"),
     }
 
     def list_commands(self, ctx: click.Context) -> list[str]:
@@ -134,6 +135,7 @@ def main() -> None:
       recipekit build recipe=llama3_8b_sft hw=ascend910b
       recipekit plan recipe=llama3_70b_sft cluster.nodes=8 --advise
       recipekit validate bundles/llama3_8b_sft --dry-run
+      recipekit image build bundles/llama3_8b_sft --push
     """
 
 

@@ -23,7 +23,7 @@ from typing import Any, Literal
 from recipekit import __version__
 from recipekit.bundlefiles import DS_CONFIG, RUN, TRAIN_MODULE, WORKDIR
 from recipekit.errors import Collector, Problem
-from recipekit.images import ImageFamily, ImageMatrix, compatibility_problems
+from recipekit.images import ARCH_LABEL, ImageFamily, ImageMatrix, compatibility_problems, recipe_problems
 from recipekit.modelsize import count_params, lora_params
 from recipekit.recipe import HardwareSpec, Recipe
 from recipekit.runtime import contract
@@ -480,8 +480,6 @@ def make_plan(recipe: Recipe, images: ImageMatrix, *, analysis_only: bool = Fals
             "qlora with ZeRO-3 is not supported by this backend",
             hint="use parallel=ddp, zero1 or zero2 (the 4-bit base is small)",
         )
-    if mode.kind == "qlora" and hw.vendor == "ascend":
-        warnings.append("qlora on Ascend uses bitsandbytes-npu-beta, a preview package: check numerics on a small run")
 
     # --- data and model fit
     if mode.kind == "pretrain" and data.format != "text":
@@ -544,6 +542,7 @@ def make_plan(recipe: Recipe, images: ImageMatrix, *, analysis_only: bool = Fals
         )
     else:
         errors.extend(compatibility_problems(hw.image_family, family, images.torch_npu_table))
+        errors.extend(recipe_problems(hw.image_family, family, recipe))
 
     errors.raise_if_any()
     assert family is not None
@@ -765,14 +764,21 @@ def runtime_env(recipe: Recipe, deepspeed: bool) -> dict[str, str]:
 
 
 def pip_packages(recipe: Recipe, family: ImageFamily, deepspeed: bool) -> list[str]:
-    """Pinned requirements the Dockerfile installs on top of torch (and torch_npu)."""
+    """Pinned requirements the Dockerfile installs on top of torch (and torch_npu).
+
+    The packages the base image pins for its own tools (CANN's protobuf) are pinned again, so that pip refuses a
+    stack that would replace them instead of silently upgrading them.
+    """
     wanted = dict(family.packages)
     if not deepspeed:
         wanted.pop("deepspeed", None)
     if recipe.mode.kind not in ("lora", "qlora"):
         wanted.pop("peft", None)
+    if "tensorboard" not in recipe.train.report_to:
+        wanted.pop("tensorboard", None)
+    wanted.update(family.base_packages)
     pins = [f"{name}=={version}" for name, version in sorted(wanted.items())]
-    if recipe.mode.kind == "qlora":
+    if recipe.mode.kind == "qlora" and family.bitsandbytes:
         pins.append(family.bitsandbytes)
     return pins
 
@@ -850,8 +856,8 @@ def volcano_job(recipe: Recipe, plan: Plan) -> dict[str, Any]:
         "containers": [container],
         "volumes": volumes,
     }
-    if hw.node_selector:
-        pod_spec["nodeSelector"] = dict(hw.node_selector)
+    # The image is built for one CPU architecture: a pod on a node of another fails with "exec format error".
+    pod_spec["nodeSelector"] = {**hw.node_selector, ARCH_LABEL: hw.arch, **hw.arch_node_selector.get(hw.arch, {})}
     if cl.priority_class:
         pod_spec["priorityClassName"] = cl.priority_class
 

@@ -216,10 +216,28 @@ class HardwareSpec(Section):
     node_memory_gib: int = spec(256, gt=0, le=65536, description="Host memory a node offers to pods, GiB.")
     env: dict[Annotated[str, ENV_NAME], str] = spec(
         default_factory=dict,
-        description="Collective-library env defaults the launcher exports: names are C identifiers; a value is one "
-        "line of text, passed byte for byte through launch.json to the process environment (never a shell).",
+        description="Collective-library env defaults the launcher exports (launch.json): names are C identifiers; a "
+        "value is one line of text, passed byte for byte to the process environment (never through a shell).",
     )
     price_per_device_hour: float | None = spec(None, ge=0, le=1e6, description="Cost of one device for one hour.")
+    archs: list[Literal["amd64", "arm64"]] = spec(
+        description="CPU architectures this hardware's servers come with (Kubernetes names: amd64, arm64)."
+    )
+    arch: Literal["amd64", "arm64"] = spec(
+        description="The nodes' CPU architecture: the image is built for it and the Job selects nodes of it."
+    )
+    arch_node_selector: dict[
+        Literal["amd64", "arm64"], dict[Annotated[str, LABEL_KEY], Annotated[str, LABEL_VALUE]]
+    ] = spec(
+        default_factory=dict,
+        description="Extra node labels per architecture (MindCluster labels Ascend hosts host-arch: huawei-arm or "
+        "huawei-x86), added to kubernetes.io/arch.",
+    )
+
+    def rules(self) -> list[str | tuple[str, str]]:
+        if self.arch not in self.archs:
+            return [f"arch {self.arch!r} is not one of {self.name}'s architectures (archs: {', '.join(self.archs)})"]
+        return []
 
 
 # ------------------------------------------------------------------------------------------------------ parallel
@@ -317,6 +335,17 @@ class ClusterSpec(Section):
         None, domain=IFNAMES, description="NIC(s) for HCCL/NCCL/gloo bootstrap: eth0, or a list eth0,eth1."
     )
     connect_timeout_s: int = spec(1800, ge=120, le=7200, description="Collective connect timeout, seconds.")
+    pip_index_url: str = spec(
+        "https://pypi.org/simple", description="Package index the image's pip uses (a PyPI mirror; build arg)."
+    )
+    pip_extra_index_url: str | None = spec(None, description="Extra package index for the image's pip (build arg).")
+    torch_index_url: str | None = spec(
+        None, description="Index torch comes from (a mirror of the PyTorch index); None: the image family's."
+    )
+    base_image_registry: str | None = spec(
+        None,
+        description="Registry (and path) mirroring the base image's registry: FROM becomes <this>/<repository>:<tag>.",
+    )
 
 
 # --------------------------------------------------------------------------------------------------------- train

@@ -37,6 +37,7 @@ from recipekit.bundlefiles import (
 )
 from recipekit.compose import Composed
 from recipekit.errors import Problem, RecipeError
+from recipekit.images import dockerfile_values
 from recipekit.memory import Estimate
 from recipekit.paths import TEMPLATES_DIR, cache_dir
 from recipekit.plan import Plan, k8s_name
@@ -80,6 +81,7 @@ def render(
         "recipe": recipe,
         "plan": plan,
         "family": plan.family,
+        "image": dockerfile_values(recipe, plan.family),
         "workdir": WORKDIR,
         "has_estimate": estimate is not None,
         "layout": plan.layout,
@@ -99,7 +101,8 @@ def render(
 def manifest(recipe: Recipe, plan: Plan, files: dict[str, bytes], composed: Composed | None) -> bytes:
     """What was built from what: enough to rebuild the same bundle and to notice a hand-edited file."""
     family = plan.family
-    versions = {"recipekit": __version__, "base_image": family.base, "torch": family.torch, **family.packages}
+    base = dockerfile_values(recipe, family)["base"]
+    versions = {"recipekit": __version__, "base_image": base, "torch": family.torch, **family.packages}
     if family.torch_npu:
         versions.update(torch_npu=family.torch_npu, cann=family.cann or "")
     return _json(

@@ -3,8 +3,9 @@
 Each case builds a preset bundle with ``recipekit.build`` and dry-runs it: the bundle's own run.sh starts torchrun
 in each pod, train.py trains the tiny twin with the real Trainer (DeepSpeed ZeRO-2/3 or DDP, gloo), checkpoints
 midway and at the end. The kill case SIGKILLs one pod's whole process tree mid-run and checks the restarted job
-resumes from the last complete checkpoint. Slow (about 4-5 minutes on 2 cores once DeepSpeed's op is built):
-deselect with ``-m 'not slow'``.
+resumes from the last complete checkpoint. What train.py did is read from its structured records in metrics.jsonl
+(start, adapted, done), so these expectations need a train.py that writes them. Slow (about 4-5 minutes on 2 cores
+once DeepSpeed's op is built): deselect with ``-m 'not slow'``.
 """
 
 from __future__ import annotations
@@ -76,6 +77,9 @@ def test_dry_run_trains_checkpoints_and_finishes(tmp_path: Path, case: str) -> N
     assert details["final_step"] == 8 and details["checkpoints"][-2:] == [4, 8]
     assert details["final_weights"], "no final model written"
     assert details["time_to_first_step_s"] > 0 and details["steps_per_s"] > 0
+    # train.py's own account, from its structured records in metrics.jsonl (no log text is read).
+    assert details["started"]["world_size"] == 2 and details["started"]["resume_from"] is None
+    assert details["done"]["step"] == 8
     assert isinstance(details["first_loss"], float) and isinstance(details["final_loss"], float)
     # The bundle itself is untouched; every process is gone.
     assert not (bundle / "shared").exists() and (workdir / "substitutions.json").is_file()
@@ -122,14 +126,21 @@ def test_kill_a_pod_and_resume_from_the_checkpoint(tmp_path: Path, overrides: li
     resume = checks["dryrun.resume"]["details"]
     assert resume["killed_pod"] == victim and resume["killed_at_step"] >= 6
     assert resume["killed_processes"] >= 2  # torchrun and its worker, which lives in a session of its own
-    assert resume["complete_checkpoints_at_restart"] == [4]
-    assert resume["resumed_step"] == 4 and resume["first_step_after_restart"] == 5
+    assert resume["complete_checkpoints_at_restart"] == [4] and resume["expected_resume_step"] == 4
+    assert resume["resumed_step"] == 4 and resume["first_step_after_restart"] == 5  # from the restart's start record
+    assert resume["resumed_from"].endswith("checkpoint-4")
     assert resume["mttr_s"] > 0 and resume["exit_codes"] == {"0": 0, "1": 0}
     assert resume["replayed_loss_max_abs_diff"] < 1e-3  # steps 5-6 trained twice from the same state
     assert "replayed steps' loss differs by" in checks["dryrun.resume"]["reason"]
     train = checks["dryrun.train"]["details"]
     assert train["final_step"] == 8 and train["checkpoints"][-1] == 8
     assert processes_under(workdir) == []
+    # Each phase was reported as it happened, once per pod and attempt: the launcher, torchrun, train.py's start.
+    for attempt in (0, 1):
+        for pod in (0, 1):
+            assert f"attempt {attempt}: pod {pod}: launch: pod {pod}/2" in result.stderr, result.stderr
+            assert f"attempt {attempt}: pod {pod}: torchrun started 1 worker" in result.stderr, result.stderr
+    assert "attempt 1: train.py started: world size 2" in result.stderr and "resuming from" in result.stderr
 
 
 def test_a_run_past_its_timeout_is_stopped_and_cleaned_up(tmp_path: Path) -> None:

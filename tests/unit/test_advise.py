@@ -26,7 +26,7 @@ BASES = [
     ("recipe=qwen2.5_14b_sft",),
     ("recipe=llama3_70b_sft", "cluster.nodes=1"),
     ("recipe=llama3_8b_lora",),
-    ("recipe=llama3_8b_lora", "mode=qlora"),
+    ("recipe=llama3_8b_lora", "mode=qlora", "hw=a100_80g"),
     ("recipe=tiny_sft",),  # pins gradient_accumulation_steps instead of a global batch
     ("recipe=qwen2.5_7b_pretrain", "hw=h100"),
     ("recipe=qwen2.5_14b_sft", "parallel.reduce_bucket_size=100000000", "train.precision=fp16"),

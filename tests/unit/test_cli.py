@@ -36,6 +36,8 @@ ALLOWED_FLAGS = {
         "--timeout",
         "--help",
     },
+    "image": {"--help"},
+    "image build": {"--tag", "--push", "--platform", "--build-arg", "--engine", "--help"},
 }
 
 
@@ -77,8 +79,14 @@ def test_list_shows_options_with_descriptions() -> None:
 
 
 def _commands() -> dict[str, click.Command]:
+    """Every command, subcommands of a group as "group sub"."""
     context = click.Context(main)
-    return {name: main.get_command(context, name) for name in main.list_commands(context)}
+    found = {name: main.get_command(context, name) for name in main.list_commands(context)}
+    for name, command in list(found.items()):
+        if isinstance(command, click.Group):
+            sub = click.Context(command)
+            found.update({f"{name} {s}": command.get_command(sub, s) for s in command.list_commands(sub)})
+    return found
 
 
 @pytest.mark.parametrize("name", sorted(ALLOWED_FLAGS))

@@ -600,7 +600,7 @@ def check_readme(readme: str, recipe: Recipe, plan: Any) -> None:
     lines = [line for line in block.splitlines() if line.strip()]
     cl = recipe.cluster
     expected = {
-        "docker build": ["docker", "build", "-t", plan.image, "."],
+        "docker build": ["docker", "build", "--platform", f"linux/{recipe.hw.arch}", "-t", plan.image, "."],
         "docker push": ["docker", "push", plan.image],
         "kubectl -n": None,
     }

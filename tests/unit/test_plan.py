@@ -124,11 +124,13 @@ def test_names_for_volcano() -> None:
     assert task_env_name("train-workers") == "TRAIN_WORKERS"
 
 
-def test_qlora_on_ascend_warns_preview_and_pins_npu_bitsandbytes() -> None:
-    plan = plan_of("mode=qlora", "parallel=zero2")
-    assert any("bitsandbytes-npu-beta" in w for w in plan.warnings)
-    assert any(p.startswith("bitsandbytes-npu-beta==") for p in plan.pip_packages)
-    assert any(p.startswith("bitsandbytes==") for p in plan_of("mode=qlora", "hw=h100", "parallel=zero2").pip_packages)
+def test_qlora_is_refused_where_the_family_has_no_bitsandbytes_and_pinned_where_it_has() -> None:
+    """Decided by the matrix's data (bitsandbytes: null), not by the vendor's name."""
+    with pytest.raises(RecipeError) as info:
+        plan_of("mode=qlora", "parallel=zero2")
+    (problem,) = info.value.problems
+    assert problem.key == "mode" and "0.46.1" in problem.message and "bitsandbytes-npu-beta" in problem.message
+    assert "bitsandbytes==0.50.2" in plan_of("mode=qlora", "hw=h100", "parallel=zero2").pip_packages
 
 
 def test_image_tag_changes_with_the_recipe() -> None:

@@ -73,8 +73,8 @@ def test_ascend_job_and_script_have_what_910b_needs() -> None:
     run_sh = files["run.sh"].decode()
     assert 'source "${cann_env}"' in run_sh and "/usr/local/Ascend/ascend-toolkit/set_env.sh" in run_sh
     assert json.loads(files["launch.json"])["env"]["HCCL_CONNECT_TIMEOUT"] == "1800"
-    assert "FROM quay.io/ascend/cann:9.0.0-910b-ubuntu22.04-py3.11" in files["Dockerfile"].decode()
-    assert "torch_npu==2.9.0.post2" in files["Dockerfile"].decode()
+    assert "ARG BASE_IMAGE=quay.io/ascend/cann:9.1.0-910b-ubuntu22.04-py3.12" in files["Dockerfile"].decode()
+    assert "torch_npu==2.12.0" in files["Dockerfile"].decode()
 
 
 def test_cuda_bundle_has_no_ascend_parts() -> None:
@@ -164,6 +164,13 @@ def test_ascend_scheduling_details_follow_mindcluster() -> None:
     assert job["metadata"]["labels"]["ring-controller.atlas"] == template["metadata"]["labels"]["ring-controller.atlas"]
     assert template["metadata"]["annotations"]["sidecar.istio.io/inject"] == "false"
     assert "sp-block" not in template["metadata"]["annotations"]
+    assert template["spec"]["nodeSelector"] == {
+        "accelerator-type": "module-910b-8",
+        "kubernetes.io/arch": "arm64",
+        "host-arch": "huawei-arm",
+    }
+    x86 = yaml.safe_load(render_files(["recipe=llama3_8b_sft", "hw.arch=amd64"])["volcano-job.yaml"])
+    assert x86["spec"]["tasks"][0]["template"]["spec"]["nodeSelector"]["host-arch"] == "huawei-x86"
 
 
 def test_a3_box8_and_superpod_select_their_own_nodes() -> None:

@@ -127,7 +127,7 @@ def test_a_golden_recipe_yaml_loads_with_what_the_runtime_reads():
 
 
 # ------------------------------------------------------------------------------------------------- device
-ASCEND = GOLDEN / "qwen2.5_7b_qlora@ascend910b" / "recipe.yaml"
+ASCEND = GOLDEN / "llama3_8b_sft" / "recipe.yaml"
 CUDA = GOLDEN / "llama3_8b_lora@a100_80g" / "recipe.yaml"
 
 

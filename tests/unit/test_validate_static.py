@@ -24,7 +24,8 @@ from recipekit.build import build
 from recipekit.validate import validate
 from recipekit.validate.checks import Status
 from recipekit.validate.command import validate_command
-from recipekit.validate.static import BundleUnusable, load_bundle, rehash_manifest, run_static
+from recipekit.validate.loader import BundleUnusable, load_bundle, rehash_manifest
+from recipekit.validate.static import run_static
 from recipekit.validate.volcano import policy_findings, schema_findings, webhook_findings
 
 BUNDLES = {
@@ -634,23 +635,25 @@ BREAKAGES: list[Breakage] = [
     (
         "torch-npu-pin-vs-torch",
         "llama",
-        edit_text("Dockerfile", "torch_npu==2.9.0.post2", "torch_npu==2.8.0.post4"),
+        edit_text("Dockerfile", "torch_npu==2.12.0", "torch_npu==2.11.0"),
         "consistency.image",
-        ("Dockerfile", "torch_npu 2.8.0.post4 needs torch 2.8.0"),
+        ("Dockerfile", "torch_npu 2.11.0 needs torch 2.11.0"),
         True,
     ),
     (
         "cann-base-vs-torch-npu",
         "llama",
-        edit_text("Dockerfile", "FROM quay.io/ascend/cann:9.0.0-910b", "FROM quay.io/ascend/cann:8.5.0-910b"),
+        edit_text(
+            "Dockerfile", "BASE_IMAGE=quay.io/ascend/cann:9.1.0-910b", "BASE_IMAGE=quay.io/ascend/cann:9.0.0-910b"
+        ),
         "consistency.image",
-        ("Dockerfile", "needs CANN 9.0.0"),
+        ("Dockerfile", "needs CANN 9.1.0"),
         True,
     ),
     (
         "base-image-wrong-chip",
         "llama",
-        edit_text("Dockerfile", "9.0.0-910b-ubuntu", "9.0.0-a3-ubuntu"),
+        edit_text("Dockerfile", "9.1.0-910b-ubuntu", "9.1.0-a3-ubuntu"),
         "consistency.image",
         ("Dockerfile FROM", "not for chip 910b"),
         True,
@@ -658,7 +661,7 @@ BREAKAGES: list[Breakage] = [
     (
         "torch-unpinned",
         "tiny",
-        edit_text("Dockerfile", "torch==2.13.0", "torch"),
+        edit_text("Dockerfile", 'torch="torch==2.13.0+cpu"', 'torch="torch"'),
         "consistency.image",
         ("Dockerfile RUN pip install torch", "not pinned"),
         True,

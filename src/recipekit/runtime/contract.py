@@ -343,6 +343,9 @@ EVENT_START = "start"  # run_id, world size, device, precision, parameters, resu
 EVENT_ADAPTED = "adapted"  # one change to the plan for how train.py was launched (no torchrun): ``note``
 EVENT_PREEMPTED = "preempted"  # SIGTERM: checkpoint saved at ``step``
 EVENT_DONE = "done"  # final ``step``, where the model went
+#: What ``rank`` begins now (``phase``: a short name such as "load data", "build model", "train"; extra fields are
+#: shown beside it). Optional: the dry run prints each as it arrives, so minutes before step 1 are not silent.
+EVENT_PHASE = "phase"
 
 
 def event(kind: str, **fields: Any) -> dict[str, Any]:

@@ -3,7 +3,9 @@
 Public API:
 
 * :func:`validate` — run the checks on a bundle directory and return a :class:`~recipekit.validate.checks.Report`.
-* :func:`recipekit.validate.static.load_bundle` / :func:`recipekit.validate.static.run_static` — the static part.
+* :func:`recipekit.validate.loader.load_bundle` (also importable from ``recipekit.validate.static``) and
+  :func:`recipekit.validate.static.run_static` — the static part; :data:`recipekit.validate.static.CHECKS` lists the
+  checks in report order.
 * :func:`recipekit.validate.dryrun.run_dry_run` with :class:`~recipekit.validate.dryrun.DryRunOptions` — the dry run.
 * :data:`recipekit.validate.command.validate_command` — the click command (registered as ``recipekit validate``).
 
@@ -18,12 +20,22 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from recipekit.validate.checks import Finding, Report, Result, Status
-from recipekit.validate.static import BundleUnusable
 
 if TYPE_CHECKING:
     from recipekit.validate.dryrun import DryRunOptions
+    from recipekit.validate.loader import BundleUnusable
 
 __all__ = ["BundleUnusable", "Finding", "Report", "Result", "Status", "validate"]
+
+
+def __getattr__(name: str) -> object:
+    # Lazily, so that importing a leaf of this package (the library check's child process does, with -m) does not
+    # import the loader and, through it, the recipe and plan modules.
+    if name == "BundleUnusable":
+        from recipekit.validate.loader import BundleUnusable
+
+        return BundleUnusable
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def validate(
@@ -38,7 +50,8 @@ def validate(
     Raises :class:`BundleUnusable` when the path is not a bundle, and
     :class:`recipekit.validate.dryrun.DryRunUsageError` for dry-run options that cannot work.
     """
-    from recipekit.validate.static import load_bundle, run_static
+    from recipekit.validate.loader import load_bundle
+    from recipekit.validate.static import run_static
 
     if dry_run is not None:
         dry_run.check()  # bad flags are reported before any work

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from recipekit.validate.checks import Report, Result, Status
 _SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 110}
 _DRY_RUN_ONLY = ("pods", "kill_pod", "at_step", "device", "workdir", "steps", "timeout")
 _STYLE = {Status.PASS: "green", Status.FAIL: "bold red", Status.SKIP: "yellow"}
+_STEP_LINE = re.compile(r"attempt \d+: step \d+")
 
 
 @click.command("validate", context_settings=_SETTINGS)
@@ -102,7 +104,7 @@ def validate_command(
     """
     from recipekit.validate import validate
     from recipekit.validate.dryrun import DryRunOptions, DryRunUsageError
-    from recipekit.validate.static import BundleUnusable
+    from recipekit.validate.loader import BundleUnusable
 
     if not dry_run:
         given = [name for name in _DRY_RUN_ONLY if ctx.get_parameter_source(name) is not ParameterSource.DEFAULT]
@@ -163,7 +165,9 @@ class _Progress:
     def __call__(self, message: str) -> None:
         if self.status is not None:
             self.status.update(message)
-            if not message.startswith(("static check:", "attempt")) or "running run.sh" in message:
+            # Steps and static checks only move the spinner; a phase (pod launched, torchrun up, train.py started,
+            # a kill, a restart) stays on screen, one line each.
+            if not message.startswith("static check:") and not _STEP_LINE.match(message):
                 self.console.log(message, markup=False)
         elif self.dry_run and not message.startswith("static check:"):
             click.echo(message, err=True)

@@ -12,18 +12,28 @@ Both are run *as in the cluster*: at the bundle's world size (the arguments' ``w
 ``ddp_backend``, no ``deepspeed`` path), because TrainingArguments would otherwise try to reach the devices and
 process group of this machine. The device-specific values themselves are checked by ``consistency.device``.
 
-The child keeps torch/transformers/deepspeed out of the validating process (12 s of imports, and TrainingArguments
-sets up accelerator state). Results are cached by content: same inputs, same library versions and same checking
-code give the same answer, so a second ``validate`` of an unchanged bundle takes a second.
+This module is the validating process's side: it starts the child (:mod:`recipekit.validate.libchild`, which keeps
+torch/transformers/deepspeed and the accelerator state TrainingArguments sets up out of this process), caches its
+answer and turns it into results. What a first check costs, and how that is kept down:
+
+* **Only the checks' imports.** The child imports the four modules the checks use, hides peft (which transformers
+  imports whenever installed, and which imports transformers' modelling code) and answers TrainingArguments'
+  Kubeflow probe without importing the modelling stack; the verdicts stay the libraries' own (see libchild). What
+  is left is mostly ``import torch`` (which TrainingArguments and DeepSpeed both need) and the two libraries'
+  package imports.
+* **Cached by content, not by bundle.** The answer depends only on the Trainer arguments, ds_config, the world size,
+  the library versions and the checking code. The arguments that only *name* the run (:data:`IDENTITY_ARGS`:
+  output_dir, run_name — output_dir carries the run id, which changes with the model path or data path) are replaced
+  by fixed stand-ins before hashing *and* before checking, so the cached answer is exactly the answer for those
+  inputs, and every bundle with equal training arguments — rebuilt, moved, another data path or queue — shares it.
+* **Concurrent.** The child starts before the first static check and is collected after the last.
 """
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -33,11 +43,12 @@ from pathlib import Path
 from typing import Any
 
 from recipekit.paths import cache_dir
-from recipekit.validate.checks import Finding, Result
+from recipekit.validate.checks import Result
 
 TIMEOUT_S = 240
 _LIBRARIES = ("transformers", "deepspeed", "accelerate", "torch")
-_MISMATCH = re.compile(r"^- ds (?P<ds>\S+)=(?P<dv>.*) vs hf (?P<hf>.+?)=(?P<hv>.*)$")
+#: Trainer arguments read as opaque names by both checks, with the stand-ins the child checks instead.
+IDENTITY_ARGS = {"output_dir": "/output", "run_name": "run", "logging_dir": "/output/logs"}
 
 
 @dataclass
@@ -70,24 +81,39 @@ def _versions() -> dict[str, str | None]:
     return found
 
 
-def start(bundle: Any) -> Pending:
-    """Start the child (or find a cached answer) for ``bundle`` (a :class:`recipekit.validate.static.Bundle`)."""
-    payload = {
-        "training_arguments": bundle.args,
+def payload_of(bundle: Any) -> dict[str, Any]:
+    """What the checks read from ``bundle`` (a :class:`recipekit.validate.loader.Bundle`), identity stand-ins in."""
+    args = dict(bundle.args)
+    for key, stand_in in IDENTITY_ARGS.items():
+        if isinstance(args.get(key), str):
+            args[key] = stand_in
+    return {
+        "training_arguments": args,
         "ds_config": bundle.ds_config,
         "world_size": bundle.plan.get("dp_size") or bundle.plan.get("world_size"),
     }
+
+
+def cache_key(payload: dict[str, Any], versions: dict[str, str | None]) -> str:
+    """The answer's identity: the checked inputs, the library versions, and the checking code (this module and
+    :mod:`~recipekit.validate.libchild`)."""
+    here = Path(__file__).parent
+    code = hashlib.sha256(b"".join((here / name).read_bytes() for name in ("libcheck.py", "libchild.py"))).hexdigest()
+    return hashlib.sha256(json.dumps([payload, versions, code], sort_keys=True, default=str).encode()).hexdigest()[:24]
+
+
+def start(bundle: Any) -> Pending:
+    """Start the child (or find a cached answer) for ``bundle`` (a :class:`recipekit.validate.loader.Bundle`)."""
+    payload = payload_of(bundle)
     versions = _versions()
-    code = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()
-    key = hashlib.sha256(json.dumps([payload, versions, code], sort_keys=True, default=str).encode()).hexdigest()[:24]
-    pending = Pending(key)
-    if not bundle.args or not isinstance(payload["world_size"], int):
+    pending = Pending(cache_key(payload, versions))
+    if not payload["training_arguments"] or not isinstance(payload["world_size"], int):
         pending.skip = "needs recipe.yaml's training_arguments and plan"
         return pending
     if versions["transformers"] is None and versions["deepspeed"] is None:
         pending.skip = "transformers and deepspeed are not installed here (pip install 'recipekit[train]')"
         return pending
-    cached = cache_dir("validate") / f"libcheck-{key}.json"
+    cached = cache_dir("validate") / f"libcheck-{pending.key}.json"
     if cached.is_file():
         try:
             pending.cached = json.loads(cached.read_text(encoding="utf-8"))
@@ -100,6 +126,8 @@ def start(bundle: Any) -> Pending:
         "TRANSFORMERS_VERBOSITY": "error",
         "TOKENIZERS_PARALLELISM": "false",
         "PYTHONWARNINGS": "ignore",
+        # transformers' own switch: its Kubeflow probe answers False, as the child's stand-in does (see libchild).
+        "DISABLE_KUBEFLOW_INTEGRATION": "TRUE",
     }
     # Files, not pipes: the child's chatter can exceed a pipe buffer while this process is busy with other checks.
     pending.workdir = Path(tempfile.mkdtemp(prefix="recipekit-libcheck-"))
@@ -110,7 +138,7 @@ def start(bundle: Any) -> Pending:
         open(pending.workdir / "err.txt", "wb") as stderr,
     ):
         pending.proc = subprocess.Popen(
-            [sys.executable, "-m", "recipekit.validate.libcheck"],
+            [sys.executable, "-m", "recipekit.validate.libchild"],
             stdin=stdin,
             stdout=stdout,
             stderr=stderr,
@@ -159,6 +187,10 @@ def finish(pending: Pending | None) -> list[Result]:
             except OSError:
                 pass
     assert answer is not None
+    if pending.cached is None:  # what a first validate spends its time on
+        results[0].details.update(
+            child_imports_s=answer.get("imports_s"), modelling_stack_imported=answer.get("modelling_stack_imported")
+        )
     for result in results:
         verdict = answer.get(result.id.split(".", 1)[1], {})
         if verdict.get("status") == "skipped":
@@ -172,136 +204,3 @@ def finish(pending: Pending | None) -> list[Result]:
         else:
             result.seconds = float(verdict.get("seconds", 0.0))
     return results
-
-
-# ------------------------------------------------------------------------------------------------------ the child
-def _finding(file: str, field: str, message: str, hint: str = "") -> dict[str, str]:
-    return Finding(file, field, message, hint).to_json()
-
-
-def _check_transformers(payload: dict[str, Any]) -> tuple[dict[str, Any], Any]:
-    import time
-
-    start = time.monotonic()
-    try:
-        import transformers
-        from transformers.integrations.deepspeed import HfTrainerDeepSpeedConfig
-    except ImportError as exc:
-        return {"status": "skipped", "reason": f"transformers not importable: {exc}"}, None
-    world = int(payload["world_size"])
-    args = {**payload["training_arguments"], "use_cpu": True, "ddp_backend": None, "deepspeed": None}
-    at_world = type(
-        "ClusterTrainingArguments", (transformers.TrainingArguments,), {"world_size": property(lambda self: world)}
-    )
-    findings: list[dict[str, str]] = []
-    parsed = None
-    try:
-        (parsed,) = transformers.HfArgumentParser(at_world).parse_dict(args, allow_extra_keys=False)
-    except (ValueError, TypeError) as exc:
-        text = " ".join(str(exc).split())
-        unknown = re.search(r"not used by the HfArgumentParser: \[(.*)\]", text)
-        if unknown:
-            for key in re.findall(r"'([^']+)'", unknown.group(1)):
-                findings.append(
-                    _finding(
-                        "recipe.yaml",
-                        f"training_arguments.{key}",
-                        f"TrainingArguments (transformers {transformers.__version__}) has no such argument",
-                    )
-                )
-        else:
-            findings.append(
-                _finding("recipe.yaml", "training_arguments", f"TrainingArguments rejects them: {text[:300]}")
-            )
-    ds_out = None
-    if parsed is not None and payload.get("ds_config") is not None:
-        hf = HfTrainerDeepSpeedConfig(copy.deepcopy(payload["ds_config"]))
-        try:
-            hf.trainer_config_process(parsed)
-        except ValueError as exc:
-            hf.mismatches = hf.mismatches or [line for line in str(exc).splitlines() if line.startswith("- ds ")]
-        for line in hf.mismatches:
-            match = _MISMATCH.match(line.strip())
-            if match:
-                findings.append(
-                    _finding(
-                        "ds_config.json",
-                        match["ds"],
-                        f"{match['dv']}, but the Trainer computes {match['hf']} = {match['hv']} "
-                        f"at world size {world}: it refuses to start",
-                    )
-                )
-            else:
-                findings.append(_finding("ds_config.json", "", line.strip()))
-        ds_out = hf.config
-    reason = f"transformers {transformers.__version__}, world size {world}"
-    return {
-        "status": "fail" if findings else "pass",
-        "findings": findings,
-        "reason": reason,
-        "seconds": time.monotonic() - start,
-    }, ds_out
-
-
-def _fill_auto(value: Any) -> Any:
-    """DeepSpeed rejects "auto" strings the Trainer fills only once it has the model and the step count."""
-    if isinstance(value, dict):
-        return {k: _fill_auto(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_fill_auto(v) for v in value]
-    return 0.0 if value == "auto" else value
-
-
-def _check_deepspeed(payload: dict[str, Any], filled: Any) -> dict[str, Any]:
-    import time
-
-    start = time.monotonic()
-    if payload.get("ds_config") is None:
-        return {"status": "skipped", "reason": "DDP bundle: no ds_config.json"}
-    try:
-        import deepspeed
-        from deepspeed.runtime import config as ds_runtime_config
-    except ImportError as exc:
-        return {"status": "skipped", "reason": f"deepspeed not importable: {exc}"}
-    world = int(payload["world_size"])
-    config = _fill_auto(filled if filled is not None else payload["ds_config"])
-    dist = ds_runtime_config.dist
-    saved = dist.get_rank, dist.get_world_size
-    dist.get_rank, dist.get_world_size = (lambda *a, **k: 0), (lambda *a, **k: world)
-    findings = []
-    try:
-        ds_runtime_config.DeepSpeedConfig(config)
-    except Exception as exc:  # noqa: BLE001 - AssertionError, ValueError, pydantic's ValidationError alike
-        text = " ".join(str(exc).split())
-        field = ""
-        for key in ("train_batch_size", "zero_optimization", "bf16", "fp16", "optimizer", "scheduler"):
-            if key in text:
-                field = key
-                break
-        findings.append(
-            _finding("ds_config.json", field, f"DeepSpeed {deepspeed.__version__} rejects it: {text[:400]}")
-        )
-    finally:
-        dist.get_rank, dist.get_world_size = saved
-    return {
-        "status": "fail" if findings else "pass",
-        "findings": findings,
-        "reason": f"deepspeed {deepspeed.__version__}, world size {world}",
-        "seconds": time.monotonic() - start,
-    }
-
-
-def main() -> None:
-    import logging
-    import warnings
-
-    warnings.simplefilter("ignore")
-    logging.disable(logging.WARNING)
-    payload = json.loads(sys.stdin.read())
-    transformers_verdict, filled = _check_transformers(payload)
-    answer = {"transformers": transformers_verdict, "deepspeed": _check_deepspeed(payload, filled)}
-    sys.stdout.write("\n" + json.dumps(answer) + "\n")
-
-
-if __name__ == "__main__":
-    main()

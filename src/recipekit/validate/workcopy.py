@@ -42,7 +42,7 @@ from recipekit.compose import Composed, group_options
 from recipekit.errors import RecipeError
 from recipekit.recipe import HardwareSpec, ModelSpec, Recipe
 from recipekit.schema import to_data, validate
-from recipekit.validate.static import Bundle, rehash_manifest
+from recipekit.validate.loader import Bundle, rehash_manifest
 
 MARKER = ".recipekit-dryrun"
 DRY_MAX_LEN = 128

@@ -1,0 +1,237 @@
+"""Judging a dry run's attempts: did training start as planned, finish, checkpoint, and resume where it had to?
+
+Everything here is a pure function of what was observed (:mod:`recipekit.validate.observed`: the steps and the
+runtime's structured records in metrics.jsonl) and of the output directory on the simulated shared volume; nothing
+starts a process, and no log text is read. So each rule is unit-tested with synthetic metrics files and checkpoint
+directories.
+
+Where training must resume is decided by the runtime contract's own rule —
+:func:`~recipekit.runtime.contract.latest_complete_checkpoint`, the function train.py's ``--resume auto`` calls — so
+the expectation and the runtime cannot disagree about what "complete" means (a truncated safetensors file, a sharded
+index whose shard is missing, an interrupted save). Where it did resume is what train.py says in its ``start``
+record (``resume_step``, ``resume_from``), not a line of its log.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from recipekit.runtime import contract
+from recipekit.validate.checks import Result
+from recipekit.validate.observed import Attempt, Step
+
+WHERE = "<dry run>"
+
+
+@dataclass(frozen=True)
+class Expectation:
+    """What this dry run asked of training."""
+
+    steps: int
+    save_steps: int
+    world_size: int | None  # the work copy's planned world size (pods × 1 process); None: not checked
+    killed: bool = False  # a pod is killed, so the midway checkpoint may be replaced by a later one
+
+
+# ----------------------------------------------------------------------------------------------- the output dir
+def complete_checkpoints(output_dir: Path) -> list[int]:
+    """Steps of the checkpoints a restart can resume from, oldest first (the runtime contract's rule)."""
+    return sorted(step for step, _, problem in contract.checkpoints(output_dir) if problem is None)
+
+
+def expected_resume_step(output_dir: Path) -> int | None:
+    """The step a restarted train.py (``--resume auto``) must continue from: its newest complete checkpoint, chosen
+    by the same contract function train.py calls; None when it must start from scratch."""
+    path = contract.latest_complete_checkpoint(output_dir)
+    return contract.checkpoint_step(path) if path is not None else None
+
+
+def final_global_step(output_dir: Path) -> int | None:
+    """The Trainer's final ``global_step`` (trainer_state.json at the top of the output directory)."""
+    try:
+        state = json.loads((output_dir / contract.TRAINER_STATE_FILE).read_text(encoding="utf-8"))
+        return int(state["global_step"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def rate(steps: list[Step]) -> float | None:
+    """Steps per second between the first and the last step seen."""
+    if len(steps) < 2 or steps[-1].at <= steps[0].at:
+        return None
+    return (steps[-1].step - steps[0].step) / (steps[-1].at - steps[0].at)
+
+
+def fmt(value: Any) -> str:
+    return f"{value:.4f}" if isinstance(value, (int, float)) else str(value)
+
+
+# -------------------------------------------------------------------------------------------------- the records
+def resumed_step(start: dict[str, Any]) -> int | None:
+    """The checkpoint step a start record says training continues from (None: from scratch)."""
+    step = start.get("resume_step")
+    if isinstance(step, int) and not isinstance(step, bool):
+        return step
+    where = start.get("resume_from")
+    return contract.checkpoint_step(Path(str(where))) if where else None
+
+
+def judge_start(result: Result, attempt: Attempt, world_size: int | None) -> dict[str, Any] | None:
+    """train.py's start record of ``attempt``: present, and at the planned world size (torchrun formed the world the
+    work copy plans: every pod joined)."""
+    start = attempt.last(contract.EVENT_START)
+    if start is None:
+        result.fail(
+            WHERE,
+            contract.METRICS_FILE,
+            f"attempt {attempt.number}: train.py wrote no {contract.EVENT_START!r} record, so where it started "
+            "(world size, resume point) is unknown",
+            hint="train.py must append contract.event('start', ...) before training",
+        )
+        return None
+    if world_size is not None and start.get("world_size") != world_size:
+        result.fail(
+            WHERE,
+            f"{contract.METRICS_FILE} start.world_size",
+            f"attempt {attempt.number}: train.py started at world size {start.get('world_size')}, but the work "
+            f"copy plans {world_size} (pods × 1 process)",
+        )
+    return start
+
+
+def first_attempt_details(attempt: Attempt, pods: int) -> dict[str, Any]:
+    """The figures of the first attempt: time to the first step, steps/s, first loss, and train.py's own account."""
+    losses = [s.loss for s in attempt.steps if s.loss is not None]
+    start = attempt.last(contract.EVENT_START)
+    return {
+        "pods": pods,
+        "exit_codes": attempt.exit_codes,
+        "time_to_first_step_s": round(attempt.steps[0].at - attempt.started, 2) if attempt.steps else None,
+        "steps_per_s": round(r, 2) if (r := rate(attempt.steps)) else None,
+        "first_loss": losses[0] if losses else None,
+        "started": {k: v for k, v in start.items() if k != "event"} if start else None,
+        "adapted_by_train_py": [str(r.get("note")) for r in attempt.events(contract.EVENT_ADAPTED)],
+    }
+
+
+# ------------------------------------------------------------------------------------------------- completion
+def judge_completion(
+    train: Result, last: Attempt, losses: list[float], output_dir: Path, expect: Expectation, attempts: int = 1
+) -> None:
+    """The run finished: final step reached, the checkpoints complete, final weights written, every loss finite,
+    and train.py's done record agrees."""
+    final_step = final_global_step(output_dir)
+    checkpoints = complete_checkpoints(output_dir)
+    weights = [name for name in contract.WEIGHT_FILES if (output_dir / name).is_file()]
+    finite = [loss for loss in losses if isinstance(loss, (int, float)) and math.isfinite(loss)]
+    done = last.last(contract.EVENT_DONE)
+    train.details.update(
+        final_step=final_step,
+        checkpoints=checkpoints,
+        final_weights=weights,
+        final_loss=finite[-1] if finite else None,
+        exit_codes=last.exit_codes,
+        done={k: v for k, v in done.items() if k != "event"} if done else None,
+    )
+    if final_step != expect.steps:
+        train.fail(WHERE, contract.TRAINER_STATE_FILE, f"final global_step {final_step}, expected {expect.steps}")
+    if done is None:
+        train.fail(WHERE, contract.METRICS_FILE, f"train.py exited 0 but wrote no {contract.EVENT_DONE!r} record")
+    elif done.get("step") != expect.steps:
+        train.fail(WHERE, f"{contract.METRICS_FILE} done.step", f"{done.get('step')}, expected {expect.steps} steps")
+    if expect.save_steps not in checkpoints and not expect.killed:
+        train.fail(
+            WHERE, "checkpoints", f"no complete checkpoint-{expect.save_steps} (complete: {checkpoints or 'none'})"
+        )
+    if expect.steps not in checkpoints:
+        train.fail(WHERE, "checkpoints", f"no complete checkpoint-{expect.steps} (complete: {checkpoints or 'none'})")
+    if not weights:
+        train.fail(WHERE, "final model", f"no model weights in {output_dir} after training")
+    if len(finite) != len(losses) or not losses:
+        train.fail(WHERE, "loss", f"losses not all finite: {losses}")
+    if train.failed:
+        return
+    d = train.details
+    over = f" over {attempts} attempts" if attempts > 1 else ""
+    train.reason = (
+        f"{expect.steps} steps{over}; {d.get('time_to_first_step_s')} s to the first step, {d.get('steps_per_s')} "
+        f"steps/s; loss {fmt(d.get('first_loss'))} → {fmt(d['final_loss'])}; checkpoints {checkpoints}"
+    )
+
+
+# ----------------------------------------------------------------------------------------------------- resume
+def judge_resume(
+    resume: Result, first: Attempt, second: Attempt, checkpoints_at_restart: list[int], expected: int | None
+) -> None:
+    """After the kill and RestartJob: train.py resumed from ``expected`` (the newest complete checkpoint when the
+    pods restarted), its first step is the next one, and steps trained twice repeat their loss."""
+    assert first.killed_at is not None
+    resume.details.update(
+        killed_pod=first.killed_pod,
+        killed_at_step=first.killed_step,
+        killed_processes=first.killed_processes,
+        complete_checkpoints_at_restart=checkpoints_at_restart,
+        expected_resume_step=expected,
+        preempted=[{k: v for k, v in r.items() if k != "event"} for r in first.events(contract.EVENT_PREEMPTED)],
+        teardown_s=round(second.started - first.killed_at, 2),
+        survivor_exit_codes={i: c for i, c in first.exit_codes.items() if i != first.killed_pod},
+    )
+    start = second.last(contract.EVENT_START)
+    step = resumed_step(start) if start else None
+    first_new = second.steps[0] if second.steps else None
+    mttr = round(first_new.at - first.killed_at, 2) if first_new else None
+    resume.details.update(
+        resumed_from=start.get("resume_from") if start else None,
+        resumed_step=step,
+        first_step_after_restart=first_new.step if first_new else None,
+        mttr_s=mttr,
+        restart_to_first_step_s=round(first_new.at - second.started, 2) if first_new else None,
+        exit_codes=second.exit_codes,
+    )
+    if second.outcome != "completed":
+        what = "timed out" if second.outcome == "timeout" else f"failed (exit codes {second.exit_codes})"
+        resume.fail(WHERE, "restart", f"the restarted job {what}")
+        return
+    if start is None:
+        resume.fail(
+            WHERE,
+            contract.METRICS_FILE,
+            f"the restarted train.py wrote no {contract.EVENT_START!r} record: where it resumed is unknown",
+        )
+    elif step != expected:
+        resume.fail(
+            WHERE,
+            "resume",
+            f"resumed from {start.get('resume_from') or 'scratch'}, but the newest complete checkpoint at the restart "
+            f"was {f'checkpoint-{expected}' if expected is not None else 'none'}",
+        )
+    want_first = (expected or 0) + 1
+    if first_new is not None and first_new.step != want_first:
+        resume.fail(
+            WHERE,
+            "resume",
+            f"the first step after the restart is {first_new.step}, expected {want_first}"
+            + (f" (resuming at checkpoint-{expected})" if expected is not None else " (starting over)"),
+        )
+    before = {s.step: s.loss for s in first.steps}
+    replayed = [
+        (s.step, before[s.step], s.loss)
+        for s in second.steps
+        if s.step in before and isinstance(s.loss, (int, float)) and isinstance(before[s.step], (int, float))
+    ]
+    if replayed:
+        # Steps trained twice (after the checkpoint, before the kill): same data, same state, so the same loss.
+        resume.details["replayed_steps"] = [s for s, _, _ in replayed]
+        resume.details["replayed_loss_max_abs_diff"] = max(abs(a - b) for _, a, b in replayed)  # type: ignore[operator]
+    if resume.failed:
+        return
+    replay = resume.details.get("replayed_loss_max_abs_diff")
+    resume.reason = (
+        f"killed pod {first.killed_pod} at step {first.killed_step}; resumed from "
+        f"{f'checkpoint-{step}' if step is not None else 'scratch'} (newest complete: {expected}); MTTR {mttr} s"
+        + (f"; replayed steps' loss differs by {replay:.2g}" if replay is not None else "")
+    )
