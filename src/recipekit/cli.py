@@ -42,15 +42,18 @@ def _user_errors(func: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return func(*args, **kwargs)
         except RecipeError as err:
-            count = len(err.problems)
-            click.echo(
-                f"{click.style('error:', fg='red', bold=True)} {count} problem{'s' if count != 1 else ''}:", err=True
-            )
-            for problem in err.problems:
-                click.echo(f"  - {problem}", err=True)
-            sys.exit(2)
+            exit_with_problems(err)
 
     return wrapper
+
+
+def exit_with_problems(err: RecipeError) -> None:
+    """Every problem on its own line on stderr, then exit code 2: the one way recipekit reports unusable input."""
+    count = len(err.problems)
+    click.echo(f"{click.style('error:', fg='red', bold=True)} {count} problem{'s' if count != 1 else ''}:", err=True)
+    for problem in err.problems:
+        click.echo(f"  - {problem}", err=True)
+    sys.exit(2)
 
 
 def _recipes_option(func: Callable[..., Any]) -> Callable[..., Any]:
