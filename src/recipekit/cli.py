@@ -52,22 +52,26 @@ def _user_errors(func: Callable[..., Any]) -> Callable[..., Any]:
             from recipekit.errors import Problem
 
             where = os.fsdecode(exc.filename) if exc.filename is not None else "path"
-            _report(
+            exit_with_problems(
                 RecipeError([Problem(where.encode("utf-8", "backslashreplace").decode(), exc.strerror or str(exc))])
             )
         except RecipeError as err:
-            _report(err)
+            exit_with_problems(err)
 
     return wrapper
 
 
-def _report(err: RecipeError) -> None:
-    """Every problem on its own line on stderr, then exit code 2."""
-    count = len(err.problems)
-    click.echo(f"{click.style('error:', fg='red', bold=True)} {count} problem{'s' if count != 1 else ''}:", err=True)
+def exit_with_problems(err: RecipeError) -> None:
+    """Every problem on its own line on stderr, then exit code 2: the one way recipekit reports unusable input.
+
+    One line each whatever text the input smuggled into a key or a message: control and invisible formatting
+    characters are printed as their escapes (``\\n``, ``\\u202e``).
+    """
     from recipekit.schema import printable
 
-    for problem in err.problems:  # one line each, whatever text the input smuggled into a key or a message
+    count = len(err.problems)
+    click.echo(f"{click.style('error:', fg='red', bold=True)} {count} problem{'s' if count != 1 else ''}:", err=True)
+    for problem in err.problems:
         click.echo(f"  - {printable(str(problem))}", err=True)
     sys.exit(2)
 

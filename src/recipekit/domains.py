@@ -161,6 +161,17 @@ IMAGE_REGISTRY = Domain(
     _image_prefix,
 )
 
+#: Package indexes the image's pip uses (Dockerfile build args): http(s) URLs of characters that mean the same to a
+#: Dockerfile, a shell and pip — no quotes, spaces, ``$``, backslashes or braces — and no credentials (``user:pw@``
+#: would be written into the bundle).
+INDEX_URL = pattern_domain(
+    "package index URL",
+    "http:// or https://, a host (and :port) without credentials, then a path of URL characters other than quotes, "
+    "spaces, $, backslashes and braces",
+    r"https?://[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?(?::[0-9]{1,5})?(?:/[A-Za-z0-9._~:/?#@!&()*+,;=%-]*)?",
+    max_length=2048,
+)
+
 _PATH_CHARS = re.compile(r"[A-Za-z0-9._+@=,/-]+")
 
 

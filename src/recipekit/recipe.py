@@ -22,6 +22,7 @@ from recipekit.domains import (
     HOST_PATH,
     IFNAMES,
     IMAGE_REGISTRY,
+    INDEX_URL,
     LABEL_KEY,
     LABEL_VALUE,
     LOCATION,
@@ -30,7 +31,7 @@ from recipekit.domains import (
     SHORT_NAME,
 )
 from recipekit.errors import Problem
-from recipekit.schema import Section, Tagged, field_types, sections_in, spec, unknown_key_hint, validate
+from recipekit.schema import Allow, Section, Tagged, field_types, sections_in, spec, unknown_key_hint, validate
 
 #: Upper bounds that keep every derived number meaningful (and far above any real model, cluster or schedule).
 _MAX_DIM = 2**24
@@ -214,10 +215,11 @@ class HardwareSpec(Section):
     )
     node_cpus: int = spec(32, gt=0, le=4096, description="CPU cores a node offers to pods (allocatable).")
     node_memory_gib: int = spec(256, gt=0, le=65536, description="Host memory a node offers to pods, GiB.")
-    env: dict[Annotated[str, ENV_NAME], str] = spec(
+    env: dict[Annotated[str, ENV_NAME], Annotated[str, Allow("\t")]] = spec(
         default_factory=dict,
         description="Collective-library env defaults the launcher exports (launch.json): names are C identifiers; a "
-        "value is one line of text, passed byte for byte to the process environment (never through a shell).",
+        "value is one line of text (tabs allowed), passed byte for byte to the process environment (never through a "
+        "shell).",
     )
     price_per_device_hour: float | None = spec(None, ge=0, le=1e6, description="Cost of one device for one hour.")
     archs: list[Literal["amd64", "arm64"]] = spec(
@@ -336,14 +338,21 @@ class ClusterSpec(Section):
     )
     connect_timeout_s: int = spec(1800, ge=120, le=7200, description="Collective connect timeout, seconds.")
     pip_index_url: str = spec(
-        "https://pypi.org/simple", description="Package index the image's pip uses (a PyPI mirror; build arg)."
+        "https://pypi.org/simple",
+        domain=INDEX_URL,
+        description="Package index the image's pip uses (a PyPI mirror; build arg).",
     )
-    pip_extra_index_url: str | None = spec(None, description="Extra package index for the image's pip (build arg).")
+    pip_extra_index_url: str | None = spec(
+        None, domain=INDEX_URL, description="Extra package index for the image's pip (build arg)."
+    )
     torch_index_url: str | None = spec(
-        None, description="Index torch comes from (a mirror of the PyTorch index); None: the image family's."
+        None,
+        domain=INDEX_URL,
+        description="Index torch comes from (a mirror of the PyTorch index); None: the image family's.",
     )
     base_image_registry: str | None = spec(
         None,
+        domain=IMAGE_REGISTRY,
         description="Registry (and path) mirroring the base image's registry: FROM becomes <this>/<repository>:<tag>.",
     )
 

@@ -39,8 +39,9 @@ from recipekit.compose import Composed
 from recipekit.errors import Problem, RecipeError
 from recipekit.images import dockerfile_values
 from recipekit.memory import Estimate
+from recipekit.names import k8s_name
 from recipekit.paths import TEMPLATES_DIR, cache_dir
-from recipekit.plan import Plan, k8s_name
+from recipekit.plan import Plan
 from recipekit.recipe import Recipe
 from recipekit.report import estimate_dict, estimate_markdown
 from recipekit.schema import to_data

@@ -25,7 +25,7 @@ _EXECUTABLE = frozenset({"ci.sh"})
 
 def scaffold_files(name: str) -> dict[str, bytes]:
     """The new repo's files (relative path → bytes), in memory."""
-    from recipekit.plan import k8s_name
+    from recipekit.names import k8s_name
 
     values = {"{{name}}": name, "{{slug}}": k8s_name(name), "{{version_range}}": version_range()}
     files: dict[str, bytes] = {}

@@ -73,6 +73,17 @@ class Domain:
         return self.test(value)
 
 
+@dataclasses.dataclass(frozen=True)
+class Allow:
+    """Characters a text may hold although every other text may not: ``Annotated[str, Allow("\\t")]``.
+
+    For values that only ever travel as data (an environment value goes from launch.json to ``os.environ``, never
+    through a shell or a line-based format), where a tab is the user's business.
+    """
+
+    chars: str
+
+
 def pattern_domain(name: str, allowed: str, pattern: str, *, max_length: int, min_length: int = 1) -> Domain:
     """A :class:`Domain` of the strings of ``min_length``..``max_length`` characters that fully match ``pattern``.
 
@@ -283,7 +294,15 @@ def _value(annotation: Any, value: Any, key: str, problems: list[Problem]) -> An
         tag = next((extra for extra in extras if isinstance(extra, Tagged)), None)
         if tag:
             return _tagged(inner, tag.field, value, key, problems)
-        checked = _value(inner, value, key, problems)
+        allow = "".join(extra.chars for extra in extras if isinstance(extra, Allow))
+        if allow and inner is str:
+            checked = (
+                _text(value, key, problems, allow=allow)
+                if isinstance(value, str)
+                else _value(inner, value, key, problems)
+            )
+        else:
+            checked = _value(inner, value, key, problems)
         for domain in (extra for extra in extras if isinstance(extra, Domain)):
             if checked is not _INVALID:
                 checked = _in_domain(domain, checked, key, problems)
@@ -337,12 +356,13 @@ def _number(value: int | float, key: str, problems: list[Problem], *, as_float: 
     return _INVALID
 
 
-def _text(value: str, key: str, problems: list[Problem]) -> Any:
-    """The rules every string obeys, whatever its field: one line of printable text, at most :data:`MAX_TEXT` long."""
+def _text(value: str, key: str, problems: list[Problem], *, allow: str = "") -> Any:
+    """The rules every string obeys, whatever its field: one line of printable text, at most :data:`MAX_TEXT` long
+    (``allow``: characters this field may hold all the same)."""
     if len(value) > MAX_TEXT:
         problems.append(Problem(key, f"is {len(value)} characters long", f"at most {MAX_TEXT}"))
         return _INVALID
-    bad = _FORBIDDEN_TEXT.search(value)
+    bad = next((match for match in _FORBIDDEN_TEXT.finditer(value) if match.group() not in allow), None)
     if bad:
         problems.append(
             Problem(

@@ -479,6 +479,7 @@ PAYLOADS = {
     "command substitution": "$(id)",
     "backticks": "`id`",
     "newline": "\nid",
+    "tab": "\tid",
     "closing brace": "}",
     "quotes": "'\"",
     "pipe": "|x",
@@ -513,6 +514,9 @@ STARTS = {
     "hw.device_resource": "example.com/dev",
     "hw.visible_devices_env": "X",
     "parallel.nvme_path": "/local_nvme",
+    "cluster.pip_extra_index_url": "https://mirror.example.com/simple",
+    "cluster.torch_index_url": "https://mirror.example.com/whl/cpu",
+    "cluster.base_image_registry": "mirror.example.com",
 }
 #: Mapping and list fields: how a payload enters them.
 CONTAINERS = {
@@ -722,6 +726,11 @@ def test_list_shows_a_team_description_as_written(tmp_path: Path) -> None:
         ("ABSOLUTE_PATH", ["/mnt/shared/runs", "/x"], ["runs", "/a/./b", "/a/../b", "/a;b", "/a\\b"]),
         ("HOST_PATH", ["/usr/local/Ascend/driver", "/etc/x.info"], ["/", "x", "/proc/x", "/sys", "/workspace"]),
         ("IFNAMES", ["eth0", "eth0,ib0", "enp1s0f0.100"], ["eth0/1", "eth0:1", "a" * 16, "eth0 ", ",", ".."]),
+        (
+            "INDEX_URL",
+            ["https://pypi.org/simple", "http://10.0.0.1:8080/pypi/simple/", "https://download.pytorch.org/whl/cu128"],
+            ["ftp://x", "https://user:pw@host/simple", "https://h/$(id)", "https://h/a b", "https://h/'x'", "pypi.org"],
+        ),
     ],
 )
 def test_domains_accept_real_values_and_refuse_lookalikes(domain: str, good: list[str], bad: list[str]) -> None:
@@ -733,7 +742,7 @@ def test_domains_accept_real_values_and_refuse_lookalikes(domain: str, good: lis
 
 
 def test_host_volume_names_match_the_jobs_and_collide_where_they_should() -> None:
-    from recipekit.plan import host_volume_name
+    from recipekit.names import host_volume_name
 
     assert host_volume_name("/usr/local/Ascend/driver") == "host-usr-local-ascend-driver"
     assert host_volume_name("/a_b") == host_volume_name("/a-b") == host_volume_name("/A.B")

@@ -6,7 +6,7 @@ import pytest
 
 from recipekit.build import resolve
 from recipekit.errors import RecipeError
-from recipekit.plan import k8s_name, task_env_name
+from recipekit.names import k8s_name, task_env_name
 
 
 def plan_of(*overrides: str):

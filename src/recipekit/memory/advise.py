@@ -14,8 +14,9 @@ from dataclasses import dataclass, replace
 
 from recipekit.errors import Problem, RecipeError
 from recipekit.images import ImageMatrix
+from recipekit.layout import Layout, derive_layout, recipe_layout
 from recipekit.memory.estimate import Estimate, estimate
-from recipekit.plan import Layout, Plan, derive_layout, make_plan, recipe_layout
+from recipekit.plan import Plan, make_plan
 from recipekit.recipe import ParallelSpec, Recipe
 from recipekit.schema import to_data
 

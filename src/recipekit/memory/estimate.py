@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from recipekit.layout import Layout
 from recipekit.memory.formulas import (
     ALLOCATOR_ALLOWANCE_GIB,
     GB,
@@ -32,7 +33,7 @@ from recipekit.memory.formulas import (
     zero_buffers,
 )
 from recipekit.modelsize import LORA_MODULES, count_params
-from recipekit.plan import Layout, Plan
+from recipekit.plan import Plan
 from recipekit.recipe import ParallelSpec, Recipe
 
 

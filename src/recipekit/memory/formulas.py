@@ -20,8 +20,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from recipekit.documents import STAGE3_PREFETCH_FACTOR
 from recipekit.modelsize import ParamCounts, linear_shapes, lora_targets
-from recipekit.plan import STAGE3_PREFETCH_FACTOR
 from recipekit.recipe import LoraSpec, ModelSpec
 
 GIB = 2**30

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -365,8 +365,13 @@ def read_records(path: Path) -> list[dict[str, Any]]:
         text = Path(path).read_text(encoding="utf-8", errors="replace")
     except OSError:
         return []
+    return parse_records(text.splitlines())
+
+
+def parse_records(lines: Iterable[str | bytes]) -> list[dict[str, Any]]:
+    """The JSON objects among ``lines`` (a reader following the file as it grows passes the new lines)."""
     records = []
-    for line in text.splitlines():
+    for line in lines:
         try:
             record = json.loads(line)
         except ValueError:

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from recipekit.bundlefiles import DS_CONFIG as DS
 from recipekit.bundlefiles import JOB, LAUNCH, RECIPE
-from recipekit.plan import resolve_precision, task_env_name
+from recipekit.names import task_env_name
+from recipekit.plan import resolve_precision
 from recipekit.validate.checks import Result, Status
 from recipekit.validate.loader import Bundle, as_int, container_of, device_resources, task_of
 

@@ -25,7 +25,7 @@ from recipekit.bundlefiles import DOCKERFILE, JOB, LAUNCH, MANIFEST, RUN, read_f
 from recipekit.bundlefiles import DS_CONFIG as DS
 from recipekit.bundlefiles import RECIPE as RECIPE
 from recipekit.errors import RecipeError
-from recipekit.plan import LAYOUT_KEYS
+from recipekit.layout import LAYOUT_KEYS
 from recipekit.recipe import Recipe, parse_recipe
 from recipekit.validate.checks import Finding
 

@@ -8,7 +8,6 @@ kinds apart, so judging (:mod:`recipekit.validate.judge`) reads records, never l
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -87,12 +86,4 @@ class MetricsTail:
         self.offset = size
         lines = (self.partial + chunk).split(b"\n")
         self.partial = lines.pop()
-        records = []
-        for line in lines:
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(record, dict):
-                records.append(record)
-        return records
+        return contract.parse_records(lines)

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
 
-from recipekit.plan import DNS_LABEL, MAX_DNS_LABEL
+from recipekit.names import DNS_LABEL, MAX_DNS_LABEL
 from recipekit.validate.checks import Finding
 
 FILE = "volcano-job.yaml"

@@ -266,7 +266,7 @@ def substitute(recipe: Recipe, options: Any, root: Path) -> tuple[Recipe, list[S
 
 
 def _accumulation(recipe: Recipe) -> int:
-    from recipekit.plan import recipe_layout
+    from recipekit.layout import recipe_layout
 
     return recipe_layout(recipe)[0].gradient_accumulation_steps
 
