@@ -32,7 +32,7 @@ from recipekit.errors import Collector, Problem
 from recipekit.images import ImageFamily, ImageMatrix, compatibility_problems, recipe_problems
 from recipekit.layout import Layout, recipe_layout
 from recipekit.modelsize import count_params, lora_params
-from recipekit.names import DNS_LABEL, MAX_DNS_LABEL, host_volume_name, k8s_name, task_env_name
+from recipekit.names import MAX_DNS_LABEL, host_volume_name, k8s_name, task_env_name
 from recipekit.recipe import HardwareSpec, Recipe
 from recipekit.runtime import contract
 from recipekit.schema import to_data
@@ -366,8 +366,6 @@ def make_plan(recipe: Recipe, images: ImageMatrix, *, analysis_only: bool = Fals
 
     # --- run identity and cluster names
     identity = run_id(run_identity(recipe, layout, precision))
-    if not DNS_LABEL.match(cl.task_name):
-        errors.add("cluster.task_name", f"{cl.task_name!r} is not a DNS label", hint="lower case letters, digits, '-'")
     suffix = f"-{identity}-{cl.task_name}-{cl.nodes - 1}"
     readable = k8s_name(recipe.name, limit=MAX_DNS_LABEL - len(suffix))
     if MAX_DNS_LABEL - len(suffix) < 1:

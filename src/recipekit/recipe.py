@@ -394,7 +394,10 @@ class Recipe(Section):
     """A complete, resolved recipe: one option of each group plus the training settings."""
 
     name: str = spec(
-        pattern=r"[a-z0-9]([a-z0-9._-]*[a-z0-9])?", max_length=200, description="Bundle name (lower case)."
+        pattern=r"[a-z]([a-z0-9._-]*[a-z0-9])?",
+        max_length=200,
+        description="Bundle name: lower case, starting with a letter (the Job's Service name, made from it, must be "
+        "a DNS-1035 label).",
     )
     description: str = spec("", description="One line about this recipe.")
     model: ModelSpec = spec(description="The network (group `model`).")

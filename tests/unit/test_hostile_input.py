@@ -678,8 +678,8 @@ def test_validate_reads_an_alias_bomb_recipe_yaml_without_expanding_it(previous_
 @pytest.mark.parametrize(
     "make, message",
     [
-        (lambda d: (d / MANIFEST).write_text("[" * 100_000), "not valid JSON"),
-        (lambda d: (d / MANIFEST).write_bytes(b"\xff\xfe"), "not valid JSON"),
+        (lambda d: (d / MANIFEST).write_text("[" * 100_000), "not UTF-8 JSON"),
+        (lambda d: (d / MANIFEST).write_bytes(b"\xff\xfe"), "not UTF-8 JSON"),
         (lambda d: (d / MANIFEST).write_text("5"), "not a recipekit manifest"),
     ],
     ids=["deep JSON", "not UTF-8", "a number"],

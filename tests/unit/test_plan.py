@@ -141,3 +141,8 @@ def test_checkpoint_on_sigterm_fits_in_the_grace_period() -> None:
     plan = plan_of("recipe=llama3_8b_sft")
     grace = plan.job["spec"]["tasks"][0]["template"]["spec"]["terminationGracePeriodSeconds"]
     assert 0 < int(plan.env["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"]) < grace
+
+
+def test_a_recipe_name_must_start_with_a_letter() -> None:
+    """The svc plugin names a Service after the Job, and a Service name is a DNS-1035 label."""
+    assert "must match [a-z]" in problems_of("recipe=tiny_sft", "name=1-sft")["name"]

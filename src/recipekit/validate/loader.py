@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 
 from recipekit import yamlfile
+from recipekit.bundle import manifest_problem
 from recipekit.bundlefiles import DOCKERFILE, JOB, LAUNCH, MANIFEST, RUN, read_files
 from recipekit.bundlefiles import DS_CONFIG as DS
 from recipekit.bundlefiles import RECIPE as RECIPE
@@ -97,19 +98,10 @@ def load_bundle(directory: Path) -> Bundle:
         raise BundleUnusable(f"{directory}: no such directory")
     if not directory.is_dir():
         raise BundleUnusable(f"{directory}: not a directory")
-    manifest_path = directory / MANIFEST
-    if not manifest_path.is_file():
-        raise BundleUnusable(f"{directory}: no {MANIFEST}: not a recipekit bundle (build one with `recipekit build`)")
-    try:
-        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
-        raise BundleUnusable(f"{manifest_path}: not valid JSON ({exc})") from None
-    if (
-        not isinstance(manifest, dict)
-        or "recipekit_version" not in manifest
-        or not isinstance(manifest.get("files"), dict)
-    ):
-        raise BundleUnusable(f"{manifest_path}: not a recipekit manifest (no recipekit_version / files)")
+    problem = manifest_problem(directory)
+    if problem is not None:
+        raise BundleUnusable(f"{directory}: {problem}: not a recipekit bundle (build one with `recipekit build`)")
+    manifest = json.loads((directory / MANIFEST).read_text(encoding="utf-8"))
 
     raw, extra_entries = read_files(directory)
     bundle = Bundle(directory, raw, manifest, extra_entries=extra_entries)
