@@ -173,7 +173,7 @@ _MARKDOWN_INLINE = re.compile(r"([\\`*_{}\[\]<>#|~])")
 _MARKDOWN_LIST_START = re.compile(r"^(\d*)([-+.)])(?=\s|$)")
 
 
-def count(number: int, noun: str) -> str:
+def counted(number: int, noun: str) -> str:
     """``1 pod``, ``2 pods``: the bundle README reads as English whatever the numbers."""
     return f"{number} {noun}{'' if number == 1 else 's'}"
 
@@ -200,7 +200,7 @@ def _environment() -> jinja2.Environment:
     env.filters["code"] = markdown_code
     env.filters["cell_code"] = lambda value: markdown_code(value, cell=True)
     env.filters["k8s_name"] = k8s_name
-    env.filters["count"] = count
+    env.filters["counted"] = counted
     env.globals["export_default"] = export_default
     return env
 
