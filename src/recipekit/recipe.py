@@ -204,7 +204,7 @@ class HardwareSpec(Section):
 
 # ------------------------------------------------------------------------------------------------------ parallel
 class ParallelSpec(Section):
-    """Data parallelism: plain DDP or a DeepSpeed ZeRO stage, with optional offload."""
+    """Data parallelism (plain DDP or a DeepSpeed ZeRO stage, with optional offload) and tensor parallelism."""
 
     name: str = spec(description="Short name (the option's file name).")
     description: str = spec("", description="One line shown by `recipekit list parallel`.")
@@ -215,8 +215,13 @@ class ParallelSpec(Section):
     gradient_checkpointing: bool = spec(False, description="Recompute activations in backward to save memory.")
     overlap_comm: bool = spec(True, description="Overlap gradient reduction with backward (ZeRO).")
     reduce_bucket_size: int = spec(500_000_000, gt=0, description="Elements per gradient reduction bucket.")
-    tensor_parallel: int = spec(1, ge=1, description="Tensor-parallel degree (analysed by plan; build needs 1).")
-    pipeline_parallel: int = spec(1, ge=1, description="Pipeline stages (analysed by plan; build needs 1).")
+    tensor_parallel: int = spec(
+        1,
+        ge=1,
+        description="Tensor-parallel degree: DeepSpeed AutoTP inside a pod (full training, ZeRO 0-2); world size = "
+        "TP × data-parallel size.",
+    )
+    pipeline_parallel: int = spec(1, ge=1, description="Pipeline stages (analysed by plan only; build needs 1).")
 
 
 # ---------------------------------------------------------------------------------------------------------- data
