@@ -170,7 +170,8 @@ def build(
     click.echo(
         f"{click.style('built', fg='green')} {built.path} ({len(built.files)} files): {plan.layout.nodes} pod(s) × "
         f"{plan.layout.devices_per_pod} device(s), global batch {plan.layout.global_batch_size}, {plan.precision}, "
-        f"{'ZeRO-' + str(plan.zero_stage) if plan.zero_stage else 'DDP'}"
+        f"{'ZeRO-' + str(plan.zero_stage) if plan.zero_stage else 'DDP' if not plan.uses_deepspeed else 'ZeRO-0'}"
+        + (f", TP {plan.layout.tensor_parallel} × DP {plan.layout.dp_size}" if plan.layout.tensor_parallel > 1 else "")
     )
 
 

@@ -269,3 +269,23 @@ def test_judge_checks_the_tp_degree_train_py_started_with(tmp_path: Path) -> Non
     result = Result("dryrun.train", "t")
     judge.judge_start(result, attempt, 2, 2)
     assert result.failed and "started with TP 1, but the work copy plans TP 2" in str(result.findings[0])
+
+
+def test_the_twin_gets_heads_tp_can_split(tmp_path: Path) -> None:
+    """Qwen2.5 72B at TP 8 (8 key/value heads): the Qwen2 twin's 4 and 2 heads become 8 and 8."""
+    overrides = ("recipe=qwen2.5_72b_sft", "parallel=zero2", "parallel.tensor_parallel=8")
+    dry, subs = _substituted(tmp_path, *overrides, pods=2, procs=4)
+    model = dry.model
+    assert (model.num_attention_heads, model.num_kv_heads, model.hidden_size) == (8, 8, 64)
+    assert any(s.field == "recipe.model.num_kv_heads" and "whole heads" in s.why for s in subs)
+    small, _ = _substituted(tmp_path / "tp2", *TP2, pods=2, procs=1)
+    assert (small.model.num_attention_heads, small.model.num_kv_heads) == (4, 2)  # TP 2 divides the twin's own
+
+
+def test_a_simulated_world_tp_does_not_divide_is_a_usage_error(tmp_path: Path) -> None:
+    from recipekit.validate.workcopy import DryRunUsageError
+
+    with pytest.raises(DryRunUsageError, match=r"--pods 2 × --procs-per-pod 1 = 2 processes \(e.g. --pods 2 --procs"):
+        _substituted(
+            tmp_path, "recipe=qwen2.5_72b_sft", "parallel=zero2", "parallel.tensor_parallel=8", pods=2, procs=1
+        )

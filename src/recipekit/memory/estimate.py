@@ -445,7 +445,7 @@ def _three_d(recipe: Recipe, plan: Plan, reg: Regime, stage_layers: int) -> Thre
     if not problems:
         note = (
             f"TP {tp} runs in the bundle as DeepSpeed AutoTP (ds_config tensor_parallel.autotp_size = {tp}): "
-            f"{layout.dp_size} data-parallel groups of {tp} ranks"
+            f"{layout.dp_size} TP groups of {tp} ranks, data-parallel over the groups"
         )
     elif pp > 1:
         note = f"analysis only: {PIPELINE_NEEDS}"

@@ -200,13 +200,30 @@ def substitute(recipe: Recipe, options: Any, root: Path) -> tuple[Recipe, list[S
     dry = sub.whole(
         recipe, "model", twin, f"the tiny {recipe.model.family} twin: random weights, tokenizer trained on the data"
     )
+    procs = getattr(options, "procs_per_pod", 1)
+    tp = recipe.parallel.tensor_parallel
+    if (options.pods * procs) % tp:
+        raise DryRunUsageError(
+            f"TP {tp} needs a simulated world that is a multiple of {tp}, got --pods {options.pods} × "
+            f"--procs-per-pod {procs} = {options.pods * procs} processes (e.g. --pods 2 --procs-per-pod "
+            f"{max(1, tp // 2)})"
+        )
+    heads = _twin_heads(twin, tp)
+    if heads is not None:
+        attention, kv, hidden = heads
+        dry = sub.section(
+            dry,
+            "model",
+            f"TP {tp} gives each rank whole heads: the twin gets {attention} attention and {kv} key/value heads",
+            num_attention_heads=attention,
+            num_kv_heads=kv,
+            hidden_size=hidden,
+        )
 
     shared = root / "shared"
     mount = recipe.cluster.mount_path
     micro = recipe.train.micro_batch_size
     accum = min(_accumulation(recipe), MAX_ACCUMULATION)
-    procs = getattr(options, "procs_per_pod", 1)
-    tp = recipe.parallel.tensor_parallel
     # samples follow the data-parallel ranks, so a TP run and a run without TP at the same DP see the same data
     dp = max(1, options.pods * procs // tp)
     samples = max(64, min(2000, options.steps * micro * accum * dp * 2))
@@ -286,6 +303,17 @@ def substitute(recipe: Recipe, options: Any, root: Path) -> tuple[Recipe, list[S
             )
         )
     return dry, sub.found
+
+
+def _twin_heads(twin: ModelSpec, tp: int) -> tuple[int, int, int] | None:
+    """(attention heads, key/value heads, hidden size) for the twin under TP ``tp``, or None when its own divide:
+    the fewest heads that TP divides (and the key/value heads divide), at least 8 dimensions per head."""
+    if twin.num_attention_heads % tp == 0 and twin.num_kv_heads % tp == 0:
+        return None
+    kv = math.lcm(twin.num_kv_heads, tp)
+    attention = math.lcm(twin.num_attention_heads, kv)
+    hidden = max(twin.hidden_size, 8 * attention)
+    return attention, kv, hidden + (-hidden % attention)
 
 
 def _accumulation(recipe: Recipe) -> int:
