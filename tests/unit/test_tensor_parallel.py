@@ -146,7 +146,7 @@ def test_a_tp_bundle_passes_every_static_check_and_the_libraries(tp_bundle: Path
     assert not failed, failed
     assert results["consistency.tensor-parallel"].reason == "TP 2 × DP 8 = world size 16, AutoTP 2, ZeRO-2"
     if libraries:
-        assert results["library.transformers"].reason.endswith("world size 16 = TP 2 × DP 8")
+        assert "world size 16 = TP 2 × DP 8" in results["library.transformers"].reason
         assert "AutoTP 2" in results["library.deepspeed"].reason
 
 
