@@ -200,7 +200,7 @@ def substitute(recipe: Recipe, options: Any, root: Path) -> tuple[Recipe, list[S
     dry = sub.whole(
         recipe, "model", twin, f"the tiny {recipe.model.family} twin: random weights, tokenizer trained on the data"
     )
-    procs = getattr(options, "procs_per_pod", 1)
+    procs = options.procs_per_pod
     tp = recipe.parallel.tensor_parallel
     if (options.pods * procs) % tp:
         raise DryRunUsageError(
