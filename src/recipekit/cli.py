@@ -200,7 +200,8 @@ def build(
     click.echo(
         f"{click.style('built', fg='green')} {built.path} ({len(built.files)} files): {plan.layout.nodes} pod(s) × "
         f"{plan.layout.devices_per_pod} device(s), global batch {plan.layout.global_batch_size}, {plan.precision}, "
-        f"{'ZeRO-' + str(plan.zero_stage) if plan.zero_stage else 'DDP'}"
+        f"{'ZeRO-' + str(plan.zero_stage) if plan.zero_stage else 'DDP' if not plan.uses_deepspeed else 'ZeRO-0'}"
+        + (f", TP {plan.layout.tensor_parallel} × DP {plan.layout.dp_size}" if plan.layout.tensor_parallel > 1 else "")
     )
 
 
@@ -265,8 +266,8 @@ def show(overrides: tuple[str, ...], as_json: bool, extra_dirs: tuple[Path, ...]
 @click.option(
     "--advise",
     is_flag=True,
-    help="Search ZeRO stage, offload, micro batch and checkpointing (and TP/PP when "
-    "the recipe sets them) for layouts that fit, fastest first.",
+    help="Search ZeRO stage, offload, micro batch, checkpointing and tensor parallelism (and pipeline "
+    "parallelism, analysis only, when the recipe sets it) for layouts that fit, fastest first.",
 )
 @click.option(
     "--price",
@@ -302,8 +303,8 @@ def plan(
     options = load_parallel_options(extra_dirs) if advise or not estimate.fits else {}
     advices: list[memory.Advice] = []
     if advise:
-        search_tp_pp = recipe.parallel.tensor_parallel > 1 or recipe.parallel.pipeline_parallel > 1
-        advices = memory.advise(recipe, resolved.images, top=top, search_tp_pp=search_tp_pp, parallel_options=options)
+        search_pp = recipe.parallel.pipeline_parallel > 1
+        advices = memory.advise(recipe, resolved.images, top=top, search_pp=search_pp, parallel_options=options)
     if as_json:
         document: dict[str, Any] = {"estimate": report.estimate_dict(estimate)}
         if advise:
@@ -318,11 +319,14 @@ def plan(
             console.print(f"[bold]to fit:[/] {problem.hint}", highlight=False)
     if advise:
         console.print(report.render_advice(advices))
-        if advices:
+        buildable = [a for a in advices if a.buildable]
+        if buildable:  # the fastest layout build accepts: PP (and TP the bundle cannot run) is analysis only
             base = " ".join(overrides)
             console.print(
-                f"paste: recipekit build {base} {' '.join(advices[0].overrides)}".replace("  ", " "), markup=False
+                f"paste: recipekit build {base} {' '.join(buildable[0].overrides)}".replace("  ", " "), markup=False
             )
+        elif advices:
+            console.print("no layout above builds (pipeline parallelism is analysis only): nothing to paste")
 
 
 @main.command(name="list", context_settings=_SETTINGS)

@@ -33,6 +33,7 @@ from recipekit.images import ImageFamily, ImageMatrix, compatibility_problems, r
 from recipekit.layout import Layout, recipe_layout
 from recipekit.modelsize import count_params, lora_params
 from recipekit.names import MAX_DNS_LABEL, host_volume_name, k8s_name, task_env_name
+from recipekit.parallelism import model_parallel_problems
 from recipekit.recipe import HardwareSpec, Recipe
 from recipekit.runtime import contract
 from recipekit.schema import to_data
@@ -153,6 +154,11 @@ class Plan:
             "flops": asdict(self.flops),
             "image": self.image,
         }
+
+    @property
+    def uses_deepspeed(self) -> bool:
+        """Whether the bundle trains under DeepSpeed: for ZeRO, and for tensor parallelism (AutoTP) at any stage."""
+        return bool(self.zero_stage) or self.layout.tensor_parallel > 1
 
 
 # ------------------------------------------------------------------------------------------------------- helpers
@@ -277,13 +283,22 @@ def host_volume_problems(hw: HardwareSpec) -> list[Problem]:
 
 
 # -------------------------------------------------------------------------------------------------------- plan
-def make_plan(recipe: Recipe, images: ImageMatrix, *, analysis_only: bool = False, documents: bool = True) -> Plan:
+def make_plan(
+    recipe: Recipe,
+    images: ImageMatrix,
+    *,
+    analysis_only: bool = False,
+    documents: bool = True,
+    tp_across_pods: bool = False,
+) -> Plan:
     """Derive every number and document of the bundle from ``recipe``; raise one RecipeError with all problems.
 
-    ``analysis_only`` accepts tensor/pipeline parallel degrees the bundle's backend cannot run, for ``recipekit plan``.
-    ``documents=False`` leaves out what only the bundle's files need (:func:`with_documents`: the image tag, a digest
-    of the whole recipe, and the ds_config, Trainer arguments, launch data and Job dicts), for plans that are only
-    estimated, such as each candidate ``plan --advise`` tries; every check still runs and every number is the same.
+    ``analysis_only`` accepts tensor/pipeline parallel layouts the bundle's backend cannot run, for ``recipekit
+    plan`` (:mod:`recipekit.parallelism` says which it can). ``tp_across_pods`` lets a TP group span pods: only for
+    the dry run, whose pods are processes of one machine. ``documents=False`` leaves out what only the bundle's
+    files need (:func:`with_documents`: the image tag, a digest of the whole recipe, and the ds_config, Trainer
+    arguments, launch data and Job dicts), for plans that are only estimated, such as each candidate ``plan
+    --advise`` tries; every check still runs and every number is the same.
     """
     errors = Collector()
     warnings: list[str] = []
@@ -307,12 +322,7 @@ def make_plan(recipe: Recipe, images: ImageMatrix, *, analysis_only: bool = Fals
             hint=f"at most {hw.devices_per_node}; add nodes instead",
         )
     if layout.model_parallel > 1 and not analysis_only and not problems:
-        errors.add(
-            "parallel.tensor_parallel",
-            f"TP {par.tensor_parallel} × PP {par.pipeline_parallel} = {layout.model_parallel}: the bundle's "
-            "Trainer/DeepSpeed backend runs data parallelism only",
-            hint="set both to 1 to build; `recipekit plan` still analyses 3D layouts",
-        )
+        errors.extend(model_parallel_problems(recipe, layout, tp_across_pods=tp_across_pods))
 
     errors.extend(pipeline_problems(recipe))
     errors.extend(mount_problems(recipe))
@@ -437,7 +447,7 @@ def make_plan(recipe: Recipe, images: ImageMatrix, *, analysis_only: bool = Fals
 def with_documents(recipe: Recipe, plan: Plan) -> Plan:
     """``plan`` with what the bundle's files carry: the image tag (a digest of the recipe, its pins and recipekit's
     version), the pins, the runtime environment, ds_config, the Trainer arguments, launch data and the Job."""
-    deepspeed = bool(plan.zero_stage)
+    deepspeed = plan.uses_deepspeed
     image = f"{recipe.cluster.image_registry.rstrip('/')}/{k8s_name(recipe.name)}:{recipe_digest(recipe, plan.family)}"
     plan = replace(
         plan,

@@ -244,7 +244,7 @@ class HardwareSpec(Section):
 
 # ------------------------------------------------------------------------------------------------------ parallel
 class ParallelSpec(Section):
-    """Data parallelism: plain DDP or a DeepSpeed ZeRO stage, with optional offload."""
+    """Data parallelism (plain DDP or a DeepSpeed ZeRO stage, with optional offload) and tensor parallelism."""
 
     name: str = spec(domain=SHORT_NAME, description="Short name (the option's file name).")
     description: str = spec("", description="One line shown by `recipekit list parallel`.")
@@ -258,10 +258,17 @@ class ParallelSpec(Section):
         500_000_000, gt=0, le=_MAX_COUNT, description="Elements per gradient reduction bucket."
     )
     tensor_parallel: int = spec(
-        1, ge=1, le=4096, description="Tensor-parallel degree (analysed by plan; build needs 1)."
+        1,
+        ge=1,
+        le=4096,
+        description="Tensor-parallel degree: DeepSpeed AutoTP inside a pod (full training, ZeRO 0-2); world size = "
+        "TP × data-parallel size.",
     )
     pipeline_parallel: int = spec(
-        1, ge=1, le=4096, description="Pipeline stages, at most the model's layers (analysed by plan; build needs 1)."
+        1,
+        ge=1,
+        le=4096,
+        description="Pipeline stages, at most the model's layers (analysed by plan only; build needs 1).",
     )
 
 

@@ -27,6 +27,7 @@ ALLOWED_FLAGS = {
     "validate": {
         "--dry-run",
         "--pods",
+        "--procs-per-pod",
         "--kill-pod",
         "--at-step",
         "--device",

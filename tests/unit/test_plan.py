@@ -107,10 +107,12 @@ def test_schedule_from_dataset_size() -> None:
     assert plan.steps_per_epoch == 407 and plan.total_steps == 1221 and plan.warmup_steps == 37
 
 
-def test_tensor_parallel_is_analysed_but_not_built() -> None:
-    assert "data parallelism only" in problems_of("parallel.tensor_parallel=8")["parallel.tensor_parallel"]
-    analysed = resolve(["recipe=llama3_70b_sft", "parallel.tensor_parallel=8"], analysis_only=True).plan
-    assert analysed.layout.dp_size == 8 and analysed.layout.world_size == 64
+def test_pipeline_parallel_is_analysed_but_not_built() -> None:
+    """(Tensor parallelism builds: tests/unit/test_tensor_parallel.py.)"""
+    problem = problems_of("parallel.pipeline_parallel=2")["parallel.pipeline_parallel"]
+    assert "analysis only" in problem and "PipelineModule" in problem
+    analysed = resolve(["recipe=llama3_70b_sft", "parallel.pipeline_parallel=2"], analysis_only=True).plan
+    assert analysed.layout.dp_size == 32 and analysed.layout.world_size == 64
 
 
 def test_job_names_are_dns_labels_even_for_long_recipe_names() -> None:

@@ -53,6 +53,7 @@ def training_arguments(run: RunConfig, device: Device) -> tuple[Any, list[str]]:
         world_size=world_size,
         planned_world_size=run.plan.world_size,
         launched=launched(),
+        tensor_parallel=tensor_parallel(run),
     )
     prepare_environment(bool(kwargs.get("deepspeed")), run.recipe.hw.ds_accelerator, notes)
     args = make_training_arguments(kwargs)
@@ -77,6 +78,11 @@ def prepare_inputs(
     with args.main_process_first(local=False, desc="tokenize"):
         train_set, eval_set = build_datasets(raw, tokenizer, recipe.data, args.seed)
     return model_path, tokenizer, train_set, eval_set
+
+
+def tensor_parallel(run: RunConfig) -> int:
+    """The plan's TP degree (DeepSpeed AutoTP, set up from ds_config); 1 in a recipe.yaml that predates it."""
+    return int(getattr(run.plan, "tensor_parallel", 1) or 1)
 
 
 def make_trainer(
@@ -104,7 +110,8 @@ def make_trainer(
             preemption,
         ],
     )
-    trainer.callback_handler.callbacks.insert(0, ThroughputCallback.from_plan(run.plan.flops, args.world_size))
+    throughput = ThroughputCallback.from_plan(run.plan.flops, args.world_size, tensor_parallel(run))
+    trainer.callback_handler.callbacks.insert(0, throughput)
     return trainer, preemption
 
 
@@ -122,7 +129,9 @@ def summary_lines(
     recipe, trainable, total = run.recipe, *counts
     data = recipe.data
     zero = run.plan.zero_stage if args.deepspeed else 0
-    batch = args.per_device_train_batch_size * args.gradient_accumulation_steps * args.world_size
+    tp = tensor_parallel(run)
+    dp = max(1, args.world_size // tp)
+    batch = args.per_device_train_batch_size * args.gradient_accumulation_steps * dp
     if data.format == "text":
         rows, packing = "blocks", "documents concatenated into blocks"
     else:
@@ -132,12 +141,13 @@ def summary_lines(
         f"recipe {recipe.name} (run {run.plan.run_id}): {recipe.mode.kind} of {recipe.model.name} "
         f"({recipe.model.init} init) from {model_path}",
         (
-            f"world size {args.world_size} | device {device.kind} | backend {args.ddp_backend or run.plan.comm_backend}"
+            f"world size {args.world_size}{f' = TP {tp} × DP {dp}' if tp > 1 else ''} | device {device.kind} | "
+            f"backend {args.ddp_backend or run.plan.comm_backend}"
             f" | precision {precision(args)} | ZeRO {zero} | optimizer {getattr(args.optim, 'value', args.optim)}"
         ),
         (
             f"global batch {batch} = micro {args.per_device_train_batch_size} × accumulation "
-            f"{args.gradient_accumulation_steps} × data-parallel {args.world_size}"
+            f"{args.gradient_accumulation_steps} × data-parallel {dp}"
         ),
         f"parameters: {trainable:,} trainable of {total:,} ({100 * trainable / max(total, 1):.2f}%)",
         (
@@ -203,6 +213,7 @@ def run_training(run: RunConfig, device: Device, resume: str) -> int:
         contract.EVENT_START,
         run_id=plan.run_id,
         world_size=args.world_size,
+        tensor_parallel=tensor_parallel(run),
         device=device.kind,
         precision=precision(args),
         zero_stage=zero,

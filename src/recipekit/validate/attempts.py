@@ -82,10 +82,11 @@ def pod_environment(work: WorkCopy, index: int, options: DryRunOptions) -> dict[
         lo = loopback_interface()
         if lo:
             env["GLOO_SOCKET_IFNAME"] = lo
-    elif options.device == "cuda":
-        env.update(DS_ACCELERATOR="cuda", CUDA_VISIBLE_DEVICES=str(index))
-    else:
-        env.update(DS_ACCELERATOR="npu", ASCEND_RT_VISIBLE_DEVICES=str(index))
+    else:  # pod ``index`` gets its own devices, as the device plugin would give it
+        per_pod = options.procs_per_pod
+        devices = ",".join(str(index * per_pod + k) for k in range(per_pod))
+        visible = "CUDA_VISIBLE_DEVICES" if options.device == "cuda" else "ASCEND_RT_VISIBLE_DEVICES"
+        env.update({"DS_ACCELERATOR": options.device, visible: devices})
     return env
 
 

@@ -1,8 +1,8 @@
 """The dry run: the bundle's own run.sh and runtime, as N simulated Volcano pods on this machine.
 
 The bundle is never written to: :mod:`recipekit.validate.workcopy` re-plans its recipe for this machine (tiny twin,
-generated data, a few steps, pods × 1 process, the CPU) into a work directory and records every difference in
-``substitutions.json``. Then :mod:`~recipekit.validate.ops` builds DeepSpeed's C++ ops once,
+generated data, a few steps, pods × --procs-per-pod processes, the CPU) into a work directory and records every
+difference in ``substitutions.json``. Then :mod:`~recipekit.validate.ops` builds DeepSpeed's C++ ops once,
 :mod:`~recipekit.validate.attempts` starts the pods and watches them, and :mod:`~recipekit.validate.judge` decides
 whether what they did is right. This module holds the options and the sequence: prerequisites, work copy, ops, the
 first attempt, and — with ``--kill-pod I --at-step S`` — the kill of pod I's whole process tree at step S, the
@@ -40,6 +40,7 @@ Progress = Callable[[str], None]
 @dataclass
 class DryRunOptions:
     pods: int = 2
+    procs_per_pod: int = 1  # training processes (devices) per simulated pod
     steps: int = 8
     kill_pod: int | None = None
     at_step: int | None = None
@@ -56,6 +57,8 @@ class DryRunOptions:
         """Raise DryRunUsageError for flags that contradict each other."""
         if self.pods < 1:
             raise DryRunUsageError(f"--pods must be at least 1 (got {self.pods})")
+        if self.procs_per_pod < 1:
+            raise DryRunUsageError(f"--procs-per-pod must be at least 1 (got {self.procs_per_pod})")
         if self.steps < 2:
             raise DryRunUsageError(f"--steps must be at least 2 (got {self.steps})")
         if self.at_step is not None and self.kill_pod is None:
@@ -76,7 +79,7 @@ class DryRunOptions:
 # ---------------------------------------------------------------------------------------------- prerequisites
 def _missing_modules(bundle: Bundle) -> list[str]:
     needed = ["torch", "transformers", "datasets", "tokenizers", "psutil"]
-    if bundle.plan.get("zero_stage"):
+    if bundle.plan.get("zero_stage") or (bundle.plan.get("tensor_parallel") or 1) > 1:
         needed.append("deepspeed")
     if bundle.recipe is not None and bundle.recipe.mode.kind in ("lora", "qlora"):
         needed.append("peft")
@@ -112,7 +115,8 @@ def run_dry_run(bundle: Bundle, options: DryRunOptions, progress: Progress = lam
     ops = Result("dryrun.ops", "dry run: DeepSpeed C++ ops (built once, cached)")
     train = Result(
         "dryrun.train",
-        f"dry run: {options.pods} pod(s) × run.sh → train.py, {options.steps} steps, "
+        f"dry run: {options.pods} pod(s) × run.sh → train.py ({options.procs_per_pod} process(es) each), "
+        f"{options.steps} steps, "
         f"checkpoint at {options.save_steps}",
     )
     results = [prep, ops, train]
@@ -130,8 +134,8 @@ def run_dry_run(bundle: Bundle, options: DryRunOptions, progress: Progress = lam
 
     if bundle.doc is None or bundle.recipe is None or bundle.run_sh is None or "runtime/train.py" not in bundle.raw:
         return skip_all("needs a parseable recipe.yaml, run.sh and train.py (see files.parse)")
-    if bundle.plan.get("zero_stage") and bundle.ds_config is None:
-        return skip_all("a ZeRO bundle without a parseable ds_config.json (see files.parse)")
+    if bundle.args.get("deepspeed") and bundle.ds_config is None:
+        return skip_all("a DeepSpeed bundle without a parseable ds_config.json (see files.parse)")
     missing = _missing_modules(bundle)
     if missing:
         return skip_all(f"{', '.join(missing)} not installed here (pip install 'recipekit[train]')")
@@ -141,9 +145,11 @@ def run_dry_run(bundle: Bundle, options: DryRunOptions, progress: Progress = lam
         count, why = _devices(options.device)
         if count == 0:
             return skip_all(why or f"no {options.device} device here")
-        if count < options.pods:
+        wanted = options.pods * options.procs_per_pod
+        if count < wanted:
             return skip_all(
-                f"{options.pods} pods need {options.pods} {options.device} devices (one each); found {count}"
+                f"{options.pods} pods × {options.procs_per_pod} process(es) need {wanted} {options.device} devices; "
+                f"found {count}"
             )
 
     progress(f"preparing the work copy of {bundle.path}")
@@ -163,12 +169,13 @@ def run_dry_run(bundle: Bundle, options: DryRunOptions, progress: Progress = lam
             resume.skip("the DeepSpeed ops could not be built")
         return results
 
-    world = copy.plan.get("world_size")
+    world, tp = copy.plan.get("world_size"), copy.plan.get("tensor_parallel")
     expect = judge.Expectation(
         steps=options.steps,
         save_steps=options.save_steps,
         world_size=world if isinstance(world, int) else None,
         killed=options.kill_pod is not None,
+        tensor_parallel=tp if isinstance(tp, int) else None,
     )
     run = DryRun(work, options, progress, deadline)
     with run.podset:
@@ -208,7 +215,7 @@ def _train(run: DryRun, expect: judge.Expectation, train: Result, resume: Result
         if resume:
             resume.skip(f"the first attempt {'timed out' if first.outcome == 'timeout' else 'failed'}")
         return
-    judge.judge_start(train, first, expect.world_size)
+    judge.judge_start(train, first, expect.world_size, expect.tensor_parallel)
 
     if first.outcome == "completed":
         judge.judge_completion(train, first, losses, work.output_dir, expect)

@@ -40,6 +40,7 @@ from recipekit.validate.structure import (
     check_parse,
     check_pod_template,
 )
+from recipekit.validate.tensorparallel import check_tensor_parallel
 
 __all__ = ["CHECKS", "Bundle", "BundleUnusable", "load_bundle", "rehash_manifest", "run_static"]
 
@@ -54,6 +55,7 @@ CHECKS: tuple[Callable[[Bundle], Result], ...] = (
     check_task_env,
     check_device,
     check_batch,
+    check_tensor_parallel,
     check_precision,
     check_image,
     check_storage,
