@@ -177,6 +177,8 @@ def pip_packages(recipe: Recipe, family: ImageFamily, deepspeed: bool) -> list[s
         wanted.pop("peft", None)
     if "tensorboard" not in recipe.train.report_to:
         wanted.pop("tensorboard", None)
+    if recipe.ops.metrics_port is None:
+        wanted.pop("prometheus_client", None)
     wanted.update(family.base_packages)
     pins = [f"{name}=={version}" for name, version in sorted(wanted.items())]
     if recipe.mode.kind == "qlora" and family.bitsandbytes:

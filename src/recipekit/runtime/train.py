@@ -78,9 +78,9 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging()
     try:
         return train(options)
-    except RunError as exc:
+    except RunError as exc:  # one line; a subclass may carry its own exit code (preflight: EXIT_PREFLIGHT)
         print("train.py: " + " ".join(str(exc).split()), file=sys.stderr)
-        return contract.EXIT_USER_ERROR
+        return getattr(exc, "code", contract.EXIT_USER_ERROR)
     except Exception as exc:  # a bug or an environment failure: keep the traceback, end with one line
         LOG.exception("training failed")
         print(f"train.py: failed: {type(exc).__name__}: {exc}", file=sys.stderr)
