@@ -52,8 +52,10 @@ class OpsLayer:
         if settings is None or not settings.enabled:
             return None
         testing = _section(self.operations, "testing")
+        plain = dict(vars(settings))
+        plain["expected_versions"] = dict(vars(settings.expected_versions))
         return run_preflight(
-            vars(settings),
+            plain,
             output_dir=self.output_dir,
             device_kind=self.device.kind,
             device_count=self.device.count,

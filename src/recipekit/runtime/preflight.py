@@ -53,7 +53,7 @@ HELD_SLACK_GIB = 1.0
 #: Warm-up all-reduces per size before timing.
 WARMUP = 2
 PASS, WARN, FAIL, SKIP = "pass", "warn", "fail", "skip"
-CHECKS = ("devices", "versions", "storage", "allreduce")
+CHECKS = contract.PREFLIGHT_CHECKS
 
 
 class PreflightFailed(RunError):
