@@ -126,6 +126,8 @@ def trainer_arguments(
         "ddp_find_unused_parameters": False,
         "remove_unused_columns": False,
         "include_num_input_tokens_seen": True,
+        # A NaN/inf loss is logged as it is; the runtime's loss guard stops the run on it (ops.nonfinite_loss).
+        "logging_nan_inf_filter": False,
     }
     if tr.max_steps:
         args["max_steps"] = tr.max_steps

@@ -1,10 +1,10 @@
 """The loss guard and the Trainer that feeds it: a NaN/inf loss is found at the step it happens, on every rank.
 
-The Trainer hides a non-finite loss (``logging_nan_inf_filter`` replaces it with the running mean in the logs) and
-reports a loss only every ``logging_steps``; a divergence would go on poisoning the weights and, worse, be saved as
-the newest checkpoint, which ``--resume auto`` then continues from. So :class:`OpsTrainer` looks at the loss of
-every micro-batch (the Trainer already synchronises on it for its own filter, so this costs no extra device sync),
-and :class:`GuardCallback` all-reduces the flag at each step end so every rank stops at the same step.
+The Trainer reports a loss only every ``logging_steps`` (and its ``logging_nan_inf_filter``, which the plan turns
+off, would hide a non-finite one behind the running mean, at a device sync per micro-batch); a divergence would go
+on poisoning the weights and, worse, be saved as the newest checkpoint, which ``--resume auto`` then continues from.
+So :class:`OpsTrainer` flags a non-finite loss of every micro-batch on the device, and :class:`GuardCallback`
+all-reduces the flags once per step, so every rank stops at the same step.
 
 With ``ops.nonfinite_loss: stop`` the step's checkpoint is not saved (its weights took the non-finite update), the
 run stops, and train.py writes ``nonfinite-step-N/`` (a report naming the last good checkpoint, each rank's
@@ -31,30 +31,45 @@ from .faults import Faults
 
 
 class LossGuard:
-    """What this rank saw of the current step: a non-finite micro-batch loss, and its batch."""
+    """What this rank saw of the current step: whether a micro-batch loss was not finite, and the step's batches.
+
+    The check stays on the device until the step ends (one flag per step), so it adds no synchronisation per
+    micro-batch; :meth:`agree` all-reduces it once per step.
+    """
 
     def __init__(self) -> None:
-        self.nonfinite: float | None = None  # the first non-finite loss of the current step
+        self.flag: torch.Tensor | None = None
+        self.seen: list[tuple[torch.Tensor, Any]] = []  # (loss, inputs) of the current step's micro-batches
+        self.nonfinite: list[float] = []  # this rank's non-finite losses of the step the run stopped at
         self.batch: Any = None
         self.stopped_at: int | None = None
         self.ranks: list[int] = []
 
     def observe(self, loss: torch.Tensor, inputs: Any) -> None:
-        value = float(loss.detach().float().mean().item())
-        if not math.isfinite(value) and self.nonfinite is None:
-            self.nonfinite, self.batch = value, inputs
+        bad = ~torch.isfinite(loss.detach()).all()
+        self.flag = bad if self.flag is None else self.flag | bad
+        self.seen.append((loss.detach(), inputs))
 
     def agree(self, device: torch.device) -> list[int]:
-        """The ranks that saw a non-finite loss this step (every rank gets the same list), and reset."""
-        flag = 1.0 if self.nonfinite is not None else 0.0
+        """The ranks that saw a non-finite loss this step (every rank gets the same list)."""
+        mine = self.flag.float().to(device) if self.flag is not None else torch.zeros((), device=device)
         if torch.distributed.is_available() and torch.distributed.is_initialized():
             flags = torch.zeros(torch.distributed.get_world_size(), device=device)
-            flags[torch.distributed.get_rank()] = flag
+            flags[torch.distributed.get_rank()] = mine
             torch.distributed.all_reduce(flags)
-            ranks = [i for i, f in enumerate(flags.tolist()) if f > 0]
-        else:
-            ranks = [0] if flag else []
-        return ranks
+            return [i for i, f in enumerate(flags.tolist()) if f > 0]
+        return [0] if float(mine) > 0 else []
+
+    def keep_offending(self) -> None:
+        """Keep this rank's non-finite losses and the first batch that produced one (for the report)."""
+        for loss, inputs in self.seen:
+            value = float(loss.float().mean())
+            if not math.isfinite(value):
+                self.nonfinite.append(value)
+                self.batch = inputs if self.batch is None else self.batch
+
+    def reset(self) -> None:
+        self.flag, self.seen = None, []
 
 
 class OpsTrainer(Trainer):
@@ -94,22 +109,20 @@ class GuardCallback(TrainerCallback):
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         ranks = self.guard.agree(args.device)
-        if not ranks:
-            self.guard.nonfinite = None
-            return
         step = state.global_step
-        if self.mode == "stop":
+        if ranks and self.mode == "stop":
             control.should_save = False  # the weights took the non-finite update: never a resumable checkpoint
             control.should_training_stop = True
             self.guard.stopped_at, self.guard.ranks = step, ranks
-        else:
+            self.guard.keep_offending()
+        elif ranks:
             self.on_alert(
                 "nonfinite_loss",
                 step,
                 f"loss is not finite at step {step} (ranks {', '.join(map(str, ranks))}); training goes on "
                 "(ops.nonfinite_loss: warn)",
             )
-            self.guard.nonfinite, self.guard.batch = None, None
+        self.guard.reset()
 
 
 def nonfinite_report(guard: LossGuard, output_dir: Path, rank: int, log_history: list[dict[str, Any]]) -> Path:
@@ -126,7 +139,7 @@ def nonfinite_report(guard: LossGuard, output_dir: Path, rank: int, log_history:
         report = {
             "step": step,
             "ranks": guard.ranks,
-            "loss": guard.nonfinite if guard.nonfinite is None else str(guard.nonfinite),
+            "losses_rank_0": [str(v) for v in guard.nonfinite],
             "last_good_checkpoint": str(last_good) if last_good else None,
             "recent_logs": log_history[-10:],
         }

@@ -241,7 +241,7 @@ def _train(
         return
     try:
         if "fault" in checks and opsx.fault is not None:
-            _recover(run, expect, train, checks["fault"], opsx, first, losses)
+            _recover(run, expect, train, checks["fault"], opsx, first)
         else:
             _attempts(run, expect, train, resume, first, losses)
     finally:
@@ -258,7 +258,6 @@ def _recover(
     fault: Result,
     opsx: OpsExpectation,
     first: Attempt,
-    losses: list[float],
 ) -> None:
     """A fault the recipe injects: the first attempt must fail because of it, then RestartJob and a resumed run."""
     expected = judge.expected_resume_step(run.work.output_dir)
@@ -278,7 +277,9 @@ def _recover(
         fault.details["log_tails"] = run.tails()
         if second.outcome != "completed":
             return
-    all_losses = losses + [s.loss for s in second.steps if s.loss is not None]
+    # The poisoned step's loss is NaN by design; every other loss must be finite.
+    kept = [s.loss for s in first.steps if s.loss is not None and s.step != opsx.nan_at]
+    all_losses = kept + [s.loss for s in second.steps if s.loss is not None]
     judge.judge_completion(train, second, all_losses, run.work.output_dir, replace(expect, killed=True), attempts=2)
     if train.failed:
         train.details["log_tails"] = run.tails()
