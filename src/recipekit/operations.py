@@ -34,8 +34,6 @@ from recipekit.plan import Plan
 from recipekit.recipe import Recipe
 from recipekit.schema import to_data
 
-#: HCCL_EXEC_TIMEOUT's ceiling when HCCL expands collectives on the AI vector cores (HCCL_OP_EXPANSION_MODE=AIV).
-HCCL_AIV_EXEC_TIMEOUT_MAX_S = 1091
 #: Free space preflight wants beyond the checkpoints and the final model (logs, metrics, traces, the data cache).
 STORAGE_MARGIN = 1.1
 #: The process name prefix of every metrics port (a Kubernetes port name: at most 15 characters).
@@ -61,7 +59,6 @@ class Operations:
     env: dict[str, str]  # added to launch.json's environment where the plan and hw.env leave the key unset
     expected_versions: dict[str, str]
     collective_hint: str
-    warnings: tuple[str, ...] = ()
 
     @property
     def metrics(self) -> bool:
@@ -177,14 +174,8 @@ def operations(recipe: Recipe, plan: Plan, estimate: Estimate) -> Operations:
         ports = tuple(ops.metrics_port + i for i in range(count))
 
     env: dict[str, str] = {}
-    warnings: list[str] = []
     if hw.comm_backend == "hccl":
-        env["HCCL_EXEC_TIMEOUT"] = str(steady)
-        if hw.env.get("HCCL_OP_EXPANSION_MODE") == "AIV" and steady > HCCL_AIV_EXEC_TIMEOUT_MAX_S:
-            warnings.append(
-                f"HCCL_EXEC_TIMEOUT {steady} s: HCCL's AIV expansion mode caps it at {HCCL_AIV_EXEC_TIMEOUT_MAX_S} s, "
-                "shorter than a checkpoint save may take (ops.checkpoint_save_limit_s)"
-            )
+        env["HCCL_EXEC_TIMEOUT"] = str(steady)  # AIV mode's cap is plan.operations_problems' warning
     elif hw.comm_backend == "nccl":
         # Abort a timed-out collective and crash the process (the pod fails, Volcano restarts the job) instead of
         # hanging; the heartbeat monitor does the same for a stuck NCCL watchdog thread after one stall timeout.
@@ -206,7 +197,6 @@ def operations(recipe: Recipe, plan: Plan, estimate: Estimate) -> Operations:
         env=env,
         expected_versions=expected_versions(recipe, plan),
         collective_hint=collective_hint(recipe, plan),
-        warnings=tuple(warnings),
     )
 
 
@@ -219,7 +209,7 @@ def with_operations(plan: Plan, ops: Operations) -> Plan:
     job = plan.job
     if ops.metrics and job:
         job = _with_metrics_ports(job, ops.metrics_ports)
-    return replace(plan, env=env, launch=launch, job=job, warnings=[*plan.warnings, *ops.warnings])
+    return replace(plan, env=env, launch=launch, job=job)
 
 
 def metrics_port_names(ports: tuple[int, ...]) -> list[str]:

@@ -277,6 +277,8 @@ def host_volume_problems(hw: HardwareSpec) -> list[Problem]:
 
 
 # ------------------------------------------------------------------------------------------- operations, tracking
+#: HCCL_EXEC_TIMEOUT's ceiling when HCCL expands collectives on the AI vector cores (HCCL_OP_EXPANSION_MODE=AIV).
+HCCL_AIV_EXEC_TIMEOUT_MAX_S = 1091
 #: Trackers the Trainer knows that a bundle does not wire, and why (see README "Experiment tracking").
 UNWIRED_TRACKERS = {
     "wandb": "the image does not install wandb and the bundle wires no API key or server, so the Trainer would fail "
@@ -315,6 +317,12 @@ def operations_problems(recipe: Recipe, layout: Layout, total_steps: int | None)
                     hint="choose another ops.metrics_port",
                 )
             )
+    steady_floor = max(ops.stall_timeout_floor_s, 2 * ops.checkpoint_save_limit_s)  # recipekit.operations' floor
+    if recipe.hw.env.get("HCCL_OP_EXPANSION_MODE") == "AIV" and steady_floor > HCCL_AIV_EXEC_TIMEOUT_MAX_S:
+        warnings.append(
+            f"HCCL_EXEC_TIMEOUT will be at least {steady_floor} s, but HCCL's AIV expansion mode caps it at "
+            f"{HCCL_AIV_EXEC_TIMEOUT_MAX_S} s: a checkpoint save longer than that fails the waiting ranks' collective"
+        )
     if tr.profile_steps is not None and total_steps and tr.profile_steps[1] > total_steps:
         warnings.append(f"train.profile_steps {list(tr.profile_steps)} ends after the last step ({total_steps})")
     testing = ops.testing

@@ -88,6 +88,13 @@ def test_unwired_trackers_are_refused_at_build_with_the_reason(tracker: str, cap
     assert "train.report_to" in err and "Traceback" not in err
 
 
+def test_hccl_aiv_mode_caps_the_exec_timeout_and_build_says_so() -> None:
+    plan = resolve(["recipe=llama3_8b_sft", "+hw.env.HCCL_OP_EXPANSION_MODE=AIV"]).plan
+    assert any("caps it at 1091 s" in w for w in plan.warnings)
+    short = resolve(["recipe=llama3_8b_sft", "+hw.env.HCCL_OP_EXPANSION_MODE=AIV", "ops.checkpoint_save_limit_s=500"])
+    assert not any("1091" in w for w in short.plan.warnings)
+
+
 def test_fault_injection_is_a_build_warning() -> None:
     plan = resolve(["recipe=tiny_sft", "ops.testing.nan_at_step=3"]).plan
     assert any("injects faults (testing only)" in w and "nan_at_step=3" in w for w in plan.warnings)

@@ -326,10 +326,22 @@ def judge_bandwidth(results: list[dict[str, Any]], world: int, settings: dict[st
 
 
 # ------------------------------------------------------------------------------------------------- collectives
+def _grouped() -> bool:
+    """Whether a process group exists (a run started without torchrun trains as one process, without one)."""
+    return dist.is_available() and dist.is_initialized()
+
+
 def _gather(value: Any) -> list[Any]:
+    if not _grouped():
+        return [value]
     out: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(out, value)
     return out
+
+
+def _barrier() -> None:
+    if _grouped():
+        dist.barrier()
 
 
 def measure_allreduce(sizes_mb: list[float], iterations: int, device: torch.device) -> list[dict[str, Any]]:
@@ -383,7 +395,7 @@ def run_preflight(
 ) -> dict[str, Any]:
     """Run every check on this rank and agree on the verdict with all others; the report, or PreflightFailed."""
     started = time.monotonic()
-    world, rank = dist.get_world_size(), dist.get_rank()
+    world, rank = (dist.get_world_size(), dist.get_rank()) if _grouped() else (1, 0)
     pods = max(1, world // int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1))
     watchdog = Watchdog(output_dir=output_dir, rank=rank, metrics_file=None, code=contract.EXIT_PREFLIGHT, poll_s=0.5)
     timeout = float(settings["timeout_s"])
@@ -397,7 +409,8 @@ def run_preflight(
     watchdog.arm("the preflight collectives", timeout, 0, reason)
     try:
         token_box = [secrets.token_hex(6) if rank == 0 else None]
-        dist.broadcast_object_list(token_box, src=0)
+        if _grouped():
+            dist.broadcast_object_list(token_box, src=0)
         token = str(token_box[0])
         pod = pod_index()
         first_on_pod = local_rank() == 0
@@ -419,13 +432,13 @@ def run_preflight(
             judge_versions([f["versions"] for f in facts], dict(settings["expected_versions"])),
             judge_storage(writes, seen, output_dir, int(settings["storage_needed_bytes"])),
         ]
+        _barrier()  # every pod has read every marker
         if first_on_pod and mine["write"].get("marker"):
-            dist.barrier()  # every pod has read every marker
             _remove(Path(mine["write"]["marker"]))
-        else:
-            dist.barrier()
         if any(c["status"] == FAIL for c in checks):
             checks.append(check("allreduce", SKIP, "not run: an earlier check failed"))
+        elif world < 2:
+            checks.append(check("allreduce", SKIP, "one rank: no collective to measure"))
         else:
             results = measure_allreduce(
                 [float(s) for s in settings["allreduce_sizes_mb"]], int(settings["allreduce_iterations"]), torch_device

@@ -194,6 +194,8 @@ class DryRun:
                 )
             elif "event" in record:
                 phases.record(record)
+                if record.get("event") == contract.EVENT_CHECKPOINT:
+                    self._scrape(attempt, int(record.get("step") or 0) + 1)
 
     def _scrape(self, attempt: Attempt, step: int) -> None:
         """Read rank 0's metrics endpoint once training has checkpointed (so every gauge has a value)."""

@@ -230,7 +230,10 @@ def _train(
     train.seconds = first.ended - first.started
     train.details.update(judge.first_attempt_details(first, options.pods), logs=str(work.logs))
     losses = [s.loss for s in first.steps if s.loss is not None]
-    if "preflight" in checks and not judge_preflight(checks["preflight"], first):
+    timed_out = first.outcome == "timeout" and first.last(contract.EVENT_PREFLIGHT) is None
+    if "preflight" in checks and timed_out:
+        checks["preflight"].skip("the first attempt timed out before preflight reported")
+    elif "preflight" in checks and not judge_preflight(checks["preflight"], first):
         checks["preflight"].details["log_tails"] = run.tails()
         train.fail("<dry run>", "preflight", "no training: preflight did not pass (dryrun.preflight says why)")
         for key, result in checks.items():
