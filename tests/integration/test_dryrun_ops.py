@@ -65,7 +65,8 @@ def test_preflight_metrics_and_the_profiling_window(tmp_path: Path) -> None:
     assert all(r["algbw_gbps"] > 0 and r["busbw_gbps"] == r["algbw_gbps"] for r in bandwidth["results"])  # n = 2
     assert "busbw" in pre.reason
     metrics = results["dryrun.metrics"]
-    assert metrics.status is Status.PASS and "recipekit_loss" in metrics.details["scraped"]["sampled"]
+    assert metrics.status is Status.PASS and set(metrics.details["scraped"]["pods"]) == {0, 1}
+    assert all("recipekit_loss" in pod["sampled"] for pod in metrics.details["scraped"]["pods"].values())
     profile = results["dryrun.profile"]
     assert profile.status is Status.PASS
     assert any(p.endswith("rank-0.pt.trace.json") for p in profile.details["traces"])

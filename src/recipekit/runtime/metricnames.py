@@ -84,5 +84,7 @@ METRICS = (
     ALERTS,
 )
 
-#: Metrics a CPU run cannot have (the driver reports no utilisation): the dry run does not expect them.
+#: Metrics only where the driver reports them (no utilisation on a CPU, nor without NVML): a scrape may lack them.
 DEVICE_ONLY = (DEVICE_UTILISATION,)
+#: Metrics of the whole run that global rank 0 alone measures (the checkpoint directory holds every rank's shards).
+RANK0_ONLY = (CHECKPOINT_BYTES,)

@@ -28,7 +28,7 @@ from recipekit.validate.observed import Attempt, MetricsTail
 from recipekit.validate.ops import extensions_dir
 from recipekit.validate.phases import PhaseReporter
 from recipekit.validate.pods import Pod, PodSet, free_port, loopback_interface
-from recipekit.validate.scrape import metric_ports, scrape
+from recipekit.validate.scrape import metric_ports, scrape_pods
 from recipekit.validate.workcopy import WorkCopy, set_master_port
 
 if TYPE_CHECKING:
@@ -102,8 +102,9 @@ class DryRun:
     def __init__(self, work: WorkCopy, options: DryRunOptions, progress: Callable[[str], None], deadline: float):
         self.work, self.options, self.progress, self.deadline = work, options, progress, deadline
         self.podset = PodSet()
-        #: Each pod's first metrics port (rank 0 is pod 0's local rank 0), or None: the bundle serves no metrics.
-        self.metrics_ports = metric_ports(work, options.pods)
+        #: Each pod's first metrics port (rank 0 is pod 0's local rank 0), or None: the bundle serves no metrics;
+        #: which pods serve (all, or pod 0 for ``ops.metrics_ranks: rank0``).
+        self.metrics_ports, self.serving_pods = metric_ports(work, options.pods)
         self.pods = [
             self.podset.add(
                 Pod(
@@ -198,12 +199,12 @@ class DryRun:
                     self._scrape(attempt, int(record.get("step") or 0) + 1)
 
     def _scrape(self, attempt: Attempt, step: int) -> None:
-        """Read rank 0's metrics endpoint once training has checkpointed (so every gauge has a value)."""
+        """Read the serving pods' metrics endpoints once training has checkpointed (so every gauge has a value)."""
         if not self.metrics_ports or step <= self.options.save_steps:
             return
         if attempt.scraped is not None and not attempt.scraped.get("error"):
             return
-        attempt.scraped = scrape(self.metrics_ports[0])
+        attempt.scraped = scrape_pods({pod: self.metrics_ports[pod] for pod in self.serving_pods})
         attempt.scraped["step"] = step
 
     def _cmdlines(self, index: int) -> list[list[str]]:

@@ -117,35 +117,45 @@ def _bandwidth_words(report: Path) -> str:
 
 
 # ---------------------------------------------------------------------------------------------------- metrics
-def expected_metric_names(device: str) -> tuple[list[str], list[str]]:
-    """(names the endpoint must declare, names that must have a sample by the time training checkpointed)."""
+def expected_metric_names() -> tuple[list[str], list[str]]:
+    """(names every endpoint must declare, names that must have a sample once training checkpointed): an alert
+    count appears with the first alert, the device's utilisation only where the driver reports one."""
     declared = [m.name for m in names.METRICS]
-    unsampled = {names.ALERTS.name} | ({m.name for m in names.DEVICE_ONLY} if device == "cpu" else set())
+    unsampled = {names.ALERTS.name} | {m.name for m in names.DEVICE_ONLY}
     return declared, [n for n in declared if n not in unsampled]
 
 
-def judge_metrics(result: Result, attempts: list[Attempt], device: str) -> None:
+def judge_metrics(result: Result, attempts: list[Attempt]) -> None:
+    """Every pod's endpoint (the first process of each; rank 0 alone with ``ops.metrics_ranks: rank0``) served every
+    metric name, with values, while training ran."""
     scraped = next((a.scraped for a in attempts if a.scraped and not a.scraped.get("error")), None)
     scraped = scraped or next((a.scraped for a in attempts if a.scraped), None)
     if scraped is None:
-        result.fail(WHERE, "metrics", "the endpoint was never read: training ended before the first checkpoint")
+        result.fail(WHERE, "metrics", "the endpoints were never read: training ended before the first checkpoint")
         return
     result.details["scraped"] = scraped
     if scraped.get("error"):
-        result.fail(WHERE, "metrics", f"rank 0's endpoint did not answer: {scraped['error']}")
+        result.fail(WHERE, "metrics", scraped["error"])
         return
-    declared, sampled = set(scraped["declared"]), set(scraped["sampled"])
-    want_declared, want_sampled = expected_metric_names(device)
-    missing = [n for n in want_declared if n not in declared and n.removesuffix("_total") not in declared]
-    unsampled = [n for n in want_sampled if n not in sampled]
-    if missing:
-        result.fail(WHERE, "metrics", f"not served: {', '.join(missing)}")
-    if unsampled:
-        result.fail(WHERE, "metrics", f"served without a value at step {scraped.get('step')}: {', '.join(unsampled)}")
+    want_declared, want_sampled = expected_metric_names()
+    for pod, found in sorted(scraped["pods"].items()):
+        declared, sampled = set(found["declared"]), set(found["sampled"])
+        missing = [n for n in want_declared if n not in declared and n.removesuffix("_total") not in declared]
+        rank0 = {m.name for m in names.RANK0_ONLY} if pod != 0 else set()
+        unsampled = [n for n in want_sampled if n not in sampled and n not in rank0]
+        if missing:
+            result.fail(WHERE, "metrics", f"pod {pod} (port {found['port']}) does not serve {', '.join(missing)}")
+        if unsampled:
+            result.fail(
+                WHERE,
+                "metrics",
+                f"pod {pod} served without a value at step {scraped.get('step')}: {', '.join(unsampled)}",
+            )
     if not result.failed:
+        ports = ", ".join(str(found["port"]) for _, found in sorted(scraped["pods"].items()))
         result.reason = (
-            f"rank 0 on port {scraped['port']} served all {len(want_declared)} metric names at step "
-            f"{scraped.get('step')} ({len(want_sampled)} with values)"
+            f"{len(scraped['pods'])} endpoint(s) (ports {ports}) served all {len(want_declared)} metric names at "
+            f"step {scraped.get('step')}, {len(want_sampled)} with values"
         )
 
 

@@ -16,21 +16,22 @@ from recipekit.validate.pods import free_port
 from recipekit.validate.workcopy import WorkCopy
 
 
-def metric_ports(work: WorkCopy, pods: int) -> list[int] | None:
-    """A free port per simulated pod when the work copy serves metrics (recipe.yaml ``operations.metrics``)."""
+def metric_ports(work: WorkCopy, pods: int) -> tuple[list[int] | None, list[int]]:
+    """A free port per simulated pod when the work copy serves metrics (recipe.yaml ``operations.metrics``), and the
+    pods that serve: every one, or pod 0 alone (``ranks: rank0``)."""
     import yaml
 
     try:
         doc = yaml.safe_load((work.bundle / RECIPE).read_text(encoding="utf-8")) or {}
     except (OSError, yaml.YAMLError):
-        return None
-    ports = ((doc.get("operations") or {}).get("metrics") or {}).get("ports") or []
-    if not ports:
-        return None
-    chosen: set[int] = set()
+        return None, []
+    metrics = (doc.get("operations") or {}).get("metrics") or {}
+    if not metrics.get("ports"):
+        return None, []
+    chosen: list[int] = []
     for _ in range(pods):
-        chosen.add(free_port(chosen))
-    return sorted(chosen)
+        chosen.append(free_port(set(chosen)))
+    return chosen, list(range(pods)) if metrics.get("ranks") == "all" else [0]
 
 
 def parse_exposition(text: str) -> tuple[set[str], set[str]]:
@@ -45,6 +46,17 @@ def parse_exposition(text: str) -> tuple[set[str], set[str]]:
             name = line.split("{", 1)[0].split(" ", 1)[0]
             sampled.add(name)
     return declared, sampled
+
+
+def scrape_pods(ports: dict[int, int]) -> dict[str, Any]:
+    """Scrape each pod's endpoint (pod → port); the first error, or every pod's names."""
+    found: dict[int, dict[str, Any]] = {}
+    for pod, port in sorted(ports.items()):
+        one = scrape(port)
+        if one.get("error"):
+            return {"error": f"pod {pod}'s endpoint did not answer: {one['error']}", "pods": found}
+        found[pod] = one
+    return {"error": None, "pods": found}
 
 
 def scrape(port: int, timeout: float = 3.0) -> dict[str, Any]:
