@@ -274,3 +274,18 @@ def test_records_from_several_writers_stay_whole_lines(tmp_path: Path) -> None:
         os.waitpid(pid, 0)
     records = contract.read_records(path)
     assert len(records) == 800 and len(path.read_text().splitlines()) == 800
+
+
+def test_an_older_recipe_yaml_without_operations_trains_as_before(tmp_path: Path) -> None:
+    from recipekit.runtime.device import Device
+    from recipekit.runtime.opskit import OpsLayer
+
+    run = SimpleNamespace(operations=None, recipe=SimpleNamespace(name="r", train=SimpleNamespace()), plan=None)
+    args = SimpleNamespace(output_dir=str(tmp_path), process_index=0, device=torch.device("cpu"))
+    layer = OpsLayer(run, args, Device("cpu", 0))
+    trainer = SimpleNamespace(callback_handler=SimpleNamespace(callbacks=[]))
+    assert layer.preflight() is None
+    layer.install(trainer, records=None)
+    assert trainer.callback_handler.callbacks == [] and not hasattr(trainer, "guard")
+    assert layer.stopped(trainer, records=None) is None
+    layer.close()

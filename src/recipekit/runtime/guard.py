@@ -76,7 +76,7 @@ class OpsTrainer(Trainer):
     """The Trainer, with each step's batch wait timed, each micro-batch's loss checked, and (testing only) a
     poisoned loss at ``ops.testing.nan_at_step``."""
 
-    guard: LossGuard
+    guard: LossGuard | None = None  # None: a recipe.yaml without the operations layer (nothing checks the loss)
     faults: Faults | None = None
     batch_wait_s: float = 0.0
     batch_started: float | None = None
@@ -97,7 +97,8 @@ class OpsTrainer(Trainer):
 
     def training_step(self, model: Any, inputs: Any, *args: Any, **kwargs: Any) -> torch.Tensor:
         loss = super().training_step(model, inputs, *args, **kwargs)
-        self.guard.observe(loss, inputs)
+        if self.guard is not None:
+            self.guard.observe(loss, inputs)
         return loss
 
 

@@ -68,9 +68,9 @@ class OpsLayer:
     # -- the callbacks
     def install(self, trainer: Any, records: Any) -> None:
         """Give the Trainer (an OpsTrainer) the loss guard and the faults, and add the callbacks in their order."""
-        trainer.guard, trainer.faults = self.guard, self.faults
-        if self.operations is None:
+        if self.operations is None:  # an older bundle's recipe.yaml: the Trainer as it was
             return
+        trainer.guard, trainer.faults = self.guard, self.faults
         metrics = _section(self.operations, "metrics")
         job = str(getattr(self.run.plan, "job_name", "") or self.run.recipe.name)
         self.exporter = start_exporter(metrics, job, self.rank, int(os.environ.get("LOCAL_RANK", "0")))
