@@ -139,6 +139,8 @@ def trainer_arguments(
         "ddp_find_unused_parameters": False,
         "remove_unused_columns": False,
         "include_num_input_tokens_seen": True,
+        # A NaN/inf loss is logged as it is; the runtime's loss guard stops the run on it (ops.nonfinite_loss).
+        "logging_nan_inf_filter": False,
     }
     if tr.max_steps:
         args["max_steps"] = tr.max_steps
@@ -190,6 +192,8 @@ def pip_packages(recipe: Recipe, family: ImageFamily, deepspeed: bool) -> list[s
         wanted.pop("peft", None)
     if "tensorboard" not in recipe.train.report_to:
         wanted.pop("tensorboard", None)
+    if recipe.ops.metrics_port is None:
+        wanted.pop("prometheus_client", None)
     wanted.update(family.base_packages)
     pins = [f"{name}=={version}" for name, version in sorted(wanted.items())]
     if recipe.mode.kind == "qlora" and family.bitsandbytes:

@@ -282,6 +282,74 @@ def host_volume_problems(hw: HardwareSpec) -> list[Problem]:
     return problems
 
 
+# ------------------------------------------------------------------------------------------- operations, tracking
+#: HCCL_EXEC_TIMEOUT's ceiling when HCCL expands collectives on the AI vector cores (HCCL_OP_EXPANSION_MODE=AIV).
+HCCL_AIV_EXEC_TIMEOUT_MAX_S = 1091
+#: Trackers the Trainer knows that a bundle does not wire, and why (see README "Experiment tracking").
+UNWIRED_TRACKERS = {
+    "wandb": "the image does not install wandb and the bundle wires no API key or server, so the Trainer would fail "
+    "at start on the cluster",
+    "mlflow": "the image does not install mlflow and the bundle wires no tracking URI or credentials, so the Trainer "
+    "would fail at start on the cluster",
+}
+
+
+def operations_problems(recipe: Recipe, layout: Layout, total_steps: int | None) -> tuple[list[Problem], list[str]]:
+    """Rules of the operations layer that need more than the ``ops`` section: trackers, the metrics ports against
+    the rendezvous port, the profiling window and the fault-injection switches against the schedule and the world."""
+    ops, tr, problems, warnings = recipe.ops, recipe.train, [], []
+    for tracker in tr.report_to:
+        if tracker in UNWIRED_TRACKERS:
+            problems.append(
+                Problem(
+                    "train.report_to",
+                    f"{tracker}: {UNWIRED_TRACKERS[tracker]}",
+                    hint="use tensorboard (in the image; logs in output_dir/runs) or none; the run's metrics are "
+                    "served for Prometheus (ops.metrics_port)",
+                )
+            )
+    if ops.metrics_port is not None:
+        last = ops.metrics_port + layout.devices_per_pod - 1
+        if last > 65535:
+            problems.append(
+                Problem("ops.metrics_port", f"{ops.metrics_port} + {layout.devices_per_pod} processes passes 65535")
+            )
+        if ops.metrics_port <= recipe.cluster.master_port <= last:
+            problems.append(
+                Problem(
+                    "ops.metrics_port",
+                    f"ports {ops.metrics_port}-{last} (one per process) include cluster.master_port "
+                    f"{recipe.cluster.master_port}",
+                    hint="choose another ops.metrics_port",
+                )
+            )
+    steady_floor = max(ops.stall_timeout_floor_s, 2 * ops.checkpoint_save_limit_s)  # recipekit.operations' floor
+    if recipe.hw.env.get("HCCL_OP_EXPANSION_MODE") == "AIV" and steady_floor > HCCL_AIV_EXEC_TIMEOUT_MAX_S:
+        warnings.append(
+            f"HCCL_EXEC_TIMEOUT will be at least {steady_floor} s, but HCCL's AIV expansion mode caps it at "
+            f"{HCCL_AIV_EXEC_TIMEOUT_MAX_S} s: a checkpoint save longer than that fails the waiting ranks' collective"
+        )
+    if tr.profile_steps is not None and total_steps and tr.profile_steps[1] > total_steps:
+        warnings.append(f"train.profile_steps {list(tr.profile_steps)} ends after the last step ({total_steps})")
+    testing = ops.testing
+    if testing.stall_rank >= layout.world_size:
+        problems.append(
+            Problem("ops.testing.stall_rank", f"{testing.stall_rank}, but ranks are 0..{layout.world_size - 1}")
+        )
+    injected = [
+        f"{name}={value}"
+        for name, value in (
+            ("stall_at_step", testing.stall_at_step),
+            ("nan_at_step", testing.nan_at_step),
+            ("device_count", testing.device_count),
+        )
+        if value is not None
+    ]
+    if injected:
+        warnings.append(f"ops.testing sets {', '.join(injected)}: this bundle injects faults (testing only)")
+    return problems, warnings
+
+
 # -------------------------------------------------------------------------------------------------------- plan
 def make_plan(
     recipe: Recipe,
@@ -373,6 +441,11 @@ def make_plan(
         warnings.append(
             f"train.save_steps ({tr.save_steps}) > total steps ({total_steps}): no checkpoint before the end"
         )
+
+    # --- operations layer and trackers
+    problems, notes = operations_problems(recipe, layout, total_steps)
+    errors.extend(problems)
+    warnings.extend(notes)
 
     # --- run identity and cluster names
     identity = run_id(run_identity(recipe, layout, precision))

@@ -394,6 +394,124 @@ class TrainSpec(Section):
         default_factory=lambda: ["tensorboard"], description="Trackers the Trainer reports to."
     )
     dataloader_workers: int = spec(4, ge=0, le=1024, description="DataLoader worker processes per device.")
+    profile_steps: tuple[int, int] | None = spec(
+        None,
+        description="[first, last]: record a torch profiler trace (torch_npu's on Ascend) of these optimizer steps "
+        "into output_dir/profile/ (keep the window short: a trace grows by megabytes per step).",
+    )
+
+    def rules(self) -> list[str]:
+        if self.profile_steps is not None:
+            first, last = self.profile_steps
+            if not 1 <= first <= last:
+                return [f"profile_steps {list(self.profile_steps)}: need 1 <= first <= last (steps count from 1)"]
+        return []
+
+
+# ----------------------------------------------------------------------------------------------------------- ops
+class OpsTestingSpec(Section):
+    """Fault injection — TESTING ONLY. Each switch breaks the run on purpose, once per output directory (a marker
+    file there keeps the restarted job from breaking again), so that a drill or the dry run can prove that the
+    operations layer notices and recovers. Never set these in a production recipe: ``build`` warns when any is set.
+    """
+
+    stall_rank: int = spec(0, ge=0, description="TESTING ONLY: the global rank that stalls (with stall_at_step).")
+    stall_at_step: int | None = spec(
+        None,
+        ge=2,
+        description="TESTING ONLY: stall_rank blocks forever when it begins this optimizer step (from 2: step 1 "
+        "is covered by the startup timeouts), so the hang watchdog must detect it and the job restart.",
+    )
+    nan_at_step: int | None = spec(
+        None, ge=1, description="TESTING ONLY: the loss of this optimizer step becomes NaN on every rank."
+    )
+    device_count: int | None = spec(
+        None,
+        ge=0,
+        description="TESTING ONLY: preflight's device check sees this many devices instead of asking the driver "
+        "(simulates a pod given the wrong number of devices; also on CPU).",
+    )
+
+
+class OpsSpec(Section):
+    """The operations layer every bundle carries: preflight checks, the hang watchdog and collective timeouts,
+    metrics for Prometheus, and alert thresholds. Defaults are the operators' own; derived numbers (stall and
+    collective timeouts, checkpoint sizes, bandwidth floors) are computed by recipekit.operations from these."""
+
+    preflight: bool = spec(
+        True, description="Check devices, versions, shared storage and the collective on every pod before training."
+    )
+    preflight_timeout_s: int = spec(
+        120, ge=10, le=3600, description="Preflight's collectives must finish within this; past it the pod fails."
+    )
+    allreduce_sizes_mb: list[float] = spec(
+        default_factory=lambda: [1.0, 16.0, 256.0],
+        description="Message sizes (MB) of preflight's all-reduce bandwidth test; the largest is held to the floor.",
+    )
+    allreduce_iterations: int = spec(10, ge=1, le=1000, description="Timed all-reduces per size (after 2 warm-ups).")
+    bandwidth_warn_fraction: float = spec(
+        0.5,
+        gt=0,
+        le=1,
+        description="Warn when the all-reduce bus bandwidth is below this fraction of the hardware's link bandwidth "
+        "(hw.inter_node_gbps across nodes, hw.intra_node_gbps within one).",
+    )
+    stall_timeout_floor_s: int = spec(
+        300, ge=10, description="The hang watchdog's timeout is never shorter than this, seconds."
+    )
+    stall_timeout_factor: float = spec(
+        10.0,
+        ge=1,
+        description="The hang watchdog fires when no optimizer step completes within this many planned step times "
+        "(the plan's estimate), or the floor, whichever is longer.",
+    )
+    metrics_port: int | None = spec(
+        9400,
+        ge=1024,
+        le=65535,
+        description="Serve Prometheus metrics on this port (a process with local rank i uses port + i); null: off.",
+    )
+    metrics_ranks: Literal["rank0", "all"] = spec(
+        "all", description="Which processes serve metrics: global rank 0 only, or every rank (per-device figures)."
+    )
+    monitor_labels: dict[str, str] = spec(
+        default_factory=dict,
+        description="Labels on the PodMonitor and PrometheusRule, for the Prometheus that selects them "
+        "(kube-prometheus-stack: release: <its release name>).",
+    )
+    loss_spike_ratio: float = spec(
+        0.3, gt=0, description="Warn when the loss rises by more than this fraction from one logged step to the next."
+    )
+    grad_norm_jump_ratio: float = spec(
+        0.3, gt=0, description="Warn when the gradient norm rises by more than this fraction in one logged step."
+    )
+    mfu_target: float | None = spec(
+        None,
+        gt=0,
+        le=1,
+        description="Warn when MFU stays below this for mfu_low_steps; null: the MFU the plan assumes "
+        "(hw.assumed_mfu, counted without recomputation).",
+    )
+    mfu_low_steps: int = spec(20, ge=1, description="Logged steps in a row below mfu_target before the warning.")
+    checkpoint_save_limit_s: int = spec(
+        600, gt=0, description="Warn when saving a checkpoint takes longer, seconds (twice this is a hang)."
+    )
+    device_utilisation_min: float = spec(
+        0.5, ge=0, le=1, description="Warn when the device's utilisation (driver's figure) stays below this."
+    )
+    nonfinite_loss: Literal["stop", "warn"] = spec(
+        "stop",
+        description="A NaN/inf loss: stop (no checkpoint of the broken weights; the offending batch and a report "
+        "are saved; non-zero exit) or only warn.",
+    )
+    testing: OpsTestingSpec = spec(default_factory=OpsTestingSpec, description="Fault injection: TESTING ONLY.")
+
+    def rules(self) -> list[str]:
+        broken = []
+        sizes = self.allreduce_sizes_mb
+        if not sizes or any(size <= 0 or size > 16384 for size in sizes):
+            broken.append(f"allreduce_sizes_mb {sizes}: one or more sizes, each above 0 and at most 16384 MB")
+        return broken
 
 
 # -------------------------------------------------------------------------------------------------------- recipe
@@ -414,6 +532,9 @@ class Recipe(Section):
     data: DataSpec = spec(description="Training data (group `data`).")
     cluster: ClusterSpec = spec(description="Where the Volcano Job runs (group `cluster`).")
     train: TrainSpec = spec(default_factory=TrainSpec, description="Optimisation and bookkeeping.")
+    ops: OpsSpec = spec(
+        default_factory=OpsSpec, description="Preflight, hang watchdog, metrics and alerts (the operations layer)."
+    )
 
 
 def parse_recipe(raw: dict[str, Any]) -> Recipe:

@@ -51,6 +51,7 @@ IMAGE_PACKAGES = {
     "deepspeed",
     "bitsandbytes",
     "torch_npu",
+    "prometheus_client",  # the metrics endpoint, pinned in every image family (imported only when serving)
 }
 
 

@@ -26,7 +26,9 @@ from .config import RunConfig
 from .data import load_raw_dataset
 from .device import Device
 from .distributed import join_deepspeed_group, launched, leave_process_group, prepare_environment
+from .guard import OpsTrainer
 from .model import load_model, load_tokenizer, parameter_counts, save_merged
+from .opskit import OpsLayer
 from .samples import SequenceCollator, build_datasets
 from .twin import create_random_init
 
@@ -97,7 +99,7 @@ def make_trainer(
     """The Trainer with recipekit's callbacks: throughput first (reporters run in list order and must see its
     figures), then metrics.jsonl, the run record of each checkpoint and SIGTERM handling."""
     preemption = PreemptionCallback()
-    trainer = Trainer(
+    trainer = OpsTrainer(
         model=model,
         args=args,
         train_dataset=train_set,
@@ -186,6 +188,8 @@ def run_training(run: RunConfig, device: Device, resume: str) -> int:
         datasets.disable_progress_bars()
     args, notes = training_arguments(run, device)
     output_dir = Path(args.output_dir)
+    ops = OpsLayer(run, args, device)
+    ops.preflight()  # every pod checks devices, versions, storage and the collective before anything is loaded
     output_dir.mkdir(parents=True, exist_ok=True)
     records = Records(output_dir, args.process_index == 0)
     for note in notes:
@@ -207,6 +211,7 @@ def run_training(run: RunConfig, device: Device, resume: str) -> int:
     trainable, total = parameter_counts(model)
     identity = contract.run_record(plan.run_id, world_size=args.world_size, zero_stage=zero, recipe=recipe.name)
     trainer, preemption = make_trainer(run, args, model, tokenizer, train_set, eval_set, identity)
+    ops.install(trainer, records)
     for line in summary_lines(run, args, device, model_path, (trainable, total), train_set, eval_set, resume_from):
         log0(line)
     records.add(
@@ -225,7 +230,14 @@ def run_training(run: RunConfig, device: Device, resume: str) -> int:
     )
 
     preemption.install()
-    trainer.train(resume_from_checkpoint=resume_from)
+    try:
+        trainer.train(resume_from_checkpoint=resume_from)
+    finally:
+        ops.close()
+    code = ops.stopped(trainer, records)
+    if code is not None:  # the loss guard stopped every rank at the same step
+        leave_process_group()
+        return code
     if preemption.stopped_at is not None:  # every rank stopped at this step (the flag is all-reduced)
         log0(
             "SIGTERM: saved checkpoint-%d; exiting %d so the job restarts and resumes from it",

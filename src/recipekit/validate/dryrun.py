@@ -19,7 +19,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from recipekit.runtime import contract
@@ -28,7 +28,9 @@ from recipekit.validate.attempts import DryRun, pod_environment
 from recipekit.validate.checks import Result
 from recipekit.validate.consistency import check_batch
 from recipekit.validate.loader import Bundle, load_bundle
+from recipekit.validate.observed import Attempt
 from recipekit.validate.ops import build_ops, extensions_dir
+from recipekit.validate.opsjudge import OpsExpectation, judge_fault, judge_metrics, judge_preflight, judge_profile
 from recipekit.validate.workcopy import DryRunUsageError, prepare
 
 __all__ = ["DryRunOptions", "DryRunUsageError", "extensions_dir", "pod_environment", "run_dry_run"]
@@ -169,6 +171,10 @@ def run_dry_run(bundle: Bundle, options: DryRunOptions, progress: Progress = lam
             resume.skip("the DeepSpeed ops could not be built")
         return results
 
+    opsx = OpsExpectation.from_doc(copy.doc, options.device)
+    if opsx.fault is not None and options.kill_pod is not None:
+        raise DryRunUsageError(f"--kill-pod and an injected {opsx.fault} (ops.testing): one fault per dry run")
+    checks = _ops_results(opsx, options, results)
     world, tp = copy.plan.get("world_size"), copy.plan.get("tensor_parallel")
     expect = judge.Expectation(
         steps=options.steps,
@@ -180,7 +186,7 @@ def run_dry_run(bundle: Bundle, options: DryRunOptions, progress: Progress = lam
     run = DryRun(work, options, progress, deadline)
     with run.podset:
         try:
-            _train(run, expect, train, resume)
+            _train(run, expect, train, resume, opsx, checks)
         finally:
             run.podset.kill_all()
             left = run.podset.leftovers()
@@ -193,13 +199,112 @@ def run_dry_run(bundle: Bundle, options: DryRunOptions, progress: Progress = lam
     return results
 
 
-def _train(run: DryRun, expect: judge.Expectation, train: Result, resume: Result | None) -> None:
+def _ops_results(opsx: OpsExpectation, options: DryRunOptions, results: list[Result]) -> dict[str, Result]:
+    """The operations layer's results this dry run reports, added to ``results`` (by the work copy's recipe)."""
+    found: dict[str, Result] = {}
+    if opsx.preflight:
+        found["preflight"] = Result("dryrun.preflight", f"dry run: preflight on {options.pods} pod(s), every check")
+    if opsx.metrics:
+        found["metrics"] = Result("dryrun.metrics", "dry run: the pods serve every metric name for Prometheus")
+    if opsx.fault == "stall":
+        found["fault"] = Result(
+            "dryrun.stall",
+            f"dry run: rank {opsx.stall_rank} stalls at step {opsx.stall_at} (ops.testing): detected, stacks "
+            "dumped, RestartJob, resumed",
+        )
+    elif opsx.fault == "nonfinite":
+        found["fault"] = Result(
+            "dryrun.nonfinite",
+            f"dry run: NaN loss at step {opsx.nan_at} (ops.testing): stopped with the reason, RestartJob, resumed",
+        )
+    if opsx.profile_steps:
+        found["profile"] = Result("dryrun.profile", f"dry run: profiler trace of steps {list(opsx.profile_steps)}")
+    results.extend(found.values())
+    return found
+
+
+def _train(
+    run: DryRun,
+    expect: judge.Expectation,
+    train: Result,
+    resume: Result | None,
+    opsx: OpsExpectation,
+    checks: dict[str, Result],
+) -> None:
     """The attempts in order, each judged as it ends; a failed result gets the pods' log tails."""
     options, work = run.options, run.work
     first = run.attempt(kill_at=options.at_step if options.kill_pod is not None else None)
     train.seconds = first.ended - first.started
     train.details.update(judge.first_attempt_details(first, options.pods), logs=str(work.logs))
     losses = [s.loss for s in first.steps if s.loss is not None]
+    timed_out = first.outcome == "timeout" and first.last(contract.EVENT_PREFLIGHT) is None
+    if "preflight" in checks and timed_out:
+        checks["preflight"].skip("the first attempt timed out before preflight reported")
+    elif "preflight" in checks and not judge_preflight(checks["preflight"], first):
+        checks["preflight"].details["log_tails"] = run.tails()
+        train.fail("<dry run>", "preflight", "no training: preflight did not pass (dryrun.preflight says why)")
+        for key, result in checks.items():
+            if key != "preflight":
+                result.skip("preflight did not pass")
+        if resume:
+            resume.skip("preflight did not pass")
+        return
+    try:
+        if "fault" in checks and opsx.fault is not None:
+            _recover(run, expect, train, checks["fault"], opsx, first)
+        else:
+            _attempts(run, expect, train, resume, first, losses)
+    finally:
+        if "metrics" in checks:
+            judge_metrics(checks["metrics"], run.attempts)
+        if "profile" in checks and opsx.profile_steps:
+            judge_profile(checks["profile"], work.output_dir, opsx.profile_steps, run.attempts)
+
+
+def _recover(
+    run: DryRun,
+    expect: judge.Expectation,
+    train: Result,
+    fault: Result,
+    opsx: OpsExpectation,
+    first: Attempt,
+) -> None:
+    """A fault the recipe injects: the first attempt must fail because of it, then RestartJob and a resumed run."""
+    expected = judge.expected_resume_step(run.work.output_dir)
+    fault.details["complete_checkpoints_at_restart"] = judge.complete_checkpoints(run.work.output_dir)
+    judge_fault(fault, opsx.fault or "", opsx, first, None, expected)
+    if fault.failed:
+        fault.details["log_tails"] = run.tails()
+        train.fail("<dry run>", "fault", "the injected fault was not handled (see " + fault.id + ")")
+        return
+    run.progress(f"{fault.id}: the fault stopped the job as it should; restarting every pod (RestartJob)")
+    start = time.monotonic()
+    second = run.attempt(kill_at=None)
+    fault.seconds = time.monotonic() - start
+    fault.details.pop("stalled_records", None)
+    judge_fault(fault, opsx.fault or "", opsx, first, second, expected)
+    if fault.failed:
+        fault.details["log_tails"] = run.tails()
+        if second.outcome != "completed":
+            return
+    # The poisoned step's loss is NaN by design; every other loss must be finite.
+    kept = [s.loss for s in first.steps if s.loss is not None and s.step != opsx.nan_at]
+    all_losses = kept + [s.loss for s in second.steps if s.loss is not None]
+    judge.judge_completion(train, second, all_losses, run.work.output_dir, replace(expect, killed=True), attempts=2)
+    if train.failed:
+        train.details["log_tails"] = run.tails()
+
+
+def _attempts(
+    run: DryRun,
+    expect: judge.Expectation,
+    train: Result,
+    resume: Result | None,
+    first: Attempt,
+    losses: list[float],
+) -> None:
+    """Without an injected fault: the first attempt completes, or is killed (--kill-pod) and resumed."""
+    options, work = run.options, run.work
     if first.outcome in ("timeout", "failed"):
         if first.outcome == "timeout":
             last = first.steps[-1].step if first.steps else "none"

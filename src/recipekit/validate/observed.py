@@ -39,6 +39,7 @@ class Attempt:
     killed_processes: int = 0
     ended: float = 0.0
     log_offsets: dict[int, int] = field(default_factory=dict)
+    scraped: dict[str, Any] | None = None  # rank 0's metrics endpoint, read once training checkpointed
 
     def events(self, kind: str) -> list[dict[str, Any]]:
         """This attempt's records of one kind, in file order."""

@@ -33,6 +33,7 @@ from recipekit.validate.consistency import (
 from recipekit.validate.imagepins import check_image
 from recipekit.validate.linters import check_hadolint, check_shellcheck
 from recipekit.validate.loader import Bundle, BundleUnusable, load_bundle, rehash_manifest
+from recipekit.validate.monitoring import check_monitoring, check_operations
 from recipekit.validate.structure import (
     check_job_schema,
     check_job_webhook,
@@ -60,6 +61,8 @@ CHECKS: tuple[Callable[[Bundle], Result], ...] = (
     check_image,
     check_storage,
     check_port,
+    check_operations,
+    check_monitoring,
     check_shellcheck,
     check_hadolint,
     *imagestack.CHECKS,

@@ -282,6 +282,7 @@ def substitute(recipe: Recipe, options: Any, root: Path) -> tuple[Recipe, list[S
             dry = sub.section(dry, "hw", f"a CPU 'node' runs {procs} processes per pod", devices_per_node=procs)
         if dry.train.precision == "fp16":
             dry = sub.section(dry, "train", "CPUs have no fp16", precision="bf16")
+    dry = _operations(sub, dry, options)
     par = dry.parallel
     if "nvme" in (par.offload_optimizer, par.offload_param):
         if options.device == "cpu" and not async_io_compatible():
@@ -314,6 +315,40 @@ def _twin_heads(twin: ModelSpec, tp: int) -> tuple[int, int, int] | None:
     attention = math.lcm(twin.num_attention_heads, kv)
     hidden = max(twin.hidden_size, 8 * attention)
     return attention, kv, hidden + (-hidden % attention)
+
+
+#: The dry run's all-reduce test on CPU: small messages (gloo on one host measures memory copies, not a link).
+DRY_ALLREDUCE_SIZES_MB = [1.0, 4.0]
+#: The hang watchdog's floor when the recipe injects a stall: detected in half a minute, not the bundle's minutes.
+DRY_STALL_TIMEOUT_S = 30
+
+
+def _operations(sub: _Substituter, dry: Recipe, options: Any) -> Recipe:
+    """The operations layer on a laptop: a quick bandwidth test on CPU, and a fault injected by the recipe
+    (``ops.testing``) within the dry run's steps and detected quickly."""
+    if options.device == "cpu":
+        dry = sub.section(
+            dry,
+            "ops",
+            "a short all-reduce test: gloo on one host copies memory, it measures no link",
+            allreduce_sizes_mb=DRY_ALLREDUCE_SIZES_MB,
+            allreduce_iterations=5,
+        )
+    testing = dry.ops.testing
+    for name in ("stall_at_step", "nan_at_step"):
+        step = getattr(testing, name)
+        if step is not None and step >= options.steps:
+            raise DryRunUsageError(
+                f"ops.testing.{name} is {step}, past the dry run's {options.steps} steps: use --steps {step + 2}"
+            )
+    if testing.stall_at_step is not None and dry.ops.stall_timeout_floor_s > DRY_STALL_TIMEOUT_S:
+        dry = sub.section(
+            dry,
+            "ops",
+            "the injected stall is detected in seconds (the bundle's floor is for real steps)",
+            stall_timeout_floor_s=DRY_STALL_TIMEOUT_S,
+        )
+    return dry
 
 
 def _accumulation(recipe: Recipe) -> int:
