@@ -100,10 +100,10 @@ def time_estimators() -> None:
     plan = make_plan(recipe, images, analysis_only=True)
     per_estimate, _ = _timed(lambda: estimate(recipe, plan), 200)
     per_advise, advices = _timed(lambda: advise(recipe, images, parallel_options=options), 3)
-    per_search, _ = _timed(lambda: advise(recipe, images, parallel_options=options, search_tp_pp=True), 1)
+    per_search, _ = _timed(lambda: advise(recipe, images, parallel_options=options, search_pp=True), 1)
     print(
         f"estimate(): {per_estimate * 1e3:.2f} ms   advise(): {per_advise * 1e3:.0f} ms "
-        f"({len(advices)} advised)   advise(search_tp_pp=True): {per_search * 1e3:.0f} ms   [qwen2.5_14b_sft]"
+        f"({len(advices)} advised)   advise(search_pp=True): {per_search * 1e3:.0f} ms   [qwen2.5_14b_sft]"
     )
 
 

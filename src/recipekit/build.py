@@ -16,6 +16,7 @@ from recipekit.bundle import write_bundle
 from recipekit.compose import Composed, compose
 from recipekit.errors import RecipeError
 from recipekit.images import ImageMatrix, load_images
+from recipekit.operations import operations, with_operations
 from recipekit.options import load_parallel_options
 from recipekit.paths import GROUPS
 from recipekit.plan import Plan, make_plan
@@ -122,11 +123,17 @@ def build_resolved(
 
 
 def compile_bundle(resolved: Resolved, *, allow_oom: bool = False) -> tuple[dict[str, bytes], memory.Estimate]:
-    """The bundle's files in memory, after the memory check ``build`` applies; writes nothing."""
+    """The bundle's files in memory, after the memory check ``build`` applies; writes nothing.
+
+    The operations layer's numbers follow the estimate (the hang watchdog's timeout is a multiple of the planned step
+    time), so they are computed here, between the estimate and the renderer, and added to the plan's documents.
+    """
     estimate = memory.estimate(resolved.recipe, resolved.plan)
     if not estimate.fits and not allow_oom:
         options = load_parallel_options(resolved.extra_dirs)
         problem = memory.fit_problem(estimate, images=resolved.images, parallel_options=options)
         if problem is not None:
             raise RecipeError([problem])
-    return render(resolved.recipe, resolved.plan, resolved.composed, estimate), estimate
+    ops = operations(resolved.recipe, resolved.plan, estimate)
+    plan = with_operations(resolved.plan, ops)
+    return render(resolved.recipe, plan, resolved.composed, estimate, ops), estimate

@@ -25,6 +25,10 @@ JOB = "volcano-job.yaml"
 README = "README.md"
 PLAN_JSON = "plan.json"
 PLAN_MD = "plan.md"
+#: The monitoring files (only when the recipe serves metrics, ``ops.metrics_port``): for kubectl and Grafana.
+PODMONITOR = "podmonitor.yaml"
+PROMETHEUS_RULE = "prometheusrule.yaml"
+DASHBOARD = "grafana-dashboard.json"
 #: The runtime package: src/recipekit/runtime/*.py, copied verbatim under this directory.
 RUNTIME = contract.RUNTIME_PACKAGE
 #: The module torchrun starts in each process (``torchrun ... -m runtime.train``).

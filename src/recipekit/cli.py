@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import gc
 import json
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -35,22 +36,51 @@ def _warn(warnings: list[str]) -> None:
 
 
 def _user_errors(func: Callable[..., Any]) -> Callable[..., Any]:
-    """Turn RecipeError into the list of problems on stderr and exit code 2."""
+    """Turn RecipeError into the list of problems on stderr and exit code 2.
+
+    An ``OSError`` that reaches here (a ``--recipes`` tree that cannot be read, say) is the user's file system
+    refusing a path they gave: it is reported the same way, one line naming the path, rather than as a traceback.
+    """
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return func(*args, **kwargs)
-        except RecipeError as err:
-            count = len(err.problems)
-            click.echo(
-                f"{click.style('error:', fg='red', bold=True)} {count} problem{'s' if count != 1 else ''}:", err=True
+        except BrokenPipeError:  # stdout closed by the reader (| head): not the user's input
+            raise
+        except OSError as exc:
+            from recipekit.errors import Problem
+
+            where = os.fsdecode(exc.filename) if exc.filename is not None else "path"
+            exit_with_problems(
+                RecipeError([Problem(where.encode("utf-8", "backslashreplace").decode(), exc.strerror or str(exc))])
             )
-            for problem in err.problems:
-                click.echo(f"  - {problem}", err=True)
-            sys.exit(2)
+        except RecipeError as err:
+            exit_with_problems(err)
 
     return wrapper
+
+
+def exit_with_problems(err: RecipeError) -> None:
+    """Every problem on its own line on stderr, then exit code 2: the one way recipekit reports unusable input.
+
+    One line each whatever text the input smuggled into a key or a message: control and invisible formatting
+    characters are printed as their escapes (``\\n``, ``\\u202e``).
+    """
+    from recipekit.schema import printable
+
+    count = len(err.problems)
+    click.echo(f"{click.style('error:', fg='red', bold=True)} {count} problem{'s' if count != 1 else ''}:", err=True)
+    for problem in err.problems:
+        click.echo(f"  - {printable(str(problem))}", err=True)
+    sys.exit(2)
+
+
+def _finite(param: click.Parameter, value: float | None) -> float | None:
+    """A number flag's value, refused when it is NaN (which every range comparison lets through)."""
+    if value is not None and value != value:
+        raise click.BadParameter("nan is not a number", param=param)
+    return value
 
 
 def _recipes_option(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -171,7 +201,8 @@ def build(
     click.echo(
         f"{click.style('built', fg='green')} {built.path} ({len(built.files)} files): {plan.layout.nodes} pod(s) × "
         f"{plan.layout.devices_per_pod} device(s), global batch {plan.layout.global_batch_size}, {plan.precision}, "
-        f"{'ZeRO-' + str(plan.zero_stage) if plan.zero_stage else 'DDP'}"
+        f"{'ZeRO-' + str(plan.zero_stage) if plan.zero_stage else 'DDP' if not plan.uses_deepspeed else 'ZeRO-0'}"
+        + (f", TP {plan.layout.tensor_parallel} × DP {plan.layout.dp_size}" if plan.layout.tensor_parallel > 1 else "")
     )
 
 
@@ -236,12 +267,13 @@ def show(overrides: tuple[str, ...], as_json: bool, extra_dirs: tuple[Path, ...]
 @click.option(
     "--advise",
     is_flag=True,
-    help="Search ZeRO stage, offload, micro batch and checkpointing (and TP/PP when "
-    "the recipe sets them) for layouts that fit, fastest first.",
+    help="Search ZeRO stage, offload, micro batch, checkpointing and tensor parallelism (and pipeline "
+    "parallelism, analysis only, when the recipe sets it) for layouts that fit, fastest first.",
 )
 @click.option(
     "--price",
-    type=click.FloatRange(min=0),
+    type=click.FloatRange(min=0, max=1e6),
+    callback=lambda ctx, param, value: _finite(param, value),
     default=None,
     help="Price of one device for one hour, for the cost figure (default: hw.price_per_device_hour).",
 )
@@ -297,8 +329,8 @@ def plan(
     options = load_parallel_options(extra_dirs) if advise or not estimate.fits else {}
     advices: list[memory.Advice] = []
     if advise:
-        search_tp_pp = recipe.parallel.tensor_parallel > 1 or recipe.parallel.pipeline_parallel > 1
-        advices = memory.advise(recipe, resolved.images, top=top, search_tp_pp=search_tp_pp, parallel_options=options)
+        search_pp = recipe.parallel.pipeline_parallel > 1
+        advices = memory.advise(recipe, resolved.images, top=top, search_pp=search_pp, parallel_options=options)
     if as_json:
         document: dict[str, Any] = {"estimate": report.estimate_dict(estimate)}
         if advise:
@@ -313,11 +345,14 @@ def plan(
             console.print(f"[bold]to fit:[/] {problem.hint}", highlight=False)
     if advise:
         console.print(report.render_advice(advices))
-        if advices:
+        buildable = [a for a in advices if a.buildable]
+        if buildable:  # the fastest layout build accepts: PP (and TP the bundle cannot run) is analysis only
             base = " ".join(overrides)
             console.print(
-                f"paste: recipekit build {base} {' '.join(advices[0].overrides)}".replace("  ", " "), markup=False
+                f"paste: recipekit build {base} {' '.join(buildable[0].overrides)}".replace("  ", " "), markup=False
             )
+        elif advices:
+            console.print("no layout above builds (pipeline parallelism is analysis only): nothing to paste")
 
 
 @main.command(name="list", context_settings=_SETTINGS)
@@ -338,7 +373,9 @@ def list_(group: str | None, extra_dirs: tuple[Path, ...]) -> None:
       recipekit list cluster --recipes ./team-recipes
     """
     from rich.table import Table
+    from rich.text import Text
 
+    from recipekit.compose import check_team_trees
     from recipekit.errors import Problem
     from recipekit.listing import option_rows
     from recipekit.paths import GROUPS
@@ -346,10 +383,15 @@ def list_(group: str | None, extra_dirs: tuple[Path, ...]) -> None:
 
     if group is not None and group not in GROUPS:
         raise RecipeError([Problem("group", f"unknown group {group!r}", hint="groups: " + ", ".join(GROUPS))])
+    layers = search_layers(extra_dirs)
+    problems = check_team_trees([layer.path for layer in layers])
+    if problems:
+        raise RecipeError(problems)
     table = Table("group", "option", "from", "description", caption="* the group's default")
-    for row in option_rows([group] if group else GROUPS, search_layers(extra_dirs)):
+    for row in option_rows([group] if group else GROUPS, layers):
         origin = row.origin + (f" (shadows {', '.join(row.shadows)})" if row.shadows else "")
-        table.add_row(row.group, row.option + (" *" if row.default else ""), origin, row.description)
+        # Text, not str: a team's names and descriptions show as written, never read as rich markup ("[/x]" raises)
+        table.add_row(row.group, Text(row.option + (" *" if row.default else "")), Text(origin), Text(row.description))
     _console().print(table)
 
 

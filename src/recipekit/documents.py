@@ -32,7 +32,15 @@ NO_SIDECAR = {"sidecar.istio.io/inject": "false"}
 
 
 def deepspeed_config(recipe: Recipe, layout: Layout, precision: Precision) -> dict[str, Any]:
-    """The ds_config: batch values equal to the Trainer's (DeepSpeed and the Trainer both check them)."""
+    """The ds_config: batch values equal to the Trainer's (DeepSpeed and the Trainer both check them).
+
+    With tensor parallelism it carries DeepSpeed AutoTP (``tensor_parallel.autotp_size``) and no
+    ``train_batch_size``: the Trainer's check and DeepSpeed's both count every rank of a TP group as if it saw its
+    own batch (``world_size × micro × accumulation``), while the global batch is micro × accumulation × the
+    data-parallel size; left out, DeepSpeed derives its figure and the Trainer has nothing to compare.
+    ``stage3_gather_16bit_weights_on_model_save`` then asks Accelerate to gather the TP-sliced weights whole when
+    the Trainer saves the model, so the output loads without DeepSpeed (despite its name it is read for TP too).
+    """
     par, tr, hidden = recipe.parallel, recipe.train, recipe.model.hidden_size
     zero: dict[str, Any] = {
         "stage": par.zero_stage,
@@ -58,8 +66,11 @@ def deepspeed_config(recipe: Recipe, layout: Layout, precision: Precision) -> di
         elif where == "nvme":
             zero[key] = {"device": "nvme", "nvme_path": par.nvme_path, "pin_memory": True}
 
-    config: dict[str, Any] = {
-        "train_batch_size": layout.global_batch_size,
+    tp = layout.tensor_parallel
+    if tp > 1:
+        zero["stage3_gather_16bit_weights_on_model_save"] = True
+    config: dict[str, Any] = {} if tp > 1 else {"train_batch_size": layout.global_batch_size}
+    config |= {
         "train_micro_batch_size_per_gpu": layout.micro_batch_size,
         "gradient_accumulation_steps": layout.gradient_accumulation_steps,
         "gradient_clipping": tr.max_grad_norm,
@@ -67,6 +78,8 @@ def deepspeed_config(recipe: Recipe, layout: Layout, precision: Precision) -> di
         "steps_per_print": 1_000_000,  # the Trainer logs; DeepSpeed's own step prints are noise
         "wall_clock_breakdown": False,
     }
+    if tp > 1:
+        config["tensor_parallel"] = {"autotp_size": tp}
     if precision == "bf16":
         config["bf16"] = {"enabled": True}
     elif precision == "fp16":
@@ -126,6 +139,8 @@ def trainer_arguments(
         "ddp_find_unused_parameters": False,
         "remove_unused_columns": False,
         "include_num_input_tokens_seen": True,
+        # A NaN/inf loss is logged as it is; the runtime's loss guard stops the run on it (ops.nonfinite_loss).
+        "logging_nan_inf_filter": False,
     }
     if tr.max_steps:
         args["max_steps"] = tr.max_steps
@@ -177,6 +192,8 @@ def pip_packages(recipe: Recipe, family: ImageFamily, deepspeed: bool) -> list[s
         wanted.pop("peft", None)
     if "tensorboard" not in recipe.train.report_to:
         wanted.pop("tensorboard", None)
+    if recipe.ops.metrics_port is None:
+        wanted.pop("prometheus_client", None)
     wanted.update(family.base_packages)
     pins = [f"{name}=={version}" for name, version in sorted(wanted.items())]
     if recipe.mode.kind == "qlora" and family.bitsandbytes:

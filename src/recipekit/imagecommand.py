@@ -11,6 +11,7 @@ from pathlib import Path
 
 import click
 
+from recipekit.cli import exit_with_problems
 from recipekit.errors import RecipeError
 
 _SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 110}
@@ -53,13 +54,7 @@ def build_command(
         req = imagebuild.request(bundle, tag=tag, platform=platform, build_args=build_args, push=push, engine=engine)
         client = imagebuild.connect(req)
     except RecipeError as err:
-        count = len(err.problems)
-        click.echo(
-            f"{click.style('error:', fg='red', bold=True)} {count} problem{'s' if count != 1 else ''}:", err=True
-        )
-        for problem in err.problems:
-            click.echo(f"  - {problem}", err=True)
-        sys.exit(2)
+        exit_with_problems(err)
     click.echo(f"building {req.tag} for {req.platform} from {req.bundle}", err=True)
     try:
         built = imagebuild.build(client, req, echo=lambda line: click.echo(line, err=True))

@@ -75,6 +75,42 @@ def count_params(model: ModelSpec) -> ParamCounts:
     )
 
 
+def tensor_parallel_share(model: ModelSpec, tp: int) -> ParamCounts:
+    """The parameters one rank holds under DeepSpeed AutoTP with ``tp`` ranks, as :class:`ParamCounts`.
+
+    AutoTP follows the model's own TP plan: q/k/v and gate/up are column-parallel (their rows and biases split),
+    o_proj and down_proj row-parallel (their columns split), the RMSNorm weights stay whole on every rank. An untied
+    head is column-parallel over the vocabulary while the embedding stays whole; a tied pair is vocabulary-parallel
+    together. A split that does not come out even (AutoTP partitions unevenly) is counted at its largest share.
+    Checked against the shapes AutoTP produces (tests/unit/test_memory.py).
+    """
+    counts = count_params(model)
+    if tp == 1:
+        return counts
+    shapes = linear_shapes(model)
+    h = model.hidden_size
+    vocab_share = -(-model.vocab_size // tp) * h
+
+    def split(n: int) -> int:
+        return -(-n // tp)
+
+    column = {m: split(o) * i for m, (i, o) in shapes.items() if m not in ("o_proj", "down_proj")}
+    row = {m: o * split(i) for m, (i, o) in shapes.items() if m in ("o_proj", "down_proj")}
+    linear = sum(column.values()) + sum(row.values())
+    bias = sum(split(shapes[m][1]) for m in ("q_proj", "k_proj", "v_proj")) if model.attention_bias else 0
+    embedding = vocab_share if model.tie_word_embeddings else counts.embedding
+    head = 0 if model.tie_word_embeddings else vocab_share
+    return ParamCounts(
+        embedding=embedding,
+        head=head,
+        per_layer=linear + bias + 2 * h,
+        layers=model.num_layers,
+        final_norm=h,
+        linear_per_layer=linear,
+        largest_module=max(embedding, head, *column.values(), *row.values()),
+    )
+
+
 def lora_targets(lora: LoraSpec) -> tuple[str, ...]:
     """The adapted projections; names recipekit does not know are left out (and noted by :func:`estimate`)."""
     if lora.target_modules == "all-linear":

@@ -6,9 +6,15 @@ from __future__ import annotations
 
 import re
 
-#: A Kubernetes object name (RFC 1123 label) and its length limit.
-DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+from recipekit.domains import DNS_LABEL
+
+#: The length limit of a Kubernetes object name (an RFC 1123 label).
 MAX_DNS_LABEL = 63
+
+
+def is_dns_label(text: str) -> bool:
+    """Whether Kubernetes accepts ``text`` as a DNS-1123 label (the schema's own domain, full match)."""
+    return DNS_LABEL.problem(text) is None
 
 
 def k8s_name(text: str, limit: int = MAX_DNS_LABEL) -> str:

@@ -34,7 +34,8 @@ from recipekit.errors import Collector, Problem
 from recipekit.images import ImageFamily, ImageMatrix, compatibility_problems, recipe_problems
 from recipekit.layout import Layout, recipe_layout
 from recipekit.modelsize import count_params, lora_params
-from recipekit.names import DNS_LABEL, MAX_DNS_LABEL, host_volume_name, k8s_name, task_env_name
+from recipekit.names import MAX_DNS_LABEL, host_volume_name, k8s_name, task_env_name
+from recipekit.parallelism import model_parallel_problems
 from recipekit.recipe import HardwareSpec, Recipe
 from recipekit.runtime import contract
 from recipekit.schema import to_data
@@ -160,6 +161,11 @@ class Plan:
             "image": self.image,
         }
 
+    @property
+    def uses_deepspeed(self) -> bool:
+        """Whether the bundle trains under DeepSpeed: for ZeRO, and for tensor parallelism (AutoTP) at any stage."""
+        return bool(self.zero_stage) or self.layout.tensor_parallel > 1
+
 
 # ------------------------------------------------------------------------------------------------------- helpers
 def _digest(data: Any) -> str:
@@ -283,14 +289,91 @@ def host_volume_problems(hw: HardwareSpec) -> list[Problem]:
     return problems
 
 
+# ------------------------------------------------------------------------------------------- operations, tracking
+#: HCCL_EXEC_TIMEOUT's ceiling when HCCL expands collectives on the AI vector cores (HCCL_OP_EXPANSION_MODE=AIV).
+HCCL_AIV_EXEC_TIMEOUT_MAX_S = 1091
+#: Trackers the Trainer knows that a bundle does not wire, and why (see README "Experiment tracking").
+UNWIRED_TRACKERS = {
+    "wandb": "the image does not install wandb and the bundle wires no API key or server, so the Trainer would fail "
+    "at start on the cluster",
+    "mlflow": "the image does not install mlflow and the bundle wires no tracking URI or credentials, so the Trainer "
+    "would fail at start on the cluster",
+}
+
+
+def operations_problems(recipe: Recipe, layout: Layout, total_steps: int | None) -> tuple[list[Problem], list[str]]:
+    """Rules of the operations layer that need more than the ``ops`` section: trackers, the metrics ports against
+    the rendezvous port, the profiling window and the fault-injection switches against the schedule and the world."""
+    ops, tr, problems, warnings = recipe.ops, recipe.train, [], []
+    for tracker in tr.report_to:
+        if tracker in UNWIRED_TRACKERS:
+            problems.append(
+                Problem(
+                    "train.report_to",
+                    f"{tracker}: {UNWIRED_TRACKERS[tracker]}",
+                    hint="use tensorboard (in the image; logs in output_dir/runs) or none; the run's metrics are "
+                    "served for Prometheus (ops.metrics_port)",
+                )
+            )
+    if ops.metrics_port is not None:
+        last = ops.metrics_port + layout.devices_per_pod - 1
+        if last > 65535:
+            problems.append(
+                Problem("ops.metrics_port", f"{ops.metrics_port} + {layout.devices_per_pod} processes passes 65535")
+            )
+        if ops.metrics_port <= recipe.cluster.master_port <= last:
+            problems.append(
+                Problem(
+                    "ops.metrics_port",
+                    f"ports {ops.metrics_port}-{last} (one per process) include cluster.master_port "
+                    f"{recipe.cluster.master_port}",
+                    hint="choose another ops.metrics_port",
+                )
+            )
+    steady_floor = max(ops.stall_timeout_floor_s, 2 * ops.checkpoint_save_limit_s)  # recipekit.operations' floor
+    if recipe.hw.env.get("HCCL_OP_EXPANSION_MODE") == "AIV" and steady_floor > HCCL_AIV_EXEC_TIMEOUT_MAX_S:
+        warnings.append(
+            f"HCCL_EXEC_TIMEOUT will be at least {steady_floor} s, but HCCL's AIV expansion mode caps it at "
+            f"{HCCL_AIV_EXEC_TIMEOUT_MAX_S} s: a checkpoint save longer than that fails the waiting ranks' collective"
+        )
+    if tr.profile_steps is not None and total_steps and tr.profile_steps[1] > total_steps:
+        warnings.append(f"train.profile_steps {list(tr.profile_steps)} ends after the last step ({total_steps})")
+    testing = ops.testing
+    if testing.stall_rank >= layout.world_size:
+        problems.append(
+            Problem("ops.testing.stall_rank", f"{testing.stall_rank}, but ranks are 0..{layout.world_size - 1}")
+        )
+    injected = [
+        f"{name}={value}"
+        for name, value in (
+            ("stall_at_step", testing.stall_at_step),
+            ("nan_at_step", testing.nan_at_step),
+            ("device_count", testing.device_count),
+        )
+        if value is not None
+    ]
+    if injected:
+        warnings.append(f"ops.testing sets {', '.join(injected)}: this bundle injects faults (testing only)")
+    return problems, warnings
+
+
 # -------------------------------------------------------------------------------------------------------- plan
-def make_plan(recipe: Recipe, images: ImageMatrix, *, analysis_only: bool = False, documents: bool = True) -> Plan:
+def make_plan(
+    recipe: Recipe,
+    images: ImageMatrix,
+    *,
+    analysis_only: bool = False,
+    documents: bool = True,
+    tp_across_pods: bool = False,
+) -> Plan:
     """Derive every number and document of the bundle from ``recipe``; raise one RecipeError with all problems.
 
-    ``analysis_only`` accepts tensor/pipeline parallel degrees the bundle's backend cannot run, for ``recipekit plan``.
-    ``documents=False`` leaves out what only the bundle's files need (:func:`with_documents`: the image tag, a digest
-    of the whole recipe, and the ds_config, Trainer arguments, launch data and Job dicts), for plans that are only
-    estimated, such as each candidate ``plan --advise`` tries; every check still runs and every number is the same.
+    ``analysis_only`` accepts tensor/pipeline parallel layouts the bundle's backend cannot run, for ``recipekit
+    plan`` (:mod:`recipekit.parallelism` says which it can). ``tp_across_pods`` lets a TP group span pods: only for
+    the dry run, whose pods are processes of one machine. ``documents=False`` leaves out what only the bundle's
+    files need (:func:`with_documents`: the image tag, a digest of the whole recipe, and the ds_config, Trainer
+    arguments, launch data and Job dicts), for plans that are only estimated, such as each candidate ``plan
+    --advise`` tries; every check still runs and every number is the same.
     """
     errors = Collector()
     warnings: list[str] = []
@@ -314,12 +397,10 @@ def make_plan(recipe: Recipe, images: ImageMatrix, *, analysis_only: bool = Fals
             hint=f"at most {hw.devices_per_node}; add nodes instead",
         )
     if layout.model_parallel > 1 and not analysis_only and not problems:
-        errors.add(
-            "parallel.tensor_parallel",
-            f"TP {par.tensor_parallel} × PP {par.pipeline_parallel} = {layout.model_parallel}: the bundle's "
-            "Trainer/DeepSpeed backend runs data parallelism only",
-            hint="set both to 1 to build; `recipekit plan` still analyses 3D layouts",
-        )
+        errors.extend(model_parallel_problems(recipe, layout, tp_across_pods=tp_across_pods))
+
+    errors.extend(pipeline_problems(recipe))
+    errors.extend(mount_problems(recipe))
 
     # --- precision
     precision, problems = resolve_precision(tr.precision, hw)
@@ -368,10 +449,13 @@ def make_plan(recipe: Recipe, images: ImageMatrix, *, analysis_only: bool = Fals
             f"train.save_steps ({tr.save_steps}) > total steps ({total_steps}): no checkpoint before the end"
         )
 
+    # --- operations layer and trackers
+    problems, notes = operations_problems(recipe, layout, total_steps)
+    errors.extend(problems)
+    warnings.extend(notes)
+
     # --- run identity and cluster names
     identity = run_id(run_identity(recipe, layout, precision))
-    if not DNS_LABEL.match(cl.task_name):
-        errors.add("cluster.task_name", f"{cl.task_name!r} is not a DNS label", hint="lower case letters, digits, '-'")
     suffix = f"-{identity}-{cl.task_name}-{cl.nodes - 1}"
     readable = k8s_name(recipe.name, limit=MAX_DNS_LABEL - len(suffix))
     if MAX_DNS_LABEL - len(suffix) < 1:
@@ -452,7 +536,7 @@ def make_plan(recipe: Recipe, images: ImageMatrix, *, analysis_only: bool = Fals
 def with_documents(recipe: Recipe, plan: Plan) -> Plan:
     """``plan`` with what the bundle's files carry: the image tag (a digest of the recipe, its pins and recipekit's
     version), the pins, the runtime environment, ds_config, the Trainer arguments, launch data and the Job."""
-    deepspeed = bool(plan.zero_stage)
+    deepspeed = plan.uses_deepspeed
     image = f"{recipe.cluster.image_registry.rstrip('/')}/{k8s_name(recipe.name)}:{recipe_digest(recipe, plan.family)}"
     plan = replace(
         plan,
@@ -466,3 +550,34 @@ def with_documents(recipe: Recipe, plan: Plan) -> Plan:
     )
     # The launch data and the Job are built from the finished plan (names, image, devices), then added to it.
     return replace(plan, launch=launch_spec(recipe, plan), job=volcano_job(recipe, plan))
+
+
+def pipeline_problems(recipe: Recipe) -> list[Problem]:
+    """A pipeline stage holds at least one decoder layer: more stages than layers leave some with nothing to run."""
+    stages, layers = recipe.parallel.pipeline_parallel, recipe.model.num_layers
+    if stages <= layers:
+        return []
+    return [
+        Problem(
+            "parallel.pipeline_parallel",
+            f"{stages} pipeline stages for {recipe.model.name}'s {layers} layers: a stage needs at least one layer",
+            hint=f"at most {layers}",
+        )
+    ]
+
+
+def mount_problems(recipe: Recipe) -> list[Problem]:
+    """Every volume of the pod gets its own mount path: Kubernetes rejects a pod that mounts two volumes at one path
+    (a host mount at the PVC's mount path, or at the NVMe scratch directory)."""
+    par = recipe.parallel
+    claimed = {recipe.cluster.mount_path.rstrip("/"): "cluster.mount_path"}
+    if par.nvme_path and "nvme" in (par.offload_optimizer, par.offload_param):
+        nvme = par.nvme_path.rstrip("/")
+        if nvme in claimed:
+            return [Problem("parallel.nvme_path", f"{par.nvme_path} is also {claimed[nvme]}", "a local NVMe directory")]
+        claimed[nvme] = "parallel.nvme_path"
+    return [
+        Problem("hw.host_mounts", f"{path} is also {claimed[path.rstrip('/')]}", hint="mount paths must differ")
+        for path in recipe.hw.host_mounts
+        if path.rstrip("/") in claimed
+    ]

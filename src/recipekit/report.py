@@ -160,8 +160,9 @@ def _three_d_rows(est: Estimate) -> list[tuple[str, str]]:
         ("pipeline bubble", f"{d.bubble_fraction:.1%} = (p − 1)/(m + p − 1)"),
         (
             "TP all-reduce",
-            f"{_gb(d.tp_allreduce_gb_per_layer)} per layer per micro-batch, {_gb(d.tp_volume_gb)} "
-            f"per step over {d.tp_link}: {duration(d.tp_time_s)}",
+            f"{d.tp_allreduces_per_layer} per layer, {_gb(d.tp_allreduce_gb_per_layer)} per layer per micro-batch"
+            f" + {_gb(d.tp_head_gb)} embedding/head, {_gb(d.tp_volume_gb)} per step over {d.tp_link}: "
+            f"{duration(d.tp_time_s)}, none hidden",
         ),
         ("TP inside a node", "yes" if d.tp_inside_node else "NO: every layer's all-reduce crosses the network"),
         ("backend", d.note),
@@ -219,7 +220,7 @@ def render_estimate(est: Estimate) -> RenderableType:
     parts: list[RenderableType] = [head, memory, usage_bar(est), verdict, timing]
     three_d = _three_d_rows(est)
     if three_d:
-        parts.append(_rows_table("Tensor / pipeline parallelism (analysis)", three_d))
+        parts.append(_rows_table("Tensor / pipeline parallelism", three_d))
     parts += [Text(f"note: {n}", style="dim") for n in _notes(est)]
     return Group(*parts)
 
@@ -278,7 +279,7 @@ def render_advice(advices: Sequence[Advice]) -> RenderableType:
             duration(est.offload.time_s) if est.offload.time_s else "-",
         )
         line = Text(" ".join(advice.overrides))
-        if est.parallel3d:
+        if not advice.buildable:
             line.append(" (analysis only)", style="dim")
         overrides.add_row(f"{rank}", line)
     heading = Text("Overrides of each layout, to add to the recipe's own:", style="bold")
@@ -333,7 +334,7 @@ def estimate_markdown(est: Estimate) -> str:
     lines += [f"| {name} | {value} |" for name, value in _timing_rows(est)]
     three_d = _three_d_rows(est)
     if three_d:
-        lines += ["", "| tensor / pipeline parallelism | analysis |", "|---|---|"]
+        lines += ["", "| tensor / pipeline parallelism | estimate |", "|---|---|"]
         lines += [f"| {name} | {value} |" for name, value in three_d]
     notes = _notes(est)
     if notes:
@@ -397,11 +398,14 @@ def estimate_dict(est: Estimate) -> dict[str, Any]:
             "pipeline_parallel": d.pipeline_parallel,
             "micro_batches": d.micro_batches,
             "bubble_fraction": _round(d.bubble_fraction),
+            "tp_allreduces_per_layer": d.tp_allreduces_per_layer,
             "tp_allreduce_gb_per_layer": _round(d.tp_allreduce_gb_per_layer),
+            "tp_head_gb": _round(d.tp_head_gb),
             "tp_volume_gb_per_step": _round(d.tp_volume_gb),
             "tp_inside_node": d.tp_inside_node,
             "tp_link": d.tp_link,
             "tp_time_s": _round(d.tp_time_s),
+            "buildable": d.buildable,
             "note": d.note,
         },
         "data": est.plan.data.summary(),
@@ -435,4 +439,7 @@ def layout_dict(est: Estimate) -> dict[str, Any]:
 
 def advice_dict(advices: Sequence[Advice]) -> list[dict[str, Any]]:
     """Advice for ``--json``: each layout's overrides and its estimate dict, fastest first."""
-    return [{"overrides": list(a.overrides), "estimate": estimate_dict(a.estimate)} for a in advices]
+    return [
+        {"overrides": list(a.overrides), "buildable": a.buildable, "estimate": estimate_dict(a.estimate)}
+        for a in advices
+    ]

@@ -40,8 +40,8 @@ def recipe_of(*overrides: str):
 
 
 @functools.cache
-def advice_for(base: tuple[str, ...], search_tp_pp: bool = False):
-    return tuple(advise(recipe_of(*base), IMAGES, search_tp_pp=search_tp_pp, parallel_options=OPTIONS))
+def advice_for(base: tuple[str, ...], search_pp: bool = False):
+    return tuple(advise(recipe_of(*base), IMAGES, search_pp=search_pp, parallel_options=OPTIONS))
 
 
 @pytest.mark.parametrize("base", BASES, ids=" ".join)
@@ -104,10 +104,12 @@ def test_tp_pp_search_respects_pipeline_zero_limit_and_reproduces():
     for advice in advices:
         est = advice.estimate
         assert est.fits
-        if est.parallel3d is not None:
-            assert est.parallel.zero_stage <= 1
-            assert est.parallel3d.tp_inside_node
-            assert "data parallelism only" in est.parallel3d.note
+        d = est.parallel3d
+        if d is not None:
+            assert est.parallel.zero_stage <= (1 if d.pipeline_parallel > 1 else 2)
+            assert d.tp_inside_node
+            assert advice.buildable == (d.pipeline_parallel == 1)
+            assert ("analysis only" in d.note) == (d.pipeline_parallel > 1)
         recipe = recipe_of(*base, *advice.overrides)
         assert recipe == est.recipe
         assert make_plan(recipe, IMAGES, analysis_only=True, documents=False).summary() == est.plan.summary()

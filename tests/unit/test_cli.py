@@ -27,6 +27,7 @@ ALLOWED_FLAGS = {
     "validate": {
         "--dry-run",
         "--pods",
+        "--procs-per-pod",
         "--kill-pod",
         "--at-step",
         "--device",
@@ -109,7 +110,7 @@ def test_build_never_imports_the_training_stack(tmp_path: Path) -> None:
         "from recipekit.cli import main\n"
         f"try:\n    main(['build', 'recipe=llama3_8b_sft', '-o', {str(tmp_path / 'b')!r}])\n"
         "except SystemExit:\n    pass\n"
-        "heavy = ('torch', 'transformers', 'deepspeed', 'peft', 'pydantic', 'rich')\n"
+        "heavy = ('torch', 'transformers', 'deepspeed', 'peft', 'pydantic', 'rich', 'prometheus_client')\n"
         "heavy = sorted(m for m in heavy if m in sys.modules)\n"
         "print('HEAVY=' + ','.join(heavy))\n"
     )

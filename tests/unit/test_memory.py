@@ -31,7 +31,7 @@ from recipekit.memory import (  # noqa: E402
     regime,
     tp_inside_node,
 )
-from recipekit.modelsize import count_params, lora_params  # noqa: E402
+from recipekit.modelsize import count_params, lora_params, tensor_parallel_share  # noqa: E402
 from recipekit.options import load_parallel_options  # noqa: E402
 from recipekit.plan import make_plan  # noqa: E402
 from recipekit.recipe import LoraSpec, ModelSpec, parse_recipe  # noqa: E402
@@ -294,7 +294,7 @@ def test_bubble_formula():
     assert est.parallel3d is not None
     assert est.parallel3d.micro_batches == est.layout.gradient_accumulation_steps == 64
     assert est.parallel3d.bubble_fraction == pytest.approx(3 / (64 + 3))
-    assert "data parallelism only" in est.parallel3d.note
+    assert est.parallel3d.note.startswith("analysis only: pipeline parallelism") and not est.parallel3d.buildable
 
 
 def test_tp_inside_node_detection():
@@ -308,9 +308,13 @@ def test_tp_inside_node_detection():
 
 
 def test_tensor_parallel_shards_model_states():
-    dp_only = estimate_of("recipe=llama3_70b_sft", "parallel=ddp")
-    tp8 = estimate_of("recipe=llama3_70b_sft", "parallel=ddp", "parallel.tensor_parallel=8")
-    assert tp8.item("weights") == pytest.approx(dp_only.item("weights") / 8)
+    """AutoTP's share of each rank (the layers split, the norms and an untied embedding whole): tests/unit/
+    test_memory_tp.py checks it against DeepSpeed's own shapes."""
+    dp_only = estimate_of("recipe=llama3_70b_sft", "parallel=zero1")
+    tp8 = estimate_of("recipe=llama3_70b_sft", "parallel=zero1", "parallel.tensor_parallel=8")
+    whole, share = count_params(model("llama3_70b")), tensor_parallel_share(model("llama3_70b"), 8)
+    assert share.total == pytest.approx((whole.total - whole.embedding) / 8 + whole.embedding, rel=2e-4)
+    assert tp8.item("weights") == pytest.approx(dp_only.item("weights") * share.total / whole.total)
     assert dp_only.parallel3d is None
 
 

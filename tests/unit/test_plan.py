@@ -107,10 +107,12 @@ def test_schedule_from_dataset_size() -> None:
     assert plan.steps_per_epoch == 407 and plan.total_steps == 1221 and plan.warmup_steps == 37
 
 
-def test_tensor_parallel_is_analysed_but_not_built() -> None:
-    assert "data parallelism only" in problems_of("parallel.tensor_parallel=8")["parallel.tensor_parallel"]
-    analysed = resolve(["recipe=llama3_70b_sft", "parallel.tensor_parallel=8"], analysis_only=True).plan
-    assert analysed.layout.dp_size == 8 and analysed.layout.world_size == 64
+def test_pipeline_parallel_is_analysed_but_not_built() -> None:
+    """(Tensor parallelism builds: tests/unit/test_tensor_parallel.py.)"""
+    problem = problems_of("parallel.pipeline_parallel=2")["parallel.pipeline_parallel"]
+    assert "analysis only" in problem and "PipelineModule" in problem
+    analysed = resolve(["recipe=llama3_70b_sft", "parallel.pipeline_parallel=2"], analysis_only=True).plan
+    assert analysed.layout.dp_size == 32 and analysed.layout.world_size == 64
 
 
 def test_job_names_are_dns_labels_even_for_long_recipe_names() -> None:
@@ -141,3 +143,8 @@ def test_checkpoint_on_sigterm_fits_in_the_grace_period() -> None:
     plan = plan_of("recipe=llama3_8b_sft")
     grace = plan.job["spec"]["tasks"][0]["template"]["spec"]["terminationGracePeriodSeconds"]
     assert 0 < int(plan.env["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"]) < grace
+
+
+def test_a_recipe_name_must_start_with_a_letter() -> None:
+    """The svc plugin names a Service after the Job, and a Service name is a DNS-1035 label."""
+    assert "must match [a-z]" in problems_of("recipe=tiny_sft", "name=1-sft")["name"]

@@ -42,15 +42,15 @@ def whole_on_one_line(word: str, lines: list[str]) -> bool:
 
 
 @pytest.mark.parametrize(
-    "base, search_tp_pp",
+    "base, search_pp",
     [
         (("recipe=qwen2.5_14b_sft",), False),
-        (("recipe=llama3_70b_sft", "parallel.tensor_parallel=8"), True),  # the longest overrides: TP, PP, ...
+        (("recipe=llama3_70b_sft", "parallel.pipeline_parallel=2"), True),  # the longest overrides: TP, PP, ...
     ],
     ids=["zero", "tp-pp"],
 )
-def test_advice_keeps_each_override_whole_at_80_columns(base, search_tp_pp):
-    advices = advise(recipe_of(*base), IMAGES, parallel_options=load_parallel_options(), search_tp_pp=search_tp_pp)
+def test_advice_keeps_each_override_whole_at_80_columns(base, search_pp):
+    advices = advise(recipe_of(*base), IMAGES, parallel_options=load_parallel_options(), search_pp=search_pp)
     assert advices
     lines = shown(render_advice(advices))
     assert all(len(line.rstrip()) <= WIDTH for line in lines)

@@ -55,6 +55,7 @@ IMAGE_PACKAGES = {
     # Parquet and Arrow inputs are read with pyarrow
     "numpy",
     "pyarrow",
+    "prometheus_client",  # the metrics endpoint, pinned in every image family (imported only when serving)
 }
 
 

@@ -367,3 +367,20 @@ def test_phase_reporter_says_each_phase_once_per_pod(tmp_path: Path) -> None:
         "attempt 1: pod 0: torchrun started 1 worker process(es)",
         "attempt 1: train.py rank 0: build model",
     ]
+
+
+def test_the_operations_records_are_shown_as_phases() -> None:
+    from recipekit.validate.phases import describe
+
+    preflight = {
+        "event": "preflight",
+        "ok": False,
+        "checks": [{"check": "devices", "status": "fail"}],
+        "seconds": 1.5,
+        "reason": "devices: pod 1 sees 3",
+    }
+    assert describe(preflight) == "train.py preflight FAILED: devices: pod 1 sees 3 (devices fail; 1.5 s)"
+    stalled = {"event": "stalled", "rank": 1, "waited_s": 30.1, "phase": "step 6", "stacks": "/o/hang/x.txt"}
+    assert describe(stalled) == "train.py rank 1: watchdog fired after 30.1 s in step 6; stacks in /o/hang/x.txt"
+    assert describe({"event": "alert", "alert": "mfu_low", "message": "m"}) == "train.py alert mfu_low: m"
+    assert describe({"event": "checkpoint", "step": 4}) is None

@@ -878,7 +878,7 @@ def test_cli_exit_1_names_the_file_and_field(built: dict[str, Path], tmp_path: P
         (["{missing}"], "no such directory"),
         (["{file}"], "not a directory"),
         (["{empty}"], "no manifest.json"),
-        (["{broken_manifest}"], "not valid JSON"),
+        (["{broken_manifest}"], "not UTF-8 JSON"),
         (["{good}", "--kill-pod", "1"], "--kill-pod only makes sense with --dry-run"),
         (["{good}", "--dry-run", "--kill-pod", "5"], "pods are numbered 0..1"),
         (["{good}", "--dry-run", "--kill-pod", "0", "--at-step", "8"], "--at-step 8"),

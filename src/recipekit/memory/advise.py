@@ -137,6 +137,13 @@ class Advice:
     def step_time_s(self) -> float:
         return self.estimate.step_time_s
 
+    @property
+    def buildable(self) -> bool:
+        """Whether ``build`` accepts this layout (pipeline parallelism, and TP the bundle cannot run, are analysis
+        only)."""
+        d = self.estimate.parallel3d
+        return d is None or d.buildable
+
 
 def _fits_line(est: Estimate) -> str:
     return f"≈ {est.total_gib:.1f} of {est.device_gib:g} GiB per device, step ≈ {est.step_time_s:.1f} s"
@@ -251,24 +258,32 @@ def advise(
     *,
     parallel_options: Mapping[str, ParallelSpec],
     top: int = 5,
-    search_tp_pp: bool = False,
+    search_pp: bool = False,
 ) -> list[Advice]:
     """The ``top`` fastest layouts of ``recipe`` on its own cluster (nodes fixed) that fit, fastest first.
 
     Varies the parallel option (each of ``parallel_options``: DDP, ZeRO stages, offload variants), the micro batch
-    (powers of two), gradient checkpointing and, with ``search_tp_pp``, TP (powers of two within a node, dividing
-    the attention and KV heads) and PP degrees (with ZeRO ≤ 1, which is what pipeline engines support). The global
-    batch stays the recipe's: layouts whose accumulation it does not divide are skipped. Layouts whose estimate does
-    not fit are dropped; ranking is by estimated step time (compute, exposed communication, offload), ties broken by
-    :func:`_rank`. Each advice's overrides, added to the recipe's own, compose to it.
+    (powers of two), gradient checkpointing and the TP degree (powers of two that divide the devices of a pod and
+    the attention and KV heads, with ZeRO ≤ 2, which is what AutoTP trains with). Only layouts ``build`` accepts are
+    kept, unless ``search_pp``: then PP degrees (with ZeRO ≤ 1, what pipeline engines support) are tried too, and
+    the layouts the bundle cannot run are kept as analysis (:attr:`Advice.buildable` says which). The global batch
+    stays the recipe's: layouts whose accumulation it does not divide are skipped. Layouts whose estimate does not
+    fit are dropped; ranking is by estimated step time (compute, exposed communication, offload, TP all-reduces),
+    ties broken by :func:`_rank`. Each advice's overrides, added to the recipe's own, compose to it.
     """
     base = make_plan(recipe, images, analysis_only=True, documents=False).layout
     gb = base.global_batch_size
+    own_tp, own_pp = recipe.parallel.tensor_parallel, recipe.parallel.pipeline_parallel
     found: dict[tuple[str, ...], Estimate] = {}
-    for layout in _layouts(recipe, base, search_tp_pp):
+    for layout in _layouts(recipe, base, search_pp):
         tp, pp = layout.tensor_parallel, layout.pipeline_parallel
+        shape: dict[str, int] = {}
+        if tp > 1 or own_tp > 1:
+            shape["tensor_parallel"] = tp
+        if search_pp or pp > 1 or own_pp > 1:
+            shape["pipeline_parallel"] = pp
         for option in parallel_options.values():
-            if layout.model_parallel > 1 and option.zero_stage > 1:
+            if (pp > 1 and option.zero_stage > 1) or (tp > 1 and option.zero_stage > 2):
                 continue
             for gc in (False, True):
                 cand = candidate(
@@ -279,40 +294,43 @@ def advise(
                     micro_batch_size=layout.micro_batch_size,
                     global_batch_size=gb,
                     explicit=True,
-                    **({"tensor_parallel": tp, "pipeline_parallel": pp} if search_tp_pp or tp * pp > 1 else {}),
+                    **shape,  # type: ignore[arg-type]
                 )
                 est = _try(cand, images, gb)
-                if est is not None and est.fits:
+                if est is None or not est.fits:
+                    continue
+                if search_pp or est.parallel3d is None or est.parallel3d.buildable:
                     found.setdefault(cand.overrides, est)
     ranked = sorted(found.items(), key=lambda kv: _rank(kv[1]) + (kv[0],))
     return [Advice(overrides, est) for overrides, est in ranked[:top]]
 
 
-def _layouts(recipe: Recipe, base: Layout, search_tp_pp: bool) -> list[Layout]:
-    """Every layout of ``base``'s devices that keeps its global batch: the recipe's TP × PP (or, searching, each
-    TP dividing the heads within a node and each PP up to the layers) × each micro batch, as the plan derives them."""
+def _layouts(recipe: Recipe, base: Layout, search_pp: bool) -> list[Layout]:
+    """Every layout of ``base``'s devices that keeps its global batch: each TP dividing the heads within a pod (and,
+    searching PP, each PP up to the layers) × each micro batch, as the plan derives them."""
     model = recipe.model
-    shapes = [(base.tensor_parallel, base.pipeline_parallel)]
-    if search_tp_pp:
-        tps = [
-            t
-            for t in _powers_of_two(base.devices_per_pod)
-            if model.num_attention_heads % t == 0 and model.num_kv_heads % t == 0
-        ]
-        shapes = [(t, p) for t in tps for p in _powers_of_two(min(model.num_layers, base.world_size))]
+    tps = [
+        t
+        for t in _powers_of_two(base.devices_per_pod)
+        if base.devices_per_pod % t == 0 and model.num_attention_heads % t == 0 and model.num_kv_heads % t == 0
+    ]
+    if base.tensor_parallel not in tps:
+        tps.append(base.tensor_parallel)  # the recipe's own, analysed even where the bundle cannot run it
+    pps = _powers_of_two(min(model.num_layers, base.world_size)) if search_pp else [base.pipeline_parallel]
     found = []
-    for tp, pp in shapes:
-        for micro in _powers_of_two(base.global_batch_size):
-            layout, problems = derive_layout(
-                base.nodes,
-                base.devices_per_pod,
-                tensor_parallel=tp,
-                pipeline_parallel=pp,
-                micro_batch_size=micro,
-                global_batch_size=base.global_batch_size,
-            )
-            if not problems:
-                found.append(layout)
+    for tp in tps:
+        for pp in pps:
+            for micro in _powers_of_two(base.global_batch_size):
+                layout, problems = derive_layout(
+                    base.nodes,
+                    base.devices_per_pod,
+                    tensor_parallel=tp,
+                    pipeline_parallel=pp,
+                    micro_batch_size=micro,
+                    global_batch_size=base.global_batch_size,
+                )
+                if not problems:
+                    found.append(layout)
     return found
 
 

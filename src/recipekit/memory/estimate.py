@@ -29,12 +29,16 @@ from recipekit.memory.formulas import (
     qlora_base_bytes,
     regime,
     tp_allreduce_bytes_per_layer,
+    tp_allreduce_count,
+    tp_head_bytes,
     tp_inside_node,
+    vocab_parallel_logits,
     zero_buffers,
 )
-from recipekit.modelsize import LORA_MODULES, count_params
+from recipekit.modelsize import LORA_MODULES, count_params, tensor_parallel_share
+from recipekit.parallelism import PIPELINE_NEEDS, model_parallel_problems
 from recipekit.plan import Plan
-from recipekit.recipe import ParallelSpec, Recipe
+from recipekit.recipe import ModelSpec, ParallelSpec, Recipe
 
 
 # --------------------------------------------------------------------------------------------------------- records
@@ -90,17 +94,21 @@ class Offload:
 
 @dataclass(frozen=True)
 class ThreeD:
-    """Tensor and pipeline parallelism, analysed (the bundle's backend runs data parallelism only)."""
+    """Tensor and pipeline parallelism: the bubble, TP's traffic and its link, and whether the bundle runs it (TP
+    through DeepSpeed AutoTP; PP is analysis only)."""
 
     tensor_parallel: int
     pipeline_parallel: int
     micro_batches: int
     bubble_fraction: float
+    tp_allreduces_per_layer: int  # AutoTP's b·s·h all-reduces per layer per micro-step
     tp_allreduce_gb_per_layer: float  # per device, one micro-batch's forward and backward
+    tp_head_gb: float  # per device, one micro-batch: the embedding and head's TP traffic
     tp_volume_gb: float  # per device, per optimizer step
     tp_inside_node: bool
     tp_link: str
     tp_time_s: float
+    buildable: bool  # the bundle runs this layout
     note: str
 
 
@@ -164,16 +172,17 @@ def estimate(recipe: Recipe, plan: Plan, *, price_per_device_hour: float | None 
     layout, seq = plan.layout, recipe.data.max_len
     tp, pp, dp = layout.tensor_parallel, layout.pipeline_parallel, layout.dp_size
     micro, accum = layout.micro_batch_size, layout.gradient_accumulation_steps
-    reg = regime(plan.precision, plan.zero_stage)
+    reg = regime(plan.precision, plan.zero_stage, deepspeed=plan.uses_deepspeed)
     counts = count_params(model)
     lora = mode.lora if mode.kind in ("lora", "qlora") else None
     full_training = lora is None
     notes: list[str] = []
 
-    # --- what one device holds of the model: the heaviest pipeline stage, split over TP
-    stage_layers, stage_params = pipeline_stage(counts, pp)
-    params_dev = stage_params / tp
-    trainable_dev = params_dev if full_training else plan.flops.params_trainable * stage_params / counts.total / tp
+    # --- what one device holds of the model: the heaviest pipeline stage of its TP share (AutoTP's shapes)
+    share = tensor_parallel_share(model, tp)
+    stage_layers, params_dev = pipeline_stage(share, pp)
+    stage_share = pipeline_stage(counts, pp)[1] / counts.total
+    trainable_dev = params_dev if full_training else plan.flops.params_trainable * stage_share / tp
     frozen_b: float | None = None
     if mode.kind == "qlora":
         base = qlora_base_bytes(counts, double_quant=mode.quant.double_quant, other_bytes=reg.frozen_weight)
@@ -186,7 +195,7 @@ def estimate(recipe: Recipe, plan: Plan, *, price_per_device_hour: float | None 
         frozen_weight_bytes=frozen_b,
         offload_optimizer=par.offload_optimizer,
         offload_param=par.offload_param,
-        largest_layer=counts.largest_module / tp,
+        largest_layer=share.largest_module,
     )
 
     # --- activations
@@ -232,7 +241,7 @@ def estimate(recipe: Recipe, plan: Plan, *, price_per_device_hour: float | None 
             "logits (loss)",
             logits_peak / GIB,
             f"{micro} × {seq} tokens × {model.vocab_size} vocab × {LOGITS_PEAK_BYTES} B fp32"
-            + (f" / TP {tp}" if tp > 1 else ""),
+            + (_logits_tp_words(model, tp) if tp > 1 else ""),
         ),
         MemoryItem("ZeRO buffers", buffers / GIB, buffer_basis),
         MemoryItem(
@@ -340,7 +349,7 @@ def _weights_basis(kind: str, params_dev: float, reg: Regime, par: ParallelSpec,
 def _gradients_basis(trainable: float, reg: Regime, par: ParallelSpec, dp: int) -> str:
     head = f"{trainable / 1e9:.3g} B trainable, {reg.gradient_words}"
     if reg.zero_stage == 0:
-        return head + (" + DDP bucket copy" if dp > 1 else "") + ", replicated"
+        return head + (" + DDP bucket copy" if reg.ddp and dp > 1 else "") + ", replicated"
     spread = _spread(par.offload_optimizer, dp)
     if reg.zero_stage >= 2:
         where = spread
@@ -354,6 +363,12 @@ def _gradients_basis(trainable: float, reg: Regime, par: ParallelSpec, dp: int) 
 def _optimizer_basis(trainable: float, reg: Regime, par: ParallelSpec, dp: int) -> str:
     where = "replicated" if reg.zero_stage == 0 else _spread(par.offload_optimizer, dp)
     return f"{trainable / 1e9:.3g} B trainable, {reg.optimizer_words}, {where}"
+
+
+def _logits_tp_words(model: ModelSpec, tp: int) -> str:
+    if vocab_parallel_logits(model):
+        return f" / TP {tp} (tied head: vocabulary-parallel)"
+    return f", whole on each of the TP {tp} ranks (untied head: AutoTP gathers its output)"
 
 
 def _activation_basis(checkpointing: bool, micro: int, seq: int, layers: int, pp: int, accum: int) -> str:
@@ -423,34 +438,39 @@ def _dp_communication(
 
 
 def _three_d(recipe: Recipe, plan: Plan, reg: Regime, stage_layers: int) -> ThreeD:
-    """TP's all-reduces over the heaviest stage's layers (none of them hidden) on the link TP crosses, and the
-    pipeline's bubble."""
+    """TP's all-reduces over the heaviest stage's layers and its embedding/head traffic (none of it hidden: every
+    all-reduce sits between two layers' compute) on the link TP crosses, and the pipeline's bubble."""
     model, hw, layout = recipe.model, recipe.hw, plan.layout
     tp, pp, m = layout.tensor_parallel, layout.pipeline_parallel, layout.gradient_accumulation_steps
-    per_layer = (
-        tp_allreduce_bytes_per_layer(
-            reg,
-            tensor_parallel=tp,
-            micro_batch=layout.micro_batch_size,
-            seq_len=recipe.data.max_len,
-            hidden=model.hidden_size,
-            checkpointing=recipe.parallel.gradient_checkpointing,
-        )
-        / GB
-    )
-    step_volume = per_layer * stage_layers * m
+    checkpointing = recipe.parallel.gradient_checkpointing
+    shape = dict(tensor_parallel=tp, micro_batch=layout.micro_batch_size, seq_len=recipe.data.max_len)
+    per_layer = tp_allreduce_bytes_per_layer(reg, hidden=model.hidden_size, checkpointing=checkpointing, **shape) / GB
+    head = tp_head_bytes(reg, model, **shape) / GB if tp > 1 else 0.0
+    step_volume = (per_layer * stage_layers + head) * m
     inside = tp_inside_node(tp, layout.devices_per_pod)
     link, gbps = (hw.intra_node_link, hw.intra_node_gbps) if inside else (hw.inter_node_link, hw.inter_node_gbps)
+    problems = model_parallel_problems(recipe, layout)
+    if not problems:
+        note = (
+            f"TP {tp} runs in the bundle as DeepSpeed AutoTP (ds_config tensor_parallel.autotp_size = {tp}): "
+            f"{layout.dp_size} TP groups of {tp} ranks, data-parallel over the groups"
+        )
+    elif pp > 1:
+        note = f"analysis only: {PIPELINE_NEEDS}"
+    else:
+        note = "analysis only: " + "; ".join(p.message for p in problems)
     return ThreeD(
         tensor_parallel=tp,
         pipeline_parallel=pp,
         micro_batches=m,
         bubble_fraction=bubble_fraction(pp, m),
+        tp_allreduces_per_layer=tp_allreduce_count(checkpointing) if tp > 1 else 0,
         tp_allreduce_gb_per_layer=per_layer,
+        tp_head_gb=head,
         tp_volume_gb=step_volume,
         tp_inside_node=inside,
         tp_link=link,
         tp_time_s=step_volume / gbps if tp > 1 else 0.0,
-        note="analysis only: the bundle's Trainer/DeepSpeed backend runs data parallelism only "
-        "(TP/PP need Megatron-style model code)",
+        buildable=not problems,
+        note=note,
     )

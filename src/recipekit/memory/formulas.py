@@ -92,6 +92,7 @@ class Regime:
 
     precision: str
     zero_stage: int
+    ddp: bool  # torch DDP under the Trainer (no DeepSpeed): its gradient buckets, its fp32 all-reduce
     weight: int  # a trainable weight as stored: 16-bit (DeepSpeed casts the model) or fp32
     autocast_copy: int  # AMP's 16-bit cast of each trainable weight, kept from forward to backward
     frozen_weight: int  # an untrained, unquantised weight (LoRA's base)
@@ -129,21 +130,25 @@ class Regime:
         return f"Adam m, v {dtype_name(FULL)} (the {dtype_name(self.weight)} weights are the master)"
 
 
-def regime(precision: str, zero_stage: int) -> Regime:
-    """The byte widths of a run trained at ``precision`` under ``zero_stage``.
+def regime(precision: str, zero_stage: int, *, deepspeed: bool | None = None) -> Regime:
+    """The byte widths of a run trained at ``precision`` under ``zero_stage``, with or without DeepSpeed (by
+    default: DeepSpeed for any ZeRO stage; tensor parallelism runs DeepSpeed at stage 0 too).
 
     * fp32 (the CPU's, or asked for): everything fp32; the weights are their own master, no fp32 gradient copy.
-    * stage 0 in 16 bits: torch DDP under the Trainer's AMP (the bundle without DeepSpeed, runtime/train.py
-      ``weight_dtype``): fp32 weights are their own master copy, autocast keeps a 16-bit copy of each weight from
-      forward to backward, gradients are fp32 (DDP's bucket copy depends on the ranks: :func:`model_states`). LoRA:
+    * stage 0 without DeepSpeed, in 16 bits: torch DDP under the Trainer's AMP (runtime/train.py ``weight_dtype``):
+      fp32 weights are their own master copy, autocast keeps a 16-bit copy of each weight from forward to
+      backward, gradients are fp32 (DDP's bucket copy depends on the ranks: :func:`model_states`). LoRA:
       a 16-bit base, fp32 adapters.
-    * ZeRO 1-3 in 16 bits: DeepSpeed casts the model to 16 bits and keeps an fp32 master copy, fp32 gradients and
-      Adam's moments: 2 + 2 + 4 + 12 bytes per parameter at ZeRO-1/2 (DeepSpeed's 2 + 18), 2 + 2 + 2 + 12 at ZeRO-3.
+    * DeepSpeed in 16 bits (ZeRO 0-3): DeepSpeed casts the model to 16 bits and keeps an fp32 master copy, fp32
+      gradients and Adam's moments: 2 + 2 + 4 + 12 bytes per parameter at ZeRO 0-2 (DeepSpeed's 2 + 18; stage 0
+      is its BF16/FP16 optimizer, nothing partitioned), 2 + 2 + 2 + 12 at ZeRO-3.
     """
+    ddp = not (zero_stage > 0 if deepspeed is None else deepspeed)
     if precision == "fp32":
         return Regime(
             precision,
             zero_stage,
+            ddp=ddp,
             weight=FULL,
             autocast_copy=0,
             frozen_weight=FULL,
@@ -152,10 +157,11 @@ def regime(precision: str, zero_stage: int) -> Regime:
             master_weight=0,
             element=FULL,
         )
-    if zero_stage == 0:
+    if ddp:
         return Regime(
             precision,
             zero_stage,
+            ddp=True,
             weight=FULL,
             autocast_copy=HALF,
             frozen_weight=HALF,
@@ -167,6 +173,7 @@ def regime(precision: str, zero_stage: int) -> Regime:
     return Regime(
         precision,
         zero_stage,
+        ddp=False,
         weight=HALF,
         autocast_copy=0,
         frozen_weight=HALF,
@@ -213,7 +220,8 @@ def model_states(
 ) -> ModelStates:
     """Weights, gradients and AdamW states per device under DDP or a ZeRO stage, counted as DeepSpeed counts them.
 
-    ``params`` are the parameters one model replica holds on this device's slice (all of them without TP/PP);
+    ``params`` are the parameters one model replica holds on this device's slice (all of them without TP/PP;
+    under TP, :func:`recipekit.modelsize.tensor_parallel_share`);
     ``trainable`` of those get gradients and optimizer states (default: all); the frozen rest is stored at
     ``frozen_weight_bytes`` per parameter (QLoRA's 4-bit base; default: the regime's). Stage 0 under AMP is
     4 + 2 + 4 + 4 + 8 = 22 bytes per parameter with more than one rank.
@@ -228,7 +236,7 @@ def model_states(
     trainable = params if trainable is None else trainable
     frozen = params - trainable
     frozen_b = reg.frozen_weight if frozen_weight_bytes is None else frozen_weight_bytes
-    grad_b = reg.gradient * (DDP_BUCKET_COPY if reg.zero_stage == 0 and dp > 1 else 1)
+    grad_b = reg.gradient * (DDP_BUCKET_COPY if reg.ddp and dp > 1 else 1)
 
     def share(stage: int) -> int:  # how many ranks a state is split over once ZeRO reaches ``stage``
         return dp if reg.zero_stage >= stage else 1
@@ -308,33 +316,38 @@ def layer_activation_bytes(
 
     Full training in 16 bits (DeepSpeed casts the model): 20h + 4·kv_dim + 8i bytes per token (Llama 3 8B ≈ 49h,
     against GPT's 34h). Under the Trainer's AMP (the regime's ``autocast``) the residual stream is fp32 and every
-    linear layer keeps its own 16-bit cast of its input: 30h + 4·kv_dim + 8i. Tensor parallelism (without sequence
-    parallelism) splits everything but the norms, as in Korthikanti's 10 + 24/t.
+    linear layer keeps its own 16-bit cast of its input: 30h + 4·kv_dim + 8i.
+
+    Tensor parallelism without sequence parallelism (AutoTP's, and Korthikanti's s·b·h·(10 + 24/t)) divides what
+    lies between a column-parallel projection and its row-parallel partner: Q, K, V, the attention output, the MLP's
+    gate, SiLU, up and product. The norms and the inputs of the column-parallel projections (q/k/v, gate/up) are
+    whole on every rank. LoRA's terms are counted whole (LoRA under TP is analysis only).
     """
     h, i = model.hidden_size, model.intermediate_size
     kv = model.num_kv_heads * model.head_dim
     a = reg.element
-    norms = 2 * NORM_FP32_BYTES * h + (2 * _residual_bytes(reg, full_training) * h if full_training else 0)
+    whole = 2 * NORM_FP32_BYTES * h + (2 * _residual_bytes(reg, full_training) * h if full_training else 0)
     sharded = a * (2 * h + 2 * kv) + 3 * a * i  # Q, K, V, attention output; gate, SiLU, up
     if full_training:
         copies_attn, copies_mlp = (3, 2) if reg.autocast else (1, 1)  # q/k/v and gate/up inputs
-        sharded += a * ((copies_attn + copies_mlp) * h + i)  # the o_proj input is the attention output
+        whole += a * (copies_attn + copies_mlp) * h
+        sharded += a * i  # down_proj's input; o_proj's is the attention output, counted above
     if lora is not None:
         shapes = linear_shapes(model)
         targets = lora_targets(lora)
-        sharded += a * lora.r * len(targets)
+        whole += a * lora.r * len(targets)
         if lora.dropout > 0:
-            sharded += sum((a + DROPOUT_MASK_BYTES) * shapes[m][0] for m in targets)
+            whole += sum((a + DROPOUT_MASK_BYTES) * shapes[m][0] for m in targets)
         elif reg.autocast:  # each adapter casts its own copy of the input
-            sharded += sum(a * shapes[m][0] for m in targets)
+            whole += sum(a * shapes[m][0] for m in targets)
         else:  # the adapters keep the very input tensors: once per distinct input not already kept
             distinct = {
                 "attn": h if {"q_proj", "k_proj", "v_proj"} & set(targets) else 0,
                 "mlp": h if {"gate_proj", "up_proj"} & set(targets) else 0,
                 "mid": i if "down_proj" in targets else 0,
             }
-            sharded += a * sum(distinct.values())
-    return tokens * (norms + sharded / tp)
+            whole += a * sum(distinct.values())
+    return tokens * (whole + sharded / tp)
 
 
 def activation_bytes(
@@ -355,7 +368,9 @@ def activation_bytes(
     Without recomputation every layer keeps :func:`layer_activation_bytes`. With full gradient checkpointing (one
     checkpoint per decoder layer, Hugging Face's) each layer keeps only its input, 2·s·b·h bytes in 16 bits, and
     backward rebuilds one layer at a time. Pipeline parallelism (1F1B) keeps ``in_flight`` = min(p, m) micro-batches
-    on its first stage. The loss's logits are vocabulary-parallel under TP.
+    on its first stage. Under TP the loss's logits are vocabulary-parallel when the head is tied to the embedding
+    (AutoTP shards the pair and computes a vocabulary-parallel loss); an untied head's output is gathered whole on
+    every rank (:func:`vocab_parallel_logits`).
     """
     tokens = micro_batch * seq_len
     count = model.num_layers if layers is None else layers
@@ -367,8 +382,15 @@ def activation_bytes(
     else:
         kept, recomputed = count * in_flight * full_layer, 0.0
     head = tokens * (NORM_FP32_BYTES * h + ((residual + reg.element) * h if full_training else 0))
-    logits = tokens * model.vocab_size * LOGITS_SAVED_BYTES / tp
+    logits = tokens * model.vocab_size * LOGITS_SAVED_BYTES / (tp if vocab_parallel_logits(model) else 1)
     return ActivationBytes(layers=kept, recomputed=recomputed, head=head, logits_saved=logits)
+
+
+def vocab_parallel_logits(model: ModelSpec) -> bool:
+    """Whether AutoTP keeps the logits split over the vocabulary: for a head tied to the embedding (measured with
+    deepspeed 0.19: a tied pair becomes VocabParallelEmbedding + VocabParallelLinear with a vocabulary-parallel
+    loss; an untied head is a column-parallel layer whose output is gathered)."""
+    return model.tie_word_embeddings
 
 
 # --------------------------------------------------------------------------------------------------- ZeRO buffers
@@ -390,7 +412,7 @@ def zero_buffers(
         return e * (
             bucket + prefetch
         ), f"reduce bucket {bucket / 1e6:.0f} M + prefetch {prefetch / 1e6:.0f} M elements × {e} B"
-    return 0.0, "none without DeepSpeed"
+    return 0.0, "none without DeepSpeed" if reg.ddp else "none at ZeRO stage 0"
 
 
 # ------------------------------------------------------------------------------------------------------- traffic
@@ -491,11 +513,40 @@ def tp_inside_node(tensor_parallel: int, devices_per_pod: int) -> bool:
     return tensor_parallel <= devices_per_pod and devices_per_pod % tensor_parallel == 0
 
 
+#: AutoTP's all-reduces of b·s·h activations per decoder layer (deepspeed.module_inject.layers): forward, the two
+#: row-parallel outputs (o_proj, down_proj); backward, the input gradient of each column-parallel projection, which
+#: AutoTP all-reduces one by one (q, k, v, gate, up: Megatron fuses them into one per block); recomputation under
+#: gradient checkpointing runs the forward's two again.
+AUTOTP_FORWARD_ALLREDUCES = 2
+AUTOTP_BACKWARD_ALLREDUCES = 5
+
+
+def tp_allreduce_count(checkpointing: bool) -> int:
+    """All-reduces of b·s·h activations per decoder layer per micro-step under AutoTP."""
+    return AUTOTP_FORWARD_ALLREDUCES * (2 if checkpointing else 1) + AUTOTP_BACKWARD_ALLREDUCES
+
+
 def tp_allreduce_bytes_per_layer(
     reg: Regime, *, tensor_parallel: int, micro_batch: int, seq_len: int, hidden: int, checkpointing: bool
 ) -> float:
-    """Megatron-style TP: 2 all-reduces of the b·s·h activations in forward and 2 in backward per layer (one more
-    forward's worth under recomputation), each moving 2 (t − 1)/t of the data per device."""
+    """Bytes one device moves for a layer's TP all-reduces in one micro-step (:func:`tp_allreduce_count` of them),
+    each a ring all-reduce moving 2 (t − 1)/t of the b·s·h activations."""
     t = tensor_parallel
     per_allreduce = 2 * (t - 1) / t * micro_batch * seq_len * hidden * reg.element
-    return (6 if checkpointing else 4) * per_allreduce
+    return tp_allreduce_count(checkpointing) * per_allreduce
+
+
+def tp_head_bytes(reg: Regime, model: ModelSpec, *, tensor_parallel: int, micro_batch: int, seq_len: int) -> float:
+    """Bytes one device moves per micro-step for the embedding and head under AutoTP.
+
+    An untied head is column-parallel with a gathered output: an all-gather of the b·s·V logits ((t − 1)/t of them
+    arrive) in forward and an all-reduce of its b·s·h input gradient in backward. A tied pair is vocabulary-parallel:
+    the embedding all-reduces its b·s·h output in forward, the head its input gradient in backward (the loss's own
+    all-reduces are b·s scalars, left out).
+    """
+    t = tensor_parallel
+    tokens, h = micro_batch * seq_len, model.hidden_size
+    allreduce = 2 * (t - 1) / t * tokens * h * reg.element
+    if vocab_parallel_logits(model):
+        return 2 * allreduce
+    return (t - 1) / t * tokens * model.vocab_size * reg.element + allreduce

@@ -25,8 +25,17 @@ def trainer_kwargs(
     world_size: int,
     planned_world_size: int,
     launched: bool,
+    tensor_parallel: int = 1,
 ) -> tuple[dict[str, Any], list[str]]:
-    """The keyword arguments for ``TrainingArguments`` and one human-readable note per change to the plan's."""
+    """The keyword arguments for ``TrainingArguments`` and one human-readable note per change to the plan's.
+
+    A world the plan's TP degree does not divide is refused here, in one line: DeepSpeed would fail later, deep in
+    building its device mesh."""
+    if world_size % tensor_parallel:
+        raise RunError(
+            f"world size {world_size} is not divisible by the plan's tensor-parallel degree {tensor_parallel} "
+            f"(DeepSpeed AutoTP needs whole TP groups): launch {planned_world_size} processes as planned"
+        )
     kwargs, notes = dict(planned), []
     if device_kind == "cpu":
         kwargs["use_cpu"] = True  # the target, not a fallback: a CPU bundle stays on the CPU where a GPU is present

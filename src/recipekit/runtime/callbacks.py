@@ -27,19 +27,22 @@ class ThroughputCallback(TrainerCallback):
     ``contract.flops_per_token`` from the architecture and the recipe's precision: MFU counts the model's FLOPs, HFU
     adds the recomputation activation checkpointing runs, both against the same peak (``contract.utilisation``).
     ``tflops_per_device`` is the model FLOPs achieved. Tokens are the Trainer's ``num_input_tokens_seen`` (all
-    tokens, padding included: the device computed them), summed over processes; the figures are per device. It must
-    run before the reporting callbacks, see session.make_trainer.
+    tokens, padding included: the device computed them), summed over processes; the figures are per device. Under
+    tensor parallelism every rank of a TP group sees the same batch, so that sum counts each token ``replicas``
+    (= TP) times: it is divided back. It must run before the reporting callbacks, see session.make_trainer.
     """
 
-    def __init__(self, model_flops: float, hardware_flops: float, peak_tflops: float, world_size: int):
+    def __init__(
+        self, model_flops: float, hardware_flops: float, peak_tflops: float, world_size: int, replicas: int = 1
+    ):
         self.model_flops, self.hardware_flops = model_flops, hardware_flops
-        self.peak_tflops, self.world_size = peak_tflops, world_size
+        self.peak_tflops, self.world_size, self.replicas = peak_tflops, world_size, max(1, replicas)
         self._time, self._tokens = time.perf_counter(), 0
 
     @classmethod
-    def from_plan(cls, flops: Any, world_size: int) -> ThroughputCallback:
+    def from_plan(cls, flops: Any, world_size: int, replicas: int = 1) -> ThroughputCallback:
         """From recipe.yaml's ``plan.flops`` (attributes model_per_token, hardware_per_token, peak_tflops)."""
-        return cls(flops.model_per_token, flops.hardware_per_token, flops.peak_tflops, world_size)
+        return cls(flops.model_per_token, flops.hardware_per_token, flops.peak_tflops, world_size, replicas)
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._time, self._tokens = time.perf_counter(), state.num_input_tokens_seen
@@ -52,7 +55,7 @@ class ThroughputCallback(TrainerCallback):
         self._time, self._tokens = now, tokens
         if elapsed <= 0 or seen <= 0:
             return
-        per_device = seen / elapsed / self.world_size
+        per_device = seen / self.replicas / elapsed / self.world_size
         logs.update(
             tokens_per_second_per_device=round(per_device, 1),
             tflops_per_device=round(per_device * self.model_flops / 1e12, 4),

@@ -39,6 +39,8 @@ class RunConfig:
     plan: Any
     training_arguments: dict[str, Any]
     bundle_dir: Path
+    #: recipe.yaml's ``operations`` (preflight, watchdog, metrics, alerts, testing); None in an older bundle's
+    operations: Any = None
 
 
 def _namespace(value: Any) -> Any:
@@ -73,6 +75,11 @@ def load_run_config(path: Path) -> RunConfig:
     absent = [key for key in REQUIRED_KEYS if not _lookup(raw, key)]
     if absent:
         raise RunError(f"{path} lacks {', '.join(absent)}: rebuild the bundle with this recipekit's `recipekit build`")
+    operations = raw.get("operations")
     return RunConfig(
-        _namespace(raw["recipe"]), _namespace(raw["plan"]), dict(raw["training_arguments"]), path.resolve().parent
+        _namespace(raw["recipe"]),
+        _namespace(raw["plan"]),
+        dict(raw["training_arguments"]),
+        path.resolve().parent,
+        _namespace(operations) if isinstance(operations, dict) else None,
     )

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,6 +43,14 @@ TRAINER_STATE_FILE = "trainer_state.json"
 RUN_FILE = "recipekit-run.json"
 #: transformers marks a checkpoint whose save did not finish with this file.
 INCOMPLETE_MARKER = "checkpoint-is-incomplete.txt"
+#: The operations layer's outputs (runtime/preflight.py, watchdog.py, health.py, profiling.py, faults.py).
+CLUSTER_CHECK_FILE = "cluster-check.json"  # preflight's report
+PREFLIGHT_CHECKS = ("devices", "versions", "storage", "allreduce")  # what every report lists, in order
+PREFLIGHT_DIR = "preflight"  # each pod's storage marker, removed once every pod has read the others'
+HANG_DIR = "hang"  # the stack dumps of a stalled run: stall-step-<N>-rank-<R>.txt
+NONFINITE_PREFIX = "nonfinite-step-"  # nonfinite-step-<N>/: the report and batches of a NaN/inf loss
+PROFILE_DIR = "profile"  # profile/steps-<a>-<b>/: the profiler's traces
+FAULTS_DIR = "faults"  # markers of injected faults (ops.testing), so a restarted job is not broken again
 #: Model weights as the Trainer, PEFT and DeepSpeed save them: single files and sharded indexes.
 WEIGHT_FILES = (
     "model.safetensors",
@@ -61,6 +69,12 @@ EXIT_FAILED = 1
 EXIT_USER_ERROR = 2
 #: Stopped by SIGTERM after saving a checkpoint: non-zero, so Volcano restarts the job instead of completing it.
 EXIT_PREEMPTED = 128 + 15
+#: Preflight found this pod or the cluster unfit to train (the reason is one line in the log and in the report).
+EXIT_PREFLIGHT = 3
+#: The hang watchdog saw no step complete within the stall timeout; every rank's stacks are in HANG_DIR.
+EXIT_STALLED = 4
+#: The loss became NaN or infinite (ops.nonfinite_loss: stop); the last good checkpoint is kept.
+EXIT_NONFINITE = 5
 
 # ------------------------------------------------------------------------------------------------ FLOPs and MFU
 #: Tensor cores run fp32 (as TF32) at about half their 16-bit rate; the planner and the metrics share the figure.
@@ -349,6 +363,16 @@ EVENT_DATA = "data"
 #: What ``rank`` begins now (``phase``: a short name such as "load data", "build model", "train"; extra fields are
 #: shown beside it). Optional: the dry run prints each as it arrives, so minutes before step 1 are not silent.
 EVENT_PHASE = "phase"
+#: The operations layer's records. ``preflight``: rank 0's verdict and every check (also cluster-check.json);
+#: ``stalled``: the hang watchdog fired (written by *each* rank that detects it: rank 0 may be the one that hangs);
+#: ``nonfinite``: a NaN/inf loss stopped or warned; ``alert``: an in-process warning (``alert``, ``step``,
+#: ``message``); ``checkpoint``: a save's ``seconds`` and ``bytes``; ``profile``: where a trace went.
+EVENT_PREFLIGHT = "preflight"
+EVENT_STALLED = "stalled"
+EVENT_NONFINITE = "nonfinite"
+EVENT_ALERT = "alert"
+EVENT_CHECKPOINT = "checkpoint"
+EVENT_PROFILE = "profile"
 
 
 def event(kind: str, **fields: Any) -> dict[str, Any]:
@@ -357,9 +381,17 @@ def event(kind: str, **fields: Any) -> dict[str, Any]:
 
 
 def append_record(path: Path, record: dict[str, Any]) -> None:
-    """Append one record as a JSON line (rank 0 only writes; a reader may see a partial last line)."""
-    with Path(path).open("a", encoding="utf-8") as handle:
-        handle.write(json.dumps(record, sort_keys=False) + "\n")
+    """Append one record as a JSON line (rank 0 only writes; a reader may see a partial last line).
+
+    The line goes out in one ``write`` on an append-mode descriptor, so the one record other ranks may write (the
+    watchdog's ``stalled``, when rank 0 may be the rank that hangs) does not interleave with rank 0's lines.
+    """
+    line = (json.dumps(record, sort_keys=False) + "\n").encode()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line)
+    finally:
+        os.close(fd)
 
 
 def read_records(path: Path) -> list[dict[str, Any]]:
@@ -368,8 +400,13 @@ def read_records(path: Path) -> list[dict[str, Any]]:
         text = Path(path).read_text(encoding="utf-8", errors="replace")
     except OSError:
         return []
+    return parse_records(text.splitlines())
+
+
+def parse_records(lines: Iterable[str | bytes]) -> list[dict[str, Any]]:
+    """The JSON objects among ``lines`` (a reader following the file as it grows passes the new lines)."""
     records = []
-    for line in text.splitlines():
+    for line in lines:
         try:
             record = json.loads(line)
         except ValueError:

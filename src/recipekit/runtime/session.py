@@ -23,7 +23,9 @@ from .config import RunConfig
 from .dataprep import prepare_for_run, world
 from .device import Device
 from .distributed import join_deepspeed_group, launched, leave_process_group, prepare_environment
+from .guard import OpsTrainer
 from .model import load_model, parameter_counts, save_merged
+from .opskit import OpsLayer
 from .sampler import PreparedTrainer
 from .samples import SequenceCollator
 
@@ -50,12 +52,23 @@ def training_arguments(run: RunConfig, device: Device) -> tuple[Any, list[str]]:
         world_size=world_size,
         planned_world_size=run.plan.world_size,
         launched=launched(),
+        tensor_parallel=tensor_parallel(run),
     )
     prepare_environment(bool(kwargs.get("deepspeed")), run.recipe.hw.ds_accelerator, notes)
     args = make_training_arguments(kwargs)
     if kwargs.get("deepspeed") and args.world_size > 1:
         join_deepspeed_group(args.ddp_backend or run.plan.comm_backend)
     return args, notes
+
+
+def tensor_parallel(run: RunConfig) -> int:
+    """The plan's TP degree (DeepSpeed AutoTP, set up from ds_config); 1 in a recipe.yaml that predates it."""
+    return int(getattr(run.plan, "tensor_parallel", 1) or 1)
+
+
+class SessionTrainer(OpsTrainer, PreparedTrainer):
+    """The Trainer with both of recipekit's changes: rows drawn in the resumable order (sampler.py) and each step's
+    loss guarded, batch wait timed and faults injected for drills (guard.py)."""
 
 
 def make_trainer(
@@ -66,12 +79,12 @@ def make_trainer(
     train_set: Any,
     eval_set: Any,
     identity: dict[str, Any],
-) -> tuple[PreparedTrainer, PreemptionCallback]:
+) -> tuple[SessionTrainer, PreemptionCallback]:
     """The Trainer (drawing rows in the resumable order, sampler.py) with recipekit's callbacks: throughput first
     (reporters run in list order and must see its figures), then metrics.jsonl, the run record of each checkpoint
     and SIGTERM handling."""
     preemption = PreemptionCallback()
-    trainer = PreparedTrainer(
+    trainer = SessionTrainer(
         model=model,
         args=args,
         train_dataset=train_set,
@@ -84,7 +97,8 @@ def make_trainer(
             preemption,
         ],
     )
-    trainer.callback_handler.callbacks.insert(0, ThroughputCallback.from_plan(run.plan.flops, args.world_size))
+    throughput = ThroughputCallback.from_plan(run.plan.flops, args.world_size, tensor_parallel(run))
+    trainer.callback_handler.callbacks.insert(0, throughput)
     return trainer, preemption
 
 
@@ -102,7 +116,9 @@ def summary_lines(
     recipe, trainable, total = run.recipe, *counts
     data = recipe.data
     zero = run.plan.zero_stage if args.deepspeed else 0
-    batch = args.per_device_train_batch_size * args.gradient_accumulation_steps * args.world_size
+    tp = tensor_parallel(run)
+    dp = max(1, args.world_size // tp)
+    batch = args.per_device_train_batch_size * args.gradient_accumulation_steps * dp
     if data.format == "text":
         rows, packing = "blocks", "documents concatenated into blocks"
     else:
@@ -112,12 +128,13 @@ def summary_lines(
         f"recipe {recipe.name} (run {run.plan.run_id}): {recipe.mode.kind} of {recipe.model.name} "
         f"({recipe.model.init} init) from {model_path}",
         (
-            f"world size {args.world_size} | device {device.kind} | backend {args.ddp_backend or run.plan.comm_backend}"
+            f"world size {args.world_size}{f' = TP {tp} × DP {dp}' if tp > 1 else ''} | device {device.kind} | "
+            f"backend {args.ddp_backend or run.plan.comm_backend}"
             f" | precision {precision(args)} | ZeRO {zero} | optimizer {getattr(args.optim, 'value', args.optim)}"
         ),
         (
             f"global batch {batch} = micro {args.per_device_train_batch_size} × accumulation "
-            f"{args.gradient_accumulation_steps} × data-parallel {args.world_size}"
+            f"{args.gradient_accumulation_steps} × data-parallel {dp}"
         ),
         f"parameters: {trainable:,} trainable of {total:,} ({100 * trainable / max(total, 1):.2f}%)",
         (
@@ -164,10 +181,12 @@ def run_training(run: RunConfig, device: Device, resume: str) -> int:
     data = prepare_for_run(run, output_dir, records.add)
     model_path, tokenizer, train_set, eval_set = data.model_path, data.tokenizer, data.train, data.eval
 
-    args, notes = training_arguments(run, device)
+    args, notes = training_arguments(run, device)  # joins the process group
     for note in notes:
         log0("adapted: %s", note)
         records.add(contract.EVENT_ADAPTED, note=note)
+    ops = OpsLayer(run, args, device)
+    ops.preflight()  # every pod checks devices, versions, storage and the collective before the model is loaded
     model = load_model(model_path, recipe, args, device.kind)
     if recipe.data.packing and recipe.model.trust_remote_code:
         log0(
@@ -178,12 +197,14 @@ def run_training(run: RunConfig, device: Device, resume: str) -> int:
     trainable, total = parameter_counts(model)
     identity = contract.run_record(plan.run_id, world_size=args.world_size, zero_stage=zero, recipe=recipe.name)
     trainer, preemption = make_trainer(run, args, model, tokenizer, train_set, eval_set, identity)
+    ops.install(trainer, records)
     for line in summary_lines(run, args, device, model_path, (trainable, total), train_set, eval_set, resume_from):
         log0(line)
     records.add(
         contract.EVENT_START,
         run_id=plan.run_id,
         world_size=args.world_size,
+        tensor_parallel=tensor_parallel(run),
         device=device.kind,
         precision=precision(args),
         zero_stage=zero,
@@ -195,7 +216,14 @@ def run_training(run: RunConfig, device: Device, resume: str) -> int:
     )
 
     preemption.install()
-    trainer.train(resume_from_checkpoint=resume_from)
+    try:
+        trainer.train(resume_from_checkpoint=resume_from)
+    finally:
+        ops.close()
+    code = ops.stopped(trainer, records)
+    if code is not None:  # the loss guard stopped every rank at the same step
+        leave_process_group()
+        return code
     if preemption.stopped_at is not None:  # every rank stopped at this step (the flag is all-reduced)
         log0(
             "SIGTERM: saved checkpoint-%d; exiting %d so the job restarts and resumes from it",

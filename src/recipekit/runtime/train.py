@@ -26,14 +26,19 @@ Outputs in ``training_arguments.output_dir``:
                     adapters and merges all refer to one base
   the final model   full weights, or the LoRA adapter (plus merged/ when ``lora.merge_on_save``), and the run record
   runs/             TensorBoard event files (when ``report_to`` has tensorboard)
+  cluster-check.json  preflight's report (every check; opskit.py, preflight.py)
+  hang/             the stack dumps of every rank when the hang watchdog fired (watchdog.py)
+  nonfinite-step-N/ the report and offending batches of a NaN/inf loss (guard.py)
+  profile/          the profiler's traces of ``train.profile_steps`` (profiling.py)
 
 The training data is prepared into memory-mapped shards under ``plan.prepared_dir``/<fingerprint> (dataprep.py),
 shared by every run whose data, tokenizer and row settings are equal; each rank prepares its share before the
 process group forms, or reuses what an earlier run (or ``recipekit data prepare``) left there.
 
 Exit codes (``contract.EXIT_*``): 0 done; 2 a problem the user can fix (recipe, data, checkpoint, missing device or
-driver), printed as one line; 143 stopped by SIGTERM after saving a checkpoint (non-zero, so Volcano restarts the
-job rather than completing it); 1 a bug or an environment failure, with a traceback.
+driver), printed as one line; 3 preflight failed (one line: the check and why); 4 the hang watchdog fired (stacks
+dumped); 5 the loss became NaN/inf; 143 stopped by SIGTERM after saving a checkpoint (non-zero, so Volcano restarts
+the job rather than completing it); 1 a bug or an environment failure, with a traceback.
 """
 
 from __future__ import annotations
@@ -83,9 +88,9 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging()
     try:
         return train(options)
-    except RunError as exc:
+    except RunError as exc:  # one line; a subclass may carry its own exit code (preflight: EXIT_PREFLIGHT)
         print("train.py: " + " ".join(str(exc).split()), file=sys.stderr)
-        return contract.EXIT_USER_ERROR
+        return getattr(exc, "code", contract.EXIT_USER_ERROR)
     except Exception as exc:  # a bug or an environment failure: keep the traceback, end with one line
         LOG.exception("training failed")
         print(f"train.py: failed: {type(exc).__name__}: {exc}", file=sys.stderr)

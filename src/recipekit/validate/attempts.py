@@ -23,10 +23,12 @@ import psutil
 
 from recipekit.bundlefiles import LAUNCH, RUN, TRAIN_MODULE
 from recipekit.runtime import contract
+from recipekit.runtime.exporter import PORT_ENV as METRICS_PORT_ENV
 from recipekit.validate.observed import Attempt, MetricsTail
 from recipekit.validate.ops import extensions_dir
 from recipekit.validate.phases import PhaseReporter
 from recipekit.validate.pods import Pod, PodSet, free_port, loopback_interface
+from recipekit.validate.scrape import metric_ports, scrape_pods
 from recipekit.validate.workcopy import WorkCopy, set_master_port
 
 if TYPE_CHECKING:
@@ -36,8 +38,11 @@ if TYPE_CHECKING:
 LOOK_EVERY_S = 0.5
 
 
-def pod_environment(work: WorkCopy, index: int, options: DryRunOptions) -> dict[str, str]:
-    """What Volcano's env and svc plugins inject into pod ``index``, plus the laptop's runtime settings."""
+def pod_environment(
+    work: WorkCopy, index: int, options: DryRunOptions, metrics_port: int | None = None
+) -> dict[str, str]:
+    """What Volcano's env and svc plugins inject into pod ``index``, plus the laptop's runtime settings (and the
+    pod's own metrics port: on one host the pods cannot share the bundle's)."""
     env = {
         k: v
         for k, v in os.environ.items()
@@ -72,6 +77,8 @@ def pod_environment(work: WorkCopy, index: int, options: DryRunOptions) -> dict[
             "TORCH_EXTENSIONS_DIR": str(extensions_dir()),
         }
     )
+    if metrics_port is not None:
+        env[METRICS_PORT_ENV] = str(metrics_port)
     if options.device == "cpu":
         env.update(
             DS_ACCELERATOR="cpu",
@@ -82,10 +89,11 @@ def pod_environment(work: WorkCopy, index: int, options: DryRunOptions) -> dict[
         lo = loopback_interface()
         if lo:
             env["GLOO_SOCKET_IFNAME"] = lo
-    elif options.device == "cuda":
-        env.update(DS_ACCELERATOR="cuda", CUDA_VISIBLE_DEVICES=str(index))
-    else:
-        env.update(DS_ACCELERATOR="npu", ASCEND_RT_VISIBLE_DEVICES=str(index))
+    else:  # pod ``index`` gets its own devices, as the device plugin would give it
+        per_pod = options.procs_per_pod
+        devices = ",".join(str(index * per_pod + k) for k in range(per_pod))
+        visible = "CUDA_VISIBLE_DEVICES" if options.device == "cuda" else "ASCEND_RT_VISIBLE_DEVICES"
+        env.update({"DS_ACCELERATOR": options.device, visible: devices})
     return env
 
 
@@ -95,13 +103,16 @@ class DryRun:
     def __init__(self, work: WorkCopy, options: DryRunOptions, progress: Callable[[str], None], deadline: float):
         self.work, self.options, self.progress, self.deadline = work, options, progress, deadline
         self.podset = PodSet()
+        #: Each pod's first metrics port (rank 0 is pod 0's local rank 0), or None: the bundle serves no metrics;
+        #: which pods serve (all, or pod 0 for ``ops.metrics_ranks: rank0``).
+        self.metrics_ports, self.serving_pods = metric_ports(work, options.pods)
         self.pods = [
             self.podset.add(
                 Pod(
                     i,
                     ["bash", str(work.bundle / RUN)],
                     work.bundle,
-                    pod_environment(work, i, options),
+                    pod_environment(work, i, options, self.metrics_ports[i] if self.metrics_ports else None),
                     work.logs / f"pod-{i}.log",
                 )
             )
@@ -177,6 +188,7 @@ class DryRun:
         for record in self.metrics.read():
             step = attempt.observe(record, now)
             if step is not None:
+                self._scrape(attempt, step.step)
                 self.progress(
                     f"attempt {attempt.number}: step {step.step}/{self.options.steps}, loss {step.loss:.4f}"
                     if step.loss is not None
@@ -184,6 +196,17 @@ class DryRun:
                 )
             elif "event" in record:
                 phases.record(record)
+                if record.get("event") == contract.EVENT_CHECKPOINT:
+                    self._scrape(attempt, int(record.get("step") or 0) + 1)
+
+    def _scrape(self, attempt: Attempt, step: int) -> None:
+        """Read the serving pods' metrics endpoints once training has checkpointed (so every gauge has a value)."""
+        if not self.metrics_ports or step <= self.options.save_steps:
+            return
+        if attempt.scraped is not None and not attempt.scraped.get("error"):
+            return
+        attempt.scraped = scrape_pods({pod: self.metrics_ports[pod] for pod in self.serving_pods})
+        attempt.scraped["step"] = step
 
     def _cmdlines(self, index: int) -> list[list[str]]:
         found = []

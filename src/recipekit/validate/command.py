@@ -8,6 +8,7 @@ the long steps goes to stderr.
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 from pathlib import Path
@@ -19,7 +20,7 @@ from click.core import ParameterSource
 from recipekit.validate.checks import Report, Result, Status
 
 _SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 110}
-_DRY_RUN_ONLY = ("pods", "kill_pod", "at_step", "device", "workdir", "steps", "timeout")
+_DRY_RUN_ONLY = ("pods", "procs_per_pod", "kill_pod", "at_step", "device", "workdir", "steps", "timeout")
 _STYLE = {Status.PASS: "green", Status.FAIL: "bold red", Status.SKIP: "yellow"}
 _STEP_LINE = re.compile(r"attempt \d+: step \d+")
 
@@ -33,7 +34,14 @@ _STEP_LINE = re.compile(r"attempt \d+: step \d+")
     "this machine (tiny twin model, generated data).",
 )
 @click.option(
-    "--pods", type=click.IntRange(1, 16), default=2, show_default=True, help="Simulated pods (one process each)."
+    "--pods", type=click.IntRange(1, 16), default=2, show_default=True, help="Simulated pods (--procs-per-pod each)."
+)
+@click.option(
+    "--procs-per-pod",
+    type=click.IntRange(1, 8),
+    default=1,
+    show_default=True,
+    help="Training processes (devices) per simulated pod, e.g. 2 pods of 2 for TP 2 × DP 2.",
 )
 @click.option(
     "--kill-pod",
@@ -53,7 +61,8 @@ _STEP_LINE = re.compile(r"attempt \d+: step \d+")
     type=click.Choice(["cpu", "npu", "cuda"]),
     default="cpu",
     show_default=True,
-    help="Run on one real device per pod instead of CPU (skipped with a reason where there is none).",
+    help="Run on real devices (--procs-per-pod per pod) instead of CPU (skipped with a reason where there are too "
+    "few).",
 )
 @click.option(
     "--steps",
@@ -71,6 +80,7 @@ _STEP_LINE = re.compile(r"attempt \d+: step \d+")
 @click.option(
     "--timeout",
     type=click.FloatRange(10, 24 * 3600),
+    callback=lambda ctx, param, value: value if value == value else ctx.fail("--timeout: nan is not a number"),
     default=900.0,
     show_default=True,
     help="Seconds the whole dry run may take; pods are killed past it.",
@@ -82,6 +92,7 @@ def validate_command(
     bundle: Path,
     dry_run: bool,
     pods: int,
+    procs_per_pod: int,
     kill_pod: int | None,
     at_step: int | None,
     device: str,
@@ -97,6 +108,7 @@ def validate_command(
       recipekit validate bundles/llama3_8b_sft
       recipekit validate bundles/llama3_8b_sft --dry-run
       recipekit validate bundles/llama3_8b_sft --dry-run --pods 2 --kill-pod 1 --at-step 6
+      recipekit validate bundles/llama3_8b_tp2 --dry-run --pods 2 --procs-per-pod 2
       recipekit validate bundles/llama3_8b_sft --dry-run --device npu
       recipekit validate bundles/tiny_sft --json
     """
@@ -112,7 +124,14 @@ def validate_command(
             raise click.UsageError(f"{flags} only {verb} sense with --dry-run")
     options = (
         DryRunOptions(
-            pods=pods, steps=steps, kill_pod=kill_pod, at_step=at_step, device=device, workdir=workdir, timeout=timeout
+            pods=pods,
+            procs_per_pod=procs_per_pod,
+            steps=steps,
+            kill_pod=kill_pod,
+            at_step=at_step,
+            device=device,
+            workdir=workdir,
+            timeout=timeout,
         )
         if dry_run
         else None
@@ -124,6 +143,10 @@ def validate_command(
             report = validate(bundle, dry_run=options, progress=progress)
     except (BundleUnusable, DryRunUsageError) as exc:
         click.echo(f"error: {exc}", err=True)
+        ctx.exit(2)
+    except OSError as exc:  # a path the user gave that the file system refuses (unreadable, a loop, ...)
+        where = os.fsdecode(exc.filename) if exc.filename is not None else str(bundle)
+        click.echo(f"error: {where}: {exc.strerror or exc}".encode("utf-8", "backslashreplace").decode(), err=True)
         ctx.exit(2)
     except KeyboardInterrupt:
         click.echo("interrupted: every pod process was stopped", err=True)

@@ -241,8 +241,8 @@ def check_batch(bundle: Bundle) -> Result:
             result.fail(
                 DS, key, f"{value}, but {RECIPE} {source} = {want} (the Trainer refuses to start on a mismatch)"
             )
-    tbs = ds.get("train_batch_size")
-    if tbs != "auto" and all(isinstance(v, int) for v in (micro, accum, world)) and tbs != micro * accum * world:
+    tbs = ds.get("train_batch_size")  # absent under TP (see consistency.tensor-parallel): DeepSpeed derives it
+    if isinstance(tbs, int) and all(isinstance(v, int) for v in (micro, accum, world)) and tbs != micro * accum * world:
         result.fail(
             DS,
             "train_batch_size",
@@ -269,7 +269,10 @@ def check_batch(bundle: Bundle) -> Result:
             if device != where:
                 result.fail(DS, f"zero_optimization.{key}.device", f"{device}, but recipe.parallel.{key} = {where}")
     if result.status is Status.PASS:
-        result.reason = f"micro {micro} × accumulation {accum} × world {world} = {tbs}, {precision}, ZeRO-{zero}"
+        total = tbs if isinstance(tbs, int) else plan.get("global_batch_size")
+        result.reason = (
+            f"micro {micro} × accumulation {accum} × data-parallel {world} = {total}, {precision}, ZeRO-{zero}"
+        )
     return result
 
 

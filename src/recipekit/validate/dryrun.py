@@ -1,8 +1,8 @@
 """The dry run: the bundle's own run.sh and runtime, as N simulated Volcano pods on this machine.
 
 The bundle is never written to: :mod:`recipekit.validate.workcopy` re-plans its recipe for this machine (tiny twin,
-generated data, a few steps, pods × 1 process, the CPU) into a work directory and records every difference in
-``substitutions.json``. Then :mod:`~recipekit.validate.ops` builds DeepSpeed's C++ ops once,
+generated data, a few steps, pods × --procs-per-pod processes, the CPU) into a work directory and records every
+difference in ``substitutions.json``. Then :mod:`~recipekit.validate.ops` builds DeepSpeed's C++ ops once,
 :mod:`~recipekit.validate.attempts` starts the pods and watches them, and :mod:`~recipekit.validate.judge` decides
 whether what they did is right. This module holds the options and the sequence: prerequisites, work copy, ops, the
 first attempt, and — with ``--kill-pod I --at-step S`` — the kill of pod I's whole process tree at step S, the
@@ -19,7 +19,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from recipekit.runtime import contract
@@ -28,7 +28,9 @@ from recipekit.validate.attempts import DryRun, pod_environment
 from recipekit.validate.checks import Result
 from recipekit.validate.consistency import check_batch
 from recipekit.validate.loader import Bundle, load_bundle
+from recipekit.validate.observed import Attempt
 from recipekit.validate.ops import build_ops, extensions_dir
+from recipekit.validate.opsjudge import OpsExpectation, judge_fault, judge_metrics, judge_preflight, judge_profile
 from recipekit.validate.workcopy import DryRunUsageError, prepare
 
 __all__ = ["DryRunOptions", "DryRunUsageError", "extensions_dir", "pod_environment", "run_dry_run"]
@@ -40,6 +42,7 @@ Progress = Callable[[str], None]
 @dataclass
 class DryRunOptions:
     pods: int = 2
+    procs_per_pod: int = 1  # training processes (devices) per simulated pod
     steps: int = 8
     kill_pod: int | None = None
     at_step: int | None = None
@@ -56,6 +59,8 @@ class DryRunOptions:
         """Raise DryRunUsageError for flags that contradict each other."""
         if self.pods < 1:
             raise DryRunUsageError(f"--pods must be at least 1 (got {self.pods})")
+        if self.procs_per_pod < 1:
+            raise DryRunUsageError(f"--procs-per-pod must be at least 1 (got {self.procs_per_pod})")
         if self.steps < 2:
             raise DryRunUsageError(f"--steps must be at least 2 (got {self.steps})")
         if self.at_step is not None and self.kill_pod is None:
@@ -76,7 +81,7 @@ class DryRunOptions:
 # ---------------------------------------------------------------------------------------------- prerequisites
 def _missing_modules(bundle: Bundle) -> list[str]:
     needed = ["torch", "transformers", "datasets", "tokenizers", "psutil"]
-    if bundle.plan.get("zero_stage"):
+    if bundle.plan.get("zero_stage") or (bundle.plan.get("tensor_parallel") or 1) > 1:
         needed.append("deepspeed")
     if bundle.recipe is not None and bundle.recipe.mode.kind in ("lora", "qlora"):
         needed.append("peft")
@@ -112,7 +117,8 @@ def run_dry_run(bundle: Bundle, options: DryRunOptions, progress: Progress = lam
     ops = Result("dryrun.ops", "dry run: DeepSpeed C++ ops (built once, cached)")
     train = Result(
         "dryrun.train",
-        f"dry run: {options.pods} pod(s) × run.sh → train.py, {options.steps} steps, "
+        f"dry run: {options.pods} pod(s) × run.sh → train.py ({options.procs_per_pod} process(es) each), "
+        f"{options.steps} steps, "
         f"checkpoint at {options.save_steps}",
     )
     results = [prep, ops, train]
@@ -130,8 +136,8 @@ def run_dry_run(bundle: Bundle, options: DryRunOptions, progress: Progress = lam
 
     if bundle.doc is None or bundle.recipe is None or bundle.run_sh is None or "runtime/train.py" not in bundle.raw:
         return skip_all("needs a parseable recipe.yaml, run.sh and train.py (see files.parse)")
-    if bundle.plan.get("zero_stage") and bundle.ds_config is None:
-        return skip_all("a ZeRO bundle without a parseable ds_config.json (see files.parse)")
+    if bundle.args.get("deepspeed") and bundle.ds_config is None:
+        return skip_all("a DeepSpeed bundle without a parseable ds_config.json (see files.parse)")
     missing = _missing_modules(bundle)
     if missing:
         return skip_all(f"{', '.join(missing)} not installed here (pip install 'recipekit[train]')")
@@ -141,9 +147,11 @@ def run_dry_run(bundle: Bundle, options: DryRunOptions, progress: Progress = lam
         count, why = _devices(options.device)
         if count == 0:
             return skip_all(why or f"no {options.device} device here")
-        if count < options.pods:
+        wanted = options.pods * options.procs_per_pod
+        if count < wanted:
             return skip_all(
-                f"{options.pods} pods need {options.pods} {options.device} devices (one each); found {count}"
+                f"{options.pods} pods × {options.procs_per_pod} process(es) need {wanted} {options.device} devices; "
+                f"found {count}"
             )
 
     progress(f"preparing the work copy of {bundle.path}")
@@ -163,17 +171,22 @@ def run_dry_run(bundle: Bundle, options: DryRunOptions, progress: Progress = lam
             resume.skip("the DeepSpeed ops could not be built")
         return results
 
-    world = copy.plan.get("world_size")
+    opsx = OpsExpectation.from_doc(copy.doc, options.device)
+    if opsx.fault is not None and options.kill_pod is not None:
+        raise DryRunUsageError(f"--kill-pod and an injected {opsx.fault} (ops.testing): one fault per dry run")
+    checks = _ops_results(opsx, options, results)
+    world, tp = copy.plan.get("world_size"), copy.plan.get("tensor_parallel")
     expect = judge.Expectation(
         steps=options.steps,
         save_steps=options.save_steps,
         world_size=world if isinstance(world, int) else None,
         killed=options.kill_pod is not None,
+        tensor_parallel=tp if isinstance(tp, int) else None,
     )
     run = DryRun(work, options, progress, deadline)
     with run.podset:
         try:
-            _train(run, expect, train, resume)
+            _train(run, expect, train, resume, opsx, checks)
         finally:
             run.podset.kill_all()
             left = run.podset.leftovers()
@@ -186,13 +199,112 @@ def run_dry_run(bundle: Bundle, options: DryRunOptions, progress: Progress = lam
     return results
 
 
-def _train(run: DryRun, expect: judge.Expectation, train: Result, resume: Result | None) -> None:
+def _ops_results(opsx: OpsExpectation, options: DryRunOptions, results: list[Result]) -> dict[str, Result]:
+    """The operations layer's results this dry run reports, added to ``results`` (by the work copy's recipe)."""
+    found: dict[str, Result] = {}
+    if opsx.preflight:
+        found["preflight"] = Result("dryrun.preflight", f"dry run: preflight on {options.pods} pod(s), every check")
+    if opsx.metrics:
+        found["metrics"] = Result("dryrun.metrics", "dry run: the pods serve every metric name for Prometheus")
+    if opsx.fault == "stall":
+        found["fault"] = Result(
+            "dryrun.stall",
+            f"dry run: rank {opsx.stall_rank} stalls at step {opsx.stall_at} (ops.testing): detected, stacks "
+            "dumped, RestartJob, resumed",
+        )
+    elif opsx.fault == "nonfinite":
+        found["fault"] = Result(
+            "dryrun.nonfinite",
+            f"dry run: NaN loss at step {opsx.nan_at} (ops.testing): stopped with the reason, RestartJob, resumed",
+        )
+    if opsx.profile_steps:
+        found["profile"] = Result("dryrun.profile", f"dry run: profiler trace of steps {list(opsx.profile_steps)}")
+    results.extend(found.values())
+    return found
+
+
+def _train(
+    run: DryRun,
+    expect: judge.Expectation,
+    train: Result,
+    resume: Result | None,
+    opsx: OpsExpectation,
+    checks: dict[str, Result],
+) -> None:
     """The attempts in order, each judged as it ends; a failed result gets the pods' log tails."""
     options, work = run.options, run.work
     first = run.attempt(kill_at=options.at_step if options.kill_pod is not None else None)
     train.seconds = first.ended - first.started
     train.details.update(judge.first_attempt_details(first, options.pods), logs=str(work.logs))
     losses = [s.loss for s in first.steps if s.loss is not None]
+    timed_out = first.outcome == "timeout" and first.last(contract.EVENT_PREFLIGHT) is None
+    if "preflight" in checks and timed_out:
+        checks["preflight"].skip("the first attempt timed out before preflight reported")
+    elif "preflight" in checks and not judge_preflight(checks["preflight"], first):
+        checks["preflight"].details["log_tails"] = run.tails()
+        train.fail("<dry run>", "preflight", "no training: preflight did not pass (dryrun.preflight says why)")
+        for key, result in checks.items():
+            if key != "preflight":
+                result.skip("preflight did not pass")
+        if resume:
+            resume.skip("preflight did not pass")
+        return
+    try:
+        if "fault" in checks and opsx.fault is not None:
+            _recover(run, expect, train, checks["fault"], opsx, first)
+        else:
+            _attempts(run, expect, train, resume, first, losses)
+    finally:
+        if "metrics" in checks:
+            judge_metrics(checks["metrics"], run.attempts)
+        if "profile" in checks and opsx.profile_steps:
+            judge_profile(checks["profile"], work.output_dir, opsx.profile_steps, run.attempts)
+
+
+def _recover(
+    run: DryRun,
+    expect: judge.Expectation,
+    train: Result,
+    fault: Result,
+    opsx: OpsExpectation,
+    first: Attempt,
+) -> None:
+    """A fault the recipe injects: the first attempt must fail because of it, then RestartJob and a resumed run."""
+    expected = judge.expected_resume_step(run.work.output_dir)
+    fault.details["complete_checkpoints_at_restart"] = judge.complete_checkpoints(run.work.output_dir)
+    judge_fault(fault, opsx.fault or "", opsx, first, None, expected)
+    if fault.failed:
+        fault.details["log_tails"] = run.tails()
+        train.fail("<dry run>", "fault", "the injected fault was not handled (see " + fault.id + ")")
+        return
+    run.progress(f"{fault.id}: the fault stopped the job as it should; restarting every pod (RestartJob)")
+    start = time.monotonic()
+    second = run.attempt(kill_at=None)
+    fault.seconds = time.monotonic() - start
+    fault.details.pop("stalled_records", None)
+    judge_fault(fault, opsx.fault or "", opsx, first, second, expected)
+    if fault.failed:
+        fault.details["log_tails"] = run.tails()
+        if second.outcome != "completed":
+            return
+    # The poisoned step's loss is NaN by design; every other loss must be finite.
+    kept = [s.loss for s in first.steps if s.loss is not None and s.step != opsx.nan_at]
+    all_losses = kept + [s.loss for s in second.steps if s.loss is not None]
+    judge.judge_completion(train, second, all_losses, run.work.output_dir, replace(expect, killed=True), attempts=2)
+    if train.failed:
+        train.details["log_tails"] = run.tails()
+
+
+def _attempts(
+    run: DryRun,
+    expect: judge.Expectation,
+    train: Result,
+    resume: Result | None,
+    first: Attempt,
+    losses: list[float],
+) -> None:
+    """Without an injected fault: the first attempt completes, or is killed (--kill-pod) and resumed."""
+    options, work = run.options, run.work
     if first.outcome in ("timeout", "failed"):
         if first.outcome == "timeout":
             last = first.steps[-1].step if first.steps else "none"
@@ -208,7 +320,7 @@ def _train(run: DryRun, expect: judge.Expectation, train: Result, resume: Result
         if resume:
             resume.skip(f"the first attempt {'timed out' if first.outcome == 'timeout' else 'failed'}")
         return
-    judge.judge_start(train, first, expect.world_size)
+    judge.judge_start(train, first, expect.world_size, expect.tensor_parallel)
 
     if first.outcome == "completed":
         judge.judge_completion(train, first, losses, work.output_dir, expect)

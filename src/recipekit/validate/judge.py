@@ -33,8 +33,9 @@ class Expectation:
 
     steps: int
     save_steps: int
-    world_size: int | None  # the work copy's planned world size (pods × 1 process); None: not checked
+    world_size: int | None  # the work copy's planned world size (pods × processes per pod); None: not checked
     killed: bool = False  # a pod is killed, so the midway checkpoint may be replaced by a later one
+    tensor_parallel: int | None = None  # the work copy's TP degree; None: not checked
 
 
 # ----------------------------------------------------------------------------------------------- the output dir
@@ -80,9 +81,11 @@ def resumed_step(start: dict[str, Any]) -> int | None:
     return contract.checkpoint_step(Path(str(where))) if where else None
 
 
-def judge_start(result: Result, attempt: Attempt, world_size: int | None) -> dict[str, Any] | None:
-    """train.py's start record of ``attempt``: present, and at the planned world size (torchrun formed the world the
-    work copy plans: every pod joined)."""
+def judge_start(
+    result: Result, attempt: Attempt, world_size: int | None, tensor_parallel: int | None = None
+) -> dict[str, Any] | None:
+    """train.py's start record of ``attempt``: present, at the planned world size (torchrun formed the world the
+    work copy plans: every pod joined) and the planned TP degree."""
     start = attempt.last(contract.EVENT_START)
     if start is None:
         result.fail(
@@ -98,7 +101,14 @@ def judge_start(result: Result, attempt: Attempt, world_size: int | None) -> dic
             WHERE,
             f"{contract.METRICS_FILE} start.world_size",
             f"attempt {attempt.number}: train.py started at world size {start.get('world_size')}, but the work "
-            f"copy plans {world_size} (pods × 1 process)",
+            f"copy plans {world_size} (pods × processes per pod)",
+        )
+    if tensor_parallel is not None and start.get("tensor_parallel", 1) != tensor_parallel:
+        result.fail(
+            WHERE,
+            f"{contract.METRICS_FILE} start.tensor_parallel",
+            f"attempt {attempt.number}: train.py started with TP {start.get('tensor_parallel', 1)}, but the work "
+            f"copy plans TP {tensor_parallel}",
         )
     return start
 

@@ -3,7 +3,8 @@
 * Transformers: ``HfArgumentParser(TrainingArguments).parse_dict`` (unknown or ill-typed arguments fail), then the
   Trainer's own DeepSpeed integration, ``HfTrainerDeepSpeedConfig(ds).trainer_config_process(args)``, which lists
   every ds_config value that disagrees with the arguments — what stops a job at start-up with "Please correct the
-  following DeepSpeed config values that mismatch TrainingArguments values".
+  following DeepSpeed config values that mismatch TrainingArguments values" — and the global batch the Trainer
+  counts (micro × accumulation × world size // the TP degree it reads from the ds_config), against the plan's.
 * DeepSpeed: ``DeepSpeedConfig(ds)``, which asserts train_batch_size = micro × accumulation × world size and
   validates every section (ZeRO keys are a closed pydantic model).
 
@@ -90,7 +91,9 @@ def payload_of(bundle: Any) -> dict[str, Any]:
     return {
         "training_arguments": args,
         "ds_config": bundle.ds_config,
-        "world_size": bundle.plan.get("dp_size") or bundle.plan.get("world_size"),
+        # every process, TP ranks included: what TrainingArguments.world_size and DeepSpeed's dist report
+        "world_size": bundle.plan.get("world_size"),
+        "global_batch_size": bundle.plan.get("global_batch_size"),
     }
 
 

@@ -117,13 +117,51 @@ def _check_transformers(payload: dict[str, Any]) -> tuple[dict[str, Any], Any]:
             else:
                 findings.append(_finding("ds_config.json", "", line.strip()))
         ds_out = hf.config
-    reason = f"transformers {transformers.__version__}, world size {world}"
+    tp = _trainer_tp_size(ds_out)
+    if parsed is not None:
+        findings += _global_batch_findings(parsed, world, tp, payload.get("global_batch_size"))
+    reason = f"transformers {transformers.__version__}, world size {world}" + (
+        f" = TP {tp} × DP {world // tp}" if tp > 1 else ""
+    )
     return {
         "status": "fail" if findings else "pass",
         "findings": findings,
         "reason": reason,
         "seconds": time.monotonic() - start,
     }, ds_out
+
+
+def _trainer_tp_size(ds_config: Any) -> int:
+    """The TP degree the Trainer reads (``Trainer.get_tp_size``: the ds_config's ``tensor_parallel.autotp_size``)."""
+    section = ds_config.get("tensor_parallel") if isinstance(ds_config, dict) else None
+    value = section.get("autotp_size", 1) if isinstance(section, dict) else 1
+    return value if isinstance(value, int) and value > 1 else 1
+
+
+def _global_batch_findings(args: Any, world: int, tp: int, planned: Any) -> list[dict[str, str]]:
+    """The Trainer's global batch (``Trainer.get_total_train_batch_size``: micro × accumulation × world // TP;
+    importing the Trainer would import the whole modelling stack, so its formula is applied to the parsed
+    arguments) against the plan's."""
+    if world % tp:
+        return [
+            _finding(
+                "ds_config.json",
+                "tensor_parallel.autotp_size",
+                f"{tp} does not divide the world size {world}: DeepSpeed cannot form TP groups",
+            )
+        ]
+    dp = world // tp
+    counted = args.per_device_train_batch_size * args.gradient_accumulation_steps * dp
+    if isinstance(planned, int) and counted != planned:
+        return [
+            _finding(
+                "recipe.yaml",
+                "plan.global_batch_size",
+                f"{planned}, but the Trainer counts micro {args.per_device_train_batch_size} × accumulation "
+                f"{args.gradient_accumulation_steps} × data-parallel {dp} (world {world} // TP {tp}) = {counted}",
+            )
+        ]
+    return []
 
 
 def _fill_auto(value: Any) -> Any:
@@ -150,8 +188,12 @@ def _check_deepspeed(payload: dict[str, Any], filled: Any) -> dict[str, Any]:
     saved = dist.get_rank, dist.get_world_size
     dist.get_rank, dist.get_world_size = (lambda *a, **k: 0), (lambda *a, **k: world)
     findings = []
+    autotp = ""
     try:
-        ds_runtime_config.DeepSpeedConfig(config)
+        parsed = ds_runtime_config.DeepSpeedConfig(config)
+        size = getattr(getattr(parsed, "tensor_parallel_config", None), "autotp_size", 0)
+        if size and size > 1:
+            autotp = f", AutoTP {size} (it derives train_batch_size {parsed.train_batch_size}, counting every TP rank)"
     except Exception as exc:  # noqa: BLE001 - AssertionError, ValueError, pydantic's ValidationError alike
         text = " ".join(str(exc).split())
         field = ""
@@ -167,7 +209,7 @@ def _check_deepspeed(payload: dict[str, Any], filled: Any) -> dict[str, Any]:
     return {
         "status": "fail" if findings else "pass",
         "findings": findings,
-        "reason": f"deepspeed {deepspeed.__version__}, world size {world}",
+        "reason": f"deepspeed {deepspeed.__version__}, world size {world}{autotp}",
         "seconds": time.monotonic() - start,
     }
 

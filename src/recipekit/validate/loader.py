@@ -20,6 +20,8 @@ from typing import Any
 
 import yaml
 
+from recipekit import yamlfile
+from recipekit.bundle import manifest_problem
 from recipekit.bundlefiles import DOCKERFILE, JOB, LAUNCH, MANIFEST, RUN, read_files
 from recipekit.bundlefiles import DS_CONFIG as DS
 from recipekit.bundlefiles import RECIPE as RECIPE
@@ -97,19 +99,10 @@ def load_bundle(directory: Path) -> Bundle:
         raise BundleUnusable(f"{directory}: no such directory")
     if not directory.is_dir():
         raise BundleUnusable(f"{directory}: not a directory")
-    manifest_path = directory / MANIFEST
-    if not manifest_path.is_file():
-        raise BundleUnusable(f"{directory}: no {MANIFEST}: not a recipekit bundle (build one with `recipekit build`)")
-    try:
-        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise BundleUnusable(f"{manifest_path}: not valid JSON ({exc})") from None
-    if (
-        not isinstance(manifest, dict)
-        or "recipekit_version" not in manifest
-        or not isinstance(manifest.get("files"), dict)
-    ):
-        raise BundleUnusable(f"{manifest_path}: not a recipekit manifest (no recipekit_version / files)")
+    problem = manifest_problem(directory)
+    if problem is not None:
+        raise BundleUnusable(f"{directory}: {problem}: not a recipekit bundle (build one with `recipekit build`)")
+    manifest = json.loads((directory / MANIFEST).read_text(encoding="utf-8"))
 
     raw, extra_entries = read_files(directory)
     bundle = Bundle(directory, raw, manifest, extra_entries=extra_entries)
@@ -141,7 +134,7 @@ def _parse_recipe(bundle: Bundle) -> None:
     if text is None:
         return
     try:
-        doc = yaml.safe_load(text)
+        doc = yamlfile.load(text, RECIPE)  # refuses alias bombs, deep nesting, huge numbers before building
     except yaml.YAMLError as exc:
         out.append(Finding(RECIPE, "", f"not valid YAML: {_yaml_error(exc)}"))
         return
@@ -213,7 +206,7 @@ def _parse_job(bundle: Bundle) -> None:
     if text is None:
         return
     try:
-        job = yaml.safe_load(text)
+        job = yamlfile.load(text, JOB)
     except yaml.YAMLError as exc:
         bundle.parse_findings.append(Finding(JOB, "", f"not valid YAML: {_yaml_error(exc)}"))
         return
@@ -254,7 +247,7 @@ def _parse_other_files(bundle: Bundle) -> None:
                 out.append(Finding(name, "", f"not valid JSON: {exc}"))
         elif name.endswith((".yaml", ".yml")):
             try:
-                yaml.safe_load(bundle.raw[name])
+                yamlfile.load(bundle.raw[name].decode("utf-8", errors="replace"), name)
             except yaml.YAMLError as exc:
                 out.append(Finding(name, "", f"not valid YAML: {_yaml_error(exc)}"))
     for name in sorted(n for n in bundle.raw if n.endswith(".py")):

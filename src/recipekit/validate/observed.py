@@ -8,7 +8,6 @@ kinds apart, so judging (:mod:`recipekit.validate.judge`) reads records, never l
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,6 +39,7 @@ class Attempt:
     killed_processes: int = 0
     ended: float = 0.0
     log_offsets: dict[int, int] = field(default_factory=dict)
+    scraped: dict[str, Any] | None = None  # rank 0's metrics endpoint, read once training checkpointed
 
     def events(self, kind: str) -> list[dict[str, Any]]:
         """This attempt's records of one kind, in file order."""
@@ -87,12 +87,4 @@ class MetricsTail:
         self.offset = size
         lines = (self.partial + chunk).split(b"\n")
         self.partial = lines.pop()
-        records = []
-        for line in lines:
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(record, dict):
-                records.append(record)
-        return records
+        return contract.parse_records(lines)

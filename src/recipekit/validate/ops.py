@@ -71,7 +71,7 @@ print(json.dumps(out))
         return
     progress(
         f"building DeepSpeed's C++ ops ({', '.join(_op_names(work.deepspeed_ops))}) with g++ into {directory} "
-        "— once per machine, about 60-80 s"
+        "— once per machine, one to three minutes on 2 cores"
     )
     env = {**env, "PYTHONWARNINGS": "ignore"}
     log = work.logs / "deepspeed-ops.log"

@@ -106,6 +106,26 @@ def describe(record: dict[str, Any]) -> str | None:
         return f"train.py preempted: checkpoint saved at step {record.get('step')}"
     if kind == contract.EVENT_DONE:
         return f"train.py done at step {record.get('step')}; model in {record.get('output')}"
+    return _describe_operations(kind, record)
+
+
+def _describe_operations(kind: Any, record: dict[str, Any]) -> str | None:
+    """The operations layer's records: preflight's verdict, a hang, a non-finite loss, an alert, a trace."""
+    if kind == contract.EVENT_PREFLIGHT:
+        checks = ", ".join(f"{c.get('check')} {c.get('status')}" for c in record.get("checks") or [])
+        verdict = "passed" if record.get("ok") else f"FAILED: {record.get('reason')}"
+        return f"train.py preflight {verdict} ({checks}; {record.get('seconds')} s)"
+    if kind == contract.EVENT_STALLED:
+        return (
+            f"train.py rank {record.get('rank')}: watchdog fired after {record.get('waited_s')} s in "
+            f"{record.get('phase')}; stacks in {record.get('stacks')}"
+        )
+    if kind == contract.EVENT_NONFINITE:
+        return f"train.py: {record.get('message')}"
+    if kind == contract.EVENT_ALERT:
+        return f"train.py alert {record.get('alert')}: {record.get('message')}"
+    if kind == contract.EVENT_PROFILE:
+        return f"train.py profiled steps {record.get('steps')} into {record.get('path')}"
     return None
 
 

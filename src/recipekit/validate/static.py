@@ -33,6 +33,7 @@ from recipekit.validate.consistency import (
 from recipekit.validate.imagepins import check_image
 from recipekit.validate.linters import check_hadolint, check_shellcheck
 from recipekit.validate.loader import Bundle, BundleUnusable, load_bundle, rehash_manifest
+from recipekit.validate.monitoring import check_monitoring, check_operations
 from recipekit.validate.structure import (
     check_job_schema,
     check_job_webhook,
@@ -40,6 +41,7 @@ from recipekit.validate.structure import (
     check_parse,
     check_pod_template,
 )
+from recipekit.validate.tensorparallel import check_tensor_parallel
 
 __all__ = ["CHECKS", "Bundle", "BundleUnusable", "load_bundle", "rehash_manifest", "run_static"]
 
@@ -54,10 +56,13 @@ CHECKS: tuple[Callable[[Bundle], Result], ...] = (
     check_task_env,
     check_device,
     check_batch,
+    check_tensor_parallel,
     check_precision,
     check_image,
     check_storage,
     check_port,
+    check_operations,
+    check_monitoring,
     check_shellcheck,
     check_hadolint,
     *imagestack.CHECKS,

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
 
-from recipekit.names import DNS_LABEL, MAX_DNS_LABEL
+from recipekit.names import is_dns_label
 from recipekit.validate.checks import Finding
 
 FILE = "volcano-job.yaml"
@@ -221,7 +221,7 @@ def webhook_findings(job: Any) -> list[Finding]:
     meta = job.get("metadata") if isinstance(job.get("metadata"), dict) else {}
     name = str(meta.get("name", ""))
 
-    if not DNS_LABEL.match(name) or len(name) > MAX_DNS_LABEL:
+    if not is_dns_label(name):
         out.append(
             Finding(FILE, "metadata.name", f"{name!r} is not a valid name (lower-case DNS label, ≤ 63 characters)")
         )
@@ -264,13 +264,13 @@ def webhook_findings(job: Any) -> list[Finding]:
                         FILE, f"{where}.minAvailable", f"{task_min} is greater than the task's replicas ({replicas})"
                     )
                 )
-        if not DNS_LABEL.match(tname) or len(tname) > MAX_DNS_LABEL:
+        if not is_dns_label(tname):
             out.append(Finding(FILE, f"{where}.name", f"{tname!r} is not a DNS-1123 label"))
         if tname in seen:
             out.append(Finding(FILE, f"{where}.name", f"duplicated task name {tname!r}"))
         seen.add(tname)
         last = pod_name(name, tname, max(replicas - 1, 0))
-        if len(last) > MAX_DNS_LABEL or not DNS_LABEL.match(last):
+        if not is_dns_label(last):
             out.append(
                 Finding(
                     FILE,
@@ -496,7 +496,7 @@ def _pod_semantics(template: dict[str, Any], where: str) -> list[Finding]:
         if cname in names:
             out.append(Finding(FILE, f"{at}.name", f"duplicate container name {cname!r}"))
         names.append(cname)
-        if isinstance(cname, str) and not DNS_LABEL.match(cname):
+        if isinstance(cname, str) and not is_dns_label(cname):
             out.append(Finding(FILE, f"{at}.name", f"{cname!r} is not a DNS-1123 label"))
         for m, mount in enumerate(container.get("volumeMounts") or []):
             if isinstance(mount, dict) and mount.get("name") not in volumes:

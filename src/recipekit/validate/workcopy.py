@@ -11,9 +11,11 @@ Trainer arguments, ds_config) follows from the substitutions exactly as it would
 * the shared volume (PVC) by ``<workdir>/shared``: output_dir and data keep their paths below the mount;
 * the schedule by a few steps with a checkpoint midway, logging every step, no DataLoader workers, at most
   two accumulation micro-steps;
-* the world by ``--pods`` pods × 1 process, and — on CPU — the hardware by the ``cpu`` option (gloo, CPU AdamW,
-  DeepSpeed's CPU accelerator; fp16 becomes bf16, which CPUs have), NVMe offload by CPU offload when DeepSpeed's
-  async_io op cannot be built here.
+* the world by ``--pods`` pods × ``--procs-per-pod`` processes, and — on CPU — the hardware by the ``cpu`` option
+  (gloo, CPU AdamW, DeepSpeed's CPU accelerator; fp16 becomes bf16, which CPUs have; as many "devices" per node as
+  processes per pod), NVMe offload by CPU offload when DeepSpeed's async_io op cannot be built here;
+* a TP group may span the simulated pods (TP 2 on 2 pods of one process): on one machine every link is local, so
+  the rule that keeps TP inside a node is lifted for the work copy, and said so.
 
 Two edits stay explicit because they are about this machine, not the recipe: ZeRO-3's
 ``stage3_param_persistence_threshold`` → 0 (else a tiny model partitions nothing), and the rendezvous port (a free
@@ -27,6 +29,7 @@ import difflib
 import functools
 import importlib.util
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -201,12 +204,33 @@ def substitute(recipe: Recipe, options: Any, root: Path) -> tuple[Recipe, list[S
     dry = sub.whole(
         recipe, "model", twin, f"the tiny {recipe.model.family} twin: random weights, tokenizer trained on the data"
     )
+    procs = options.procs_per_pod
+    tp = recipe.parallel.tensor_parallel
+    if (options.pods * procs) % tp:
+        raise DryRunUsageError(
+            f"TP {tp} needs a simulated world that is a multiple of {tp}, got --pods {options.pods} × "
+            f"--procs-per-pod {procs} = {options.pods * procs} processes (e.g. --pods 2 --procs-per-pod "
+            f"{max(1, tp // 2)})"
+        )
+    heads = _twin_heads(twin, tp)
+    if heads is not None:
+        attention, kv, hidden = heads
+        dry = sub.section(
+            dry,
+            "model",
+            f"TP {tp} gives each rank whole heads: the twin gets {attention} attention and {kv} key/value heads",
+            num_attention_heads=attention,
+            num_kv_heads=kv,
+            hidden_size=hidden,
+        )
 
     shared = root / "shared"
     mount = recipe.cluster.mount_path
     micro = recipe.train.micro_batch_size
     accum = min(_accumulation(recipe), MAX_ACCUMULATION)
-    samples = max(64, min(2000, options.steps * micro * accum * options.pods * 2))
+    # samples follow the data-parallel ranks, so a TP run and a run without TP at the same DP see the same data
+    dp = max(1, options.pods * procs // tp)
+    samples = max(64, min(2000, options.steps * micro * accum * dp * 2))
     data_path = write_tiny_dataset(recipe.data.format, _tiny_data_path(recipe.data.path, mount, shared), n=samples)
     dry = sub.section(
         dry,
@@ -236,7 +260,11 @@ def substitute(recipe: Recipe, options: Any, root: Path) -> tuple[Recipe, list[S
         output_dir=str(_on_volume(recipe.cluster.output_dir, mount, shared, "runs")),
     )
     dry = sub.section(
-        dry, "cluster", f"{options.pods} simulated pods of one process each", nodes=options.pods, devices_per_pod=1
+        dry,
+        "cluster",
+        f"{options.pods} simulated pods of {procs} process{'es' if procs > 1 else ''} each",
+        nodes=options.pods,
+        devices_per_pod=procs,
     )
 
     # schedule: a few steps, a checkpoint midway, every step logged
@@ -263,8 +291,11 @@ def substitute(recipe: Recipe, options: Any, root: Path) -> tuple[Recipe, list[S
 
     if options.device == "cpu":
         dry = sub.whole(dry, "hw", cpu_hardware(), "this machine's CPU: gloo, CPU AdamW, DeepSpeed's CPU accelerator")
+        if procs > dry.hw.devices_per_node:
+            dry = sub.section(dry, "hw", f"a CPU 'node' runs {procs} processes per pod", devices_per_node=procs)
         if dry.train.precision == "fp16":
             dry = sub.section(dry, "train", "CPUs have no fp16", precision="bf16")
+    dry = _operations(sub, dry, options)
     par = dry.parallel
     if "nvme" in (par.offload_optimizer, par.offload_param):
         if options.device == "cpu" and not async_io_compatible():
@@ -275,6 +306,16 @@ def substitute(recipe: Recipe, options: Any, root: Path) -> tuple[Recipe, list[S
         else:
             (root / "nvme").mkdir(parents=True, exist_ok=True)
             dry = sub.section(dry, "parallel", "a local directory for NVMe offload", nvme_path=str(root / "nvme"))
+    if tp > 1 and procs % tp:
+        sub.found.append(
+            Substitution(
+                RECIPE,
+                "plan.tensor_parallel",
+                f"TP {tp} inside a pod",
+                f"TP {tp} across {tp // math.gcd(tp, procs)} simulated pods",
+                "on one machine every link is local; the bundle keeps each TP group inside a node",
+            )
+        )
     return dry, sub.found
 
 
@@ -293,6 +334,51 @@ def dry_shard_mib(data: Path, pods: int) -> float:
     files = [data] if data.is_file() else [p for p in data.rglob("*") if p.is_file()]
     size = sum(p.stat().st_size for p in files)
     return round(max(DRY_MIN_CHUNK, size // (DRY_CHUNKS_PER_POD * pods)) / 2**20, 6)
+
+
+def _twin_heads(twin: ModelSpec, tp: int) -> tuple[int, int, int] | None:
+    """(attention heads, key/value heads, hidden size) for the twin under TP ``tp``, or None when its own divide:
+    the fewest heads that TP divides (and the key/value heads divide), at least 8 dimensions per head."""
+    if twin.num_attention_heads % tp == 0 and twin.num_kv_heads % tp == 0:
+        return None
+    kv = math.lcm(twin.num_kv_heads, tp)
+    attention = math.lcm(twin.num_attention_heads, kv)
+    hidden = max(twin.hidden_size, 8 * attention)
+    return attention, kv, hidden + (-hidden % attention)
+
+
+#: The dry run's all-reduce test on CPU: small messages (gloo on one host measures memory copies, not a link).
+DRY_ALLREDUCE_SIZES_MB = [1.0, 4.0]
+#: The hang watchdog's floor when the recipe injects a stall: detected in half a minute, not the bundle's minutes.
+DRY_STALL_TIMEOUT_S = 30
+
+
+def _operations(sub: _Substituter, dry: Recipe, options: Any) -> Recipe:
+    """The operations layer on a laptop: a quick bandwidth test on CPU, and a fault injected by the recipe
+    (``ops.testing``) within the dry run's steps and detected quickly."""
+    if options.device == "cpu":
+        dry = sub.section(
+            dry,
+            "ops",
+            "a short all-reduce test: gloo on one host copies memory, it measures no link",
+            allreduce_sizes_mb=DRY_ALLREDUCE_SIZES_MB,
+            allreduce_iterations=5,
+        )
+    testing = dry.ops.testing
+    for name in ("stall_at_step", "nan_at_step"):
+        step = getattr(testing, name)
+        if step is not None and step >= options.steps:
+            raise DryRunUsageError(
+                f"ops.testing.{name} is {step}, past the dry run's {options.steps} steps: use --steps {step + 2}"
+            )
+    if testing.stall_at_step is not None and dry.ops.stall_timeout_floor_s > DRY_STALL_TIMEOUT_S:
+        dry = sub.section(
+            dry,
+            "ops",
+            "the injected stall is detected in seconds (the bundle's floor is for real steps)",
+            stall_timeout_floor_s=DRY_STALL_TIMEOUT_S,
+        )
+    return dry
 
 
 def _accumulation(recipe: Recipe) -> int:
@@ -324,7 +410,7 @@ def prepare(bundle: Bundle, options: Any) -> WorkCopy:
     dry, subs = substitute(bundle.recipe, options, root)
     images = load_images()
     try:
-        plan = make_plan(dry, images)
+        plan = make_plan(dry, images, tp_across_pods=True)
     except RecipeError as err:
         raise DryRunUsageError(f"the substituted recipe does not plan: {err}") from None
     manifest = bundle.manifest

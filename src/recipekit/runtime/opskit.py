@@ -1,0 +1,118 @@
+"""The operations layer of one training process, as session.py uses it: preflight, then the callbacks, then the
+verdict on a stopped run.
+
+Everything it reads is recipe.yaml's ``operations`` section (recipekit.operations computed it; a recipe.yaml of an
+older recipekit has none, and then this layer stays out of the way). The parts live in their own modules:
+preflight.py (the checks), watchdog.py (the hang watchdog), guard.py (the loss guard and the Trainer that feeds it),
+health.py (timing, alerts, metrics), exporter.py (Prometheus), faults.py (testing-only fault injection) and
+profiling.py (the profiler window).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from . import contract
+from .common import LOG
+from .device import Device
+from .exporter import start_exporter
+from .faults import Faults
+from .guard import GuardCallback, LossGuard, nonfinite_report
+from .health import Alerts, HealthCallback, WatchdogCallback
+from .preflight import run_preflight
+from .profiling import ProfilerCallback
+from .watchdog import Watchdog
+
+
+def _section(operations: Any, name: str) -> Any:
+    return getattr(operations, name, None) if operations is not None else None
+
+
+class OpsLayer:
+    """Preflight, hang watchdog, loss guard, alerts, metrics and profiler for one process of one run."""
+
+    def __init__(self, run: Any, args: Any, device: Device):
+        self.run, self.args, self.device = run, args, device
+        self.operations = getattr(run, "operations", None)
+        self.output_dir = Path(args.output_dir)
+        self.rank = args.process_index
+        self.metrics_file = self.output_dir / contract.METRICS_FILE
+        testing = _section(self.operations, "testing") or SimpleNamespace()
+        self.faults = Faults(testing, self.output_dir, self.rank)
+        self.guard = LossGuard()
+        self.exporter: Any = None
+
+    # -- before training
+    def preflight(self) -> dict[str, Any] | None:
+        """Run preflight when the recipe asks for it; raises PreflightFailed (exit 3) on a failed check."""
+        settings = _section(self.operations, "preflight")
+        if settings is None or not settings.enabled:
+            return None
+        testing = _section(self.operations, "testing")
+        plain = dict(vars(settings))
+        plain["expected_versions"] = dict(vars(settings.expected_versions))
+        return run_preflight(
+            plain,
+            output_dir=self.output_dir,
+            device_kind=self.device.kind,
+            device_count=self.device.count,
+            torch_device=self.args.device,
+            simulated_devices=getattr(testing, "device_count", None),
+            runtime_context_gib=float(getattr(self.run.recipe.hw, "runtime_context_gib", 0.0) or 0.0),
+            metrics_file=self.metrics_file,
+        )
+
+    # -- the callbacks
+    def install(self, trainer: Any, records: Any) -> None:
+        """Give the Trainer (an OpsTrainer) the loss guard and the faults, and add the callbacks in their order."""
+        if self.operations is None:  # an older bundle's recipe.yaml: the Trainer as it was
+            return
+        trainer.guard, trainer.faults = self.guard, self.faults
+        metrics = _section(self.operations, "metrics")
+        job = str(getattr(self.run.plan, "job_name", "") or self.run.recipe.name)
+        self.exporter = start_exporter(metrics, job, self.rank, int(os.environ.get("LOCAL_RANK", "0")))
+        health = HealthCallback(
+            trainer, Alerts(_section(self.operations, "alerts")), self.exporter, records, self.device.kind
+        )
+        handler = trainer.callback_handler.callbacks
+        handler.insert(1, health)  # after throughput, before the reporters and metrics.jsonl: they see its figures
+        alerts = _section(self.operations, "alerts")
+        trainer.add_callback(GuardCallback(self.guard, alerts.nonfinite_loss, health.raise_alert))
+        watchdog = Watchdog(output_dir=self.output_dir, rank=self.rank, metrics_file=self.metrics_file)
+        trainer.add_callback(WatchdogCallback(watchdog, _section(self.operations, "watchdog"), self.faults))
+        steps = getattr(self.run.recipe.train, "profile_steps", None)
+        if steps:
+            trainer.add_callback(ProfilerCallback(steps, self.output_dir, self.rank, self.device.kind, records))
+
+    # -- after training
+    def stopped(self, trainer: Any, records: Any) -> int | None:
+        """The exit code of a run the loss guard stopped (after writing what can be saved), else None."""
+        step = self.guard.stopped_at
+        if step is None:
+            return None
+        where = nonfinite_report(self.guard, self.output_dir, self.rank, list(trainer.state.log_history))
+        last_good = contract.latest_complete_checkpoint(self.output_dir)
+        message = (
+            f"loss is not finite at step {step} (ranks {', '.join(map(str, self.guard.ranks))}): stopped without "
+            f"saving the poisoned weights; the last good checkpoint is {last_good.name if last_good else 'none'}; "
+            f"the report and the offending batches are in {where}; lower train.learning_rate or check the data "
+            "there, then let the job restart from the last good checkpoint"
+        )
+        LOG.error(message)
+        records.add(
+            contract.EVENT_NONFINITE,
+            step=step,
+            ranks=self.guard.ranks,
+            stopped=True,
+            last_good_checkpoint=str(last_good) if last_good else None,
+            report=str(where),
+            message=message,
+        )
+        return contract.EXIT_NONFINITE
+
+    def close(self) -> None:
+        if self.exporter is not None:
+            self.exporter.close()

@@ -1,0 +1,145 @@
+"""The operations layer in `recipekit validate --dry-run`: two simulated pods on this CPU, gloo, the real Trainer.
+
+* preflight passes on 2 pods, the cluster check report lists every check, the all-reduce test reports bandwidth;
+  the metrics endpoint serves every metric name; the profiling window writes a trace;
+* a pod that sees the wrong number of devices (``ops.testing.device_count``) or whose output directory cannot be
+  written fails preflight with the reason, and no training starts;
+* an injected NaN loss stops every rank with the message, and the restarted job resumes;
+* an injected stall is detected by the hang watchdog, every rank's stacks are dumped, the job restarts and resumes,
+  and the detection time and MTTR are reported.
+
+What happened is read from the runtime's records in metrics.jsonl and the output directory, never from log text
+(except where a run could write no record: an output directory that cannot be written). Slow: about a minute each.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from recipekit.build import build
+from recipekit.runtime import contract
+from recipekit.validate.checks import Status
+from recipekit.validate.command import validate_command
+from recipekit.validate.dryrun import DryRunOptions, run_dry_run
+from recipekit.validate.static import load_bundle
+from tests.integration.test_dryrun import _explain, processes_under
+
+pytestmark = pytest.mark.slow
+
+_MISSING = [m for m in ("torch", "transformers", "prometheus_client") if importlib.util.find_spec(m) is None]
+if _MISSING:
+    pytest.skip(f"the training stack is not installed ({', '.join(_MISSING)})", allow_module_level=True)
+
+TIMEOUT_S = 420
+
+
+def dry_run(tmp_path: Path, *overrides: str) -> dict:
+    bundle = build(["recipe=tiny_sft", "parallel=ddp", *overrides], tmp_path / "bundle", force=True).path
+    results = run_dry_run(load_bundle(bundle), DryRunOptions(pods=2, workdir=tmp_path / "work", timeout=TIMEOUT_S))
+    assert processes_under(tmp_path / "work") == []
+    return {r.id: r for r in results}
+
+
+def output_dir(tmp_path: Path) -> Path:
+    return next((tmp_path / "work" / "shared" / "runs").iterdir())
+
+
+def test_preflight_metrics_and_the_profiling_window(tmp_path: Path) -> None:
+    results = dry_run(tmp_path, "train.profile_steps=[2,3]")
+    assert all(r.status is not Status.FAIL for r in results.values()), _explain(results.values())
+    pre = results["dryrun.preflight"]
+    assert pre.status is Status.PASS and pre.details["ok"] is True
+    assert [c["check"] for c in pre.details["checks"]] == list(contract.PREFLIGHT_CHECKS)
+    report = json.loads((output_dir(tmp_path) / contract.CLUSTER_CHECK_FILE).read_text())
+    assert report["pods"] == 2 and report["world_size"] == 2
+    checks = {c["check"]: c for c in report["checks"]}
+    assert checks["devices"]["status"] == "skip" and "cpu" in checks["devices"]["detail"]
+    assert checks["versions"]["status"] == "pass" and checks["storage"]["status"] == "pass"
+    bandwidth = checks["allreduce"]
+    assert bandwidth["status"] in ("pass", "warn") and [r["size_mb"] for r in bandwidth["results"]] == [1.0, 4.0]
+    assert all(r["algbw_gbps"] > 0 and r["busbw_gbps"] == r["algbw_gbps"] for r in bandwidth["results"])  # n = 2
+    assert "busbw" in pre.reason
+    metrics = results["dryrun.metrics"]
+    assert metrics.status is Status.PASS and set(metrics.details["scraped"]["pods"]) == {0, 1}
+    assert all("recipekit_loss" in pod["sampled"] for pod in metrics.details["scraped"]["pods"].values())
+    profile = results["dryrun.profile"]
+    assert profile.status is Status.PASS
+    assert any(p.endswith("rank-0.pt.trace.json") for p in profile.details["traces"])
+    assert results["dryrun.train"].details["final_step"] == 8
+
+
+def test_a_pod_with_the_wrong_device_count_fails_preflight_and_trains_nothing(tmp_path: Path) -> None:
+    bundle = build(["recipe=tiny_sft", "parallel=ddp", "ops.testing.device_count=3"], tmp_path / "b", force=True).path
+    result = CliRunner().invoke(
+        validate_command,
+        [str(bundle), "--dry-run", "--workdir", str(tmp_path / "work"), "--timeout", str(TIMEOUT_S), "--json"],
+    )
+    assert result.exit_code == 1, result.output
+    checks = {c["id"]: c for c in json.loads(result.stdout)["checks"]}
+    pre = checks["dryrun.preflight"]
+    assert pre["status"] == "fail" and pre["details"]["training_started"] is False
+    reasons = " ".join(f["message"] for f in pre["findings"])
+    assert "sees 3 cpu device(s), the bundle starts 1 process(es) per pod" in reasons
+    assert checks["dryrun.train"]["status"] == "fail" and checks["dryrun.metrics"]["status"] == "skipped"
+    out = output_dir(tmp_path)
+    assert not list(out.glob("checkpoint-*"))
+    records = contract.read_records(out / contract.METRICS_FILE)
+    assert not contract.events(records, contract.EVENT_START) and not [r for r in records if "loss" in r]
+    assert json.loads((out / contract.CLUSTER_CHECK_FILE).read_text())["ok"] is False
+    assert "train.py: preflight failed: devices:" in (tmp_path / "work" / "logs" / "pod-0.log").read_text()
+
+
+def test_an_output_directory_that_cannot_be_written_fails_preflight(tmp_path: Path) -> None:
+    """The data file sits where the output directory should be (a recipe mistake): no pod can create it."""
+    results = dry_run(tmp_path, "data.path=/mnt/shared/runs")
+    pre = results["dryrun.preflight"]
+    assert pre.status is Status.FAIL and pre.details["training_started"] is False
+    log = (tmp_path / "work" / "logs" / "pod-0.log").read_text()
+    assert "train.py: preflight failed: storage: pod 0: cannot write to" in log, pre.details["log_tails"]
+    assert results["dryrun.train"].status is Status.FAIL
+
+
+def test_an_injected_nan_stops_training_with_the_message_and_the_job_resumes(tmp_path: Path) -> None:
+    results = dry_run(tmp_path, "ops.testing.nan_at_step=6")
+    fault = results["dryrun.nonfinite"]
+    assert fault.status is Status.PASS, _explain(results.values())
+    record = fault.details["nonfinite"]
+    assert record["step"] == 6 and record["ranks"] == [0, 1] and record["last_good_checkpoint"].endswith("checkpoint-4")
+    assert "loss is not finite at step 6" in record["message"] and "lower train.learning_rate" in record["message"]
+    assert fault.details["resumed_step"] == 4 and fault.details["first_step_after_restart"] == 5
+    assert fault.details["mttr_s"] > 0
+    report = json.loads((Path(record["report"]) / "report.json").read_text())
+    assert report["step"] == 6 and report["last_good_checkpoint"].endswith("checkpoint-4")
+    assert (Path(record["report"]) / "batch-rank-1.json").is_file()
+    assert results["dryrun.train"].status is Status.PASS
+
+
+def test_an_injected_stall_is_detected_dumped_restarted_and_resumed(tmp_path: Path) -> None:
+    bundle = build(
+        ["recipe=tiny_sft", "parallel=ddp", "ops.testing.stall_at_step=6", "ops.testing.stall_rank=1"],
+        tmp_path / "b",
+        force=True,
+    ).path
+    result = CliRunner().invoke(
+        validate_command,
+        [str(bundle), "--dry-run", "--workdir", str(tmp_path / "work"), "--timeout", str(TIMEOUT_S), "--json"],
+    )
+    checks = {c["id"]: c for c in json.loads(result.stdout)["checks"]}
+    assert result.exit_code == 0, json.dumps({k: v for k, v in checks.items() if k.startswith("dryrun")}, indent=1)
+    stall = checks["dryrun.stall"]["details"]
+    assert 1 in stall["stalled_ranks"] and stall["stall_timeout_s"] == 30
+    assert 30 <= stall["detection_s"] < 60
+    assert stall["stacks"] and all("stall-step-5-rank-" in Path(p).name for p in stall["stacks"])
+    assert stall["last_step_before"] == 5
+    assert stall["resumed_step"] == 4 and stall["first_step_after_restart"] == 5
+    assert stall["mttr_s"] > stall["detection_s"]
+    assert "MTTR" in checks["dryrun.stall"]["reason"] and "detected it after" in checks["dryrun.stall"]["reason"]
+    assert checks["dryrun.train"]["details"]["final_step"] == 8
+    subs = {s["field"] for s in checks["dryrun.prepare"]["details"]["substitutions"]}
+    assert "recipe.ops.stall_timeout_floor_s" in subs
+    assert processes_under(tmp_path / "work") == []

@@ -1,0 +1,853 @@
+"""Hostile and malformed input, as a new user and an attacker would try it.
+
+The promise for every bad input: exit code 2, one line per problem naming the key, no traceback, and nothing
+written — a fresh target stays absent and a previous bundle stays byte for byte. One table-driven test per class of
+input (Kubernetes names, environment names, references, paths, interpolations, numbers, output paths, team recipe
+trees, Hydra's own grammar), and the injection payloads fed to every text field of the recipe: each value either
+arrives byte for byte where it lands (recipe.yaml, launch.json, the Job, the process environment, the README's
+commands) or is refused with its key.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, get_args, get_origin
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from recipekit.bundlefiles import JOB, LAUNCH, MANIFEST, README, RECIPE, RUN
+from recipekit.cli import main
+from recipekit.compose import compose
+from recipekit.errors import RecipeError
+from recipekit.images import load_images
+from recipekit.paths import RECIPES_DIR
+from recipekit.plan import make_plan
+from recipekit.recipe import Recipe, parse_recipe
+from recipekit.render import markdown_code, render
+from recipekit.runtime.launch import Topology, environment
+from recipekit.schema import field_types, sections_in, to_data
+
+
+# ----------------------------------------------------------------------------------------------------- helpers
+def snapshot(path: Path) -> Any:
+    """Every file under ``path`` with its bytes (None when ``path`` does not exist or is not reachable); outside the
+    test's own directories (``/``, ``/proc``), just the names of its entries."""
+    try:
+        if not path.is_dir():
+            return path.read_bytes() if path.is_file() else None
+        if not str(path).startswith(tempfile.gettempdir()):
+            return sorted(os.listdir(path))
+        return {str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
+    except OSError:
+        return None
+
+
+@pytest.fixture(scope="module")
+def previous_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A bundle built once; each case replaces a copy of it."""
+    target = tmp_path_factory.mktemp("previous") / "bundle"
+    result = CliRunner().invoke(main, ["build", "recipe=tiny_sft", "-o", str(target)])
+    assert result.exit_code == 0, result.output
+    return target
+
+
+def write_tree(root: Path, files: dict[str, str | bytes]) -> Path:
+    for name, content in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(content.encode() if isinstance(content, str) else content)
+    return root
+
+
+def preset(values: dict[str, Any]) -> dict[str, str]:
+    """A team tree holding ``recipe=hostile``: the tiny_sft preset with ``values`` merged in, written as YAML — the
+    way to deliver any text (newlines, NUL escapes, any byte) into a recipe value."""
+    base = yaml.safe_load((RECIPES_DIR / "recipe" / "tiny_sft.yaml").read_text())
+    merged = copy.deepcopy(base)
+    for dotted, value in values.items():
+        node = merged
+        *parents, last = dotted.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[last] = value
+    merged["name"] = "hostile"
+    return {"recipe/hostile.yaml": "# @package _global_\n" + yaml.safe_dump(merged, sort_keys=False)}
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """One hostile input: CLI arguments (``{team}`` is the team tree), team files, and the key the error must name."""
+
+    id: str
+    args: tuple[str, ...]
+    key: str
+    files: dict[str, str | bytes] = dataclasses.field(default_factory=dict)
+    command: str = "build"
+
+
+def by_override(key: str, value: str, *base: str, name: str = "") -> Case:
+    return Case(name or f"{key}={value!r}"[:60], ("recipe=tiny_sft", *base, f"{key}={value}"), key.lstrip("+~"))
+
+
+def by_file(key: str, value: Any, name: str = "") -> Case:
+    return Case(
+        name or f"{key}: {value!r} (YAML)"[:60], ("--recipes", "{team}", "recipe=hostile"), key, preset({key: value})
+    )
+
+
+def check_refused(case: Case, tmp_path: Path, target: Path) -> None:
+    """Run ``case`` against ``target`` and assert the promise: exit 2, key named, no traceback, target untouched."""
+    team = write_tree(tmp_path / "team", case.files) if case.files else tmp_path / "team"
+    args = [a.replace("{team}", str(team)) for a in case.args]
+    before, siblings = snapshot(target), snapshot(target.parent)
+    command = [case.command, *args]
+    if case.command == "build":
+        command += ["-o", str(target)]
+    result = CliRunner().invoke(main, command)
+    output = result.output
+    assert result.exit_code == 2, f"{case.id}: exit {result.exit_code}\n{output}"
+    assert result.exception is None or isinstance(result.exception, SystemExit), f"{case.id}: {result.exception!r}"
+    assert "Traceback" not in output, output
+    problems = [line for line in output.splitlines() if line.startswith("  - ")]
+    assert problems and any(case.key in line for line in problems), f"{case.id}: {case.key} not named in\n{output}"
+    assert snapshot(target) == before, f"{case.id}: the target changed"
+    assert snapshot(target.parent) == siblings, f"{case.id}: something was written beside the target"
+
+
+def run_class(cases: list[Case], case: Case, state: str, tmp_path: Path, previous_bundle: Path) -> None:
+    target = tmp_path / "out" / "bundle"
+    if state == "previous":
+        shutil.copytree(previous_bundle, target)
+    check_refused(case, tmp_path, target)
+
+
+STATES = ("fresh", "previous")
+
+
+def table(cases: list[Case]) -> Any:
+    return pytest.mark.parametrize("case, state", [pytest.param(c, s, id=f"{c.id}@{s}") for c in cases for s in STATES])
+
+
+# ----------------------------------------------------------------------------------------------- 1. k8s names
+LABELS = ("cluster.namespace", "cluster.task_name")
+SUBDOMAINS = ("cluster.queue", "cluster.priority_class", "cluster.pvc_claim")
+K8S_NAMES = [
+    case
+    for key in (*LABELS, *SUBDOMAINS)
+    for case in (
+        by_override(key, "Team-A", name=f"{key} upper case"),
+        by_override(key, "team_a", name=f"{key} underscore"),
+        by_override(key, "a" * (64 if key in LABELS else 254), name=f"{key} too long"),
+        by_override(key, "''", name=f"{key} empty"),
+        by_file(key, "team\n", name=f"{key} trailing newline"),
+        by_file(key, "-team", name=f"{key} leading dash"),
+    )
+]
+
+
+@table(K8S_NAMES)
+def test_kubernetes_names_follow_the_api_servers_rules(case: Case, state: str, tmp_path: Path, previous_bundle) -> None:
+    run_class(K8S_NAMES, case, state, tmp_path, previous_bundle)
+
+
+# ----------------------------------------------------------------------------------- 2. environment var names
+ENV_NAMES = [
+    by_override("+hw.env.1", "x", name="digit"),
+    by_override("+hw.env.A-B", "x", name="dash"),
+    by_file("hw.env", {"A=$(id)": "x"}, name="assignment and command substitution"),
+    by_file("hw.env", {"A B": "x"}, name="space"),
+    by_file("hw.env", {"": "x"}, name="empty"),
+    by_file("hw.env", {"OK": "line\nnext"}, name="newline in a value"),
+    by_file("hw.env", {"OK": "nul\x00"}, name="NUL in a value"),
+]
+
+
+@table(ENV_NAMES)
+def test_environment_names_are_c_identifiers(case: Case, state: str, tmp_path: Path, previous_bundle) -> None:
+    run_class(ENV_NAMES, dataclasses.replace(case, key="hw.env"), state, tmp_path, previous_bundle)
+
+
+# ---------------------------------------------------------------------------------------- 3. references
+REFERENCES = [
+    by_override("cluster.image_registry", "Registry_X", name="registry upper case path"),
+    by_override("cluster.image_registry", "'reg.example.com/a b'", name="registry with a space"),
+    by_override("cluster.image_registry", "'reg.example.com/$(id)'", name="registry with a payload"),
+    by_override("cluster.image_registry", "reg.example.com:port/x", name="registry bad port"),
+    by_override("hw.device_resource", "gpu", name="resource without domain"),
+    by_override("hw.device_resource", "kubernetes.io/gpu", name="resource in kubernetes.io"),
+    by_override("hw.device_resource", "'nvidia.com/g pu'", name="resource with a space"),
+    by_file("hw.node_selector", {"bad key!": "x"}, name="label key"),
+    by_file("hw.pod_labels", {"ok": "v" * 64}, name="label value too long"),
+    by_override("cluster.socket_ifname", "eth0/1", name="interface with slash"),
+    by_override("cluster.socket_ifname", "eth0:1", name="interface with colon"),
+    by_override("cluster.socket_ifname", "averyveryverylongname", name="interface too long"),
+    by_file("cluster.socket_ifname", "eth0 }", name="interface with brace"),
+]
+
+
+@table(REFERENCES)
+def test_registry_resource_label_and_interface_strings_are_references(
+    case: Case, state: str, tmp_path: Path, previous_bundle
+) -> None:
+    run_class(REFERENCES, case, state, tmp_path, previous_bundle)
+
+
+# ---------------------------------------------------------------------------------------------------- 4. paths
+PATHS = [
+    by_override("cluster.mount_path", "mnt/shared", name="relative mount"),
+    by_override("cluster.mount_path", "/dev/shm", name="mount on /dev/shm"),
+    by_override("cluster.mount_path", "/workspace", name="mount over the bundle"),
+    by_override("cluster.mount_path", "/", name="mount on root"),
+    by_override("cluster.mount_path", "/usr/share", name="mount under /usr"),
+    by_override("cluster.output_dir", "/mnt/shared/../etc", name="output dir with .."),
+    by_override("cluster.output_dir", "runs", name="relative output dir"),
+    by_override("cluster.output_dir", "/elsewhere/runs", name="output dir off the volume"),
+    by_override("hw.host_mounts", "[/opt/a_b,/opt/a-b]", name="colliding host volume names"),
+    by_override("hw.host_mounts", "[usr/local/x]", name="relative host mount"),
+    by_override("hw.host_mounts", "[/mnt/shared]", name="host mount over the PVC"),
+    by_override("parallel.nvme_path", "nvme", name="relative nvme path"),
+    by_override("parallel.nvme_path", "/mnt/shared", "parallel=zero3_nvme", name="nvme scratch on the PVC"),
+    by_override("hw.host_mounts", "[/dev/shm]", name="host mount over /dev/shm"),
+]
+
+
+@table(PATHS)
+def test_paths_are_absolute_normalised_and_clear_of_each_other(
+    case: Case, state: str, tmp_path: Path, previous_bundle
+) -> None:
+    run_class(PATHS, case, state, tmp_path, previous_bundle)
+
+
+# ----------------------------------------------------------------------------------------- 5. interpolations
+INTERPOLATIONS = [
+    by_override("description", "${oc.env:HOME}", name="oc.env in an override"),
+    by_override("description", "'${now:%Y-%m-%d}'", name="now in a quoted override"),
+    by_override("+hw.env.X", "${oc.env:PATH}", name="secret into the env"),
+    by_override("data.path", "/data/${oc.decode:'x'}", name="any resolver"),
+    by_override("description", "${nope.missing}", name="reference to nothing"),
+    by_file("description", "${oc.env:HOME}", name="oc.env in a team file"),
+    by_file("hw.env", {"TOKEN": "${oc.env:SECRET_TOKEN,x}"}, name="secret in a team file"),
+]
+
+
+@table(INTERPOLATIONS)
+def test_only_references_between_recipe_keys_are_resolved(
+    case: Case, state: str, tmp_path: Path, previous_bundle
+) -> None:
+    run_class(INTERPOLATIONS, case, state, tmp_path, previous_bundle)
+
+
+def test_a_reference_between_recipe_keys_is_resolved() -> None:
+    raw = compose(["recipe=tiny_sft", "description=${model.name} on ${hw.name}"]).raw
+    assert raw["description"] == "tiny_llama on cpu"
+
+
+# ------------------------------------------------------------------------------------------------- 6. numbers
+NUMBERS = [
+    by_override("hw.peak_tflops_bf16", "inf", name="infinite"),
+    by_override("hw.peak_tflops_bf16", "nan", name="not a number"),
+    by_override("hw.peak_tflops_bf16", "1e308", name="huge float"),
+    by_override("hw.peak_tflops_bf16", "1e-320", name="denormal"),
+    by_override("train.seed", "9" * 5000, name="5000-digit integer"),
+    by_override("train.max_steps", str(2**70), name="beyond 64 bits"),
+    by_override("cluster.nodes", "1e3", name="float for an integer"),
+    by_file("train.learning_rate", float("inf"), name="infinite in a file"),
+    by_file("model.rms_norm_eps", 5e-324, name="denormal in a file"),
+    Case("pipeline beyond layers", ("recipe=tiny_sft", "parallel.pipeline_parallel=64"), "parallel.pipeline_parallel"),
+    Case(
+        "plan: pipeline beyond layers",
+        ("recipe=llama3_8b_sft", "cluster.nodes=8", "parallel.pipeline_parallel=64"),
+        "parallel.pipeline_parallel",
+        command="plan",
+    ),
+]
+
+
+@table(NUMBERS)
+def test_numbers_are_finite_and_bounded(case: Case, state: str, tmp_path: Path, previous_bundle) -> None:
+    run_class(NUMBERS, case, state, tmp_path, previous_bundle)
+
+
+# ---------------------------------------------------------------------------------------------- 7. team trees
+ALIAS_BOMB = "# @package _global_\nname: bomb\na: &a [lol,lol,lol,lol,lol,lol,lol,lol,lol]\n" + "".join(
+    f"{chr(98 + i)}: &{chr(98 + i)} [{','.join(['*' + chr(97 + i)] * 9)}]\n" for i in range(8)
+)
+TEAM_TREES = [
+    Case("alias bomb", ("--recipes", "{team}", "recipe=bomb"), "bomb.yaml", {"recipe/bomb.yaml": ALIAS_BOMB}),
+    Case(
+        "alias bomb in an unused option",
+        ("--recipes", "{team}", "recipe=tiny_sft"),
+        "bomb.yaml",
+        {"model/bomb.yaml": ALIAS_BOMB},
+    ),
+    Case(
+        "recursive alias",
+        ("--recipes", "{team}", "recipe=loop"),
+        "loop.yaml",
+        {"recipe/loop.yaml": "# @package _global_\na: &a [*a]\n"},
+    ),
+    Case(
+        "not UTF-8",
+        ("--recipes", "{team}", "recipe=latin1"),
+        "latin1.yaml",
+        {"recipe/latin1.yaml": b"# @package _global_\ndescription: caf\xe9\n"},
+    ),
+    Case(
+        "huge integer",
+        ("--recipes", "{team}", "recipe=big"),
+        "big.yaml",
+        {"recipe/big.yaml": "# @package _global_\ntrain:\n  seed: " + "9" * 5000 + "\n"},
+    ),
+    Case(
+        "nested 200 deep",
+        ("--recipes", "{team}", "recipe=deep"),
+        "deep.yaml",
+        {"recipe/deep.yaml": "# @package _global_\nx: " + "[" * 200 + "]" * 200 + "\n"},
+    ),
+    Case(
+        "not YAML",
+        ("--recipes", "{team}", "recipe=broken"),
+        "broken.yaml",
+        {"recipe/broken.yaml": "# @package _global_\nx: [1, 2\n"},
+    ),
+    Case(
+        "python object tag",
+        ("--recipes", "{team}", "recipe=tag"),
+        "tag.yaml",
+        {"recipe/tag.yaml": "# @package _global_\ndescription: !!python/object/apply:os.system [id]\n"},
+    ),
+    Case(
+        "null key",
+        ("--recipes", "{team}", "recipe=nullkey"),
+        "train",
+        {"recipe/nullkey.yaml": "# @package _global_\ntrain:\n  null: 1\n"},
+    ),
+    Case(
+        "list with a bomb",
+        (
+            "--recipes",
+            "{team}",
+        ),
+        "bomb.yaml",
+        {"hw/bomb.yaml": ALIAS_BOMB},
+        command="list",
+    ),
+    Case(
+        "show with a bomb",
+        ("--recipes", "{team}", "recipe=tiny_sft"),
+        "bomb.yaml",
+        {"hw/bomb.yaml": ALIAS_BOMB},
+        command="show",
+    ),
+    Case(
+        "plan with a bomb",
+        ("--recipes", "{team}", "recipe=tiny_sft"),
+        "bomb.yaml",
+        {"hw/bomb.yaml": ALIAS_BOMB},
+        command="plan",
+    ),
+]
+
+
+@table(TEAM_TREES)
+def test_team_recipe_trees_are_read_safely(case: Case, state: str, tmp_path: Path, previous_bundle) -> None:
+    run_class(TEAM_TREES, case, state, tmp_path, previous_bundle)
+
+
+def test_the_alias_bomb_is_small_and_refused_fast(tmp_path: Path) -> None:
+    """The 700-byte class of file that hung `build` until killed: refused in well under a second, in a real process."""
+    assert len(ALIAS_BOMB) < 700
+    write_tree(tmp_path / "team", {"recipe/bomb.yaml": ALIAS_BOMB})
+    result = subprocess.run(
+        [sys.executable, "-m", "recipekit.cli", "build", "--recipes", str(tmp_path / "team"), "recipe=bomb"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 2 and "alias bomb" in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "bundles").exists()
+
+
+# -------------------------------------------------------------------------------------------- 8. hydra grammar
+HYDRA = [
+    Case("hydra.job.name", ("recipe=tiny_sft", "hydra.job.name=x"), "hydra.job.name"),
+    Case("+hydra.run.dir", ("recipe=tiny_sft", "+hydra.run.dir=/tmp/x"), "hydra.run.dir"),
+    Case("hydra group", ("recipe=tiny_sft", "hydra/launcher=basic"), "hydra/launcher"),
+    Case("3000 deep", ("recipe=tiny_sft", "+x=" + "[" * 3000 + "]" * 3000), "x"),
+    Case("3000 deep dicts", ("recipe=tiny_sft", "+x=" + "{a:" * 3000 + "1" + "}" * 3000), "x"),
+    Case("unparsable", ("recipe=tiny_sft", "cluster.queue=a;b"), "cluster.queue"),
+    Case("show: hydra", ("recipe=tiny_sft", "hydra.job.name=x"), "hydra.job.name", command="show"),
+    Case("plan: 3000 deep", ("recipe=tiny_sft", "+x=" + "[" * 3000 + "]" * 3000), "x", command="plan"),
+]
+
+
+@table(HYDRA)
+def test_hydra_grammar_abuse_is_refused_before_hydra_parses_it(
+    case: Case, state: str, tmp_path: Path, previous_bundle
+) -> None:
+    run_class(HYDRA, case, state, tmp_path, previous_bundle)
+
+
+# -------------------------------------------------------------------------------------------- 9. output paths
+def output_cases(tmp_path: Path) -> dict[str, Path]:
+    (tmp_path / "a_file").write_text("x")
+    (tmp_path / "loop").symlink_to("loop")
+    readonly = tmp_path / "readonly"
+    readonly.mkdir()
+    readonly.chmod(0o555)
+    foreign = {
+        "list": '["recipekit_version"]',
+        "string": '"recipekit_version"',
+        "number": "5",
+        "no-files": '{"recipekit_version": "0.1.0"}',
+        "bad-digest": '{"recipekit_version": "0.1.0", "files": {"run.sh": "abc"}}',
+        "escaping-name": '{"recipekit_version": "0.1.0", "files": {"../x": "' + "0" * 64 + '"}}',
+        "not-json": "{",
+        "deep-json": "[" * 100_000,
+        "latin1": b'{"recipekit_version": "caf\xe9"}',
+    }
+    paths = {
+        "parent is a file": tmp_path / "a_file" / "bundle",
+        "symlink loop": tmp_path / "loop",
+        "under a symlink loop": tmp_path / "loop" / "bundle",
+        "name too long": tmp_path / ("n" * 300),
+        "/proc": Path("/proc/recipekit-no-such-dir/bundle"),
+        "root": Path("/"),
+    }
+    if os.geteuid() != 0:  # root writes into read-only directories
+        paths["read-only parent"] = readonly / "bundle"
+    for name, content in foreign.items():
+        directory = tmp_path / f"foreign-{name}"
+        directory.mkdir()
+        (directory / MANIFEST).write_bytes(content.encode() if isinstance(content, str) else content)
+        (directory / "notes.txt").write_text("keep me")
+        paths[f"foreign manifest: {name}"] = directory
+    return paths
+
+
+OUTPUT_NAMES = [
+    "parent is a file",
+    "symlink loop",
+    "under a symlink loop",
+    "name too long",
+    "/proc",
+    "root",
+    "read-only parent",
+    *(
+        f"foreign manifest: {n}"
+        for n in (
+            "list",
+            "string",
+            "number",
+            "no-files",
+            "bad-digest",
+            "escaping-name",
+            "not-json",
+            "deep-json",
+            "latin1",
+        )
+    ),
+]
+
+
+@pytest.mark.parametrize("name", OUTPUT_NAMES)
+def test_output_path_errors_are_one_line(name: str, tmp_path: Path) -> None:
+    paths = output_cases(tmp_path)
+    if name not in paths:
+        pytest.skip("running as root: a read-only directory is writable")
+    target = paths[name]
+    check_refused(Case(name, ("recipe=tiny_sft",), str(target)), tmp_path, target)
+
+
+# ------------------------------------------------------------------------------- injection payloads per field
+#: The classic payloads, appended to a valid value of each field.
+PAYLOADS = {
+    "semicolon": "; id",
+    "command substitution": "$(id)",
+    "backticks": "`id`",
+    "newline": "\nid",
+    "tab": "\tid",
+    "closing brace": "}",
+    "quotes": "'\"",
+    "pipe": "|x",
+    "ampersands": " && id",
+    "markdown": "<b>*x*</b> [l](u) # h",
+    "bidi override": "\u202eid",
+    "nul": "\x00",
+}
+
+
+def text_fields() -> list[str]:
+    """Dotted keys of every text field of the recipe (str, or str | None), found from the schema."""
+    found = []
+
+    def walk(section: type, prefix: str) -> None:
+        for name, annotation in field_types(section).items():
+            key = f"{prefix}{name}"
+            inner = [a for a in get_args(annotation) if a is not type(None)] if get_origin(annotation) else []
+            if annotation is str or inner == [str]:
+                found.append(key)
+            for sub in sections_in(annotation):
+                walk(sub, key + ".")
+
+    walk(Recipe, "")
+    return sorted(set(found))
+
+
+#: A valid value per field for the payloads to extend (the rest start from tiny_sft's own value).
+STARTS = {
+    "cluster.priority_class": "high",
+    "cluster.socket_ifname": "eth0",
+    "hw.device_resource": "example.com/dev",
+    "hw.visible_devices_env": "X",
+    "parallel.nvme_path": "/local_nvme",
+    "cluster.pip_extra_index_url": "https://mirror.example.com/simple",
+    "cluster.torch_index_url": "https://mirror.example.com/whl/cpu",
+    "cluster.base_image_registry": "mirror.example.com",
+}
+#: Mapping and list fields: how a payload enters them.
+CONTAINERS = {
+    "hw.env (name)": ("hw.env", lambda p: {"X" + p: "1"}),
+    "hw.env (value)": ("hw.env", lambda p: {"X": "1" + p}),
+    "hw.node_selector (key)": ("hw.node_selector", lambda p: {"k" + p: "v"}),
+    "hw.node_selector (value)": ("hw.node_selector", lambda p: {"k": "v" + p}),
+    "hw.pod_labels (value)": ("hw.pod_labels", lambda p: {"k": "v" + p}),
+    "hw.host_mounts": ("hw.host_mounts", lambda p: ["/opt/driver" + p]),
+}
+
+
+@pytest.fixture(scope="module")
+def base_raw() -> dict[str, Any]:
+    return compose(["recipe=tiny_sft"]).raw
+
+
+def _get(data: dict[str, Any], dotted: str) -> Any:
+    for part in dotted.split("."):
+        data = data.get(part) if isinstance(data, dict) else None
+    return data
+
+
+def _set(data: dict[str, Any], dotted: str, value: Any) -> None:
+    *parents, last = dotted.split(".")
+    for part in parents:
+        data = data.setdefault(part, {})
+    data[last] = value
+
+
+INJECTIONS = [(field, name) for field in text_fields() for name in PAYLOADS] + [
+    (field, name) for field in CONTAINERS for name in PAYLOADS
+]
+
+
+@pytest.mark.parametrize("field, payload", INJECTIONS, ids=[f"{f}:{p}" for f, p in INJECTIONS])
+def test_injection_payload_arrives_byte_for_byte_or_is_refused(base_raw, field: str, payload: str) -> None:
+    raw = copy.deepcopy(base_raw)
+    text = PAYLOADS[payload]
+    if field in CONTAINERS:
+        key, make = CONTAINERS[field]
+        value = make(text)
+    else:
+        key = field
+        value = (STARTS.get(field) or _get(raw, field) or "x") + text
+        if field == "mode.kind":
+            pytest.skip("a tag")
+    _set(raw, key, value)
+    images = load_images()
+    try:
+        recipe = parse_recipe(raw)
+        plan = make_plan(recipe, images)
+    except RecipeError as err:
+        assert any(p.key.startswith(key) for p in err.problems), f"{key} not named: {err}"
+        for problem in err.problems:
+            assert "\n" not in str(problem) and "\x00" not in str(problem) and "\u202e" not in str(problem)
+        return
+    # accepted: it must arrive byte for byte wherever it lands, and never in run.sh
+    assert not any(c in text for c in "\n\x00\u202e"), "a control character was accepted"
+    files = render(recipe, plan)
+    document = yaml.safe_load(files[RECIPE])
+    assert _get(document["recipe"], key) == value
+    assert yaml.safe_load(files[JOB]) == plan.job
+    launch = json.loads(files[LAUNCH])
+    assert launch == json.loads(json.dumps(plan.launch))
+    if key == "hw.env":
+        env = environment(launch, Topology(0, 2, ["h0", "h1"]), {})
+        child = subprocess.run(
+            [sys.executable, "-c", "import json, os; print(json.dumps(dict(os.environ)))"],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        for name, item in value.items():
+            assert json.loads(child.stdout)[name] == item, "the value did not reach the process environment intact"
+    needle = value if isinstance(value, str) else json.dumps(value)
+    assert needle not in files[RUN].decode(), "run.sh holds a recipe value"
+    check_readme(files[README].decode(), recipe, plan)
+
+
+def check_readme(readme: str, recipe: Recipe, plan: Any) -> None:
+    """The README's commands split back into exactly their arguments; its tables keep their cells."""
+    block = readme.split("```bash\n", 1)[1].split("```", 1)[0]
+    lines = [line for line in block.splitlines() if line.strip()]
+    cl = recipe.cluster
+    expected = {
+        "docker build": ["docker", "build", "--platform", f"linux/{recipe.hw.arch}", "-t", plan.image, "."],
+        "docker push": ["docker", "push", plan.image],
+        "kubectl -n": None,
+    }
+    for line in lines:
+        if line.startswith("# 2."):
+            words = shlex.split(line[len("# 2.") :])
+            words[-1] = words[-1].removesuffix(".")  # the sentence's full stop (a PVC name never ends in one)
+            assert recipe.model.name_or_path in words and recipe.data.path in words and cl.pvc_claim in words
+            continue
+        if line.startswith("#"):
+            continue
+        words = shlex.split(line)
+        for prefix, tokens in expected.items():
+            if line.startswith(prefix) and tokens is not None:
+                assert words == tokens
+        if line.startswith("kubectl -n"):
+            assert words[:3] == ["kubectl", "-n", cl.namespace]
+            assert (
+                plan.job_name in words
+                or f"app.kubernetes.io/name={plan.job_name}" in words
+                or any(w == f"{plan.job_name}-{plan.task_name}-0" for w in words)
+            )
+    rows = [line for line in readme.splitlines() if line.startswith("| ") and "---" not in line]
+    for row in rows:
+        cells = re.split(r"(?<!\\)\|", row)
+        assert len(cells) == 4, f"a table row lost its shape: {row!r}"
+    assert markdown_code(recipe.model.name_or_path, cell=True) in readme
+    assert markdown_code(recipe.data.path, cell=True) in readme
+
+
+def test_every_text_field_is_fed_the_payloads() -> None:
+    """New text fields are picked up from the schema: none escapes the payload test."""
+    fields = text_fields()
+    assert {"cluster.namespace", "model.name_or_path", "data.path", "description", "hw.chip"} <= set(fields)
+    assert len(fields) >= 25, fields
+
+
+def test_a_recipe_error_names_a_value_without_expanding_it() -> None:
+    """A value is shown bounded: a 5000-digit number, a deep or shared structure never stall a message."""
+    bomb: list[Any] = ["lol"] * 9
+    for _ in range(9):
+        bomb = [bomb] * 9
+    data = to_data(parse_recipe(compose(["recipe=tiny_sft"]).raw))
+    data["description"] = bomb
+    data["train"]["seed"] = 10**5000
+    with pytest.raises(RecipeError) as info:
+        parse_recipe(data)
+    text = str(info.value)
+    assert "description" in text and "train.seed" in text and len(text) < 2000
+
+
+# ------------------------------------------------------------------------------------------------ validate, list
+def test_validate_reads_an_alias_bomb_recipe_yaml_without_expanding_it(previous_bundle, tmp_path: Path) -> None:
+    """A 5 KB alias-bomb recipe.yaml hung `validate`: now a finding naming the file, promptly, no traceback."""
+    from recipekit.validate.static import rehash_manifest
+
+    bundle = tmp_path / "b"
+    shutil.copytree(previous_bundle, bundle)
+    bomb = "recipekit_version: x\nrecipe:\n  description: &a [" + ",".join(["lol"] * 9) + "]\n"
+    for level in range(12):
+        bomb += f"  k{level}: &{chr(98 + level)} [{','.join(['*' + chr(97 + level)] * 9)}]\n"
+    (bundle / RECIPE).write_text(bomb)
+    rehash_manifest(bundle)
+    result = subprocess.run(
+        [sys.executable, "-m", "recipekit.cli", "validate", str(bundle)], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "recipe.yaml" in result.stdout and "alias" in result.stdout and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda d: (d / MANIFEST).write_text("[" * 100_000), "not UTF-8 JSON"),
+        (lambda d: (d / MANIFEST).write_bytes(b"\xff\xfe"), "not UTF-8 JSON"),
+        (lambda d: (d / MANIFEST).write_text("5"), "not a recipekit manifest"),
+    ],
+    ids=["deep JSON", "not UTF-8", "a number"],
+)
+def test_validate_exits_2_for_a_manifest_that_is_not_one(tmp_path: Path, make, message: str) -> None:
+    (tmp_path / "b").mkdir()
+    make(tmp_path / "b")
+    result = CliRunner().invoke(main, ["validate", str(tmp_path / "b")])
+    assert result.exit_code == 2 and message in result.output and "Traceback" not in result.output
+
+
+def test_list_shows_a_team_description_as_written(tmp_path: Path) -> None:
+    """rich would read "[/x]" as a closing tag and raise; a description is text, not markup."""
+    write_tree(tmp_path / "team", {"hw/odd.yaml": 'name: odd\ndescription: "[/oops] [bold]x"\n'})
+    result = CliRunner().invoke(main, ["list", "hw", "--recipes", str(tmp_path / "team")])
+    assert result.exit_code == 0, result.output
+    assert "[/oops] [bold]x" in result.output
+
+
+# ------------------------------------------------------------------------------------------- domains, loader
+@pytest.mark.parametrize(
+    "domain, good, bad",
+    [
+        ("DNS_LABEL", ["default", "team-a", "a" * 63, "0x"], ["Team", "team_a", "a" * 64, "", "team\n", "-a", "a-"]),
+        ("DNS_SUBDOMAIN", ["llm-shared", "a.b-c.d", "a" * 253], ["A", "a..b", "a_b", "a" * 254, ".a", "a."]),
+        ("ENV_NAME", ["HCCL_BUFFSIZE", "_x", "a1"], ["1", "A-B", "A=$(id)", "A B", "", "É"]),
+        (
+            "IMAGE_REGISTRY",
+            ["registry.example.com/llm", "localhost:5000/recipekit", "quay.io/a/b_c", "team", "reg.io:5000"],
+            ["Registry_X", "reg.io/A", "reg.io/a b", "reg.io:port/x", "reg.io//x", "", "reg.io/$(id)"],
+        ),
+        (
+            "EXTENDED_RESOURCE",
+            ["huawei.com/Ascend910", "nvidia.com/gpu", "example.com/a.b_c"],
+            ["gpu", "kubernetes.io/gpu", "a.kubernetes.io/x", "nvidia.com/", "/gpu", "Nvidia_Com/gpu"],
+        ),
+        ("LABEL_KEY", ["accelerator-type", "ring-controller.atlas", "a.b/c_d"], ["", "a/", "-a", "a b", "x" * 64]),
+        ("LABEL_VALUE", ["", "module-910b-8", "a.b_c"], ["-a", "a b", "v" * 64]),
+        (
+            "MOUNT_PATH",
+            ["/mnt/shared", "/data/", "/home/team/x"],
+            ["mnt", "/", "/dev/shm", "/dev", "/workspace", "/workspace/x", "/usr", "/var", "/a/../b", "//a", "/a b"],
+        ),
+        ("ABSOLUTE_PATH", ["/mnt/shared/runs", "/x"], ["runs", "/a/./b", "/a/../b", "/a;b", "/a\\b"]),
+        ("HOST_PATH", ["/usr/local/Ascend/driver", "/etc/x.info"], ["/", "x", "/proc/x", "/sys", "/workspace"]),
+        ("IFNAMES", ["eth0", "eth0,ib0", "enp1s0f0.100"], ["eth0/1", "eth0:1", "a" * 16, "eth0 ", ",", ".."]),
+        (
+            "INDEX_URL",
+            ["https://pypi.org/simple", "http://10.0.0.1:8080/pypi/simple/", "https://download.pytorch.org/whl/cu128"],
+            ["ftp://x", "https://user:pw@host/simple", "https://h/$(id)", "https://h/a b", "https://h/'x'", "pypi.org"],
+        ),
+    ],
+)
+def test_domains_accept_real_values_and_refuse_lookalikes(domain: str, good: list[str], bad: list[str]) -> None:
+    from recipekit import domains
+
+    rule = getattr(domains, domain)
+    assert [value for value in good if rule.problem(value) is not None] == []
+    assert [value for value in bad if rule.problem(value) is None] == []
+
+
+def test_host_volume_names_match_the_jobs_and_collide_where_they_should() -> None:
+    from recipekit.names import host_volume_name
+
+    assert host_volume_name("/usr/local/Ascend/driver") == "host-usr-local-ascend-driver"
+    assert host_volume_name("/a_b") == host_volume_name("/a-b") == host_volume_name("/A.B")
+    assert len(host_volume_name("/" + "x" * 300)) <= 63
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        (ALIAS_BOMB, "alias bomb"),
+        ("a: &a [*a]\n", "refers to its own enclosing node"),
+        ("a: *nowhere\n", "has no anchor before it"),
+        ("x: " + "[" * 65 + "]" * 65 + "\n", "nested more than 64 levels"),
+        ("x: " + "[" * 5000 + "]" * 5000 + "\n", "not valid YAML"),
+        ("x: " + "1" * 5000 + "\n", "a number of 5000 characters"),
+        ("x: 2024-13-45\n", "cannot construct"),
+        ("a: 1\n---\nb: 2\n", "not valid YAML"),
+    ],
+    ids=["bomb", "recursive", "undefined", "deep", "very deep", "long number", "bad date", "two documents"],
+)
+def test_the_yaml_loader_refuses_before_constructing(text: str, message: str) -> None:
+    from recipekit import yamlfile
+
+    with pytest.raises(yamlfile.UnsafeYAML) as info:
+        yamlfile.load(text, "team.yaml")
+    assert message in str(info.value) and str(info.value).startswith("team.yaml") and "\n" not in str(info.value)
+
+
+def test_the_yaml_loader_names_bad_bytes_and_keeps_quoted_numbers_as_text(tmp_path: Path) -> None:
+    from recipekit import yamlfile
+
+    (tmp_path / "latin1.yaml").write_bytes(b"a: 1\nb: caf\xe9\n")
+    with pytest.raises(yamlfile.UnsafeYAML, match=r"latin1.yaml:2: is not UTF-8 text \(byte 0xe9"):
+        yamlfile.read(tmp_path / "latin1.yaml")
+    assert yamlfile.load("x: '" + "1" * 5000 + "'\n") == {"x": "1" * 5000}
+    shared = yamlfile.load("a: &a [1, 2]\nb: *a\n")
+    assert shared == {"a": [1, 2], "b": [1, 2]}
+
+
+# -------------------------------------------------------------------------------------------- numbers at bounds
+def test_every_number_at_its_bound_plans_estimates_and_renders(base_raw) -> None:
+    """The upper bounds are sane: any value the schema accepts gives a plan, an estimate and files, or a
+    RecipeError — never an overflow, a ZeroDivisionError or an infinite figure."""
+    import math
+
+    from recipekit import memory
+
+    images = load_images()
+    checked = 0
+    for key, bounds in numeric_fields(Recipe):
+        for name in ("le", "ge"):
+            if name not in bounds or key.startswith("mode."):
+                continue
+            raw = copy.deepcopy(base_raw)
+            _set(raw, key, bounds[name])
+            try:
+                recipe = parse_recipe(raw)
+                plan = make_plan(recipe, images, analysis_only=True)
+                estimate = memory.estimate(recipe, plan)
+            except RecipeError:
+                continue
+            assert math.isfinite(estimate.total_gib), key
+            if plan.layout.model_parallel == 1:
+                render(recipe, make_plan(recipe, images), None, estimate)
+            checked += 1
+    assert checked > 20
+
+
+def numeric_fields(section: type, prefix: str = "") -> list[tuple[str, dict[str, float]]]:
+    found = []
+    for field in dataclasses.fields(section):
+        subs = sections_in(field_types(section)[field.name])
+        if subs:
+            for sub in subs:
+                found.extend(numeric_fields(sub, f"{prefix}{field.name}."))
+        elif field.metadata.get("bounds"):
+            found.append((f"{prefix}{field.name}", field.metadata["bounds"]))
+    return found
+
+
+def test_a_team_file_that_is_not_a_regular_file_is_refused_not_waited_on(tmp_path: Path) -> None:
+    """A FIFO named like an option would block Hydra's read forever; a directory named like one would raise."""
+    (tmp_path / "team" / "model" / "dir.yaml").mkdir(parents=True)
+    os.mkfifo(tmp_path / "team" / "model" / "fifo.yaml")
+    result = subprocess.run(
+        [sys.executable, "-m", "recipekit.cli", "plan", "--recipes", str(tmp_path / "team"), "recipe=tiny_sft"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "fifo.yaml: is not a regular file" in result.stderr and "dir.yaml: is not a regular file" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "args, flag",
+    [
+        (["plan", "recipe=tiny_sft", "--price", "nan"], "--price"),
+        (["plan", "recipe=tiny_sft", "--price", "inf"], "--price"),
+        (["plan", "recipe=tiny_sft", "--price", "1e308"], "--price"),
+        (["validate", ".", "--dry-run", "--timeout", "nan"], "--timeout"),
+    ],
+    ids=["price nan", "price inf", "price 1e308", "timeout nan"],
+)
+def test_number_flags_are_finite(args: list[str], flag: str) -> None:
+    """NaN passes every range comparison; an infinite price gives an infinite cost (and invalid JSON)."""
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2 and flag in result.output and "Traceback" not in result.output
