@@ -31,6 +31,7 @@ from recipekit.domains import (
     SHORT_NAME,
 )
 from recipekit.errors import Problem
+from recipekit.runtime.device import TARGETS as DEVICE_TARGETS
 from recipekit.schema import Allow, Section, Tagged, field_types, sections_in, spec, unknown_key_hint, validate
 
 #: Upper bounds that keep every derived number meaningful (and far above any real model, cluster or schedule).
@@ -145,7 +146,10 @@ class HardwareSpec(Section):
 
     name: str = spec(domain=SHORT_NAME, description="Short name (the option's file name).")
     description: str = spec("", description="One line shown by `recipekit list hw`.")
-    vendor: Literal["ascend", "nvidia", "cpu"] = spec(description="Decides base image, backend and device plugin.")
+    vendor: str = spec(
+        domain=SHORT_NAME,
+        description="Chip maker (ascend, nvidia, cpu), named in reports; behaviour comes from the fields below.",
+    )
     chip: str = spec(domain=SHORT_NAME, description="Chip id used in image tags and labels, e.g. 910b, a3, a100.")
     image_family: str = spec(domain=SHORT_NAME, description="Key into images/matrix.yaml.")
     device_resource: str | None = spec(
@@ -160,7 +164,7 @@ class HardwareSpec(Section):
     peak_tflops_fp16: float = spec(ge=0.001, le=1e6, description="Dense fp16 peak per device, TFLOP/s.")
     supports_bf16: bool = spec(description="bf16 arithmetic available (910B/A3/Ampere+: yes; 910A, V100: no).")
     supports_fp16: bool = spec(True, description="fp16 arithmetic available (accelerators: yes; CPU training: no).")
-    torch_device: Literal["npu", "cuda", "cpu"] = spec(
+    torch_device: Literal[DEVICE_TARGETS] = spec(  # type: ignore[valid-type]  # the runtime's own list
         description="torch device type the training processes must find; train.py refuses to run on another."
     )
     ds_accelerator: str = spec(

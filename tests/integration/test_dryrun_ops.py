@@ -95,8 +95,8 @@ def test_a_pod_with_the_wrong_device_count_fails_preflight_and_trains_nothing(tm
 
 
 def test_an_output_directory_that_cannot_be_written_fails_preflight(tmp_path: Path) -> None:
-    """The data file sits where the output directory should be (a recipe mistake): no pod can create it."""
-    results = dry_run(tmp_path, "data.path=/mnt/shared/runs")
+    """The data file sits where the runs' directory should be (a recipe mistake): no pod can create its run."""
+    results = dry_run(tmp_path, "data.path=/mnt/shared/runs.jsonl", "cluster.output_dir=/mnt/shared/runs.jsonl")
     pre = results["dryrun.preflight"]
     assert pre.status is Status.FAIL and pre.details["training_started"] is False
     log = (tmp_path / "work" / "logs" / "pod-0.log").read_text()

@@ -641,6 +641,14 @@ BREAKAGES: list[Breakage] = [
         True,
     ),
     (
+        "torch-npu-pin-dropped",
+        "llama",
+        edit_text("Dockerfile", "torch_npu==2.12.0", "torch-npu-free"),
+        "consistency.image",
+        ("Dockerfile RUN pip install torch_npu", "pins torch_npu 2.12.0"),
+        True,
+    ),
+    (
         "cann-base-vs-torch-npu",
         "llama",
         edit_text(

@@ -201,6 +201,18 @@ def storage_write(output_dir: Path, pod: int, token: str) -> dict[str, Any]:
     return {"marker": str(marker), "free_bytes": usage.free}
 
 
+def make_output_dir(output_dir: Path) -> None:
+    """Create the output directory before anything else needs it (the resume choice, the prepared data): a path
+    no pod can create fails here as the storage check would, in one line, not as a traceback from the data step."""
+    try:
+        output_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise PreflightFailed(
+            f"preflight failed: storage: pod {pod_index()}: cannot write to {output_dir}: {exc.strerror or exc} "
+            "(cluster.output_dir must be a directory on the shared volume)"
+        ) from None
+
+
 def storage_read(output_dir: Path, pods: int, token: str) -> list[int]:
     """The pods whose marker this pod cannot see."""
     base = output_dir / contract.PREFLIGHT_DIR

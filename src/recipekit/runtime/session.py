@@ -26,6 +26,7 @@ from .distributed import join_deepspeed_group, launched, leave_process_group, pr
 from .guard import OpsTrainer
 from .model import load_model, parameter_counts, save_merged
 from .opskit import OpsLayer
+from .preflight import make_output_dir
 from .sampler import PreparedTrainer
 from .samples import SequenceCollator
 
@@ -170,7 +171,7 @@ def run_training(run: RunConfig, device: Device, resume: str) -> int:
     """Train as recipe.yaml says, on ``device``, continuing from ``resume`` (auto | none | a checkpoint path)."""
     recipe, plan = run.recipe, run.plan
     output_dir = Path(run.training_arguments["output_dir"])
-    output_dir.mkdir(parents=True, exist_ok=True)
+    make_output_dir(output_dir)
     records = Records(output_dir, rank() == 0)
     zero = plan.zero_stage if run.training_arguments.get("deepspeed") else 0
     # Before any data or model is loaded: a checkpoint of another run is refused in seconds, not after minutes.

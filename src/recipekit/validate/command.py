@@ -17,6 +17,7 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
+from recipekit.runtime.device import TARGETS
 from recipekit.validate.checks import Report, Result, Status
 
 _SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 110}
@@ -58,7 +59,7 @@ _STEP_LINE = re.compile(r"attempt \d+: step \d+")
 )
 @click.option(
     "--device",
-    type=click.Choice(["cpu", "npu", "cuda"]),
+    type=click.Choice(["cpu", *(t for t in TARGETS if t != "cpu")]),
     default="cpu",
     show_default=True,
     help="Run on real devices (--procs-per-pod per pod) instead of CPU (skipped with a reason where there are too "

@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from recipekit.runtime import contract
+from recipekit.runtime.device import TARGETS
 from recipekit.validate import judge
 from recipekit.validate.attempts import DryRun, pod_environment
 from recipekit.validate.checks import Result
@@ -74,8 +75,8 @@ class DryRunOptions:
                 raise DryRunUsageError(
                     f"--at-step {self.at_step}: must be between 1 and --steps - 1 ({self.steps - 1})"
                 )
-        if self.device not in ("cpu", "npu", "cuda"):
-            raise DryRunUsageError(f"--device {self.device}: cpu, npu or cuda")
+        if self.device not in TARGETS:
+            raise DryRunUsageError(f"--device {self.device}: one of {', '.join(TARGETS)}")
 
 
 # ---------------------------------------------------------------------------------------------- prerequisites

@@ -34,9 +34,12 @@ def check_image(bundle: Bundle) -> Result:
         result.fail(DOCKERFILE, "RUN pip install torch", f"torch is not pinned for {arch} (torch==<version>)")
     family_name = bundle.recipe.hw.image_family if bundle.recipe else None
     family = images.families.get(family_name) if family_name else None
-    vendor = bundle.recipe.hw.vendor if bundle.recipe else None
-    if vendor == "ascend" and torch_npu is None:
-        result.fail(DOCKERFILE, "RUN pip install torch_npu", "an Ascend image without a torch_npu==<version> pin")
+    if family is not None and family.torch_npu and torch_npu is None:
+        result.fail(
+            DOCKERFILE,
+            "RUN pip install torch_npu",
+            f"image family {family_name} pins torch_npu {family.torch_npu}; the Dockerfile has no torch_npu==<version>",
+        )
     cann = None
     if "cann" in image:
         cann = tag.split("-")[0] if "-" in tag else None

@@ -444,8 +444,10 @@ def check_skew(bundle: Bundle) -> Result:
         if _version(pinned) != _version(here)[: len(_version(pinned))] or here == "not installed":
             skew.append({"package": name, "image": pinned, "dry_run": here, "not_proven": behaviour})
             unproven.append(behaviour)
-    vendor = bundle.recipe.hw.vendor if bundle.recipe else ""
-    never = NEVER_PROVEN.get(vendor)
+    hw = bundle.recipe.hw if bundle.recipe else None
+    never = NEVER_PROVEN.get(hw.vendor) if hw else None
+    if hw is not None and never is None and hw.torch_device != "cpu":
+        never = f"{hw.vendor}'s {hw.torch_device} kernels and collectives: the dry run trains on CPU with gloo"
     result.details.update(skew=skew, never_proven=never)
     parts = [f"{s['package']} {s['image']} (dry run {s['dry_run']})" for s in skew]
     text = "image vs dry run: " + ("; ".join(parts) if parts else "same versions")
