@@ -56,6 +56,11 @@ def timed(commands: list[list[str]], jobs: int) -> tuple[float, float]:
     return time.perf_counter() - start, children_cpu() - cpu
 
 
+def _contents(bundle: Path) -> dict[str, bytes]:
+    """Every file of a bundle by its path inside it (bundles have subdirectories: runtime/)."""
+    return {str(p.relative_to(bundle)): p.read_bytes() for p in sorted(bundle.rglob("*")) if p.is_file()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--baseline-jobs", type=int, default=2, help="separate builds run at a time (default 2)")
@@ -83,8 +88,7 @@ def main() -> None:
         different = [
             path.name
             for path in sorted((root / "single").iterdir())
-            if {p.name: p.read_bytes() for p in path.iterdir()}
-            != {p.name: p.read_bytes() for p in (root / "matrix" / path.name).iterdir()}
+            if _contents(path) != _contents(root / "matrix" / path.name)
         ]
     print(f"matrix of {len(found)} combinations: {len(names)} bundles written")
     print(f"{'':44} {'wall s':>8} {'CPU s':>8} {'wall ms/bundle':>15}")

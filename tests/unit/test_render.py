@@ -206,3 +206,45 @@ def test_pod_requests_follow_node_allocatable_and_refuse_what_never_schedules() 
         assert "2000 GiB per pod, but a ascend910b node offers 1024 GiB" in str(err)
     else:
         raise AssertionError("a request above the node's memory was accepted")
+
+
+AWKWARD_VALUES = {
+    "unicode": "训练 — naïve café ✓",
+    "beyond the basic plane": "launch 🚀",
+    "next line (NEL)": "a\x85b",
+    "other separators and controls": "a\u2028b\ufeff\x07\x7f\xa0\r",
+    "multi-line": "line one\nline two\n\n  indented\n",
+    "multi-line without a final newline": "a\nb",
+    "trailing spaces": "value   ",
+    "leading space": "  value",
+    "looks like a number": "1e-05",
+    "looks like a bool": "yes",
+    "null-like": "~",
+    "special start": "- item: [x] {y} & *z ! | > % @ `",
+    "colon space": "key: value # not a comment",
+    "long without spaces": "x" * 300,
+    "long with spaces": " ".join(["word"] * 80),
+    "quotes": "it's \"quoted\"",
+    "tab": "a\tb",
+    "empty": "",
+    "numbers": [0, -1, 2**40, 1e-05, 0.1, 3.0, float("inf")],
+    "booleans and none": [True, False, None],
+    "empty containers": {"list": [], "dict": {}},
+    "nested": {"a": [{"b": {"c": ["d", {"e": "f\ng"}]}}]},
+    "key: with colon": 1,
+    "7": "numeric-looking key",
+    "a key with 🚀 and \x85": "value",
+}
+
+
+@pytest.mark.skipif(not hasattr(yaml, "CSafeDumper"), reason="PyYAML without libyaml: only one emitter here")
+@pytest.mark.parametrize("name", sorted(AWKWARD_VALUES))
+def test_libyaml_and_python_emitters_write_the_same_bytes(name: str) -> None:
+    """Bundles are byte-identical whether or not the building machine's PyYAML has libyaml."""
+    from recipekit import render
+
+    data = {"value": AWKWARD_VALUES[name], name: "as a key"}
+    chosen, python = render._yaml(data, "h"), render._yaml(data, "h", render.PYTHON_DUMPER)
+    assert render.DUMPER is not render.PYTHON_DUMPER
+    assert chosen == python
+    assert yaml.safe_load(chosen) == data
