@@ -29,7 +29,7 @@ from .opskit import OpsLayer
 from .preflight import make_output_dir
 from .sampler import PreparedTrainer
 from .samples import SequenceCollator
-from .stream import StreamDataset, StreamStateCallback
+from .stream import ResumeRandomState, StreamDataset, StreamStateCallback
 
 
 class Records:
@@ -203,6 +203,8 @@ def run_training(run: RunConfig, device: Device, resume: str) -> int:
     identity = contract.run_record(plan.run_id, world_size=args.world_size, zero_stage=zero, recipe=recipe.name)
     trainer, preemption = make_trainer(run, args, model, tokenizer, train_set, eval_set, identity)
     ops.install(trainer, records)
+    if isinstance(train_set, StreamDataset) and resume_from:  # the stream skips itself; the random state is ours
+        trainer.add_callback(ResumeRandomState(trainer, resume_from))
     for line in summary_lines(run, args, device, model_path, (trainable, total), train_set, eval_set, resume_from):
         log0(line)
     records.add(

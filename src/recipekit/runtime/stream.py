@@ -157,3 +157,19 @@ class StreamStateCallback(TrainerCallback):
         checkpoint = Path(args.output_dir) / f"{contract.CHECKPOINT_PREFIX}{state.global_step}"
         if checkpoint.is_dir():
             layout.write_json(checkpoint / contract.STREAM_STATE_FILE, self.dataset.state())
+
+
+class ResumeRandomState(TrainerCallback):
+    """Restores the checkpoint's random state before the first step of a resumed streaming run.
+
+    The Trainer restores it itself only after skipping batches (or at an epoch's start); with ``ignore_data_skip``
+    it would not, and dropout would draw other masks than the unbroken run. So it is done here, at the point the
+    Trainer's own skip would do it: after the first step's batches are drawn, before the step begins."""
+
+    def __init__(self, trainer: Any, checkpoint: str):
+        self.trainer, self.checkpoint = trainer, checkpoint
+
+    def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self.checkpoint:
+            self.trainer._load_rng_state(self.checkpoint)  # the Trainer's own restore (no public name for it)
+            self.checkpoint = ""
