@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+import yaml
 
 from recipekit.bundlefiles import RECIPE, RUNTIME
 from recipekit.runtime import contract
@@ -94,12 +95,27 @@ def _unusable(bundle: Path) -> str | None:
         return f"{bundle} is not a recipekit bundle (no {RECIPE})"
     if not (bundle / RUNTIME / "dataprep.py").is_file():
         return f"{bundle} was built by a recipekit without a prepare step: rebuild it with `recipekit build`"
+    if _streams(bundle):
+        return (
+            f"{bundle} streams its data (data.streaming: true): streaming bundles tokenise while training and do not "
+            "prepare; build with data.streaming=false to prepare shards ahead"
+        )
     missing = [name for name in STACK if importlib.util.find_spec(name) is None]
     if missing:  # the image's stack, which pods have
         return (
             f"{', '.join(missing)} not installed here: the bundle's prepare step needs pip install 'recipekit[train]'"
         )
     return None
+
+
+def _streams(bundle: Path) -> bool:
+    """Whether the bundle's recipe.yaml says ``data.streaming: true`` (an unreadable one is the prepare step's to
+    report)."""
+    try:
+        raw = yaml.safe_load((bundle / RECIPE).read_text(encoding="utf-8"))
+        return bool(raw["recipe"]["data"].get("streaming", False))
+    except (OSError, yaml.YAMLError, TypeError, KeyError, AttributeError):
+        return False
 
 
 def _run(command: list[str], env: dict[str, str]) -> dict[str, Any] | None:

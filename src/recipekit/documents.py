@@ -144,8 +144,17 @@ def trainer_arguments(
     }
     if tr.max_steps:
         args["max_steps"] = tr.max_steps
+    elif data.streaming and total_steps:  # an iterable dataset has no length: the Trainer needs the step count
+        args["max_steps"] = total_steps
     else:
         args["num_train_epochs"] = tr.epochs
+    if data.streaming:
+        # Every rank reads the stream and keeps its share (runtime/stream.py): no dispatch from rank 0, and no
+        # DataLoader workers, which would each read the whole stream again (the reader keeps the chunk counts that
+        # resumption needs in the training process).
+        args["accelerator_config"] = {"dispatch_batches": False}
+        args["dataloader_num_workers"] = 0
+        args["ignore_data_skip"] = True  # the stream starts at the checkpoint's row itself
     if par.gradient_checkpointing:
         args["activation_checkpointing_kwargs"] = {"use_reentrant": False}
     if deepspeed:

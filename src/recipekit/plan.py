@@ -210,6 +210,8 @@ def run_identity(recipe: Recipe, layout: Layout, precision: str) -> dict[str, An
             "packing": data.packing,
             "eval_fraction": data.eval_fraction,
             "shard_mib": data.shard_mib,  # chunks bound the packing windows, so they shape the rows
+            # streaming draws rows in another order; absent when off, so existing runs keep their ids
+            **({"streaming": True} if data.streaming else {}),
         },
         "layout": {k: v for k, v in layout.numbers().items() if k not in ("nodes", "devices_per_pod")},
         "zero_stage": recipe.parallel.zero_stage,
@@ -449,6 +451,8 @@ def make_plan(
             f"train.save_steps ({tr.save_steps}) > total steps ({total_steps}): no checkpoint before the end"
         )
 
+    errors.extend(streaming_problems(recipe, layout, total_steps))
+
     # --- operations layer and trackers
     problems, notes = operations_problems(recipe, layout, total_steps)
     errors.extend(problems)
@@ -564,6 +568,42 @@ def pipeline_problems(recipe: Recipe) -> list[Problem]:
             hint=f"at most {layers}",
         )
     ]
+
+
+def streaming_problems(recipe: Recipe, layout: Layout, total_steps: int | None) -> list[Problem]:
+    """What ``data.streaming`` cannot do. An iterable dataset has no length, so the Trainer needs the step count up
+    front; no split can be held out without preparing the rows first; and a tensor-parallel group must see one
+    batch on all its ranks, which the stream's reading (every rank keeps its share of the rows) does not give."""
+    data = recipe.data
+    if not data.streaming:
+        return []
+    problems = []
+    if total_steps is None:
+        problems.append(
+            Problem(
+                "data.streaming",
+                "a streamed dataset has no length, so the run needs its step count up front, and none is known",
+                hint="set train.max_steps, or data.num_samples (estimate) or data.num_rows (exact)",
+            )
+        )
+    if data.eval_fraction > 0:
+        problems.append(
+            Problem(
+                "data.eval_fraction",
+                f"{data.eval_fraction} with data.streaming: no split can be held out without preparing the data",
+                hint="0 under streaming; or prepare the data (data.streaming=false) for an eval split",
+            )
+        )
+    if layout.tensor_parallel > 1:
+        problems.append(
+            Problem(
+                "data.streaming",
+                f"streaming with parallel.tensor_parallel {layout.tensor_parallel}: the ranks of a TP group must "
+                "train on the same rows, and the stream gives each rank its own share",
+                hint="parallel.tensor_parallel=1 with streaming, or prepare the data (data.streaming=false)",
+            )
+        )
+    return problems
 
 
 def mount_problems(recipe: Recipe) -> list[Problem]:

@@ -330,6 +330,12 @@ class DataSpec(Section):
         "stat",
         description="How data files are recognised for reuse: size and mtime (stat), or a sha256 of their content.",
     )
+    streaming: bool = spec(
+        False,
+        description="Tokenise the input while training instead of preparing shards first, for a corpus the shared "
+        "volume has no room for (object storage behind a FUSE mount): every rank reads the whole input and keeps its "
+        "share; needs a step count (train.max_steps, or data.num_samples/num_rows) and no eval split.",
+    )
 
 
 # ------------------------------------------------------------------------------------------------------- cluster

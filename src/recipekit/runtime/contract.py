@@ -41,6 +41,8 @@ CHECKPOINT_PREFIX = "checkpoint-"
 TRAINER_STATE_FILE = "trainer_state.json"
 #: Which run wrote a checkpoint (or the final output): run_id and world layout, see :func:`run_record`.
 RUN_FILE = "recipekit-run.json"
+#: A streaming run's place in its input (runtime/stream.py): each chunk's row count, so a resume skips whole chunks.
+STREAM_STATE_FILE = "recipekit-stream.json"
 #: transformers marks a checkpoint whose save did not finish with this file.
 INCOMPLETE_MARKER = "checkpoint-is-incomplete.txt"
 #: The operations layer's outputs (runtime/preflight.py, watchdog.py, health.py, profiling.py, faults.py).

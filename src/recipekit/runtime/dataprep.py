@@ -39,6 +39,10 @@ from .shards import ShardDataset, token_dtype
 from .sources import find_files, first_records, plan_chunks
 from .workers import Job, collect, snapshot, work
 
+STREAMING_PREPARES_NOTHING = (
+    "this bundle streams its data (data.streaming: true): it tokenises while training and has nothing to prepare; "
+    "build it with data.streaming=false to prepare shards ahead"
+)
 #: Seconds between rank 0's progress lines in a run's log.
 LOG_EVERY_S = 30.0
 #: Seconds between the other ranks' looks for the random twin rank 0 is writing.
@@ -131,10 +135,42 @@ def world() -> int:
     return int(os.environ.get("WORLD_SIZE", "1"))
 
 
+@dataclass
+class StreamedData:
+    """What training needs from streamed data (``data.streaming``, stream.py): the model path and tokenizer, and the
+    stream, which starts where the checkpoint being resumed left off. No eval split, no row counts up front."""
+
+    model_path: str
+    tokenizer: Any
+    train: Any  # stream.StreamDataset
+    files: int
+    input_bytes: int
+    resumed_at_row: int
+    seconds: float
+    eval: None = None
+
+    def summary(self, workers: int) -> dict[str, Any]:
+        """The ``data`` record of metrics.jsonl: what is read, not what it yields (known only as it is read)."""
+        return {
+            "streaming": True,
+            "files": self.files,
+            "input_bytes": self.input_bytes,
+            "chunks": len(self.train.chunks),
+            "chunks_known": len(self.train.known),
+            "row_kind": self.train.settings.row_kind,
+            "start_row": self.resumed_at_row,
+            "workers": workers,
+            "seconds": round(self.seconds, 2),
+        }
+
+
 # --------------------------------------------------------------------------------------------------- in the run
-def prepare_for_run(run: Any, output_dir: Path, record: Callable[..., None]) -> PreparedData:
+def prepare_for_run(
+    run: Any, output_dir: Path, record: Callable[..., None], resume: Any = None
+) -> PreparedData | StreamedData:
     """Every rank: the tokenizer and the prepared splits, prepared here by all ranks together when no earlier run
-    left them. ``record(kind, **fields)`` appends rank 0's structured records to metrics.jsonl."""
+    left them; under ``data.streaming`` the stream instead, from where ``resume`` (the checkpoint choice: path and
+    step) left off. ``record(kind, **fields)`` appends rank 0's structured records to metrics.jsonl."""
     from .model import load_tokenizer
 
     recipe, me, size = run.recipe, rank(), world()
@@ -144,6 +180,10 @@ def prepare_for_run(run: Any, output_dir: Path, record: Callable[..., None]) -> 
     files = find_files(str(recipe.data.path), recipe.data.format)
     model_path = model_source(recipe, settings, files, output_dir, seed, maker=me == 0)
     tokenizer = load_tokenizer(model_path, recipe.model.trust_remote_code)
+    if getattr(recipe.data, "streaming", False):
+        streamed = stream_for_run(run, settings, files, model_path, tokenizer, resume, started)
+        record(contract.EVENT_DATA, **streamed.summary(size))
+        return streamed
     job = describe_job(settings, files, tokenizer, Path(run.plan.prepared_dir))
     found = job.existing()
     reused = found is not None
@@ -169,6 +209,43 @@ def prepare_for_run(run: Any, output_dir: Path, record: Callable[..., None]) -> 
     _warn_about(found)
     record(contract.EVENT_DATA, **prepared.summary(size))
     return prepared
+
+
+def rows_per_step(run: Any, world_size: int) -> int:
+    """Training rows one optimizer step takes: the plan's global batch, in the world this run has (the global batch
+    follows the world size, arguments.py; streaming runs have no TP, so every rank is a data-parallel one)."""
+    return int(run.plan.global_batch_size) * world_size // int(run.plan.world_size)
+
+
+def stream_for_run(
+    run: Any, settings: Settings, files: list[Any], model_path: str, tokenizer: Any, resume: Any, started: float
+) -> StreamedData:
+    """The stream of a ``data.streaming`` run, started at the resumed step's first row (stream.py)."""
+    from .stream import StreamDataset, known_chunks
+
+    step = int(getattr(resume, "step", None) or 0)
+    start_row = step * rows_per_step(run, world())
+    chunks = len(plan_chunks(files, settings.chunk_bytes))
+    known = known_chunks(getattr(resume, "path", None), chunks)
+    if step and known is None:
+        log0(
+            "the checkpoint holds no stream counts (%s): reading the input again up to row %d",
+            contract.STREAM_STATE_FILE,
+            start_row,
+            level=logging.WARNING,
+        )
+    dataset = StreamDataset(
+        files, settings, tokenizer, token_dtype(largest_id(tokenizer)), start_row=start_row, known=known
+    )
+    total = sum(f.size for f in files)
+    log0(
+        "streaming the data: %d files, %.2f GiB in %d chunks, read by every rank%s",
+        len(files),
+        total / 2**30,
+        chunks,
+        f", from row {start_row:,} (step {step})" if step else "",
+    )
+    return StreamedData(model_path, tokenizer, dataset, len(files), total, start_row, time.monotonic() - started)
 
 
 def _log_progress(job: Job, size: int, started: float) -> Callable[[], None]:
@@ -239,6 +316,8 @@ def prepare_ahead(options: argparse.Namespace, emit: Callable[[dict[str, Any]], 
 
     run = load_run_config(options.recipe)
     recipe, mount = run.recipe, str(run.recipe.cluster.mount_path)
+    if getattr(recipe.data, "streaming", False):
+        raise RunError(STREAMING_PREPARES_NOTHING)
     seed = int(run.training_arguments.get("seed", 42))
     settings = settings_of(recipe.data, seed)
     files = find_files(on_volume(str(recipe.data.path), mount, options.volume), recipe.data.format)

@@ -76,7 +76,15 @@ class ChunkPreparer:
     def prepare(self, chunk: Chunk, progress: Progress = lambda records, tokens: None) -> dict[str, Any]:
         """Prepare ``chunk``, write its shards and then its record (which marks it finished); return the record."""
         try:
-            record = _Chunk(self, chunk, progress).run()
+            rows = ChunkRows(self.files[chunk.file], chunk, self.settings, self.tokenizer, self.dtype, progress)
+            record = self._base(chunk) | rows.run()
+            if record["status"] == "done":
+                shards = self.directory / layout.SHARDS
+                record["splits"] = {
+                    split: writer.write(shards, shard_name(split, chunk))
+                    for split, writer in rows.writers.items()
+                    if writer.rows
+                }
         except DataError as exc:  # the file itself cannot be read on (a broken JSON array, a damaged Parquet file)
             record = self._base(chunk) | {"status": "failed", "message": str(exc)}
         layout.write_json(chunk_record_path(self.directory, chunk), record)
@@ -86,23 +94,28 @@ class ChunkPreparer:
         return {"chunk": chunk.index, "file": self.files[chunk.file].name, "part": chunk.part}
 
 
-class _Chunk:
-    """The state of one chunk being prepared."""
+class ChunkRows:
+    """One chunk made into rows, held in memory as one :class:`~shards.SplitWriter` per split: the prepare step
+    writes them as the chunk's shards, the stream (stream.py) hands them to the Trainer. One code path for both is
+    what keeps a streamed row identical, token for token and mask for mask, to the prepared one."""
 
-    def __init__(self, owner: ChunkPreparer, chunk: Chunk, progress: Progress):
-        self.owner, self.chunk, self.progress = owner, chunk, progress
-        settings = owner.settings
-        self.settings, self.fmt = settings, settings.format
-        self.writers = {split: SplitWriter(settings.row_kind, owner.dtype) for split in layout.SPLITS}
+    def __init__(
+        self, file: InputFile, chunk: Chunk, settings: Settings, tokenizer: Any, dtype: str, progress: Progress
+    ):
+        self.file, self.chunk, self.progress = file, chunk, progress
+        self.settings, self.fmt, self.tokenizer = settings, settings.format, tokenizer
+        self.writers = {split: SplitWriter(settings.row_kind, dtype) for split in layout.SPLITS}
         self.pending: dict[str, list[tuple[list[int], list[int]]]] = {split: [] for split in layout.SPLITS}
         self.window: list[dict[str, Any]] = []
         self.records = self.bad = self.dropped = self.ordinal = 0
         self.examples: list[dict[str, str]] = []
 
     def run(self) -> dict[str, Any]:
-        file = self.owner.files[self.chunk.file]
+        """Read, check, tokenise and pack the chunk into ``writers``; return what the chunk record says about it
+        (status ``done``, or ``aborted`` when its bad records alone exceed ``max_bad_records``). A file that cannot
+        be read on raises DataError."""
         limit = self.settings.max_bad_records
-        for item in read_chunk(file, self.chunk, self.fmt):
+        for item in read_chunk(self.file, self.chunk, self.fmt):
             self.records += 1
             problem = item.checked(self.fmt)
             if problem is not None:
@@ -118,14 +131,10 @@ class _Chunk:
         self._flush_window()
         for split in layout.SPLITS:
             self._pack(split, final=True)
-        splits = {}
-        for split, writer in self.writers.items():
-            if writer.rows:
-                splits[split] = writer.write(self.owner.directory / layout.SHARDS, shard_name(split, self.chunk))
-        return self._record("done") | {"splits": splits}
+        return self._record("done")
 
     def _record(self, status: str) -> dict[str, Any]:
-        return self.owner._base(self.chunk) | {
+        return {
             "status": status,
             "records": self.records,
             "bad": self.bad,
@@ -148,7 +157,7 @@ class _Chunk:
             return
         batch = {field: [record.get(field) for record in self.window] for field in FIELDS[self.fmt]}
         count, self.window = len(self.window), []
-        tokenizer, max_len = self.owner.tokenizer, self.settings.max_len
+        tokenizer, max_len = self.tokenizer, self.settings.max_len
         if self.fmt == "text":
             blocks = tokenize_into_blocks(batch, tokenizer, max_len)["input_ids"]
             chosen: dict[str, list[list[int]]] = {split: [] for split in layout.SPLITS}

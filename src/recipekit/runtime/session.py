@@ -29,6 +29,7 @@ from .opskit import OpsLayer
 from .preflight import make_output_dir
 from .sampler import PreparedTrainer
 from .samples import SequenceCollator
+from .stream import ResumeRandomState, StreamDataset, StreamStateCallback
 
 
 class Records:
@@ -100,6 +101,8 @@ def make_trainer(
     )
     throughput = ThroughputCallback.from_plan(run.plan.flops, args.world_size, tensor_parallel(run))
     trainer.callback_handler.callbacks.insert(0, throughput)
+    if isinstance(train_set, StreamDataset):  # each checkpoint keeps the stream's chunk counts, for an exact resume
+        trainer.add_callback(StreamStateCallback(train_set))
     return trainer, preemption
 
 
@@ -125,6 +128,10 @@ def summary_lines(
     else:
         rows = "packed rows" if data.packing else "samples"
         packing = "on, no attention across samples" if data.packing else "off"
+    if isinstance(train, StreamDataset):
+        sizes = f"streamed from {len(train.chunks):,} chunks, {rows} made while training, no eval"
+    else:
+        sizes = f"{len(train):,} train {rows}, {len(evaluation) if evaluation is not None else 0:,} eval"
     return [
         f"recipe {recipe.name} (run {run.plan.run_id}): {recipe.mode.kind} of {recipe.model.name} "
         f"({recipe.model.init} init) from {model_path}",
@@ -138,10 +145,7 @@ def summary_lines(
             f"{args.gradient_accumulation_steps} × data-parallel {dp}"
         ),
         f"parameters: {trainable:,} trainable of {total:,} ({100 * trainable / max(total, 1):.2f}%)",
-        (
-            f"data: {len(train):,} train {rows}, {len(evaluation) if evaluation is not None else 0:,} eval "
-            f"({data.format}, max_len {data.max_len}, packing {packing})"
-        ),
+        f"data: {sizes} ({data.format}, max_len {data.max_len}, packing {packing})",
         f"output {args.output_dir} | resume from {resume_from or 'scratch'}",
     ]
 
@@ -179,7 +183,7 @@ def run_training(run: RunConfig, device: Device, resume: str) -> int:
     resume_from = str(choice.path) if choice.path is not None else None
     # The data before the process group: preparing a corpus takes as long as it takes, and no collective (with its
     # ddp_timeout) may be waiting meanwhile. Every rank prepares its share, or all reuse what is there (dataprep.py).
-    data = prepare_for_run(run, output_dir, records.add)
+    data = prepare_for_run(run, output_dir, records.add, resume=choice)
     model_path, tokenizer, train_set, eval_set = data.model_path, data.tokenizer, data.train, data.eval
 
     args, notes = training_arguments(run, device)  # joins the process group
@@ -199,6 +203,8 @@ def run_training(run: RunConfig, device: Device, resume: str) -> int:
     identity = contract.run_record(plan.run_id, world_size=args.world_size, zero_stage=zero, recipe=recipe.name)
     trainer, preemption = make_trainer(run, args, model, tokenizer, train_set, eval_set, identity)
     ops.install(trainer, records)
+    if isinstance(train_set, StreamDataset) and resume_from:  # the stream skips itself; the random state is ours
+        trainer.add_callback(ResumeRandomState(trainer, resume_from))
     for line in summary_lines(run, args, device, model_path, (trainable, total), train_set, eval_set, resume_from):
         log0(line)
     records.add(

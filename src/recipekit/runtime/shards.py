@@ -82,14 +82,21 @@ class SplitWriter:
             flags |= starts.astype(np.uint8) << 1
         self.flags.append(flags)
 
-    def write(self, directory: Path, name: str) -> dict[str, Any]:
-        """Write the shard's files (each atomically) and return its manifest entry; nothing for an empty split."""
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """The shard's contents as its files hold them: tokens, row offsets and flags (None for blocks)."""
         tokens = np.concatenate(self.ids) if self.ids else np.zeros(0, self.dtype)
         offsets = np.zeros(self.rows + 1, dtype=np.uint64)
         offsets[1:] = np.cumsum(self.lengths)
+        if self.kind == "blocks":
+            return tokens, offsets, None
+        return tokens, offsets, np.concatenate(self.flags) if self.flags else np.zeros(0, np.uint8)
+
+    def write(self, directory: Path, name: str) -> dict[str, Any]:
+        """Write the shard's files (each atomically) and return its manifest entry; nothing for an empty split."""
+        tokens, offsets, flags = self.arrays()
         files = {".bin": tokens.tobytes(), ".idx": offsets.tobytes()}
-        if self.kind != "blocks":
-            files[".flg"] = np.concatenate(self.flags).tobytes() if self.flags else b""
+        if flags is not None:
+            files[".flg"] = flags.tobytes()
         entry: dict[str, Any] = {"name": name, "rows": self.rows, "tokens": int(tokens.size), "sha256": {}}
         for suffix, data in files.items():
             layout.write_atomic(directory / f"{name}{suffix}", data)
@@ -104,6 +111,21 @@ def _positions(starts: np.ndarray) -> np.ndarray:
     index = np.arange(starts.size)
     first = np.flatnonzero(starts)
     return index - first[np.searchsorted(first, index, side="right") - 1]
+
+
+def read_row(kind: str, tokens: np.ndarray, offsets: np.ndarray, flags: np.ndarray | None, row: int) -> dict:
+    """Row ``row`` of a shard's arrays (memory-mapped files, or :meth:`SplitWriter.arrays`) as the collator takes
+    it: ``input_ids``, and ``labels`` (and ``position_ids`` for packed rows) rebuilt from the flags."""
+    begin, end = int(offsets[row]), int(offsets[row + 1])
+    ids = tokens[begin:end].astype(np.int64)
+    out = {"input_ids": ids.tolist()}
+    if flags is None:
+        return out
+    bits = flags[begin:end]
+    out["labels"] = np.where(bits & LEARNED, ids, IGNORE_INDEX).tolist()
+    if kind == "packed":
+        out["position_ids"] = _positions((bits & STARTS) > 0).tolist()
+    return out
 
 
 class ShardDataset:
@@ -134,17 +156,7 @@ class ShardDataset:
             raise IndexError(f"row {index} of {len(self)}")
         shard = bisect.bisect_right(self.ends, index)
         local = index - (self.ends[shard - 1] if shard else 0)
-        tokens, offsets, flags = self._map(shard)
-        begin, end = int(offsets[local]), int(offsets[local + 1])
-        ids = tokens[begin:end].astype(np.int64)
-        row = {"input_ids": ids.tolist()}
-        if flags is None:
-            return row
-        bits = flags[begin:end]
-        row["labels"] = np.where(bits & LEARNED, ids, IGNORE_INDEX).tolist()
-        if self.kind == "packed":
-            row["position_ids"] = _positions((bits & STARTS) > 0).tolist()
-        return row
+        return read_row(self.kind, *self._map(shard), local)
 
     def _map(self, shard: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         if shard not in self._maps:

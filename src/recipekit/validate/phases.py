@@ -90,6 +90,11 @@ def describe(record: dict[str, Any]) -> str | None:
             f"{record.get('precision')}, ZeRO {record.get('zero_stage')}, {params}; "
             + (f"resuming from {where}" if where else "from scratch")
         )
+    if kind == contract.EVENT_DATA and record.get("streaming"):
+        return (
+            f"train.py streams the data: {record.get('files')} file(s), {record.get('chunks')} chunks "
+            f"({record.get('row_kind')}), from row {record.get('start_row')}"
+        )
     if kind == contract.EVENT_DATA:
         how = (
             "reused prepared data"

@@ -244,7 +244,9 @@ def substitute(recipe: Recipe, options: Any, root: Path) -> tuple[Recipe, list[S
     dry = sub.section(
         dry,
         "data",
-        "small chunks, so that every pod prepares a share of the generated data",
+        "small chunks, so that the stream crosses several"
+        if recipe.data.streaming
+        else "small chunks, so that every pod prepares a share of the generated data",
         shard_mib=dry_shard_mib(data_path, options.pods),
     )
     if recipe.data.prepared_dir:

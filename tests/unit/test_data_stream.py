@@ -1,0 +1,168 @@
+"""Streamed data (``data.streaming``): the stream's rows are the prepared rows, its order is keyed and resumable
+without tokenising the skipped chunks again, and bad records obey the prepare step's limit.
+
+The runtime's modules run in-process here (``recipekit.runtime.*``), on the tiny generated data and the random
+twin's tokenizer, as test_prepare.py does.
+"""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pytest
+
+from recipekit.tinydata import tiny_records, write_tiny_dataset
+
+torch = pytest.importorskip("torch")
+
+from recipekit.runtime import contract, dataprep, twin, workers  # noqa: E402
+from recipekit.runtime.common import RunError  # noqa: E402
+from recipekit.runtime.fingerprint import Settings  # noqa: E402
+from recipekit.runtime.samples import SequenceCollator  # noqa: E402
+from recipekit.runtime.shards import ShardDataset, token_dtype  # noqa: E402
+from recipekit.runtime.sources import find_files  # noqa: E402
+from recipekit.runtime.stream import StreamDataset, StreamStateCallback, known_chunks  # noqa: E402
+
+MAX_LEN = 96
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    texts = [m["content"] for r in tiny_records("messages", 200) for m in r["messages"]]
+    texts += [r["text"] for r in tiny_records("text", 100)]
+    return twin.train_tokenizer(texts, vocab_size=512, max_length=512)
+
+
+def settings(fmt: str = "alpaca", **changes) -> Settings:
+    base = {
+        "format": fmt,
+        "max_len": MAX_LEN,
+        "packing": False,
+        "eval_fraction": 0.0,
+        "seed": 7,
+        "chunk_bytes": 4096,
+        "max_bad_records": 0,
+        "check": "stat",
+    }
+    return Settings(**{**base, **changes})
+
+
+def stream_of(data: Path, tokenizer, **changes) -> StreamDataset:
+    chosen = settings(data.suffix == ".txt" and "text" or changes.pop("fmt", "alpaca"), **changes)
+    files = find_files(str(data), chosen.format)
+    return StreamDataset(files, chosen, tokenizer, token_dtype(dataprep.largest_id(tokenizer)))
+
+
+def take(dataset: StreamDataset, count: int) -> list[dict]:
+    return list(itertools.islice(iter(dataset), count))
+
+
+# ----------------------------------------------------------------------------------- the prepared rows, streamed
+@pytest.mark.parametrize(
+    "fmt, packing",
+    [("alpaca", False), ("messages", True), ("alpaca", True), ("text", False)],
+    ids=["sft", "chat-packed", "sft-packed", "text"],
+)
+def test_each_chunk_streams_exactly_the_rows_the_prepare_step_writes_for_it(tmp_path, tokenizer, fmt, packing):
+    data = write_tiny_dataset(fmt, tmp_path / ("corpus.txt" if fmt == "text" else "data.jsonl"), n=400)
+    chosen = settings(fmt, packing=packing)
+    job = dataprep.describe_job(chosen, find_files(str(data), fmt), tokenizer, tmp_path / "prepared")
+    workers.work(job, tokenizer, 0, 1)
+    found = workers.collect(job, merger=True)
+    assert found["chunks"] > 3
+    stream = StreamDataset(job.files, chosen, tokenizer, job.dtype)
+    shards = found["splits"]["train"]["shards"]
+    by_chunk = {int(entry["name"].rsplit("-", 1)[1]): entry for entry in shards}
+    order = stream.chunk_order(0)
+    rows = iter(stream)
+    for index in order:
+        expected = by_chunk.get(index)
+        count = int(expected["rows"]) if expected else 0
+        streamed = list(itertools.islice(rows, count))
+        if expected is None:
+            continue
+        shard = ShardDataset(job.directory, {**found, "splits": {"train": {"shards": [expected]}}}, "train")
+        prepared = [shard[i] for i in range(count)]
+        # the stream shuffles within a chunk: the chunk's rows in the stream's order are the shard's, permuted
+        permuted = [prepared[i] for i in stream.row_order(index, count, 0).tolist()]
+        assert streamed == permuted
+        assert stream.known[index]["rows"] == count
+    collated = SequenceCollator(tokenizer.pad_token_id)(take(stream, 4))  # the collator takes the stream's rows
+    assert collated["input_ids"].shape[0] == 4
+
+
+def test_the_order_is_fixed_by_the_seed_and_differs_per_epoch(tmp_path, tokenizer):
+    data = write_tiny_dataset("alpaca", tmp_path / "data.jsonl", n=300)
+    first, again = stream_of(data, tokenizer), stream_of(data, tokenizer)
+    assert first.chunk_order(0) == again.chunk_order(0)
+    assert sorted(first.chunk_order(0)) == list(range(len(first.chunks)))
+    assert first.chunk_order(0) != first.chunk_order(1)
+    rows = take(first, 700)  # the stream goes on past the end of the data, into the next epoch
+    assert take(again, 700) == rows
+    epoch = sum(entry["rows"] for entry in first.known.values())
+    assert len(first.known) == len(first.chunks) and 2 * epoch < 700
+    one, two = rows[:epoch], rows[epoch : 2 * epoch]
+    key = lambda row: tuple(row["input_ids"])  # noqa: E731
+    assert sorted(map(key, one)) == sorted(map(key, two))  # every row again
+    assert one != two  # in another order
+    assert take(stream_of(data, tokenizer, seed=8), 20) != rows[:20]
+
+
+def test_resuming_at_row_k_continues_as_the_unbroken_stream_without_tokenising_the_skipped_chunks(tmp_path, tokenizer):
+    data = write_tiny_dataset("alpaca", tmp_path / "data.jsonl", n=300)
+    unbroken = stream_of(data, tokenizer)
+    rows = take(unbroken, 700)  # past the end of the first epoch
+    epoch = sum(entry["rows"] for entry in unbroken.known.values())
+    for start in (0, 5, epoch - 3, epoch + 17):
+        # counted: the state the first run's rank 0 wrote at its checkpoint (counts known while drawing `start` rows)
+        counted = stream_of(data, tokenizer)
+        take(counted, start)
+        resumed = stream_of(data, tokenizer)
+        resumed.start_row, resumed.known = start, dict(counted.known)
+        assert take(resumed, 30) == rows[start : start + 30]
+        assert resumed.tokenised <= 2  # the chunk the row falls in (and the next one), never the skipped ones
+    blind = stream_of(data, tokenizer)  # no counts (an older checkpoint): still exact, by reading again
+    blind.start_row = 40
+    assert take(blind, 30) == rows[40:70]
+
+
+def test_the_stream_state_travels_in_the_checkpoint(tmp_path, tokenizer):
+    data = write_tiny_dataset("alpaca", tmp_path / "data.jsonl", n=300)
+    stream = stream_of(data, tokenizer)
+    take(stream, 50)
+    checkpoint = tmp_path / "out" / f"{contract.CHECKPOINT_PREFIX}3"
+    checkpoint.mkdir(parents=True)
+
+    class Args:
+        output_dir = str(tmp_path / "out")
+
+    class State:
+        is_world_process_zero, global_step = True, 3
+
+    StreamStateCallback(stream).on_save(Args(), State(), None)
+    assert (checkpoint / contract.STREAM_STATE_FILE).is_file()
+    assert known_chunks(checkpoint, len(stream.chunks)) == stream.known
+    assert known_chunks(checkpoint, len(stream.chunks) + 1) is None  # another input: not used
+    assert known_chunks(tmp_path, len(stream.chunks)) is None
+
+
+# -------------------------------------------------------------------------------------------------- bad records
+def _with_bad_lines(path: Path, lines: dict[int, str]) -> Path:
+    text = path.read_text().splitlines()
+    for number, line in lines.items():
+        text[number - 1] = line
+    path.write_text("\n".join(text) + "\n")
+    return path
+
+
+def test_bad_records_count_across_the_stream_and_one_more_than_the_limit_stops_it(tmp_path, tokenizer):
+    bad = {5: "{not json", 123: '{"output": "x"}', 250: '"a string"'}
+    data = _with_bad_lines(write_tiny_dataset("alpaca", tmp_path / "data.jsonl", n=300), bad)
+    with pytest.raises(RunError, match=r"data error: .*data.jsonl:\d+: .*max_bad_records is 0"):
+        take(stream_of(data, tokenizer), 10_000)
+    with pytest.raises(RunError, match=r"data error: .*data.jsonl:\d+: .*3 bad records.*max_bad_records=2"):
+        take(stream_of(data, tokenizer, max_bad_records=2), 10_000)
+    allowed = stream_of(data, tokenizer, max_bad_records=3)
+    take(allowed, 1_000)  # more than an epoch: the same chunks again count once
+    assert sum(entry["bad"] for entry in allowed.known.values()) == 3
