@@ -150,7 +150,7 @@ def _json(data: Any) -> bytes:
 #: Characters the two emitters below write differently in plain, single-quoted or literal scalars (libyaml escapes
 #: them; PyYAML's own emitter writes them raw, and a raw NEL reads back as a line break). In double quotes both
 #: escape them alike, and the value reads back as written.
-_ESCAPED_ALIKE_ONLY_QUOTED = re.compile("[\U00010000-\U0010FFFF\u0085]")
+_ESCAPED_ALIKE_ONLY_QUOTED = re.compile("[\U00010000-\U0010ffff\u0085]")
 
 
 def _str_presenter(dumper: yaml.SafeDumper, value: str) -> yaml.Node:

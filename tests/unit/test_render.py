@@ -224,7 +224,7 @@ AWKWARD_VALUES = {
     "colon space": "key: value # not a comment",
     "long without spaces": "x" * 300,
     "long with spaces": " ".join(["word"] * 80),
-    "quotes": "it's \"quoted\"",
+    "quotes": 'it\'s "quoted"',
     "tab": "a\tb",
     "empty": "",
     "numbers": [0, -1, 2**40, 1e-05, 0.1, 3.0, float("inf")],
