@@ -19,6 +19,7 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 from click.testing import CliRunner
 
 from recipekit.build import build
@@ -46,7 +47,9 @@ def dry_run(tmp_path: Path, *overrides: str) -> dict:
 
 
 def output_dir(tmp_path: Path) -> Path:
-    return next((tmp_path / "work" / "shared" / "runs").iterdir())
+    """The run's output directory: the work copy's recipe says where it is (runs/ also holds prepared/)."""
+    recipe = yaml.safe_load((tmp_path / "work" / "bundle" / contract.RECIPE_FILE).read_text(encoding="utf-8"))
+    return Path(recipe["training_arguments"]["output_dir"])
 
 
 def test_preflight_metrics_and_the_profiling_window(tmp_path: Path) -> None:
