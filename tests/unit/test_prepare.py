@@ -8,7 +8,10 @@ prepare`` uses it), and in-process calls of the same ``work`` function elsewhere
 
 from __future__ import annotations
 
+import bz2
+import gzip
 import json
+import lzma
 import os
 import pickle
 import time
@@ -253,6 +256,135 @@ def test_plain_text_documents_are_blank_line_separated_and_chunked_at_blank_line
     assert small["chunks"] > 5 and small["records"]["read"] == whole["records"]["read"] == 300
     # the same documents, only the blocks' windows end at chunk edges: every chunk drops less than one block
     assert whole["splits"]["train"]["tokens"] - small["splits"]["train"]["tokens"] < small["chunks"] * MAX_LEN
+
+
+# ------------------------------------------------------------------------------------------ compressed inputs
+def _compress(plain: Path, suffix: str) -> Path:
+    """``plain`` compressed next to itself as ``<name><suffix>`` (gzip without a time stamp, bz2 or xz)."""
+    target = plain.with_name(plain.name + suffix)
+    data = plain.read_bytes()
+    target.write_bytes(
+        gzip.compress(data, mtime=0)
+        if suffix == ".gz"
+        else bz2.compress(data)
+        if suffix == ".bz2"
+        else lzma.compress(data)
+    )
+    return target
+
+
+def _rows(job: workers.Job, found: dict) -> list[dict]:
+    rows = ShardDataset(job.directory, found, "train")
+    return [rows[i] for i in range(len(rows))]
+
+
+@pytest.mark.parametrize(
+    "fmt, name, suffix",
+    [
+        ("alpaca", "data.jsonl", ".gz"),
+        ("alpaca", "data.json", ".gz"),
+        ("text", "docs.txt", ".gz"),
+        ("messages", "chat.jsonl", ".bz2"),
+        ("alpaca", "data.json", ".xz"),
+    ],
+    ids=["jsonl-gz", "json-array-gz", "text-gz", "chat-bz2", "json-array-xz"],
+)
+def test_a_compressed_file_gives_the_plain_files_rows(tmp_path, tokenizer, fmt, name, suffix):
+    plain = write_tiny_dataset(fmt, tmp_path / "plain" / name, n=300, seed=3)
+    packed = {"packing": fmt == "messages"}
+    compressed = _compress(plain, suffix)
+    if suffix == ".gz":  # tinydata writes the same bytes, deterministically
+        assert write_tiny_dataset(fmt, tmp_path / "tiny" / compressed.name, n=300, seed=3).read_bytes() == (
+            compressed.read_bytes()
+        )
+    # one chunk for the plain file too (a compressed file is always one): then the shards are byte for byte equal
+    plain_job, plain_found = prepare(plain, tokenizer, tmp_path / "p-plain", format=fmt, chunk_bytes=1 << 30, **packed)
+    job, found = prepare(compressed, tokenizer, tmp_path / "p-gz", format=fmt, chunk_bytes=1 << 30, **packed)
+    assert found["chunks"] == 1 and found["records"] == plain_found["records"]
+    assert found["splits"] == plain_found["splits"]  # rows, tokens, learned and every shard's sha256
+    assert _rows(job, found) == _rows(plain_job, plain_found)
+    assert job.fingerprint != plain_job.fingerprint  # another file name: another input
+    # whatever data.shard_mib says, a compressed file is one chunk
+    _, small = prepare(compressed, tokenizer, tmp_path / "p-small", format=fmt, chunk_bytes=2000, **packed)
+    assert small["chunks"] == 1 and small["splits"] == found["splits"]
+
+
+def test_a_glob_mixes_plain_and_compressed_files_in_name_order(tmp_path, tokenizer):
+    records = tiny_records("alpaca", 300, seed=5)
+    reference = tmp_path / "ref.jsonl"
+    reference.write_text("".join(json.dumps(r) + "\n" for r in records))
+    for index, name in enumerate(("a.jsonl", "b.jsonl.gz", "c.json.xz")):
+        part = records[index * 100 : (index + 1) * 100]
+        path = tmp_path / "in" / f"p{index}" / name
+        path.parent.mkdir(parents=True)
+        plain = path.with_name("plain")
+        plain.write_text(json.dumps(part) if ".json." in name else "".join(json.dumps(r) + "\n" for r in part))
+        if name.endswith(".jsonl"):
+            plain.rename(path)
+        else:
+            _compress(plain, path.suffix).rename(path)
+            plain.unlink()
+    (tmp_path / "in" / "p0" / "notes.tar.gz").write_bytes(gzip.compress(b"not data", mtime=0))  # not a data file
+    data = tmp_path / "in" / "**" / "*"
+    files = find_files(str(data), "alpaca")
+    assert [(f.name, f.kind, f.compression) for f in files] == [
+        ("p0/a.jsonl", "jsonl", ""),
+        ("p1/b.jsonl.gz", "jsonl", ".gz"),
+        ("p2/c.json.xz", "json", ".xz"),
+    ]
+    assert [f.name for f in find_files(str(tmp_path / "in" / "p1"), "alpaca")] == ["b.jsonl.gz"]  # a directory
+    job, found = prepare(data, tokenizer, tmp_path / "p", chunk_bytes=1 << 30)
+    want_job, want = prepare(reference, tokenizer, tmp_path / "p-ref", chunk_bytes=1 << 30)
+    assert found["records"]["read"] == 300 and found["chunks"] == 3
+    assert _rows(job, found) == _rows(want_job, want)
+
+
+def test_damaged_compressed_files_are_fatal_one_line_errors_naming_the_file(tmp_path, tokenizer):
+    whole = write_tiny_dataset("alpaca", tmp_path / "data.jsonl.gz", n=300)
+    truncated = tmp_path / "cut" / "data.jsonl.gz"
+    truncated.parent.mkdir()
+    truncated.write_bytes(whole.read_bytes()[: whole.stat().st_size // 2])
+    with pytest.raises(workers.RunError, match=r"data error: .*cut/data.jsonl.gz: cannot be decompressed as .gz"):
+        prepare(truncated, tokenizer, tmp_path / "p1", max_bad_records=1000)  # whatever the limit
+    flipped = bytearray(whole.read_bytes())
+    flipped[len(flipped) // 2] ^= 0xFF
+    corrupt = tmp_path / "bad" / "data.jsonl.gz"
+    corrupt.parent.mkdir()
+    corrupt.write_bytes(bytes(flipped))
+    with pytest.raises(workers.RunError, match=r"bad/data.jsonl.gz: cannot be decompressed .*damaged or truncated"):
+        prepare(corrupt, tokenizer, tmp_path / "p2", max_bad_records=1000)
+    not_gzip = tmp_path / "fake.json.gz"
+    not_gzip.write_text('[{"instruction": "a", "output": "b"}]')
+    with pytest.raises(DataError, match=r"fake.json.gz: cannot be decompressed as .gz \(BadGzipFile"):
+        find_files(str(not_gzip), "alpaca")  # found out while peeking at the first character
+    array = write_tiny_dataset("alpaca", tmp_path / "arr" / "data.json.gz", n=300)
+    array.write_bytes(array.read_bytes()[:-30])
+    with pytest.raises(workers.RunError, match=r"arr/data.json.gz: cannot be decompressed"):
+        prepare(array, tokenizer, tmp_path / "p3")
+
+
+def test_bad_records_in_a_compressed_file_are_named_by_line(tmp_path, tokenizer):
+    plain = _with_bad_lines(write_tiny_dataset("alpaca", tmp_path / "data.jsonl", n=300), {123: '{"output": "x"}'})
+    data = _compress(plain, ".gz")
+    with pytest.raises(workers.RunError, match=r"data.jsonl.gz:123: field 'instruction': missing"):
+        prepare(data, tokenizer, tmp_path / "p")
+    _, found = prepare(data, tokenizer, tmp_path / "p-ok", max_bad_records=1)
+    assert found["bad_examples"][0]["where"].endswith("data.jsonl.gz:123")
+
+
+def test_compressed_parquet_and_arrow_are_refused(tmp_path):
+    for name in ("data.parquet.gz", "data.arrow.xz"):
+        path = tmp_path / name
+        path.write_bytes(gzip.compress(b"PAR1", mtime=0))
+        kind = "Parquet" if "parquet" in name else "Arrow"
+        with pytest.raises(DataError, match=rf"{name}: {kind} files compress inside .*decompress it"):
+            find_files(str(path), "alpaca")
+        with pytest.raises(DataError, match=rf"{name}: {kind} files compress inside"):
+            find_files(str(tmp_path), "alpaca")  # a directory holding one is refused too, not passed over
+        path.unlink()
+    text = write_tiny_dataset("text", tmp_path / "t.txt.gz", n=3)
+    with pytest.raises(DataError, match="plain text holds no alpaca records"):
+        find_files(str(text), "alpaca")
 
 
 # -------------------------------------------------------------------------------------------------- bad data
