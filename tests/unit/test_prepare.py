@@ -24,7 +24,7 @@ from recipekit.tinydata import tiny_records, write_tiny_dataset
 torch = pytest.importorskip("torch")
 datasets = pytest.importorskip("datasets")
 
-from recipekit.runtime import dataprep, manifest, samples, twin, workers  # noqa: E402
+from recipekit.runtime import dataprep, manifest, samples, twin, verify, workers  # noqa: E402
 from recipekit.runtime.data import DataError  # noqa: E402
 from recipekit.runtime.fingerprint import Settings  # noqa: E402
 from recipekit.runtime.sampler import ResumableSampler  # noqa: E402
@@ -447,3 +447,54 @@ def test_the_sampler_is_a_deterministic_permutation_per_epoch_and_starts_anywher
     assert list(ResumableSampler(1000, seed=12)) != first
     for size in (1, 2, 3, 17, 1025):
         assert sorted(ResumableSampler(size, 0)) == list(range(size))
+
+
+# ------------------------------------------------------------------------------------------ checking the shards
+def _verify(*args: str):
+    from click.testing import CliRunner
+
+    from recipekit.cli import main
+
+    return CliRunner().invoke(main, ["data", "verify", *args])
+
+
+def test_verify_passes_a_fresh_set_and_names_every_damaged_missing_or_extra_file(tmp_path, tokenizer):
+    data = write_tiny_dataset("messages", tmp_path / "chat.jsonl", n=200)
+    job, found = prepare(data, tokenizer, tmp_path / "prepared", count=2, format="messages", packing=True)
+    directory = job.directory
+    report = verify.check(directory)
+    assert report["ok"] and report["files"] == 3 * found["chunks"] and not report["problems"] and not report["extra"]
+    result = _verify("--prepared", str(directory))
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith(f"ok: all {report['files']} shard files") and str(directory) in result.output
+
+    shards = directory / manifest.SHARDS
+    tokens = shards / "train-000001.bin"
+    flipped = bytearray(tokens.read_bytes())
+    flipped[3] ^= 0x01
+    tokens.write_bytes(bytes(flipped))
+    index = shards / "train-000002.idx"
+    index.write_bytes(index.read_bytes()[:-8])
+    (shards / "train-000000.flg").unlink()
+    (shards / "train-000009.bin.tmp-host-1").write_bytes(b"left by a crash")
+    result = _verify("--prepared", str(directory))
+    assert result.exit_code == 1, result.output
+    lines = result.output.splitlines()
+    assert lines[:4] == [
+        f"missing: {shards}/train-000000.flg: listed in the manifest, not there",
+        f"sha256: {tokens}: its sha256 is not the manifest's",
+        f"size: {index}: {index.stat().st_size} bytes, the manifest says {index.stat().st_size + 8}",
+        f"extra: {shards}/train-000009.bin.tmp-host-1: not listed in the manifest (harmless)",
+    ]
+    assert lines[4].startswith(f"FAILED: 3 of {report['files']} shard files") and "1 extra file(s)" in lines[4]
+    as_json = json.loads(_verify("--prepared", str(directory), "--json").output)
+    assert not as_json["ok"] and [p["problem"] for p in as_json["problems"]] == ["missing", "sha256", "size"]
+    assert as_json["extra"] == ["shards/train-000009.bin.tmp-host-1"]
+
+
+def test_verify_without_a_manifest_or_a_target_is_exit_2(tmp_path):
+    result = _verify("--prepared", str(tmp_path))
+    assert result.exit_code == 2 and "nothing to verify: cannot read" in result.output
+    assert _verify().exit_code == 2
+    assert "not a recipekit bundle" in _verify(str(tmp_path)).output
+    assert _verify(str(tmp_path)).exit_code == 2
