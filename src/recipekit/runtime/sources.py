@@ -57,6 +57,8 @@ _DAMAGED = (OSError, EOFError, zlib.error, lzma.LZMAError)
 FIELDS = {"alpaca": ("instruction", "input", "output"), "messages": ("messages",), "text": ("text",)}
 #: Files datasets.save_to_disk writes beside its .arrow files: metadata, not records.
 METADATA_NAMES = frozenset({"dataset_info.json", "state.json", "dataset_dict.json"})
+#: Said where no data file is found: compressed ones count too.
+_COMPRESSED = f" (JSON and text files may also be compressed: {', '.join(COMPRESSIONS)})"
 _GLOB = re.compile(r"[*?\[]")
 _SPACE = re.compile(r"[ \t\n\r]*")
 _COUNT_BLOCK = 16 << 20
@@ -114,7 +116,7 @@ def find_files(spec: str, fmt: str) -> list[InputFile]:
             raise DataError(spec, "the pattern matches no file")
         chosen = [p for p in paths if _is_data_file(p, fmt)]
         if not chosen:
-            raise DataError(spec, f"the pattern matches no data file ({_suffixes(fmt)})")
+            raise DataError(spec, f"the pattern matches no data file ({_suffixes(fmt)}){_COMPRESSED}")
     else:
         path = Path(spec)
         if not path.exists():
@@ -124,7 +126,7 @@ def find_files(spec: str, fmt: str) -> list[InputFile]:
         root = path
         chosen = [p for p in path.iterdir() if p.is_file() and _is_data_file(p, fmt)]
         if not chosen:
-            raise DataError(path, f"directory holds no {_suffixes(fmt)} files")
+            raise DataError(path, f"directory holds no {_suffixes(fmt)} files{_COMPRESSED}")
     return sorted((_input(p, root, fmt) for p in chosen), key=lambda f: f.name)
 
 
@@ -135,8 +137,7 @@ def _glob_root(spec: str) -> Path:
 
 
 def _suffixes(fmt: str) -> str:
-    kinds = " or ".join(s for s in KINDS if s != ".txt" or fmt == "text")
-    return f"{kinds} (JSON and text also as {'/'.join(COMPRESSIONS)})"
+    return " or ".join(s for s in KINDS if s != ".txt" or fmt == "text")
 
 
 def _suffix_of(path: Path) -> tuple[str, str]:
