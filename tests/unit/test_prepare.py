@@ -372,6 +372,16 @@ def test_bad_records_in_a_compressed_file_are_named_by_line(tmp_path, tokenizer)
     assert found["bad_examples"][0]["where"].endswith("data.jsonl.gz:123")
 
 
+def test_a_compressed_files_fingerprint_follows_its_compressed_bytes(tmp_path, tokenizer):
+    data = write_tiny_dataset("alpaca", tmp_path / "data.jsonl.gz", n=50)
+    stat, content = (job_for(data, tokenizer, tmp_path, check=check).fingerprint for check in ("stat", "content"))
+    os.utime(data, ns=(data.stat().st_atime_ns, data.stat().st_mtime_ns + 10**9))  # touched, same bytes
+    assert job_for(data, tokenizer, tmp_path).fingerprint != stat
+    assert job_for(data, tokenizer, tmp_path, check="content").fingerprint == content
+    data.write_bytes(gzip.compress(gzip.decompress(data.read_bytes()).replace(b"red", b"rex"), mtime=0))
+    assert job_for(data, tokenizer, tmp_path, check="content").fingerprint != content
+
+
 def test_compressed_parquet_and_arrow_are_refused(tmp_path):
     for name in ("data.parquet.gz", "data.arrow.xz"):
         path = tmp_path / name
