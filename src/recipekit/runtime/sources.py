@@ -21,8 +21,9 @@ alone — never on how many processes share the work. Where a record begins, by 
 * Arrow: record batch j begins at the summed size of the batches before it (batches are never split);
 * a JSON array is one chunk (it is parsed whole: convert very large ones to JSON lines);
 * a compressed file is one chunk: a compressed stream cannot be entered at a byte offset, so its records are read
-  from its first byte by one process, line by line (never all in memory, but a JSON array). Many moderately sized
-  compressed files (a few hundred MiB each) let many processes share the work; one huge ``.gz`` is one process's.
+  from its first byte by one process, a line at a time (a JSON array is still parsed whole), and reported by file
+  and line as a plain file's are. Many moderately sized compressed files (a few hundred MiB each) let many processes
+  share the work; one huge ``.gz`` is one process's.
 
 A damaged or truncated compressed file is a DataError naming it, fatal whatever ``data.max_bad_records`` says:
 nothing after the damage can be found.
@@ -189,6 +190,8 @@ def _json_kind(path: Path, compression: str = "") -> str:
                 if stripped or not block:
                     return "json" if stripped[:1] == b"[" else "jsonl"
     except _DAMAGED as exc:
+        if not compression:
+            raise
         raise _damaged(path, compression, exc) from None
 
 
