@@ -1,4 +1,4 @@
-"""The ``recipekit data`` commands: prepare a bundle's training data ahead of the run.
+"""The ``recipekit data`` commands: prepare a bundle's training data ahead of the run, and check it afterwards.
 
 ``recipekit data prepare BUNDLE`` runs the bundle's own prepare step (``python -m runtime.dataprep``, with only the
 bundle on PYTHONPATH, as a pod runs it) in a child process on this machine's Python: the shards it writes are the
@@ -7,6 +7,12 @@ child reports progress as JSON lines, drawn here as a progress bar (input bytes 
 
 Exit codes: 0 prepared (or found prepared); 2 the bundle, the data or this machine's Python stack is unusable (one
 line, no traceback); 1 the prepare step failed otherwise (its traceback is shown).
+
+``recipekit data verify BUNDLE`` finds the bundle's prepared dataset the same way (``python -m runtime.dataprep
+--verify``: the fingerprint needs the bundle's tokenizer) and checks every shard file against the manifest's size
+and sha256; ``--prepared DIR`` checks a ``<prepared_dir>/<fingerprint>`` directory directly, here, with no bundle
+and no training stack (runtime/verify.py is standard library only). Exit codes: 0 all match, 1 a shard is missing
+or damaged, 2 nothing to check (no manifest, not a bundle, a streaming bundle, an unusable stack).
 """
 
 from __future__ import annotations
@@ -17,13 +23,14 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 import yaml
 
 from recipekit.bundlefiles import RECIPE, RUNTIME
 from recipekit.runtime import contract
+from recipekit.runtime.manifest import ManifestError
 
 _SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 110}
 #: What the bundle's prepare step imports (its tokenizer comes through transformers).
@@ -33,11 +40,12 @@ MODULE = f"{RUNTIME}.dataprep"
 
 @click.group("data", context_settings=_SETTINGS)
 def data_group() -> None:
-    """Prepare a bundle's training data ahead of the run.
+    """Prepare a bundle's training data ahead of the run, and check prepared shards against their hashes.
 
     \b
     Examples:
       recipekit data prepare bundles/qwen2.5_7b_pretrain --workers 32
+      recipekit data verify bundles/qwen2.5_7b_pretrain
     """
 
 
@@ -73,14 +81,10 @@ def prepare_command(bundle: Path, workers: int, volume: Path | None, as_json: bo
     """
     problem = _unusable(bundle)
     if problem:
-        click.echo(f"{click.style('error:', fg='red', bold=True)} {problem}", err=True)
-        sys.exit(2)
+        _error(problem)
     command = [sys.executable, "-m", MODULE, "--recipe", str(bundle / RECIPE), "--workers", str(workers)]
     command += ["--progress", "json"] + (["--volume", str(volume)] if volume is not None else [])
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
-    env["PYTHONPATH"] = str(bundle.resolve())
-    env.setdefault("TOKENIZERS_PARALLELISM", "false")  # one process per core already; no thread pools on top
-    done = _run(command, env)
+    done = _run(command, _child_env(bundle))
     if done is None:
         sys.exit(1)
     if as_json:
@@ -89,16 +93,104 @@ def prepare_command(bundle: Path, workers: int, volume: Path | None, as_json: bo
     _summary(done)
 
 
-def _unusable(bundle: Path) -> str | None:
-    """Why BUNDLE cannot be prepared here, or None."""
+def _error(message: str) -> NoReturn:
+    click.echo(f"{click.style('error:', fg='red', bold=True)} {message}", err=True)
+    sys.exit(2)
+
+
+def _child_env(bundle: Path) -> dict[str, str]:
+    """The environment of the bundle's runtime: the bundle alone on PYTHONPATH, no rank of an outer launcher."""
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    env["PYTHONPATH"] = str(bundle.resolve())
+    env.setdefault("TOKENIZERS_PARALLELISM", "false")  # one process per core already; no thread pools on top
+    return env
+
+
+@data_group.command("verify", context_settings=_SETTINGS)
+@click.argument("bundle", type=click.Path(path_type=Path), required=False)
+@click.option(
+    "--prepared",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="A <prepared_dir>/<fingerprint> directory to check directly (then no BUNDLE).",
+)
+@click.option(
+    "--volume",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Where the bundle's shared volume (cluster.mount_path) is mounted here (default: at the same path).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON document.")
+def verify_command(bundle: Path | None, prepared: Path | None, volume: Path | None, as_json: bool) -> None:
+    """Check BUNDLE's prepared shards against their manifest: every listed file there, of its size and sha256.
+
+    The directory is the one the Job would use (<data.prepared_dir>/<fingerprint>/, found with the bundle's own
+    code, so the data files and tokenizer must be reachable), or --prepared DIR. One line per missing, resized or
+    altered shard and per extra file, then a verdict. Exit 0 when every shard matches, 1 when one is missing or
+    damaged (delete the directory and prepare again), 2 when there is nothing to check.
+
+    \b
+    Examples:
+      recipekit data verify bundles/qwen2.5_7b_pretrain --volume /mnt/pvc-llm
+      recipekit data verify --prepared /mnt/pvc-llm/runs/prepared/4f2a9c0e1b7d3a5f6e80
+      recipekit data verify bundles/tiny_sft --json
+    """
+    from recipekit.runtime import verify
+
+    if (bundle is None) == (prepared is None):
+        _error("give a BUNDLE or --prepared DIR (one of them)")
+    if prepared is not None:
+        if volume is not None:
+            _error("--volume locates a bundle's data; with --prepared, give the directory as this machine sees it")
+        try:
+            report = verify.check(prepared)
+        except ManifestError as exc:
+            _error(f"nothing to verify: {exc}")
+    else:
+        assert bundle is not None
+        problem = _unusable(bundle, "verify")
+        if problem:
+            _error(problem)
+        command = [sys.executable, "-m", MODULE, "--recipe", str(bundle / RECIPE), "--verify", "--progress", "json"]
+        command += ["--volume", str(volume)] if volume is not None else []
+        process = subprocess.run(command, env=_child_env(bundle), stdout=subprocess.PIPE, text=True)
+        report = _last_event(process.stdout, "verified")
+        if report is None:
+            sys.exit(2 if process.returncode == contract.EXIT_USER_ERROR else 1)
+    if as_json:
+        click.echo(json.dumps(report, indent=2))
+    else:
+        for line in verify.lines(report):
+            click.echo(line)
+    sys.exit(0 if report["ok"] else 1)
+
+
+def _last_event(stdout: str, kind: str) -> dict[str, Any] | None:
+    """The last JSON line of ``stdout`` whose ``event`` is ``kind``."""
+    found = None
+    for line in stdout.splitlines():
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(event, dict) and event.get("event") == kind:
+            found = event
+    return found
+
+
+def _unusable(bundle: Path, action: str = "prepare") -> str | None:
+    """Why BUNDLE cannot be prepared (or its shards verified) here, or None."""
     if not (bundle / RECIPE).is_file():
         return f"{bundle} is not a recipekit bundle (no {RECIPE})"
     if not (bundle / RUNTIME / "dataprep.py").is_file():
         return f"{bundle} was built by a recipekit without a prepare step: rebuild it with `recipekit build`"
+    if action == "verify" and not (bundle / RUNTIME / "verify.py").is_file():
+        return f"{bundle} was built by a recipekit that cannot verify shards: rebuild it, or use --prepared DIR"
     if _streams(bundle):
+        nothing = "have no shards to verify" if action == "verify" else "do not prepare"
         return (
-            f"{bundle} streams its data (data.streaming: true): streaming bundles tokenise while training and do not "
-            "prepare; build with data.streaming=false to prepare shards ahead"
+            f"{bundle} streams its data (data.streaming: true): streaming bundles tokenise while training and "
+            f"{nothing}; build with data.streaming=false to prepare shards ahead"
         )
     missing = [name for name in STACK if importlib.util.find_spec(name) is None]
     if missing:  # the image's stack, which pods have

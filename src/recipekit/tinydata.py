@@ -12,6 +12,7 @@ or transformers. Parquet and Arrow files are written with pyarrow, imported only
 
 from __future__ import annotations
 
+import gzip
 import json
 import random
 from collections.abc import Callable
@@ -21,6 +22,8 @@ from typing import Any
 FORMATS = ("alpaca", "messages", "text")
 #: File layouts by suffix; a path without one of them is a directory of several files.
 LAYOUTS = (".jsonl", ".json", ".parquet", ".arrow", ".txt")
+#: Layouts also written gzip-compressed, as ``<layout>.gz``.
+COMPRESSIBLE = (".jsonl", ".json", ".txt")
 
 _WORDS = ("red", "blue", "green", "cat", "dog", "fish", "sun", "moon", "tree", "rock", "bird", "star")
 _SYSTEM = "You are a careful assistant. Answer with the result only."
@@ -37,17 +40,20 @@ def write_tiny_dataset(format: str, path: Path, n: int = 64, seed: int = 0) -> P
     The suffix of ``path`` picks the layout: ``.jsonl`` (JSON lines), ``.json`` (one JSON array, indented as
     ``alpaca_data.json`` is), ``.parquet``, ``.arrow`` (Arrow IPC stream, as datasets.save_to_disk writes) or, for
     text, ``.txt`` (documents separated by a blank line). Any other path becomes a directory of several files:
-    ``part-NNNNN.txt`` for text, ``part-NNNNN.jsonl`` otherwise, the samples dealt round-robin.
+    ``part-NNNNN.txt`` for text, ``part-NNNNN.jsonl`` otherwise, the samples dealt round-robin. ``.jsonl.gz``,
+    ``.json.gz`` and ``.txt.gz`` write those layouts gzip-compressed, with no time stamp in the header (mtime 0), so
+    the compressed bytes are as deterministic as the plain ones.
     """
     if format not in FORMATS:
         raise ValueError(f"unknown data format {format!r}; expected one of {', '.join(FORMATS)}")
     if n < 1:
         raise ValueError(f"n must be at least 1, got {n}")
     path = Path(path)
-    if path.suffix == ".txt" and format != "text":
+    layout = _layout(path)
+    if layout == ".txt" and format != "text":
         raise ValueError(f"a .txt file holds text documents, not {format} records")
     records = tiny_records(format, n, seed)
-    if path.suffix in LAYOUTS:
+    if layout in LAYOUTS:
         return _write(path, records)
     path.mkdir(parents=True, exist_ok=True)
     suffix = ".txt" if format == "text" else ".jsonl"
@@ -118,16 +124,27 @@ def _paragraph(rng: random.Random) -> str:
 
 
 # ----------------------------------------------------------------------------------------------------- files
+def _layout(path: Path) -> str:
+    """The layout suffix of ``path``: its suffix, or the one before ``.gz`` when that is a compressible layout."""
+    if path.suffix == ".gz" and Path(path.stem).suffix in COMPRESSIBLE:
+        return Path(path.stem).suffix
+    return path.suffix
+
+
 def _write(path: Path, records: list[dict[str, Any]]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
-    if path.suffix == ".txt":
-        path.write_text("\n\n".join(r["text"] for r in records) + "\n", encoding="utf-8")
-    elif path.suffix == ".json":
-        path.write_text(json.dumps(records, ensure_ascii=False, indent=4) + "\n", encoding="utf-8")
-    elif path.suffix in (".parquet", ".arrow"):
+    layout = _layout(path)
+    if layout in (".parquet", ".arrow"):
         _write_columnar(path, records)
+        return path
+    if layout == ".txt":
+        text = "\n\n".join(r["text"] for r in records) + "\n"
+    elif layout == ".json":
+        text = json.dumps(records, ensure_ascii=False, indent=4) + "\n"
     else:
-        path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
+        text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
+    data = text.encode("utf-8")
+    path.write_bytes(gzip.compress(data, mtime=0) if path.suffix == ".gz" else data)
     return path
 
 

@@ -65,3 +65,27 @@ def test_bad_data_fails_the_command_with_one_line(tmp_path: Path) -> None:
     assert process.returncode == 2, process.stderr
     assert "Traceback" not in process.stderr
     assert f"data error: {data}:65: field 'output': missing" in process.stderr
+
+
+def test_verify_finds_the_bundles_shards_by_fingerprint_and_fails_on_a_damaged_one(tmp_path: Path) -> None:
+    bundle = make_bundle(tmp_path, "alpaca", "data.shard_mib=0.004")
+    nothing = CliRunner().invoke(main, ["data", "verify", str(bundle)])  # the twin is not made yet: nothing prepared
+    assert nothing.exit_code == 2
+    prepared = CliRunner().invoke(main, ["data", "prepare", str(bundle), "--workers", "1", "--json"])
+    assert prepared.exit_code == 0, prepared.output
+    directory = Path(json.loads(prepared.stdout)["directory"])
+    result = CliRunner().invoke(main, ["data", "verify", str(bundle), "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["ok"] and report["directory"] == str(directory) and report["files"] >= 6
+    shard = directory / manifest.SHARDS / "train-000000.bin"
+    shard.unlink()
+    result = CliRunner().invoke(main, ["data", "verify", str(bundle)])
+    assert result.exit_code == 1
+    assert f"missing: {shard}: listed in the manifest, not there" in result.stdout
+
+
+def test_verify_refuses_a_streaming_bundle(tmp_path: Path) -> None:
+    bundle = make_bundle(tmp_path, "alpaca", "data.streaming=true", "train.max_steps=2", "data.eval_fraction=0")
+    result = CliRunner().invoke(main, ["data", "verify", str(bundle)])
+    assert result.exit_code == 2 and "have no shards to verify" in result.output

@@ -41,6 +41,7 @@ ALLOWED_FLAGS = {
     "image build": {"--tag", "--push", "--platform", "--build-arg", "--engine", "--help"},
     "data": {"--help"},
     "data prepare": {"--workers", "--volume", "--json", "--help"},
+    "data verify": {"--prepared", "--volume", "--json", "--help"},
 }
 
 

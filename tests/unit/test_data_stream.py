@@ -7,7 +7,9 @@ twin's tokenizer, as test_prepare.py does.
 
 from __future__ import annotations
 
+import gzip
 import itertools
+import json
 from pathlib import Path
 
 import pytest
@@ -90,6 +92,23 @@ def test_each_chunk_streams_exactly_the_rows_the_prepare_step_writes_for_it(tmp_
         assert stream.known[index]["rows"] == count
     collated = SequenceCollator(tokenizer.pad_token_id)(take(stream, 4))  # the collator takes the stream's rows
     assert collated["input_ids"].shape[0] == 4
+
+
+def test_compressed_files_stream_the_rows_of_their_plain_twins(tmp_path, tokenizer):
+    """The stream reads chunks with the prepare step's reader, so compressed input streams unchanged: each of a few
+    compressed files is one chunk, and with chunks as large the plain files stream the very same rows."""
+    records = tiny_records("alpaca", 300, seed=2)
+    for index in range(3):
+        part = "".join(json.dumps(r) + "\n" for r in records[index::3]).encode()
+        (tmp_path / "plain").mkdir(exist_ok=True)
+        (tmp_path / "gz").mkdir(exist_ok=True)
+        (tmp_path / "plain" / f"part-{index}.jsonl").write_bytes(part)
+        (tmp_path / "gz" / f"part-{index}.jsonl.gz").write_bytes(gzip.compress(part, mtime=0))
+    compressed = stream_of(tmp_path / "gz", tokenizer, chunk_bytes=4096)
+    plain = stream_of(tmp_path / "plain", tokenizer, chunk_bytes=1 << 30)
+    assert len(compressed.chunks) == len(plain.chunks) == 3
+    assert take(compressed, 400) == take(plain, 400)  # more than an epoch
+    assert compressed.known == plain.known
 
 
 def test_the_order_is_fixed_by_the_seed_and_differs_per_epoch(tmp_path, tokenizer):

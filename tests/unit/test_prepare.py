@@ -8,7 +8,10 @@ prepare`` uses it), and in-process calls of the same ``work`` function elsewhere
 
 from __future__ import annotations
 
+import bz2
+import gzip
 import json
+import lzma
 import os
 import pickle
 import time
@@ -21,7 +24,7 @@ from recipekit.tinydata import tiny_records, write_tiny_dataset
 torch = pytest.importorskip("torch")
 datasets = pytest.importorskip("datasets")
 
-from recipekit.runtime import dataprep, manifest, samples, twin, workers  # noqa: E402
+from recipekit.runtime import dataprep, manifest, samples, twin, verify, workers  # noqa: E402
 from recipekit.runtime.data import DataError  # noqa: E402
 from recipekit.runtime.fingerprint import Settings  # noqa: E402
 from recipekit.runtime.sampler import ResumableSampler  # noqa: E402
@@ -255,6 +258,145 @@ def test_plain_text_documents_are_blank_line_separated_and_chunked_at_blank_line
     assert whole["splits"]["train"]["tokens"] - small["splits"]["train"]["tokens"] < small["chunks"] * MAX_LEN
 
 
+# ------------------------------------------------------------------------------------------ compressed inputs
+def _compress(plain: Path, suffix: str) -> Path:
+    """``plain`` compressed next to itself as ``<name><suffix>`` (gzip without a time stamp, bz2 or xz)."""
+    target = plain.with_name(plain.name + suffix)
+    data = plain.read_bytes()
+    target.write_bytes(
+        gzip.compress(data, mtime=0)
+        if suffix == ".gz"
+        else bz2.compress(data)
+        if suffix == ".bz2"
+        else lzma.compress(data)
+    )
+    return target
+
+
+def _rows(job: workers.Job, found: dict) -> list[dict]:
+    rows = ShardDataset(job.directory, found, "train")
+    return [rows[i] for i in range(len(rows))]
+
+
+@pytest.mark.parametrize(
+    "fmt, name, suffix",
+    [
+        ("alpaca", "data.jsonl", ".gz"),
+        ("alpaca", "data.json", ".gz"),
+        ("text", "docs.txt", ".gz"),
+        ("messages", "chat.jsonl", ".bz2"),
+        ("alpaca", "data.json", ".xz"),
+    ],
+    ids=["jsonl-gz", "json-array-gz", "text-gz", "chat-bz2", "json-array-xz"],
+)
+def test_a_compressed_file_gives_the_plain_files_rows(tmp_path, tokenizer, fmt, name, suffix):
+    plain = write_tiny_dataset(fmt, tmp_path / "plain" / name, n=300, seed=3)
+    packed = {"packing": fmt == "messages"}
+    compressed = _compress(plain, suffix)
+    if suffix == ".gz":  # tinydata writes the same bytes, deterministically
+        assert write_tiny_dataset(fmt, tmp_path / "tiny" / compressed.name, n=300, seed=3).read_bytes() == (
+            compressed.read_bytes()
+        )
+    # one chunk for the plain file too (a compressed file is always one): then the shards are byte for byte equal
+    plain_job, plain_found = prepare(plain, tokenizer, tmp_path / "p-plain", format=fmt, chunk_bytes=1 << 30, **packed)
+    job, found = prepare(compressed, tokenizer, tmp_path / "p-gz", format=fmt, chunk_bytes=1 << 30, **packed)
+    assert found["chunks"] == 1 and found["records"] == plain_found["records"]
+    assert found["splits"] == plain_found["splits"]  # rows, tokens, learned and every shard's sha256
+    assert _rows(job, found) == _rows(plain_job, plain_found)
+    assert job.fingerprint != plain_job.fingerprint  # another file name: another input
+    # whatever data.shard_mib says, a compressed file is one chunk
+    _, small = prepare(compressed, tokenizer, tmp_path / "p-small", format=fmt, chunk_bytes=2000, **packed)
+    assert small["chunks"] == 1 and small["splits"] == found["splits"]
+
+
+def test_a_glob_mixes_plain_and_compressed_files_in_name_order(tmp_path, tokenizer):
+    records = tiny_records("alpaca", 300, seed=5)
+    reference = tmp_path / "ref.jsonl"
+    reference.write_text("".join(json.dumps(r) + "\n" for r in records))
+    for index, name in enumerate(("a.jsonl", "b.jsonl.gz", "c.json.xz")):
+        part = records[index * 100 : (index + 1) * 100]
+        path = tmp_path / "in" / f"p{index}" / name
+        path.parent.mkdir(parents=True)
+        plain = path.with_name("plain")
+        plain.write_text(json.dumps(part) if ".json." in name else "".join(json.dumps(r) + "\n" for r in part))
+        if name.endswith(".jsonl"):
+            plain.rename(path)
+        else:
+            _compress(plain, path.suffix).rename(path)
+            plain.unlink()
+    (tmp_path / "in" / "p0" / "notes.tar.gz").write_bytes(gzip.compress(b"not data", mtime=0))  # not a data file
+    data = tmp_path / "in" / "**" / "*"
+    files = find_files(str(data), "alpaca")
+    assert [(f.name, f.kind, f.compression) for f in files] == [
+        ("p0/a.jsonl", "jsonl", ""),
+        ("p1/b.jsonl.gz", "jsonl", ".gz"),
+        ("p2/c.json.xz", "json", ".xz"),
+    ]
+    assert [f.name for f in find_files(str(tmp_path / "in" / "p1"), "alpaca")] == ["b.jsonl.gz"]  # a directory
+    job, found = prepare(data, tokenizer, tmp_path / "p", chunk_bytes=1 << 30)
+    want_job, want = prepare(reference, tokenizer, tmp_path / "p-ref", chunk_bytes=1 << 30)
+    assert found["records"]["read"] == 300 and found["chunks"] == 3
+    assert _rows(job, found) == _rows(want_job, want)
+
+
+def test_damaged_compressed_files_are_fatal_one_line_errors_naming_the_file(tmp_path, tokenizer):
+    whole = write_tiny_dataset("alpaca", tmp_path / "data.jsonl.gz", n=300)
+    truncated = tmp_path / "cut" / "data.jsonl.gz"
+    truncated.parent.mkdir()
+    truncated.write_bytes(whole.read_bytes()[: whole.stat().st_size // 2])
+    with pytest.raises(workers.RunError, match=r"data error: .*cut/data.jsonl.gz: cannot be decompressed as .gz"):
+        prepare(truncated, tokenizer, tmp_path / "p1", max_bad_records=1000)  # whatever the limit
+    flipped = bytearray(whole.read_bytes())
+    flipped[len(flipped) // 2] ^= 0xFF
+    corrupt = tmp_path / "bad" / "data.jsonl.gz"
+    corrupt.parent.mkdir()
+    corrupt.write_bytes(bytes(flipped))
+    with pytest.raises(workers.RunError, match=r"bad/data.jsonl.gz: cannot be decompressed .*damaged or truncated"):
+        prepare(corrupt, tokenizer, tmp_path / "p2", max_bad_records=1000)
+    not_gzip = tmp_path / "fake.json.gz"
+    not_gzip.write_text('[{"instruction": "a", "output": "b"}]')
+    with pytest.raises(DataError, match=r"fake.json.gz: cannot be decompressed as .gz \(BadGzipFile"):
+        find_files(str(not_gzip), "alpaca")  # found out while peeking at the first character
+    array = write_tiny_dataset("alpaca", tmp_path / "arr" / "data.json.gz", n=300)
+    array.write_bytes(array.read_bytes()[:-30])
+    with pytest.raises(workers.RunError, match=r"arr/data.json.gz: cannot be decompressed"):
+        prepare(array, tokenizer, tmp_path / "p3")
+
+
+def test_bad_records_in_a_compressed_file_are_named_by_line(tmp_path, tokenizer):
+    plain = _with_bad_lines(write_tiny_dataset("alpaca", tmp_path / "data.jsonl", n=300), {123: '{"output": "x"}'})
+    data = _compress(plain, ".gz")
+    with pytest.raises(workers.RunError, match=r"data.jsonl.gz:123: field 'instruction': missing"):
+        prepare(data, tokenizer, tmp_path / "p")
+    _, found = prepare(data, tokenizer, tmp_path / "p-ok", max_bad_records=1)
+    assert found["bad_examples"][0]["where"].endswith("data.jsonl.gz:123")
+
+
+def test_a_compressed_files_fingerprint_follows_its_compressed_bytes(tmp_path, tokenizer):
+    data = write_tiny_dataset("alpaca", tmp_path / "data.jsonl.gz", n=50)
+    stat, content = (job_for(data, tokenizer, tmp_path, check=check).fingerprint for check in ("stat", "content"))
+    os.utime(data, ns=(data.stat().st_atime_ns, data.stat().st_mtime_ns + 10**9))  # touched, same bytes
+    assert job_for(data, tokenizer, tmp_path).fingerprint != stat
+    assert job_for(data, tokenizer, tmp_path, check="content").fingerprint == content
+    data.write_bytes(gzip.compress(gzip.decompress(data.read_bytes()).replace(b"red", b"rex"), mtime=0))
+    assert job_for(data, tokenizer, tmp_path, check="content").fingerprint != content
+
+
+def test_compressed_parquet_and_arrow_are_refused(tmp_path):
+    for name in ("data.parquet.gz", "data.arrow.xz"):
+        path = tmp_path / name
+        path.write_bytes(gzip.compress(b"PAR1", mtime=0))
+        kind = "Parquet" if "parquet" in name else "Arrow"
+        with pytest.raises(DataError, match=rf"{name}: {kind} files compress inside .*decompress it"):
+            find_files(str(path), "alpaca")
+        with pytest.raises(DataError, match=rf"{name}: {kind} files compress inside"):
+            find_files(str(tmp_path), "alpaca")  # a directory holding one is refused too, not passed over
+        path.unlink()
+    text = write_tiny_dataset("text", tmp_path / "t.txt.gz", n=3)
+    with pytest.raises(DataError, match="plain text holds no alpaca records"):
+        find_files(str(text), "alpaca")
+
+
 # -------------------------------------------------------------------------------------------------- bad data
 def _with_bad_lines(path: Path, lines: dict[int, str]) -> Path:
     text = path.read_text().splitlines()
@@ -315,3 +457,54 @@ def test_the_sampler_is_a_deterministic_permutation_per_epoch_and_starts_anywher
     assert list(ResumableSampler(1000, seed=12)) != first
     for size in (1, 2, 3, 17, 1025):
         assert sorted(ResumableSampler(size, 0)) == list(range(size))
+
+
+# ------------------------------------------------------------------------------------------ checking the shards
+def _verify(*args: str):
+    from click.testing import CliRunner
+
+    from recipekit.cli import main
+
+    return CliRunner().invoke(main, ["data", "verify", *args])
+
+
+def test_verify_passes_a_fresh_set_and_names_every_damaged_missing_or_extra_file(tmp_path, tokenizer):
+    data = write_tiny_dataset("messages", tmp_path / "chat.jsonl", n=200)
+    job, found = prepare(data, tokenizer, tmp_path / "prepared", count=2, format="messages", packing=True)
+    directory = job.directory
+    report = verify.check(directory)
+    assert report["ok"] and report["files"] == 3 * found["chunks"] and not report["problems"] and not report["extra"]
+    result = _verify("--prepared", str(directory))
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith(f"ok: all {report['files']} shard files") and str(directory) in result.output
+
+    shards = directory / manifest.SHARDS
+    tokens = shards / "train-000001.bin"
+    flipped = bytearray(tokens.read_bytes())
+    flipped[3] ^= 0x01
+    tokens.write_bytes(bytes(flipped))
+    index = shards / "train-000002.idx"
+    index.write_bytes(index.read_bytes()[:-8])
+    (shards / "train-000000.flg").unlink()
+    (shards / "train-000009.bin.tmp-host-1").write_bytes(b"left by a crash")
+    result = _verify("--prepared", str(directory))
+    assert result.exit_code == 1, result.output
+    lines = result.output.splitlines()
+    assert lines[:4] == [
+        f"missing: {shards}/train-000000.flg: listed in the manifest, not there",
+        f"sha256: {tokens}: its sha256 is not the manifest's",
+        f"size: {index}: {index.stat().st_size} bytes, the manifest says {index.stat().st_size + 8}",
+        f"extra: {shards}/train-000009.bin.tmp-host-1: not listed in the manifest (harmless)",
+    ]
+    assert lines[4].startswith(f"FAILED: 3 of {report['files']} shard files") and "1 extra file(s)" in lines[4]
+    as_json = json.loads(_verify("--prepared", str(directory), "--json").output)
+    assert not as_json["ok"] and [p["problem"] for p in as_json["problems"]] == ["missing", "sha256", "size"]
+    assert as_json["extra"] == ["shards/train-000009.bin.tmp-host-1"]
+
+
+def test_verify_without_a_manifest_or_a_target_is_exit_2(tmp_path):
+    result = _verify("--prepared", str(tmp_path))
+    assert result.exit_code == 2 and "nothing to verify: cannot read" in result.output
+    assert _verify().exit_code == 2
+    assert "not a recipekit bundle" in _verify(str(tmp_path)).output
+    assert _verify(str(tmp_path)).exit_code == 2

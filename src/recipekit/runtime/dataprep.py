@@ -14,6 +14,11 @@ bundle's Python stack, with N local worker processes, and reports progress (``--
 second on stdout, which ``recipekit data prepare`` draws as a progress bar). ``--volume DIR`` says where the
 recipe's shared volume (``cluster.mount_path``) is mounted on this machine. Exit codes as train.py's: 0, 2 (data or
 recipe unusable, one line), 1 (a bug, with a traceback).
+
+``--verify`` finds the same directory (the fingerprint needs the data files and the tokenizer, so the random twin
+must have been made by a prepare) and checks its shards against the manifest instead (verify.py): it writes
+nothing. ``--progress json`` prints the report as one JSON object. Exit codes: 0 every shard matches, 1 one does
+not (or a bug), 2 nothing to check (no manifest, a streaming bundle, unusable data).
 """
 
 from __future__ import annotations
@@ -35,8 +40,10 @@ from . import contract
 from .common import LOG, RunError, log0, rank
 from .config import load_run_config
 from .fingerprint import Settings, fingerprint, inputs, tokenizer_digest
+from .manifest import MANIFEST, ManifestError
 from .shards import ShardDataset, token_dtype
 from .sources import find_files, first_records, plan_chunks
+from .verify import check, lines
 from .workers import Job, collect, snapshot, work
 
 STREAMING_PREPARES_NOTHING = (
@@ -299,6 +306,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="local worker processes")
     parser.add_argument("--volume", type=Path, help="where the recipe's cluster.mount_path is mounted here")
     parser.add_argument("--progress", choices=("json", "text"), default="text", help="progress on stdout as JSON")
+    parser.add_argument("--verify", action="store_true", help="check the prepared shards against their manifest")
     return parser.parse_args(argv)
 
 
@@ -310,8 +318,9 @@ def on_volume(path: str, mount: str, volume: Path | None) -> str:
     return str(volume / path[len(mount) :].lstrip("/"))
 
 
-def prepare_ahead(options: argparse.Namespace, emit: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
-    """Prepare (or find) the bundle's dataset with ``options.workers`` local processes; ``emit`` gets progress."""
+def locate(options: argparse.Namespace, make_twin: bool) -> tuple[Job, str, Any]:
+    """The bundle's prepared dataset as this machine sees it (``--volume``), its model path and tokenizer. Without
+    ``make_twin`` a random-init recipe whose twin is not made yet is a RunError (nothing can have been prepared)."""
     from .model import load_tokenizer
 
     run = load_run_config(options.recipe)
@@ -322,9 +331,32 @@ def prepare_ahead(options: argparse.Namespace, emit: Callable[[dict[str, Any]], 
     settings = settings_of(recipe.data, seed)
     files = find_files(on_volume(str(recipe.data.path), mount, options.volume), recipe.data.format)
     output_dir = Path(on_volume(str(run.training_arguments["output_dir"]), mount, options.volume))
-    model_path = model_source(recipe, settings, files, output_dir, seed, maker=True)
+    twin = output_dir / contract.RANDOM_INIT_DIR
+    if recipe.model.init == "random" and not make_twin and not (twin / "config.json").is_file():
+        raise RunError(f"no random twin in {twin}, so nothing was prepared for it: run recipekit data prepare first")
+    model_path = model_source(recipe, settings, files, output_dir, seed, maker=make_twin)
     tokenizer = load_tokenizer(model_path, recipe.model.trust_remote_code)
     job = describe_job(settings, files, tokenizer, Path(on_volume(str(run.plan.prepared_dir), mount, options.volume)))
+    return job, model_path, tokenizer
+
+
+def verify_ahead(options: argparse.Namespace) -> dict[str, Any]:
+    """The verdict of verify.check on the bundle's prepared dataset; a RunError when it has not been prepared."""
+    job, _, _ = locate(options, make_twin=False)
+    if not (job.directory / MANIFEST).is_file():
+        raise RunError(
+            f"no prepared data for this bundle (fingerprint {job.fingerprint}): {job.directory / MANIFEST} does not "
+            "exist; run recipekit data prepare"
+        )
+    try:
+        return check(job.directory)
+    except ManifestError as exc:
+        raise RunError(str(exc)) from None
+
+
+def prepare_ahead(options: argparse.Namespace, emit: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+    """Prepare (or find) the bundle's dataset with ``options.workers`` local processes; ``emit`` gets progress."""
+    job, model_path, tokenizer = locate(options, make_twin=True)
     started = time.monotonic()
     found = job.existing()
     reused = found is not None
@@ -333,7 +365,7 @@ def prepare_ahead(options: argparse.Namespace, emit: Callable[[dict[str, Any]], 
     seconds = time.monotonic() - started
     train, evaluation = open_splits(job, found)
     summary = PreparedData(model_path, tokenizer, train, evaluation, found, job.directory, reused, seconds)
-    manifest = str(job.directory / "manifest.json")
+    manifest = str(job.directory / MANIFEST)
     return {"event": "done", **summary.summary(max(1, options.workers)), "manifest": manifest}
 
 
@@ -401,9 +433,22 @@ def _text_progress() -> Callable[[dict[str, Any]], None]:
     return emit
 
 
+def verify_main(options: argparse.Namespace) -> int:
+    """``--verify``: the report on stdout (JSON, or a line per problem and a verdict); 0 all match, 1 not, 2 none."""
+    try:
+        report = verify_ahead(options)
+    except RunError as exc:
+        print("dataprep: " + " ".join(str(exc).split()), file=sys.stderr)
+        return contract.EXIT_USER_ERROR
+    print(json.dumps(report) if options.progress == "json" else "\n".join(lines(report)), flush=True)
+    return contract.EXIT_OK if report["ok"] else contract.EXIT_FAILED
+
+
 def main(argv: list[str] | None = None) -> int:
     options = parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(message)s")
+    if options.verify:
+        return verify_main(options)
     if options.progress == "json":
 
         def emit(event: dict[str, Any]) -> None:

@@ -1,8 +1,8 @@
 """The prepared dataset's layout on the shared volume and its manifest: written by the bundle, read by recipekit.
 
 Standard library only, like the contract: the bundle's prepare step (prepare.py) writes these files and recipekit
-reads the manifest back (``recipekit plan --data``, ``recipekit data prepare``), so the names and the few keys both
-sides read are written down here once.
+reads the manifest back (``recipekit plan --data``, ``recipekit data prepare``, ``data verify``), so the names and
+the few keys both sides read are written down here once.
 
 ``<data.prepared_dir>/<fingerprint>/`` holds:
 

@@ -5,7 +5,10 @@ taken in the sorted order of their path below the data root; that order, then th
 order of the training data, whoever reads it. Kinds, by suffix: ``.jsonl`` (JSON lines), ``.json`` (a JSON array
 of records, or JSON lines: the first character decides), ``.parquet``, ``.arrow`` (Arrow IPC file or stream, as
 ``datasets.save_to_disk`` writes) and, for ``text`` data, ``.txt`` (a document is a run of non-blank lines). A file
-named explicitly with another suffix is read as JSON lines.
+named explicitly with another suffix is read as JSON lines. ``.gz``, ``.bz2`` or ``.xz`` after a JSON lines, JSON or
+text suffix (``corpus.jsonl.gz``, ``alpaca.json.gz``, ``docs.txt.gz``) is that kind, decompressed while it is read
+(the standard library's gzip, bz2 and lzma). Parquet and Arrow files compress inside (per column chunk or batch),
+so ``.parquet.gz`` and ``.arrow.gz`` are refused: they could only be read by decompressing the whole file first.
 
 A file is cut into chunks of ``data.shard_mib`` of input. Chunk k of a file holds the records that *begin* in its
 bytes [k·C, (k+1)·C), so listing the chunks needs only the file sizes, and reading one needs only its own bytes
@@ -16,18 +19,30 @@ alone — never on how many processes share the work. Where a record begins, by 
 * text: a chunk's edge moves forward to the next blank line, so documents never straddle two chunks;
 * Parquet: a row group begins at its first column chunk (row groups are never split);
 * Arrow: record batch j begins at the summed size of the batches before it (batches are never split);
-* a JSON array is one chunk (it is parsed whole: convert very large ones to JSON lines).
+* a JSON array is one chunk (it is parsed whole: convert very large ones to JSON lines);
+* a compressed file is one chunk: a compressed stream cannot be entered at a byte offset, so its records are read
+  from its first byte by one process, a line at a time (a JSON array is still parsed whole), and reported by file
+  and line as a plain file's are. Many moderately sized compressed files (a few hundred MiB each) let many processes
+  share the work; one huge ``.gz`` is one process's.
+
+A damaged or truncated compressed file is a DataError naming it, fatal whatever ``data.max_bad_records`` says:
+nothing after the damage can be found.
 
 pyarrow (a dependency of ``datasets``, so in every image) is imported only for Parquet and Arrow files.
 """
 
 from __future__ import annotations
 
+import bz2
 import glob
+import gzip
+import itertools
 import json
+import lzma
 import math
 import re
-from collections.abc import Callable, Iterator
+import zlib
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,10 +50,16 @@ from typing import Any
 from .data import DataError, Where, record_problem
 
 KINDS = {".jsonl": "jsonl", ".json": "json", ".parquet": "parquet", ".arrow": "arrow", ".txt": "text"}
+#: Compressed files, by their last suffix: how to open them for reading (the suffix before says the kind).
+COMPRESSIONS: dict[str, Callable[..., Any]] = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open}
+#: What a damaged or truncated compressed stream raises while it is read.
+_DAMAGED = (OSError, EOFError, zlib.error, lzma.LZMAError)
 #: The columns each format reads from Parquet and Arrow files (other columns are left on disk).
 FIELDS = {"alpaca": ("instruction", "input", "output"), "messages": ("messages",), "text": ("text",)}
 #: Files datasets.save_to_disk writes beside its .arrow files: metadata, not records.
 METADATA_NAMES = frozenset({"dataset_info.json", "state.json", "dataset_dict.json"})
+#: Said where no data file is found: compressed ones count too.
+_COMPRESSED = f" (JSON and text files may also be compressed: {', '.join(COMPRESSIONS)})"
 _GLOB = re.compile(r"[*?\[]")
 _SPACE = re.compile(r"[ \t\n\r]*")
 _COUNT_BLOCK = 16 << 20
@@ -54,6 +75,11 @@ class InputFile:
     kind: str
     size: int
     mtime_ns: int
+    compression: str = ""  # "" or a key of COMPRESSIONS
+
+    def open_decompressed(self) -> Any:
+        """A binary handle on the decompressed bytes of a compressed file."""
+        return COMPRESSIONS[self.compression](self.path, "rb")
 
 
 @dataclass(frozen=True)
@@ -91,7 +117,7 @@ def find_files(spec: str, fmt: str) -> list[InputFile]:
             raise DataError(spec, "the pattern matches no file")
         chosen = [p for p in paths if _is_data_file(p, fmt)]
         if not chosen:
-            raise DataError(spec, f"the pattern matches no data file ({_suffixes(fmt)})")
+            raise DataError(spec, f"the pattern matches no data file ({_suffixes(fmt)}){_COMPRESSED}")
     else:
         path = Path(spec)
         if not path.exists():
@@ -101,7 +127,7 @@ def find_files(spec: str, fmt: str) -> list[InputFile]:
         root = path
         chosen = [p for p in path.iterdir() if p.is_file() and _is_data_file(p, fmt)]
         if not chosen:
-            raise DataError(path, f"directory holds no {_suffixes(fmt)} files")
+            raise DataError(path, f"directory holds no {_suffixes(fmt)} files{_COMPRESSED}")
     return sorted((_input(p, root, fmt) for p in chosen), key=lambda f: f.name)
 
 
@@ -115,36 +141,67 @@ def _suffixes(fmt: str) -> str:
     return " or ".join(s for s in KINDS if s != ".txt" or fmt == "text")
 
 
+def _suffix_of(path: Path) -> tuple[str, str]:
+    """(the kind's suffix, the compression's suffix or ""): ``a.jsonl.gz`` → (".jsonl", ".gz")."""
+    if path.suffix in COMPRESSIONS:
+        return Path(path.stem).suffix, path.suffix
+    return path.suffix, ""
+
+
 def _is_data_file(path: Path, fmt: str) -> bool:
     if path.name.startswith(".") or path.name in METADATA_NAMES:
         return False
-    return path.suffix in KINDS and (path.suffix != ".txt" or fmt == "text")
+    suffix, _ = _suffix_of(path)
+    return suffix in KINDS and (suffix != ".txt" or fmt == "text")
 
 
 def _input(path: Path, root: Path, fmt: str, named: bool = False) -> InputFile:
     stat = path.stat()
     if stat.st_size == 0:
         raise DataError(path, "file is empty")
-    kind = KINDS.get(path.suffix, "jsonl" if named else "")
+    suffix, compression = _suffix_of(path)
+    kind = KINDS.get(suffix, "jsonl" if named else "")
+    if compression and kind in ("parquet", "arrow"):
+        raise DataError(
+            path,
+            f"{'Parquet' if kind == 'parquet' else 'Arrow'} files compress inside (per column chunk or batch) and "
+            f"cannot be read through {compression}: decompress it, or write the file with its own compression "
+            "(e.g. compression='zstd')",
+        )
     if kind == "text" and fmt != "text":
         raise DataError(path, f"plain text holds no {fmt} records: use JSON lines, a JSON array, Parquet or Arrow")
     if kind == "json":
-        kind = _json_kind(path)
+        kind = _json_kind(path, compression)
     try:
         name = path.relative_to(root).as_posix()
     except ValueError:
         name = path.name
-    return InputFile(path, name, kind, stat.st_size, stat.st_mtime_ns)
+    return InputFile(path, name, kind, stat.st_size, stat.st_mtime_ns, compression)
 
 
-def _json_kind(path: Path) -> str:
-    """A .json file holds one array of records (``[``) or JSON lines (``{``): its first character says which."""
-    with path.open("rb") as handle:
-        while True:
-            block = handle.read(4096)
-            stripped = block.lstrip()
-            if stripped or not block:
-                return "json" if stripped[:1] == b"[" else "jsonl"
+def _json_kind(path: Path, compression: str = "") -> str:
+    """A .json file holds one array of records (``[``) or JSON lines (``{``): its first character says which (in a
+    compressed file, the first character of its decompressed bytes)."""
+    try:
+        with COMPRESSIONS[compression](path, "rb") if compression else path.open("rb") as handle:
+            while True:
+                block = handle.read(4096)
+                stripped = block.lstrip()
+                if stripped or not block:
+                    return "json" if stripped[:1] == b"[" else "jsonl"
+    except _DAMAGED as exc:
+        if not compression:
+            raise
+        raise _damaged(path, compression, exc) from None
+
+
+def _damaged(path: Path, compression: str, exc: BaseException) -> DataError:
+    """The one-line error of a compressed file that cannot be decompressed (corrupt, truncated or not compressed)."""
+    return DataError(
+        path,
+        f"cannot be decompressed as {compression} ({type(exc).__name__}: {exc}): the file is damaged or truncated, "
+        "and nothing after the damage can be read",
+    )
 
 
 # ----------------------------------------------------------------------------------------------------- the chunks
@@ -152,7 +209,8 @@ def plan_chunks(files: list[InputFile], chunk_bytes: int) -> list[Chunk]:
     """Every chunk of every file, in training order."""
     chunks: list[Chunk] = []
     for number, file in enumerate(files):
-        parts = 1 if file.kind == "json" else max(1, math.ceil(file.size / chunk_bytes))
+        whole = file.kind == "json" or file.compression
+        parts = 1 if whole else max(1, math.ceil(file.size / chunk_bytes))
         for part in range(parts):
             end = file.size if part == parts - 1 else (part + 1) * chunk_bytes
             chunks.append(Chunk(len(chunks), number, part, part * chunk_bytes, end))
@@ -162,6 +220,8 @@ def plan_chunks(files: list[InputFile], chunk_bytes: int) -> list[Chunk]:
 def read_chunk(file: InputFile, chunk: Chunk, fmt: str) -> Iterator[Item]:
     """The records that begin in ``chunk`` of ``file``, in file order. A broken JSON array or an unreadable Parquet or
     Arrow file raises DataError (nothing after the break can be found); a bad record is an Item with a problem."""
+    if file.compression and file.kind in ("jsonl", "text"):
+        return _compressed_lines(file)
     if file.kind == "jsonl":
         return _json_lines(file, chunk)
     if file.kind == "text":
@@ -212,19 +272,23 @@ def _json_lines(file: InputFile, chunk: Chunk) -> Iterator[Item]:
         end = _line_start(handle, chunk.end, file.size)
         handle.seek(begin)
         data = handle.read(end - begin)
-    lines = _Lines(file.path, begin)
-    for index, raw in enumerate(data.split(b"\n")):
+    yield from _parse_json_lines(data.split(b"\n"), _Lines(file.path, begin).where)
+
+
+def _parse_json_lines(raws: Iterable[bytes], where: Callable[[int], Callable[[], Where]]) -> Iterator[Item]:
+    """Records of JSON lines (without their newlines); ``where(i)`` locates the i-th line of ``raws``."""
+    for index, raw in enumerate(raws):
         if not raw.strip():
             continue
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
-            yield Item(None, (f"not UTF-8 text (byte {exc.start + 1})", None), lines.where(index))
+            yield Item(None, (f"not UTF-8 text (byte {exc.start + 1})", None), where(index))
             continue
         try:
-            yield Item(json.loads(text), None, lines.where(index))
+            yield Item(json.loads(text), None, where(index))
         except json.JSONDecodeError as exc:
-            yield Item(None, (f"not valid JSON ({exc.msg} at column {exc.colno})", None), lines.where(index))
+            yield Item(None, (f"not valid JSON ({exc.msg} at column {exc.colno})", None), where(index))
 
 
 def _text_edge(handle: Any, offset: int, size: int) -> int:
@@ -248,10 +312,14 @@ def _text(file: InputFile, chunk: Chunk) -> Iterator[Item]:
         end = _text_edge(handle, chunk.end, file.size) if chunk.end < file.size else file.size
         handle.seek(begin)
         data = handle.read(end - begin)
-    lines = _Lines(file.path, begin)
+    yield from _parse_text(data.split(b"\n"), _Lines(file.path, begin).where)
+
+
+def _parse_text(raws: Iterable[bytes], where: Callable[[int], Callable[[], Where]]) -> Iterator[Item]:
+    """Documents of text lines (without their newlines); ``where(i)`` locates the i-th line of ``raws``."""
     paragraph: list[bytes] = []
     first = 0
-    for index, raw in enumerate([*data.split(b"\n"), b""]):
+    for index, raw in enumerate(itertools.chain(raws, [b""])):
         if raw.strip():
             if not paragraph:
                 first = index
@@ -261,14 +329,42 @@ def _text(file: InputFile, chunk: Chunk) -> Iterator[Item]:
             joined = b"\n".join(paragraph)
             paragraph = []
             try:
-                yield Item({"text": joined.decode("utf-8")}, None, lines.where(first))
+                yield Item({"text": joined.decode("utf-8")}, None, where(first))
             except UnicodeDecodeError as exc:
                 line = first + joined.count(b"\n", 0, exc.start)
-                yield Item(None, (f"not UTF-8 text (byte {exc.start + 1} of the document)", None), lines.where(line))
+                yield Item(None, (f"not UTF-8 text (byte {exc.start + 1} of the document)", None), where(line))
+
+
+def _compressed_lines(file: InputFile) -> Iterator[Item]:
+    """A compressed JSON lines or text file, its only chunk: decompressed a line at a time, numbered as they come."""
+    path = str(file.path)
+
+    def where(index: int) -> Callable[[], Where]:
+        return lambda: Where(path, line=index + 1)
+
+    parse = _parse_json_lines if file.kind == "jsonl" else _parse_text
+    yield from parse(_decompressed(file), where)
+
+
+def _decompressed(file: InputFile) -> Iterator[bytes]:
+    """The lines of a compressed file, without their newlines; a DataError where the stream is damaged."""
+    try:
+        with file.open_decompressed() as handle:
+            for line in handle:
+                yield line[:-1] if line.endswith(b"\n") else line
+    except _DAMAGED as exc:
+        raise _damaged(file.path, file.compression, exc) from None
 
 
 def _json_array(file: InputFile) -> Iterator[Item]:
-    raw = file.path.read_bytes()
+    if file.compression:
+        try:
+            with file.open_decompressed() as handle:
+                raw = handle.read()
+        except _DAMAGED as exc:
+            raise _damaged(file.path, file.compression, exc) from None
+    else:
+        raw = file.path.read_bytes()
     path = str(file.path)
     try:
         text = raw.decode("utf-8")
