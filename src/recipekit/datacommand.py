@@ -38,6 +38,16 @@ STACK = ("transformers", "tokenizers", "numpy", "pyarrow", "yaml")
 MODULE = f"{RUNTIME}.dataprep"
 
 
+#: The options both commands take, declared once.
+_VOLUME = click.option(
+    "--volume",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Where the bundle's shared volume (cluster.mount_path) is mounted here (default: at the same path).",
+)
+_JSON = click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON document.")
+
+
 @click.group("data", context_settings=_SETTINGS)
 def data_group() -> None:
     """Prepare a bundle's training data ahead of the run, and check prepared shards against their hashes.
@@ -58,13 +68,8 @@ def data_group() -> None:
     show_default="this machine's CPUs",
     help="Local worker processes (the Job uses every rank of every pod).",
 )
-@click.option(
-    "--volume",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="Where the bundle's shared volume (cluster.mount_path) is mounted here (default: at the same path).",
-)
-@click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON document.")
+@_VOLUME
+@_JSON
 def prepare_command(bundle: Path, workers: int, volume: Path | None, as_json: bool) -> None:
     """Tokenise, mask, pack and shard BUNDLE's training data on the shared volume, with the bundle's own code.
 
@@ -114,13 +119,8 @@ def _child_env(bundle: Path) -> dict[str, str]:
     default=None,
     help="A <prepared_dir>/<fingerprint> directory to check directly (then no BUNDLE).",
 )
-@click.option(
-    "--volume",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="Where the bundle's shared volume (cluster.mount_path) is mounted here (default: at the same path).",
-)
-@click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON document.")
+@_VOLUME
+@_JSON
 def verify_command(bundle: Path | None, prepared: Path | None, volume: Path | None, as_json: bool) -> None:
     """Check BUNDLE's prepared shards against their manifest: every listed file there, of its size and sha256.
 

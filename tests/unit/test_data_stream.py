@@ -18,36 +18,21 @@ from recipekit.tinydata import tiny_records, write_tiny_dataset
 
 torch = pytest.importorskip("torch")
 
-from recipekit.runtime import contract, dataprep, twin, workers  # noqa: E402
+from recipekit.runtime import contract, dataprep, workers  # noqa: E402
 from recipekit.runtime.common import RunError  # noqa: E402
-from recipekit.runtime.fingerprint import Settings  # noqa: E402
 from recipekit.runtime.samples import SequenceCollator  # noqa: E402
 from recipekit.runtime.shards import ShardDataset, token_dtype  # noqa: E402
 from recipekit.runtime.sources import find_files  # noqa: E402
 from recipekit.runtime.stream import StreamDataset, StreamStateCallback, known_chunks  # noqa: E402
-
-MAX_LEN = 96
+from tests.unit.conftest import prepare_settings  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def tokenizer():
-    texts = [m["content"] for r in tiny_records("messages", 200) for m in r["messages"]]
-    texts += [r["text"] for r in tiny_records("text", 100)]
-    return twin.train_tokenizer(texts, vocab_size=512, max_length=512)
+def tokenizer(data_tokenizer):
+    return data_tokenizer
 
 
-def settings(fmt: str = "alpaca", **changes) -> Settings:
-    base = {
-        "format": fmt,
-        "max_len": MAX_LEN,
-        "packing": False,
-        "eval_fraction": 0.0,
-        "seed": 7,
-        "chunk_bytes": 4096,
-        "max_bad_records": 0,
-        "check": "stat",
-    }
-    return Settings(**{**base, **changes})
+settings = prepare_settings
 
 
 def stream_of(data: Path, tokenizer, **changes) -> StreamDataset:

@@ -26,34 +26,18 @@ datasets = pytest.importorskip("datasets")
 
 from recipekit.runtime import dataprep, manifest, samples, twin, verify, workers  # noqa: E402
 from recipekit.runtime.data import DataError  # noqa: E402
-from recipekit.runtime.fingerprint import Settings  # noqa: E402
 from recipekit.runtime.sampler import ResumableSampler  # noqa: E402
 from recipekit.runtime.shards import ShardDataset  # noqa: E402
 from recipekit.runtime.sources import find_files  # noqa: E402
-
-MAX_LEN = 96
+from tests.unit.conftest import MAX_LEN, prepare_settings  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def tokenizer(tmp_path_factory):
-    """The random twin's tokenizer, trained on tiny chat and text data as a run would."""
-    texts = [m["content"] for r in tiny_records("messages", 200) for m in r["messages"]]
-    texts += [r["text"] for r in tiny_records("text", 100)]
-    return twin.train_tokenizer(texts, vocab_size=512, max_length=512)
+def tokenizer(data_tokenizer):
+    return data_tokenizer
 
 
-def settings(fmt: str = "alpaca", **changes) -> Settings:
-    base = {
-        "format": fmt,
-        "max_len": MAX_LEN,
-        "packing": False,
-        "eval_fraction": 0.0,
-        "seed": 7,
-        "chunk_bytes": 4096,
-        "max_bad_records": 0,
-        "check": "stat",
-    }
-    return Settings(**{**base, **changes})
+settings = prepare_settings
 
 
 def job_for(data: Path, tokenizer, root: Path, **changes) -> workers.Job:
