@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -38,3 +39,12 @@ def prepare_settings(fmt: str = "alpaca", **changes: Any) -> Any:
         "check": "stat",
     }
     return Settings(**{**base, **changes})
+
+
+def with_bad_lines(path: Path, lines: dict[int, str]) -> Path:
+    """``path`` (a JSON lines file) with the lines numbered in ``lines`` (from 1) replaced by their text."""
+    text = path.read_text().splitlines()
+    for number, line in lines.items():
+        text[number - 1] = line
+    path.write_text("\n".join(text) + "\n")
+    return path

@@ -24,7 +24,7 @@ from recipekit.runtime.samples import SequenceCollator  # noqa: E402
 from recipekit.runtime.shards import ShardDataset, token_dtype  # noqa: E402
 from recipekit.runtime.sources import find_files  # noqa: E402
 from recipekit.runtime.stream import StreamDataset, StreamStateCallback, known_chunks  # noqa: E402
-from tests.unit.conftest import prepare_settings  # noqa: E402
+from tests.unit.conftest import prepare_settings, with_bad_lines  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -152,17 +152,9 @@ def test_the_stream_state_travels_in_the_checkpoint(tmp_path, tokenizer):
 
 
 # -------------------------------------------------------------------------------------------------- bad records
-def _with_bad_lines(path: Path, lines: dict[int, str]) -> Path:
-    text = path.read_text().splitlines()
-    for number, line in lines.items():
-        text[number - 1] = line
-    path.write_text("\n".join(text) + "\n")
-    return path
-
-
 def test_bad_records_count_across_the_stream_and_one_more_than_the_limit_stops_it(tmp_path, tokenizer):
     bad = {5: "{not json", 123: '{"output": "x"}', 250: '"a string"'}
-    data = _with_bad_lines(write_tiny_dataset("alpaca", tmp_path / "data.jsonl", n=300), bad)
+    data = with_bad_lines(write_tiny_dataset("alpaca", tmp_path / "data.jsonl", n=300), bad)
     with pytest.raises(RunError, match=r"data error: .*data.jsonl:\d+: .*max_bad_records is 0"):
         take(stream_of(data, tokenizer), 10_000)
     with pytest.raises(RunError, match=r"data error: .*data.jsonl:\d+: .*3 bad records.*max_bad_records=2"):

@@ -29,7 +29,7 @@ from recipekit.runtime.data import DataError  # noqa: E402
 from recipekit.runtime.sampler import ResumableSampler  # noqa: E402
 from recipekit.runtime.shards import ShardDataset  # noqa: E402
 from recipekit.runtime.sources import find_files  # noqa: E402
-from tests.unit.conftest import MAX_LEN, prepare_settings  # noqa: E402
+from tests.unit.conftest import MAX_LEN, prepare_settings, with_bad_lines  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -348,7 +348,7 @@ def test_damaged_compressed_files_are_fatal_one_line_errors_naming_the_file(tmp_
 
 
 def test_bad_records_in_a_compressed_file_are_named_by_line(tmp_path, tokenizer):
-    plain = _with_bad_lines(write_tiny_dataset("alpaca", tmp_path / "data.jsonl", n=300), {123: '{"output": "x"}'})
+    plain = with_bad_lines(write_tiny_dataset("alpaca", tmp_path / "data.jsonl", n=300), {123: '{"output": "x"}'})
     data = _compress(plain, ".gz")
     with pytest.raises(workers.RunError, match=r"data.jsonl.gz:123: field 'instruction': missing"):
         prepare(data, tokenizer, tmp_path / "p")
@@ -382,16 +382,8 @@ def test_compressed_parquet_and_arrow_are_refused(tmp_path):
 
 
 # -------------------------------------------------------------------------------------------------- bad data
-def _with_bad_lines(path: Path, lines: dict[int, str]) -> Path:
-    text = path.read_text().splitlines()
-    for number, line in lines.items():
-        text[number - 1] = line
-    path.write_text("\n".join(text) + "\n")
-    return path
-
-
 def test_bad_records_are_fatal_by_default_and_named_by_file_line_and_field(tmp_path, tokenizer):
-    data = _with_bad_lines(write_tiny_dataset("alpaca", tmp_path / "data.jsonl", n=300), {123: '{"output": "x"}'})
+    data = with_bad_lines(write_tiny_dataset("alpaca", tmp_path / "data.jsonl", n=300), {123: '{"output": "x"}'})
     with pytest.raises(workers.RunError, match=r"data error: .*data.jsonl:123: field 'instruction': missing") as err:
         prepare(data, tokenizer, tmp_path / "prepared", count=2)
     assert str(err.value).endswith(
@@ -404,7 +396,7 @@ def test_bad_records_are_fatal_by_default_and_named_by_file_line_and_field(tmp_p
 
 def test_bad_records_within_the_limit_are_skipped_and_counted(tmp_path, tokenizer):
     bad = {5: "{not json", 77: '{"instruction": 1, "output": "x"}', 250: '"a string"'}
-    data = _with_bad_lines(write_tiny_dataset("alpaca", tmp_path / "data.jsonl", n=300), bad)
+    data = with_bad_lines(write_tiny_dataset("alpaca", tmp_path / "data.jsonl", n=300), bad)
     _, found = prepare(data, tokenizer, tmp_path / "prepared", count=3, max_bad_records=3)
     assert found["records"] == {"read": 300, "bad": 3, "dropped": 0}
     assert [e["where"].rsplit(":", 1)[1] for e in found["bad_examples"]] == ["5", "77", "250"]
