@@ -29,6 +29,7 @@ from recipekit.validate.checks import Status
 from recipekit.validate.command import validate_command
 from recipekit.validate.dryrun import DryRunOptions, run_dry_run
 from recipekit.validate.static import load_bundle
+from tests.integration.test_dryrun import _explain
 
 pytestmark = pytest.mark.slow
 
@@ -55,15 +56,6 @@ def bundles(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "tp2": build(TP2, root / "tp2", force=True).path,
         "plain": build(BASE, root / "plain", force=True).path,
     }
-
-
-def _explain(results) -> str:
-    lines = []
-    for r in results:
-        lines.append(f"{r.id}: {r.status.value} {r.reason} {[str(f) for f in r.findings]}")
-        for name, tail in (r.details.get("log_tails") or {}).items():
-            lines.append(f"--- {name}\n{tail}")
-    return "\n".join(lines)
 
 
 def dry_run(bundle: Path, workdir: Path, *, pods: int, procs: int = 1) -> dict:
