@@ -377,7 +377,7 @@ def list_(group: str | None, extra_dirs: tuple[Path, ...]) -> None:
 
     from recipekit.compose import check_team_trees
     from recipekit.errors import Problem
-    from recipekit.listing import option_rows
+    from recipekit.listing import option_rows, unsupported_note
     from recipekit.paths import GROUPS
     from recipekit.team import search_layers
 
@@ -391,7 +391,9 @@ def list_(group: str | None, extra_dirs: tuple[Path, ...]) -> None:
     for row in option_rows([group] if group else GROUPS, layers):
         origin = row.origin + (f" (shadows {', '.join(row.shadows)})" if row.shadows else "")
         # Text, not str: a team's names and descriptions show as written, never read as rich markup ("[/x]" raises)
-        table.add_row(row.group, Text(row.option + (" *" if row.default else "")), Text(origin), Text(row.description))
+        note = unsupported_note(row)
+        description = row.description + (f" ({note})" if note else "")
+        table.add_row(row.group, Text(row.option + (" *" if row.default else "")), Text(origin), Text(description))
     _console().print(table)
 
 

@@ -16,7 +16,7 @@ from recipekit.paths import IMAGES_DIR
 from recipekit.schema import Section, spec, validate
 
 if TYPE_CHECKING:
-    from recipekit.recipe import Recipe
+    from recipekit.recipe import ModeSpec, Recipe
 
 #: CPU architectures by their Kubernetes / OCI names, with the name Python wheels (platform_machine) use.
 ARCHS = {"amd64": "x86_64", "arm64": "aarch64"}
@@ -167,7 +167,15 @@ def recipe_problems(name: str, family: ImageFamily, recipe: Recipe) -> list[Prob
                 hint="architectures with one: " + ", ".join(family.torch_builds),
             )
         )
-    mode = recipe.mode
+    return problems + mode_problems(name, family, recipe.mode)
+
+
+def mode_problems(name: str, family: ImageFamily, mode: ModeSpec) -> list[Problem]:
+    """What this family's image cannot do for a training mode, whatever the rest of the recipe.
+
+    Its own function so that ``recipekit list mode`` states exactly the refusals ``build`` makes.
+    """
+    problems = []
     if mode.kind == "qlora":
         if family.bitsandbytes is None:
             problems.append(

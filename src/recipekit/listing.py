@@ -9,12 +9,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, get_args
 
 import yaml
 
 from recipekit import yamlfile
 from recipekit.compose import describe_option, option_files, recipe_dirs
 from recipekit.team import Layer
+
+if TYPE_CHECKING:
+    from recipekit.recipe import ModeSpec
 
 BUILT_IN = "built-in"
 
@@ -29,6 +33,51 @@ class OptionRow:
     #: Labels of the earlier layers whose same-named option this one replaces.
     shadows: tuple[str, ...]
     description: str
+    #: (hw option, reason) for each hardware option whose image ``build`` refuses this option on (mode options only):
+    #: the same check build runs (:func:`recipekit.images.mode_problems`), so list and build cannot disagree.
+    unsupported: tuple[tuple[str, str], ...] = ()
+
+
+def unsupported_note(row: OptionRow) -> str:
+    """The short note `list` adds to an option's description: the hardware options build refuses it on."""
+    return "not on hw " + ", ".join(hw for hw, _ in row.unsupported) if row.unsupported else ""
+
+
+def mode_refusals(path: Path, extra: Sequence[Path] = ()) -> tuple[tuple[str, str], ...]:
+    """(hw option, reason) for each hardware option whose image family cannot run the mode option at ``path``.
+
+    A mode file that is not a plain, valid mode section (a team file that extends another) gets no note.
+    """
+    from recipekit.errors import RecipeError
+    from recipekit.images import load_images, mode_problems
+    from recipekit.recipe import Recipe
+    from recipekit.schema import field_types, sections_in, validate
+
+    try:
+        data = yamlfile.read(path)
+    except (OSError, yaml.YAMLError):
+        return ()
+    members: list[Any] = sections_in(field_types(Recipe)["mode"])
+    by_kind = {str(get_args(field_types(member)["kind"])[0]): member for member in members}
+    if not isinstance(data, dict) or str(data.get("kind")) not in by_kind:
+        return ()
+    try:
+        mode: ModeSpec = validate(by_kind[str(data["kind"])], data, root="mode")
+        families = load_images().families
+    except RecipeError:
+        return ()
+    refused = []
+    for hw, paths in option_files("hw", extra).items():
+        try:
+            hw_data = yamlfile.read(paths[-1])
+        except (OSError, yaml.YAMLError):
+            continue
+        family = hw_data.get("image_family") if isinstance(hw_data, dict) else None
+        if isinstance(family, str) and family in families:
+            problems = mode_problems(family, families[family], mode)
+            if problems:
+                refused.append((hw, problems[0].message))
+    return tuple(sorted(refused))
 
 
 def group_defaults(extra_dirs: Sequence[Path] = ()) -> dict[str, str | None]:
@@ -67,6 +116,7 @@ def option_rows(groups: Sequence[str], layers: Sequence[Layer]) -> list[OptionRo
                     origin=origins[-1],
                     shadows=tuple(origins[:-1]),
                     description=describe_option(paths[-1]),
+                    unsupported=mode_refusals(paths[-1], extra) if group == "mode" else (),
                 )
             )
     return rows

@@ -130,7 +130,7 @@ class LoraMode(_ModeBase):
 
 
 class QloraMode(_ModeBase):
-    """LoRA on a 4-bit base model (bitsandbytes; on Ascend the bitsandbytes-npu-beta preview)."""
+    """LoRA on a 4-bit base model (bitsandbytes, on the image families that have a build: `recipekit list mode`)."""
 
     kind: Literal["qlora"] = spec(description="Which mode this is (selects the section's keys).")
     lora: LoraSpec = spec(default_factory=LoraSpec, description="The adapter.")
