@@ -17,5 +17,6 @@ def test_ruff(args: list[str]) -> None:
     ruff = shutil.which("ruff", path=str(Path(sys.executable).parent)) or shutil.which("ruff")
     if ruff is None:
         pytest.skip("ruff not installed (pip install '.[test]')")
-    result = subprocess.run([ruff, *args, "src", "tests", "benchmarks"], cwd=ROOT, capture_output=True, text=True)
+    paths = ["src", "tests", "benchmarks", "scripts"]
+    result = subprocess.run([ruff, *args, *paths], cwd=ROOT, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
