@@ -410,6 +410,39 @@ def models_page() -> str:
     )
 
 
+# ------------------------------------------------------------------------------------------------------ modules
+#: The package whose modules the module map lists (each module's docstring summary).
+PACKAGE_DIR = ROOT / "src" / "recipekit"
+
+
+def _summary(path: Path) -> str:
+    """A module's docstring up to its first blank line, on one line."""
+    doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
+    return " ".join(doc.split("\n\n")[0].split())
+
+
+def modules_page() -> str:
+    rows = []
+    for path in sorted(PACKAGE_DIR.rglob("*.py")):
+        relative = path.relative_to(PACKAGE_DIR.parent)
+        if path.name == "__init__.py":
+            name = str(relative.parent) + "/"
+        elif path.name == "__main__.py":
+            continue
+        else:
+            name = str(relative)
+        rows.append([_code(name), _summary(path)])
+    return "".join(
+        [
+            "# Module map\n\n",
+            _header(),
+            "Every module of `src/recipekit`, with the first paragraph of its docstring: where a change goes. "
+            "The stages and the rules between them are in [architecture](../architecture.md).\n\n",
+            _table(["module", "what it holds"], rows),
+        ]
+    )
+
+
 # --------------------------------------------------------------------------------------------------------- main
 PAGES: dict[str, Callable[[], str]] = {
     "recipe-keys.md": recipe_keys_page,
@@ -417,6 +450,7 @@ PAGES: dict[str, Callable[[], str]] = {
     "cli.md": cli_page,
     "exit-codes.md": exit_codes_page,
     "models.md": models_page,
+    "modules.md": modules_page,
 }
 
 
