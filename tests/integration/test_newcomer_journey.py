@@ -1,0 +1,76 @@
+"""The tour in docs/tour.md works as written: its commands run, in order, in an empty directory, and succeed.
+
+The commands are read from the tour's ```bash block (one `recipekit ...` per line), so the page cannot drift from
+what recipekit does: a renamed key, a changed default or a refused override fails here. Static validation only
+(seconds, no training stack run), so this is not a slow test.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+TOUR = ROOT / "docs" / "tour.md"
+
+
+def _block(language: str) -> list[str]:
+    """The lines of every ```<language> block of the tour."""
+    text = TOUR.read_text(encoding="utf-8")
+    return [line for body in re.findall(rf"^```{language}\n(.*?)^```", text, re.S | re.M) for line in body.splitlines()]
+
+
+def tour_commands() -> list[list[str]]:
+    """Each `recipekit ...` line of the tour's bash block as an argument list (shell quoting honoured)."""
+    return [shlex.split(line) for line in _block("bash") if line.startswith("recipekit ")]
+
+
+def _run(arguments: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    expanded: list[str] = []
+    for argument in arguments[1:]:  # a glob (the package's digest) expands as the shell would
+        matches = sorted(glob.glob(argument, root_dir=cwd)) if "*" in argument else []
+        expanded.extend(matches or [argument])
+    env = {**os.environ, "COLUMNS": "200"}
+    env.pop("RECIPEKIT_RECIPES", None)
+    return subprocess.run(
+        [sys.executable, "-m", "recipekit.cli", *expanded], cwd=cwd, env=env, capture_output=True, text=True
+    )
+
+
+def test_the_tour_covers_the_journey() -> None:
+    """The block is the whole journey: plan, build, validate (static), pack, verify."""
+    verbs = [command[1] for command in tour_commands()]
+    assert verbs == ["plan", "build", "validate", "pack", "verify"], verbs
+    assert not any("--dry-run" in command for command in tour_commands())
+
+
+def test_the_tour_runs_as_written(tmp_path: Path) -> None:
+    outputs = {}
+    for command in tour_commands():
+        result = _run(command, tmp_path)
+        shown = f"{shlex.join(command)}\nexit {result.returncode}\n{result.stdout}{result.stderr}"
+        assert result.returncode == 0, shown
+        outputs[command[1]] = result.stdout + result.stderr
+    # what the tour says each step prints
+    said = [line.strip() for line in _block("text")]
+    for marker in ("DOES NOT FIT:", "to fit:"):
+        line = next(line for line in said if line.startswith(marker))
+        assert line in outputs["plan"], f"the tour quotes {line!r}; plan printed:\n{outputs['plan']}"
+    assert "global batch 128, bf16, ZeRO-3" in outputs["build"]
+    assert "bundle OK" in outputs["validate"] and " 0 failed" in outputs["validate"]
+    assert "verified" in outputs["verify"]
+    assert list(tmp_path.glob("handover/qwen2.5_14b_sft-*.tar.gz"))
+
+
+def test_the_case_as_stated_is_refused_with_the_planners_fix(tmp_path: Path) -> None:
+    """The tour says build refuses the ZeRO-2 case (exit 2) and advises what plan advises."""
+    plan = next(command for command in tour_commands() if command[1] == "plan")
+    result = _run(["recipekit", "build", *plan[2:]], tmp_path)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "parallel=zero3" in result.stderr
+    assert not (tmp_path / "bundles").exists()
