@@ -166,7 +166,7 @@ def _key_rows(section: type, prefix: str, domains: dict[str, str], kind: str | N
     for field in dataclasses.fields(section):
         annotation = types_[field.name]
         key = f"{prefix}{field.name}"
-        members = sections_in(annotation)
+        members: list[Any] = sections_in(annotation)
         tagged = get_origin(annotation) is Annotated and any(isinstance(m, Tagged) for m in get_args(annotation))
         if members and not tagged:  # a nested section: its keys, not itself
             for row in _key_rows(members[0], key + ".", domains, kind):
@@ -204,7 +204,9 @@ def _key_rows(section: type, prefix: str, domains: dict[str, str], kind: str | N
 
 
 def recipe_keys_page() -> str:
-    from recipekit.recipe import Recipe
+    from recipekit import recipe
+
+    Recipe: Any = recipe.Recipe  # noqa: N806 - the class, typed loosely: Section subclasses become dataclasses late
     from recipekit.schema import field_types, sections_in
 
     domains: dict[str, str] = {}
