@@ -66,3 +66,19 @@ def test_every_hw_option_of_a_refused_family_is_listed() -> None:
         refused_families = {families[hw] for hw, _ in row.unsupported}
         expected = sorted(hw for hw, family in families.items() if family in refused_families)
         assert [hw for hw, _ in row.unsupported] == expected
+
+
+def test_recipekit_list_mode_prints_the_refusals() -> None:
+    """The command shows the fact the matrix above checks, for every refused hardware option."""
+    from click.testing import CliRunner
+
+    from recipekit.cli import main
+
+    result = CliRunner().invoke(main, ["list", "mode"], env={"COLUMNS": "250"})
+    assert result.exit_code == 0, result.output
+    qlora = next(line for line in result.output.splitlines() if " qlora " in line)
+    for row in MODES.values():
+        for hw, _ in row.unsupported:
+            assert hw in result.output
+    assert "bitsandbytes-npu-beta" not in result.output
+    assert ("not on hw" in qlora) == bool(MODES["qlora"].unsupported)
