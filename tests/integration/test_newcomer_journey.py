@@ -19,9 +19,9 @@ ROOT = Path(__file__).resolve().parents[2]
 TOUR = ROOT / "docs" / "tour.md"
 
 
-def _block(language: str) -> list[str]:
-    """The lines of every ```<language> block of the tour."""
-    text = TOUR.read_text(encoding="utf-8")
+def _block(language: str, page: Path = TOUR) -> list[str]:
+    """The lines of every ```<language> block of a page (the tour by default)."""
+    text = page.read_text(encoding="utf-8")
     return [line for body in re.findall(rf"^```{language}\n(.*?)^```", text, re.S | re.M) for line in body.splitlines()]
 
 
@@ -65,6 +65,22 @@ def test_the_tour_runs_as_written(tmp_path: Path) -> None:
     assert "bundle OK" in outputs["validate"] and " 0 failed" in outputs["validate"]
     assert "verified" in outputs["verify"]
     assert list(tmp_path.glob("handover/qwen2.5_14b_sft-*.tar.gz"))
+
+
+def test_the_readmes_tour_runs_as_written(tmp_path: Path) -> None:
+    """The README's short tour too, but for its dry run (tests/integration/test_dryrun.py runs those)."""
+    commands = [
+        shlex.split(line, comments=True)
+        for line in _block("bash", ROOT / "README.md")
+        if line.startswith("recipekit ") and "--dry-run" not in line
+    ]
+    journey = ["build", "validate", "pack", "verify"]
+    assert [command[1] for command in commands if command[1] in journey] == journey
+    for command in commands:
+        result = _run(command, tmp_path)
+        assert result.returncode == 0, (
+            f"{shlex.join(command)}\nexit {result.returncode}\n{result.stdout}{result.stderr}"
+        )
 
 
 def test_the_case_as_stated_is_refused_with_the_planners_fix(tmp_path: Path) -> None:
