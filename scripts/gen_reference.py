@@ -60,6 +60,12 @@ def _table(head: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _source(thing: Any) -> str:
+    """Where ``thing`` is defined, relative to the repository (so the pages follow a module that moves)."""
+    path = Path(inspect.getsourcefile(thing) or "").resolve()
+    return path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else thing.__module__
+
+
 def _code(text: object) -> str:
     return f"`{text}`" if str(text) else ""
 
@@ -213,7 +219,7 @@ def recipe_keys_page() -> str:
     out = [
         "# Recipe keys\n\n",
         _header(),
-        "Every key of the typed recipe (`src/recipekit/recipe.py`), with its type, the values it accepts, its default "
+        f"Every key of the typed recipe (`{_source(Recipe)}`), with its type, the values it accepts, its default "
         "and its description. Any key can be set on the command line as `section.key=value`, whether or not an "
         "option file spells it; `recipekit show` prints a recipe's resolved values. Every text value is also one "
         "line without control characters, and every number finite.\n",
@@ -406,7 +412,7 @@ def models_page() -> str:
             "# Models\n\n",
             _header(),
             "The model options of `recipes/model/`. Parameters are counted from the architecture numbers "
-            "(`recipekit.modelsize`), as the planner counts them; no checkpoint is read.\n\n",
+            f"(`{count_params.__module__}`), as the planner counts them; no checkpoint is read.\n\n",
             _table(head, rows),
         ]
     )
