@@ -24,10 +24,11 @@ _SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 110}
 
 
 def _console(stderr: bool = False) -> Any:
-    """rich, imported only by the commands that draw tables: it costs start-up time `build` need not pay."""
-    from rich.console import Console
+    """rich, imported only by the commands that draw tables: it costs start-up time `build` need not pay. No markup
+    in strings: names, paths and hints printed through it are shown as written (:mod:`recipekit.terminal`)."""
+    from recipekit.terminal import console
 
-    return Console(stderr=stderr, highlight=False, soft_wrap=True)
+    return console(stderr=stderr, soft_wrap=True)
 
 
 def _warn(warnings: list[str]) -> None:
@@ -342,7 +343,9 @@ def plan(
     if not estimate.fits:
         problem = memory.fit_problem(estimate, images=resolved.images, parallel_options=options)
         if problem is not None:
-            console.print(f"[bold]to fit:[/] {problem.hint}", highlight=False)
+            from recipekit.terminal import styled
+
+            console.print(styled(("to fit:", "bold"), f" {problem.hint}"))
     if advise:
         console.print(report.render_advice(advices))
         buildable = [a for a in advices if a.buildable]

@@ -212,15 +212,16 @@ def _streams(bundle: Path) -> bool:
 
 def _run(command: list[str], env: dict[str, str]) -> dict[str, Any] | None:
     """Run the child, drawing its progress; its result, or exit with its code on failure."""
-    from rich.console import Console
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn
 
-    console = Console(stderr=True, highlight=False)
+    from recipekit.terminal import console as make_console
+
+    console = make_console(stderr=True)
     columns = (
-        TextColumn("preparing"),
+        TextColumn("preparing", markup=False),
         BarColumn(),
         DownloadColumn(binary_units=True),
-        TextColumn("{task.fields[rates]}"),
+        TextColumn("{task.fields[rates]}", markup=False),
     )
     done: dict[str, Any] | None = None
     with Progress(*columns, console=console, transient=True) as progress:
