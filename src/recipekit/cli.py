@@ -350,10 +350,9 @@ def plan(
         console.print(report.render_advice(advices))
         buildable = [a for a in advices if a.buildable]
         if buildable:  # the fastest layout build accepts: PP (and TP the bundle cannot run) is analysis only
-            base = " ".join(overrides)
-            console.print(
-                f"paste: recipekit build {base} {' '.join(buildable[0].overrides)}".replace("  ", " "), markup=False
-            )
+            from recipekit.overrides import merge
+
+            console.print(f"paste: recipekit build {' '.join(merge(overrides, buildable[0].overrides))}")
         elif advices:
             console.print("no layout above builds (pipeline parallelism is analysis only): nothing to paste")
 
