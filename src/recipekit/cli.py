@@ -193,12 +193,9 @@ def build(
     plan = built.resolved.plan
     _warn(plan.warnings)
     if not built.estimate.fits:
-        _warn(
-            [
-                f"predicted not to fit: {built.estimate.total_gib:.1f} GiB per device of {built.estimate.device_gib:g}"
-                " (--allow-oom); see plan.md"
-            ]
-        )
+        from recipekit.summary import not_fit
+
+        _warn([not_fit(built.estimate.total_gib, built.estimate.device_gib)])
     click.echo(
         f"{click.style('built', fg='green')} {built.path} ({len(built.files)} files): {plan.layout.nodes} pod(s) × "
         f"{plan.layout.devices_per_pod} device(s), global batch {plan.layout.global_batch_size}, {plan.precision}, "
@@ -227,15 +224,17 @@ def _build_matrix(
 @main.command(context_settings={**_SETTINGS, "ignore_unknown_options": True})
 @click.argument("overrides", nargs=-1)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (resolved recipe, choices, derived numbers).")
+@click.option("--compact", is_flag=True, help="Print the resolved recipe as key=value, one leaf key a line.")
 @_recipes_option
 @_user_errors
-def show(overrides: tuple[str, ...], as_json: bool, extra_dirs: tuple[Path, ...]) -> None:
+def show(overrides: tuple[str, ...], as_json: bool, compact: bool, extra_dirs: tuple[Path, ...]) -> None:
     """Show the resolved recipe and its derived numbers; writes nothing.
 
     \b
     Examples:
       recipekit show recipe=llama3_8b_lora hw=a100_80g
       recipekit show recipe=qwen2.5_14b_sft cluster.nodes=4 --json
+      recipekit show recipe=qwen2.5_14b_sft --compact | grep batch
     """
     import yaml
 
@@ -252,13 +251,17 @@ def show(overrides: tuple[str, ...], as_json: bool, extra_dirs: tuple[Path, ...]
     if as_json:
         click.echo(json.dumps(document, indent=2))
         return
+    if compact:
+        from recipekit.compactview import compact_lines
+
+        click.echo("\n".join(compact_lines(document["recipe"])))
+        return
     from recipekit import report
 
-    console = _console()
-    console.print(
-        yaml.safe_dump({"choices": document["choices"], "recipe": document["recipe"]}, sort_keys=False), markup=False
-    )
-    console.print(report.render_summary(document["plan"]))
+    # plain, whole lines: PyYAML folds at 80 columns and rich at the terminal's width, both mid-value
+    chosen = {"choices": document["choices"], "recipe": document["recipe"]}
+    click.echo(yaml.safe_dump(chosen, sort_keys=False, width=2**31 - 1, allow_unicode=True), nl=False)
+    _console().print(report.render_summary(document["plan"]))
     _warn(resolved.plan.warnings)
 
 

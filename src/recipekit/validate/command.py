@@ -241,6 +241,8 @@ def print_report(report: Report) -> None:
         for name, tail in (result.details.get("log_tails") or {}).items():
             console.print(plain(f"{result.id}: last lines of {name}", style="bold red"))
             console.print(Text(tail))
+    for warning in report.warnings:
+        console.print(styled(("warning:", "bold yellow"), f" {warning}"))
     counts = report.counts()
     verdict = ("bundle OK", "green") if report.ok else ("bundle has problems", "bold red")
     console.print(styled(f"{counts['pass']} passed, {counts['fail']} failed, {counts['skipped']} skipped: ", verdict))
