@@ -9,6 +9,7 @@ from __future__ import annotations
 import fcntl
 import os
 import pty
+import re
 import select
 import signal
 import struct
@@ -67,6 +68,19 @@ def run_in_terminal(
     finally:
         os.close(master)
     return TerminalRun(process.wait(), _text(chunks))
+
+
+_ESCAPES = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
+
+
+def plain_text(output: str) -> str:
+    """``output`` without terminal escape sequences (colours, cursor moves, titles)."""
+    return _ESCAPES.sub("", output)
+
+
+def visible_lines(output: str) -> list[str]:
+    """The lines the terminal drew: escapes removed, split at every carriage return and newline."""
+    return re.split(r"\r\n|\r|\n", plain_text(output))
 
 
 def _text(chunks: list[bytes]) -> str:
