@@ -13,11 +13,12 @@ from typing import Any
 
 from recipekit import memory
 from recipekit.bundle import write_bundle
-from recipekit.compose import Composed, compose
-from recipekit.errors import RecipeError
+from recipekit.compose import Composed, PartialComposition, compose, group_options
+from recipekit.errors import Problem, RecipeError
 from recipekit.images import ImageMatrix, load_images
 from recipekit.operations import operations, with_operations
 from recipekit.options import load_parallel_options
+from recipekit.overrides import slips
 from recipekit.paths import GROUPS
 from recipekit.plan import Plan, make_plan
 from recipekit.recipe import Recipe, parse_recipe, unknown_override_keys
@@ -51,14 +52,18 @@ def resolve(
     ``composer`` stands in for :func:`compose` where a matrix build already composed the recipe. A problem with a
     key a team YAML file set names that file and line (:mod:`recipekit.locate`).
     """
+    overrides, slipped = slips(overrides, lambda group: group_options(group, extra_dirs), GROUPS)
     typos = unknown_override_keys(overrides, GROUPS)
     mistyped = {override for override, _ in typos}
+    early = slipped + [problem for _, problem in typos]
     try:
         composed = composer([o for o in overrides if o not in mistyped], extra_dirs)
+    except PartialComposition as err:
+        raise RecipeError(early + err.problems + _schema_problems(err.composed, err.refused_keys)) from None
     except RecipeError as err:
-        raise RecipeError([problem for _, problem in typos] + err.problems) from None
-    if typos:
-        raise RecipeError([problem for _, problem in typos])
+        raise RecipeError(early + err.problems) from None
+    if early:
+        raise RecipeError(early + _schema_problems(composed, set()))
     try:
         recipe = parse_recipe(composed.raw)
         images = load_images()
@@ -70,6 +75,16 @@ def resolve(
 
         raise RecipeError(locate(err.problems, overrides, extra_dirs)) from None
     return Resolved(composed, recipe, plan, images, tuple(Path(d) for d in extra_dirs))
+
+
+def _schema_problems(composed: Composed, refused: set[str]) -> list[Problem]:
+    """The recipe's own problems, found while another stage's are reported: each independent of those (a problem in
+    a section whose group choice or key was refused may follow from the refusal, so none there is reported)."""
+    try:
+        parse_recipe(composed.raw)
+    except RecipeError as err:
+        return [p for p in err.problems if not any(p.key == r or p.key.startswith(r + ".") for r in refused)]
+    return []
 
 
 @dataclass(frozen=True)

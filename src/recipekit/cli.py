@@ -24,10 +24,11 @@ _SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 110}
 
 
 def _console(stderr: bool = False) -> Any:
-    """rich, imported only by the commands that draw tables: it costs start-up time `build` need not pay."""
-    from rich.console import Console
+    """rich, imported only by the commands that draw tables: it costs start-up time `build` need not pay. No markup
+    in strings: names, paths and hints printed through it are shown as written (:mod:`recipekit.terminal`)."""
+    from recipekit.terminal import console
 
-    return Console(stderr=stderr, highlight=False, soft_wrap=True)
+    return console(stderr=stderr, soft_wrap=True)
 
 
 def _warn(warnings: list[str]) -> None:
@@ -192,12 +193,9 @@ def build(
     plan = built.resolved.plan
     _warn(plan.warnings)
     if not built.estimate.fits:
-        _warn(
-            [
-                f"predicted not to fit: {built.estimate.total_gib:.1f} GiB per device of {built.estimate.device_gib:g}"
-                " (--allow-oom); see plan.md"
-            ]
-        )
+        from recipekit.summary import not_fit
+
+        _warn([not_fit(built.estimate.total_gib, built.estimate.device_gib)])
     click.echo(
         f"{click.style('built', fg='green')} {built.path} ({len(built.files)} files): {plan.layout.nodes} pod(s) × "
         f"{plan.layout.devices_per_pod} device(s), global batch {plan.layout.global_batch_size}, {plan.precision}, "
@@ -226,15 +224,17 @@ def _build_matrix(
 @main.command(context_settings={**_SETTINGS, "ignore_unknown_options": True})
 @click.argument("overrides", nargs=-1)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (resolved recipe, choices, derived numbers).")
+@click.option("--compact", is_flag=True, help="Print the resolved recipe as key=value, one leaf key a line.")
 @_recipes_option
 @_user_errors
-def show(overrides: tuple[str, ...], as_json: bool, extra_dirs: tuple[Path, ...]) -> None:
+def show(overrides: tuple[str, ...], as_json: bool, compact: bool, extra_dirs: tuple[Path, ...]) -> None:
     """Show the resolved recipe and its derived numbers; writes nothing.
 
     \b
     Examples:
       recipekit show recipe=llama3_8b_lora hw=a100_80g
       recipekit show recipe=qwen2.5_14b_sft cluster.nodes=4 --json
+      recipekit show recipe=qwen2.5_14b_sft --compact | grep batch
     """
     import yaml
 
@@ -251,13 +251,17 @@ def show(overrides: tuple[str, ...], as_json: bool, extra_dirs: tuple[Path, ...]
     if as_json:
         click.echo(json.dumps(document, indent=2))
         return
+    if compact:
+        from recipekit.compactview import compact_lines
+
+        click.echo("\n".join(compact_lines(document["recipe"])))
+        return
     from recipekit import report
 
-    console = _console()
-    console.print(
-        yaml.safe_dump({"choices": document["choices"], "recipe": document["recipe"]}, sort_keys=False), markup=False
-    )
-    console.print(report.render_summary(document["plan"]))
+    # plain, whole lines: PyYAML folds at 80 columns and rich at the terminal's width, both mid-value
+    chosen = {"choices": document["choices"], "recipe": document["recipe"]}
+    click.echo(yaml.safe_dump(chosen, sort_keys=False, width=2**31 - 1, allow_unicode=True), nl=False)
+    _console().print(report.render_summary(document["plan"]))
     _warn(resolved.plan.warnings)
 
 
@@ -342,15 +346,16 @@ def plan(
     if not estimate.fits:
         problem = memory.fit_problem(estimate, images=resolved.images, parallel_options=options)
         if problem is not None:
-            console.print(f"[bold]to fit:[/] {problem.hint}", highlight=False)
+            from recipekit.terminal import styled
+
+            console.print(styled(("to fit:", "bold"), f" {problem.hint}"))
     if advise:
         console.print(report.render_advice(advices))
         buildable = [a for a in advices if a.buildable]
         if buildable:  # the fastest layout build accepts: PP (and TP the bundle cannot run) is analysis only
-            base = " ".join(overrides)
-            console.print(
-                f"paste: recipekit build {base} {' '.join(buildable[0].overrides)}".replace("  ", " "), markup=False
-            )
+            from recipekit.overrides import merge
+
+            console.print(f"paste: recipekit build {' '.join(merge(overrides, buildable[0].overrides))}")
         elif advices:
             console.print("no layout above builds (pipeline parallelism is analysis only): nothing to paste")
 

@@ -107,8 +107,19 @@ def compose(overrides: Sequence[str], extra_dirs: Sequence[Path] = ()) -> Compos
         composed = _compose_once([_forced(o) for o in remaining], extra_dirs)
     except RecipeError as err:
         problems.extend(err.problems)
-    problems.raise_if_any()
+        problems.raise_if_any()
+    if problems.problems:  # the rest composed: the caller may still report the recipe's own problems
+        raise PartialComposition(list(problems.problems), composed=composed, refused_keys={p.key for _, p in refused})
     return replace(composed, overrides=list(remaining))
+
+
+class PartialComposition(RecipeError):
+    """Some overrides were refused (``refused_keys``: their groups or keys) and the rest composed (``composed``)."""
+
+    def __init__(self, problems: list[Problem], *, composed: Composed, refused_keys: set[str]) -> None:
+        super().__init__(problems)
+        self.composed = composed
+        self.refused_keys = refused_keys
 
 
 def _forced(override: str) -> str:

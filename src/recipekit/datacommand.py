@@ -31,6 +31,7 @@ import yaml
 from recipekit.bundlefiles import RECIPE, RUNTIME
 from recipekit.runtime import contract
 from recipekit.runtime.manifest import ManifestError
+from recipekit.volumes import under
 
 _SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 110}
 #: What the bundle's prepare step imports (its tokenizer comes through transformers).
@@ -84,7 +85,7 @@ def prepare_command(bundle: Path, workers: int, volume: Path | None, as_json: bo
       recipekit data prepare bundles/llama3_8b_sft --volume /mnt/pvc-llm-shared
       recipekit data prepare bundles/tiny_sft --workers 2 --json
     """
-    problem = _unusable(bundle)
+    problem = _unusable(bundle) or (_off_this_machine(bundle) if volume is None else None)
     if problem:
         _error(problem)
     command = [sys.executable, "-m", MODULE, "--recipe", str(bundle / RECIPE), "--workers", str(workers)]
@@ -200,6 +201,22 @@ def _unusable(bundle: Path, action: str = "prepare") -> str | None:
     return None
 
 
+def _off_this_machine(bundle: Path) -> str | None:
+    """Without --volume, data on the pods' shared volume that this machine does not have at the pods' path: the
+    volume is mounted elsewhere here (or not at all), which --volume says."""
+    try:
+        recipe = yaml.safe_load((bundle / RECIPE).read_text(encoding="utf-8"))["recipe"]
+        path, mount = str(recipe["data"]["path"]), str(recipe["cluster"]["mount_path"])
+    except (OSError, yaml.YAMLError, TypeError, KeyError):
+        return None  # the prepare step reports an unreadable recipe itself
+    if not under(path, mount) or Path(path).exists():
+        return None
+    return (
+        f"{path} is not on this machine: data.path is on the pods' shared volume, mounted at {mount} in the pods "
+        f"(cluster.mount_path); pass --volume DIR, where that volume is mounted here"
+    )
+
+
 def _streams(bundle: Path) -> bool:
     """Whether the bundle's recipe.yaml says ``data.streaming: true`` (an unreadable one is the prepare step's to
     report)."""
@@ -212,15 +229,16 @@ def _streams(bundle: Path) -> bool:
 
 def _run(command: list[str], env: dict[str, str]) -> dict[str, Any] | None:
     """Run the child, drawing its progress; its result, or exit with its code on failure."""
-    from rich.console import Console
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn
 
-    console = Console(stderr=True, highlight=False)
+    from recipekit.terminal import console as make_console
+
+    console = make_console(stderr=True)
     columns = (
-        TextColumn("preparing"),
+        TextColumn("preparing", markup=False),
         BarColumn(),
         DownloadColumn(binary_units=True),
-        TextColumn("{task.fields[rates]}"),
+        TextColumn("{task.fields[rates]}", markup=False),
     )
     done: dict[str, Any] | None = None
     with Progress(*columns, console=console, transient=True) as progress:

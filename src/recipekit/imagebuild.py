@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import shlex
+import shutil
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -149,16 +151,46 @@ def connect(req: BuildRequest) -> Any:
         raise RecipeError(
             [Problem("engine", "the docker SDK is not installed (pip install 'recipekit[image]')", hint=equivalent)]
         ) from None
-    where = req.engine or "the environment's engine (DOCKER_HOST, else /var/run/docker.sock)"
+    where = (req.engine or os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock").removeprefix("unix://")
     try:
         client = docker.DockerClient(base_url=req.engine, timeout=600) if req.engine else docker.from_env(timeout=600)
         client.ping()
     except (DockerException, OSError) as exc:
-        reason = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
         raise RecipeError(
-            [Problem("engine", f"no Docker-API engine reachable at {where}: {reason}", hint=equivalent)]
+            [Problem("engine", f"no Docker-API engine reachable: {engine_reason(exc, where)}", hint=_hint(equivalent))]
         ) from None
     return client
+
+
+def engine_reason(exc: BaseException, where: str) -> str:
+    """Why the engine did not answer, in words: the socket is missing, refuses, or is not ours to open; else the
+    error's first line. The docker SDK wraps the cause in requests' and urllib3's tuples
+    (``('Connection aborted.', FileNotFoundError(2, ...))``), which say nothing to a user."""
+    seen: set[int] = set()
+    pending: list[object] = [exc]
+    while pending:
+        current = pending.pop(0)
+        if not isinstance(current, BaseException) or id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, FileNotFoundError):
+            return f"no socket at {where}"
+        if isinstance(current, ConnectionRefusedError):
+            return f"{where} refuses connections (is the engine running?)"
+        if isinstance(current, PermissionError):
+            return f"permission denied on {where}"
+        pending += [*current.args, current.__cause__, current.__context__]
+    first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return f"{where}: {first[:200]}"
+
+
+def _hint(equivalent: str) -> str:
+    """Where podman is installed, how to start its Docker-API service; then the docker command to run elsewhere."""
+    if shutil.which("podman"):
+        socket = "unix:///tmp/podman.sock"
+        start = f"podman system service --time=0 {socket} &"
+        return f"podman is installed: start its engine with `{start}`, then --engine {socket}; or {equivalent}"
+    return equivalent
 
 
 def build(client: Any, req: BuildRequest, echo: Callable[[str], None]) -> Built:

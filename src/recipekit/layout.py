@@ -90,6 +90,8 @@ def derive_layout(
         )
     dp, micro = base.dp_size, micro_batch_size
     per_step = micro * dp
+    if problems:  # no data-parallel size follows from an impossible split: its batch arithmetic would mislead
+        return replace(base, gradient_accumulation_steps=gradient_accumulation_steps or 1), problems
     if global_batch_size is not None and gradient_accumulation_steps is not None:
         accum = gradient_accumulation_steps
         if micro * accum * dp != global_batch_size:
@@ -98,7 +100,8 @@ def derive_layout(
                     "train.global_batch_size",
                     f"{global_batch_size} != micro_batch_size ({micro}) × gradient_accumulation_steps ({accum}) "
                     f"× data-parallel size ({dp}) = {micro * accum * dp}",
-                    hint="set only one of global_batch_size and gradient_accumulation_steps",
+                    hint="set only one of them: unset the other with train.global_batch_size=null or "
+                    "train.gradient_accumulation_steps=null",
                 )
             )
     elif global_batch_size is not None:

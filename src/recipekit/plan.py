@@ -39,6 +39,7 @@ from recipekit.parallelism import model_parallel_problems
 from recipekit.recipe import HardwareSpec, Recipe
 from recipekit.runtime import contract
 from recipekit.schema import to_data
+from recipekit.volumes import off_volumes
 
 Precision = Literal["bf16", "fp16", "fp32"]
 
@@ -403,6 +404,7 @@ def make_plan(
 
     errors.extend(pipeline_problems(recipe))
     errors.extend(mount_problems(recipe))
+    errors.extend(volume_problems(recipe))
 
     # --- precision
     precision, problems = resolve_precision(tr.precision, hw)
@@ -604,6 +606,21 @@ def streaming_problems(recipe: Recipe, layout: Layout, total_steps: int | None) 
             )
         )
     return problems
+
+
+def volume_problems(recipe: Recipe) -> list[Problem]:
+    """The model and data must be on the pod's shared volume (or in the image): a path on no volume is a file the
+    pods never see (:mod:`recipekit.volumes`, the rule validate applies to a built Job too)."""
+    mount = recipe.cluster.mount_path
+    paths = {"model.name_or_path": recipe.model.name_or_path, "data.path": recipe.data.path}
+    return [
+        Problem(
+            key,
+            f"{path} is on no volume of the pod: the shared volume is mounted at {mount} (cluster.mount_path)",
+            hint=f"put it under {mount}",
+        )
+        for key, path in off_volumes(paths, [mount])
+    ]
 
 
 def mount_problems(recipe: Recipe) -> list[Problem]:

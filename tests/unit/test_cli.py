@@ -17,7 +17,7 @@ from recipekit.cli import main
 #: The frozen command-line surface. New knobs belong in recipes, not flags: extend this list deliberately.
 ALLOWED_FLAGS = {
     "build": {"--output", "--force", "--allow-oom", "--multirun", "--recipes", "--help"},
-    "show": {"--json", "--recipes", "--help"},
+    "show": {"--json", "--compact", "--recipes", "--help"},
     "list": {"--recipes", "--help"},
     "plan": {"--json", "--advise", "--price", "--top", "--data", "--recipes", "--help"},
     "init": {"--help"},

@@ -123,7 +123,9 @@ def test_team_option_shadows_a_builtin_one_and_list_marks_it(repo: Path) -> None
 
 def test_later_layers_override_earlier_ones(repo: Path, tmp_path: Path) -> None:
     """recipekit.toml's trees, then --recipes in order, then $RECIPEKIT_RECIPES: the last one wins."""
+    # the team options mount the volume where the team repo's model and data live (/mnt/team)
     option = "defaults:\n  - default\n  - _self_\nname: team\nqueue: {}\n"
+    option += "mount_path: /mnt/team\noutput_dir: /mnt/team/runs\n"
     flag, env = tmp_path / "flag", tmp_path / "env"
     write(flag / "cluster" / "team.yaml", option.format("from-flag"))
     write(env / "cluster" / "team.yaml", option.format("from-env"))

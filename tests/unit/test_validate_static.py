@@ -917,7 +917,7 @@ def test_cli_json_shape(built: dict[str, Path]) -> None:
     result = invoke(str(built["llama"]), "--json")
     assert result.exit_code == 0, result.output
     document = json.loads(result.stdout)
-    assert set(document) == {"bundle", "ok", "exit_code", "summary", "checks"}
+    assert set(document) == {"bundle", "ok", "exit_code", "summary", "warnings", "checks"}
     assert document["ok"] is True and document["exit_code"] == 0
     assert set(document["summary"]) == {"pass", "fail", "skipped"}
     for check in document["checks"]:

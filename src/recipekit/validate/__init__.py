@@ -56,7 +56,9 @@ def validate(
     if dry_run is not None:
         dry_run.check()  # bad flags are reported before any work
     bundle = load_bundle(Path(bundle_dir))
-    report = Report(str(bundle.path))
+    from recipekit.validate.fit import fit_warnings
+
+    report = Report(str(bundle.path), warnings=fit_warnings(bundle))
     report.extend(run_static(bundle, libraries=libraries, on_check=lambda name: progress(f"static check: {name}")))
     if dry_run is not None:
         from recipekit.validate.dryrun import run_dry_run

@@ -86,6 +86,8 @@ class Report:
 
     bundle: str
     results: list[Result] = field(default_factory=list)
+    #: What the verdict adds even when every check passes (a bundle predicted not to fit, built with --allow-oom).
+    warnings: list[str] = field(default_factory=list)
 
     def extend(self, results: list[Result]) -> None:
         self.results.extend(results)
@@ -110,5 +112,6 @@ class Report:
             "ok": self.ok,
             "exit_code": self.exit_code,
             "summary": self.counts(),
+            "warnings": list(self.warnings),
             "checks": [r.to_json() for r in self.results],
         }

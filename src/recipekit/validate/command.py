@@ -18,6 +18,7 @@ import click
 from click.core import ParameterSource
 
 from recipekit.runtime.device import TARGETS
+from recipekit.terminal import plain
 from recipekit.validate.checks import Report, Result, Status
 
 _SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 110}
@@ -163,16 +164,16 @@ class _Progress:
     """Progress of long steps on stderr: a spinner on a terminal, plain lines otherwise (dry-run steps only)."""
 
     def __init__(self, dry_run: bool) -> None:
-        from rich.console import Console
+        from recipekit.terminal import console
 
-        self.console = Console(stderr=True, highlight=False, soft_wrap=True)
+        self.console = console(stderr=True, soft_wrap=True)
         self.interactive = self.console.is_terminal
         self.dry_run = dry_run
         self.status: Any = None
 
     def __enter__(self) -> _Progress:
         if self.interactive:
-            self.status = self.console.status("validating")
+            self.status = self.console.status(plain("validating"))
             self.status.__enter__()
         return self
 
@@ -182,11 +183,11 @@ class _Progress:
 
     def __call__(self, message: str) -> None:
         if self.status is not None:
-            self.status.update(message)
+            self.status.update(plain(message))  # a pod's line may hold "[/...]": never markup
             # Steps and static checks only move the spinner; a phase (pod launched, torchrun up, train.py started,
             # a kill, a restart) stays on screen, one line each.
             if not message.startswith("static check:") and not _STEP_LINE.match(message):
-                self.console.log(message, markup=False)
+                self.console.log(plain(message))
         elif self.dry_run and not message.startswith("static check:"):
             click.echo(message, err=True)
 
@@ -198,16 +199,20 @@ def _details(result: Result) -> str:
 
 
 def print_report(report: Report) -> None:
-    from rich.console import Console
-    from rich.table import Table
+    """The table of checks, then substitutions, log tails, warnings and the verdict, at the terminal's width
+    (80 columns when piped). Text that is not recipekit's own is printed as written (:mod:`recipekit.terminal`)."""
+    from rich.table import Column, Table
     from rich.text import Text
 
-    console = Console(highlight=False, soft_wrap=False, width=max(120, Console().width))
+    from recipekit.terminal import console as make_console
+    from recipekit.terminal import styled
+
+    console = make_console()
     table = Table(
         "check",
         "result",
-        "details",
-        title=f"recipekit validate {report.bundle}",
+        Column("details", overflow="fold"),
+        title=plain(f"recipekit validate {report.bundle}"),
         title_justify="left",
         show_lines=False,
         expand=False,
@@ -222,7 +227,7 @@ def print_report(report: Report) -> None:
     for result in report.results:
         subs = result.details.get("substitutions")
         if subs and not result.failed:
-            console.print(f"[bold]dry-run substitutions[/] ({result.details.get('workdir')}):")
+            console.print(styled(("dry-run substitutions", "bold"), f" ({result.details.get('workdir')}):"))
             derived: dict[str, int] = {}
             for sub in subs:
                 if sub.get("derived"):
@@ -234,11 +239,13 @@ def print_report(report: Report) -> None:
                 counted = ", ".join(f"{file} {count}" for file, count in derived.items())
                 console.print(Text(f"  and what follows from them when re-planned: {counted} (substitutions.json)"))
         for name, tail in (result.details.get("log_tails") or {}).items():
-            console.print(f"[bold red]{result.id}: last lines of {name}[/]")
+            console.print(plain(f"{result.id}: last lines of {name}", style="bold red"))
             console.print(Text(tail))
+    for warning in report.warnings:
+        console.print(styled(("warning:", "bold yellow"), f" {warning}"))
     counts = report.counts()
-    verdict = "[green]bundle OK[/]" if report.ok else "[bold red]bundle has problems[/]"
-    console.print(f"{counts['pass']} passed, {counts['fail']} failed, {counts['skipped']} skipped: {verdict}")
+    verdict = ("bundle OK", "green") if report.ok else ("bundle has problems", "bold red")
+    console.print(styled(f"{counts['pass']} passed, {counts['fail']} failed, {counts['skipped']} skipped: ", verdict))
 
 
 def _value(value: object, limit: int = 48) -> str:

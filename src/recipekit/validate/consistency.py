@@ -13,6 +13,7 @@ from recipekit.names import task_env_name
 from recipekit.plan import resolve_precision
 from recipekit.validate.checks import Result, Status
 from recipekit.validate.loader import Bundle, as_int, container_of, device_resources, task_of
+from recipekit.volumes import off_volumes, under
 
 
 def check_world_size(bundle: Bundle) -> Result:
@@ -291,10 +292,6 @@ def check_precision(bundle: Bundle) -> Result:
     return result
 
 
-def _under(path: str, root: str) -> bool:
-    return (path.rstrip("/") + "/").startswith(root.rstrip("/") + "/")
-
-
 def check_storage(bundle: Bundle) -> Result:
     result = Result("consistency.storage", "output_dir on the PVC mount: checkpoints survive a pod")
     located = task_of(bundle.job)
@@ -321,7 +318,7 @@ def check_storage(bundle: Bundle) -> Result:
             f"spec.tasks[{index}].template.spec.volumes",
             "no writable PersistentVolumeClaim mount: checkpoints would die with the pod",
         )
-    elif not any(_under(output_dir, m) for m in mounts):
+    elif not any(under(output_dir, m) for m in mounts):
         result.fail(
             RECIPE,
             "training_arguments.output_dir",
@@ -334,14 +331,11 @@ def check_storage(bundle: Bundle) -> Result:
             f"{bundle.plan.get('output_dir')}, but training_arguments.output_dir = {output_dir}",
         )
     if bundle.recipe is not None and mounts:
-        for key, path in (
-            ("recipe.data.path", bundle.recipe.data.path),
-            ("recipe.model.name_or_path", bundle.recipe.model.name_or_path),
-        ):
-            if path.startswith("/") and not any(_under(path, m) for m in mounts + ["/workspace"]):
-                result.fail(RECIPE, key, f"{path} is on no volume of the pod ({', '.join(mounts)})")
+        paths = {"data.path": bundle.recipe.data.path, "model.name_or_path": bundle.recipe.model.name_or_path}
+        for key, path in off_volumes(paths, mounts):
+            result.fail(RECIPE, f"recipe.{key}", f"{path} is on no volume of the pod ({', '.join(mounts)})")
     if result.status is Status.PASS:
-        result.reason = f"{output_dir} under {next(m for m in mounts if _under(output_dir, m))}"
+        result.reason = f"{output_dir} under {next(m for m in mounts if under(output_dir, m))}"
     return result
 
 

