@@ -42,6 +42,7 @@ class StepDiff:
     abs_diff: float
     rel_diff: float
     window_rel_diff: float  # relative difference of the trailing window means ending at this step
+    judged: bool = True  # the window is full (or it is the last step of a short run): the verdict looks at it
 
 
 @dataclass
@@ -63,7 +64,7 @@ class Alignment:
 
     @property
     def max_window_rel(self) -> float | None:
-        return max((d.window_rel_diff for d in self.steps), default=None)
+        return max((d.window_rel_diff for d in self.steps if d.judged), default=None)
 
     @property
     def aligned(self) -> bool:
@@ -151,6 +152,7 @@ def align(key: str, a: Series, b: Series, rtol: float, window: int) -> Alignment
         recent = common[max(0, i - window + 1) : i + 1]
         mean_a = sum(mine[s] for s in recent) / len(recent)
         mean_b = sum(theirs[s] for s in recent) / len(recent)
+        judged = i >= window - 1 or i == len(common) - 1  # a full window, or all there is of a short run
         diff = StepDiff(
             step,
             mine[step],
@@ -158,9 +160,9 @@ def align(key: str, a: Series, b: Series, rtol: float, window: int) -> Alignment
             abs(theirs[step] - mine[step]),
             _relative(mine[step], theirs[step]),
             _relative(mean_a, mean_b),
+            judged,
         )
         result.steps.append(diff)
-        judged = i >= window - 1 or i == len(common) - 1  # a full window, or all there is of a short run
         if judged and result.first_divergence is None and diff.window_rel_diff > rtol:
             result.first_divergence = step
     return result

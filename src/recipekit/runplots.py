@@ -18,7 +18,7 @@ from recipekit.runplan import predictions
 
 DPI = 100
 SIZE = (8.0, 3.6)  # inches: 800 × 360 pixels
-#: Each run's colour in a comparison; the plan's lines are black and dashed.
+#: Each series' colour (each run's in a comparison); the plan's prediction for a series is its colour, dashed.
 COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd")
 Progress = Callable[[str], None]
 
@@ -61,7 +61,9 @@ def _line(axis: Any, series: Series, label: str, colour: str, **kwargs: Any) -> 
         axis.plot(steps, values, label=label, color=colour, marker=marker, markersize=3, linewidth=1.4, **kwargs)
 
 
-def _plan_line(axis: Any, value: float | None, what: str, measured: list[float] | None = None) -> None:
+def _plan_line(
+    axis: Any, value: float | None, what: str, measured: list[float] | None = None, colour: str = "black"
+) -> None:
     """The plan's value as a dashed line; one ten times beyond the measured range is named in a note instead, so the
     measured curve is not squashed flat against one edge."""
     if value is None:
@@ -75,7 +77,7 @@ def _plan_line(axis: Any, value: float | None, what: str, measured: list[float] 
             fontsize=8,
         )
         return
-    axis.axhline(value, color="black", linestyle="--", linewidth=1, label=f"plan: {what} {value:.4g}")
+    axis.axhline(value, color=colour, linestyle="--", linewidth=1, label=f"plan: {what} {value:.4g}")
 
 
 def _restarts(axis: Any, run: RunLog) -> None:
@@ -121,7 +123,7 @@ def _series_plot(run: RunLog, keys: list[tuple[str, str]], title: str, ylabel: s
     figure, (axis,) = _figure()
     for i, (key, label) in enumerate(keys):
         _line(axis, run.series.get(key, []), label, COLOURS[i % len(COLOURS)])
-        _plan_line(axis, plan.get(key), label, run.values(key))
+        _plan_line(axis, plan.get(key), label, run.values(key), COLOURS[i % len(COLOURS)])
     _restarts(axis, run)
     return _finish(figure, [axis], title, [ylabel])
 
