@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from recipekit.runlog import RunLog, Series
-from recipekit.runplan import predictions
+from recipekit.runplan import predictions, steady
 
 DPI = 100
 SIZE = (8.0, 3.6)  # inches: 800 × 360 pixels
@@ -69,15 +69,13 @@ def _plan_line(
     if value is None:
         return
     data = [v for v in measured or [] if v > 0]
+    typical = steady(data)
+    label = f"plan: {what} {value:.4g}" + (f" (measured/plan {typical / value:.3g})" if typical and value else "")
     if data and value > 0 and (value > 10 * max(data) or value < min(data) / 10):
-        axis.annotate(
-            f"plan: {what} {value:.4g} (off this scale: {value / max(data):.3g} × the largest measured)",
-            (0.01, 0.02),
-            xycoords="axes fraction",
-            fontsize=8,
-        )
+        below = 0.02 + 0.08 * len(axis.texts)  # one note above the other
+        axis.annotate(f"{label}, off this scale", (0.01, below), xycoords="axes fraction", fontsize=8)
         return
-    axis.axhline(value, color=colour, linestyle="--", linewidth=1, label=f"plan: {what} {value:.4g}")
+    axis.axhline(value, color=colour, linestyle="--", linewidth=1, label=label)
 
 
 def _restarts(axis: Any, run: RunLog) -> None:
