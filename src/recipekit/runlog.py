@@ -22,6 +22,7 @@ from typing import Any
 
 import yaml
 
+from recipekit import yamlfile
 from recipekit.errors import Problem, RecipeError
 from recipekit.runtime import contract
 
@@ -286,9 +287,7 @@ def on_volume(path: str, mount: str, volume: Path | None) -> Path:
 
 def _bundle_info(bundle: Path, run: RunLog) -> Path:
     """Read the bundle's plan, manifest and recipe into ``run``; return the pods' output_dir (not yet mapped)."""
-    resolved = yaml.safe_load(_bounded_text(bundle / contract.RECIPE_FILE)) or {}
-    if not isinstance(resolved, dict):
-        raise RecipeError([Problem(str(bundle / contract.RECIPE_FILE), "not a mapping")])
+    resolved = _recipe_yaml(bundle)
     plan = _json_file(bundle / "plan.json")
     run.plan = plan if isinstance(plan, dict) else None
     manifest = _json_file(bundle / "manifest.json")
@@ -317,8 +316,20 @@ def _relocated(value: Any, prefix: str, name: str) -> Any:
     return value
 
 
+def _recipe_yaml(bundle: Path) -> dict[str, Any]:
+    """The bundle's resolved recipe.yaml, read as recipekit reads any YAML (size, alias and tag checks first)."""
+    path = bundle / contract.RECIPE_FILE
+    try:
+        resolved = yamlfile.read(path) or {}
+    except yaml.YAMLError as exc:
+        raise RecipeError([Problem(str(path), yamlfile.one_line(exc))]) from None
+    if not isinstance(resolved, dict):
+        raise RecipeError([Problem(str(path), "not a mapping")])
+    return resolved
+
+
 def _mount(bundle: Path) -> str:
-    resolved = yaml.safe_load(_bounded_text(bundle / contract.RECIPE_FILE)) or {}
+    resolved = _recipe_yaml(bundle)
     return str(((resolved.get("recipe") or {}).get("cluster") or {}).get("mount_path") or "/")
 
 

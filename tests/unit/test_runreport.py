@@ -222,3 +222,15 @@ def test_a_run_without_a_plan_says_so(tmp_path: Path) -> None:
     assert "no plan.json" in " ".join(doc["warnings"]) and doc["deviations"] == []
     assert all(r["predicted"] is None for r in doc["plan"])
     assert not math.isnan(doc["plan"][0]["measured"])
+
+
+def test_a_hostile_recipe_yaml_is_refused_in_one_line(tmp_path: Path) -> None:
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    (bundle / "manifest.json").write_text("{}")
+    bomb = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 9)}]\n" for i in range(8)
+    )
+    (bundle / "recipe.yaml").write_text(bomb)
+    result = invoke("report", bundle, "-o", tmp_path / "r")
+    assert result.exit_code == 2 and "recipe.yaml" in result.output and "Traceback" not in result.output
