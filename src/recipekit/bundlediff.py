@@ -48,7 +48,7 @@ def load_side(path: Path) -> Side:
 
 def diff(a: Side, b: Side) -> list[str]:
     """The report's lines; empty when the two bundles are identical."""
-    keys = list(_key_changes(a.recipe, b.recipe))
+    keys = recipe_changes(a.recipe, b.recipe)
     names = sorted(set(a.files) | set(b.files))
     changed = [n for n in names if a.files.get(n) != b.files.get(n)]
     if not keys and not changed:
@@ -65,6 +65,11 @@ def diff(a: Side, b: Side) -> list[str]:
             if name != MANIFEST:
                 lines.extend(f"    {line}" for line in _unified(a, b, name))
     return lines
+
+
+def recipe_changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+    """The resolved recipe keys that differ, one line each (the cause list of :func:`diff`; ``compare`` shows it)."""
+    return list(_key_changes(old, new))
 
 
 def _key_changes(old: Any, new: Any, prefix: str = "") -> Iterator[str]:

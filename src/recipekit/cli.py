@@ -113,6 +113,8 @@ class _Commands(click.Group):
         "diff": ("recipekit.commands", "diff_command"),
         "image": ("recipekit.imagecommand", "image_group"),
         "data": ("recipekit.datacommand", "data_group"),
+        "report": ("recipekit.runcommands", "report_command"),
+        "compare": ("recipekit.runcommands", "compare_command"),
     }
 
     def list_commands(self, ctx: click.Context) -> list[str]:

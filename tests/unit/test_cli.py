@@ -42,6 +42,18 @@ ALLOWED_FLAGS = {
     "data": {"--help"},
     "data prepare": {"--workers", "--volume", "--json", "--help"},
     "data verify": {"--prepared", "--volume", "--json", "--help"},
+    "report": {"--volume", "--plan", "--output", "--margin", "--export-baseline", "--json", "--help"},
+    "compare": {
+        "--baseline",
+        "--volume",
+        "--loss-rtol",
+        "--window",
+        "--grad-norm-rtol",
+        "--eval-rtol",
+        "--html",
+        "--json",
+        "--help",
+    },
 }
 
 
@@ -111,7 +123,8 @@ def test_build_never_imports_the_training_stack(tmp_path: Path) -> None:
         "from recipekit.cli import main\n"
         f"try:\n    main(['build', 'recipe=llama3_8b_sft', '-o', {str(tmp_path / 'b')!r}])\n"
         "except SystemExit:\n    pass\n"
-        "heavy = ('torch', 'transformers', 'deepspeed', 'peft', 'pydantic', 'rich', 'prometheus_client')\n"
+        "heavy = ('torch', 'transformers', 'deepspeed', 'peft', 'pydantic', 'rich', 'prometheus_client',\n"
+        "         'matplotlib')\n"
         "heavy = sorted(m for m in heavy if m in sys.modules)\n"
         "print('HEAVY=' + ','.join(heavy))\n"
     )

@@ -66,14 +66,15 @@ class ThroughputCallback(TrainerCallback):
 
 class MetricsFileCallback(TrainerCallback):
     """Appends every log (training, evaluation, final summary) as one JSON line with its ``step`` to metrics.jsonl,
-    the file the dry run and the tests read (trainer_state.json's log_history lacks the throughput figures)."""
+    the file the dry run and the tests read (trainer_state.json's log_history lacks the throughput figures), with the
+    time it was written (``recipekit report`` draws restarts on the clock)."""
 
     def __init__(self, path: Path):
         self.path = path
 
     def on_log(self, args: Any, state: Any, control: Any, logs: dict | None = None, **kwargs: Any) -> None:
         if logs and state.is_world_process_zero:
-            contract.append_record(self.path, {"step": state.global_step, **logs})
+            contract.append_record(self.path, contract.stamped({"step": state.global_step, **logs}))
 
 
 class PreemptionCallback(TrainerCallback):

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -380,6 +381,11 @@ EVENT_PROFILE = "profile"
 def event(kind: str, **fields: Any) -> dict[str, Any]:
     """One structured record for metrics.jsonl."""
     return {"event": kind, **fields}
+
+
+def stamped(record: dict[str, Any]) -> dict[str, Any]:
+    """``record`` with ``time`` (Unix seconds) added: a run report places attempts and restarts on the clock."""
+    return {**record, "time": round(time.time(), 3)}
 
 
 def append_record(path: Path, record: dict[str, Any]) -> None:

@@ -40,7 +40,7 @@ class Records:
 
     def add(self, kind: str, **fields: Any) -> None:
         if self.writer:
-            contract.append_record(self.path, contract.event(kind, **fields))
+            contract.append_record(self.path, contract.stamped(contract.event(kind, **fields)))
 
 
 def training_arguments(run: RunConfig, device: Device) -> tuple[Any, list[str]]:

@@ -1,0 +1,429 @@
+"""What a training run left behind, read into typed records: the input of ``recipekit report`` and ``compare``.
+
+A run is found from one of four paths: the run's output directory (metrics.jsonl, recipekit-run.json,
+cluster-check.json), a bundle (its ``training_arguments.output_dir``, below ``--volume`` when the shared volume is
+mounted elsewhere here), a dry run's work directory (the twin's own bundle and output directory), or a baseline file
+that ``recipekit report --export-baseline`` wrote. Beside the run, the bundle's plan.json (the prediction) and its
+manifest (recipe, versions, image) are read when there is a bundle to read them from.
+
+Only JSON and YAML are parsed (never a pickle: training_args.bin is left alone), every file has a size limit, and
+a metrics line that does not parse or is too long is skipped and counted, so a hostile or half-written directory
+gives a report with a warning rather than a crash or an exhausted memory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from recipekit import yamlfile
+from recipekit.errors import Problem, RecipeError
+from recipekit.runtime import contract
+
+#: metrics.jsonl is read up to this many bytes (a month-long run logging every step stays far below).
+MAX_METRICS_BYTES = 256 * 1024 * 1024
+#: A metrics line longer than this is skipped (a Trainer log is a few hundred bytes).
+MAX_LINE_BYTES = 64 * 1024
+#: JSON/YAML side files (plan.json, manifest.json, recipe.yaml, cluster-check.json, a baseline) up to this size.
+MAX_FILE_BYTES = 16 * 1024 * 1024
+#: A baseline file's format marker; another value is refused.
+BASELINE_FORMAT = "recipekit-baseline/1"
+#: The dry run's work directory marker (validate/workcopy.py writes it).
+DRYRUN_MARKER = ".recipekit-dryrun"
+
+#: The per-step figures a training log carries (callbacks.py and health.py add the last six).
+TRAIN_KEYS = (
+    "loss",
+    "learning_rate",
+    "grad_norm",
+    "tokens_per_second_per_device",
+    "tflops_per_device",
+    "mfu",
+    "hfu",
+    "step_time_s",
+    "dataloader_wait_fraction",
+)
+#: The per-step figures an evaluation log carries.
+EVAL_KEYS = ("eval_loss",)
+#: Event records worth keeping in a baseline (the rest are about the run's machinery, not its numbers).
+_BASELINE_EVENTS = (
+    contract.EVENT_START,
+    contract.EVENT_DONE,
+    contract.EVENT_PREEMPTED,
+    contract.EVENT_CHECKPOINT,
+    contract.EVENT_PREFLIGHT,
+    contract.EVENT_DATA,
+)
+
+#: Records a restarted attempt writes before its start record: they end no earlier attempt (its downtime includes them).
+_BEFORE_START = (contract.EVENT_PHASE, contract.EVENT_DATA, contract.EVENT_PREFLIGHT, contract.EVENT_ADAPTED)
+
+Series = list[tuple[int, float]]
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One start of train.py: from its ``start`` record to the next one."""
+
+    number: int
+    started: float | None  # Unix time of the start record (None: an older runtime wrote no times)
+    ended: float | None  # time of the attempt's last record
+    resume_step: int | None  # the checkpoint step it continued from (None: from scratch)
+    first_step: int | None  # first training step it logged
+    last_step: int | None  # last training step it logged
+    preempted: bool  # it ended with SIGTERM → checkpoint → exit
+
+
+@dataclass(frozen=True)
+class Restart:
+    """An interruption and the recovery after it: the attempt that ended, the one that continued."""
+
+    attempt: int  # the number of the attempt that continued
+    interrupted_at_step: int | None  # last step logged before the interruption
+    resumed_step: int | None  # the checkpoint the next attempt continued from (None: from scratch)
+    preempted: bool
+    downtime_s: float | None  # last record of the interrupted attempt → start record of the next
+    recovery_s: float | None  # last record of the interrupted attempt → first step past the interrupted one
+
+    @property
+    def replayed_steps(self) -> int:
+        """Steps trained twice: between the resumed checkpoint and the interruption."""
+        if self.interrupted_at_step is None:
+            return 0
+        return max(0, self.interrupted_at_step - (self.resumed_step or 0))
+
+
+@dataclass
+class RunLog:
+    """A run as the report and compare see it; every series is (step, value), the final attempt's value per step."""
+
+    label: str
+    output_dir: Path | None = None
+    series: dict[str, Series] = field(default_factory=dict)
+    checkpoints: list[dict[str, float]] = field(default_factory=list)  # step, seconds, bytes
+    attempts: list[Attempt] = field(default_factory=list)
+    restarts: list[Restart] = field(default_factory=list)
+    start: dict[str, Any] | None = None  # the last start record
+    done: dict[str, Any] | None = None
+    summary: dict[str, Any] | None = None  # the Trainer's final summary log (train_runtime, train_loss)
+    preflight: dict[str, Any] | None = None  # cluster-check.json (or the preflight record)
+    run_record: dict[str, Any] | None = None
+    plan: dict[str, Any] | None = None  # plan.json: the estimate the bundle was built with
+    manifest: dict[str, Any] | None = None  # name, choices, overrides, versions, recipe (no file hashes)
+    recipe_digest: str | None = None  # sha256 of the bundle's recipe.yaml
+    image: str | None = None
+    records: list[dict[str, Any]] = field(default_factory=list)  # the records a baseline keeps
+    warnings: list[str] = field(default_factory=list)
+
+    def values(self, key: str) -> list[float]:
+        return [v for _, v in self.series.get(key, [])]
+
+    @property
+    def recipe(self) -> dict[str, Any]:
+        return dict((self.manifest or {}).get("recipe") or {})
+
+    @property
+    def versions(self) -> dict[str, str]:
+        """The bundle's pinned versions, then what preflight saw on the pods (``pods:`` prefixed)."""
+        found = {str(k): str(v) for k, v in ((self.manifest or {}).get("versions") or {}).items()}
+        for check in (self.preflight or {}).get("checks") or []:
+            if isinstance(check, dict) and isinstance(check.get("versions"), dict):
+                found.update({f"pods:{k}": str(v) for k, v in check["versions"].items() if k != "pod"})
+        return found
+
+    @property
+    def final_step(self) -> int | None:
+        steps = [s for s, _ in self.series.get("loss", [])]
+        return max(steps) if steps else None
+
+
+# ----------------------------------------------------------------------------------------------------- reading
+def _bounded_text(path: Path, limit: int = MAX_FILE_BYTES) -> str:
+    size = path.stat().st_size
+    if size > limit:
+        raise RecipeError([Problem(str(path), f"{size} bytes: larger than the {limit}-byte limit for this file")])
+    return path.read_text(encoding="utf-8", errors="replace")
+
+
+def _json_file(path: Path) -> Any:
+    try:
+        return json.loads(_bounded_text(path))
+    except (OSError, ValueError):
+        return None
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def _step(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def read_metrics(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
+    """The JSON object lines of a metrics file (up to the size limits) and warnings about what was skipped."""
+    warnings: list[str] = []
+    records: list[dict[str, Any]] = []
+    skipped = long = 0
+    try:
+        size = path.stat().st_size
+        with path.open("rb") as handle:
+            data = handle.read(MAX_METRICS_BYTES)
+    except OSError as exc:
+        raise RecipeError([Problem(str(path), exc.strerror or "unreadable")]) from None
+    if size > MAX_METRICS_BYTES:
+        warnings.append(f"{path.name}: only the first {MAX_METRICS_BYTES} of {size} bytes were read")
+    for line in data.split(b"\n"):
+        if not line.strip():
+            continue
+        if len(line) > MAX_LINE_BYTES:
+            long += 1
+            continue
+        try:
+            record = json.loads(line.decode("utf-8", errors="replace"))
+        except ValueError:
+            skipped += 1
+            continue
+        if isinstance(record, dict):
+            records.append(record)
+        else:
+            skipped += 1
+    if skipped:
+        warnings.append(f"{path.name}: {skipped} line(s) were not JSON objects and were skipped")
+    if long:
+        warnings.append(f"{path.name}: {long} line(s) longer than {MAX_LINE_BYTES} bytes were skipped")
+    return records, warnings
+
+
+def from_records(label: str, records: list[dict[str, Any]]) -> RunLog:
+    """The series, attempts and restarts of a metrics file's records (pure: unit-tested on synthetic records)."""
+    run = RunLog(label)
+    points: dict[str, dict[int, float]] = {}
+    checkpoints: dict[int, dict[str, float]] = {}
+    attempts: list[dict[str, Any]] = []
+    for record in records:
+        at = _number(record.get("time"))
+        kind = record.get("event")
+        if kind == contract.EVENT_START:
+            attempts.append({"start": record, "started": at, "ended": at, "steps": [], "times": {}, "pre": False})
+            run.start = record
+        elif kind is not None:
+            if kind == contract.EVENT_CHECKPOINT and _step(record.get("step")) is not None:
+                seconds, size = _number(record.get("seconds")), _number(record.get("bytes"))
+                checkpoints[record["step"]] = {
+                    "step": float(record["step"]),
+                    "seconds": seconds if seconds is not None else math.nan,
+                    "bytes": size if size is not None else math.nan,
+                }
+            elif kind == contract.EVENT_DONE:
+                run.done = record
+            elif kind == contract.EVENT_PREFLIGHT:
+                run.preflight = run.preflight or record
+            elif kind == contract.EVENT_PREEMPTED and attempts:
+                attempts[-1]["pre"] = True
+        step = _step(record.get("step"))
+        if kind is None and step is not None:
+            if "train_runtime" in record and "loss" not in record:
+                run.summary = record
+            for key in (*TRAIN_KEYS, *EVAL_KEYS):
+                value = _number(record.get(key))
+                if value is not None:
+                    points.setdefault(key, {})[step] = value  # a replayed step: the later attempt's value wins
+            if "loss" in record and attempts:
+                attempts[-1]["steps"].append(step)
+                if at is not None:
+                    attempts[-1]["times"].setdefault(step, at)
+        if attempts and at is not None and kind not in _BEFORE_START:
+            attempts[-1]["ended"] = at
+        if kind in _BASELINE_EVENTS or (kind is None and step is not None):
+            run.records.append(record)
+    run.series = {key: sorted(values.items()) for key, values in points.items()}
+    run.checkpoints = [checkpoints[s] for s in sorted(checkpoints)]
+    for number, a in enumerate(attempts):
+        steps = a["steps"]
+        run.attempts.append(
+            Attempt(
+                number,
+                a["started"],
+                a["ended"],
+                _step(a["start"].get("resume_step")),
+                min(steps) if steps else None,
+                max(steps) if steps else None,
+                a["pre"],
+            )
+        )
+        if number:
+            before = run.attempts[number - 1]
+            run.restarts.append(_restart(before, run.attempts[number], a["times"]))
+    return run
+
+
+def _restart(before: Attempt, after: Attempt, times: dict[int, float]) -> Restart:
+    downtime = recovery = None
+    if before.ended is not None and after.started is not None:
+        downtime = max(0.0, after.started - before.ended)
+    past = [t for s, t in times.items() if before.last_step is None or s > before.last_step]
+    if before.ended is not None and past:
+        recovery = max(0.0, min(past) - before.ended)
+    return Restart(after.number, before.last_step, after.resume_step, before.preempted, downtime, recovery)
+
+
+# ------------------------------------------------------------------------------------------- finding the run
+def on_volume(path: str, mount: str, volume: Path | None) -> Path:
+    """A pod's ``path`` as this machine sees it: below ``volume`` when it lies on the shared volume ``mount``."""
+    mount = mount.rstrip("/") or "/"
+    if volume is None or not (path == mount or path.startswith(mount + "/")):
+        return Path(path)
+    return volume / path[len(mount) :].lstrip("/")
+
+
+def _bundle_info(bundle: Path, run: RunLog) -> Path:
+    """Read the bundle's plan, manifest and recipe into ``run``; return the pods' output_dir (not yet mapped)."""
+    resolved = _recipe_yaml(bundle)
+    plan = _json_file(bundle / "plan.json")
+    run.plan = plan if isinstance(plan, dict) else None
+    manifest = _json_file(bundle / "manifest.json")
+    if isinstance(manifest, dict):
+        run.manifest = {k: v for k, v in manifest.items() if k != "files"}
+        digest = (manifest.get("files") or {}).get(contract.RECIPE_FILE)
+        run.recipe_digest = digest if isinstance(digest, str) else None
+    if run.recipe_digest is None:
+        run.recipe_digest = hashlib.sha256((bundle / contract.RECIPE_FILE).read_bytes()).hexdigest()
+    image = (resolved.get("plan") or {}).get("image")
+    run.image = str(image) if image else None
+    output = (resolved.get("training_arguments") or {}).get("output_dir")
+    if not output:
+        raise RecipeError([Problem(str(bundle / contract.RECIPE_FILE), "no training_arguments.output_dir")])
+    return Path(str(output))
+
+
+def _relocated(value: Any, prefix: str, name: str) -> Any:
+    """``value`` with every string below ``prefix`` written relative to ``name``."""
+    if isinstance(value, dict):
+        return {k: _relocated(v, prefix, name) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_relocated(v, prefix, name) for v in value]
+    if isinstance(value, str) and (value == prefix or value.startswith(prefix + "/")):
+        return name + value[len(prefix) :]
+    return value
+
+
+def _recipe_yaml(bundle: Path) -> dict[str, Any]:
+    """The bundle's resolved recipe.yaml, read as recipekit reads any YAML (size, alias and tag checks first)."""
+    path = bundle / contract.RECIPE_FILE
+    try:
+        resolved = yamlfile.read(path) or {}
+    except yaml.YAMLError as exc:
+        raise RecipeError([Problem(str(path), yamlfile.one_line(exc))]) from None
+    if not isinstance(resolved, dict):
+        raise RecipeError([Problem(str(path), "not a mapping")])
+    return resolved
+
+
+def _mount(bundle: Path) -> str:
+    resolved = _recipe_yaml(bundle)
+    return str(((resolved.get("recipe") or {}).get("cluster") or {}).get("mount_path") or "/")
+
+
+def load_run(path: Path, volume: Path | None = None, plan: Path | None = None, label: str | None = None) -> RunLog:
+    """The run at ``path`` (an output directory, a bundle, a dry run's work directory or a baseline file).
+
+    ``volume``: where the bundle's shared volume is mounted here. ``plan``: a plan.json (or a bundle holding one) to
+    hold the run against when ``path`` is a bare output directory.
+    """
+    path = Path(path)
+    name = label or str(path)
+    if path.is_file():
+        run = load_baseline(path, name)
+    elif not path.is_dir():
+        raise RecipeError([Problem(str(path), "no such run directory, bundle or baseline file")])
+    elif (path / DRYRUN_MARKER).is_file() and (path / "bundle" / contract.RECIPE_FILE).is_file():
+        run = RunLog(name)
+        output = _bundle_info(path / "bundle", run)  # the twin's own plan; its output_dir is a local path
+        run = _with_output(run, output)
+        if run.manifest:  # the work directory's own location is no difference between two dry runs
+            run.manifest = _relocated(run.manifest, str(path.resolve()), "<dry-run workdir>")
+    elif (path / contract.RECIPE_FILE).is_file() and (path / "manifest.json").is_file():
+        run = RunLog(name)
+        output = _bundle_info(path, run)
+        run = _with_output(run, on_volume(str(output), _mount(path), volume))
+    elif (path / contract.METRICS_FILE).is_file():
+        run = _with_output(RunLog(name), path)
+    else:
+        raise RecipeError(
+            [
+                Problem(
+                    str(path), f"neither a run's output directory (no {contract.METRICS_FILE}), a bundle nor a dry run"
+                )
+            ]
+        )
+    if plan is not None:
+        plan_file = plan / "plan.json" if plan.is_dir() else plan
+        data = _json_file(plan_file)
+        if not isinstance(data, dict):
+            raise RecipeError([Problem(str(plan_file), "not a readable plan.json")])
+        run.plan = data
+    return run
+
+
+def _with_output(run: RunLog, output: Path) -> RunLog:
+    metrics = output / contract.METRICS_FILE
+    if not metrics.is_file():
+        raise RecipeError(
+            [Problem(str(output), f"no {contract.METRICS_FILE} here (has the run started? is --volume right?)")]
+        )
+    records, warnings = read_metrics(metrics)
+    found = from_records(run.label, records)
+    for name in ("plan", "manifest", "recipe_digest", "image"):
+        setattr(found, name, getattr(run, name))
+    found.output_dir = output
+    found.warnings = warnings
+    check = _json_file(output / contract.CLUSTER_CHECK_FILE)
+    if isinstance(check, dict):
+        found.preflight = check
+    record = _json_file(output / contract.RUN_FILE) if (output / contract.RUN_FILE).is_file() else None
+    found.run_record = record if isinstance(record, dict) else None
+    return found
+
+
+# --------------------------------------------------------------------------------------------------- baselines
+def baseline(run: RunLog) -> dict[str, Any]:
+    """A run as a small JSON document: its numeric records, plan, manifest and preflight, for ``--baseline``."""
+    return {
+        "format": BASELINE_FORMAT,
+        "label": run.label,
+        "records": run.records,
+        "plan": run.plan,
+        "manifest": run.manifest,
+        "recipe_digest": run.recipe_digest,
+        "image": run.image,
+        "preflight": run.preflight,
+        "run_record": run.run_record,
+    }
+
+
+def load_baseline(path: Path, label: str | None = None) -> RunLog:
+    """A baseline file written by :func:`baseline` (``recipekit report --export-baseline``)."""
+    try:
+        data = json.loads(_bounded_text(path))
+    except (OSError, ValueError) as exc:
+        raise RecipeError([Problem(str(path), f"not a baseline file: {exc}")]) from None
+    if not isinstance(data, dict) or data.get("format") != BASELINE_FORMAT:
+        raise RecipeError([Problem(str(path), f'not a baseline file (no "format": "{BASELINE_FORMAT}")')])
+    records = [r for r in data.get("records") or [] if isinstance(r, dict)]
+    run = from_records(label or str(path), records)
+    for name in ("plan", "manifest", "preflight", "run_record"):
+        value = data.get(name)
+        setattr(run, name, value if isinstance(value, dict) else getattr(run, name))
+    for name in ("recipe_digest", "image"):
+        value = data.get(name)
+        setattr(run, name, value if isinstance(value, str) else None)
+    return run

@@ -1,0 +1,114 @@
+"""`recipekit report` and `compare` on real CPU dry runs of tiny_sft (two simulated pods, ZeRO-2, 8 steps).
+
+Four dry runs, shared by every test of this module (about 1-2 minutes each on 2 cores): one whose pod 1 is killed at
+step 6 and resumes from checkpoint-4, one clean run of the same recipe and seed, one with the learning rate ×10 and
+one with another seed. The killed run is the reference: its final curve (the replayed steps as trained the second
+time) must align with the clean run's, which also shows that a resume loses nothing. Slow: deselect with
+``-m 'not slow'``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from recipekit.build import build
+from recipekit.cli import main
+from recipekit.validate.checks import Status
+from recipekit.validate.dryrun import DryRunOptions, run_dry_run
+from recipekit.validate.static import load_bundle
+
+pytestmark = pytest.mark.slow
+
+_MISSING = [m for m in ("torch", "transformers", "deepspeed", "matplotlib") if importlib.util.find_spec(m) is None]
+if _MISSING:
+    pytest.skip(f"the training stack or matplotlib is not installed ({', '.join(_MISSING)})", allow_module_level=True)
+
+TIMEOUT_S = 420
+RUNS = {
+    "killed": ([], 1),
+    "same": ([], None),
+    "lr10": (["train.learning_rate=1e-2"], None),  # tiny_sft's 1e-3 × 10
+    "seed": (["train.seed=7"], None),
+}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("runs")
+    found = {}
+    for name, (overrides, victim) in RUNS.items():
+        bundle = build(["recipe=tiny_sft", *overrides], root / f"bundle-{name}", force=True).path
+        options = DryRunOptions(
+            pods=2, workdir=root / name, timeout=TIMEOUT_S, kill_pod=victim, at_step=6 if victim is not None else None
+        )
+        results = {r.id: r for r in run_dry_run(load_bundle(bundle), options)}
+        # what this module needs of a run: it trained to the end (and resumed where it was killed). The other
+        # checks (the metrics endpoint's scrape, say) are test_dryrun's and test_dryrun_ops's to judge.
+        needed = ["dryrun.train"] + (["dryrun.resume"] if victim is not None else [])
+        explain = [f"{r.id}: {r.status.value} {r.reason} {[str(f) for f in r.findings]}" for r in results.values()]
+        assert all(results[i].status is Status.PASS for i in needed), explain
+        found[name] = root / name
+    return found
+
+
+def invoke(*args: object):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def test_the_same_recipe_and_seed_align(runs: dict[str, Path], tmp_path: Path) -> None:
+    result = invoke("compare", runs["killed"], runs["same"], "--json", "--html", tmp_path / "cmp")
+    doc = json.loads(result.stdout)
+    assert result.exit_code == 0 and doc["aligned"], doc["reasons"]
+    assert len(doc["loss"]["steps"]) == 8 and doc["loss"]["max_abs_diff"] < 1e-3
+    assert doc["recipe_changes"] == []  # the dry runs' own work directories are no difference
+    assert (tmp_path / "cmp" / "compare_loss.png").is_file()
+
+
+def test_the_learning_rate_times_ten_fails_naming_the_first_diverging_step(runs: dict[str, Path]) -> None:
+    result = invoke("compare", runs["same"], runs["lr10"])
+    assert result.exit_code == 1, result.output
+    assert "loss diverges at step 4" in result.output and "NOT ALIGNED" in result.output
+    assert "recipe: train.learning_rate: 0.001 → 0.01" in result.output
+
+
+def test_another_seed_stays_within_the_default_tolerance(runs: dict[str, Path]) -> None:
+    """Different weights and batches: steps differ by several percent, the 3-step windows by less than 2 %
+    (docs/reports.md has the measurement)."""
+    result = invoke("compare", runs["same"], runs["seed"], "--json")
+    doc = json.loads(result.stdout)
+    assert result.exit_code == 0, doc["reasons"]
+    assert doc["loss"]["max_rel_diff"] > 0.02 > doc["loss"]["max_window_rel_diff"]
+    assert doc["recipe_changes"] == ["train.seed: 42 → 7"]
+
+
+def test_plan_vs_measured_uses_the_twins_own_plan(runs: dict[str, Path], tmp_path: Path) -> None:
+    result = invoke("report", runs["same"], "-o", tmp_path / "r", "--json")
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    plan = json.loads((runs["same"] / "bundle" / "plan.json").read_text())  # the dry run's re-planned twin
+    rows = {r["key"]: r for r in doc["plan"]}
+    step, tokens = rows["step_time_s"], rows["tokens_per_second_per_device"]
+    assert step["predicted"] == plan["time"]["step_s"]
+    world = plan["layout"]["world_size"]
+    assert tokens["predicted"] == pytest.approx(plan["compute"]["tokens_per_step"] / plan["time"]["step_s"] / world)
+    for row in (step, tokens):
+        assert row["measured"] > 0 and row["ratio"] == pytest.approx(row["measured"] / row["predicted"])
+
+
+def test_the_report_of_a_killed_run_shows_the_interruption_and_recovery(runs: dict[str, Path], tmp_path: Path) -> None:
+    baseline = tmp_path / "baseline.json"
+    result = invoke("report", runs["killed"], "-o", tmp_path / "r", "--json", "--export-baseline", baseline)
+    assert result.exit_code == 0, result.output
+    (restart,) = json.loads(result.stdout)["restarts"]
+    assert restart["interrupted_at_step"] >= 6 and restart["resumed_step"] == 4
+    assert restart["recovery_s"] > restart["downtime_s"] > 0
+    html = (tmp_path / "r" / "report.html").read_text()
+    assert "Interruptions and recovery" in html and (tmp_path / "r" / "restarts.png").is_file()
+    # the regression gate on real numbers: the clean run against the killed run's baseline
+    assert invoke("compare", runs["same"], "--baseline", baseline).exit_code == 0
+    assert invoke("compare", runs["lr10"], "--baseline", baseline).exit_code == 1
