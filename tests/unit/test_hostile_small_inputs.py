@@ -462,3 +462,23 @@ def test_data_prepare_refuses_a_data_line_nested_100k_deep(tmp_path: Path) -> No
     assert done.code == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]
     assert f"{data}:21: JSON nested more than 64 levels deep" in done.stderr.strip().splitlines()[-1]
     assert done.rss_mib < 2048, f"{done.rss_mib:.0f} MiB"
+
+
+@pytest.mark.parametrize("name", ["ds_config.json", "launch.json", "plan.json", "grafana-dashboard.json"])
+def test_validate_reports_a_bundle_json_nested_100k_deep_as_a_finding(
+    name: str, tmp_path: Path, good_bundle: Path
+) -> None:
+    """validate's documented refusal of a bad bundle: exit 1 with a finding naming the file (was a traceback)."""
+    from recipekit.validate.loader import rehash_manifest
+
+    root = tmp_path / "case"
+    (root / "work").mkdir(parents=True)
+    bundle = copy(good_bundle, root, {name: DEEP_JSON})
+    rehash_manifest(bundle)
+    before = snapshot(root)
+    env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "200"}
+    done = measure(["validate", str(bundle)], root / "work", env, tmp_path / "m.json", MAX_WALL_S)
+    assert done.code == 1 and "Traceback" not in done.stderr + done.stdout, done.stderr[-2000:]
+    assert f"{name}: JSON nested more than 64 levels deep" in done.stdout
+    assert snapshot(root) == before
+    assert done.wall_s < MAX_WALL_S and done.rss_mib < MAX_RSS_MIB, (done.wall_s, done.rss_mib)
