@@ -311,6 +311,11 @@ CASES = [
         "recipe.yaml:1: nested more than 64 levels deep",
     ),
     Case(
+        "data verify --prepared: manifest nested 100k deep",
+        lambda root, b: ["data", "verify", "--prepared", str(write(root / "prep" / "manifest.json", DEEP_JSON).parent)],
+        "manifest.json: JSON nested more than 64 levels deep",
+    ),
+    Case(
         "data verify: recipe.yaml not UTF-8",
         lambda root, b: ["data", "verify", str(copy(b, root, {"recipe.yaml": b"\xff\xfe"}))],
         "recipe.yaml:1: is not UTF-8 text",
