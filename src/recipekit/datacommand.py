@@ -28,6 +28,7 @@ from typing import Any, NoReturn
 import click
 import yaml
 
+from recipekit import yamlfile
 from recipekit.bundlefiles import RECIPE, RUNTIME
 from recipekit.runtime import contract
 from recipekit.runtime.manifest import ManifestError
@@ -187,7 +188,13 @@ def _unusable(bundle: Path, action: str = "prepare") -> str | None:
         return f"{bundle} was built by a recipekit without a prepare step: rebuild it with `recipekit build`"
     if action == "verify" and not (bundle / RUNTIME / "verify.py").is_file():
         return f"{bundle} was built by a recipekit that cannot verify shards: rebuild it, or use --prepared DIR"
-    if _streams(bundle):
+    try:  # the bundle may come from anyone: a non-UTF-8, deep or alias-bomb recipe.yaml is one line here
+        raw = yamlfile.read(bundle / RECIPE)
+    except OSError as exc:
+        return f"{bundle / RECIPE}: cannot be read ({exc.strerror or exc})"
+    except yaml.YAMLError as exc:  # yamlfile's refusals (UnsafeYAML) name the file and line themselves
+        return str(exc) if isinstance(exc, yamlfile.UnsafeYAML) else f"{bundle / RECIPE}: {yamlfile.one_line(exc)}"
+    if _streams(raw):
         nothing = "have no shards to verify" if action == "verify" else "do not prepare"
         return (
             f"{bundle} streams its data (data.streaming: true): streaming bundles tokenise while training and "
@@ -205,7 +212,7 @@ def _off_this_machine(bundle: Path) -> str | None:
     """Without --volume, data on the pods' shared volume that this machine does not have at the pods' path: the
     volume is mounted elsewhere here (or not at all), which --volume says."""
     try:
-        recipe = yaml.safe_load((bundle / RECIPE).read_text(encoding="utf-8"))["recipe"]
+        recipe = yamlfile.read(bundle / RECIPE)["recipe"]
         path, mount = str(recipe["data"]["path"]), str(recipe["cluster"]["mount_path"])
     except (OSError, yaml.YAMLError, TypeError, KeyError):
         return None  # the prepare step reports an unreadable recipe itself
@@ -217,13 +224,12 @@ def _off_this_machine(bundle: Path) -> str | None:
     )
 
 
-def _streams(bundle: Path) -> bool:
-    """Whether the bundle's recipe.yaml says ``data.streaming: true`` (an unreadable one is the prepare step's to
-    report)."""
+def _streams(raw: Any) -> bool:
+    """Whether a bundle's recipe.yaml (``raw``, as loaded) says ``data.streaming: true`` (one without the key is the
+    prepare step's to report)."""
     try:
-        raw = yaml.safe_load((bundle / RECIPE).read_text(encoding="utf-8"))
         return bool(raw["recipe"]["data"].get("streaming", False))
-    except (OSError, yaml.YAMLError, TypeError, KeyError, AttributeError):
+    except (TypeError, KeyError, AttributeError):
         return False
 
 

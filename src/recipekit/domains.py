@@ -275,3 +275,21 @@ IFNAMES = Domain(
     "Linux interface names (1-15 letters, digits, '_', '.', '-'; no '/', ':' or spaces), comma-separated",
     _ifnames,
 )
+
+
+def _ip_address(value: str) -> str | None:
+    import ipaddress
+
+    try:
+        address = ipaddress.ip_address(value)
+    except ValueError:
+        return f"{value!r} is not an IP address"
+    if str(address) != value or "%" in value:  # one spelling per address; a scope (%eth0) is a host's, not a pod's
+        return f"{value!r} is not an IP address in its plain form ({address.compressed.split('%')[0]})"
+    return None
+
+
+#: An address a server binds: IPv4 or IPv6, written the one way Python prints it (0.0.0.0, 127.0.0.1, ::).
+IP_ADDRESS = Domain(
+    "IP address", "an IPv4 or IPv6 address in its plain form, e.g. 0.0.0.0, 127.0.0.1 or ::", _ip_address
+)

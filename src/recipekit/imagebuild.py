@@ -27,11 +27,13 @@ from typing import Any
 
 import yaml
 
-from recipekit.bundle import is_bundle, write_bundle
+from recipekit import yamlfile
+from recipekit.bundle import manifest_problem, write_bundle
 from recipekit.bundlefiles import read_files
 from recipekit.dockerfile import PLATFORM_ARGS, PREDEFINED_ARGS, parse, split_image
 from recipekit.errors import Problem, RecipeError
 from recipekit.render import MANIFEST
+from recipekit.runtime import jsonfile
 
 JOB = "volcano-job.yaml"
 #: Lines of a failing step shown with the error.
@@ -97,14 +99,17 @@ def request(
     """Check the request against the bundle; raise RecipeError with every problem (exit 2)."""
     bundle = Path(bundle)
     problems: list[Problem] = []
-    if not bundle.is_dir() or not is_bundle(bundle):
-        raise RecipeError([Problem(str(bundle), "not a recipekit bundle (no manifest.json)", "recipekit build ...")])
+    unusable = manifest_problem(bundle) if bundle.is_dir() else "not a directory"
+    if unusable:
+        raise RecipeError([Problem(str(bundle), f"not a recipekit bundle ({unusable})", "recipekit build ...")])
     dockerfile = bundle / "Dockerfile"
     if not dockerfile.is_file():
         raise RecipeError([Problem(str(dockerfile), "missing: the bundle has no Dockerfile")])
-    declared = parse(dockerfile.read_text(encoding="utf-8")).args
-    doc = yaml.safe_load((bundle / "recipe.yaml").read_text(encoding="utf-8")) or {}
-    arch = ((doc.get("recipe") or {}).get("hw") or {}).get("arch")
+    try:
+        declared = parse(dockerfile.read_text(encoding="utf-8")).args
+    except UnicodeDecodeError as exc:
+        raise RecipeError([Problem(str(dockerfile), f"is not UTF-8 text (byte offset {exc.start})")]) from None
+    arch, image = _recipe_facts(bundle / "recipe.yaml")
     nodes = f"linux/{arch}" if arch else None
     chosen = platform or nodes or "linux/amd64"
     if nodes and chosen != nodes:
@@ -133,12 +138,36 @@ def request(
             )
         else:
             args[key] = value
-    reference = tag or (doc.get("plan") or {}).get("image")
+    reference = tag or image
     if not reference:
         problems.append(Problem("--tag", "recipe.yaml has no plan.image: give the image reference"))
     if problems:
         raise RecipeError(problems)
     return BuildRequest(bundle.resolve(), str(reference), chosen, args, push, engine)
+
+
+def _recipe_facts(path: Path) -> tuple[str | None, str | None]:
+    """``recipe.hw.arch`` and ``plan.image`` from a bundle's recipe.yaml, read as untrusted YAML (a malformed bundle
+    is one line naming the file, not a traceback)."""
+    try:
+        doc = yamlfile.read(path)
+    except yamlfile.UnsafeYAML as exc:
+        raise RecipeError([Problem(f"{exc.source}{f':{exc.line}' if exc.line else ''}", exc.message)]) from None
+    except yaml.YAMLError as exc:
+        raise RecipeError([Problem(str(path), f"not valid YAML: {yamlfile.one_line(exc)}")]) from None
+    doc = doc if doc is not None else {}
+    recipe = doc.get("recipe") if isinstance(doc, dict) else None
+    hw = recipe.get("hw") if isinstance(recipe, dict) else None
+    plan = doc.get("plan") if isinstance(doc, dict) else None
+    arch = hw.get("arch") if isinstance(hw, dict) else None
+    image = plan.get("image") if isinstance(plan, dict) else None
+    if not isinstance(doc, dict) or any(v is not None and not isinstance(v, dict) for v in (recipe, hw, plan)):
+        raise RecipeError([Problem(str(path), "not a recipekit recipe.yaml (recipe, recipe.hw and plan are mappings)")])
+    if arch is not None and not (isinstance(arch, str) and re.fullmatch(r"[a-z0-9_]{1,32}", arch)):
+        raise RecipeError([Problem(f"{path}: recipe.hw.arch", f"{arch!r:.60} is not an architecture name")])
+    if image is not None and not isinstance(image, str):
+        raise RecipeError([Problem(f"{path}: plan.image", f"{image!r:.60} is not an image reference")])
+    return arch or None, image or None
 
 
 def connect(req: BuildRequest) -> Any:
@@ -155,7 +184,7 @@ def connect(req: BuildRequest) -> Any:
     try:
         client = docker.DockerClient(base_url=req.engine, timeout=600) if req.engine else docker.from_env(timeout=600)
         client.ping()
-    except (DockerException, OSError) as exc:
+    except (DockerException, OSError, ValueError) as exc:  # ValueError: an engine URL urllib cannot parse
         raise RecipeError(
             [Problem("engine", f"no Docker-API engine reachable: {engine_reason(exc, where)}", hint=_hint(equivalent))]
         ) from None
@@ -265,7 +294,7 @@ def record(bundle: Path, built: Built) -> Path:
     of the Job updated, so the bundle stays one that ``recipekit validate`` accepts.
     """
     files = read_files(Path(bundle))[0]
-    manifest = json.loads(files[MANIFEST])
+    manifest = jsonfile.loads(files[MANIFEST], str(Path(bundle) / MANIFEST))  # request() checked it before
     if built.pinned:
         files[JOB] = pin_job(files[JOB].decode("utf-8"), built.pinned).encode("utf-8")
     manifest["image"] = {

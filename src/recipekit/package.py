@@ -34,6 +34,7 @@ from recipekit import __version__
 from recipekit.archive import read_targz, write_targz
 from recipekit.bundlefiles import EXECUTABLE, MANIFEST, read_files
 from recipekit.errors import Problem, RecipeError
+from recipekit.runtime import jsonfile
 
 FORMAT = "recipekit-package/1"
 INDEX = "recipekit-package.json"
@@ -193,9 +194,9 @@ def read_package(archive: Path) -> tuple[dict[str, Any], dict[str, bytes], list[
     if len(tops) != 1 or f"{top}/{INDEX}" not in raw:
         raise RecipeError([Problem(what, f"not a recipekit package (no {INDEX})")])
     try:
-        index = json.loads(raw[f"{top}/{INDEX}"].decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
-        raise RecipeError([Problem(what, f"not a recipekit package ({INDEX} is not JSON)")]) from None
+        index = jsonfile.loads(raw[f"{top}/{INDEX}"], INDEX)
+    except jsonfile.UntrustedJSON as exc:
+        raise RecipeError([Problem(what, f"not a recipekit package ({exc})")]) from None
     shape = {"format": str, "recipekit_version": str, "name": str, "overrides": list, "origin": list}
     shape.update(layers=list, files=dict)
     if not isinstance(index, dict) or index.get("format") != FORMAT:
@@ -278,12 +279,12 @@ def verify(archive: Path) -> Verified:
 
 # -------------------------------------------------------------------------------------------------------- shared
 def bundle_manifest(files: Mapping[str, bytes], what: str) -> dict[str, Any]:
+    if MANIFEST not in files:
+        raise RecipeError([Problem(what, f"not a recipekit bundle (no {MANIFEST})")])
     try:
-        manifest = json.loads(files[MANIFEST].decode("utf-8"))
-    except KeyError:
-        raise RecipeError([Problem(what, f"not a recipekit bundle (no {MANIFEST})")]) from None
-    except (UnicodeDecodeError, ValueError):
-        raise RecipeError([Problem(f"{what}/{MANIFEST}", "not valid JSON")]) from None
+        manifest = jsonfile.loads(files[MANIFEST], f"{what}/{MANIFEST}")
+    except jsonfile.UntrustedJSON as exc:
+        raise RecipeError([Problem(exc.source, exc.reason)]) from None
     if not isinstance(manifest, dict) or "recipekit_version" not in manifest or "name" not in manifest:
         raise RecipeError([Problem(f"{what}/{MANIFEST}", "not a recipekit manifest")])
     return manifest

@@ -333,6 +333,11 @@ def operations_problems(recipe: Recipe, layout: Layout, total_steps: int | None)
                     hint="choose another ops.metrics_port",
                 )
             )
+        if ops.metrics_bind.startswith("127.") or ops.metrics_bind == "::1":
+            warnings.append(
+                f"ops.metrics_bind is {ops.metrics_bind}: only a scraper on the pod's own host network reaches the "
+                "metrics; the PodMonitor scrapes the pod IP and will find its targets down"
+            )
     steady_floor = max(ops.stall_timeout_floor_s, 2 * ops.checkpoint_save_limit_s)  # recipekit.operations' floor
     if recipe.hw.env.get("HCCL_OP_EXPANSION_MODE") == "AIV" and steady_floor > HCCL_AIV_EXEC_TIMEOUT_MAX_S:
         warnings.append(

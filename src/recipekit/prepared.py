@@ -20,9 +20,14 @@ from recipekit.runtime import manifest as layout
 def read(path: Path) -> dict[str, Any]:
     """The manifest at ``path`` (its file or its directory); a one-line RecipeError when it is unusable."""
     try:
-        return layout.read_manifest(path)
+        document = layout.read_manifest(path)
     except layout.ManifestError as exc:
         raise RecipeError([Problem("--data", str(exc))]) from None
+    try:
+        layout.split_counts(document, "train")  # counts that are not numbers are refused here, naming the file
+    except layout.ManifestError as exc:
+        raise RecipeError([Problem("--data", f"{path}: {exc}")]) from None
+    return document
 
 
 def overrides(document: dict[str, Any]) -> list[str]:

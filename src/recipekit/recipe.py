@@ -23,6 +23,7 @@ from recipekit.domains import (
     IFNAMES,
     IMAGE_REGISTRY,
     INDEX_URL,
+    IP_ADDRESS,
     LABEL_KEY,
     LABEL_VALUE,
     LOCATION,
@@ -518,6 +519,13 @@ class OpsSpec(Section):
         ge=1024,
         le=65535,
         description="Serve Prometheus metrics on this port (a process with local rank i uses port + i); null: off.",
+    )
+    metrics_bind: str = spec(
+        "0.0.0.0",
+        domain=IP_ADDRESS,
+        description="Address the metrics endpoint listens on. 0.0.0.0 (every interface of the pod's own network "
+        "namespace) is what Prometheus needs: it scrapes the pod IP. Choose 127.0.0.1 where the host's network is "
+        "shared (hostNetwork, a bare-metal run) and a local agent scrapes; :: for IPv6.",
     )
     metrics_ranks: Literal["rank0", "all"] = spec(
         "all", description="Which processes serve metrics: global rank 0 only, or every rank (per-device figures)."

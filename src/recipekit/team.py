@@ -18,14 +18,13 @@ from __future__ import annotations
 
 import os
 import re
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from recipekit import __version__
-from recipekit.errors import Collector, Problem, RecipeError
+from recipekit.errors import Collector, Problem
 
 CONFIG_FILE = "recipekit.toml"
 ENV_VAR = "RECIPEKIT_RECIPES"
@@ -77,18 +76,10 @@ def read_config(path: Path) -> TeamConfig:
     The running recipekit must be inside the declared version range: a repo written for another version may use
     keys or options this one does not have (or has changed), and finding out from a half-right bundle costs more.
     """
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # pragma: no cover - exercised on Python 3.10 only
-        import tomli as tomllib
+    from recipekit import tomlfile
 
     where = str(path)
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise RecipeError([Problem(where, f"cannot be read ({exc})")]) from None
-    except tomllib.TOMLDecodeError as exc:
-        raise RecipeError([Problem(where, f"not valid TOML: {exc}")]) from None
+    data = tomlfile.read(path)  # bounded in size and depth; one line naming the file when it cannot be used
     problems = Collector()
     for key in data:
         if key not in _KEYS:
@@ -108,7 +99,11 @@ def read_config(path: Path) -> TeamConfig:
         problems.add(f"{where}: search_path", f"must be a non-empty list of directory names (got {raw_paths!r})")
     else:
         for entry in raw_paths:
-            directory = (path.parent / entry).resolve()
+            try:
+                directory = (path.parent / entry).resolve()
+            except (RuntimeError, OSError):  # a symlink loop (RuntimeError before Python 3.13, OSError after)
+                problems.add(f"{where}: search_path", f"{entry!r} is a symlink loop (relative to {path.parent})")
+                continue
             if not directory.is_dir():
                 problems.add(f"{where}: search_path", f"{entry!r} is not a directory (relative to {path.parent})")
             paths.append(directory)

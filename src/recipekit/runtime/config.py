@@ -67,7 +67,11 @@ def load_run_config(path: Path) -> RunConfig:
     except OSError as exc:
         raise RunError(f"cannot read recipe {path}: {exc.strerror}") from None
     except yaml.YAMLError as exc:
-        raise RunError(f"{path} is not valid YAML: {exc}") from None
+        raise RunError(f"{path} is not valid YAML: {' '.join(str(exc).split())}") from None
+    except ValueError as exc:  # UnicodeDecodeError
+        raise RunError(f"{path} is not UTF-8 text ({exc.__class__.__name__})") from None
+    except RecursionError:
+        raise RunError(f"{path} is nested too deeply to be a recipe") from None
     raw = raw if isinstance(raw, dict) else {}
     missing = [key for key in ("recipe", "plan", "training_arguments") if not isinstance(raw.get(key), dict)]
     if missing:

@@ -2,8 +2,10 @@
 
 Which processes serve is the recipe's choice (``ops.metrics_ranks``: global rank 0, or every rank for per-device
 figures); a process with local rank i listens on ``ports[i]`` (recipe.yaml ``operations.metrics.ports``, the same
-ports the Job's container declares and the PodMonitor scrapes). The dry run runs several pods on one host, so the
-pod's environment may move the first port (``RECIPEKIT_METRICS_PORT``), as a pod spec may.
+ports the Job's container declares and the PodMonitor scrapes), on the address ``operations.metrics.bind``
+(``ops.metrics_bind``: 0.0.0.0 by default, as Prometheus scrapes the pod IP; 127.0.0.1 where the host's network is
+shared). The dry run runs several pods on one host, so the pod's environment may move the first port
+(``RECIPEKIT_METRICS_PORT``), as a pod spec may.
 
 Metrics never stop training: a missing prometheus_client or a port already taken is one warning, and the exporter
 then does nothing.
@@ -20,12 +22,14 @@ from .common import LOG
 
 #: The pod's environment may set the first metrics port (the dry run's pods share one host).
 PORT_ENV = "RECIPEKIT_METRICS_PORT"
+#: Every interface: Prometheus scrapes the pod IP (recipe.yaml ``operations.metrics.bind``; older bundles lack it).
+DEFAULT_BIND = "0.0.0.0"
 
 
 class Exporter:
     """Gauges and the alert counter of :mod:`metricnames`, labelled with the Job's name and this rank."""
 
-    def __init__(self, port: int, job: str, rank: int):
+    def __init__(self, port: int, job: str, rank: int, bind: str = DEFAULT_BIND):
         import prometheus_client as prom
 
         self.registry = prom.CollectorRegistry(auto_describe=True)
@@ -39,7 +43,7 @@ class Exporter:
                 )
             else:
                 self._gauges[metric.name] = prom.Gauge(metric.name, metric.help, names.LABELS, registry=self.registry)
-        self.server = prom.start_http_server(port, registry=self.registry)
+        self.server = prom.start_http_server(port, addr=bind, registry=self.registry)
 
     def set(self, metric: names.Metric, value: float) -> None:
         self._gauges[metric.name].labels(**self.labels).set(value)
@@ -69,20 +73,22 @@ class NoExporter:
 
 
 def start_exporter(settings: Any, job: str, rank: int, local_rank: int) -> Exporter | NoExporter:
-    """This process's exporter per recipe.yaml's ``operations.metrics`` (``ports``, ``ranks``), or a no-op."""
+    """This process's exporter per recipe.yaml's ``operations.metrics`` (``ports``, ``ranks``, ``bind``), or a
+    no-op."""
     ports = list(getattr(settings, "ports", None) or [])
     serves = ports and (getattr(settings, "ranks", "all") == "all" or rank == 0)
     if not serves or local_rank >= len(ports):
         return NoExporter()
     first = os.environ.get(PORT_ENV, "")
     port = (int(first) if first.isdigit() else ports[0]) + (ports[local_rank] - ports[0])
+    bind = str(getattr(settings, "bind", None) or DEFAULT_BIND)
     try:
-        exporter = Exporter(port, job, rank)
+        exporter = Exporter(port, job, rank, bind)
     except ImportError:
         LOG.log(logging.WARNING, "metrics: prometheus_client is not installed; serving no metrics")
         return NoExporter()
     except OSError as exc:
-        LOG.warning("metrics: cannot listen on port %d (%s); serving no metrics", port, exc.strerror or exc)
+        LOG.warning("metrics: cannot listen on %s port %d (%s); serving no metrics", bind, port, exc.strerror or exc)
         return NoExporter()
-    LOG.info("metrics: serving Prometheus metrics on port %d", port)
+    LOG.info("metrics: serving Prometheus metrics on %s port %d", bind, port)
     return exporter

@@ -25,6 +25,8 @@ import socket
 from pathlib import Path
 from typing import Any
 
+from . import jsonfile
+
 FORMAT = "recipekit-prepared"
 #: Bumped whenever the shard layout or the way rows are made changes: it is part of every fingerprint.
 VERSION = 1
@@ -61,8 +63,8 @@ def write_json(path: Path, data: Any) -> None:
 def read_json(path: Path) -> dict[str, Any] | None:
     """A JSON object file, or None when it is absent or unreadable (a writer's rename is atomic: never half)."""
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        data = jsonfile.read(Path(path))
+    except (OSError, ValueError):  # jsonfile's refusals are ValueErrors
         return None
     return data if isinstance(data, dict) else None
 
@@ -73,11 +75,11 @@ def read_manifest(path: Path) -> dict[str, Any]:
     if path.is_dir():
         path = path / MANIFEST
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = jsonfile.read(path)
     except OSError as exc:
         raise ManifestError(f"cannot read {path}: {exc.strerror or exc}") from None
-    except ValueError as exc:
-        raise ManifestError(f"{path} is not JSON: {exc}") from None
+    except jsonfile.UntrustedJSON as exc:
+        raise ManifestError(str(exc)) from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise ManifestError(f"{path} is not a recipekit prepared-data manifest")
     if data.get("version") != VERSION:
@@ -89,6 +91,15 @@ def read_manifest(path: Path) -> dict[str, Any]:
 
 
 def split_counts(manifest: dict[str, Any], split: str = "train") -> tuple[int, int]:
-    """(rows, tokens) of one split of a manifest."""
-    part = (manifest.get("splits") or {}).get(split) or {}
-    return int(part.get("rows", 0)), int(part.get("tokens", 0))
+    """(rows, tokens) of one split of a manifest; :class:`ManifestError` when they are not counts."""
+    splits = manifest.get("splits") or {}
+    part = (splits.get(split) if isinstance(splits, dict) else None) or {}
+    rows: Any = part.get("rows", 0) if isinstance(part, dict) else None
+    tokens: Any = part.get("tokens", 0) if isinstance(part, dict) else None
+    if not (_is_count(rows) and _is_count(tokens)):
+        raise ManifestError(f"the {split} split's rows and tokens are {rows!r:.40} and {tokens!r:.40}, not counts")
+    return rows, tokens
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**63

@@ -47,6 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from . import jsonfile
 from .data import DataError, Where, record_problem
 
 KINDS = {".jsonl": "jsonl", ".json": "json", ".parquet": "parquet", ".arrow": "arrow", ".txt": "text"}
@@ -286,9 +287,11 @@ def _parse_json_lines(raws: Iterable[bytes], where: Callable[[int], Callable[[],
             yield Item(None, (f"not UTF-8 text (byte {exc.start + 1})", None), where(index))
             continue
         try:
-            yield Item(json.loads(text), None, where(index))
-        except json.JSONDecodeError as exc:
-            yield Item(None, (f"not valid JSON ({exc.msg} at column {exc.colno})", None), where(index))
+            value = jsonfile.loads(text, "line")
+        except jsonfile.UntrustedJSON as exc:  # not JSON, or nested too deep for anything to walk it
+            yield Item(None, (exc.reason, None), where(index))
+        else:
+            yield Item(value, None, where(index))
 
 
 def _text_edge(handle: Any, offset: int, size: int) -> int:
@@ -390,8 +393,14 @@ def _json_array(file: InputFile) -> Iterator[Item]:
             raise DataError(
                 path, f"not valid JSON ({exc.msg} at column {exc.colno}); the array cannot be read past it", exc.lineno
             ) from None
+        except (RecursionError, ValueError) as exc:  # nested past Python's stack; a number int() refuses
+            why = jsonfile.too_deep() if isinstance(exc, RecursionError) else f"not valid JSON ({exc})"
+            raise DataError(path, f"{why}; the array cannot be read past it", line_at(position)) from None
         where = Where(path, line=line_at(position))
-        yield Item(value, None, lambda where=where: where)
+        problem: tuple[str, str | None] | None = None
+        if jsonfile.nesting(value) > jsonfile.MAX_DEPTH:
+            problem = (jsonfile.too_deep(), None)
+        yield Item(None if problem else value, problem, _known(where))
         position = _SPACE.match(text, after).end()  # type: ignore[union-attr]
         mark = text[position : position + 1]
         if mark == ",":
@@ -402,6 +411,11 @@ def _json_array(file: InputFile) -> Iterator[Item]:
             raise DataError(path, "expected ',' or ']' after an array element", line_at(position))
     if text[position + 1 :].strip():
         raise DataError(path, "text after the JSON array's closing ']'", line_at(position + 1))
+
+
+def _known(where: Where) -> Callable[[], Where]:
+    """The locator of a record whose place is already known."""
+    return lambda: where
 
 
 def _rows(table: Any, path: str, first_row: int) -> Iterator[Item]:

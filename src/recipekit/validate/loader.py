@@ -28,6 +28,7 @@ from recipekit.bundlefiles import RECIPE as RECIPE
 from recipekit.errors import RecipeError
 from recipekit.layout import LAYOUT_KEYS
 from recipekit.recipe import Recipe, parse_recipe
+from recipekit.runtime import jsonfile
 from recipekit.validate.checks import Finding
 
 #: Summary keys recipe.yaml's plan must carry (what launch.json, the Job and train.py were rendered from).
@@ -180,9 +181,9 @@ def _parse_json_object(bundle: Bundle, name: str) -> dict[str, Any] | None:
     if text is None:
         return None
     try:
-        data = json.loads(text)
-    except ValueError as exc:
-        bundle.parse_findings.append(Finding(name, "", f"not valid JSON: {exc}"))
+        data = jsonfile.loads(text, name)
+    except jsonfile.UntrustedJSON as exc:  # not JSON, or nested deeper than anything may walk
+        bundle.parse_findings.append(Finding(name, "", exc.reason))
         return None
     if not isinstance(data, dict):
         bundle.parse_findings.append(Finding(name, "", "must be a JSON object"))
@@ -242,9 +243,9 @@ def _parse_other_files(bundle: Bundle) -> None:
             continue
         if name.endswith(".json"):
             try:
-                json.loads(bundle.raw[name])
-            except ValueError as exc:
-                out.append(Finding(name, "", f"not valid JSON: {exc}"))
+                jsonfile.loads(bundle.raw[name], name)
+            except jsonfile.UntrustedJSON as exc:
+                out.append(Finding(name, "", exc.reason))
         elif name.endswith((".yaml", ".yml")):
             try:
                 yamlfile.load(bundle.raw[name].decode("utf-8", errors="replace"), name)
