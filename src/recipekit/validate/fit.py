@@ -6,9 +6,8 @@ what says the run will die of out-of-memory. It is a warning, not a failure: the
 
 from __future__ import annotations
 
-import json
-
 from recipekit.bundlefiles import PLAN_JSON
+from recipekit.runtime import jsonfile
 from recipekit.summary import not_fit
 from recipekit.validate.loader import Bundle
 
@@ -19,7 +18,7 @@ def fit_warnings(bundle: Bundle) -> list[str]:
     if raw is None:
         return []
     try:
-        memory = json.loads(raw)["memory_gib"]
+        memory = jsonfile.loads(raw, PLAN_JSON)["memory_gib"]
         if memory["fits"] is False:
             return [not_fit(float(memory["total"]), float(memory["device"]))]
     except (ValueError, KeyError, TypeError):
