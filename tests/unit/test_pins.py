@@ -11,11 +11,14 @@ from pathlib import Path
 import tomllib
 
 from recipekit.images import load_images
+from recipekit.validate.tools import TOOL_PACKAGES
 
 ROOT = Path(__file__).resolve().parents[2]
 
 #: In pyproject's train extra, not in the images: the dry run's own process management.
 DRY_RUN_ONLY = {"psutil": "the dry run's simulated pods; no bundle imports it"}
+#: In pyproject's train extra, not in the images: the tools of validate's static checks (recipekit.validate.tools).
+VALIDATE_TOOLS = set(TOOL_PACKAGES.values())
 #: In the images' stack, not pinned by pyproject's train extra.
 IMAGE_ONLY = {"pyyaml": "a core dependency of recipekit itself (pyyaml>=6); the image pins it exactly"}
 
@@ -39,7 +42,8 @@ def test_train_extra_pins_the_image_stack() -> None:
             continue
         assert pins.get(name) == version, f"pyproject train extra pins {name}=={pins.get(name)}, images {version}"
     for name in pins:
-        assert name in reference or name == "torch" or name in DRY_RUN_ONLY, f"{name}: pinned for the dry run only"
+        expected = name in reference or name == "torch" or name in DRY_RUN_ONLY or name in VALIDATE_TOOLS
+        assert expected, f"{name}: pinned for the dry run only"
 
 
 def test_dry_run_torch_is_the_cpu_family_torch() -> None:
