@@ -30,7 +30,7 @@ def main() -> None:
     parser.add_argument("--cold-ops", action="store_true", help="delete the cached DeepSpeed op to time its build")
     options = parser.parse_args()
 
-    from recipekit.build import build
+    from recipekit.bundle.build import build
     from recipekit.validate.dryrun import DryRunOptions, extensions_dir, run_dry_run
     from recipekit.validate.static import load_bundle, run_static
 

@@ -6,7 +6,7 @@ from collections.abc import Iterator, Sequence
 
 import pytest
 
-from recipekit.build import compile_bundle, resolve
+from recipekit.bundle.build import compile_bundle, resolve
 
 
 @pytest.fixture(autouse=True)

@@ -35,8 +35,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from recipekit.build import build
-from recipekit.dockerfile import normalize, parse
+from recipekit.bundle.build import build
+from recipekit.image.dockerfile import normalize, parse
 from recipekit.paths import cache_dir
 from recipekit.validate.static import load_bundle, run_static
 

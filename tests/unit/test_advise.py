@@ -11,13 +11,13 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "src"))
 
-from recipekit.compose import compose  # noqa: E402
-from recipekit.images import load_images  # noqa: E402
+from recipekit.bundle.report import advice_dict, render_advice  # noqa: E402
+from recipekit.image.matrix import load_images  # noqa: E402
 from recipekit.memory import advise, candidate, estimate  # noqa: E402
-from recipekit.options import load_parallel_options  # noqa: E402
-from recipekit.plan import make_plan  # noqa: E402
-from recipekit.recipe import parse_recipe  # noqa: E402
-from recipekit.report import advice_dict, render_advice  # noqa: E402
+from recipekit.plan.plan import make_plan  # noqa: E402
+from recipekit.recipe.compose import compose  # noqa: E402
+from recipekit.recipe.paralleloptions import load_parallel_options  # noqa: E402
+from recipekit.recipe.sections import parse_recipe  # noqa: E402
 
 IMAGES = load_images()
 OPTIONS = load_parallel_options()
@@ -146,7 +146,7 @@ def test_render_and_dict():
 
 def test_build_suggests_fixes_from_the_team_recipe_trees_too(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """A team's own parallel options (`--recipes DIR`) are candidates for the fix a refused build proposes."""
-    from recipekit import build
+    from recipekit.bundle import build
     from recipekit.errors import RecipeError
 
     team = tmp_path / "team"

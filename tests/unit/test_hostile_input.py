@@ -27,17 +27,17 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
+from recipekit.bundle.render import markdown_code, render
 from recipekit.bundlefiles import JOB, LAUNCH, MANIFEST, README, RECIPE, RUN
 from recipekit.cli import main
-from recipekit.compose import compose
 from recipekit.errors import RecipeError
-from recipekit.images import load_images
+from recipekit.image.matrix import load_images
 from recipekit.paths import RECIPES_DIR
-from recipekit.plan import make_plan
-from recipekit.recipe import Recipe, parse_recipe
-from recipekit.render import markdown_code, render
+from recipekit.plan.plan import make_plan
+from recipekit.recipe.compose import compose
+from recipekit.recipe.schema import field_types, sections_in, to_data
+from recipekit.recipe.sections import Recipe, parse_recipe
 from recipekit.runtime.launch import Topology, environment
-from recipekit.schema import field_types, sections_in, to_data
 
 
 # ----------------------------------------------------------------------------------------------------- helpers
@@ -734,7 +734,7 @@ def test_list_shows_a_team_description_as_written(tmp_path: Path) -> None:
     ],
 )
 def test_domains_accept_real_values_and_refuse_lookalikes(domain: str, good: list[str], bad: list[str]) -> None:
-    from recipekit import domains
+    from recipekit.recipe import domains
 
     rule = getattr(domains, domain)
     assert [value for value in good if rule.problem(value) is not None] == []
@@ -742,7 +742,7 @@ def test_domains_accept_real_values_and_refuse_lookalikes(domain: str, good: lis
 
 
 def test_host_volume_names_match_the_jobs_and_collide_where_they_should() -> None:
-    from recipekit.names import host_volume_name
+    from recipekit.recipe.k8snames import host_volume_name
 
     assert host_volume_name("/usr/local/Ascend/driver") == "host-usr-local-ascend-driver"
     assert host_volume_name("/a_b") == host_volume_name("/a-b") == host_volume_name("/A.B")

@@ -1,4 +1,4 @@
-"""recipekit.memory and recipekit.report: the estimators against published sizes, DeepSpeed's own estimators and the
+"""recipekit.memory and bundle.report: the estimators against published sizes, DeepSpeed's own estimators and the
 tensors PyTorch actually keeps; fit/no-fit on known cases; fixes that, applied, fit; stable JSON."""
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "src"))
 
 from recipekit import memory  # noqa: E402
-from recipekit.compose import compose  # noqa: E402
-from recipekit.images import load_images  # noqa: E402
+from recipekit.bundle.report import estimate_dict, estimate_markdown, render_advice, render_estimate  # noqa: E402
+from recipekit.image.matrix import load_images  # noqa: E402
 from recipekit.memory import (  # noqa: E402
     GIB,
     activation_bytes,
@@ -31,12 +31,12 @@ from recipekit.memory import (  # noqa: E402
     regime,
     tp_inside_node,
 )
-from recipekit.modelsize import count_params, lora_params, tensor_parallel_share  # noqa: E402
-from recipekit.options import load_parallel_options  # noqa: E402
-from recipekit.plan import make_plan  # noqa: E402
-from recipekit.recipe import LoraSpec, ModelSpec, parse_recipe  # noqa: E402
-from recipekit.report import estimate_dict, estimate_markdown, render_advice, render_estimate  # noqa: E402
-from recipekit.schema import validate  # noqa: E402
+from recipekit.plan.modelsize import count_params, lora_params, tensor_parallel_share  # noqa: E402
+from recipekit.plan.plan import make_plan  # noqa: E402
+from recipekit.recipe.compose import compose  # noqa: E402
+from recipekit.recipe.paralleloptions import load_parallel_options  # noqa: E402
+from recipekit.recipe.schema import validate  # noqa: E402
+from recipekit.recipe.sections import LoraSpec, ModelSpec, parse_recipe  # noqa: E402
 
 IMAGES = load_images()
 OPTIONS = load_parallel_options()
@@ -555,7 +555,7 @@ def test_memory_reads_nothing_from_disk():
     import os
     import subprocess
 
-    readers = ("recipekit.compose", "recipekit.options", "hydra", "omegaconf")
+    readers = ("recipekit.recipe.compose", "recipekit.recipe.paralleloptions", "hydra", "omegaconf")
     code = f"import sys, recipekit.memory; print(sorted(m for m in sys.modules if m.startswith({readers})))"
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env).stdout

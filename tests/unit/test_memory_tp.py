@@ -17,8 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from recipekit.compose import compose
-from recipekit.images import load_images
+from recipekit.image.matrix import load_images
 from recipekit.memory import advise, estimate
 from recipekit.memory.formulas import (
     activation_bytes,
@@ -28,10 +27,11 @@ from recipekit.memory.formulas import (
     tp_allreduce_count,
     tp_head_bytes,
 )
-from recipekit.modelsize import count_params, tensor_parallel_share
-from recipekit.options import load_parallel_options
-from recipekit.plan import make_plan
-from recipekit.recipe import ModelSpec, parse_recipe
+from recipekit.plan.modelsize import count_params, tensor_parallel_share
+from recipekit.plan.plan import make_plan
+from recipekit.recipe.compose import compose
+from recipekit.recipe.paralleloptions import load_parallel_options
+from recipekit.recipe.sections import ModelSpec, parse_recipe
 
 PROBE = Path(__file__).with_name("autotp_probe.py")
 IMAGES = load_images()

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from recipekit.build import resolve
+from recipekit.bundle.build import resolve
 from recipekit.errors import RecipeError
-from recipekit.names import k8s_name, task_env_name
+from recipekit.recipe.k8snames import k8s_name, task_env_name
 
 
 def plan_of(*overrides: str):

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from recipekit.build import resolve
+from recipekit.bundle.build import resolve
 from recipekit.cli import main
 from recipekit.errors import RecipeError
 

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from recipekit.tinydata import tiny_records, write_tiny_dataset
+from recipekit.validate.tinydata import tiny_records, write_tiny_dataset
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -44,7 +44,10 @@ def test_tinydata_is_deterministic_and_needs_no_training_stack(tmp_path):
     first = write_tiny_dataset("alpaca", tmp_path / "a.jsonl", n=32, seed=3).read_bytes()
     assert write_tiny_dataset("alpaca", tmp_path / "b.jsonl", n=32, seed=3).read_bytes() == first
     assert write_tiny_dataset("alpaca", tmp_path / "c.jsonl", n=32, seed=4).read_bytes() != first
-    probe = "import sys, recipekit.tinydata; print(sorted({'torch', 'transformers', 'pyarrow'} & set(sys.modules)))"
+    probe = (
+        "import sys, recipekit.validate.tinydata; "
+        "print(sorted({'torch', 'transformers', 'pyarrow'} & set(sys.modules)))"
+    )
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]"
 

@@ -12,13 +12,13 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from recipekit.build import build, resolve
+from recipekit.bundle.build import build, resolve
 from recipekit.errors import RecipeError
 from recipekit.runtime import arguments
 from recipekit.runtime.callbacks import ThroughputCallback
 from recipekit.runtime.common import RunError
-from recipekit.validate.checks import Result, Status
 from recipekit.validate.loader import load_bundle, rehash_manifest
+from recipekit.validate.results import Result, Status
 from recipekit.validate.static import run_static
 from recipekit.validate.workcopy import substitute
 
@@ -210,8 +210,8 @@ def test_two_pods_of_one_process_carry_tp_across_them_and_say_so(tmp_path: Path)
     assert (dry.cluster.nodes, dry.cluster.devices_per_pod, dry.parallel.tensor_parallel) == (2, 1, 2)
     across = next(s for s in subs if s.field == "plan.tensor_parallel")
     assert across.new == "TP 2 across 2 simulated pods" and "every link is local" in across.why
-    from recipekit.images import load_images
-    from recipekit.plan import make_plan
+    from recipekit.image.matrix import load_images
+    from recipekit.plan.plan import make_plan
 
     plan = make_plan(dry, load_images(), tp_across_pods=True)
     assert (plan.layout.world_size, plan.layout.dp_size) == (2, 1)

@@ -3,8 +3,9 @@
 ``fixes``/``fit_problem`` find the cheapest change that makes a recipe fit (what a refused ``build`` proposes);
 ``advise`` ranks every layout of the recipe's cluster that fits (``plan --advise``). The parallel options to try are
 passed in by the caller (they are data, ``recipes/parallel/*.yaml`` and the team's trees: see
-:mod:`recipekit.options`); nothing here reads from disk. Each variation is planned by :func:`recipekit.plan.make_plan`
-without the bundle documents, so its layout numbers come from the plan's own derivation.
+:mod:`recipekit.recipe.paralleloptions`); nothing here reads from disk. Each variation is planned by
+:func:`recipekit.plan.plan.make_plan` without the bundle documents, so its layout numbers come from the plan's own
+derivation.
 """
 
 from __future__ import annotations
@@ -13,12 +14,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from recipekit.errors import Problem, RecipeError
-from recipekit.images import ImageMatrix
-from recipekit.layout import Layout, derive_layout, recipe_layout
+from recipekit.image.matrix import ImageMatrix
 from recipekit.memory.estimate import Estimate, estimate
-from recipekit.plan import Plan, make_plan
-from recipekit.recipe import ParallelSpec, Recipe
-from recipekit.schema import to_data
+from recipekit.plan.layout import Layout, derive_layout, recipe_layout
+from recipekit.plan.plan import Plan, make_plan
+from recipekit.recipe.schema import to_data
+from recipekit.recipe.sections import ParallelSpec, Recipe
 
 #: fit_problem tries at most this many doublings of the node count.
 MAX_NODE_DOUBLINGS = 6

@@ -20,9 +20,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from recipekit.documents import STAGE3_PREFETCH_FACTOR
-from recipekit.modelsize import ParamCounts, linear_shapes, lora_targets
-from recipekit.recipe import LoraSpec, ModelSpec
+from recipekit.bundle.documents import STAGE3_PREFETCH_FACTOR
+from recipekit.plan.modelsize import ParamCounts, linear_shapes, lora_targets
+from recipekit.recipe.sections import LoraSpec, ModelSpec
 
 GIB = 2**30
 GB = 1e9
@@ -221,7 +221,7 @@ def model_states(
     """Weights, gradients and AdamW states per device under DDP or a ZeRO stage, counted as DeepSpeed counts them.
 
     ``params`` are the parameters one model replica holds on this device's slice (all of them without TP/PP;
-    under TP, :func:`recipekit.modelsize.tensor_parallel_share`);
+    under TP, :func:`recipekit.plan.modelsize.tensor_parallel_share`);
     ``trainable`` of those get gradients and optimizer states (default: all); the frozen rest is stored at
     ``frozen_weight_bytes`` per parameter (QLoRA's 4-bit base; default: the regime's). Stage 0 under AMP is
     4 + 2 + 4 + 4 + 8 = 22 bytes per parameter with more than one rank.

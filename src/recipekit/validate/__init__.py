@@ -2,12 +2,12 @@
 
 Public API:
 
-* :func:`validate` — run the checks on a bundle directory and return a :class:`~recipekit.validate.checks.Report`.
+* :func:`validate` — run the checks on a bundle directory and return a :class:`~recipekit.validate.results.Report`.
 * :func:`recipekit.validate.loader.load_bundle` (also importable from ``recipekit.validate.static``) and
   :func:`recipekit.validate.static.run_static` — the static part; :data:`recipekit.validate.static.CHECKS` lists the
   checks in report order.
 * :func:`recipekit.validate.dryrun.run_dry_run` with :class:`~recipekit.validate.dryrun.DryRunOptions` — the dry run.
-* :data:`recipekit.validate.command.validate_command` — the click command (registered as ``recipekit validate``).
+* :data:`recipekit.cli.validate.validate_command` — the click command (registered as ``recipekit validate``).
 
 Nothing here imports torch, transformers or deepspeed: the library cross-checks and the dry run run them in child
 processes. Earlier modules (recipe, plan, render, bundle, images) never import this package.
@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from recipekit.validate.checks import Finding, Report, Result, Status
+from recipekit.validate.results import Finding, Report, Result, Status
 
 if TYPE_CHECKING:
     from recipekit.validate.dryrun import DryRunOptions

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from recipekit.bundlefiles import DS_CONFIG as DS
 from recipekit.bundlefiles import JOB, LAUNCH, RECIPE
-from recipekit.names import task_env_name
-from recipekit.plan import resolve_precision
-from recipekit.validate.checks import Result, Status
+from recipekit.plan.plan import resolve_precision
+from recipekit.recipe.k8snames import task_env_name
 from recipekit.validate.loader import Bundle, as_int, container_of, device_resources, task_of
+from recipekit.validate.results import Result, Status
 
 
 def check_world_size(bundle: Bundle) -> Result:

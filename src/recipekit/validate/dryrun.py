@@ -26,12 +26,12 @@ from recipekit.runtime import contract
 from recipekit.runtime.device import TARGETS
 from recipekit.validate import judge
 from recipekit.validate.attempts import DryRun, pod_environment
-from recipekit.validate.checks import Result
 from recipekit.validate.consistency import check_batch
 from recipekit.validate.loader import Bundle, load_bundle
 from recipekit.validate.observed import Attempt
 from recipekit.validate.ops import build_ops, extensions_dir
 from recipekit.validate.opsjudge import OpsExpectation, judge_fault, judge_metrics, judge_preflight, judge_profile
+from recipekit.validate.results import Result
 from recipekit.validate.workcopy import DryRunUsageError, prepare
 
 __all__ = ["DryRunOptions", "DryRunUsageError", "extensions_dir", "pod_environment", "run_dry_run"]

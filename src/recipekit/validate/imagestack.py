@@ -29,9 +29,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from recipekit.bundlefiles import LAUNCH
-from recipekit.dockerfile import Dockerfile, normalize, parse, split_image
-from recipekit.images import ARCH_LABEL, ARCHS, ImageFamily, features, load_images
-from recipekit.validate.checks import Result, Status
+from recipekit.image.dockerfile import Dockerfile, normalize, parse, split_image
+from recipekit.image.matrix import ARCH_LABEL, ARCHS, ImageFamily, features, load_images
+from recipekit.validate.results import Result, Status
 
 if TYPE_CHECKING:
     from recipekit.validate.static import Bundle

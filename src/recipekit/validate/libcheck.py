@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from recipekit.paths import cache_dir
-from recipekit.validate.checks import Result
+from recipekit.validate.results import Result
 
 TIMEOUT_S = 240
 _LIBRARIES = ("transformers", "deepspeed", "accelerate", "torch")

@@ -33,7 +33,7 @@ import time
 import types
 from typing import Any
 
-from recipekit.validate.checks import Finding
+from recipekit.validate.results import Finding
 
 _MISMATCH = re.compile(r"^- ds (?P<ds>\S+)=(?P<dv>.*) vs hf (?P<hf>.+?)=(?P<hv>.*)$")
 #: Installed packages the libraries import opportunistically but the checks never use.

@@ -7,7 +7,7 @@ alert rules through promtool, and the collective timeouts against recipe.yaml's 
   (``recipekit.runtime.metricnames``), scoped to this Job; ``promtool check rules`` (Debian's ``prometheus``
   package) accepts the rules and, as recording rules, every panel's query — skipped with the reason without promtool.
 * ``operations``: launch.json's collective timeouts are the ones recipe.yaml's watchdog section was computed with
-  (one source: recipekit.operations), and the Trainer's process-group timeout is the startup one.
+  (one source: recipekit.memory.operations), and the Trainer's process-group timeout is the startup one.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ import yaml
 
 from recipekit.bundlefiles import DASHBOARD, LAUNCH, PODMONITOR, PROMETHEUS_RULE, RECIPE
 from recipekit.runtime import metricnames as names
-from recipekit.validate.checks import Result
 from recipekit.validate.loader import Bundle
+from recipekit.validate.results import Result
 
 _METRIC = re.compile(r"\b(recipekit_[a-z_]+)\b")
 

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from recipekit.paths import cache_dir
-from recipekit.validate.checks import Result
+from recipekit.validate.results import Result
 from recipekit.validate.workcopy import WorkCopy
 
 

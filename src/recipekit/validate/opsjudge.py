@@ -16,9 +16,9 @@ from typing import Any
 
 from recipekit.runtime import contract
 from recipekit.runtime import metricnames as names
-from recipekit.validate.checks import Result
 from recipekit.validate.judge import resumed_step
 from recipekit.validate.observed import Attempt
+from recipekit.validate.results import Result
 
 WHERE = "<dry run>"
 

@@ -20,7 +20,6 @@ import time
 from collections.abc import Callable
 
 from recipekit.validate import imagestack
-from recipekit.validate.checks import Result
 from recipekit.validate.consistency import (
     check_batch,
     check_device,
@@ -34,6 +33,7 @@ from recipekit.validate.imagepins import check_image
 from recipekit.validate.linters import check_hadolint, check_shellcheck
 from recipekit.validate.loader import Bundle, BundleUnusable, load_bundle, rehash_manifest
 from recipekit.validate.monitoring import check_monitoring, check_operations
+from recipekit.validate.results import Result
 from recipekit.validate.structure import (
     check_job_schema,
     check_job_webhook,

@@ -6,8 +6,9 @@ rendered by the same code that built the bundle, so every derived number (world 
 Trainer arguments, ds_config) follows from the substitutions exactly as it would on a cluster:
 
 * the model by its tiny twin of the same family (``recipes/model/tiny_<family>.yaml``: random weights, a tokenizer
-  trained on the data), the data by a small generated dataset of the recipe's format (:mod:`recipekit.tinydata`),
-  cut into small prepare chunks so that every pod prepares a share of it, as every pod of the Job does;
+  trained on the data), the data by a small generated dataset of the recipe's format
+  (:mod:`~recipekit.validate.tinydata`), cut into small prepare chunks so that every pod prepares a share of it, as
+  every pod of the Job does;
 * the shared volume (PVC) by ``<workdir>/shared``: output_dir and data keep their paths below the mount;
 * the schedule by a few steps with a checkpoint midway, logging every step, no DataLoader workers, at most
   two accumulation micro-steps;
@@ -42,10 +43,10 @@ import yaml
 
 from recipekit import yamlfile
 from recipekit.bundlefiles import DS_CONFIG, LAUNCH, RECIPE, RUN
-from recipekit.compose import Composed, group_options
 from recipekit.errors import RecipeError
-from recipekit.recipe import HardwareSpec, ModelSpec, Recipe
-from recipekit.schema import to_data, validate
+from recipekit.recipe.compose import Composed, group_options
+from recipekit.recipe.schema import to_data, validate
+from recipekit.recipe.sections import HardwareSpec, ModelSpec, Recipe
 from recipekit.validate.loader import Bundle, rehash_manifest
 
 MARKER = ".recipekit-dryrun"
@@ -192,7 +193,7 @@ def _plain(value: Any) -> Any:
 
 def substitute(recipe: Recipe, options: Any, root: Path) -> tuple[Recipe, list[Substitution]]:
     """The dry-run recipe: ``recipe`` with only what a laptop must change, and why each change was made."""
-    from recipekit.tinydata import write_tiny_dataset
+    from recipekit.validate.tinydata import write_tiny_dataset
 
     sub = _Substituter()
     twin = find_twin(recipe.model.family)
@@ -384,7 +385,7 @@ def _operations(sub: _Substituter, dry: Recipe, options: Any) -> Recipe:
 
 
 def _accumulation(recipe: Recipe) -> int:
-    from recipekit.layout import recipe_layout
+    from recipekit.plan.layout import recipe_layout
 
     return recipe_layout(recipe)[0].gradient_accumulation_steps
 
@@ -392,9 +393,9 @@ def _accumulation(recipe: Recipe) -> int:
 # ------------------------------------------------------------------------------------------------ the work copy
 def prepare(bundle: Bundle, options: Any) -> WorkCopy:
     """Re-plan the bundle's recipe for this machine into ``<workdir>/bundle``; record every difference."""
-    from recipekit.build import Resolved, compile_bundle
-    from recipekit.images import load_images
-    from recipekit.plan import make_plan
+    from recipekit.bundle.build import Resolved, compile_bundle
+    from recipekit.image.matrix import load_images
+    from recipekit.plan.plan import make_plan
 
     root = (options.workdir or default_workdir(bundle.path)).resolve()
     if root == bundle.path.resolve() or bundle.path.resolve() in root.parents:

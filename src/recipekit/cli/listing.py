@@ -1,0 +1,72 @@
+"""What ``recipekit list`` shows: each group's options, its default, and the layer each option comes from.
+
+A team sees at a glance which options are its own and which of its options replace a built-in one of the same name
+(a shadow is deliberate — the team's ``cluster/default.yaml`` — or a surprise worth seeing before a build).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from recipekit import yamlfile
+from recipekit.recipe.compose import describe_option, option_files, recipe_dirs
+from recipekit.recipe.team import Layer
+
+BUILT_IN = "built-in"
+
+
+@dataclass(frozen=True)
+class OptionRow:
+    group: str
+    option: str
+    default: bool
+    #: The label of the layer the option is taken from (the last one that has it).
+    origin: str
+    #: Labels of the earlier layers whose same-named option this one replaces.
+    shadows: tuple[str, ...]
+    description: str
+
+
+def group_defaults(extra_dirs: Sequence[Path] = ()) -> dict[str, str | None]:
+    """Each group's default option, from the defaults list of the ``config.yaml`` Hydra would load.
+
+    That is the last layer's that has one: a team layer may replace recipekit's root config.
+    """
+    roots = [root / "config.yaml" for root in recipe_dirs(extra_dirs)]
+    config = next((path for path in reversed(roots) if path.is_file()), None)
+    try:
+        data = yamlfile.read(config) if config else {}
+    except yaml.YAMLError:
+        return {}
+    found: dict[str, str | None] = {}
+    for entry in (data or {}).get("defaults", []) if isinstance(data, dict) else []:
+        if isinstance(entry, dict):
+            for group, option in entry.items():
+                found[str(group).removeprefix("override ").strip()] = None if option is None else str(option)
+    return found
+
+
+def option_rows(groups: Sequence[str], layers: Sequence[Layer]) -> list[OptionRow]:
+    """One row per option of each group, in group order then option order."""
+    extra = [layer.path for layer in layers]
+    labels = {root: label for root, label in zip(recipe_dirs(extra), [BUILT_IN, *(layer.label for layer in layers)])}
+    defaults = group_defaults(extra)
+    rows = []
+    for group in groups:
+        for option, paths in option_files(group, extra).items():
+            origins = [labels.get(path.parent.parent, str(path.parent.parent)) for path in paths]
+            rows.append(
+                OptionRow(
+                    group=group,
+                    option=option,
+                    default=defaults.get(group) == option,
+                    origin=origins[-1],
+                    shadows=tuple(origins[:-1]),
+                    description=describe_option(paths[-1]),
+                )
+            )
+    return rows
