@@ -28,7 +28,7 @@ from typing import Any
 
 from recipekit.bundle.build import DEFAULT_OUTPUT_ROOT, build_resolved, resolve
 from recipekit.errors import Problem, RecipeError
-from recipekit.recipe.compose import Composed, compose, compose_variants, expand_sweep
+from recipekit.recipe.compose import Composed, compose, compose_variants, expand_sweep, preload
 
 #: Processes that build in parallel: the 2 cores of the build machines recipekit is sized for.
 JOBS = 2
@@ -142,11 +142,9 @@ def _share(found: list[Combination], jobs: int) -> list[list[Combination]]:
 
 def _warm_up() -> None:
     """Import and compile in this process what every combination needs, so forked workers inherit it."""
-    import hydra.compose  # noqa: F401 - the import is the point
-    from hydra._internal.config_loader_impl import ConfigLoaderImpl  # noqa: F401
-
     from recipekit.bundle import render
 
+    preload()
     environment = render._environment()
     for name in environment.list_templates(extensions=["j2"]):
         if "/" not in name:

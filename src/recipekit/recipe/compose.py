@@ -83,6 +83,12 @@ def describe_option(path: Path) -> str:
     return description if isinstance(description, str) and description.isprintable() else ""
 
 
+def preload() -> None:
+    """Import Hydra's composition machinery now (a matrix build does, before forking its workers to share it)."""
+    import hydra.compose  # noqa: F401 - the import is the point
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl  # noqa: F401
+
+
 def compose(overrides: Sequence[str], extra_dirs: Sequence[Path] = ()) -> Composed:
     """Compose recipekit's config with ``overrides`` (Hydra grammar) into a plain dict.
 
