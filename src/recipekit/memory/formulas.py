@@ -20,8 +20,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from recipekit.bundle.documents import STAGE3_PREFETCH_FACTOR
 from recipekit.plan.modelsize import ParamCounts, linear_shapes, lora_targets
+from recipekit.plan.parallelism import STAGE3_PREFETCH_FACTOR
 from recipekit.recipe.sections import LoraSpec, ModelSpec
 
 GIB = 2**30
@@ -130,9 +130,9 @@ class Regime:
         return f"Adam m, v {dtype_name(FULL)} (the {dtype_name(self.weight)} weights are the master)"
 
 
-def regime(precision: str, zero_stage: int, *, deepspeed: bool | None = None) -> Regime:
-    """The byte widths of a run trained at ``precision`` under ``zero_stage``, with or without DeepSpeed (by
-    default: DeepSpeed for any ZeRO stage; tensor parallelism runs DeepSpeed at stage 0 too).
+def regime(precision: str, zero_stage: int, *, deepspeed: bool) -> Regime:
+    """The byte widths of a run trained at ``precision`` under ``zero_stage``, with or without DeepSpeed (the plan
+    says which: :attr:`recipekit.plan.plan.Plan.uses_deepspeed`; tensor parallelism runs DeepSpeed at stage 0 too).
 
     * fp32 (the CPU's, or asked for): everything fp32; the weights are their own master, no fp32 gradient copy.
     * stage 0 without DeepSpeed, in 16 bits: torch DDP under the Trainer's AMP (runtime/train.py ``weight_dtype``):
@@ -143,7 +143,7 @@ def regime(precision: str, zero_stage: int, *, deepspeed: bool | None = None) ->
       gradients and Adam's moments: 2 + 2 + 4 + 12 bytes per parameter at ZeRO 0-2 (DeepSpeed's 2 + 18; stage 0
       is its BF16/FP16 optimizer, nothing partitioned), 2 + 2 + 2 + 12 at ZeRO-3.
     """
-    ddp = not (zero_stage > 0 if deepspeed is None else deepspeed)
+    ddp = not deepspeed
     if precision == "fp32":
         return Regime(
             precision,

@@ -25,7 +25,7 @@ Timeouts by phase (why they differ):
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from recipekit.memory import Estimate
@@ -110,7 +110,7 @@ def checkpoint_sizes(recipe: Recipe, plan: Plan) -> tuple[int, int]:
     adapter only) and the optimizer states of every trainable parameter (fp32 master where there is one, Adam's two
     moments). The final model is the weights alone, plus the merged 16-bit model for ``lora.merge_on_save``.
     """
-    reg = regime(plan.precision, plan.zero_stage)
+    reg = regime(plan.precision, plan.zero_stage, deepspeed=plan.uses_deepspeed)
     total, trainable = plan.flops.params_total, plan.flops.params_trainable
     lora = getattr(recipe.mode, "lora", None)
     saved_weights = trainable * reg.weight if lora is not None else total * reg.weight
@@ -127,7 +127,7 @@ def expected_versions(recipe: Recipe, plan: Plan) -> dict[str, str]:
         versions["torch_npu"] = family.torch_npu
     if family.cann:
         versions["cann"] = family.cann
-    wanted = ["transformers"] + (["deepspeed"] if plan.zero_stage else [])
+    wanted = ["transformers"] + (["deepspeed"] if plan.uses_deepspeed else [])
     wanted += ["peft"] if recipe.mode.kind in ("lora", "qlora") else []
     versions.update({name: family.packages[name] for name in wanted if name in family.packages})
     return versions
@@ -200,32 +200,6 @@ def operations(recipe: Recipe, plan: Plan, estimate: Estimate) -> Operations:
     )
 
 
-# -------------------------------------------------------------------------------------------------- documents
-def with_operations(plan: Plan, ops: Operations) -> Plan:
-    """``plan`` with the operations layer in its documents: the collective timeouts in launch.json's environment
-    (a key the plan or ``hw.env`` already sets keeps its value) and the metrics ports on the Job's container."""
-    env = dict(sorted({**ops.env, **plan.env}.items()))
-    launch = {**plan.launch, "env": env}
-    job = plan.job
-    if ops.metrics and job:
-        job = _with_metrics_ports(job, ops.metrics_ports)
-    return replace(plan, env=env, launch=launch, job=job)
-
-
 def metrics_port_names(ports: tuple[int, ...]) -> list[str]:
     """The container port name of each metrics port, as the Job declares and the PodMonitor scrapes them."""
     return [f"{METRICS_PORT_NAME}-{i}" for i in range(len(ports))]
-
-
-def _with_metrics_ports(job: dict[str, Any], ports: tuple[int, ...]) -> dict[str, Any]:
-    """A copy of the Job whose trainer container also declares the metrics ports."""
-    task = job["spec"]["tasks"][0]
-    pod = task["template"]["spec"]
-    container = pod["containers"][0]
-    declared = [
-        {"name": name, "containerPort": port, "protocol": "TCP"} for name, port in zip(metrics_port_names(ports), ports)
-    ]
-    container = {**container, "ports": [*container.get("ports", []), *declared]}
-    pod = {**pod, "containers": [container, *pod["containers"][1:]]}
-    task = {**task, "template": {**task["template"], "spec": pod}}
-    return {**job, "spec": {**job["spec"], "tasks": [task, *job["spec"]["tasks"][1:]]}}
