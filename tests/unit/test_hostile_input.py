@@ -27,6 +27,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
+from recipekit.bundle.documents import make_documents
 from recipekit.bundle.render import markdown_code, render
 from recipekit.bundlefiles import JOB, LAUNCH, MANIFEST, README, RECIPE, RUN
 from recipekit.cli import main
@@ -576,12 +577,13 @@ def test_injection_payload_arrives_byte_for_byte_or_is_refused(base_raw, field: 
         return
     # accepted: it must arrive byte for byte wherever it lands, and never in run.sh
     assert not any(c in text for c in "\n\x00\u202e"), "a control character was accepted"
-    files = render(recipe, plan)
+    documents = make_documents(recipe, plan)
+    files = render(recipe, plan, documents)
     document = yaml.safe_load(files[RECIPE])
     assert _get(document["recipe"], key) == value
-    assert yaml.safe_load(files[JOB]) == plan.job
+    assert yaml.safe_load(files[JOB]) == documents.job
     launch = json.loads(files[LAUNCH])
-    assert launch == json.loads(json.dumps(plan.launch))
+    assert launch == json.loads(json.dumps(documents.launch))
     if key == "hw.env":
         env = environment(launch, Topology(0, 2, ["h0", "h1"]), {})
         child = subprocess.run(
@@ -806,7 +808,8 @@ def test_every_number_at_its_bound_plans_estimates_and_renders(base_raw) -> None
                 continue
             assert math.isfinite(estimate.total_gib), key
             if plan.layout.model_parallel == 1:
-                render(recipe, make_plan(recipe, images), None, estimate)
+                full = make_plan(recipe, images)
+                render(recipe, full, make_documents(recipe, full), None, estimate)
             checked += 1
     assert checked > 20
 

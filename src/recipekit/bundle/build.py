@@ -12,11 +12,12 @@ from pathlib import Path
 from typing import Any
 
 from recipekit import memory
+from recipekit.bundle.documents import make_documents
 from recipekit.bundle.render import render
 from recipekit.bundle.write import write_bundle
 from recipekit.errors import RecipeError
 from recipekit.image.matrix import ImageMatrix, load_images
-from recipekit.memory.operations import operations, with_operations
+from recipekit.memory.operations import operations
 from recipekit.paths import GROUPS
 from recipekit.plan.plan import Plan, make_plan
 from recipekit.recipe.compose import Composed, compose
@@ -126,7 +127,8 @@ def compile_bundle(resolved: Resolved, *, allow_oom: bool = False) -> tuple[dict
     """The bundle's files in memory, after the memory check ``build`` applies; writes nothing.
 
     The operations layer's numbers follow the estimate (the hang watchdog's timeout is a multiple of the planned step
-    time), so they are computed here, between the estimate and the renderer, and added to the plan's documents.
+    time), so they are computed here, between the estimate and the renderer; the documents are built once, from all
+    three.
     """
     estimate = memory.estimate(resolved.recipe, resolved.plan)
     if not estimate.fits and not allow_oom:
@@ -135,5 +137,5 @@ def compile_bundle(resolved: Resolved, *, allow_oom: bool = False) -> tuple[dict
         if problem is not None:
             raise RecipeError([problem])
     ops = operations(resolved.recipe, resolved.plan, estimate)
-    plan = with_operations(resolved.plan, ops)
-    return render(resolved.recipe, plan, resolved.composed, estimate, ops), estimate
+    documents = make_documents(resolved.recipe, resolved.plan, ops)
+    return render(resolved.recipe, resolved.plan, documents, resolved.composed, estimate, ops), estimate

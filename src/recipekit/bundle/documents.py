@@ -1,22 +1,25 @@
-"""The documents a Plan carries, built from the recipe and the plan's numbers: ds_config, the Trainer arguments, the
-runtime environment, the pip pins, launch.json and the Volcano Job — plain dicts the renderer only serialises.
+"""The bundle's documents, built once from the recipe, the plan's numbers and the operations layer: ds_config, the
+Trainer arguments, the runtime environment, the pip pins, launch.json and the Volcano Job — plain dicts the renderer
+only serialises.
 
-Every number comes from the plan; what is decided here is only how each engine spells it.
+Every number comes from the plan (and the timeouts and ports from the operations layer, which follows the estimate);
+what is decided here is only how each engine spells it.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
 from recipekit import __version__
 from recipekit.bundlefiles import DS_CONFIG, RUN, TRAIN_MODULE, WORKDIR
 from recipekit.image.matrix import ARCH_LABEL, ImageFamily
+from recipekit.memory.operations import Operations, metrics_port_names
 from recipekit.plan.layout import Layout
+from recipekit.plan.parallelism import STAGE3_PREFETCH_FACTOR
+from recipekit.plan.plan import Plan, Precision
 from recipekit.recipe.k8snames import host_volume_name
 from recipekit.recipe.sections import Recipe
-
-if TYPE_CHECKING:
-    from recipekit.plan.plan import Plan, Precision
 
 #: Seconds Kubernetes waits after SIGTERM before SIGKILL: time for train.py to write its last checkpoint.
 TERMINATION_GRACE_S = 600
@@ -24,11 +27,42 @@ TERMINATION_GRACE_S = 600
 SHUTDOWN_MARGIN_S = 60
 #: How long the launcher waits for the first pod's DNS name (the svc plugin's records lag the pods by seconds).
 MASTER_DNS_WAIT_S = 120
-#: ZeRO-3 prefetch bucket in elements per hidden² (Transformers' value for "auto"; memory's estimate uses it too).
-STAGE3_PREFETCH_FACTOR = 0.9
 #: Pod annotation that keeps service meshes out: a sidecar would hold the rendezvous port's traffic and keep pods
 #: alive after training ends.
 NO_SIDECAR = {"sidecar.istio.io/inject": "false"}
+
+
+@dataclass(frozen=True)
+class Documents:
+    """What the bundle's files carry besides the plan's numbers, each built once (:func:`make_documents`)."""
+
+    env: dict[str, str]  # launch.json's environment: the runtime's, then the operations layer's collective timeouts
+    pip_packages: list[str]
+    training_arguments: dict[str, Any]
+    ds_config: dict[str, Any] | None  # None: the bundle does not run DeepSpeed (Plan.uses_deepspeed)
+    launch: dict[str, Any]
+    job: dict[str, Any]
+
+
+def make_documents(recipe: Recipe, plan: Plan, ops: Operations | None = None) -> Documents:
+    """The documents of ``recipe`` laid out as ``plan``; with the operations layer's numbers (``ops``), its collective
+    timeouts join the environment (a key the runtime or ``hw.env`` sets keeps its value) and the metrics ports the
+    Job's container."""
+    deepspeed = plan.uses_deepspeed
+    env = runtime_env(recipe, deepspeed)
+    if ops is not None:
+        env = dict(sorted({**ops.env, **env}.items()))
+    metrics_ports = ops.metrics_ports if ops is not None and ops.metrics else ()
+    return Documents(
+        env=env,
+        pip_packages=pip_packages(recipe, plan.family, deepspeed),
+        training_arguments=trainer_arguments(
+            recipe, plan.output_dir, plan.layout, plan.precision, plan.total_steps, plan.warmup_steps, deepspeed
+        ),
+        ds_config=deepspeed_config(recipe, plan.layout, plan.precision) if deepspeed else None,
+        launch=launch_spec(recipe, plan, env),
+        job=volcano_job(recipe, plan, metrics_ports),
+    )
 
 
 def deepspeed_config(recipe: Recipe, layout: Layout, precision: Precision) -> dict[str, Any]:
@@ -210,7 +244,7 @@ def pip_packages(recipe: Recipe, family: ImageFamily, deepspeed: bool) -> list[s
     return pins
 
 
-def launch_spec(recipe: Recipe, plan: Plan) -> dict[str, Any]:
+def launch_spec(recipe: Recipe, plan: Plan, env: dict[str, str]) -> dict[str, Any]:
     """launch.json: everything the pod's launcher needs, as data (run.sh itself holds no recipe value).
 
     The launcher (runtime/launch.py) checks Volcano's variables against these numbers, waits for the master's DNS
@@ -227,16 +261,22 @@ def launch_spec(recipe: Recipe, plan: Plan) -> dict[str, Any]:
         "master_port": plan.master_port,
         "master_dns_wait_s": MASTER_DNS_WAIT_S,
         "device": recipe.hw.torch_device,
-        "env": plan.env,
+        "env": env,
         "module": TRAIN_MODULE,
         "args": ["--resume", "auto"],
     }
 
 
-def volcano_job(recipe: Recipe, plan: Plan) -> dict[str, Any]:
-    """The ``batch.volcano.sh/v1alpha1`` Job: gang-scheduled, env+svc plugins, restart on eviction or failure."""
+def job_labels(plan: Plan) -> dict[str, str]:
+    """The labels of the Job and its pods that name the run (the PodMonitor selects by the name label)."""
+    return {"app.kubernetes.io/name": plan.job_name, "app.kubernetes.io/managed-by": "recipekit"}
+
+
+def volcano_job(recipe: Recipe, plan: Plan, metrics_ports: tuple[int, ...] = ()) -> dict[str, Any]:
+    """The ``batch.volcano.sh/v1alpha1`` Job: gang-scheduled, env+svc plugins, restart on eviction or failure; the
+    trainer container declares the rendezvous port and the metrics ports (``ops.metrics_port``)."""
     hw, cl = recipe.hw, recipe.cluster
-    labels = {"app.kubernetes.io/name": plan.job_name, "app.kubernetes.io/managed-by": "recipekit"}
+    labels = job_labels(plan)
     resources: dict[str, Any] = {"cpu": str(plan.pod_cpus), "memory": f"{plan.pod_memory_gib}Gi"}
     if hw.device_resource:
         resources[hw.device_resource] = str(plan.layout.devices_per_pod)
@@ -267,7 +307,13 @@ def volcano_job(recipe: Recipe, plan: Plan) -> dict[str, Any]:
         "imagePullPolicy": "IfNotPresent",
         "command": ["bash", f"{WORKDIR}/{RUN}"],
         "workingDir": WORKDIR,
-        "ports": [{"name": "rendezvous", "containerPort": plan.master_port, "protocol": "TCP"}],
+        "ports": [
+            {"name": "rendezvous", "containerPort": plan.master_port, "protocol": "TCP"},
+            *(
+                {"name": name, "containerPort": port, "protocol": "TCP"}
+                for name, port in zip(metrics_port_names(metrics_ports), metrics_ports)
+            ),
+        ],
         "resources": {"requests": dict(resources), "limits": dict(resources)},
         "volumeMounts": mounts,
     }

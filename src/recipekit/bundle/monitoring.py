@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from recipekit.bundle.documents import job_labels
 from recipekit.memory.operations import Operations, metrics_port_names
 from recipekit.plan.plan import Plan
 from recipekit.recipe.sections import Recipe
@@ -25,11 +26,6 @@ def _selector(plan: Plan) -> str:
     return f'{names.JOB_LABEL}="{plan.job_name}"'
 
 
-def pod_labels(plan: Plan) -> dict[str, str]:
-    """The labels the Job puts on its pods (the PodMonitor selects by the run's name label)."""
-    return dict(plan.job["spec"]["tasks"][0]["template"]["metadata"]["labels"])
-
-
 def pod_monitor(recipe: Recipe, plan: Plan, ops: Operations) -> dict[str, Any]:
     """monitoring.coreos.com/v1 PodMonitor: every metrics port of every pod of this Job."""
     labels = {"app.kubernetes.io/name": plan.job_name, "app.kubernetes.io/managed-by": "recipekit"}
@@ -42,7 +38,7 @@ def pod_monitor(recipe: Recipe, plan: Plan, ops: Operations) -> dict[str, Any]:
             "labels": {**labels, **recipe.ops.monitor_labels},
         },
         "spec": {
-            "selector": {"matchLabels": {"app.kubernetes.io/name": pod_labels(plan)["app.kubernetes.io/name"]}},
+            "selector": {"matchLabels": {"app.kubernetes.io/name": job_labels(plan)["app.kubernetes.io/name"]}},
             "namespaceSelector": {"matchNames": [recipe.cluster.namespace]},
             "podMetricsEndpoints": [
                 {"port": name, "path": "/metrics", "interval": SCRAPE_INTERVAL}

@@ -4,8 +4,8 @@
 ``advise`` ranks every layout of the recipe's cluster that fits (``plan --advise``). The parallel options to try are
 passed in by the caller (they are data, ``recipes/parallel/*.yaml`` and the team's trees: see
 :mod:`recipekit.recipe.paralleloptions`); nothing here reads from disk. Each variation is planned by
-:func:`recipekit.plan.plan.make_plan` without the bundle documents, so its layout numbers come from the plan's own
-derivation.
+:func:`recipekit.plan.plan.make_plan` (numbers only, no bundle documents), so its layout numbers come from the
+plan's own derivation.
 """
 
 from __future__ import annotations
@@ -108,10 +108,10 @@ def candidate(
 def _try(cand: Candidate, images: ImageMatrix, global_batch: int) -> Estimate | None:
     """The candidate's estimate, or None when make_plan rejects it or it changes the global batch.
 
-    Planned without the bundle documents (image digest, ds_config, Job): an estimate reads the numbers only.
+    A plan holds numbers only (the bundle's documents are built later, once): an estimate reads just those.
     """
     try:
-        plan = make_plan(cand.recipe, images, analysis_only=True, documents=False)
+        plan = make_plan(cand.recipe, images, analysis_only=True)
     except RecipeError:
         return None
     if plan.layout.global_batch_size != global_batch:
@@ -272,7 +272,7 @@ def advise(
     fit are dropped; ranking is by estimated step time (compute, exposed communication, offload, TP all-reduces),
     ties broken by :func:`_rank`. Each advice's overrides, added to the recipe's own, compose to it.
     """
-    base = make_plan(recipe, images, analysis_only=True, documents=False).layout
+    base = make_plan(recipe, images, analysis_only=True).layout
     gb = base.global_batch_size
     own_tp, own_pp = recipe.parallel.tensor_parallel, recipe.parallel.pipeline_parallel
     found: dict[tuple[str, ...], Estimate] = {}

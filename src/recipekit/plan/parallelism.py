@@ -31,6 +31,10 @@ PIPELINE_NEEDS = (
     "Megatron-LM / torchtitan pipeline stages)"
 )
 
+#: ZeRO-3 prefetch bucket in elements per hidden² (Transformers' value for "auto"): ds_config and the memory
+#: estimate use it.
+STAGE3_PREFETCH_FACTOR = 0.9
+
 
 def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]

@@ -3,8 +3,9 @@
 A value that appears in two bundle files (world size in the Job and in launch.json, batch sizes in ds_config.json and
 in the Trainer arguments, the master port in launch.json and the Job's container port, the FLOPs per token in the
 estimate and in the run's MFU) is computed here and rendered into both, so the files cannot drift apart. The layout
-arithmetic is :mod:`recipekit.plan.layout`; the documents built from the numbers (ds_config, Trainer arguments, launch
-data, the Volcano Job) are :mod:`recipekit.bundle.documents`, as plain dicts the renderer only serialises.
+arithmetic is :mod:`recipekit.plan.layout`. The Plan holds numbers and names only: the documents built from them
+(ds_config, Trainer arguments, launch data, the Volcano Job) are :mod:`recipekit.bundle.documents`, built once after
+the estimate and the operations layer.
 
 Every rule that needs more than one section is checked here, all of them before giving up, and each error shows
 its arithmetic:
@@ -16,18 +17,10 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from recipekit import __version__
-from recipekit.bundle.documents import (
-    deepspeed_config,
-    launch_spec,
-    pip_packages,
-    runtime_env,
-    trainer_arguments,
-    volcano_job,
-)
 from recipekit.errors import Collector, Problem
 from recipekit.image.matrix import ImageFamily, ImageMatrix, compatibility_problems, recipe_problems
 from recipekit.plan.datasize import DataSize, data_size
@@ -133,12 +126,6 @@ class Plan:
     image: str
     image_family: str
     family: ImageFamily
-    env: dict[str, str]
-    pip_packages: list[str]
-    training_arguments: dict[str, Any]
-    ds_config: dict[str, Any] | None
-    launch: dict[str, Any]
-    job: dict[str, Any]
     warnings: list[str] = field(default_factory=list)
 
     def summary(self) -> dict[str, Any]:
@@ -365,17 +352,15 @@ def make_plan(
     images: ImageMatrix,
     *,
     analysis_only: bool = False,
-    documents: bool = True,
     tp_across_pods: bool = False,
 ) -> Plan:
     """Derive every number and document of the bundle from ``recipe``; raise one RecipeError with all problems.
 
     ``analysis_only`` accepts tensor/pipeline parallel layouts the bundle's backend cannot run, for ``recipekit
     plan`` (:mod:`recipekit.plan.parallelism` says which it can). ``tp_across_pods`` lets a TP group span pods: only for
-    the dry run, whose pods are processes of one machine. ``documents=False`` leaves out what only the bundle's
-    files need (:func:`with_documents`: the image tag, a digest of the whole recipe, and the ds_config, Trainer
-    arguments, launch data and Job dicts), for plans that are only estimated, such as each candidate ``plan
-    --advise`` tries; every check still runs and every number is the same.
+    the dry run, whose pods are processes of one machine. The bundle's documents are not built here
+    (:func:`recipekit.bundle.documents.make_documents` builds them once, after the estimate and the operations
+    layer), so each candidate ``plan --advise`` tries costs its checks and numbers only.
     """
     errors = Collector()
     warnings: list[str] = []
@@ -503,7 +488,7 @@ def make_plan(
     errors.raise_if_any()
     assert family is not None
 
-    plan = Plan(
+    return Plan(
         job_name=job_name,
         run_id=identity,
         task_name=cl.task_name,
@@ -523,37 +508,17 @@ def make_plan(
         pod_memory_gib=pod_memory_gib,
         superpod_block=superpod_block,
         flops=recipe_flops(recipe, precision),
-        image="",
+        image=image_tag(recipe, family),
         image_family=hw.image_family,
         family=family,
-        env={},
-        pip_packages=[],
-        training_arguments={},
-        ds_config=None,
-        launch={},
-        job={},
         warnings=warnings,
     )
-    return with_documents(recipe, plan) if documents else plan
 
 
-def with_documents(recipe: Recipe, plan: Plan) -> Plan:
-    """``plan`` with what the bundle's files carry: the image tag (a digest of the recipe, its pins and recipekit's
-    version), the pins, the runtime environment, ds_config, the Trainer arguments, launch data and the Job."""
-    deepspeed = plan.uses_deepspeed
-    image = f"{recipe.cluster.image_registry.rstrip('/')}/{k8s_name(recipe.name)}:{recipe_digest(recipe, plan.family)}"
-    plan = replace(
-        plan,
-        image=image,
-        env=runtime_env(recipe, deepspeed),
-        pip_packages=pip_packages(recipe, plan.family, deepspeed),
-        training_arguments=trainer_arguments(
-            recipe, plan.output_dir, plan.layout, plan.precision, plan.total_steps, plan.warmup_steps, deepspeed
-        ),
-        ds_config=deepspeed_config(recipe, plan.layout, plan.precision) if deepspeed else None,
-    )
-    # The launch data and the Job are built from the finished plan (names, image, devices), then added to it.
-    return replace(plan, launch=launch_spec(recipe, plan), job=volcano_job(recipe, plan))
+def image_tag(recipe: Recipe, family: ImageFamily) -> str:
+    """The image the Job runs: named after the recipe, tagged with a digest of the recipe, its pins and recipekit's
+    version (:func:`recipe_digest`)."""
+    return f"{recipe.cluster.image_registry.rstrip('/')}/{k8s_name(recipe.name)}:{recipe_digest(recipe, family)}"
 
 
 def pipeline_problems(recipe: Recipe) -> list[Problem]:
