@@ -164,9 +164,9 @@ def _str_presenter(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
     return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
 
 
-def _block_dumper(base: type) -> type:
+def _block_dumper(base: type[Any]) -> type[Any]:
     """Block-style YAML that keeps insertion order and writes multi-line strings as literal blocks."""
-    dumper = type(f"Block{base.__name__}", (base,), {})
+    dumper: type[yaml.SafeDumper] = type(f"Block{base.__name__}", (base,), {})
     dumper.add_representer(str, _str_presenter)
     return dumper
 

@@ -333,10 +333,10 @@ def plan(
         search_pp = recipe.parallel.pipeline_parallel > 1
         advices = memory.advise(recipe, resolved.images, top=top, search_pp=search_pp, parallel_options=options)
     if as_json:
-        document: dict[str, Any] = {"estimate": report.estimate_dict(estimate)}
+        output: dict[str, Any] = {"estimate": report.estimate_dict(estimate)}
         if advise:
-            document["advice"] = report.advice_dict(advices)
-        click.echo(json.dumps(document, indent=2))
+            output["advice"] = report.advice_dict(advices)
+        click.echo(json.dumps(output, indent=2))
         return
     console = _console()
     console.print(report.render_estimate(estimate))

@@ -154,9 +154,10 @@ def verify_command(bundle: Path | None, prepared: Path | None, volume: Path | No
         command = [sys.executable, "-m", MODULE, "--recipe", str(bundle / RECIPE), "--verify", "--progress", "json"]
         command += ["--volume", str(volume)] if volume is not None else []
         process = subprocess.run(command, env=_child_env(bundle), stdout=subprocess.PIPE, text=True)
-        report = _last_event(process.stdout, "verified")
-        if report is None:
+        verified = _last_event(process.stdout, "verified")
+        if verified is None:
             sys.exit(2 if process.returncode == contract.EXIT_USER_ERROR else 1)
+        report = verified
     if as_json:
         click.echo(json.dumps(report, indent=2))
     else:

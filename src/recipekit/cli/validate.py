@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -251,4 +250,4 @@ def main() -> None:  # pragma: no cover - `python -m recipekit.cli.validate` bef
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    main()

@@ -163,7 +163,7 @@ def connect(req: BuildRequest) -> Any:
 
 def build(client: Any, req: BuildRequest, echo: Callable[[str], None]) -> Built:
     """Build, streaming each step to ``echo``; :class:`BuildFailed` names the failing step and its last lines."""
-    step, tail = "", deque(maxlen=TAIL_LINES)
+    step, tail = "", deque[str](maxlen=TAIL_LINES)
     image_id = ""
     try:
         events = client.api.build(
@@ -212,7 +212,8 @@ def push(client: Any, req: BuildRequest, built: Built, echo: Callable[[str], Non
                 raise BuildFailed(message.strip(), f"push {req.tag}", list(last))
             aux = event.get("aux") if isinstance(event.get("aux"), dict) else {}
             status = str(event.get("status", ""))
-            found = aux.get("Digest") or (_DIGEST.search(status).group(1) if "digest" in status else None)
+            match = _DIGEST.search(status) if "digest" in status else None
+            found = aux.get("Digest") or (match.group(1) if match else None)
             digest = found or digest
             if status and not event.get("progressDetail"):
                 last.append(status)

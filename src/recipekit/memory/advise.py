@@ -85,7 +85,7 @@ def candidate(
             continue
         if explicit or value != getattr(new_par, key) or value != getattr(par, key):
             out.append(f"parallel.{key}={_bool(value) if isinstance(value, bool) else value}")
-        new_par = replace(new_par, **{key: value})
+        new_par = replace(new_par, **{key: value})  # type: ignore[arg-type]  # a key of the list above
 
     new_train = tr
     if micro_batch_size is not None and (explicit or micro_batch_size != tr.micro_batch_size):
@@ -295,7 +295,7 @@ def advise(
                     micro_batch_size=layout.micro_batch_size,
                     global_batch_size=gb,
                     explicit=True,
-                    **shape,  # type: ignore[arg-type]
+                    **shape,
                 )
                 est = _try(cand, images, gb)
                 if est is None or not est.fits:

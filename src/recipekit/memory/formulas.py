@@ -79,7 +79,8 @@ HOST_ADAM_BYTES_PER_PARAM = 30
 
 def dtype_name(size: float) -> str:
     """How the bases name an element width."""
-    return {HALF: "16-bit", FULL: "fp32"}.get(size, f"{size:g}-byte")
+    names: dict[float, str] = {HALF: "16-bit", FULL: "fp32"}
+    return names.get(size, f"{size:g}-byte")
 
 
 # --------------------------------------------------------------------------------------------------------- regime
@@ -378,7 +379,7 @@ def activation_bytes(
     h = model.hidden_size
     residual = _residual_bytes(reg, full_training)
     if checkpointing:
-        kept, recomputed = count * in_flight * tokens * residual * h, full_layer
+        kept, recomputed = float(count * in_flight * tokens * residual * h), full_layer
     else:
         kept, recomputed = count * in_flight * full_layer, 0.0
     head = tokens * (NORM_FP32_BYTES * h + ((residual + reg.element) * h if full_training else 0))

@@ -82,7 +82,7 @@ def recipe_flops(recipe: Recipe, precision: Precision) -> Flops:
     counts = count_params(model)
     full = mode.kind not in ("lora", "qlora")
     trainable = counts.total if full else lora_params(model, mode.lora)  # type: ignore[union-attr]
-    shape = dict(
+    shape: dict[str, Any] = dict(
         matmul_params=counts.matmul,
         trainable_params=trainable,
         full_training=full,

@@ -20,7 +20,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import yaml
 
@@ -182,7 +182,7 @@ def _finish(cfg: Any, overrides: Sequence[str]) -> Composed:
     """A composed config (with its ``hydra`` node) as a plain dict, its group choices and the name it defaults to."""
     from omegaconf import OmegaConf, open_dict
 
-    choices = OmegaConf.to_container(cfg.hydra.runtime.choices)
+    choices = _plain(cfg.hydra.runtime.choices)
     with open_dict(cfg):
         del cfg["hydra"]
     # Resolve only what keeps the bundle reproducible: references to other recipe keys, never resolvers.
@@ -193,7 +193,16 @@ def _finish(cfg: Any, overrides: Sequence[str]) -> Composed:
     ]
     if refused:
         raise RecipeError(refused)
-    return _composed(OmegaConf.to_container(cfg, resolve=True), choices, overrides)
+    return _composed(_plain(cfg, resolve=True), choices, overrides)
+
+
+def _plain(cfg: Any, *, resolve: bool = False) -> dict[str, Any]:
+    """A DictConfig as plain data (its container is a dict with string keys: config keys are names)."""
+    from omegaconf import OmegaConf
+
+    data = OmegaConf.to_container(cfg, resolve=resolve)
+    assert isinstance(data, dict)
+    return cast(dict[str, Any], data)
 
 
 def _composed(raw: dict[str, Any], choices: dict[str, Any], overrides: Sequence[str]) -> Composed:
@@ -365,7 +374,6 @@ def compose_variants(
     from hydra._internal.config_loader_impl import ConfigLoaderImpl
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
-    from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
     failures = (HydraException, OmegaConfBaseException, yaml.YAMLError, RecipeError)
@@ -373,10 +381,11 @@ def compose_variants(
         with warnings.catch_warnings(), _hydra_session(extra_dirs):
             warnings.simplefilter("ignore")
             cfg = hydra_compose(config_name="config", overrides=[*base, *_HYDRA_APP_GROUPS], return_hydra_config=True)
-        choices = OmegaConf.to_container(cfg.hydra.runtime.choices)
-        plain = OmegaConf.to_container(cfg, resolve=False)
+        choices = _plain(cfg.hydra.runtime.choices)
+        plain: dict[str, Any] | None = _plain(cfg)
     except failures:
         return [None] * len(variants)
+    assert plain is not None
     plain.pop("hydra", None)
     if _has_interpolation(plain):
         plain = None  # a changed value could change another through ${...}: let OmegaConf resolve every copy

@@ -29,11 +29,19 @@ import reprlib
 import sys
 import types
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import cache
-from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, TypeVar, Union, get_args, get_origin
 
 from recipekit.errors import Problem, RecipeError
+
+if TYPE_CHECKING:
+    from typing_extensions import dataclass_transform
+else:  # what the type checker needs to know; at run time __init_subclass__ does the work
+
+    def dataclass_transform(**_: Any) -> Callable[[type], type]:
+        return lambda cls: cls
+
 
 S = TypeVar("S", bound="Section")
 
@@ -102,6 +110,7 @@ def pattern_domain(name: str, allowed: str, pattern: str, *, max_length: int, mi
     return Domain(name, allowed, test)
 
 
+@dataclass_transform(frozen_default=True, kw_only_default=True, field_specifiers=(dataclasses.field,))
 class Section:
     """Base of every record: subclasses become frozen, keyword-only dataclasses that reject unknown keys.
 
@@ -109,11 +118,14 @@ class Section:
     against the section's own key, or a ``(field, message)`` pair, reported against that field's key.
     """
 
+    if TYPE_CHECKING:  # a dataclass to the type checker (dataclasses.fields, replace)
+        __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[Any]]]
+
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         dataclasses.dataclass(frozen=True, kw_only=True)(cls)
 
-    def rules(self) -> list[str | tuple[str, str]]:
+    def rules(self) -> Sequence[str | tuple[str, str]]:
         return []
 
 
@@ -228,7 +240,7 @@ def _section(cls: type[Section], data: Any, loc: str, problems: list[Problem]) -
     for key in data:
         if key not in fields:
             problems.append(Problem(_join(loc, str(key)), "unknown key", unknown_key_hint(str(key), list(fields))))
-    types_ = field_types(cls)
+    types_ = field_types(cls)  # type: ignore[arg-type]  # a class is hashable (mypy applies the instances' __hash__)
     values: dict[str, Any] = {}
     ok = True
     for name, field in fields.items():
@@ -417,7 +429,7 @@ def _union(members: tuple[Any, ...], value: Any, key: str, problems: list[Proble
 
 
 def _tagged(union: Any, tag: str, value: Any, key: str, problems: list[Problem]) -> Any:
-    by_tag = {get_args(field_types(member)[tag])[0]: member for member in sections_in(union)}
+    by_tag = {get_args(field_types(member)[tag])[0]: member for member in sections_in(union)}  # type: ignore[arg-type]
     if not isinstance(value, dict):
         problems.append(Problem(key, f"must be a mapping (got {_show(value)})"))
         return _INVALID

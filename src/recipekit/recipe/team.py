@@ -80,7 +80,7 @@ def read_config(path: Path) -> TeamConfig:
     if sys.version_info >= (3, 11):
         import tomllib
     else:  # pragma: no cover - exercised on Python 3.10 only
-        import tomli as tomllib
+        import tomli as tomllib  # type: ignore[import-not-found,no-redef,unused-ignore]
 
     where = str(path)
     try:

@@ -55,7 +55,7 @@ IDENTITY_ARGS = {"output_dir": "/output", "run_name": "run", "logging_dir": "/ou
 @dataclass
 class Pending:
     key: str
-    proc: subprocess.Popen[str] | None = None
+    proc: subprocess.Popen[bytes] | None = None
     cached: dict[str, Any] | None = None
     skip: str = ""
     workdir: Path | None = None

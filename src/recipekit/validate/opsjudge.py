@@ -49,7 +49,7 @@ class OpsExpectation:
             stall_at=testing.get("stall_at_step"),
             stall_rank=int(testing.get("stall_rank") or 0),
             nan_at=testing.get("nan_at_step"),
-            profile_steps=tuple(steps) if steps else None,  # type: ignore[arg-type]
+            profile_steps=tuple(steps) if steps else None,
             stall_timeout_s=(ops.get("watchdog") or {}).get("stall_timeout_s"),
         )
 
@@ -214,7 +214,7 @@ def _judge_stall(result: Result, expect: OpsExpectation, first: Attempt) -> floa
     present = [s for s in stacks if Path(s).is_file() and "File " in Path(s).read_text(errors="replace")]
     waited = [float(r.get("waited_s") or 0) for r in stalled]
     result.details.update(
-        stalled_ranks=sorted({r.get("rank") for r in stalled}),
+        stalled_ranks=sorted({int(r["rank"]) for r in stalled if r.get("rank") is not None}),
         stalled_records=stalled,
         stacks=present,
         detection_s=round(min(waited), 2) if waited else None,
