@@ -31,8 +31,11 @@ def main() -> None:
     options = parser.parse_args()
 
     from recipekit.bundle.build import build
-    from recipekit.validate.dryrun import DryRunOptions, extensions_dir, run_dry_run
-    from recipekit.validate.static import load_bundle, run_static
+    from recipekit.validate.dryrun import run_dry_run
+    from recipekit.validate.dryrunoptions import DryRunOptions
+    from recipekit.validate.loader import load_bundle
+    from recipekit.validate.ops import extensions_dir
+    from recipekit.validate.static import run_static
 
     if options.cold_ops and extensions_dir().exists():
         shutil.rmtree(extensions_dir())

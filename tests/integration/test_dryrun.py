@@ -20,9 +20,10 @@ from click.testing import CliRunner
 
 from recipekit.bundle.build import build
 from recipekit.cli.validate import validate_command
-from recipekit.validate.dryrun import DryRunOptions, run_dry_run
+from recipekit.validate.dryrun import run_dry_run
+from recipekit.validate.dryrunoptions import DryRunOptions
+from recipekit.validate.loader import load_bundle
 from recipekit.validate.results import Status
-from recipekit.validate.static import load_bundle
 
 pytestmark = pytest.mark.slow
 

@@ -38,7 +38,8 @@ import yaml
 from recipekit.bundle.build import build
 from recipekit.image.dockerfile import normalize, parse
 from recipekit.paths import cache_dir
-from recipekit.validate.static import load_bundle, run_static
+from recipekit.validate.loader import load_bundle
+from recipekit.validate.static import run_static
 
 pytestmark = pytest.mark.slow
 

@@ -661,7 +661,7 @@ def test_a_recipe_error_names_a_value_without_expanding_it() -> None:
 # ------------------------------------------------------------------------------------------------ validate, list
 def test_validate_reads_an_alias_bomb_recipe_yaml_without_expanding_it(previous_bundle, tmp_path: Path) -> None:
     """A 5 KB alias-bomb recipe.yaml hung `validate`: now a finding naming the file, promptly, no traceback."""
-    from recipekit.validate.static import rehash_manifest
+    from recipekit.validate.loader import rehash_manifest
 
     bundle = tmp_path / "b"
     shutil.copytree(previous_bundle, bundle)

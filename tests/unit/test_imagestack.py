@@ -18,9 +18,9 @@ import yaml
 from recipekit.bundle.build import build
 from recipekit.recipe.compose import group_options
 from recipekit.validate import imagestack
+from recipekit.validate.loader import load_bundle, rehash_manifest
 from recipekit.validate.pypi import reachable, uv_binary
 from recipekit.validate.results import Result, Status
-from recipekit.validate.static import load_bundle, rehash_manifest
 
 BUNDLES = {
     "ascend": ["recipe=llama3_8b_sft"],

@@ -286,7 +286,7 @@ def test_the_twin_gets_heads_tp_can_split(tmp_path: Path) -> None:
 
 
 def test_a_simulated_world_tp_does_not_divide_is_a_usage_error(tmp_path: Path) -> None:
-    from recipekit.validate.workcopy import DryRunUsageError
+    from recipekit.validate.dryrunoptions import DryRunUsageError
 
     with pytest.raises(DryRunUsageError, match=r"--pods 2 × --procs-per-pod 1 = 2 processes \(e.g. --pods 2 --procs"):
         _substituted(

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from recipekit.bundle.build import resolve
 from recipekit.runtime.sources import find_files, plan_chunks
-from recipekit.validate.dryrun import DryRunOptions
+from recipekit.validate.dryrunoptions import DryRunOptions
 from recipekit.validate.workcopy import substitute
 
 

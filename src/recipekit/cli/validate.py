@@ -113,7 +113,7 @@ def validate_command(
       recipekit validate bundles/tiny_sft --json
     """
     from recipekit.validate import validate
-    from recipekit.validate.dryrun import DryRunOptions, DryRunUsageError
+    from recipekit.validate.dryrunoptions import DryRunOptions, DryRunUsageError
     from recipekit.validate.loader import BundleUnusable
 
     if not dry_run:

@@ -47,6 +47,7 @@ from recipekit.errors import RecipeError
 from recipekit.recipe.compose import Composed, group_options
 from recipekit.recipe.schema import to_data, validate
 from recipekit.recipe.sections import HardwareSpec, ModelSpec, Recipe
+from recipekit.validate.dryrunoptions import DryRunOptions, DryRunUsageError
 from recipekit.validate.loader import Bundle, rehash_manifest
 
 MARKER = ".recipekit-dryrun"
@@ -57,10 +58,6 @@ DRY_CHUNKS_PER_POD = 4
 DRY_MIN_CHUNK = 1024
 #: Files whose structure is compared key by key between the bundle and its work copy.
 _STRUCTURED = (RECIPE, DS_CONFIG, LAUNCH)
-
-
-class DryRunUsageError(Exception):
-    """Arguments or a work directory the dry run cannot use (exit code 2)."""
 
 
 @dataclass
@@ -191,7 +188,7 @@ def _plain(value: Any) -> Any:
     return to_data(value) if hasattr(value, "__dataclass_fields__") else value
 
 
-def substitute(recipe: Recipe, options: Any, root: Path) -> tuple[Recipe, list[Substitution]]:
+def substitute(recipe: Recipe, options: DryRunOptions, root: Path) -> tuple[Recipe, list[Substitution]]:
     """The dry-run recipe: ``recipe`` with only what a laptop must change, and why each change was made."""
     from recipekit.validate.tinydata import write_tiny_dataset
 
@@ -356,7 +353,7 @@ DRY_ALLREDUCE_SIZES_MB = [1.0, 4.0]
 DRY_STALL_TIMEOUT_S = 30
 
 
-def _operations(sub: _Substituter, dry: Recipe, options: Any) -> Recipe:
+def _operations(sub: _Substituter, dry: Recipe, options: DryRunOptions) -> Recipe:
     """The operations layer on a laptop: a quick bandwidth test on CPU, and a fault injected by the recipe
     (``ops.testing``) within the dry run's steps and detected quickly."""
     if options.device == "cpu":
@@ -391,7 +388,7 @@ def _accumulation(recipe: Recipe) -> int:
 
 
 # ------------------------------------------------------------------------------------------------ the work copy
-def prepare(bundle: Bundle, options: Any) -> WorkCopy:
+def prepare(bundle: Bundle, options: DryRunOptions) -> WorkCopy:
     """Re-plan the bundle's recipe for this machine into ``<workdir>/bundle``; record every difference."""
     from recipekit.bundle.build import Resolved, compile_bundle
     from recipekit.image.matrix import load_images
