@@ -33,8 +33,8 @@ def main() -> None:
     from recipekit.bundle.build import build
     from recipekit.validate.dryrun import run_dry_run
     from recipekit.validate.dryrunoptions import DryRunOptions
+    from recipekit.validate.extensions import extensions_dir
     from recipekit.validate.loader import load_bundle
-    from recipekit.validate.ops import extensions_dir
     from recipekit.validate.static import run_static
 
     if options.cold_ops and extensions_dir().exists():

@@ -26,7 +26,7 @@ import yaml
 from recipekit.bundle.build import build
 from recipekit.bundlefiles import TRAIN_MODULE
 from recipekit.runtime import contract
-from recipekit.validate.ops import extensions_dir
+from recipekit.validate.extensions import extensions_dir
 from recipekit.validate.tinydata import write_tiny_dataset
 
 torch = pytest.importorskip("torch")

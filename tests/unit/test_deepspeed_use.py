@@ -35,3 +35,18 @@ def test_plain_ddp_keeps_ddp_widths_and_no_deepspeed_pin() -> None:
     assert "deepspeed" not in expected_versions(resolved.recipe, resolved.plan)
     checkpoint, _ = checkpoint_sizes(resolved.recipe, resolved.plan)
     assert checkpoint == 12 * resolved.plan.flops.params_total
+
+
+def test_the_adapter_modes_are_one_list() -> None:
+    """The runtime's ADAPTER_MODES and the recipe's adapter-training mode sections name the same modes."""
+    from typing import get_args
+
+    from recipekit.recipe.schema import field_types, sections_in
+    from recipekit.recipe.sections import ModeSpec, adapter_of
+    from recipekit.runtime import contract
+
+    modes = sections_in(ModeSpec)
+    with_adapter = {get_args(field_types(mode)["kind"])[0] for mode in modes if "lora" in field_types(mode)}
+    assert with_adapter == set(contract.ADAPTER_MODES)
+    assert adapter_of(resolve(["recipe=tiny_sft"]).recipe.mode) is None
+    assert adapter_of(resolve(["recipe=tiny_sft", "mode=lora"]).recipe.mode) is not None

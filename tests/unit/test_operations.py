@@ -17,7 +17,7 @@ from recipekit.cli import main as cli_main
 from recipekit.errors import RecipeError
 from recipekit.memory import estimate
 from recipekit.memory.operations import operations
-from recipekit.runtime import metricnames as names
+from recipekit.runtime import metricnames
 from recipekit.validate.loader import load_bundle, rehash_manifest
 from recipekit.validate.monitoring import check_monitoring, check_operations, promtool
 from recipekit.validate.results import Status
@@ -188,7 +188,7 @@ def test_alerts_use_the_recipes_thresholds_and_the_runtimes_metric_names() -> No
         "RecipekitStalled",
     }
     assert rules["RecipekitLossSpike"]["expr"].endswith("> 0.5")
-    assert rules["RecipekitCheckpointSlow"]["expr"].startswith(names.CHECKPOINT_SECONDS.name)
+    assert rules["RecipekitCheckpointSlow"]["expr"].startswith(metricnames.CHECKPOINT_SECONDS.name)
     assert "> 900" in rules["RecipekitCheckpointSlow"]["expr"]
     job = yaml.safe_load(files["volcano-job.yaml"])["metadata"]["name"]
     assert all(f'recipekit_job="{job}"' in r["expr"] for r in rules.values())
@@ -197,7 +197,7 @@ def test_alerts_use_the_recipes_thresholds_and_the_runtimes_metric_names() -> No
 def test_the_dashboard_charts_every_metric_the_exporter_serves() -> None:
     board = json.loads(files_of("recipe=tiny_sft")["grafana-dashboard.json"])
     exprs = " ".join(t["expr"] for p in board["panels"] for t in p["targets"])
-    assert all(m.name in exprs for m in names.METRICS)
+    assert all(m.name in exprs for m in metricnames.METRICS)
     assert len(board["panels"]) == len(dashboard_panels()) == len({p["id"] for p in board["panels"]})
     assert (
         board["templating"]["list"][1]["current"]["value"]

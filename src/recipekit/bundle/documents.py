@@ -20,6 +20,7 @@ from recipekit.plan.parallelism import STAGE3_PREFETCH_FACTOR
 from recipekit.plan.plan import Plan, Precision
 from recipekit.recipe.k8snames import host_volume_name
 from recipekit.recipe.sections import Recipe
+from recipekit.runtime import contract
 
 #: Seconds Kubernetes waits after SIGTERM before SIGKILL: time for train.py to write its last checkpoint.
 TERMINATION_GRACE_S = 600
@@ -231,7 +232,7 @@ def pip_packages(recipe: Recipe, family: ImageFamily, deepspeed: bool) -> list[s
     wanted = dict(family.packages)
     if not deepspeed:
         wanted.pop("deepspeed", None)
-    if recipe.mode.kind not in ("lora", "qlora"):
+    if not contract.trains_adapter(recipe.mode.kind):
         wanted.pop("peft", None)
     if "tensorboard" not in recipe.train.report_to:
         wanted.pop("tensorboard", None)

@@ -15,7 +15,7 @@ from recipekit.bundle.documents import job_labels
 from recipekit.memory.operations import Operations, metrics_port_names
 from recipekit.plan.plan import Plan
 from recipekit.recipe.sections import Recipe
-from recipekit.runtime import metricnames as names
+from recipekit.runtime import metricnames
 
 MONITORING_API = "monitoring.coreos.com/v1"
 #: How often Prometheus scrapes each process.
@@ -23,7 +23,7 @@ SCRAPE_INTERVAL = "15s"
 
 
 def _selector(plan: Plan) -> str:
-    return f'{names.JOB_LABEL}="{plan.job_name}"'
+    return f'{metricnames.JOB_LABEL}="{plan.job_name}"'
 
 
 def pod_monitor(recipe: Recipe, plan: Plan, ops: Operations) -> dict[str, Any]:
@@ -50,7 +50,7 @@ def pod_monitor(recipe: Recipe, plan: Plan, ops: Operations) -> dict[str, Any]:
 
 def alert_rules(recipe: Recipe, plan: Plan, ops: Operations) -> list[dict[str, Any]]:
     """The alerts, with the thresholds the in-process warnings use."""
-    sel, a = _selector(plan), recipe.ops
+    sel, a, loss = _selector(plan), recipe.ops, metricnames.LOSS.name
     low_for = f"{max(1, round(a.mfu_low_steps * max(ops.planned_step_time_s, 1) / 60))}m"
 
     def rule(alert: str, expr: str, severity: str, summary: str, duration: str = "0m") -> dict[str, Any]:
@@ -58,51 +58,51 @@ def alert_rules(recipe: Recipe, plan: Plan, ops: Operations) -> list[dict[str, A
             "alert": alert,
             "expr": expr,
             "for": duration,
-            "labels": {"severity": severity, names.JOB_LABEL: plan.job_name},
+            "labels": {"severity": severity, metricnames.JOB_LABEL: plan.job_name},
             "annotations": {"summary": summary, "description": f"{summary} (rank {{{{ $labels.rank }}}})"},
         }
 
     return [
         rule(
             "RecipekitLossNotFinite",
-            f"{names.LOSS.name}{{{sel}}} != {names.LOSS.name}{{{sel}}} or abs({names.LOSS.name}{{{sel}}}) == +Inf",
+            f"{loss}{{{sel}}} != {loss}{{{sel}}} or abs({loss}{{{sel}}}) == +Inf",
             "critical",
             "the training loss is NaN or infinite: the run stops without saving the poisoned weights",
         ),
         rule(
             "RecipekitLossSpike",
-            f"{names.LOSS_JUMP.name}{{{sel}}} > {a.loss_spike_ratio}",
+            f"{metricnames.LOSS_JUMP.name}{{{sel}}} > {a.loss_spike_ratio}",
             "warning",
             f"the loss rose more than {100 * a.loss_spike_ratio:.0f}% in one logged step",
         ),
         rule(
             "RecipekitGradNormJump",
-            f"{names.GRAD_NORM_JUMP.name}{{{sel}}} > {a.grad_norm_jump_ratio}",
+            f"{metricnames.GRAD_NORM_JUMP.name}{{{sel}}} > {a.grad_norm_jump_ratio}",
             "warning",
             f"the gradient norm rose more than {100 * a.grad_norm_jump_ratio:.0f}% in one logged step",
         ),
         rule(
             "RecipekitMfuLow",
-            f"{names.MFU_LOW_STEPS.name}{{{sel}}} >= {a.mfu_low_steps}",
+            f"{metricnames.MFU_LOW_STEPS.name}{{{sel}}} >= {a.mfu_low_steps}",
             "warning",
             f"MFU below {ops.mfu_target:.3g} for {a.mfu_low_steps} logged steps",
         ),
         rule(
             "RecipekitCheckpointSlow",
-            f"{names.CHECKPOINT_SECONDS.name}{{{sel}}} > {a.checkpoint_save_limit_s}",
+            f"{metricnames.CHECKPOINT_SECONDS.name}{{{sel}}} > {a.checkpoint_save_limit_s}",
             "warning",
             f"saving a checkpoint took longer than {a.checkpoint_save_limit_s} s",
         ),
         rule(
             "RecipekitDeviceUtilisationLow",
-            f"{names.DEVICE_UTILISATION.name}{{{sel}}} < {a.device_utilisation_min}",
+            f"{metricnames.DEVICE_UTILISATION.name}{{{sel}}} < {a.device_utilisation_min}",
             "warning",
             f"device utilisation below {100 * a.device_utilisation_min:.0f}%",
             low_for,
         ),
         rule(
             "RecipekitStalled",
-            f"time() - {names.LAST_STEP_TIME.name}{{{sel}}} > {ops.stall_timeout_s}",
+            f"time() - {metricnames.LAST_STEP_TIME.name}{{{sel}}} > {ops.stall_timeout_s}",
             "critical",
             f"no optimizer step for {ops.stall_timeout_s} s: the hang watchdog should have restarted the job",
         ),
@@ -125,7 +125,7 @@ def prometheus_rule(recipe: Recipe, plan: Plan, ops: Operations) -> dict[str, An
     }
 
 
-def _panel(index: int, metric: names.Metric, expr: str, title: str) -> dict[str, Any]:
+def _panel(index: int, metric: metricnames.Metric, expr: str, title: str) -> dict[str, Any]:
     return {
         "id": index + 1,
         "type": "timeseries",
@@ -139,19 +139,23 @@ def _panel(index: int, metric: names.Metric, expr: str, title: str) -> dict[str,
     }
 
 
-def dashboard_panels() -> list[tuple[names.Metric, str, str]]:
+def dashboard_panels() -> list[tuple[metricnames.Metric, str, str]]:
     """(metric, PromQL with ``$job`` for the run, title) of each panel, in order."""
-    job = f'{names.JOB_LABEL}="$job"'
+    job = f'{metricnames.JOB_LABEL}="$job"'
     panels = [
         (m, f"{m.name}{{{job}}}", m.help.rstrip("."))
-        for m in names.METRICS
-        if m not in (names.ALERTS, names.LAST_STEP_TIME, names.STEP)
+        for m in metricnames.METRICS
+        if m not in (metricnames.ALERTS, metricnames.LAST_STEP_TIME, metricnames.STEP)
     ]
-    panels.insert(0, (names.STEP, f"{names.STEP.name}{{{job}}}", "Optimizer step"))
+    panels.insert(0, (metricnames.STEP, f"{metricnames.STEP.name}{{{job}}}", "Optimizer step"))
     panels.append(
-        (names.LAST_STEP_TIME, f"time() - {names.LAST_STEP_TIME.name}{{{job}}}", "Seconds since the last step")
+        (
+            metricnames.LAST_STEP_TIME,
+            f"time() - {metricnames.LAST_STEP_TIME.name}{{{job}}}",
+            "Seconds since the last step",
+        )
     )
-    panels.append((names.ALERTS, f"increase({names.ALERTS.name}{{{job}}}[1h])", "Alerts in the last hour"))
+    panels.append((metricnames.ALERTS, f"increase({metricnames.ALERTS.name}{{{job}}}[1h])", "Alerts in the last hour"))
     return panels
 
 
@@ -174,7 +178,7 @@ def dashboard(recipe: Recipe, plan: Plan) -> dict[str, Any]:
                     "type": "query",
                     "label": "Job",
                     "datasource": {"type": "prometheus", "uid": "${datasource}"},
-                    "query": f"label_values({names.STEP.name}, {names.JOB_LABEL})",
+                    "query": f"label_values({metricnames.STEP.name}, {metricnames.JOB_LABEL})",
                     "current": {"text": plan.job_name, "value": plan.job_name},
                     "refresh": 2,
                 },

@@ -30,9 +30,10 @@ from typing import Any
 
 from recipekit.memory import Estimate
 from recipekit.memory.formulas import HALF, regime
-from recipekit.plan.plan import Plan
+from recipekit.plan.plan import Plan, metrics_ports, steady_timeout_floor_s
 from recipekit.recipe.schema import to_data
 from recipekit.recipe.sections import Recipe
+from recipekit.runtime import contract
 
 #: Free space preflight wants beyond the checkpoints and the final model (logs, metrics, traces, the data cache).
 STORAGE_MARGIN = 1.1
@@ -128,7 +129,7 @@ def expected_versions(recipe: Recipe, plan: Plan) -> dict[str, str]:
     if family.cann:
         versions["cann"] = family.cann
     wanted = ["transformers"] + (["deepspeed"] if plan.uses_deepspeed else [])
-    wanted += ["peft"] if recipe.mode.kind in ("lora", "qlora") else []
+    wanted += ["peft"] if contract.trains_adapter(recipe.mode.kind) else []
     versions.update({name: family.packages[name] for name in wanted if name in family.packages})
     return versions
 
@@ -159,7 +160,7 @@ def operations(recipe: Recipe, plan: Plan, estimate: Estimate) -> Operations:
     ops, hw, layout = recipe.ops, recipe.hw, plan.layout
     step = estimate.step_time_s
     stall = max(ops.stall_timeout_floor_s, math.ceil(ops.stall_timeout_factor * step))
-    steady = max(stall, 2 * ops.checkpoint_save_limit_s)
+    steady = max(stall, steady_timeout_floor_s(ops))
     startup = recipe.cluster.connect_timeout_s
     checkpoint, final = checkpoint_sizes(recipe, plan)
     needed = math.ceil(((recipe.train.save_total_limit + 1) * checkpoint + final) * STORAGE_MARGIN)
@@ -168,10 +169,7 @@ def operations(recipe: Recipe, plan: Plan, estimate: Estimate) -> Operations:
     gbps = hw.inter_node_gbps if across else hw.intra_node_gbps
     flops = plan.flops
     target = ops.mfu_target or hw.assumed_mfu * flops.model_per_token / flops.hardware_per_token
-    ports: tuple[int, ...] = ()
-    if ops.metrics_port is not None:
-        count = layout.devices_per_pod if ops.metrics_ranks == "all" else 1
-        ports = tuple(ops.metrics_port + i for i in range(count))
+    ports = metrics_ports(ops, layout)
 
     env: dict[str, str] = {}
     if hw.comm_backend == "hccl":

@@ -19,6 +19,7 @@ from __future__ import annotations
 from recipekit.errors import Problem
 from recipekit.plan.layout import Layout
 from recipekit.recipe.sections import Recipe
+from recipekit.runtime import contract
 
 #: ZeRO stages AutoTP trains with through the Trainer. ZeRO-3 is not among them: transformers loads a ZeRO-3 model
 #: under ``deepspeed.zero.Init`` and that path raises NotImplementedError for a ds_config with ``tensor_parallel``
@@ -64,7 +65,7 @@ def model_parallel_problems(recipe: Recipe, layout: Layout, *, tp_across_pods: b
     if tp == 1:
         return problems
     par, model, hw = recipe.parallel, recipe.model, recipe.hw
-    if recipe.mode.kind in ("lora", "qlora"):
+    if contract.trains_adapter(recipe.mode.kind):
         problems.append(
             Problem(
                 "parallel.tensor_parallel",

@@ -30,7 +30,7 @@ from recipekit.plan.modelsize import count_params, lora_params
 from recipekit.plan.parallelism import model_parallel_problems
 from recipekit.recipe.k8snames import MAX_DNS_LABEL, host_volume_name, k8s_name, task_env_name
 from recipekit.recipe.schema import to_data
-from recipekit.recipe.sections import HardwareSpec, Recipe
+from recipekit.recipe.sections import HardwareSpec, OpsSpec, Recipe
 from recipekit.runtime import contract
 
 Precision = Literal["bf16", "fp16", "fp32"]
@@ -80,7 +80,7 @@ def recipe_flops(recipe: Recipe, precision: Precision) -> Flops:
     """FLOPs per token at ``data.max_len`` tokens, counted from the architecture numbers."""
     model, mode, hw = recipe.model, recipe.mode, recipe.hw
     counts = count_params(model)
-    full = mode.kind not in ("lora", "qlora")
+    full = not contract.trains_adapter(mode.kind)
     trainable = counts.total if full else lora_params(model, mode.lora)  # type: ignore[union-attr]
     shape: dict[str, Any] = dict(
         matmul_params=counts.matmul,
@@ -290,6 +290,21 @@ UNWIRED_TRACKERS = {
 }
 
 
+def steady_timeout_floor_s(ops: OpsSpec) -> int:
+    """The least the steady timeout (a collective's wait once training runs) can be, whatever the step time: the
+    stall floor, and room for a rank to wait out a peer's checkpoint save twice over."""
+    return max(ops.stall_timeout_floor_s, 2 * ops.checkpoint_save_limit_s)
+
+
+def metrics_ports(ops: OpsSpec, layout: Layout) -> tuple[int, ...]:
+    """The ports a pod serves metrics on (``ops.metrics_port`` up): one per process with ``ops.metrics_ranks: all``,
+    the first process's alone with ``rank0``; none without a metrics port."""
+    if ops.metrics_port is None:
+        return ()
+    count = layout.devices_per_pod if ops.metrics_ranks == "all" else 1
+    return tuple(ops.metrics_port + i for i in range(count))
+
+
 def operations_problems(recipe: Recipe, layout: Layout, total_steps: int | None) -> tuple[list[Problem], list[str]]:
     """Rules of the operations layer that need more than the ``ops`` section: trackers, the metrics ports against
     the rendezvous port, the profiling window and the fault-injection switches against the schedule and the world."""
@@ -304,13 +319,12 @@ def operations_problems(recipe: Recipe, layout: Layout, total_steps: int | None)
                     "served for Prometheus (ops.metrics_port)",
                 )
             )
-    if ops.metrics_port is not None:
-        last = ops.metrics_port + layout.devices_per_pod - 1
+    ports = metrics_ports(ops, layout)
+    if ports:
+        last = ports[-1]
         if last > 65535:
-            problems.append(
-                Problem("ops.metrics_port", f"{ops.metrics_port} + {layout.devices_per_pod} processes passes 65535")
-            )
-        if ops.metrics_port <= recipe.cluster.master_port <= last:
+            problems.append(Problem("ops.metrics_port", f"{ports[0]} + {len(ports)} processes passes 65535"))
+        if ports[0] <= recipe.cluster.master_port <= last:
             problems.append(
                 Problem(
                     "ops.metrics_port",
@@ -319,7 +333,7 @@ def operations_problems(recipe: Recipe, layout: Layout, total_steps: int | None)
                     hint="choose another ops.metrics_port",
                 )
             )
-    steady_floor = max(ops.stall_timeout_floor_s, 2 * ops.checkpoint_save_limit_s)  # recipekit.memory.operations' floor
+    steady_floor = steady_timeout_floor_s(ops)
     if recipe.hw.env.get("HCCL_OP_EXPANSION_MODE") == "AIV" and steady_floor > HCCL_AIV_EXEC_TIMEOUT_MAX_S:
         warnings.append(
             f"HCCL_EXEC_TIMEOUT will be at least {steady_floor} s, but HCCL's AIV expansion mode caps it at "

@@ -14,20 +14,20 @@ from typing import Any
 
 from recipekit.errors import Problem, RecipeError
 from recipekit.recipe.sections import Recipe
-from recipekit.runtime import manifest as layout
+from recipekit.runtime import manifest
 
 
 def read(path: Path) -> dict[str, Any]:
     """The manifest at ``path`` (its file or its directory); a one-line RecipeError when it is unusable."""
     try:
-        return layout.read_manifest(path)
-    except layout.ManifestError as exc:
+        return manifest.read_manifest(path)
+    except manifest.ManifestError as exc:
         raise RecipeError([Problem("--data", str(exc))]) from None
 
 
 def overrides(document: dict[str, Any]) -> list[str]:
     """The recipe overrides that carry a manifest's exact counts of the training split."""
-    rows, tokens = layout.split_counts(document, "train")
+    rows, tokens = manifest.split_counts(document, "train")
     return [f"data.num_rows={rows}", f"data.num_tokens={tokens}"]
 
 

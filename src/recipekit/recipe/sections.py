@@ -140,6 +140,12 @@ class QloraMode(_ModeBase):
 ModeSpec = Annotated[PretrainMode | SftMode | LoraMode | QloraMode, Tagged("kind")]
 
 
+def adapter_of(mode: PretrainMode | SftMode | LoraMode | QloraMode) -> LoraSpec | None:
+    """The LoRA adapter a mode trains, or None when it trains every parameter (the modes of
+    ``contract.ADAPTER_MODES``: a test holds the two together)."""
+    return mode.lora if isinstance(mode, (LoraMode, QloraMode)) else None
+
+
 # ------------------------------------------------------------------------------------------------------ hardware
 class HardwareSpec(Section):
     """One accelerator type and the node it comes in. Peak figures are data, overridable per recipe."""

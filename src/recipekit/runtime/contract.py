@@ -24,12 +24,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+# ---------------------------------------------------------------------------------------------------------- modes
+#: The modes that train a LoRA adapter on a frozen base (QLoRA: a 4-bit base). recipekit plans, sizes and pins them
+#: by this; the runtime wraps the model in peft by it.
+ADAPTER_MODES = ("lora", "qlora")
+
+
+def trains_adapter(mode_kind: str) -> bool:
+    """Whether a recipe's ``mode.kind`` trains a LoRA adapter (and not every parameter)."""
+    return mode_kind in ADAPTER_MODES
+
+
 # ----------------------------------------------------------------------------------------------------- file names
 #: The bundle's files that the launcher and train.py read.
 RECIPE_FILE = "recipe.yaml"
 LAUNCH_FILE = "launch.json"
 DS_CONFIG_FILE = "ds_config.json"
-ENTRYPOINT = "train.py"
 #: The package beside train.py that holds the runtime modules (this one among them).
 RUNTIME_PACKAGE = "runtime"
 

@@ -24,8 +24,8 @@ from recipekit.bundlefiles import LAUNCH, RUN, TRAIN_MODULE
 from recipekit.runtime import contract
 from recipekit.runtime.exporter import PORT_ENV as METRICS_PORT_ENV
 from recipekit.validate.dryrunoptions import DryRunOptions
+from recipekit.validate.extensions import extensions_dir
 from recipekit.validate.observed import Attempt, MetricsTail
-from recipekit.validate.ops import extensions_dir
 from recipekit.validate.phases import PhaseReporter
 from recipekit.validate.pods import Pod, PodSet, free_port, loopback_interface
 from recipekit.validate.scrape import metric_ports, scrape_pods

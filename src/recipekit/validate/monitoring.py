@@ -23,7 +23,7 @@ from typing import Any
 import yaml
 
 from recipekit.bundlefiles import DASHBOARD, LAUNCH, PODMONITOR, PROMETHEUS_RULE, RECIPE
-from recipekit.runtime import metricnames as names
+from recipekit.runtime import metricnames
 from recipekit.validate.loader import Bundle
 from recipekit.validate.results import Result
 
@@ -46,12 +46,12 @@ def _load(bundle: Bundle, name: str) -> Any:
 
 
 def _served() -> set[str]:
-    served = {m.name for m in names.METRICS}
+    served = {m.name for m in metricnames.METRICS}
     return served | {name.removesuffix("_total") for name in served}
 
 
 def _queried(expr: str) -> set[str]:
-    return {name for name in _METRIC.findall(expr) if name != names.JOB_LABEL}
+    return {name for name in _METRIC.findall(expr) if name != metricnames.JOB_LABEL}
 
 
 def check_monitoring(bundle: Bundle) -> Result:
@@ -95,7 +95,7 @@ def check_monitoring(bundle: Bundle) -> Result:
             f"recipe.yaml serves {len(ports)} port(s)",
         )
 
-    served, scope = _served(), f'{names.JOB_LABEL}="{job_name}"'
+    served, scope = _served(), f'{metricnames.JOB_LABEL}="{job_name}"'
     rules = [r for g in docs[PROMETHEUS_RULE].get("spec", {}).get("groups", []) for r in g.get("rules", [])]
     if not rules:
         result.fail(PROMETHEUS_RULE, "spec.groups", "no rules")
@@ -113,7 +113,7 @@ def check_monitoring(bundle: Bundle) -> Result:
         if unknown:
             result.fail(DASHBOARD, "panels", f"{expr!r} queries {sorted(unknown)}, which nothing serves")
     charted = {name for expr in exprs for name in _queried(expr)}
-    uncharted = sorted({m.name for m in names.METRICS} - charted)
+    uncharted = sorted({m.name for m in metricnames.METRICS} - charted)
     if uncharted:
         result.fail(DASHBOARD, "panels", f"no panel for {', '.join(uncharted)}")
     if result.failed:

@@ -103,7 +103,7 @@ class WorkCopy:
     task_env: str
     run_id: str
     substitutions: list[Substitution] = field(default_factory=list)
-    deepspeed_ops: list[str] = field(default_factory=list)
+    deepspeed_extensions: list[str] = field(default_factory=list)
 
 
 def default_workdir(bundle_dir: Path) -> Path:
@@ -455,7 +455,7 @@ def prepare(bundle: Bundle, options: DryRunOptions) -> WorkCopy:
         task_env=plan.task_env,
         run_id=plan.run_id,
         substitutions=subs + explicit + derived,
-        deepspeed_ops=deepspeed_ops(ds, options.device),
+        deepspeed_extensions=deepspeed_extensions(ds, options.device),
     )
     (root / "substitutions.json").write_text(
         json.dumps([s.to_json() for s in work.substitutions], indent=2, default=str) + "\n", encoding="utf-8"
@@ -463,7 +463,7 @@ def prepare(bundle: Bundle, options: DryRunOptions) -> WorkCopy:
     return work
 
 
-def deepspeed_ops(ds: dict[str, Any] | None, device: str) -> list[str]:
+def deepspeed_extensions(ds: dict[str, Any] | None, device: str) -> list[str]:
     """The DeepSpeed C++ ops the pods will JIT-build on this CPU: prebuilt once, timed apart from the run."""
     if ds is None or device != "cpu":
         return []

@@ -1,4 +1,4 @@
-"""DeepSpeed's C++ ops for the dry run: built once per machine, cached, and timed apart from training.
+"""DeepSpeed's C++ extensions (its "ops") for the dry run: built once per machine, cached, timed apart from training.
 
 DeepSpeed compiles some ops with g++ the first time a process loads them (the CPU accelerator's shared-memory
 collective; CPU Adam for offload; async I/O for NVMe). Inside a pod that minute would count as time to the first step
@@ -31,8 +31,8 @@ def extensions_dir() -> Path:
     return cache_dir("torch_extensions", "dryrun")
 
 
-# ----------------------------------------------------------------------------------------------------- the ops
-def build_ops(
+# ---------------------------------------------------------------------------------------------- the extensions
+def build_extensions(
     work: WorkCopy, env: dict[str, str], result: Result, progress: Callable[[str], None], deadline: float
 ) -> None:
     """Build (or find cached) the DeepSpeed C++ ops the run will load, once, timed apart from the run itself.
@@ -40,7 +40,7 @@ def build_ops(
     ``env`` must be exactly a pod's environment (see :func:`extensions_dir` for why); a build that fails or cannot
     finish before ``deadline`` fails ``result``, and the pods are then not started.
     """
-    if not work.deepspeed_ops:
+    if not work.deepspeed_extensions:
         result.skip("no DeepSpeed C++ op to build (DDP, or a real device)")
         return
     directory = extensions_dir()
@@ -51,7 +51,7 @@ import deepspeed.ops
 from deepspeed.accelerator import get_accelerator
 from pathlib import Path
 out = []
-for name in {work.deepspeed_ops!r}:
+for name in {work.deepspeed_extensions!r}:
     b = get_accelerator().create_op_builder(name)
     if b is None or not deepspeed.ops.__compatible_ops__.get(b.NAME, False):
         out.append({{"op": name, "status": "incompatible"}}); continue
@@ -60,8 +60,8 @@ for name in {work.deepspeed_ops!r}:
     out.append({{"op": b.NAME, "status": "cached" if cached else "built", "seconds": round(time.monotonic() - t, 1)}})
 print(json.dumps(out))
 """
-    cached = [n for n in _op_names(work.deepspeed_ops) if any(directory.rglob(f"{n}.so"))]
-    if len(cached) == len(work.deepspeed_ops):
+    cached = [n for n in _op_names(work.deepspeed_extensions) if any(directory.rglob(f"{n}.so"))]
+    if len(cached) == len(work.deepspeed_extensions):
         # Loading them here would only cost an import of DeepSpeed; a stale one is rebuilt by the pods themselves.
         result.details = {
             "torch_extensions_dir": str(directory),
@@ -70,7 +70,7 @@ print(json.dumps(out))
         result.reason = f"{', '.join(cached)} cached in {directory}"
         return
     progress(
-        f"building DeepSpeed's C++ ops ({', '.join(_op_names(work.deepspeed_ops))}) with g++ into {directory} "
+        f"building DeepSpeed's C++ ops ({', '.join(_op_names(work.deepspeed_extensions))}) with g++ into {directory} "
         "— once per machine, one to three minutes on 2 cores"
     )
     env = {**env, "PYTHONWARNINGS": "ignore"}
