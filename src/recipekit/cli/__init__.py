@@ -6,10 +6,8 @@ with one line per problem and never a traceback.
 
 from __future__ import annotations
 
-import functools
 import gc
 import json
-import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -18,62 +16,8 @@ from typing import Any
 import click
 
 from recipekit import __version__
+from recipekit.cli.common import SETTINGS, rich_console, user_errors, warn
 from recipekit.errors import RecipeError
-
-_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 110}
-
-
-def _console(stderr: bool = False) -> Any:
-    """rich, imported only by the commands that draw tables: it costs start-up time `build` need not pay."""
-    from rich.console import Console
-
-    return Console(stderr=stderr, highlight=False, soft_wrap=True)
-
-
-def _warn(warnings: list[str]) -> None:
-    for warning in warnings:
-        click.echo(f"{click.style('warning:', fg='yellow')} {warning}", err=True)
-
-
-def _user_errors(func: Callable[..., Any]) -> Callable[..., Any]:
-    """Turn RecipeError into the list of problems on stderr and exit code 2.
-
-    An ``OSError`` that reaches here (a ``--recipes`` tree that cannot be read, say) is the user's file system
-    refusing a path they gave: it is reported the same way, one line naming the path, rather than as a traceback.
-    """
-
-    @functools.wraps(func)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return func(*args, **kwargs)
-        except BrokenPipeError:  # stdout closed by the reader (| head): not the user's input
-            raise
-        except OSError as exc:
-            from recipekit.errors import Problem
-
-            where = os.fsdecode(exc.filename) if exc.filename is not None else "path"
-            exit_with_problems(
-                RecipeError([Problem(where.encode("utf-8", "backslashreplace").decode(), exc.strerror or str(exc))])
-            )
-        except RecipeError as err:
-            exit_with_problems(err)
-
-    return wrapper
-
-
-def exit_with_problems(err: RecipeError) -> None:
-    """Every problem on its own line on stderr, then exit code 2: the one way recipekit reports unusable input.
-
-    One line each whatever text the input smuggled into a key or a message: control and invisible formatting
-    characters are printed as their escapes (``\\n``, ``\\u202e``).
-    """
-    from recipekit.recipe.schema import printable
-
-    count = len(err.problems)
-    click.echo(f"{click.style('error:', fg='red', bold=True)} {count} problem{'s' if count != 1 else ''}:", err=True)
-    for problem in err.problems:
-        click.echo(f"  - {printable(str(problem))}", err=True)
-    sys.exit(2)
 
 
 def _finite(param: click.Parameter, value: float | None) -> float | None:
@@ -126,7 +70,7 @@ class _Commands(click.Group):
         return super().get_command(ctx, name)
 
 
-@click.group(cls=_Commands, context_settings=_SETTINGS)
+@click.group(cls=_Commands, context_settings=SETTINGS)
 @click.version_option(__version__, prog_name="recipekit")
 def main() -> None:
     """Compile a training recipe into a Volcano launch bundle for Ascend NPU and NVIDIA GPU clusters.
@@ -144,7 +88,7 @@ def main() -> None:
     """
 
 
-@main.command(context_settings={**_SETTINGS, "ignore_unknown_options": True})
+@main.command(context_settings={**SETTINGS, "ignore_unknown_options": True})
 @click.argument("overrides", nargs=-1)
 @click.option(
     "-o",
@@ -162,7 +106,7 @@ def main() -> None:
     "<root>/<name>@<swept values>, then a summary table. Exit 2 if any combination failed.",
 )
 @_recipes_option
-@_user_errors
+@user_errors
 def build(
     overrides: tuple[str, ...],
     output: Path | None,
@@ -190,9 +134,9 @@ def build(
 
     built = build_bundle(overrides, output, extra_dirs=extra_dirs, force=force, allow_oom=allow_oom)
     plan = built.resolved.plan
-    _warn(plan.warnings)
+    warn(plan.warnings)
     if not built.estimate.fits:
-        _warn(
+        warn(
             [
                 f"predicted not to fit: {built.estimate.total_gib:.1f} GiB per device of {built.estimate.device_gib:g}"
                 " (--allow-oom); see plan.md"
@@ -213,7 +157,7 @@ def _build_matrix(
 
     outcomes = run_matrix(arguments, output, extra_dirs=extra_dirs, force=force, allow_oom=allow_oom)
     for outcome in outcomes:
-        _warn([f"[{outcome.combination}] {warning}" for warning in outcome.warnings])
+        warn([f"[{outcome.combination}] {warning}" for warning in outcome.warnings])
         if outcome.problems:
             click.echo(f"{click.style('error:', fg='red', bold=True)} {outcome.combination}:", err=True)
             for problem in outcome.problems:
@@ -223,11 +167,11 @@ def _build_matrix(
         sys.exit(2)
 
 
-@main.command(context_settings={**_SETTINGS, "ignore_unknown_options": True})
+@main.command(context_settings={**SETTINGS, "ignore_unknown_options": True})
 @click.argument("overrides", nargs=-1)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (resolved recipe, choices, derived numbers).")
 @_recipes_option
-@_user_errors
+@user_errors
 def show(overrides: tuple[str, ...], as_json: bool, extra_dirs: tuple[Path, ...]) -> None:
     """Show the resolved recipe and its derived numbers; writes nothing.
 
@@ -253,15 +197,15 @@ def show(overrides: tuple[str, ...], as_json: bool, extra_dirs: tuple[Path, ...]
         return
     from recipekit.bundle import report
 
-    console = _console()
+    console = rich_console()
     console.print(
         yaml.safe_dump({"choices": document["choices"], "recipe": document["recipe"]}, sort_keys=False), markup=False
     )
     console.print(report.render_summary(document["plan"]))
-    _warn(resolved.plan.warnings)
+    warn(resolved.plan.warnings)
 
 
-@main.command(context_settings={**_SETTINGS, "ignore_unknown_options": True})
+@main.command(context_settings={**SETTINGS, "ignore_unknown_options": True})
 @click.argument("overrides", nargs=-1)
 @click.option("--json", "as_json", is_flag=True, help="Print the estimate (and advice) as JSON.")
 @click.option(
@@ -287,7 +231,7 @@ def show(overrides: tuple[str, ...], as_json: bool, extra_dirs: tuple[Path, ...]
     "and data.num_tokens.",
 )
 @_recipes_option
-@_user_errors
+@user_errors
 def plan(
     overrides: tuple[str, ...],
     as_json: bool,
@@ -338,7 +282,7 @@ def plan(
             output["advice"] = report.advice_dict(advices)
         click.echo(json.dumps(output, indent=2))
         return
-    console = _console()
+    console = rich_console()
     console.print(report.render_estimate(estimate))
     if not estimate.fits:
         problem = memory.fit_problem(estimate, images=resolved.images, parallel_options=options)
@@ -356,10 +300,10 @@ def plan(
             console.print("no layout above builds (pipeline parallelism is analysis only): nothing to paste")
 
 
-@main.command(name="list", context_settings=_SETTINGS)
+@main.command(name="list", context_settings=SETTINGS)
 @click.argument("group", required=False)
 @_recipes_option
-@_user_errors
+@user_errors
 def list_(group: str | None, extra_dirs: tuple[Path, ...]) -> None:
     """List config groups and their options: descriptions, each group's default (*), where each option comes from.
 
@@ -393,7 +337,7 @@ def list_(group: str | None, extra_dirs: tuple[Path, ...]) -> None:
         origin = row.origin + (f" (shadows {', '.join(row.shadows)})" if row.shadows else "")
         # Text, not str: a team's names and descriptions show as written, never read as rich markup ("[/x]" raises)
         table.add_row(row.group, Text(row.option + (" *" if row.default else "")), Text(origin), Text(row.description))
-    _console().print(table)
+    rich_console().print(table)
 
 
 def run() -> None:

@@ -23,16 +23,16 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import click
 import yaml
 
 from recipekit.bundlefiles import RECIPE, RUNTIME
+from recipekit.cli.common import SETTINGS, fail
 from recipekit.runtime import contract
 from recipekit.runtime.manifest import ManifestError
 
-_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 110}
 #: What the bundle's prepare step imports (its tokenizer comes through transformers).
 STACK = ("transformers", "tokenizers", "numpy", "pyarrow", "yaml")
 MODULE = f"{RUNTIME}.dataprep"
@@ -48,7 +48,7 @@ _VOLUME = click.option(
 _JSON = click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON document.")
 
 
-@click.group("data", context_settings=_SETTINGS)
+@click.group("data", context_settings=SETTINGS)
 def data_group() -> None:
     """Prepare a bundle's training data ahead of the run, and check prepared shards against their hashes.
 
@@ -59,7 +59,7 @@ def data_group() -> None:
     """
 
 
-@data_group.command("prepare", context_settings=_SETTINGS)
+@data_group.command("prepare", context_settings=SETTINGS)
 @click.argument("bundle", type=click.Path(path_type=Path))
 @click.option(
     "--workers",
@@ -86,7 +86,7 @@ def prepare_command(bundle: Path, workers: int, volume: Path | None, as_json: bo
     """
     problem = _unusable(bundle)
     if problem:
-        _error(problem)
+        fail(problem)
     command = [sys.executable, "-m", MODULE, "--recipe", str(bundle / RECIPE), "--workers", str(workers)]
     command += ["--progress", "json"] + (["--volume", str(volume)] if volume is not None else [])
     done = _run(command, _child_env(bundle))
@@ -98,11 +98,6 @@ def prepare_command(bundle: Path, workers: int, volume: Path | None, as_json: bo
     _summary(done)
 
 
-def _error(message: str) -> NoReturn:
-    click.echo(f"{click.style('error:', fg='red', bold=True)} {message}", err=True)
-    sys.exit(2)
-
-
 def _child_env(bundle: Path) -> dict[str, str]:
     """The environment of the bundle's runtime: the bundle alone on PYTHONPATH, no rank of an outer launcher."""
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
@@ -111,7 +106,7 @@ def _child_env(bundle: Path) -> dict[str, str]:
     return env
 
 
-@data_group.command("verify", context_settings=_SETTINGS)
+@data_group.command("verify", context_settings=SETTINGS)
 @click.argument("bundle", type=click.Path(path_type=Path), required=False)
 @click.option(
     "--prepared",
@@ -138,19 +133,19 @@ def verify_command(bundle: Path | None, prepared: Path | None, volume: Path | No
     from recipekit.runtime import verify
 
     if (bundle is None) == (prepared is None):
-        _error("give a BUNDLE or --prepared DIR (one of them)")
+        fail("give a BUNDLE or --prepared DIR (one of them)")
     if prepared is not None:
         if volume is not None:
-            _error("--volume locates a bundle's data; with --prepared, give the directory as this machine sees it")
+            fail("--volume locates a bundle's data; with --prepared, give the directory as this machine sees it")
         try:
             report = verify.check(prepared)
         except ManifestError as exc:
-            _error(f"nothing to verify: {exc}")
+            fail(f"nothing to verify: {exc}")
     else:
         assert bundle is not None
         problem = _unusable(bundle, "verify")
         if problem:
-            _error(problem)
+            fail(problem)
         command = [sys.executable, "-m", MODULE, "--recipe", str(bundle / RECIPE), "--verify", "--progress", "json"]
         command += ["--volume", str(volume)] if volume is not None else []
         process = subprocess.run(command, env=_child_env(bundle), stdout=subprocess.PIPE, text=True)

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import click
 
-from recipekit.cli import _SETTINGS, _user_errors
+from recipekit.cli.common import SETTINGS, user_errors
 
 
-@click.command("init", context_settings=_SETTINGS)
+@click.command("init", context_settings=SETTINGS)
 @click.argument("name", type=click.Path(path_type=Path))
-@_user_errors
+@user_errors
 def init_command(name: Path) -> None:
     """Scaffold a team recipe repo in the new directory NAME: recipekit.toml, example recipes, README, ci.sh.
 
@@ -34,12 +34,12 @@ def init_command(name: Path) -> None:
     click.echo(f"next: cd {name} && recipekit list && recipekit build recipe=our_qwen_sft")
 
 
-@click.command("pack", context_settings=_SETTINGS)
+@click.command("pack", context_settings=SETTINGS)
 @click.argument("bundle", type=click.Path(path_type=Path))
 @click.option(
     "-o", "--output", type=click.Path(path_type=Path), help="Directory for the archive (default: the current one)."
 )
-@_user_errors
+@user_errors
 def pack_command(bundle: Path, output: Path | None) -> None:
     """Pack BUNDLE with the recipe files it was composed from into <name>-<digest>.tar.gz, a reproducible archive.
 
@@ -60,9 +60,9 @@ def pack_command(bundle: Path, output: Path | None) -> None:
     )
 
 
-@click.command("verify", context_settings=_SETTINGS)
+@click.command("verify", context_settings=SETTINGS)
 @click.argument("package", type=click.Path(path_type=Path))
-@_user_errors
+@user_errors
 def verify_command(package: Path) -> None:
     """Verify a package: every hash, then a rebuild from its own recipe sources must give the same bytes.
 
@@ -83,10 +83,10 @@ def verify_command(package: Path) -> None:
     )
 
 
-@click.command("diff", context_settings=_SETTINGS)
+@click.command("diff", context_settings=SETTINGS)
 @click.argument("a", type=click.Path(path_type=Path))
 @click.argument("b", type=click.Path(path_type=Path))
-@_user_errors
+@user_errors
 def diff_command(a: Path, b: Path) -> None:
     """Show what differs between two bundles (directories or packages): recipe keys first, then files.
 

@@ -11,13 +11,11 @@ from pathlib import Path
 
 import click
 
-from recipekit.cli import exit_with_problems
+from recipekit.cli.common import SETTINGS, exit_with_problems
 from recipekit.errors import RecipeError
 
-_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 110}
 
-
-@click.group("image", context_settings=_SETTINGS)
+@click.group("image", context_settings=SETTINGS)
 def image_group() -> None:
     """Build and push a bundle's image.
 
@@ -27,7 +25,7 @@ def image_group() -> None:
     """
 
 
-@image_group.command("build", context_settings=_SETTINGS)
+@image_group.command("build", context_settings=SETTINGS)
 @click.argument("bundle", type=click.Path(path_type=Path))
 @click.option("--tag", help="Image reference (default: the bundle's, a hash of its recipe).")
 @click.option("--push", is_flag=True, help="Push after building and pin the Job's image by its registry digest.")

@@ -16,16 +16,16 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
+from recipekit.cli.common import SETTINGS, fail
 from recipekit.runtime.device import TARGETS
 from recipekit.validate.results import Report, Result, Status
 
-_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 110}
 _DRY_RUN_ONLY = ("pods", "procs_per_pod", "kill_pod", "at_step", "device", "workdir", "steps", "timeout")
 _STYLE = {Status.PASS: "green", Status.FAIL: "bold red", Status.SKIP: "yellow"}
 _STEP_LINE = re.compile(r"attempt \d+: step \d+")
 
 
-@click.command("validate", context_settings=_SETTINGS)
+@click.command("validate", context_settings=SETTINGS)
 @click.argument("bundle", type=click.Path(path_type=Path))
 @click.option(
     "--dry-run",
@@ -142,12 +142,10 @@ def validate_command(
         with progress:
             report = validate(bundle, dry_run=options, progress=progress)
     except (BundleUnusable, DryRunUsageError) as exc:
-        click.echo(f"error: {exc}", err=True)
-        ctx.exit(2)
+        fail(str(exc))
     except OSError as exc:  # a path the user gave that the file system refuses (unreadable, a loop, ...)
         where = os.fsdecode(exc.filename) if exc.filename is not None else str(bundle)
-        click.echo(f"error: {where}: {exc.strerror or exc}".encode("utf-8", "backslashreplace").decode(), err=True)
-        ctx.exit(2)
+        fail(f"{where}: {exc.strerror or exc}".encode("utf-8", "backslashreplace").decode())
     except KeyboardInterrupt:
         click.echo("interrupted: every pod process was stopped", err=True)
         ctx.exit(130)
