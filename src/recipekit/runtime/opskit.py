@@ -72,7 +72,7 @@ class OpsLayer:
             return
         trainer.guard, trainer.faults = self.guard, self.faults
         metrics = _section(self.operations, "metrics")
-        job = str(getattr(self.run.plan, "job_name", "") or self.run.recipe.name)
+        job = self.run.plan.job_name
         self.exporter = start_exporter(metrics, job, self.rank, int(os.environ.get("LOCAL_RANK", "0")))
         health = HealthCallback(
             trainer, Alerts(_section(self.operations, "alerts")), self.exporter, records, self.device.kind
