@@ -8,6 +8,7 @@ import functools
 import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, NoReturn
 
 import click
@@ -76,3 +77,28 @@ def fail(message: str) -> NoReturn:
 
     click.echo(f"{click.style('error:', fg='red', bold=True)} {printable(message)}", err=True)
     sys.exit(2)
+
+
+def finite(param: click.Parameter, value: float | None) -> float | None:
+    """A number flag's value, refused when it is NaN (which every range comparison lets through)."""
+    if value is not None and value != value:
+        raise click.BadParameter("nan is not a number", param=param)
+    return value
+
+
+def recipes_option(func: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option(
+        "--recipes",
+        "extra_dirs",
+        multiple=True,
+        type=click.Path(path_type=Path),
+        help="Extra recipe tree searched after recipekit's own and recipekit.toml's, before $RECIPEKIT_RECIPES; "
+        "a later tree overrides an earlier one; repeatable.",
+    )(func)
+
+
+def layers(extra_dirs: tuple[Path, ...]) -> tuple[Path, ...]:
+    """Every team layer: recipekit.toml's search path (this directory or a parent), --recipes, $RECIPEKIT_RECIPES."""
+    from recipekit.recipe.team import layer_dirs
+
+    return layer_dirs(extra_dirs)

@@ -10,9 +10,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import click
 import yaml
 
 from recipekit import yamlfile
+from recipekit.cli.common import SETTINGS, recipes_option, rich_console, user_errors
+from recipekit.errors import RecipeError
 from recipekit.recipe.compose import describe_option, option_files, recipe_dirs
 from recipekit.recipe.team import Layer
 
@@ -70,3 +73,42 @@ def option_rows(groups: Sequence[str], layers: Sequence[Layer]) -> list[OptionRo
                 )
             )
     return rows
+
+
+@click.command(name="list", context_settings=SETTINGS)
+@click.argument("group", required=False)
+@recipes_option
+@user_errors
+def list_(group: str | None, extra_dirs: tuple[Path, ...]) -> None:
+    """List config groups and their options: descriptions, each group's default (*), where each option comes from.
+
+    An option from a team layer (recipekit.toml, --recipes, $RECIPEKIT_RECIPES) that replaces a same-named option of
+    an earlier layer is marked "shadows ...".
+
+    \b
+    Examples:
+      recipekit list
+      recipekit list hw
+      recipekit list recipe
+      recipekit list cluster --recipes ./team-recipes
+    """
+    from rich.table import Table
+    from rich.text import Text
+
+    from recipekit.errors import Problem
+    from recipekit.paths import GROUPS
+    from recipekit.recipe.compose import check_team_trees
+    from recipekit.recipe.team import search_layers
+
+    if group is not None and group not in GROUPS:
+        raise RecipeError([Problem("group", f"unknown group {group!r}", hint="groups: " + ", ".join(GROUPS))])
+    layers = search_layers(extra_dirs)
+    problems = check_team_trees([layer.path for layer in layers])
+    if problems:
+        raise RecipeError(problems)
+    table = Table("group", "option", "from", "description", caption="* the group's default")
+    for row in option_rows([group] if group else GROUPS, layers):
+        origin = row.origin + (f" (shadows {', '.join(row.shadows)})" if row.shadows else "")
+        # Text, not str: a team's names and descriptions show as written, never read as rich markup ("[/x]" raises)
+        table.add_row(row.group, Text(row.option + (" *" if row.default else "")), Text(origin), Text(row.description))
+    rich_console().print(table)
