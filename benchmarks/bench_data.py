@@ -30,10 +30,10 @@ from pathlib import Path
 
 import yaml
 
-from recipekit.build import build
+from recipekit.bundle.build import build
 from recipekit.bundlefiles import TRAIN_MODULE
 from recipekit.runtime import contract
-from recipekit.tinydata import tiny_records, write_tiny_dataset
+from recipekit.validate.tinydata import tiny_records, write_tiny_dataset
 
 os.environ["TOKENIZERS_PARALLELISM"] = "false"
 ROOT = Path(__file__).resolve().parents[1]

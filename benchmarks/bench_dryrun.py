@@ -30,9 +30,12 @@ def main() -> None:
     parser.add_argument("--cold-ops", action="store_true", help="delete the cached DeepSpeed op to time its build")
     options = parser.parse_args()
 
-    from recipekit.build import build
-    from recipekit.validate.dryrun import DryRunOptions, extensions_dir, run_dry_run
-    from recipekit.validate.static import load_bundle, run_static
+    from recipekit.bundle.build import build
+    from recipekit.validate.dryrun import run_dry_run
+    from recipekit.validate.dryrunoptions import DryRunOptions
+    from recipekit.validate.extensions import extensions_dir
+    from recipekit.validate.loader import load_bundle
+    from recipekit.validate.static import run_static
 
     if options.cold_ops and extensions_dir().exists():
         shutil.rmtree(extensions_dir())

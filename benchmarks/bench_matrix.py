@@ -67,7 +67,7 @@ def main() -> None:
     parser.add_argument("--sample", type=int, default=0, help="time only N separate builds and scale (default: all)")
     options = parser.parse_args()
     import recipekit
-    from recipekit.matrix import combinations
+    from recipekit.bundle.sweep import combinations
 
     compileall.compile_dir(Path(recipekit.__file__).parent, quiet=1)
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())

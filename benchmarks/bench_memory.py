@@ -23,12 +23,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from recipekit.compose import compose  # noqa: E402
-from recipekit.images import load_images  # noqa: E402
+from recipekit.image.matrix import load_images  # noqa: E402
 from recipekit.memory import advise, estimate  # noqa: E402
-from recipekit.options import load_parallel_options  # noqa: E402
-from recipekit.plan import make_plan  # noqa: E402
-from recipekit.recipe import parse_recipe  # noqa: E402
+from recipekit.plan.plan import make_plan  # noqa: E402
+from recipekit.recipe.compose import compose  # noqa: E402
+from recipekit.recipe.paralleloptions import load_parallel_options  # noqa: E402
+from recipekit.recipe.sections import parse_recipe  # noqa: E402
 
 #: Within this relative error the prediction counts as on target.
 GOAL = 0.15

@@ -26,9 +26,9 @@ from pathlib import Path
 
 import yaml
 
-from recipekit.build import build
+from recipekit.bundle.build import build
 from recipekit.bundlefiles import TRAIN_MODULE
-from recipekit.tinydata import write_tiny_dataset
+from recipekit.validate.tinydata import write_tiny_dataset
 
 LONG_SHARE = 0.15
 ENV = {

@@ -62,7 +62,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     runs = parser.parse_args().runs
     import recipekit
-    from recipekit.build import build
+    from recipekit.bundle.build import build
 
     compileall.compile_dir(Path(recipekit.__file__).parent, quiet=1)  # as an installed wheel is
     cli = [PY, "-m", "recipekit.cli", "validate"]

@@ -73,7 +73,7 @@ def _code(text: object) -> str:
 # -------------------------------------------------------------------------------------------------- recipe keys
 def _type_text(annotation: Any) -> str:
     """A field's type in words: ``integer``, ``'none' | 'cpu'``, ``list of string``, ``mapping string → string``."""
-    from recipekit.schema import Section
+    from recipekit.recipe.schema import Section
 
     origin = get_origin(annotation)
     if origin is Annotated:
@@ -98,8 +98,8 @@ def _type_text(annotation: Any) -> str:
 
 
 def _domains_in(annotation: Any) -> Iterator[Any]:
-    """Every :class:`recipekit.schema.Domain` named inside a type (list items, mapping keys and values)."""
-    from recipekit.schema import Domain
+    """Every :class:`recipekit.recipe.schema.Domain` named inside a type (list items, mapping keys and values)."""
+    from recipekit.recipe.schema import Domain
 
     if get_origin(annotation) is Annotated:
         yield from (meta for meta in get_args(annotation)[1:] if isinstance(meta, Domain))
@@ -140,7 +140,7 @@ def _anchor(title: str) -> str:
 
 
 def _default(field: dataclasses.Field[Any]) -> str:
-    from recipekit.schema import Section, to_data
+    from recipekit.recipe.schema import Section, to_data
 
     if field.default is not dataclasses.MISSING:
         value = field.default
@@ -165,7 +165,7 @@ class _KeyRow:
 
 def _key_rows(section: type, prefix: str, domains: dict[str, str], kind: str | None = None) -> list[_KeyRow]:
     """One row per key of ``section`` and of every section below it, in declaration order."""
-    from recipekit.schema import Tagged, field_types, sections_in
+    from recipekit.recipe.schema import Tagged, field_types, sections_in
 
     rows: list[_KeyRow] = []
     types_ = field_types(section)
@@ -210,10 +210,10 @@ def _key_rows(section: type, prefix: str, domains: dict[str, str], kind: str | N
 
 
 def recipe_keys_page() -> str:
-    from recipekit import recipe
+    from recipekit.recipe import sections as recipe
 
     Recipe: Any = recipe.Recipe  # noqa: N806 - the class, typed loosely: Section subclasses become dataclasses late
-    from recipekit.schema import field_types, sections_in
+    from recipekit.recipe.schema import field_types, sections_in
 
     domains: dict[str, str] = {}
     out = [
@@ -263,7 +263,7 @@ def recipe_keys_page() -> str:
 
 # ------------------------------------------------------------------------------------------------------- groups
 def groups_page() -> str:
-    from recipekit.listing import option_rows, unsupported_note
+    from recipekit.cli.listing import option_rows, unsupported_note
     from recipekit.paths import GROUPS
 
     out = [
@@ -382,10 +382,10 @@ def exit_codes_page() -> str:
 # ------------------------------------------------------------------------------------------------------- models
 def models_page() -> str:
     from recipekit import yamlfile
-    from recipekit.compose import group_options
-    from recipekit.modelsize import count_params
-    from recipekit.recipe import ModelSpec
-    from recipekit.schema import validate
+    from recipekit.plan.modelsize import count_params
+    from recipekit.recipe.compose import group_options
+    from recipekit.recipe.schema import validate
+    from recipekit.recipe.sections import ModelSpec
 
     rows = []
     for option, path in sorted(group_options("model").items()):

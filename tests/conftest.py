@@ -6,7 +6,10 @@ from collections.abc import Iterator, Sequence
 
 import pytest
 
-from recipekit.build import compile_bundle, resolve
+from recipekit import memory
+from recipekit.bundle.build import Resolved, compile_bundle, resolve
+from recipekit.bundle.documents import Documents, make_documents
+from recipekit.memory.operations import operations
 
 
 @pytest.fixture(autouse=True)
@@ -19,3 +22,9 @@ def _no_team_layers_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> Ite
 def render_files(overrides: Sequence[str], *, allow_oom: bool = False) -> dict[str, bytes]:
     """The files `recipekit build` would write for ``overrides``, in memory."""
     return compile_bundle(resolve(overrides), allow_oom=allow_oom)[0]
+
+
+def documents_of(resolved: Resolved) -> Documents:
+    """The bundle documents `recipekit build` would render for ``resolved`` (after the estimate and operations)."""
+    recipe, plan = resolved.recipe, resolved.plan
+    return make_documents(recipe, plan, operations(recipe, plan, memory.estimate(recipe, plan)))

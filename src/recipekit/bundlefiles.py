@@ -1,4 +1,4 @@
-"""The bundle's layout: its file names, which are executable, which go into the image, where it lives in the pod.
+"""The bundle's file names: which are executable, which go into the image, where it lives in the pod.
 
 A leaf module: render writes these names, bundle.py sets their modes, validate reads them back, and the dry run
 copies them; none of them spells a file name of its own. The names train.py and the launcher read at run time

@@ -10,7 +10,7 @@ alias expanded, its nesting depth and the length of its numbers, and refused wit
 anything is constructed. Only then is it loaded, through libyaml's ``CSafeLoader`` when PyYAML ships it (a fraction
 of the pure-Python loader's start-up cost).
 
-Hydra reads team recipe files itself; :mod:`recipekit.compose` scans each of them with :func:`read` first.
+Hydra reads team recipe files itself; :mod:`recipekit.recipe.compose` scans each of them with :func:`read` first.
 """
 
 from __future__ import annotations

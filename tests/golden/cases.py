@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from recipekit.bundlefiles import runtime_files
-from recipekit.compose import group_options
+from recipekit.recipe.compose import group_options
 
 GOLDEN_DIR = Path(__file__).parent / "bundles"
 #: Files copied verbatim from src/recipekit/runtime: tested on their own, hashed in manifest.json.

@@ -16,11 +16,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from recipekit.build import build
+from recipekit.bundle.build import build
 from recipekit.cli import main
-from recipekit.validate.checks import Status
-from recipekit.validate.dryrun import DryRunOptions, run_dry_run
-from recipekit.validate.static import load_bundle
+from recipekit.validate.dryrun import run_dry_run
+from recipekit.validate.dryrunoptions import DryRunOptions
+from recipekit.validate.loader import load_bundle
+from recipekit.validate.results import Status
 
 pytestmark = pytest.mark.slow
 

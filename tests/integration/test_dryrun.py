@@ -1,6 +1,6 @@
 """`recipekit validate --dry-run`: real bundles run as two simulated Volcano pods on this CPU.
 
-Each case builds a preset bundle with ``recipekit.build`` and dry-runs it: the bundle's own run.sh starts torchrun
+Each case builds a preset bundle with ``bundle.build`` and dry-runs it: the bundle's own run.sh starts torchrun
 in each pod, train.py trains the tiny twin with the real Trainer (DeepSpeed ZeRO-2/3 or DDP, gloo), checkpoints
 midway and at the end. The kill case SIGKILLs one pod's whole process tree mid-run and checks the restarted job
 resumes from the last complete checkpoint. What train.py did is read from its structured records in metrics.jsonl
@@ -18,11 +18,12 @@ import psutil
 import pytest
 from click.testing import CliRunner
 
-from recipekit.build import build
-from recipekit.validate.checks import Status
-from recipekit.validate.command import validate_command
-from recipekit.validate.dryrun import DryRunOptions, run_dry_run
-from recipekit.validate.static import load_bundle
+from recipekit.bundle.build import build
+from recipekit.cli.validate import validate_command
+from recipekit.validate.dryrun import run_dry_run
+from recipekit.validate.dryrunoptions import DryRunOptions
+from recipekit.validate.loader import load_bundle
+from recipekit.validate.results import Status
 
 pytestmark = pytest.mark.slow
 

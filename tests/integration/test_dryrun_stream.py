@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from recipekit.build import build
+from recipekit.bundle.build import build
+from recipekit.cli.validate import validate_command
 from recipekit.runtime import contract
-from recipekit.validate.command import validate_command
 
 pytestmark = pytest.mark.slow
 

@@ -23,12 +23,13 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from recipekit.build import build
+from recipekit.bundle.build import build
+from recipekit.cli.validate import validate_command
 from recipekit.runtime import contract
-from recipekit.validate.checks import Status
-from recipekit.validate.command import validate_command
-from recipekit.validate.dryrun import DryRunOptions, run_dry_run
-from recipekit.validate.static import load_bundle
+from recipekit.validate.dryrun import run_dry_run
+from recipekit.validate.dryrunoptions import DryRunOptions
+from recipekit.validate.loader import load_bundle
+from recipekit.validate.results import Status
 from tests.integration.test_dryrun import _explain
 
 pytestmark = pytest.mark.slow

@@ -35,10 +35,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from recipekit.build import build
-from recipekit.dockerfile import normalize, parse
+from recipekit.bundle.build import build
+from recipekit.image.dockerfile import normalize, parse
 from recipekit.paths import cache_dir
-from recipekit.validate.static import load_bundle, run_static
+from recipekit.validate.loader import load_bundle
+from recipekit.validate.static import run_static
 
 pytestmark = pytest.mark.slow
 

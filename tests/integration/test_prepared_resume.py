@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from recipekit.tinydata import write_tiny_dataset
+from recipekit.validate.tinydata import write_tiny_dataset
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from recipekit.build import build
+from recipekit.bundle.build import build
 from tests.pty_terminal import plain_text, run_in_terminal, visible_lines
 
 pytestmark = pytest.mark.slow

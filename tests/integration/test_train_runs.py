@@ -1,7 +1,7 @@
 """Real training runs of a built bundle's runtime on CPU: the tiny twin through the real Trainer.
 
-Each test builds a bundle with ``recipekit.build`` (so runtime/, recipe.yaml and ds_config.json are exactly what a
-cluster would get), writes tiny data with ``recipekit.tinydata`` and runs ``python -m runtime.train`` with the bundle
+Each test builds a bundle with ``bundle.build`` (so runtime/, recipe.yaml and ds_config.json are exactly what a
+cluster would get), writes tiny data with ``validate.tinydata`` and runs ``python -m runtime.train`` with the bundle
 directory on PYTHONPATH as a subprocess, the way the launcher does (under torchrun for the multi-process cases).
 Slow: deselect with ``-m 'not slow'``.
 DeepSpeed compiles a CPU communication op on first use (a few minutes, once); it is cached in
@@ -23,11 +23,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from recipekit.build import build
+from recipekit.bundle.build import build
 from recipekit.bundlefiles import TRAIN_MODULE
 from recipekit.runtime import contract
-from recipekit.tinydata import write_tiny_dataset
-from recipekit.validate.dryrun import extensions_dir
+from recipekit.validate.extensions import extensions_dir
+from recipekit.validate.tinydata import write_tiny_dataset
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from recipekit.tinydata import tiny_records
+from recipekit.validate.tinydata import tiny_records
 
 #: Sequence length of the data-path tests: short enough for quick tokenising, long enough to pack several samples.
 MAX_LEN = 96

@@ -11,13 +11,13 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "src"))
 
-from recipekit.compose import compose  # noqa: E402
-from recipekit.images import load_images  # noqa: E402
+from recipekit.bundle.report import advice_dict, render_advice  # noqa: E402
+from recipekit.image.matrix import load_images  # noqa: E402
 from recipekit.memory import advise, candidate, estimate  # noqa: E402
-from recipekit.options import load_parallel_options  # noqa: E402
-from recipekit.plan import make_plan  # noqa: E402
-from recipekit.recipe import parse_recipe  # noqa: E402
-from recipekit.report import advice_dict, render_advice  # noqa: E402
+from recipekit.plan.plan import make_plan  # noqa: E402
+from recipekit.recipe.compose import compose  # noqa: E402
+from recipekit.recipe.paralleloptions import load_parallel_options  # noqa: E402
+from recipekit.recipe.sections import parse_recipe  # noqa: E402
 
 IMAGES = load_images()
 OPTIONS = load_parallel_options()
@@ -58,7 +58,7 @@ def test_advice_overrides_compose_to_the_advised_plan(base):
     for advice in advice_for(base):
         recipe = recipe_of(*base, *advice.overrides)
         assert recipe == advice.estimate.recipe, advice.overrides
-        plan = make_plan(recipe, IMAGES, analysis_only=True, documents=False)  # as advise plans its candidates
+        plan = make_plan(recipe, IMAGES, analysis_only=True)  # as advise plans its candidates
         assert plan.summary() == advice.estimate.plan.summary()
         assert estimate(recipe, plan) == advice.estimate
 
@@ -112,7 +112,7 @@ def test_tp_pp_search_respects_pipeline_zero_limit_and_reproduces():
             assert ("analysis only" in d.note) == (d.pipeline_parallel > 1)
         recipe = recipe_of(*base, *advice.overrides)
         assert recipe == est.recipe
-        assert make_plan(recipe, IMAGES, analysis_only=True, documents=False).summary() == est.plan.summary()
+        assert make_plan(recipe, IMAGES, analysis_only=True).summary() == est.plan.summary()
 
 
 def test_candidate_carries_the_users_parallel_settings():
@@ -146,7 +146,7 @@ def test_render_and_dict():
 
 def test_build_suggests_fixes_from_the_team_recipe_trees_too(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """A team's own parallel options (`--recipes DIR`) are candidates for the fix a refused build proposes."""
-    from recipekit import build
+    from recipekit.bundle import build
     from recipekit.errors import RecipeError
 
     team = tmp_path / "team"
@@ -169,12 +169,11 @@ def test_build_suggests_fixes_from_the_team_recipe_trees_too(monkeypatch: pytest
 
 
 def test_candidates_are_planned_without_documents_but_with_every_number():
-    """advise plans each candidate with documents=False: the same checks and numbers, no image digest, Job or
-    ds_config (about half of a candidate's cost)."""
+    """A plan holds numbers only: no Job or ds_config is built for a candidate advise tries (the documents are built
+    once, for the bundle), and planning is deterministic, so equal recipes plan and estimate equal."""
     recipe = recipe_of("recipe=qwen2.5_14b_sft")
-    full = make_plan(recipe, IMAGES, analysis_only=True)
-    bare = make_plan(recipe, IMAGES, analysis_only=True, documents=False)
-    assert {**full.summary(), "image": ""} == bare.summary()
-    assert (bare.image, bare.job, bare.launch, bare.ds_config, bare.training_arguments) == ("", {}, {}, None, {})
-    assert full.job and full.ds_config and full.image
-    assert estimate(recipe, bare) == estimate(recipe, full)
+    first = make_plan(recipe, IMAGES, analysis_only=True)
+    again = make_plan(recipe, IMAGES, analysis_only=True)
+    assert first.summary() == again.summary() and first.image
+    assert not {"job", "launch", "ds_config", "training_arguments", "env"} & set(vars(first))
+    assert estimate(recipe, first) == estimate(recipe, again)

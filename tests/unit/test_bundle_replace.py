@@ -1,6 +1,6 @@
 """Replacing a bundle: atomic for readers, safe against interruption, and never over a directory that is not a bundle.
 
-See :mod:`recipekit.bundle` for what each path guarantees; these tests hold it to them.
+See :mod:`recipekit.bundle.write` for what each path guarantees; these tests hold it to them.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from recipekit import bundle
-from recipekit.build import compile_bundle, resolve
-from recipekit.bundle import is_bundle, manifest_problem, write_bundle
+from recipekit.bundle import write as bundle
+from recipekit.bundle.build import compile_bundle, resolve
+from recipekit.bundle.write import is_bundle, manifest_problem, write_bundle
 from recipekit.bundlefiles import MANIFEST, REQUIRED
 from recipekit.errors import RecipeError
 
@@ -88,7 +88,7 @@ def test_a_reader_polling_during_rebuilds_always_sees_a_whole_bundle(versions, t
     """30 replacements while another process looks the bundle's files up as fast as it can: never a missing one.
 
     (Each lookup is atomic. A reader that holds the *old* directory open across the swap — a walk in progress — may
-    see its entries vanish as the old tree is deleted: see recipekit.bundle.)"""
+    see its entries vanish as the old tree is deleted: see recipekit.bundle.write.)"""
     target, stop = tmp_path / "bundle", tmp_path / "stop"
     write_bundle(versions[0], target)
     reader = subprocess.Popen(
@@ -173,8 +173,8 @@ KILLER = textwrap.dedent(
     """
     import sys
     from pathlib import Path
-    from recipekit.build import compile_bundle, resolve
-    from recipekit.bundle import write_bundle
+    from recipekit.bundle.build import compile_bundle, resolve
+    from recipekit.bundle.write import write_bundle
     versions = [compile_bundle(resolve(["recipe=tiny_sft", f"train.seed={s}"]))[0] for s in (1, 2)]
     target = Path(sys.argv[1])
     print("ready", flush=True)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from recipekit.compose import compose, group_options
 from recipekit.errors import RecipeError
 from recipekit.paths import GROUPS
+from recipekit.recipe.compose import compose, group_options
 
 
 def problems_of(overrides: list[str], **kwargs) -> list[str]:
@@ -38,7 +38,7 @@ def test_add_and_delete_keys_with_hydra_grammar() -> None:
 
 
 def test_all_problems_reported_together_with_close_matches() -> None:
-    from recipekit.build import resolve
+    from recipekit.bundle.build import resolve
 
     with pytest.raises(RecipeError) as info:
         resolve(["model=llama3_8", "hw=ascend910", "train.micro_bach_size=2", "train.lr=1"])

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from recipekit.tinydata import tiny_records, write_tiny_dataset
+from recipekit.validate.tinydata import tiny_records, write_tiny_dataset
 
 torch = pytest.importorskip("torch")
 

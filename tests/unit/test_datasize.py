@@ -12,10 +12,10 @@ import pytest
 from click.testing import CliRunner
 
 from recipekit import memory
-from recipekit.build import resolve
+from recipekit.bundle.build import resolve
 from recipekit.cli import main
-from recipekit.datasize import data_size, steps_per_epoch
-from recipekit.layout import Layout
+from recipekit.plan.datasize import data_size, steps_per_epoch
+from recipekit.plan.layout import Layout
 from recipekit.runtime import manifest
 
 

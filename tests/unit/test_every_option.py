@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 from recipekit.bundlefiles import MANIFEST, PLAN_JSON, PLAN_MD, REQUIRED
-from recipekit.compose import group_options
-from recipekit.recipe import ClusterSpec, DataSpec, HardwareSpec, ModelSpec, ParallelSpec
+from recipekit.recipe.compose import group_options
+from recipekit.recipe.sections import ClusterSpec, DataSpec, HardwareSpec, ModelSpec, ParallelSpec
 from tests.conftest import render_files
 
 #: What must accompany an option of a group so the combination is meaningful.

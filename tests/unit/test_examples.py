@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from recipekit.cli import main
-from recipekit.compose import group_options
+from recipekit.recipe.compose import group_options
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "recipes"
 PRESETS = sorted(set(group_options("recipe", [EXAMPLES])) - set(group_options("recipe")))

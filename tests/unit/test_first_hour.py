@@ -117,7 +117,7 @@ def test_an_oom_bundle_says_so_at_the_top_of_its_readme() -> None:
 
 
 def test_validate_warns_about_an_oom_bundle(tmp_path: Path) -> None:
-    from recipekit.build import build
+    from recipekit.bundle.build import build
     from recipekit.validate import validate
 
     built = build(SEED_OOM, tmp_path / "b", allow_oom=True)
@@ -127,8 +127,8 @@ def test_validate_warns_about_an_oom_bundle(tmp_path: Path) -> None:
 
 
 def test_validate_verdict_line_carries_the_warning(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from recipekit.validate.checks import Report
-    from recipekit.validate.command import print_report
+    from recipekit.cli.validate import print_report
+    from recipekit.validate.results import Report
 
     report = Report("b", warnings=["does not fit: 74.5 GiB per device predicted"])
     print_report(report)
@@ -165,7 +165,7 @@ def test_advise_paste_line_has_each_key_once() -> None:
 
 
 def test_merge_overrides_keeps_the_last_of_each_key() -> None:
-    from recipekit.overrides import merge
+    from recipekit.recipe.overrides import merge
 
     assert merge(["recipe=a", "parallel=zero2", "train.x=1"], ["parallel=zero3", "~train.x"]) == [
         "recipe=a",
@@ -175,7 +175,7 @@ def test_merge_overrides_keeps_the_last_of_each_key() -> None:
 
 
 def test_image_build_without_engine_says_it_in_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from recipekit.build import build
+    from recipekit.bundle.build import build
 
     built = build(["recipe=tiny_sft"], tmp_path / "b")
     monkeypatch.setattr("shutil.which", lambda name, *a, **k: "/usr/bin/podman" if name == "podman" else None)
@@ -187,7 +187,7 @@ def test_image_build_without_engine_says_it_in_one_line(tmp_path: Path, monkeypa
 
 
 def test_data_prepare_on_a_volume_path_suggests_volume(tmp_path: Path) -> None:
-    from recipekit.build import build
+    from recipekit.bundle.build import build
 
     built = build(["recipe=tiny_sft", "cluster.mount_path=/nonexistent-volume-i19"], tmp_path / "b")
     result = run("data", "prepare", str(built.path))

@@ -27,17 +27,18 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
+from recipekit.bundle.documents import make_documents
+from recipekit.bundle.render import markdown_code, render
 from recipekit.bundlefiles import JOB, LAUNCH, MANIFEST, README, RECIPE, RUN
 from recipekit.cli import main
-from recipekit.compose import compose
 from recipekit.errors import RecipeError
-from recipekit.images import load_images
+from recipekit.image.matrix import load_images
 from recipekit.paths import RECIPES_DIR
-from recipekit.plan import make_plan
-from recipekit.recipe import Recipe, parse_recipe
-from recipekit.render import markdown_code, render
+from recipekit.plan.plan import make_plan
+from recipekit.recipe.compose import compose
+from recipekit.recipe.schema import field_types, sections_in, to_data
+from recipekit.recipe.sections import Recipe, parse_recipe
 from recipekit.runtime.launch import Topology, environment
-from recipekit.schema import field_types, sections_in, to_data
 
 
 # ----------------------------------------------------------------------------------------------------- helpers
@@ -576,12 +577,13 @@ def test_injection_payload_arrives_byte_for_byte_or_is_refused(base_raw, field: 
         return
     # accepted: it must arrive byte for byte wherever it lands, and never in run.sh
     assert not any(c in text for c in "\n\x00\u202e"), "a control character was accepted"
-    files = render(recipe, plan)
+    documents = make_documents(recipe, plan)
+    files = render(recipe, plan, documents)
     document = yaml.safe_load(files[RECIPE])
     assert _get(document["recipe"], key) == value
-    assert yaml.safe_load(files[JOB]) == plan.job
+    assert yaml.safe_load(files[JOB]) == documents.job
     launch = json.loads(files[LAUNCH])
-    assert launch == json.loads(json.dumps(plan.launch))
+    assert launch == json.loads(json.dumps(documents.launch))
     if key == "hw.env":
         env = environment(launch, Topology(0, 2, ["h0", "h1"]), {})
         child = subprocess.run(
@@ -659,7 +661,7 @@ def test_a_recipe_error_names_a_value_without_expanding_it() -> None:
 # ------------------------------------------------------------------------------------------------ validate, list
 def test_validate_reads_an_alias_bomb_recipe_yaml_without_expanding_it(previous_bundle, tmp_path: Path) -> None:
     """A 5 KB alias-bomb recipe.yaml hung `validate`: now a finding naming the file, promptly, no traceback."""
-    from recipekit.validate.static import rehash_manifest
+    from recipekit.validate.loader import rehash_manifest
 
     bundle = tmp_path / "b"
     shutil.copytree(previous_bundle, bundle)
@@ -734,7 +736,7 @@ def test_list_shows_a_team_description_as_written(tmp_path: Path) -> None:
     ],
 )
 def test_domains_accept_real_values_and_refuse_lookalikes(domain: str, good: list[str], bad: list[str]) -> None:
-    from recipekit import domains
+    from recipekit.recipe import domains
 
     rule = getattr(domains, domain)
     assert [value for value in good if rule.problem(value) is not None] == []
@@ -742,7 +744,7 @@ def test_domains_accept_real_values_and_refuse_lookalikes(domain: str, good: lis
 
 
 def test_host_volume_names_match_the_jobs_and_collide_where_they_should() -> None:
-    from recipekit.names import host_volume_name
+    from recipekit.recipe.k8snames import host_volume_name
 
     assert host_volume_name("/usr/local/Ascend/driver") == "host-usr-local-ascend-driver"
     assert host_volume_name("/a_b") == host_volume_name("/a-b") == host_volume_name("/A.B")
@@ -806,7 +808,8 @@ def test_every_number_at_its_bound_plans_estimates_and_renders(base_raw) -> None
                 continue
             assert math.isfinite(estimate.total_gib), key
             if plan.layout.model_parallel == 1:
-                render(recipe, make_plan(recipe, images), None, estimate)
+                full = make_plan(recipe, images)
+                render(recipe, full, make_documents(recipe, full), None, estimate)
             checked += 1
     assert checked > 20
 

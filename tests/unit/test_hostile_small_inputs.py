@@ -448,7 +448,7 @@ def test_the_runtime_reads_a_hostile_recipe_yaml_as_one_line(tmp_path: Path, con
 def test_data_prepare_refuses_a_data_line_nested_100k_deep(tmp_path: Path) -> None:
     """The whole path in real processes: the CLI, the bundle's prepare step and its workers; one line, exit 2."""
     pytest.importorskip("transformers")
-    from recipekit.build import build
+    from recipekit.bundle.build import build
 
     root = tmp_path / "case"
     data = write(root / "data.jsonl", "\n".join([GOOD_LINE] * 20 + [DEEP_JSON]) + "\n")

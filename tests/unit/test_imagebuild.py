@@ -12,12 +12,13 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from recipekit import imagebuild
-from recipekit.build import build
+from recipekit.bundle.build import build
 from recipekit.cli import main
 from recipekit.errors import RecipeError
-from recipekit.validate.checks import Status
-from recipekit.validate.static import load_bundle, run_static
+from recipekit.handover import imagebuild
+from recipekit.validate.loader import load_bundle
+from recipekit.validate.results import Status
+from recipekit.validate.static import run_static
 
 DIGEST = "sha256:" + "ab" * 32
 

@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 
 from recipekit.errors import RecipeError
-from recipekit.images import compatibility_problems, load_images
+from recipekit.image.matrix import compatibility_problems, load_images
 from recipekit.paths import IMAGES_DIR
 
 
@@ -68,7 +68,7 @@ def test_arch_default_is_explicit_and_overridable() -> None:
 
 
 def test_an_arch_the_hardware_or_the_family_lacks_is_refused() -> None:
-    from recipekit.build import resolve
+    from recipekit.bundle.build import resolve
 
     with pytest.raises(RecipeError) as info:
         resolve(["recipe=llama3_8b_sft", "hw=h100", "hw.arch=arm64"])

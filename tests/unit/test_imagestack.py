@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from recipekit.build import build
-from recipekit.compose import group_options
+from recipekit.bundle.build import build
+from recipekit.recipe.compose import group_options
 from recipekit.validate import imagestack
-from recipekit.validate.checks import Result, Status
+from recipekit.validate.loader import load_bundle, rehash_manifest
 from recipekit.validate.pypi import reachable, uv_binary
-from recipekit.validate.static import load_bundle, rehash_manifest
+from recipekit.validate.results import Result, Status
 
 BUNDLES = {
     "ascend": ["recipe=llama3_8b_sft"],

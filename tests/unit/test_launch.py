@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from recipekit.build import build, resolve
+from recipekit.bundle.build import build, resolve
 from recipekit.paths import RECIPES_DIR
 from recipekit.runtime import launch
 

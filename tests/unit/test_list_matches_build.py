@@ -10,10 +10,10 @@ from __future__ import annotations
 import pytest
 
 from recipekit import yamlfile
-from recipekit.build import compile_bundle, resolve
-from recipekit.compose import group_options
+from recipekit.bundle.build import compile_bundle, resolve
+from recipekit.cli.listing import option_rows, unsupported_note
 from recipekit.errors import RecipeError
-from recipekit.listing import option_rows, unsupported_note
+from recipekit.recipe.compose import group_options
 
 MODES = {row.option: row for row in option_rows(["mode"], [])}
 

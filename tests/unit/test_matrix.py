@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from recipekit import compose as compose_module
-from recipekit import matrix
+from recipekit.bundle import sweep as matrix
+from recipekit.bundle.sweep import combinations, run_matrix
 from recipekit.bundlefiles import read_files
 from recipekit.cli import main
 from recipekit.errors import RecipeError
-from recipekit.matrix import combinations, run_matrix
+from recipekit.recipe import compose as compose_module
 
 
 def run(*args: str):

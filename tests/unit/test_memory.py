@@ -1,4 +1,4 @@
-"""recipekit.memory and recipekit.report: the estimators against published sizes, DeepSpeed's own estimators and the
+"""recipekit.memory and bundle.report: the estimators against published sizes, DeepSpeed's own estimators and the
 tensors PyTorch actually keeps; fit/no-fit on known cases; fixes that, applied, fit; stable JSON."""
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "src"))
 
 from recipekit import memory  # noqa: E402
-from recipekit.compose import compose  # noqa: E402
-from recipekit.images import load_images  # noqa: E402
+from recipekit.bundle.report import estimate_dict, estimate_markdown, render_advice, render_estimate  # noqa: E402
+from recipekit.image.matrix import load_images  # noqa: E402
 from recipekit.memory import (  # noqa: E402
     GIB,
     activation_bytes,
@@ -31,12 +31,12 @@ from recipekit.memory import (  # noqa: E402
     regime,
     tp_inside_node,
 )
-from recipekit.modelsize import count_params, lora_params, tensor_parallel_share  # noqa: E402
-from recipekit.options import load_parallel_options  # noqa: E402
-from recipekit.plan import make_plan  # noqa: E402
-from recipekit.recipe import LoraSpec, ModelSpec, parse_recipe  # noqa: E402
-from recipekit.report import estimate_dict, estimate_markdown, render_advice, render_estimate  # noqa: E402
-from recipekit.schema import validate  # noqa: E402
+from recipekit.plan.modelsize import count_params, lora_params, tensor_parallel_share  # noqa: E402
+from recipekit.plan.plan import make_plan  # noqa: E402
+from recipekit.recipe.compose import compose  # noqa: E402
+from recipekit.recipe.paralleloptions import load_parallel_options  # noqa: E402
+from recipekit.recipe.schema import validate  # noqa: E402
+from recipekit.recipe.sections import LoraSpec, ModelSpec, parse_recipe  # noqa: E402
 
 IMAGES = load_images()
 OPTIONS = load_parallel_options()
@@ -116,7 +116,9 @@ ZERO_CASES = [  # (params, gpus per node, nodes)
 def test_zero2_model_states_equal_deepspeed(params, gpus, nodes, offload):
     ds = pytest.importorskip("deepspeed.runtime.zero.stage_1_and_2")
     _, ds_gpu = ds.estimate_zero2_model_states_mem_needs(int(params), gpus, nodes, cpu_offload=offload)
-    ours = model_states(params, regime("bf16", 2), dp=gpus * nodes, offload_optimizer="cpu" if offload else "none")
+    ours = model_states(
+        params, regime("bf16", 2, deepspeed=True), dp=gpus * nodes, offload_optimizer="cpu" if offload else "none"
+    )
     assert ours.device == pytest.approx(ds_gpu, rel=0.02)
 
 
@@ -136,7 +138,7 @@ def test_zero3_model_states_equal_deepspeed(params, gpus, nodes, offload_optimiz
     )
     ours = model_states(
         params,
-        regime("bf16", 3),
+        regime("bf16", 3, deepspeed=True),
         dp=gpus * nodes,
         largest_layer=largest,
         offload_optimizer="cpu" if offload_optimizer else "none",
@@ -151,15 +153,17 @@ def test_zero3_host_memory_equals_deepspeed_zero_init():
     ds_cpu, _, _ = ds.estimate_zero3_model_states_mem_needs(
         int(params), 10**9, gpus, nodes, cpu_offload=True, cpu_offload_params=True, zero_init=True
     )
-    ours = model_states(params, regime("bf16", 3), dp=gpus * nodes, offload_optimizer="cpu", offload_param="cpu")
+    ours = model_states(
+        params, regime("bf16", 3, deepspeed=True), dp=gpus * nodes, offload_optimizer="cpu", offload_param="cpu"
+    )
     assert ours.host * gpus * formulas.HOST_BUFFER_FACTOR == pytest.approx(ds_cpu, rel=0.02)
 
 
 def test_ddp_is_torch_amp_not_deepspeed():
     # Stage 0 is the bundle's plain DDP under AMP: fp32 weights + 16-bit autocast copy, fp32 gradients and DDP's
     # bucket copy, Adam moments: 22 bytes per parameter; one rank has no bucket copy: 18.
-    assert model_states(1e9, regime("bf16", 0), dp=8).device == pytest.approx(22e9)
-    assert model_states(1e9, regime("bf16", 0), dp=1).device == pytest.approx(18e9)
+    assert model_states(1e9, regime("bf16", 0, deepspeed=False), dp=8).device == pytest.approx(22e9)
+    assert model_states(1e9, regime("bf16", 0, deepspeed=False), dp=1).device == pytest.approx(18e9)
 
 
 # --------------------------------------------------------------------------------------------------- activations
@@ -262,7 +266,7 @@ def test_activations_match_what_autograd_keeps(monkeypatch, autocast, kind, chec
     # AMP is the regime of stage 0 (DDP); any ZeRO stage is DeepSpeed's 16-bit model.
     predicted = activation_bytes(
         spec,
-        regime("bf16", 0 if autocast else 2),
+        regime("bf16", 0 if autocast else 2, deepspeed=not autocast),
         micro_batch=BATCH,
         seq_len=SEQ,
         full_training=lora is None,
@@ -275,7 +279,7 @@ def test_activations_match_what_autograd_keeps(monkeypatch, autocast, kind, chec
 
 def test_checkpointing_keeps_layer_inputs_plus_one_layer():
     spec = model("llama3_8b")
-    ds = regime("bf16", 3)
+    ds = regime("bf16", 3, deepspeed=True)
     full = activation_bytes(spec, ds, micro_batch=1, seq_len=2048, full_training=True, checkpointing=False)
     ckpt = activation_bytes(spec, ds, micro_batch=1, seq_len=2048, full_training=True, checkpointing=True)
     assert ckpt.layers == 32 * 2 * 2048 * 4096  # 2·s·b·h bytes per layer
@@ -503,7 +507,7 @@ def test_estimate_is_fast():
 @pytest.mark.parametrize("precision", ["bf16", "fp16", "fp32"])
 @pytest.mark.parametrize("zero", [0, 1, 2, 3])
 def test_regime_words_name_the_bytes_it_counts(precision, zero):
-    reg = regime(precision, zero)
+    reg = regime(precision, zero, deepspeed=zero > 0)
     assert reg.weight_words("sft").startswith({2: "16-bit", 4: "fp32"}[reg.weight])
     assert reg.gradient_words.startswith({2: "16-bit", 4: "fp32"}[reg.gradient])
     assert ("fp32 copy" in reg.gradient_words) == bool(reg.fp32_gradient)
@@ -555,7 +559,7 @@ def test_memory_reads_nothing_from_disk():
     import os
     import subprocess
 
-    readers = ("recipekit.compose", "recipekit.options", "hydra", "omegaconf")
+    readers = ("recipekit.recipe.compose", "recipekit.recipe.paralleloptions", "hydra", "omegaconf")
     code = f"import sys, recipekit.memory; print(sorted(m for m in sys.modules if m.startswith({readers})))"
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env).stdout

@@ -17,8 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from recipekit.compose import compose
-from recipekit.images import load_images
+from recipekit.image.matrix import load_images
 from recipekit.memory import advise, estimate
 from recipekit.memory.formulas import (
     activation_bytes,
@@ -28,10 +27,11 @@ from recipekit.memory.formulas import (
     tp_allreduce_count,
     tp_head_bytes,
 )
-from recipekit.modelsize import count_params, tensor_parallel_share
-from recipekit.options import load_parallel_options
-from recipekit.plan import make_plan
-from recipekit.recipe import ModelSpec, parse_recipe
+from recipekit.plan.modelsize import count_params, tensor_parallel_share
+from recipekit.plan.plan import make_plan
+from recipekit.recipe.compose import compose
+from recipekit.recipe.paralleloptions import load_parallel_options
+from recipekit.recipe.sections import ModelSpec, parse_recipe
 
 PROBE = Path(__file__).with_name("autotp_probe.py")
 IMAGES = load_images()
@@ -132,7 +132,13 @@ def test_activations_under_tp_match_what_autograd_keeps(probe, case):
     the rest halved; the logits whole for an untied head (gathered), halved for a tied one (vocabulary-parallel)."""
     assert probe[case]["dtype"] == "torch.bfloat16"
     predicted = activation_bytes(
-        CASES[case], regime("bf16", 1), micro_batch=BATCH, seq_len=SEQ, full_training=True, checkpointing=False, tp=2
+        CASES[case],
+        regime("bf16", 1, deepspeed=True),
+        micro_batch=BATCH,
+        seq_len=SEQ,
+        full_training=True,
+        checkpointing=False,
+        tp=2,
     ).saved
     assert predicted == pytest.approx(probe[case]["saved_bytes"], rel=0.03)
 
@@ -151,7 +157,7 @@ def test_model_states_under_tp_are_the_share_partitioned_over_dp():
     """ZeRO-2 with TP 2 on 2 × 8 devices: DeepSpeed's counts for the rank's share over the 8 data-parallel ranks."""
     est = estimate_of("recipe=llama3_8b_sft", "parallel=zero2", "parallel.tensor_parallel=2", "cluster.nodes=2")
     share = tensor_parallel_share(recipe_of("recipe=llama3_8b_sft").model, 2).total
-    states = model_states(share, regime("bf16", 2), dp=8)
+    states = model_states(share, regime("bf16", 2, deepspeed=True), dp=8)
     assert est.layout.dp_size == 8 and est.layout.world_size == 16
     assert est.item("weights") * 2**30 == pytest.approx(states.weights)
     assert est.item("gradients") * 2**30 == pytest.approx(states.gradients)
@@ -166,14 +172,14 @@ def test_tp_at_zero_stage_0_is_deepspeed_not_ddp():
     assert est.item("weights") * 2**30 == pytest.approx(2 * share)
     assert est.item("gradients") * 2**30 == pytest.approx((2 + 4) * share)
     assert "DDP bucket" not in next(i.basis for i in est.memory if i.name == "gradients")
-    assert est.plan.uses_deepspeed and est.plan.ds_config["zero_optimization"]["stage"] == 0
+    assert est.plan.uses_deepspeed and est.plan.zero_stage == 0
 
 
 def test_autotp_collectives_per_layer():
     """Forward: o_proj and down_proj all-reduce; backward: each of q, k, v, gate, up all-reduces its input gradient;
     recomputation runs the forward's two again."""
     assert tp_allreduce_count(False) == 7 and tp_allreduce_count(True) == 9
-    reg = regime("bf16", 1)
+    reg = regime("bf16", 1, deepspeed=True)
     one = 2 * (2 - 1) / 2 * 1 * 2048 * 4096 * 2
     assert tp_allreduce_bytes_per_layer(
         reg, tensor_parallel=2, micro_batch=1, seq_len=2048, hidden=4096, checkpointing=False

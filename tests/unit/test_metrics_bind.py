@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from recipekit.build import resolve
+from recipekit.bundle.build import resolve
 from recipekit.errors import RecipeError
 from tests.conftest import render_files
 

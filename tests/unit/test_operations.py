@@ -1,4 +1,4 @@
-"""The operations layer at build time: the ``ops`` recipe section, the numbers recipekit.operations derives, the
+"""The operations layer at build time: the ``ops`` recipe section, the numbers recipekit.memory.operations derives, the
 files they are rendered into (recipe.yaml, launch.json, the Job, the monitoring files) and the static checks."""
 
 from __future__ import annotations
@@ -11,16 +11,16 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from recipekit.build import build, resolve
+from recipekit.bundle.build import build, resolve
+from recipekit.bundle.monitoring import dashboard_panels
 from recipekit.cli import main as cli_main
 from recipekit.errors import RecipeError
 from recipekit.memory import estimate
-from recipekit.monitoring import dashboard_panels
-from recipekit.operations import operations
-from recipekit.runtime import metricnames as names
-from recipekit.validate.checks import Status
+from recipekit.memory.operations import operations
+from recipekit.runtime import metricnames
 from recipekit.validate.loader import load_bundle, rehash_manifest
 from recipekit.validate.monitoring import check_monitoring, check_operations, promtool
+from recipekit.validate.results import Status
 from tests.conftest import render_files
 
 
@@ -188,7 +188,7 @@ def test_alerts_use_the_recipes_thresholds_and_the_runtimes_metric_names() -> No
         "RecipekitStalled",
     }
     assert rules["RecipekitLossSpike"]["expr"].endswith("> 0.5")
-    assert rules["RecipekitCheckpointSlow"]["expr"].startswith(names.CHECKPOINT_SECONDS.name)
+    assert rules["RecipekitCheckpointSlow"]["expr"].startswith(metricnames.CHECKPOINT_SECONDS.name)
     assert "> 900" in rules["RecipekitCheckpointSlow"]["expr"]
     job = yaml.safe_load(files["volcano-job.yaml"])["metadata"]["name"]
     assert all(f'recipekit_job="{job}"' in r["expr"] for r in rules.values())
@@ -197,7 +197,7 @@ def test_alerts_use_the_recipes_thresholds_and_the_runtimes_metric_names() -> No
 def test_the_dashboard_charts_every_metric_the_exporter_serves() -> None:
     board = json.loads(files_of("recipe=tiny_sft")["grafana-dashboard.json"])
     exprs = " ".join(t["expr"] for p in board["panels"] for t in p["targets"])
-    assert all(m.name in exprs for m in names.METRICS)
+    assert all(m.name in exprs for m in metricnames.METRICS)
     assert len(board["panels"]) == len(dashboard_panels()) == len({p["id"] for p in board["panels"]})
     assert (
         board["templating"]["list"][1]["current"]["value"]
@@ -275,7 +275,7 @@ def test_a_hand_edited_collective_timeout_fails(bundle: Path, tmp_path: Path) ->
 
 
 def test_validate_cli_reports_the_ops_checks(bundle: Path) -> None:
-    from recipekit.validate.command import validate_command
+    from recipekit.cli.validate import validate_command
 
     result = CliRunner().invoke(validate_command, [str(bundle), "--json"])
     checks = {c["id"]: c["status"] for c in json.loads(result.stdout)["checks"]}

@@ -17,11 +17,11 @@ import pytest
 from click.testing import CliRunner
 
 from recipekit import __version__
-from recipekit.archive import read_targz, write_targz
 from recipekit.bundlefiles import read_files
 from recipekit.cli import main
 from recipekit.errors import RecipeError
-from recipekit.package import INDEX, pack, verify
+from recipekit.handover.archive import read_targz, write_targz
+from recipekit.handover.package import INDEX, pack, verify
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import tomllib
 
-from recipekit.images import load_images
+from recipekit.image.matrix import load_images
 from recipekit.validate.tools import TOOL_PACKAGES
 
 ROOT = Path(__file__).resolve().parents[2]

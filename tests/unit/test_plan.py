@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import pytest
 
-from recipekit.build import resolve
+from recipekit.bundle.build import resolve
 from recipekit.errors import RecipeError
-from recipekit.names import k8s_name, task_env_name
+from recipekit.recipe.k8snames import k8s_name, task_env_name
+from tests.conftest import documents_of
 
 
 def plan_of(*overrides: str):
     return resolve(list(overrides)).plan
+
+
+def docs_of(*overrides: str):
+    return documents_of(resolve(list(overrides)))
 
 
 def problems_of(*overrides: str) -> dict[str, str]:
@@ -37,7 +42,8 @@ def test_case_study_two_nodes_of_910b() -> None:
 
 def test_batch_numbers_agree_between_deepspeed_and_trainer() -> None:
     plan = plan_of("recipe=llama3_8b_sft", "cluster.nodes=4")
-    ds, args = plan.ds_config, plan.training_arguments
+    docs = docs_of("recipe=llama3_8b_sft", "cluster.nodes=4")
+    ds, args = docs.ds_config, docs.training_arguments
     assert ds["train_micro_batch_size_per_gpu"] == args["per_device_train_batch_size"] == plan.layout.micro_batch_size
     assert ds["gradient_accumulation_steps"] == args["gradient_accumulation_steps"]
     assert (
@@ -63,7 +69,7 @@ def test_explicit_accumulation_must_agree_with_global_batch() -> None:
 def test_precision_auto_follows_hardware() -> None:
     assert plan_of("hw=ascend910b").precision == "bf16"
     assert plan_of("hw=h100", "hw.supports_bf16=false").precision == "fp16"
-    fp16 = plan_of("hw=h100", "hw.supports_bf16=false", "parallel=zero2").ds_config["fp16"]
+    fp16 = docs_of("hw=h100", "hw.supports_bf16=false", "parallel=zero2").ds_config["fp16"]
     assert fp16["enabled"] is True and fp16["loss_scale"] == 0  # dynamic loss scaling
 
 
@@ -91,15 +97,15 @@ def test_all_cross_section_problems_reported_together() -> None:
 
 
 def test_zero3_saves_whole_weights_and_offload_uses_deepspeed_adam() -> None:
-    zero = plan_of("recipe=llama3_8b_sft", "parallel=zero3_offload").ds_config
+    zero = docs_of("recipe=llama3_8b_sft", "parallel=zero3_offload").ds_config
     assert zero["zero_optimization"]["stage3_gather_16bit_weights_on_model_save"] is True
     assert zero["zero_optimization"]["offload_optimizer"] == {"device": "cpu", "pin_memory": True}
     assert zero["optimizer"]["params"]["lr"] == "auto"
 
 
 def test_ddp_has_no_deepspeed_config() -> None:
-    plan = plan_of("parallel=ddp")
-    assert plan.ds_config is None and "deepspeed" not in plan.training_arguments
+    docs = docs_of("parallel=ddp")
+    assert docs.ds_config is None and "deepspeed" not in docs.training_arguments
 
 
 def test_schedule_from_dataset_size() -> None:
@@ -132,7 +138,7 @@ def test_qlora_is_refused_where_the_family_has_no_bitsandbytes_and_pinned_where_
         plan_of("mode=qlora", "parallel=zero2")
     (problem,) = info.value.problems
     assert problem.key == "mode" and "0.46.1" in problem.message and "bitsandbytes-npu-beta" in problem.message
-    assert "bitsandbytes==0.50.2" in plan_of("mode=qlora", "hw=h100", "parallel=zero2").pip_packages
+    assert "bitsandbytes==0.50.2" in docs_of("mode=qlora", "hw=h100", "parallel=zero2").pip_packages
 
 
 def test_image_tag_changes_with_the_recipe() -> None:
@@ -140,9 +146,9 @@ def test_image_tag_changes_with_the_recipe() -> None:
 
 
 def test_checkpoint_on_sigterm_fits_in_the_grace_period() -> None:
-    plan = plan_of("recipe=llama3_8b_sft")
-    grace = plan.job["spec"]["tasks"][0]["template"]["spec"]["terminationGracePeriodSeconds"]
-    assert 0 < int(plan.env["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"]) < grace
+    docs = docs_of("recipe=llama3_8b_sft")
+    grace = docs.job["spec"]["tasks"][0]["template"]["spec"]["terminationGracePeriodSeconds"]
+    assert 0 < int(docs.env["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"]) < grace
 
 
 def test_a_recipe_name_must_start_with_a_letter() -> None:

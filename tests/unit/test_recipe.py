@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from recipekit.compose import compose
 from recipekit.errors import RecipeError
-from recipekit.recipe import Recipe, TrainSpec, parse_recipe
-from recipekit.schema import field_names
+from recipekit.recipe.compose import compose
+from recipekit.recipe.schema import field_names
+from recipekit.recipe.sections import Recipe, TrainSpec, parse_recipe
 
 
 def problems(overrides: list[str]) -> dict[str, str]:
@@ -78,7 +78,7 @@ def _value_for(name: str) -> str:
 
 def test_override_typos_are_caught_against_the_schema_before_composing() -> None:
     from recipekit.paths import GROUPS
-    from recipekit.recipe import unknown_override_keys
+    from recipekit.recipe.sections import unknown_override_keys
 
     overrides = [
         "train.micro_bach_size=2",
@@ -99,8 +99,8 @@ def test_every_field_of_every_section_is_documented() -> None:
     """Field descriptions are the recipe's reference documentation: none may be missing."""
     import dataclasses
 
-    from recipekit import recipe as module
-    from recipekit.schema import Section
+    from recipekit.recipe import sections as module
+    from recipekit.recipe.schema import Section
 
     sections = [v for v in vars(module).values() if isinstance(v, type) and issubclass(v, Section) and v is not Section]
     assert len(sections) >= 12

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from recipekit.build import build
-from recipekit.bundle import is_bundle
+from recipekit.bundle.build import build
+from recipekit.bundle.write import is_bundle
 from recipekit.errors import RecipeError
 from tests.conftest import render_files
 
@@ -186,7 +186,7 @@ def test_a3_box8_and_superpod_select_their_own_nodes() -> None:
 
 
 def test_superpod_block_splits_jobs_larger_than_a_superpod() -> None:
-    from recipekit.build import resolve
+    from recipekit.bundle.build import resolve
 
     plan = resolve(
         ["recipe=llama3_70b_sft", "hw=ascend910_a3_superpod", "cluster.nodes=48", "train.global_batch_size=1536"]
@@ -195,7 +195,7 @@ def test_superpod_block_splits_jobs_larger_than_a_superpod() -> None:
 
 
 def test_pod_requests_follow_node_allocatable_and_refuse_what_never_schedules() -> None:
-    from recipekit.build import resolve
+    from recipekit.bundle.build import resolve
     from recipekit.errors import RecipeError
 
     plan = resolve(["recipe=llama3_8b_sft", "hw=ascend910b", "cluster.devices_per_pod=4"]).plan
@@ -241,7 +241,7 @@ AWKWARD_VALUES = {
 @pytest.mark.parametrize("name", sorted(AWKWARD_VALUES))
 def test_libyaml_and_python_emitters_write_the_same_bytes(name: str) -> None:
     """Bundles are byte-identical whether or not the building machine's PyYAML has libyaml."""
-    from recipekit import render
+    from recipekit.bundle import render
 
     data = {"value": AWKWARD_VALUES[name], name: "as a key"}
     chosen, python = render._yaml(data, "h"), render._yaml(data, "h", render.PYTHON_DUMPER)

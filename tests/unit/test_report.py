@@ -1,4 +1,4 @@
-"""recipekit.report at the width a piped terminal gets (80 columns): overrides and the image tag stay whole, so what
+"""bundle.report at the width a piped terminal gets (80 columns): overrides and the image tag stay whole, so what
 `plan --advise` and `show` print can be pasted back."""
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "src"))
 
-from recipekit.compose import compose  # noqa: E402
-from recipekit.images import load_images  # noqa: E402
+from recipekit.bundle.report import render_advice, render_summary  # noqa: E402
+from recipekit.image.matrix import load_images  # noqa: E402
 from recipekit.memory import advise  # noqa: E402
-from recipekit.options import load_parallel_options  # noqa: E402
-from recipekit.plan import make_plan  # noqa: E402
-from recipekit.recipe import parse_recipe  # noqa: E402
-from recipekit.report import render_advice, render_summary  # noqa: E402
+from recipekit.plan.plan import make_plan  # noqa: E402
+from recipekit.recipe.compose import compose  # noqa: E402
+from recipekit.recipe.paralleloptions import load_parallel_options  # noqa: E402
+from recipekit.recipe.sections import parse_recipe  # noqa: E402
 
 WIDTH = 80
 IMAGES = load_images()

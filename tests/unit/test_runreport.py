@@ -11,9 +11,9 @@ import pytest
 from click.testing import CliRunner
 
 from recipekit.cli import main
-from recipekit.compare import Tolerances, align, compare
-from recipekit.runlog import MAX_LINE_BYTES, from_records, load_run, on_volume, read_metrics
-from recipekit.runplan import DEFAULT_MARGIN, predictions, rows
+from recipekit.runs.compare import Tolerances, align, compare
+from recipekit.runs.runlog import MAX_LINE_BYTES, from_records, load_run, on_volume, read_metrics
+from recipekit.runs.runplan import DEFAULT_MARGIN, predictions, rows
 from recipekit.runtime import contract
 from tests.unit.runfixtures import PLAN, losses, write_plan, write_run
 
@@ -65,7 +65,7 @@ def test_non_finite_and_boolean_values_are_not_plotted() -> None:
 
 
 def test_a_bundle_finds_its_output_directory_below_the_volume(tmp_path: Path) -> None:
-    from recipekit.build import build
+    from recipekit.bundle.build import build
 
     bundle = build(["recipe=tiny_sft"], tmp_path / "bundle", force=True).path
     import yaml
@@ -198,7 +198,7 @@ def test_report_writes_a_self_contained_page_pngs_and_json(tmp_path: Path) -> No
 
 
 def test_the_plots_are_deterministic(tmp_path: Path) -> None:
-    from recipekit.runplots import run_plots
+    from recipekit.runs.runplots import run_plots
 
     run = load_run(write_run(tmp_path / "out", losses(), kill_after=6), plan=write_plan(tmp_path / "plan.json"))
     first, second = run_plots(run), run_plots(run)

@@ -9,10 +9,11 @@ import json
 import subprocess
 import sys
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
-from recipekit.tinydata import tiny_records, write_tiny_dataset
+from recipekit.validate.tinydata import tiny_records, write_tiny_dataset
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -44,7 +45,10 @@ def test_tinydata_is_deterministic_and_needs_no_training_stack(tmp_path):
     first = write_tiny_dataset("alpaca", tmp_path / "a.jsonl", n=32, seed=3).read_bytes()
     assert write_tiny_dataset("alpaca", tmp_path / "b.jsonl", n=32, seed=3).read_bytes() == first
     assert write_tiny_dataset("alpaca", tmp_path / "c.jsonl", n=32, seed=4).read_bytes() != first
-    probe = "import sys, recipekit.tinydata; print(sorted({'torch', 'transformers', 'pyarrow'} & set(sys.modules)))"
+    probe = (
+        "import sys, recipekit.validate.tinydata; "
+        "print(sorted({'torch', 'transformers', 'pyarrow'} & set(sys.modules)))"
+    )
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]"
 
@@ -140,6 +144,20 @@ def _trained_text(tokenizer, sample):
     return tokenizer.decode([t for t in sample["labels"] if t != -100])
 
 
+def encode_alone(tokenizer: Any, messages: list[dict[str, str]], max_len: int) -> dict[str, list[int]]:
+    """The reference: one conversation encoded on its own, token by token (the runtime encodes a batch at once):
+    labels are -100 on every prompt token; truncated to max_len."""
+    text = chat.render_chat(tokenizer, messages)
+    spans = chat.assistant_spans(tokenizer, messages, text)
+    encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    ids = encoded["input_ids"][:max_len]
+    labels = [
+        token if any(s <= start < e for s, e in spans) else samples.IGNORE_INDEX
+        for token, (start, _) in zip(ids, encoded["offset_mapping"])
+    ]
+    return {"input_ids": ids, "labels": labels}
+
+
 def test_prompt_tokens_are_masked_token_by_token(tokenizer):
     messages = [
         {"role": "system", "content": "Be brief."},
@@ -148,7 +166,7 @@ def test_prompt_tokens_are_masked_token_by_token(tokenizer):
         {"role": "user", "content": "Spell cat backwards."},
         {"role": "assistant", "content": "tac"},
     ]
-    sample = samples.encode_conversation(tokenizer, messages, max_len=512)
+    sample = encode_alone(tokenizer, messages, max_len=512)
     ids, labels = sample["input_ids"], sample["labels"]
     assert len(ids) == len(labels)
     text = chat.render_chat(tokenizer, messages)
@@ -162,11 +180,11 @@ def test_prompt_tokens_are_masked_token_by_token(tokenizer):
 
 
 def test_a_batch_is_encoded_as_each_record_alone(tokenizer, tmp_path):
-    """tokenize_conversations (one tokenizer call per batch, masks by span search) equals encode_conversation."""
+    """tokenize_conversations (one tokenizer call per batch, masks by span search) equals each record encoded alone."""
     records = tiny_records("messages", 120, seed=9)  # system turns, one or two exchanges
     batch = {"messages": [r["messages"] for r in records]}
     out = samples.tokenize_conversations(batch, tokenizer, "messages", max_len=16)  # truncation too
-    alone = [samples.encode_conversation(tokenizer, m, 16) for m in chat.conversations(batch, "messages")]
+    alone = [encode_alone(tokenizer, m, 16) for m in chat.conversations(batch, "messages")]
     kept = [a for a in alone if any(label != -100 for label in a["labels"])]
     assert 0 < len(kept) < len(alone)  # some answers lie beyond 16 tokens: dropped alike
     assert out == {"input_ids": [a["input_ids"] for a in kept], "labels": [a["labels"] for a in kept]}

@@ -12,8 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from recipekit.runtime import contract
-from recipekit.runtime import metricnames as names
+from recipekit.runtime import contract, metricnames
 from recipekit.validate.scrape import parse_exposition
 
 torch = pytest.importorskip("torch")
@@ -236,15 +235,15 @@ def test_the_exporter_serves_every_metric_name(monkeypatch) -> None:
     monkeypatch.setenv("RECIPEKIT_METRICS_PORT", str(port))
     exporter = start_exporter(SimpleNamespace(ports=[9400], ranks="all"), "job-abc", 0, 0)
     try:
-        exporter.set(names.LOSS, 1.5)
+        exporter.set(metricnames.LOSS, 1.5)
         exporter.alert("loss_jump")
         text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
     finally:
         exporter.close()
     declared, sampled = parse_exposition(text)
-    assert {m.name for m in names.METRICS} <= declared
+    assert {m.name for m in metricnames.METRICS} <= declared
     assert 'recipekit_loss{rank="0",recipekit_job="job-abc"} 1.5' in text
-    assert names.ALERTS.name in sampled
+    assert metricnames.ALERTS.name in sampled
     assert isinstance(start_exporter(SimpleNamespace(ports=[9400], ranks="rank0"), "j", 1, 0), NoExporter)
     assert isinstance(start_exporter(SimpleNamespace(ports=[], ranks="all"), "j", 0, 0), NoExporter)
 

@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 import pytest
 
 from recipekit.errors import RecipeError
-from recipekit.schema import Section, Tagged, field_names, spec, to_data, validate
+from recipekit.recipe.schema import Section, Tagged, field_names, spec, to_data, validate
 
 
 class Inner(Section):

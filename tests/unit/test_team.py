@@ -15,10 +15,10 @@ from click.testing import CliRunner
 
 from recipekit import __version__
 from recipekit.cli import main
-from recipekit.compose import compose
+from recipekit.cli.listing import option_rows
 from recipekit.errors import RecipeError
-from recipekit.listing import option_rows
-from recipekit.team import search_layers, version_range
+from recipekit.recipe.compose import compose
+from recipekit.recipe.team import search_layers, version_range
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 
@@ -202,7 +202,7 @@ def test_team_yaml_not_matching_the_recipe_names_file_line_and_key(repo: Path) -
 def test_a_missing_key_points_at_the_section_file(repo: Path) -> None:
     write(repo / "recipes" / "model" / "bare.yaml", "name: bare\nfamily: llama\n")
     with pytest.raises(RecipeError) as info:
-        from recipekit.build import resolve
+        from recipekit.bundle.build import resolve
 
         resolve(["model=bare"], [repo / "recipes"])
     assert any(

@@ -12,15 +12,16 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from recipekit.build import build, resolve
+from recipekit.bundle.build import build, resolve
 from recipekit.errors import RecipeError
 from recipekit.runtime import arguments
 from recipekit.runtime.callbacks import ThroughputCallback
 from recipekit.runtime.common import RunError
-from recipekit.validate.checks import Result, Status
 from recipekit.validate.loader import load_bundle, rehash_manifest
+from recipekit.validate.results import Result, Status
 from recipekit.validate.static import run_static
 from recipekit.validate.workcopy import substitute
+from tests.conftest import documents_of
 
 TP2 = ("recipe=llama3_8b_sft", "parallel=zero2", "parallel.tensor_parallel=2", "cluster.nodes=2")
 
@@ -33,35 +34,37 @@ def problems_of(*overrides: str) -> dict[str, str]:
 
 # ---------------------------------------------------------------------------------------------- the arithmetic
 def test_world_size_is_tp_times_dp_in_every_document() -> None:
-    plan = resolve(list(TP2)).plan
+    resolved = resolve(list(TP2))
+    plan, docs = resolved.plan, documents_of(resolved)
     lay = plan.layout
     assert (lay.world_size, lay.tensor_parallel, lay.dp_size) == (16, 2, 8)
     assert lay.global_batch_size == 128 == lay.micro_batch_size * lay.gradient_accumulation_steps * lay.dp_size
     assert (lay.micro_batch_size, lay.gradient_accumulation_steps) == (2, 8)
     # the Job and the launcher: 2 pods × 8 processes; the Trainer: micro and accumulation per rank
-    assert plan.job["spec"]["tasks"][0]["replicas"] == 2 and plan.launch["nproc_per_node"] == 8
-    args = plan.training_arguments
+    assert docs.job["spec"]["tasks"][0]["replicas"] == 2 and docs.launch["nproc_per_node"] == 8
+    args = docs.training_arguments
     assert (args["per_device_train_batch_size"], args["gradient_accumulation_steps"]) == (2, 8)
     assert plan.summary()["tensor_parallel"] == 2 and plan.summary()["dp_size"] == 8
 
 
 def test_ds_config_asks_for_autotp_and_gathered_weights_without_a_train_batch_size() -> None:
-    ds = resolve(list(TP2)).plan.ds_config
+    ds = documents_of(resolve(list(TP2))).ds_config
     assert ds["tensor_parallel"] == {"autotp_size": 2}
     assert "train_batch_size" not in ds  # the Trainer would count every TP rank: see documents.deepspeed_config
     assert ds["train_micro_batch_size_per_gpu"] == 2 and ds["gradient_accumulation_steps"] == 8
     assert ds["zero_optimization"]["stage"] == 2
     assert ds["zero_optimization"]["stage3_gather_16bit_weights_on_model_save"] is True
-    no_tp = resolve(["recipe=llama3_8b_sft", "parallel=zero2", "cluster.nodes=2"]).plan.ds_config
+    no_tp = documents_of(resolve(["recipe=llama3_8b_sft", "parallel=zero2", "cluster.nodes=2"])).ds_config
     assert "tensor_parallel" not in no_tp and no_tp["train_batch_size"] == 128
 
 
 def test_tp_without_zero_runs_deepspeed_at_stage_0() -> None:
-    plan = resolve(["recipe=llama3_8b_sft", "parallel=ddp", "parallel.tensor_parallel=2"]).plan
+    resolved = resolve(["recipe=llama3_8b_sft", "parallel=ddp", "parallel.tensor_parallel=2"])
+    plan, docs = resolved.plan, documents_of(resolved)
     assert plan.uses_deepspeed and plan.zero_stage == 0
-    assert plan.ds_config["zero_optimization"]["stage"] == 0 and plan.ds_config["tensor_parallel"]["autotp_size"] == 2
-    assert plan.training_arguments["deepspeed"] == "ds_config.json"
-    assert plan.env["DS_ACCELERATOR"] == "npu" and any(p.startswith("deepspeed==") for p in plan.pip_packages)
+    assert docs.ds_config["zero_optimization"]["stage"] == 0 and docs.ds_config["tensor_parallel"]["autotp_size"] == 2
+    assert docs.training_arguments["deepspeed"] == "ds_config.json"
+    assert docs.env["DS_ACCELERATOR"] == "npu" and any(p.startswith("deepspeed==") for p in docs.pip_packages)
     assert not resolve(["recipe=llama3_8b_sft", "parallel=ddp"]).plan.uses_deepspeed
 
 
@@ -210,8 +213,8 @@ def test_two_pods_of_one_process_carry_tp_across_them_and_say_so(tmp_path: Path)
     assert (dry.cluster.nodes, dry.cluster.devices_per_pod, dry.parallel.tensor_parallel) == (2, 1, 2)
     across = next(s for s in subs if s.field == "plan.tensor_parallel")
     assert across.new == "TP 2 across 2 simulated pods" and "every link is local" in across.why
-    from recipekit.images import load_images
-    from recipekit.plan import make_plan
+    from recipekit.image.matrix import load_images
+    from recipekit.plan.plan import make_plan
 
     plan = make_plan(dry, load_images(), tp_across_pods=True)
     assert (plan.layout.world_size, plan.layout.dp_size) == (2, 1)
@@ -283,7 +286,7 @@ def test_the_twin_gets_heads_tp_can_split(tmp_path: Path) -> None:
 
 
 def test_a_simulated_world_tp_does_not_divide_is_a_usage_error(tmp_path: Path) -> None:
-    from recipekit.validate.workcopy import DryRunUsageError
+    from recipekit.validate.dryrunoptions import DryRunUsageError
 
     with pytest.raises(DryRunUsageError, match=r"--pods 2 × --procs-per-pod 1 = 2 processes \(e.g. --pods 2 --procs"):
         _substituted(

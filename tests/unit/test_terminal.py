@@ -24,7 +24,7 @@ def _python(code: str) -> list[str]:
 
 def test_dry_run_progress_shows_a_bracketed_log_line_as_written_at_80_columns() -> None:
     code = f"""
-        from recipekit.validate.command import _Progress
+        from recipekit.cli.validate import _Progress
         line = {GLOO!r}
         with _Progress(dry_run=True) as progress:
             assert progress.interactive, "not a terminal"
@@ -43,14 +43,14 @@ def test_dry_run_progress_shows_a_bracketed_log_line_as_written_at_80_columns() 
 
 def test_the_report_fits_80_columns_and_prints_foreign_text_verbatim(tmp_path: Path) -> None:
     code = f"""
-        from recipekit.validate.checks import Report, Result, Status
+        from recipekit.validate.results import Report, Result, Status
         report = Report("bundles/[/odd]")
         failed = Result("dryrun.pods", "pods ran")
         failed.status = Status.FAIL
         failed.reason = {GLOO!r}
         failed.details["log_tails"] = {{"pod-[/0].log": {GLOO!r}}}
         report.extend([failed, Result("bundle.files", "files are all there " * 8)])
-        from recipekit.validate.command import print_report
+        from recipekit.cli.validate import print_report
         print_report(report)
         """
     run = run_in_terminal(_python(code), columns=80)

@@ -307,7 +307,7 @@ def test_every_saved_checkpoint_gets_the_run_record(tmp_path):
 # -------------------------------------------------------------------------------------------- throughput
 @pytest.fixture(scope="module")
 def tiny_sft():
-    from recipekit.build import resolve
+    from recipekit.bundle.build import resolve
 
     return resolve(["recipe=tiny_sft"])
 
@@ -322,7 +322,7 @@ def test_the_plans_parameter_count_is_the_live_twins(tiny_sft):
 def test_the_plans_lora_parameter_count_is_the_live_adapters():
     from peft import LoraConfig, get_peft_model
 
-    from recipekit.build import resolve
+    from recipekit.bundle.build import resolve
 
     resolved = resolve(["recipe=tiny_sft", "mode=lora"])
     lora, flops = resolved.recipe.mode.lora, resolved.plan.flops

@@ -16,9 +16,9 @@ import pytest
 
 from recipekit.runtime import contract
 from recipekit.validate import judge
-from recipekit.validate.checks import Result, Status
 from recipekit.validate.observed import Attempt, MetricsTail, Step
 from recipekit.validate.phases import PhaseReporter, announcement, describe, workers
+from recipekit.validate.results import Result, Status
 
 
 # ------------------------------------------------------------------------------------------------- checkpoints

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from recipekit.build import build
+from recipekit.bundle.build import build
 from recipekit.validate import libcheck
 from recipekit.validate.libchild import DeferredModule
 from recipekit.validate.loader import load_bundle

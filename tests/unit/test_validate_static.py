@@ -1,6 +1,6 @@
 """`recipekit validate` static checks: good bundles pass, and each rule catches the one breakage it exists for.
 
-Bundles are built with ``recipekit.build.build`` into a temporary directory once per module; each breakage copies
+Bundles are built with ``recipekit.bundle.build.build`` into a temporary directory once per module; each breakage copies
 one, changes it in exactly one way (then re-hashes manifest.json, so only the rule under test can object, except
 for the hash rule itself) and asserts that the expected check fails with a message naming the file and field.
 """
@@ -20,11 +20,11 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from recipekit.build import build
+from recipekit.bundle.build import build
+from recipekit.cli.validate import validate_command
 from recipekit.validate import validate
-from recipekit.validate.checks import Status
-from recipekit.validate.command import validate_command
 from recipekit.validate.loader import BundleUnusable, load_bundle, rehash_manifest
+from recipekit.validate.results import Status
 from recipekit.validate.static import run_static
 from recipekit.validate.volcano import policy_findings, schema_findings, webhook_findings
 

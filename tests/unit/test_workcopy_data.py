@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from recipekit.build import resolve
+from recipekit.bundle.build import resolve
 from recipekit.runtime.sources import find_files, plan_chunks
-from recipekit.validate.dryrun import DryRunOptions
+from recipekit.validate.dryrunoptions import DryRunOptions
 from recipekit.validate.workcopy import substitute
 
 

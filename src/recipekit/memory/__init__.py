@@ -7,7 +7,7 @@ answer "does it fit, how long, how much" before anything is downloaded or schedu
   states, activations, buffers, traffic, offload), with the one precision/ZeRO :class:`Regime` of byte widths;
 * :mod:`~recipekit.memory.estimate`: the :class:`Estimate` of one recipe under one plan;
 * :mod:`~recipekit.memory.advise`: variations that fit (:func:`fixes`, :func:`fit_problem`, :func:`advise`), trying
-  the parallel options the caller passes in (:func:`recipekit.options.load_parallel_options` reads them).
+  the parallel options the caller passes in (:func:`recipekit.recipe.paralleloptions.load_parallel_options` reads them).
 
 Nothing here reads from disk. The package's ``estimate`` and ``advise`` are the functions (they hide the modules of
 the same name as attributes): reach a module's other names with ``from recipekit.memory.estimate import ...``.

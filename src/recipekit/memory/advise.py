@@ -3,8 +3,9 @@
 ``fixes``/``fit_problem`` find the cheapest change that makes a recipe fit (what a refused ``build`` proposes);
 ``advise`` ranks every layout of the recipe's cluster that fits (``plan --advise``). The parallel options to try are
 passed in by the caller (they are data, ``recipes/parallel/*.yaml`` and the team's trees: see
-:mod:`recipekit.options`); nothing here reads from disk. Each variation is planned by :func:`recipekit.plan.make_plan`
-without the bundle documents, so its layout numbers come from the plan's own derivation.
+:mod:`recipekit.recipe.paralleloptions`); nothing here reads from disk. Each variation is planned by
+:func:`recipekit.plan.plan.make_plan` (numbers only, no bundle documents), so its layout numbers come from the
+plan's own derivation.
 """
 
 from __future__ import annotations
@@ -13,12 +14,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from recipekit.errors import Problem, RecipeError
-from recipekit.images import ImageMatrix
-from recipekit.layout import Layout, derive_layout, recipe_layout
+from recipekit.image.matrix import ImageMatrix
 from recipekit.memory.estimate import Estimate, estimate
-from recipekit.plan import Plan, make_plan
-from recipekit.recipe import ParallelSpec, Recipe
-from recipekit.schema import to_data
+from recipekit.plan.layout import Layout, derive_layout, recipe_layout
+from recipekit.plan.plan import Plan, make_plan
+from recipekit.recipe.schema import to_data
+from recipekit.recipe.sections import ParallelSpec, Recipe
 
 #: fit_problem tries at most this many doublings of the node count.
 MAX_NODE_DOUBLINGS = 6
@@ -84,7 +85,7 @@ def candidate(
             continue
         if explicit or value != getattr(new_par, key) or value != getattr(par, key):
             out.append(f"parallel.{key}={_bool(value) if isinstance(value, bool) else value}")
-        new_par = replace(new_par, **{key: value})
+        new_par = replace(new_par, **{key: value})  # type: ignore[arg-type]  # a key of the list above
 
     new_train = tr
     if micro_batch_size is not None and (explicit or micro_batch_size != tr.micro_batch_size):
@@ -107,10 +108,10 @@ def candidate(
 def _try(cand: Candidate, images: ImageMatrix, global_batch: int) -> Estimate | None:
     """The candidate's estimate, or None when make_plan rejects it or it changes the global batch.
 
-    Planned without the bundle documents (image digest, ds_config, Job): an estimate reads the numbers only.
+    A plan holds numbers only (the bundle's documents are built later, once): an estimate reads just those.
     """
     try:
-        plan = make_plan(cand.recipe, images, analysis_only=True, documents=False)
+        plan = make_plan(cand.recipe, images, analysis_only=True)
     except RecipeError:
         return None
     if plan.layout.global_batch_size != global_batch:
@@ -271,7 +272,7 @@ def advise(
     fit are dropped; ranking is by estimated step time (compute, exposed communication, offload, TP all-reduces),
     ties broken by :func:`_rank`. Each advice's overrides, added to the recipe's own, compose to it.
     """
-    base = make_plan(recipe, images, analysis_only=True, documents=False).layout
+    base = make_plan(recipe, images, analysis_only=True).layout
     gb = base.global_batch_size
     own_tp, own_pp = recipe.parallel.tensor_parallel, recipe.parallel.pipeline_parallel
     found: dict[tuple[str, ...], Estimate] = {}
@@ -294,7 +295,7 @@ def advise(
                     micro_batch_size=layout.micro_batch_size,
                     global_batch_size=gb,
                     explicit=True,
-                    **shape,  # type: ignore[arg-type]
+                    **shape,
                 )
                 est = _try(cand, images, gb)
                 if est is None or not est.fits:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from recipekit.layout import Layout
 from recipekit.memory.formulas import (
     ALLOCATOR_ALLOWANCE_GIB,
     GB,
@@ -35,10 +34,11 @@ from recipekit.memory.formulas import (
     vocab_parallel_logits,
     zero_buffers,
 )
-from recipekit.modelsize import LORA_MODULES, count_params, tensor_parallel_share
-from recipekit.parallelism import PIPELINE_NEEDS, model_parallel_problems
-from recipekit.plan import Plan
-from recipekit.recipe import ModelSpec, ParallelSpec, Recipe
+from recipekit.plan.layout import Layout
+from recipekit.plan.modelsize import LORA_MODULES, count_params, tensor_parallel_share
+from recipekit.plan.parallelism import PIPELINE_NEEDS, model_parallel_problems
+from recipekit.plan.plan import Plan
+from recipekit.recipe.sections import ModelSpec, ParallelSpec, Recipe, adapter_of
 
 
 # --------------------------------------------------------------------------------------------------------- records
@@ -174,7 +174,7 @@ def estimate(recipe: Recipe, plan: Plan, *, price_per_device_hour: float | None 
     micro, accum = layout.micro_batch_size, layout.gradient_accumulation_steps
     reg = regime(plan.precision, plan.zero_stage, deepspeed=plan.uses_deepspeed)
     counts = count_params(model)
-    lora = mode.lora if mode.kind in ("lora", "qlora") else None
+    lora = adapter_of(mode)
     full_training = lora is None
     notes: list[str] = []
 

@@ -20,9 +20,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from recipekit.documents import STAGE3_PREFETCH_FACTOR
-from recipekit.modelsize import ParamCounts, linear_shapes, lora_targets
-from recipekit.recipe import LoraSpec, ModelSpec
+from recipekit.plan.modelsize import ParamCounts, linear_shapes, lora_targets
+from recipekit.plan.parallelism import STAGE3_PREFETCH_FACTOR
+from recipekit.recipe.sections import LoraSpec, ModelSpec
+from recipekit.runtime import contract
 
 GIB = 2**30
 GB = 1e9
@@ -79,7 +80,8 @@ HOST_ADAM_BYTES_PER_PARAM = 30
 
 def dtype_name(size: float) -> str:
     """How the bases name an element width."""
-    return {HALF: "16-bit", FULL: "fp32"}.get(size, f"{size:g}-byte")
+    names: dict[float, str] = {HALF: "16-bit", FULL: "fp32"}
+    return names.get(size, f"{size:g}-byte")
 
 
 # --------------------------------------------------------------------------------------------------------- regime
@@ -114,7 +116,7 @@ class Regime:
     def weight_words(self, kind: str) -> str:
         """The weights' dtypes as the basis text names them (``kind`` is the mode: LoRA has a base and adapters)."""
         copy = f" + {dtype_name(self.autocast_copy)} autocast copy" if self.autocast else ""
-        if kind in ("lora", "qlora"):
+        if contract.trains_adapter(kind):
             base = "NF4" if kind == "qlora" else dtype_name(self.frozen_weight)
             return f"{base} base + {dtype_name(self.weight)} adapter{copy}"
         return dtype_name(self.weight) + copy
@@ -130,9 +132,9 @@ class Regime:
         return f"Adam m, v {dtype_name(FULL)} (the {dtype_name(self.weight)} weights are the master)"
 
 
-def regime(precision: str, zero_stage: int, *, deepspeed: bool | None = None) -> Regime:
-    """The byte widths of a run trained at ``precision`` under ``zero_stage``, with or without DeepSpeed (by
-    default: DeepSpeed for any ZeRO stage; tensor parallelism runs DeepSpeed at stage 0 too).
+def regime(precision: str, zero_stage: int, *, deepspeed: bool) -> Regime:
+    """The byte widths of a run trained at ``precision`` under ``zero_stage``, with or without DeepSpeed (the plan
+    says which: :attr:`recipekit.plan.plan.Plan.uses_deepspeed`; tensor parallelism runs DeepSpeed at stage 0 too).
 
     * fp32 (the CPU's, or asked for): everything fp32; the weights are their own master, no fp32 gradient copy.
     * stage 0 without DeepSpeed, in 16 bits: torch DDP under the Trainer's AMP (runtime/train.py ``weight_dtype``):
@@ -143,7 +145,7 @@ def regime(precision: str, zero_stage: int, *, deepspeed: bool | None = None) ->
       gradients and Adam's moments: 2 + 2 + 4 + 12 bytes per parameter at ZeRO 0-2 (DeepSpeed's 2 + 18; stage 0
       is its BF16/FP16 optimizer, nothing partitioned), 2 + 2 + 2 + 12 at ZeRO-3.
     """
-    ddp = not (zero_stage > 0 if deepspeed is None else deepspeed)
+    ddp = not deepspeed
     if precision == "fp32":
         return Regime(
             precision,
@@ -221,7 +223,7 @@ def model_states(
     """Weights, gradients and AdamW states per device under DDP or a ZeRO stage, counted as DeepSpeed counts them.
 
     ``params`` are the parameters one model replica holds on this device's slice (all of them without TP/PP;
-    under TP, :func:`recipekit.modelsize.tensor_parallel_share`);
+    under TP, :func:`recipekit.plan.modelsize.tensor_parallel_share`);
     ``trainable`` of those get gradients and optimizer states (default: all); the frozen rest is stored at
     ``frozen_weight_bytes`` per parameter (QLoRA's 4-bit base; default: the regime's). Stage 0 under AMP is
     4 + 2 + 4 + 4 + 8 = 22 bytes per parameter with more than one rank.
@@ -378,7 +380,7 @@ def activation_bytes(
     h = model.hidden_size
     residual = _residual_bytes(reg, full_training)
     if checkpointing:
-        kept, recomputed = count * in_flight * tokens * residual * h, full_layer
+        kept, recomputed = float(count * in_flight * tokens * residual * h), full_layer
     else:
         kept, recomputed = count * in_flight * full_layer, 0.0
     head = tokens * (NORM_FP32_BYTES * h + ((residual + reg.element) * h if full_training else 0))

@@ -10,6 +10,7 @@ from typing import Any
 import yaml
 
 from .common import RunError
+from .contract import RunPlan, plan_keys
 
 #: Keys the runtime reads beyond the sections themselves: a recipe.yaml from another recipekit version may lack them,
 #: and saying so at once beats an AttributeError halfway through a run.
@@ -20,23 +21,16 @@ REQUIRED_KEYS = (
     "recipe.data.shard_mib",
     "recipe.data.max_bad_records",
     "recipe.data.fingerprint",
-    "plan.run_id",
-    "plan.prepared_dir",
-    "plan.world_size",
-    "plan.zero_stage",
-    "plan.comm_backend",
-    "plan.flops.model_per_token",
-    "plan.flops.hardware_per_token",
-    "plan.flops.peak_tflops",
+    *plan_keys(),
 )
 
 
 @dataclass(frozen=True)
 class RunConfig:
-    """recipe.yaml, split into the parts the runtime uses. ``recipe`` and ``plan`` allow attribute access."""
+    """recipe.yaml, split into the parts the runtime uses. ``recipe`` allows attribute access; ``plan`` is typed."""
 
     recipe: Any
-    plan: Any
+    plan: RunPlan
     training_arguments: dict[str, Any]
     bundle_dir: Path
     #: recipe.yaml's ``operations`` (preflight, watchdog, metrics, alerts, testing); None in an older bundle's
@@ -82,7 +76,7 @@ def load_run_config(path: Path) -> RunConfig:
     operations = raw.get("operations")
     return RunConfig(
         _namespace(raw["recipe"]),
-        _namespace(raw["plan"]),
+        RunPlan.from_dict(raw["plan"]),
         dict(raw["training_arguments"]),
         path.resolve().parent,
         _namespace(operations) if isinstance(operations, dict) else None,

@@ -21,16 +21,65 @@ import json
 import os
 import time
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
+
+# ---------------------------------------------------------------------------------------------------------- modes
+#: The modes that train a LoRA adapter on a frozen base (QLoRA: a 4-bit base). recipekit plans, sizes and pins them
+#: by this; the runtime wraps the model in peft by it.
+ADAPTER_MODES = ("lora", "qlora")
+
+
+def trains_adapter(mode_kind: str) -> bool:
+    """Whether a recipe's ``mode.kind`` trains a LoRA adapter (and not every parameter)."""
+    return mode_kind in ADAPTER_MODES
+
+
+# ------------------------------------------------------------------------------------------- recipe.yaml's plan
+@dataclass(frozen=True)
+class PlanFlops:
+    """recipe.yaml ``plan.flops``: the FLOPs per token the run's MFU is measured against."""
+
+    model_per_token: float
+    hardware_per_token: float
+    peak_tflops: float
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """recipe.yaml's ``plan``, as the runtime reads it: the plan's numbers a run needs. recipekit writes these keys
+    (``Plan.summary()``, which also carries numbers for people; a test holds the two together)."""
+
+    job_name: str
+    run_id: str
+    prepared_dir: str
+    world_size: int
+    global_batch_size: int
+    tensor_parallel: int
+    zero_stage: int
+    comm_backend: str
+    flops: PlanFlops
+
+    @classmethod
+    def from_dict(cls, plan: dict[str, Any]) -> RunPlan:
+        """The typed plan; a missing key is a KeyError naming it (:func:`plan_keys` lists them all up front)."""
+        values = {f.name: plan[f.name] for f in fields(cls) if f.name != "flops"}
+        flops = plan["flops"]
+        return cls(**values, flops=PlanFlops(**{f.name: float(flops[f.name]) for f in fields(PlanFlops)}))
+
+
+def plan_keys() -> tuple[str, ...]:
+    """The dotted keys of recipe.yaml's ``plan`` the runtime reads (``plan.flops.model_per_token``, ...)."""
+    flat = [f"plan.{f.name}" for f in fields(RunPlan) if f.name != "flops"]
+    return (*flat, *(f"plan.flops.{f.name}" for f in fields(PlanFlops)))
+
 
 # ----------------------------------------------------------------------------------------------------- file names
 #: The bundle's files that the launcher and train.py read.
 RECIPE_FILE = "recipe.yaml"
 LAUNCH_FILE = "launch.json"
 DS_CONFIG_FILE = "ds_config.json"
-ENTRYPOINT = "train.py"
 #: The package beside train.py that holds the runtime modules (this one among them).
 RUNTIME_PACKAGE = "runtime"
 

@@ -95,11 +95,3 @@ def _messages_problem(messages: Any) -> tuple[str, str | None] | None:
     if "assistant" not in roles:
         return "no assistant turn: nothing to learn from", "messages"
     return None
-
-
-def check_record(record: Any, fmt: str, where: Where) -> dict[str, Any]:
-    """``record`` when it is fine; else a DataError at ``where``."""
-    problem = record_problem(record, fmt)
-    if problem is not None:
-        raise DataError(where, problem[0], field=problem[1])
-    return record

@@ -221,7 +221,7 @@ def prepare_for_run(
 def rows_per_step(run: Any, world_size: int) -> int:
     """Training rows one optimizer step takes: the plan's global batch, in the world this run has (the global batch
     follows the world size, arguments.py; streaming runs have no TP, so every rank is a data-parallel one)."""
-    return int(run.plan.global_batch_size) * world_size // int(run.plan.world_size)
+    return run.plan.global_batch_size * world_size // run.plan.world_size
 
 
 def stream_for_run(

@@ -2,7 +2,7 @@
 arming — Trainer callbacks around :mod:`watchdog`, :mod:`exporter` and :mod:`metricnames`.
 
 The alerts are the operators' defaults, every threshold from recipe.yaml's ``operations.alerts``
-(recipekit.operations resolved them): a loss spike or a gradient-norm jump beyond a ratio from one logged step to
+(recipekit.memory.operations resolved them): a loss spike or a gradient-norm jump beyond a ratio from one logged step to
 the next; MFU below the target for N logged steps in a row; a checkpoint save slower than the limit; the device's
 utilisation below the minimum for N logged steps in a row. Each is a warning in the log with the step, an ``alert``
 record in metrics.jsonl (rank 0) and a count in ``recipekit_alerts_total``; the PrometheusRule recipekit renders

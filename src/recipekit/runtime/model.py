@@ -14,6 +14,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from .chat import CHAT_TEMPLATE
 from .common import RunError, log0, precision
+from .contract import trains_adapter
 
 #: The recipe's 16-bit precisions as torch dtypes (fp32 is everything else).
 HALF_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -41,7 +42,7 @@ def weight_dtype(precision: str, mode: str, deepspeed: bool) -> torch.dtype:
     needs fp32 weights: AMP computes in half precision but has no master copy.
     """
     half = HALF_DTYPES.get(precision)
-    if half is not None and (mode in ("lora", "qlora") or deepspeed):
+    if half is not None and (trains_adapter(mode) or deepspeed):
         return half
     return torch.float32
 
@@ -77,7 +78,7 @@ def load_model(path: str, recipe: Any, args: Any, device_kind: str) -> Any:
         path, dtype=dtype, trust_remote_code=recipe.model.trust_remote_code, **extra
     )
     model.config.use_cache = False  # a KV cache in training would also disable the packed-sequence mask
-    if mode.kind not in ("lora", "qlora"):
+    if not trains_adapter(mode.kind):
         return model
     from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
 

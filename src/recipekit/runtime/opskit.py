@@ -1,8 +1,8 @@
 """The operations layer of one training process, as session.py uses it: preflight, then the callbacks, then the
 verdict on a stopped run.
 
-Everything it reads is recipe.yaml's ``operations`` section (recipekit.operations computed it; a recipe.yaml of an
-older recipekit has none, and then this layer stays out of the way). The parts live in their own modules:
+Everything it reads is recipe.yaml's ``operations`` section (recipekit.memory.operations computed it; a recipe.yaml of
+an older recipekit has none, and then this layer stays out of the way). The parts live in their own modules:
 preflight.py (the checks), watchdog.py (the hang watchdog), guard.py (the loss guard and the Trainer that feeds it),
 health.py (timing, alerts, metrics), exporter.py (Prometheus), faults.py (testing-only fault injection) and
 profiling.py (the profiler window).
@@ -72,7 +72,7 @@ class OpsLayer:
             return
         trainer.guard, trainer.faults = self.guard, self.faults
         metrics = _section(self.operations, "metrics")
-        job = str(getattr(self.run.plan, "job_name", "") or self.run.recipe.name)
+        job = self.run.plan.job_name
         self.exporter = start_exporter(metrics, job, self.rank, int(os.environ.get("LOCAL_RANK", "0")))
         health = HealthCallback(
             trainer, Alerts(_section(self.operations, "alerts")), self.exporter, records, self.device.kind

@@ -5,7 +5,7 @@ arguments have joined the group): one rendezvous instead of two, and the checks 
 will (CANN sourced by run.sh, the visible devices, the collective library and its settings). A separate torchrun
 would pay HCCL/NCCL initialisation twice and could pass on a communicator training never uses.
 
-The checks (``recipe.yaml`` ``operations.preflight`` holds every threshold, computed by recipekit.operations):
+The checks (``recipe.yaml`` ``operations.preflight`` holds every threshold, computed by recipekit.memory.operations):
 
 * **devices**: the pod sees as many devices as it runs processes (``ops.testing.device_count`` simulates another
   count), each healthy (``npu-smi info`` on Ascend) and held by no other process (device memory in use that this

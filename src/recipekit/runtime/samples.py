@@ -24,22 +24,9 @@ IGNORE_INDEX = -100  # label value the loss skips (torch.nn.CrossEntropyLoss ign
 WINDOW = 1_000
 
 
-def encode_conversation(tokenizer: Any, messages: list[dict[str, str]], max_len: int) -> dict[str, list[int]]:
-    """Token ids and labels of one conversation: labels are -100 on every prompt token; truncated to max_len."""
-    text = render_chat(tokenizer, messages)
-    spans = assistant_spans(tokenizer, messages, text)
-    encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
-    ids = encoded["input_ids"][:max_len]
-    labels = [
-        token if any(s <= start < e for s, e in spans) else IGNORE_INDEX
-        for token, (start, _) in zip(ids, encoded["offset_mapping"])
-    ]
-    return {"input_ids": ids, "labels": labels}
-
-
 def tokenize_conversations(batch: dict[str, list], tokenizer: Any, fmt: str, max_len: int) -> dict[str, list]:
-    """Encode each record as :func:`encode_conversation` does, the batch's texts in one tokenizer call; drop the
-    records whose answer lies wholly beyond max_len."""
+    """Token ids and labels of each record's conversation, the batch's texts in one tokenizer call: labels are -100
+    on every prompt token, ids truncated to max_len; a record whose answer lies wholly beyond max_len is dropped."""
     out: dict[str, list] = {"input_ids": [], "labels": []}
     chats = list(conversations(batch, fmt))
     if not chats:

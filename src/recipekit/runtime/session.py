@@ -64,8 +64,8 @@ def training_arguments(run: RunConfig, device: Device) -> tuple[Any, list[str]]:
 
 
 def tensor_parallel(run: RunConfig) -> int:
-    """The plan's TP degree (DeepSpeed AutoTP, set up from ds_config); 1 in a recipe.yaml that predates it."""
-    return int(getattr(run.plan, "tensor_parallel", 1) or 1)
+    """The plan's TP degree (DeepSpeed AutoTP, set up from ds_config)."""
+    return run.plan.tensor_parallel
 
 
 class SessionTrainer(OpsTrainer, PreparedTrainer):

@@ -4,7 +4,7 @@ A hung collective (a dead link, a peer stuck in I/O, a deadlocked dataloader) ne
 fails, and Volcano's RestartJob policy never fires — for as long as the collective timeout, 30 minutes by default.
 The watchdog bounds that wait. The training loop arms it with a deadline for the phase it enters (the first step:
 the startup timeout; each later step: the stall timeout; a checkpoint save: the steady timeout, see
-recipekit.operations). If the deadline passes, the thread
+recipekit.memory.operations). If the deadline passes, the thread
 
 1. writes every thread's Python stack (``faulthandler``, which needs no lock the hung thread may hold) to the log
    and to ``<output_dir>/hang/stall-step-<N>-rank-<R>.txt``;

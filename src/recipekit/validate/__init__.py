@@ -2,12 +2,13 @@
 
 Public API:
 
-* :func:`validate` — run the checks on a bundle directory and return a :class:`~recipekit.validate.checks.Report`.
-* :func:`recipekit.validate.loader.load_bundle` (also importable from ``recipekit.validate.static``) and
+* :func:`validate` — run the checks on a bundle directory and return a :class:`~recipekit.validate.results.Report`.
+* :func:`recipekit.validate.loader.load_bundle` and
   :func:`recipekit.validate.static.run_static` — the static part; :data:`recipekit.validate.static.CHECKS` lists the
   checks in report order.
-* :func:`recipekit.validate.dryrun.run_dry_run` with :class:`~recipekit.validate.dryrun.DryRunOptions` — the dry run.
-* :data:`recipekit.validate.command.validate_command` — the click command (registered as ``recipekit validate``).
+* :func:`recipekit.validate.dryrun.run_dry_run` with
+  :class:`~recipekit.validate.dryrunoptions.DryRunOptions` — the dry run.
+* :data:`recipekit.cli.validate.validate_command` — the click command (registered as ``recipekit validate``).
 
 Nothing here imports torch, transformers or deepspeed: the library cross-checks and the dry run run them in child
 processes. Earlier modules (recipe, plan, render, bundle, images) never import this package.
@@ -19,10 +20,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from recipekit.validate.checks import Finding, Report, Result, Status
+from recipekit.validate.results import Finding, Report, Result, Status
 
 if TYPE_CHECKING:
-    from recipekit.validate.dryrun import DryRunOptions
+    from recipekit.validate.dryrunoptions import DryRunOptions
     from recipekit.validate.loader import BundleUnusable
 
 __all__ = ["BundleUnusable", "Finding", "Report", "Result", "Status", "validate"]
@@ -48,7 +49,7 @@ def validate(
     """Validate ``bundle_dir``: every static check, then (with ``dry_run`` options) the dry run.
 
     Raises :class:`BundleUnusable` when the path is not a bundle, and
-    :class:`recipekit.validate.dryrun.DryRunUsageError` for dry-run options that cannot work.
+    :class:`recipekit.validate.dryrunoptions.DryRunUsageError` for dry-run options that cannot work.
     """
     from recipekit.validate.loader import load_bundle
     from recipekit.validate.static import run_static

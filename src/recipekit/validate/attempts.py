@@ -17,22 +17,19 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import psutil
 
 from recipekit.bundlefiles import LAUNCH, RUN, TRAIN_MODULE
 from recipekit.runtime import contract
 from recipekit.runtime.exporter import PORT_ENV as METRICS_PORT_ENV
+from recipekit.validate.dryrunoptions import DryRunOptions
+from recipekit.validate.extensions import extensions_dir
 from recipekit.validate.observed import Attempt, MetricsTail
-from recipekit.validate.ops import extensions_dir
 from recipekit.validate.phases import PhaseReporter
 from recipekit.validate.pods import Pod, PodSet, free_port, loopback_interface
 from recipekit.validate.scrape import metric_ports, scrape_pods
 from recipekit.validate.workcopy import WorkCopy, set_master_port
-
-if TYPE_CHECKING:
-    from recipekit.validate.dryrun import DryRunOptions
 
 #: How often the pods' process trees and logs are looked at (metrics.jsonl is read every loop).
 LOOK_EVERY_S = 0.5

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from recipekit.bundlefiles import DS_CONFIG as DS
 from recipekit.bundlefiles import JOB, LAUNCH, RECIPE
-from recipekit.names import task_env_name
-from recipekit.plan import resolve_precision
-from recipekit.validate.checks import Result, Status
+from recipekit.plan.plan import resolve_precision
+from recipekit.recipe.k8snames import task_env_name
+from recipekit.recipe.volumes import off_volumes, under
 from recipekit.validate.loader import Bundle, as_int, container_of, device_resources, task_of
-from recipekit.volumes import off_volumes, under
+from recipekit.validate.results import Result, Status
 
 
 def check_world_size(bundle: Bundle) -> Result:

@@ -2,7 +2,7 @@
 
 The bundle is never written to: :mod:`recipekit.validate.workcopy` re-plans its recipe for this machine (tiny twin,
 generated data, a few steps, pods × --procs-per-pod processes, the CPU) into a work directory and records every
-difference in ``substitutions.json``. Then :mod:`~recipekit.validate.ops` builds DeepSpeed's C++ ops once,
+difference in ``substitutions.json``. Then :mod:`~recipekit.validate.extensions` builds DeepSpeed's C++ extensions once,
 :mod:`~recipekit.validate.attempts` starts the pods and watches them, and :mod:`~recipekit.validate.judge` decides
 whether what they did is right. This module holds the options and the sequence: prerequisites, work copy, ops, the
 first attempt, and — with ``--kill-pod I --at-step S`` — the kill of pod I's whole process tree at step S, the
@@ -19,72 +19,30 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
-from pathlib import Path
+from dataclasses import replace
 
 from recipekit.runtime import contract
-from recipekit.runtime.device import TARGETS
 from recipekit.validate import judge
 from recipekit.validate.attempts import DryRun, pod_environment
-from recipekit.validate.checks import Result
 from recipekit.validate.consistency import check_batch
+from recipekit.validate.dryrunoptions import DryRunOptions, DryRunUsageError
+from recipekit.validate.extensions import build_extensions
 from recipekit.validate.loader import Bundle, load_bundle
 from recipekit.validate.observed import Attempt
-from recipekit.validate.ops import build_ops, extensions_dir
 from recipekit.validate.opsjudge import OpsExpectation, judge_fault, judge_metrics, judge_preflight, judge_profile
-from recipekit.validate.workcopy import DryRunUsageError, prepare
-
-__all__ = ["DryRunOptions", "DryRunUsageError", "extensions_dir", "pod_environment", "run_dry_run"]
+from recipekit.validate.results import Result
+from recipekit.validate.workcopy import prepare
 
 METRICS_FILE = contract.METRICS_FILE
 Progress = Callable[[str], None]
 
 
-@dataclass
-class DryRunOptions:
-    pods: int = 2
-    procs_per_pod: int = 1  # training processes (devices) per simulated pod
-    steps: int = 8
-    kill_pod: int | None = None
-    at_step: int | None = None
-    device: str = "cpu"  # cpu | npu | cuda
-    workdir: Path | None = None
-    timeout: float = 900.0  # the whole dry run, seconds
-    grace: float = 20.0  # SIGTERM → SIGKILL when Volcano deletes the surviving pods
-
-    @property
-    def save_steps(self) -> int:
-        return max(1, self.steps // 2)
-
-    def check(self) -> None:
-        """Raise DryRunUsageError for flags that contradict each other."""
-        if self.pods < 1:
-            raise DryRunUsageError(f"--pods must be at least 1 (got {self.pods})")
-        if self.procs_per_pod < 1:
-            raise DryRunUsageError(f"--procs-per-pod must be at least 1 (got {self.procs_per_pod})")
-        if self.steps < 2:
-            raise DryRunUsageError(f"--steps must be at least 2 (got {self.steps})")
-        if self.at_step is not None and self.kill_pod is None:
-            raise DryRunUsageError("--at-step needs --kill-pod")
-        if self.kill_pod is not None:
-            if not 0 <= self.kill_pod < self.pods:
-                raise DryRunUsageError(f"--kill-pod {self.kill_pod}: pods are numbered 0..{self.pods - 1}")
-            if self.at_step is None:
-                self.at_step = min(self.steps - 1, self.save_steps + max(1, self.steps // 4))
-            if not 1 <= self.at_step < self.steps:
-                raise DryRunUsageError(
-                    f"--at-step {self.at_step}: must be between 1 and --steps - 1 ({self.steps - 1})"
-                )
-        if self.device not in TARGETS:
-            raise DryRunUsageError(f"--device {self.device}: one of {', '.join(TARGETS)}")
-
-
 # ---------------------------------------------------------------------------------------------- prerequisites
 def _missing_modules(bundle: Bundle) -> list[str]:
     needed = ["torch", "transformers", "datasets", "tokenizers", "psutil"]
-    if bundle.plan.get("zero_stage") or (bundle.plan.get("tensor_parallel") or 1) > 1:
+    if bundle.ds_config is not None:  # the bundle's own answer: it has a ds_config when it runs DeepSpeed
         needed.append("deepspeed")
-    if bundle.recipe is not None and bundle.recipe.mode.kind in ("lora", "qlora"):
+    if bundle.recipe is not None and contract.trains_adapter(bundle.recipe.mode.kind):
         needed.append("peft")
     return [name for name in needed if importlib.util.find_spec(name) is None]
 
@@ -115,14 +73,14 @@ def run_dry_run(bundle: Bundle, options: DryRunOptions, progress: Progress = lam
     started = time.monotonic()
     deadline = started + options.timeout
     prep = Result("dryrun.prepare", "dry run: work copy of the bundle with the laptop substitutions")
-    ops = Result("dryrun.ops", "dry run: DeepSpeed C++ ops (built once, cached)")
+    extensions = Result("dryrun.ops", "dry run: DeepSpeed C++ ops (built once, cached)")
     train = Result(
         "dryrun.train",
         f"dry run: {options.pods} pod(s) × run.sh → train.py ({options.procs_per_pod} process(es) each), "
         f"{options.steps} steps, "
         f"checkpoint at {options.save_steps}",
     )
-    results = [prep, ops, train]
+    results = [prep, extensions, train]
     resume = None
     if options.kill_pod is not None:
         resume = Result(
@@ -165,17 +123,17 @@ def run_dry_run(bundle: Bundle, options: DryRunOptions, progress: Progress = lam
     for finding in check_batch(copy).findings:  # the substitutions themselves must leave a consistent bundle
         prep.fail(finding.file, finding.field, "work copy: " + finding.message, finding.hint)
 
-    build_ops(work, pod_environment(work, 0, options), ops, progress, deadline)
-    if ops.failed:
+    build_extensions(work, pod_environment(work, 0, options), extensions, progress, deadline)
+    if extensions.failed:
         train.skip("the DeepSpeed ops could not be built")
         if resume:
             resume.skip("the DeepSpeed ops could not be built")
         return results
 
-    opsx = OpsExpectation.from_doc(copy.doc, options.device)
-    if opsx.fault is not None and options.kill_pod is not None:
-        raise DryRunUsageError(f"--kill-pod and an injected {opsx.fault} (ops.testing): one fault per dry run")
-    checks = _ops_results(opsx, options, results)
+    operations = OpsExpectation.from_doc(copy.doc, options.device)
+    if operations.fault is not None and options.kill_pod is not None:
+        raise DryRunUsageError(f"--kill-pod and an injected {operations.fault} (ops.testing): one fault per dry run")
+    checks = _ops_results(operations, options, results)
     world, tp = copy.plan.get("world_size"), copy.plan.get("tensor_parallel")
     expect = judge.Expectation(
         steps=options.steps,
@@ -187,7 +145,7 @@ def run_dry_run(bundle: Bundle, options: DryRunOptions, progress: Progress = lam
     run = DryRun(work, options, progress, deadline)
     with run.podset:
         try:
-            _train(run, expect, train, resume, opsx, checks)
+            _train(run, expect, train, resume, operations, checks)
         finally:
             run.podset.kill_all()
             left = run.podset.leftovers()
@@ -200,26 +158,29 @@ def run_dry_run(bundle: Bundle, options: DryRunOptions, progress: Progress = lam
     return results
 
 
-def _ops_results(opsx: OpsExpectation, options: DryRunOptions, results: list[Result]) -> dict[str, Result]:
+def _ops_results(operations: OpsExpectation, options: DryRunOptions, results: list[Result]) -> dict[str, Result]:
     """The operations layer's results this dry run reports, added to ``results`` (by the work copy's recipe)."""
     found: dict[str, Result] = {}
-    if opsx.preflight:
+    if operations.preflight:
         found["preflight"] = Result("dryrun.preflight", f"dry run: preflight on {options.pods} pod(s), every check")
-    if opsx.metrics:
+    if operations.metrics:
         found["metrics"] = Result("dryrun.metrics", "dry run: the pods serve every metric name for Prometheus")
-    if opsx.fault == "stall":
+    if operations.fault == "stall":
         found["fault"] = Result(
             "dryrun.stall",
-            f"dry run: rank {opsx.stall_rank} stalls at step {opsx.stall_at} (ops.testing): detected, stacks "
-            "dumped, RestartJob, resumed",
+            f"dry run: rank {operations.stall_rank} stalls at step {operations.stall_at} (ops.testing): detected, "
+            "stacks dumped, RestartJob, resumed",
         )
-    elif opsx.fault == "nonfinite":
+    elif operations.fault == "nonfinite":
         found["fault"] = Result(
             "dryrun.nonfinite",
-            f"dry run: NaN loss at step {opsx.nan_at} (ops.testing): stopped with the reason, RestartJob, resumed",
+            f"dry run: NaN loss at step {operations.nan_at} (ops.testing): stopped with the reason, RestartJob, "
+            "resumed",
         )
-    if opsx.profile_steps:
-        found["profile"] = Result("dryrun.profile", f"dry run: profiler trace of steps {list(opsx.profile_steps)}")
+    if operations.profile_steps:
+        found["profile"] = Result(
+            "dryrun.profile", f"dry run: profiler trace of steps {list(operations.profile_steps)}"
+        )
     results.extend(found.values())
     return found
 
@@ -229,7 +190,7 @@ def _train(
     expect: judge.Expectation,
     train: Result,
     resume: Result | None,
-    opsx: OpsExpectation,
+    operations: OpsExpectation,
     checks: dict[str, Result],
 ) -> None:
     """The attempts in order, each judged as it ends; a failed result gets the pods' log tails."""
@@ -251,15 +212,15 @@ def _train(
             resume.skip("preflight did not pass")
         return
     try:
-        if "fault" in checks and opsx.fault is not None:
-            _recover(run, expect, train, checks["fault"], opsx, first)
+        if "fault" in checks and operations.fault is not None:
+            _recover(run, expect, train, checks["fault"], operations, first)
         else:
             _attempts(run, expect, train, resume, first, losses)
     finally:
         if "metrics" in checks:
             judge_metrics(checks["metrics"], run.attempts)
-        if "profile" in checks and opsx.profile_steps:
-            judge_profile(checks["profile"], work.output_dir, opsx.profile_steps, run.attempts)
+        if "profile" in checks and operations.profile_steps:
+            judge_profile(checks["profile"], work.output_dir, operations.profile_steps, run.attempts)
 
 
 def _recover(
@@ -267,13 +228,13 @@ def _recover(
     expect: judge.Expectation,
     train: Result,
     fault: Result,
-    opsx: OpsExpectation,
+    operations: OpsExpectation,
     first: Attempt,
 ) -> None:
     """A fault the recipe injects: the first attempt must fail because of it, then RestartJob and a resumed run."""
     expected = judge.expected_resume_step(run.work.output_dir)
     fault.details["complete_checkpoints_at_restart"] = judge.complete_checkpoints(run.work.output_dir)
-    judge_fault(fault, opsx.fault or "", opsx, first, None, expected)
+    judge_fault(fault, operations.fault or "", operations, first, None, expected)
     if fault.failed:
         fault.details["log_tails"] = run.tails()
         train.fail("<dry run>", "fault", "the injected fault was not handled (see " + fault.id + ")")
@@ -283,13 +244,13 @@ def _recover(
     second = run.attempt(kill_at=None)
     fault.seconds = time.monotonic() - start
     fault.details.pop("stalled_records", None)
-    judge_fault(fault, opsx.fault or "", opsx, first, second, expected)
+    judge_fault(fault, operations.fault or "", operations, first, second, expected)
     if fault.failed:
         fault.details["log_tails"] = run.tails()
         if second.outcome != "completed":
             return
     # The poisoned step's loss is NaN by design; every other loss must be finite.
-    kept = [s.loss for s in first.steps if s.loss is not None and s.step != opsx.nan_at]
+    kept = [s.loss for s in first.steps if s.loss is not None and s.step != operations.nan_at]
     all_losses = kept + [s.loss for s in second.steps if s.loss is not None]
     judge.judge_completion(train, second, all_losses, run.work.output_dir, replace(expect, killed=True), attempts=2)
     if train.failed:

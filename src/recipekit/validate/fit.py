@@ -6,9 +6,9 @@ what says the run will die of out-of-memory. It is a warning, not a failure: the
 
 from __future__ import annotations
 
+from recipekit.bundle.summary import not_fit
 from recipekit.bundlefiles import PLAN_JSON
 from recipekit.runtime import jsonfile
-from recipekit.summary import not_fit
 from recipekit.validate.loader import Bundle
 
 

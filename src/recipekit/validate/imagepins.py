@@ -8,8 +8,8 @@ from the file that caused it; this check names the FROM line or the pin instead.
 from __future__ import annotations
 
 from recipekit.bundlefiles import DOCKERFILE
-from recipekit.validate.checks import Result, Status
 from recipekit.validate.loader import Bundle
+from recipekit.validate.results import Result, Status
 
 
 def check_image(bundle: Bundle) -> Result:
@@ -17,8 +17,8 @@ def check_image(bundle: Bundle) -> Result:
     result = Result("consistency.image", "Dockerfile FROM and torch/torch_npu pins: a row of torch_npu's table")
     if bundle.dockerfile is None:
         return result.skip("no Dockerfile")
-    from recipekit.dockerfile import parse, split_image
-    from recipekit.images import ARCHS, ImageFamily, base_reference, compatibility_problems, load_images
+    from recipekit.image.dockerfile import parse, split_image
+    from recipekit.image.matrix import ARCHS, ImageFamily, base_reference, compatibility_problems, load_images
 
     images = load_images()
     parsed_file = parse(bundle.dockerfile)

@@ -26,17 +26,13 @@ import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-from recipekit.bundlefiles import LAUNCH
-from recipekit.dockerfile import Dockerfile, normalize, parse, split_image
-from recipekit.images import ARCH_LABEL, ARCHS, ImageFamily, features, load_images
-from recipekit.validate.checks import Result, Status
+from recipekit.bundlefiles import DOCKERFILE, JOB, LAUNCH, README
+from recipekit.image.dockerfile import Dockerfile, normalize, parse, split_image
+from recipekit.image.matrix import ARCH_LABEL, ARCHS, ImageFamily, features, load_images
+from recipekit.validate.loader import Bundle
+from recipekit.validate.results import Result, Status
 
-if TYPE_CHECKING:
-    from recipekit.validate.static import Bundle
-
-DOCKERFILE, JOB, README = "Dockerfile", "volcano-job.yaml", "README.md"
 #: Features the bundle's launch uses that only some torch releases have: (file, what it contains, the first torch
 #: release that honours it, what happens with an older one). launch.json's env reaches torchrun's environment.
 TORCH_FEATURES = (

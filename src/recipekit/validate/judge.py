@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from recipekit.runtime import contract
-from recipekit.validate.checks import Result
 from recipekit.validate.observed import Attempt, Step
+from recipekit.validate.results import Result
 
 WHERE = "<dry run>"
 

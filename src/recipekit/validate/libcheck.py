@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from recipekit.paths import cache_dir
-from recipekit.validate.checks import Result
+from recipekit.validate.results import Result
 
 TIMEOUT_S = 240
 _LIBRARIES = ("transformers", "deepspeed", "accelerate", "torch")
@@ -55,7 +55,7 @@ IDENTITY_ARGS = {"output_dir": "/output", "run_name": "run", "logging_dir": "/ou
 @dataclass
 class Pending:
     key: str
-    proc: subprocess.Popen[str] | None = None
+    proc: subprocess.Popen[bytes] | None = None
     cached: dict[str, Any] | None = None
     skip: str = ""
     workdir: Path | None = None

@@ -33,7 +33,7 @@ import time
 import types
 from typing import Any
 
-from recipekit.validate.checks import Finding
+from recipekit.validate.results import Finding
 
 _MISMATCH = re.compile(r"^- ds (?P<ds>\S+)=(?P<dv>.*) vs hf (?P<hf>.+?)=(?P<hv>.*)$")
 #: Installed packages the libraries import opportunistically but the checks never use.
@@ -79,7 +79,7 @@ def _check_transformers(payload: dict[str, Any]) -> tuple[dict[str, Any], Any]:
     findings: list[dict[str, str]] = []
     parsed = None
     try:
-        (parsed,) = HfArgumentParser(at_world).parse_dict(args, allow_extra_keys=False)
+        (parsed,) = HfArgumentParser(at_world).parse_dict(args, allow_extra_keys=False)  # type: ignore[arg-type]
     except (ValueError, TypeError) as exc:
         text = " ".join(str(exc).split())
         unknown = re.search(r"not used by the HfArgumentParser: \[(.*)\]", text)

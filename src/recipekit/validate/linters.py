@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 
 from recipekit.bundlefiles import DOCKERFILE, RUN
-from recipekit.validate.checks import Result, Status
 from recipekit.validate.loader import Bundle
+from recipekit.validate.results import Result, Status
 from recipekit.validate.tools import install_hint
 
 

@@ -1,6 +1,6 @@
 """A bundle directory read once: raw bytes, and each file parsed into the form the checks and the dry run read.
 
-Loading never fails on a broken file: a file that does not parse becomes a :class:`~recipekit.validate.checks.Finding`
+Loading never fails on a broken file: a file that does not parse becomes a :class:`~recipekit.validate.results.Finding`
 (reported by the ``files.parse`` check) and its parsed field stays None, so every other check can still run and say
 what it needs. Only a path that is no recipekit bundle at all raises :class:`BundleUnusable` (exit code 2).
 
@@ -21,15 +21,15 @@ from typing import Any
 import yaml
 
 from recipekit import yamlfile
-from recipekit.bundle import manifest_problem
+from recipekit.bundle.write import manifest_problem
 from recipekit.bundlefiles import DOCKERFILE, JOB, LAUNCH, MANIFEST, RUN, read_files
 from recipekit.bundlefiles import DS_CONFIG as DS
 from recipekit.bundlefiles import RECIPE as RECIPE
 from recipekit.errors import RecipeError
-from recipekit.layout import LAYOUT_KEYS
-from recipekit.recipe import Recipe, parse_recipe
+from recipekit.plan.layout import LAYOUT_KEYS
+from recipekit.recipe.sections import Recipe, parse_recipe
 from recipekit.runtime import jsonfile
-from recipekit.validate.checks import Finding
+from recipekit.validate.results import Finding
 
 #: Summary keys recipe.yaml's plan must carry (what launch.json, the Job and train.py were rendered from).
 PLAN_KEYS = {

@@ -7,7 +7,7 @@ alert rules through promtool, and the collective timeouts against recipe.yaml's 
   (``recipekit.runtime.metricnames``), scoped to this Job; ``promtool check rules`` (Debian's ``prometheus``
   package) accepts the rules and, as recording rules, every panel's query — skipped with the reason without promtool.
 * ``operations``: launch.json's collective timeouts are the ones recipe.yaml's watchdog section was computed with
-  (one source: recipekit.operations), and the Trainer's process-group timeout is the startup one.
+  (one source: recipekit.memory.operations), and the Trainer's process-group timeout is the startup one.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from typing import Any
 import yaml
 
 from recipekit.bundlefiles import DASHBOARD, LAUNCH, PODMONITOR, PROMETHEUS_RULE, RECIPE
-from recipekit.runtime import metricnames as names
-from recipekit.validate.checks import Result
+from recipekit.runtime import metricnames
 from recipekit.validate.loader import Bundle
+from recipekit.validate.results import Result
 
 _METRIC = re.compile(r"\b(recipekit_[a-z_]+)\b")
 
@@ -46,12 +46,12 @@ def _load(bundle: Bundle, name: str) -> Any:
 
 
 def _served() -> set[str]:
-    served = {m.name for m in names.METRICS}
+    served = {m.name for m in metricnames.METRICS}
     return served | {name.removesuffix("_total") for name in served}
 
 
 def _queried(expr: str) -> set[str]:
-    return {name for name in _METRIC.findall(expr) if name != names.JOB_LABEL}
+    return {name for name in _METRIC.findall(expr) if name != metricnames.JOB_LABEL}
 
 
 def check_monitoring(bundle: Bundle) -> Result:
@@ -95,7 +95,7 @@ def check_monitoring(bundle: Bundle) -> Result:
             f"recipe.yaml serves {len(ports)} port(s)",
         )
 
-    served, scope = _served(), f'{names.JOB_LABEL}="{job_name}"'
+    served, scope = _served(), f'{metricnames.JOB_LABEL}="{job_name}"'
     rules = [r for g in docs[PROMETHEUS_RULE].get("spec", {}).get("groups", []) for r in g.get("rules", [])]
     if not rules:
         result.fail(PROMETHEUS_RULE, "spec.groups", "no rules")
@@ -113,7 +113,7 @@ def check_monitoring(bundle: Bundle) -> Result:
         if unknown:
             result.fail(DASHBOARD, "panels", f"{expr!r} queries {sorted(unknown)}, which nothing serves")
     charted = {name for expr in exprs for name in _queried(expr)}
-    uncharted = sorted({m.name for m in names.METRICS} - charted)
+    uncharted = sorted({m.name for m in metricnames.METRICS} - charted)
     if uncharted:
         result.fail(DASHBOARD, "panels", f"no panel for {', '.join(uncharted)}")
     if result.failed:

@@ -14,11 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from recipekit.runtime import contract
-from recipekit.runtime import metricnames as names
-from recipekit.validate.checks import Result
+from recipekit.runtime import contract, metricnames
 from recipekit.validate.judge import resumed_step
 from recipekit.validate.observed import Attempt
+from recipekit.validate.results import Result
 
 WHERE = "<dry run>"
 
@@ -49,7 +48,7 @@ class OpsExpectation:
             stall_at=testing.get("stall_at_step"),
             stall_rank=int(testing.get("stall_rank") or 0),
             nan_at=testing.get("nan_at_step"),
-            profile_steps=tuple(steps) if steps else None,  # type: ignore[arg-type]
+            profile_steps=tuple(steps) if steps else None,
             stall_timeout_s=(ops.get("watchdog") or {}).get("stall_timeout_s"),
         )
 
@@ -120,8 +119,8 @@ def _bandwidth_words(report: Path) -> str:
 def expected_metric_names() -> tuple[list[str], list[str]]:
     """(names every endpoint must declare, names that must have a sample once training checkpointed): an alert
     count appears with the first alert, the device's utilisation only where the driver reports one."""
-    declared = [m.name for m in names.METRICS]
-    unsampled = {names.ALERTS.name} | {m.name for m in names.DEVICE_ONLY}
+    declared = [m.name for m in metricnames.METRICS]
+    unsampled = {metricnames.ALERTS.name} | {m.name for m in metricnames.DEVICE_ONLY}
     return declared, [n for n in declared if n not in unsampled]
 
 
@@ -141,7 +140,7 @@ def judge_metrics(result: Result, attempts: list[Attempt]) -> None:
     for pod, found in sorted(scraped["pods"].items()):
         declared, sampled = set(found["declared"]), set(found["sampled"])
         missing = [n for n in want_declared if n not in declared and n.removesuffix("_total") not in declared]
-        rank0 = {m.name for m in names.RANK0_ONLY} if pod != 0 else set()
+        rank0 = {m.name for m in metricnames.RANK0_ONLY} if pod != 0 else set()
         unsampled = [n for n in want_sampled if n not in sampled and n not in rank0]
         if missing:
             result.fail(WHERE, "metrics", f"pod {pod} (port {found['port']}) does not serve {', '.join(missing)}")
@@ -214,7 +213,7 @@ def _judge_stall(result: Result, expect: OpsExpectation, first: Attempt) -> floa
     present = [s for s in stacks if Path(s).is_file() and "File " in Path(s).read_text(errors="replace")]
     waited = [float(r.get("waited_s") or 0) for r in stalled]
     result.details.update(
-        stalled_ranks=sorted({r.get("rank") for r in stalled}),
+        stalled_ranks=sorted({int(r["rank"]) for r in stalled if r.get("rank") is not None}),
         stalled_records=stalled,
         stacks=present,
         detection_s=round(min(waited), 2) if waited else None,

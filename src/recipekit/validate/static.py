@@ -10,8 +10,7 @@ The library cross-checks (Transformers' own DeepSpeed mismatch check, DeepSpeed'
 process started before the first check, so its heavy imports overlap the other checks and never enter this process;
 see :mod:`recipekit.validate.libcheck`.
 
-The bundle loader lives in :mod:`recipekit.validate.loader`; its public names are re-exported here for callers that
-import them from this module.
+The bundle loader is :mod:`recipekit.validate.loader`.
 """
 
 from __future__ import annotations
@@ -20,7 +19,6 @@ import time
 from collections.abc import Callable
 
 from recipekit.validate import imagestack
-from recipekit.validate.checks import Result
 from recipekit.validate.consistency import (
     check_batch,
     check_device,
@@ -32,8 +30,9 @@ from recipekit.validate.consistency import (
 )
 from recipekit.validate.imagepins import check_image
 from recipekit.validate.linters import check_hadolint, check_shellcheck
-from recipekit.validate.loader import Bundle, BundleUnusable, load_bundle, rehash_manifest
+from recipekit.validate.loader import Bundle
 from recipekit.validate.monitoring import check_monitoring, check_operations
+from recipekit.validate.results import Result
 from recipekit.validate.structure import (
     check_job_schema,
     check_job_webhook,
@@ -42,8 +41,6 @@ from recipekit.validate.structure import (
     check_pod_template,
 )
 from recipekit.validate.tensorparallel import check_tensor_parallel
-
-__all__ = ["CHECKS", "Bundle", "BundleUnusable", "load_bundle", "rehash_manifest", "run_static"]
 
 #: Every static check, in report order. The library cross-checks are added by :func:`run_static`.
 CHECKS: tuple[Callable[[Bundle], Result], ...] = (

@@ -12,8 +12,8 @@ import hashlib
 from recipekit.bundlefiles import DS_CONFIG as DS
 from recipekit.bundlefiles import JOB, MANIFEST, REQUIRED
 from recipekit.validate import volcano
-from recipekit.validate.checks import Result, Status
 from recipekit.validate.loader import Bundle
+from recipekit.validate.results import Result, Status
 
 
 def check_parse(bundle: Bundle) -> Result:

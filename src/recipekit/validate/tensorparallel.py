@@ -1,7 +1,7 @@
 """Tensor parallelism in a built bundle: TP × DP = world size, TP inside a pod, and the ds_config asking DeepSpeed
 for exactly the plan's AutoTP.
 
-The plan decides TP once (:mod:`recipekit.parallelism`), and the ds_config, the Trainer arguments and recipe.yaml's
+The plan decides TP once (:mod:`recipekit.plan.parallelism`), and the ds_config, the Trainer arguments and recipe.yaml's
 numbers are rendered from it; a hand edit of one of them (an ``autotp_size`` changed in ds_config, a world size
 changed in the Job) would make the ranks disagree about who holds which slice, which DeepSpeed reports, if at all,
 as a shape error deep in the first step. Transformers' and DeepSpeed's own reading of the ds_config runs in
@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from recipekit.bundlefiles import DS_CONFIG as DS
 from recipekit.bundlefiles import RECIPE
-from recipekit.parallelism import AUTOTP_ZERO_STAGES
-from recipekit.validate.checks import Result, Status
+from recipekit.plan.parallelism import AUTOTP_ZERO_STAGES
 from recipekit.validate.loader import Bundle
+from recipekit.validate.results import Result, Status
 
 
 def _autotp_size(ds: dict | None) -> int | None:

@@ -22,8 +22,8 @@ from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
 
-from recipekit.names import is_dns_label
-from recipekit.validate.checks import Finding
+from recipekit.recipe.k8snames import is_dns_label
+from recipekit.validate.results import Finding
 from recipekit.validate.tools import install_hint
 
 FILE = "volcano-job.yaml"

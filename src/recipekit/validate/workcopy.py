@@ -6,8 +6,9 @@ rendered by the same code that built the bundle, so every derived number (world 
 Trainer arguments, ds_config) follows from the substitutions exactly as it would on a cluster:
 
 * the model by its tiny twin of the same family (``recipes/model/tiny_<family>.yaml``: random weights, a tokenizer
-  trained on the data), the data by a small generated dataset of the recipe's format (:mod:`recipekit.tinydata`),
-  cut into small prepare chunks so that every pod prepares a share of it, as every pod of the Job does;
+  trained on the data), the data by a small generated dataset of the recipe's format
+  (:mod:`~recipekit.validate.tinydata`), cut into small prepare chunks so that every pod prepares a share of it, as
+  every pod of the Job does;
 * the shared volume (PVC) by ``<workdir>/shared``: output_dir and data keep their paths below the mount;
 * the schedule by a few steps with a checkpoint midway, logging every step, no DataLoader workers, at most
   two accumulation micro-steps;
@@ -42,10 +43,11 @@ import yaml
 
 from recipekit import yamlfile
 from recipekit.bundlefiles import DS_CONFIG, LAUNCH, RECIPE, RUN
-from recipekit.compose import Composed, group_options
 from recipekit.errors import RecipeError
-from recipekit.recipe import HardwareSpec, ModelSpec, Recipe
-from recipekit.schema import to_data, validate
+from recipekit.recipe.compose import Composed, group_options
+from recipekit.recipe.schema import to_data, validate
+from recipekit.recipe.sections import HardwareSpec, ModelSpec, Recipe
+from recipekit.validate.dryrunoptions import DryRunOptions, DryRunUsageError
 from recipekit.validate.loader import Bundle, rehash_manifest
 
 MARKER = ".recipekit-dryrun"
@@ -56,10 +58,6 @@ DRY_CHUNKS_PER_POD = 4
 DRY_MIN_CHUNK = 1024
 #: Files whose structure is compared key by key between the bundle and its work copy.
 _STRUCTURED = (RECIPE, DS_CONFIG, LAUNCH)
-
-
-class DryRunUsageError(Exception):
-    """Arguments or a work directory the dry run cannot use (exit code 2)."""
 
 
 @dataclass
@@ -105,7 +103,7 @@ class WorkCopy:
     task_env: str
     run_id: str
     substitutions: list[Substitution] = field(default_factory=list)
-    deepspeed_ops: list[str] = field(default_factory=list)
+    deepspeed_extensions: list[str] = field(default_factory=list)
 
 
 def default_workdir(bundle_dir: Path) -> Path:
@@ -190,9 +188,9 @@ def _plain(value: Any) -> Any:
     return to_data(value) if hasattr(value, "__dataclass_fields__") else value
 
 
-def substitute(recipe: Recipe, options: Any, root: Path) -> tuple[Recipe, list[Substitution]]:
+def substitute(recipe: Recipe, options: DryRunOptions, root: Path) -> tuple[Recipe, list[Substitution]]:
     """The dry-run recipe: ``recipe`` with only what a laptop must change, and why each change was made."""
-    from recipekit.tinydata import write_tiny_dataset
+    from recipekit.validate.tinydata import write_tiny_dataset
 
     sub = _Substituter()
     twin = find_twin(recipe.model.family)
@@ -355,7 +353,7 @@ DRY_ALLREDUCE_SIZES_MB = [1.0, 4.0]
 DRY_STALL_TIMEOUT_S = 30
 
 
-def _operations(sub: _Substituter, dry: Recipe, options: Any) -> Recipe:
+def _operations(sub: _Substituter, dry: Recipe, options: DryRunOptions) -> Recipe:
     """The operations layer on a laptop: a quick bandwidth test on CPU, and a fault injected by the recipe
     (``ops.testing``) within the dry run's steps and detected quickly."""
     if options.device == "cpu":
@@ -384,17 +382,17 @@ def _operations(sub: _Substituter, dry: Recipe, options: Any) -> Recipe:
 
 
 def _accumulation(recipe: Recipe) -> int:
-    from recipekit.layout import recipe_layout
+    from recipekit.plan.layout import recipe_layout
 
     return recipe_layout(recipe)[0].gradient_accumulation_steps
 
 
 # ------------------------------------------------------------------------------------------------ the work copy
-def prepare(bundle: Bundle, options: Any) -> WorkCopy:
+def prepare(bundle: Bundle, options: DryRunOptions) -> WorkCopy:
     """Re-plan the bundle's recipe for this machine into ``<workdir>/bundle``; record every difference."""
-    from recipekit.build import Resolved, compile_bundle
-    from recipekit.images import load_images
-    from recipekit.plan import make_plan
+    from recipekit.bundle.build import Resolved, compile_bundle
+    from recipekit.image.matrix import load_images
+    from recipekit.plan.plan import make_plan
 
     root = (options.workdir or default_workdir(bundle.path)).resolve()
     if root == bundle.path.resolve() or bundle.path.resolve() in root.parents:
@@ -457,7 +455,7 @@ def prepare(bundle: Bundle, options: Any) -> WorkCopy:
         task_env=plan.task_env,
         run_id=plan.run_id,
         substitutions=subs + explicit + derived,
-        deepspeed_ops=deepspeed_ops(ds, options.device),
+        deepspeed_extensions=deepspeed_extensions(ds, options.device),
     )
     (root / "substitutions.json").write_text(
         json.dumps([s.to_json() for s in work.substitutions], indent=2, default=str) + "\n", encoding="utf-8"
@@ -465,7 +463,7 @@ def prepare(bundle: Bundle, options: Any) -> WorkCopy:
     return work
 
 
-def deepspeed_ops(ds: dict[str, Any] | None, device: str) -> list[str]:
+def deepspeed_extensions(ds: dict[str, Any] | None, device: str) -> list[str]:
     """The DeepSpeed C++ ops the pods will JIT-build on this CPU: prebuilt once, timed apart from the run."""
     if ds is None or device != "cpu":
         return []

@@ -1,0 +1,156 @@
+"""The build pipeline, end to end: overrides → compose → Recipe → Plan → files → bundle on disk.
+
+Each step lives in its own module; this one only strings them together, so the CLI and the tests drive exactly
+the same path. Nothing here imports torch, transformers or deepspeed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from recipekit import memory
+from recipekit.bundle.documents import make_documents
+from recipekit.bundle.render import render
+from recipekit.bundle.write import write_bundle
+from recipekit.errors import Problem, RecipeError
+from recipekit.image.matrix import ImageMatrix, load_images
+from recipekit.memory.operations import operations
+from recipekit.paths import GROUPS
+from recipekit.plan.plan import Plan, make_plan
+from recipekit.recipe.compose import Composed, PartialComposition, compose, group_options
+from recipekit.recipe.overrides import slips
+from recipekit.recipe.paralleloptions import load_parallel_options
+from recipekit.recipe.sections import Recipe, parse_recipe, unknown_override_keys
+
+#: Where bundles go when no -o is given: ./bundles/<recipe name>.
+DEFAULT_OUTPUT_ROOT = Path("bundles")
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """A recipe taken as far as the plan: what ``show`` prints and ``build`` renders."""
+
+    composed: Composed
+    recipe: Recipe
+    plan: Plan
+    images: ImageMatrix
+    #: The team recipe trees searched besides recipekit's own (their parallel options are fit suggestions too).
+    extra_dirs: tuple[Path, ...] = ()
+
+
+def resolve(
+    overrides: Sequence[str],
+    extra_dirs: Sequence[Path] = (),
+    *,
+    analysis_only: bool = False,
+    composer: Callable[[list[str], Sequence[Path]], Composed] = compose,
+) -> Resolved:
+    """Compose, validate and plan; raises RecipeError with every problem of the first stage that has any.
+
+    ``composer`` stands in for :func:`compose` where a matrix build already composed the recipe. A problem with a
+    key a team YAML file set names that file and line (:mod:`recipekit.recipe.locate`).
+    """
+    overrides, slipped = slips(overrides, lambda group: group_options(group, extra_dirs), GROUPS)
+    typos = unknown_override_keys(overrides, GROUPS)
+    mistyped = {override for override, _ in typos}
+    early = slipped + [problem for _, problem in typos]
+    try:
+        composed = composer([o for o in overrides if o not in mistyped], extra_dirs)
+    except PartialComposition as err:
+        raise RecipeError(early + err.problems + _schema_problems(err.composed, err.refused_keys)) from None
+    except RecipeError as err:
+        raise RecipeError(early + err.problems) from None
+    if early:
+        raise RecipeError(early + _schema_problems(composed, set()))
+    try:
+        recipe = parse_recipe(composed.raw)
+        images = load_images()
+        plan = make_plan(recipe, images, analysis_only=analysis_only)
+    except RecipeError as err:
+        if not extra_dirs:
+            raise
+        from recipekit.recipe.locate import locate
+
+        raise RecipeError(locate(err.problems, overrides, extra_dirs)) from None
+    return Resolved(composed, recipe, plan, images, tuple(Path(d) for d in extra_dirs))
+
+
+def _schema_problems(composed: Composed, refused: set[str]) -> list[Problem]:
+    """The recipe's own problems, found while another stage's are reported: each independent of those (a problem in
+    a section whose group choice or key was refused may follow from the refusal, so none there is reported)."""
+    try:
+        parse_recipe(composed.raw)
+    except RecipeError as err:
+        return [p for p in err.problems if not any(p.key == r or p.key.startswith(r + ".") for r in refused)]
+    return []
+
+
+@dataclass(frozen=True)
+class Built:
+    resolved: Resolved
+    path: Path
+    files: dict[str, bytes]
+    estimate: memory.Estimate
+
+
+def build(
+    overrides: Sequence[str],
+    output: Path | None = None,
+    *,
+    extra_dirs: Sequence[Path] = (),
+    force: bool = False,
+    allow_oom: bool = False,
+    origin: Sequence[dict[str, Any]] | None = None,
+) -> Built:
+    """Build the bundle for ``overrides`` into ``output`` (default ./bundles/<name>), atomically.
+
+    A recipe predicted not to fit in device memory is refused (naming the largest item and the cheapest change
+    that fits) unless ``allow_oom``: finding out from an OOM after the image is built and the gang scheduled costs
+    far more than this estimate.
+    """
+    return build_resolved(resolve(overrides, extra_dirs), output, force=force, allow_oom=allow_oom, origin=origin)
+
+
+def build_resolved(
+    resolved: Resolved,
+    output: Path | None = None,
+    *,
+    force: bool = False,
+    allow_oom: bool = False,
+    origin: Sequence[dict[str, Any]] | None = None,
+) -> Built:
+    """The second half of :func:`build`, for a recipe already resolved (a matrix build names its output from it).
+
+    The manifest records the team layers' ``origin``: None detects it from the resolved layers (git); ``verify``
+    passes the one it unpacked, so that its rebuild in a temporary directory gives the same bytes.
+    """
+    if origin is None and resolved.extra_dirs:
+        from recipekit.recipe.origin import origin as detect_origin
+
+        origin = detect_origin(resolved.extra_dirs)
+    if origin:
+        resolved = replace(resolved, composed=replace(resolved.composed, origin=tuple(origin)))
+    files, estimate = compile_bundle(resolved, allow_oom=allow_oom)
+    target = output if output is not None else DEFAULT_OUTPUT_ROOT / resolved.recipe.name
+    return Built(resolved, write_bundle(files, target, force=force), files, estimate)
+
+
+def compile_bundle(resolved: Resolved, *, allow_oom: bool = False) -> tuple[dict[str, bytes], memory.Estimate]:
+    """The bundle's files in memory, after the memory check ``build`` applies; writes nothing.
+
+    The operations layer's numbers follow the estimate (the hang watchdog's timeout is a multiple of the planned step
+    time), so they are computed here, between the estimate and the renderer; the documents are built once, from all
+    three.
+    """
+    estimate = memory.estimate(resolved.recipe, resolved.plan)
+    if not estimate.fits and not allow_oom:
+        options = load_parallel_options(resolved.extra_dirs)
+        problem = memory.fit_problem(estimate, images=resolved.images, parallel_options=options)
+        if problem is not None:
+            raise RecipeError([problem])
+    ops = operations(resolved.recipe, resolved.plan, estimate)
+    documents = make_documents(resolved.recipe, resolved.plan, ops)
+    return render(resolved.recipe, resolved.plan, documents, resolved.composed, estimate, ops), estimate

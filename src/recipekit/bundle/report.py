@@ -1,0 +1,445 @@
+"""Presentation of the plan and :mod:`recipekit.memory` results: rich renderables for the terminal, markdown for the
+bundle's plan.md, and a JSON-able dict for plan.json and ``--json``.
+
+The dict is what other tools read and what goes into bundles, so it has a fixed key order and every float rounded to
+a few significant digits: the same recipe gives byte-identical files on any machine. The terminal and markdown views
+format the same numbers for reading and never compute anything themselves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from recipekit.memory import Advice, Estimate
+
+if TYPE_CHECKING:  # rich is imported where terminal views are drawn: `build` writes markdown and JSON only
+    from rich.console import RenderableType
+    from rich.text import Text
+
+#: Significant digits kept in the JSON dict: far more than the estimates are worth, few enough to be stable.
+SIGNIFICANT_DIGITS = 4
+#: Width of the terminal bars, in character cells, for the device's whole memory.
+BAR_WIDTH = 40
+#: One colour per memory item, in the order memory.estimate lists them; the bar chart and table share them.
+ITEM_STYLES = ("blue", "magenta", "red", "green", "yellow", "cyan", "bright_black")
+
+
+# ------------------------------------------------------------------------------------------------------- formatting
+def _round(value: float) -> float:
+    """``value`` to SIGNIFICANT_DIGITS significant digits (via its decimal text, so the result is reproducible)."""
+    return float(f"{value:.{SIGNIFICANT_DIGITS}g}")
+
+
+def _opt(value: float | None) -> float | None:
+    return None if value is None else _round(value)
+
+
+def duration(seconds: float | None) -> str:
+    """A duration for reading: seconds below a minute, then minutes, hours, days."""
+    if seconds is None:
+        return "n/a"
+    if seconds < 60:
+        return f"{seconds:.2f} s" if seconds < 10 else f"{seconds:.0f} s"
+    if seconds < 3600:
+        return f"{seconds / 60:.1f} min"
+    if seconds < 48 * 3600:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} d"
+
+
+def _count(value: float) -> str:
+    for unit, size in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("k", 1e3)):
+        if value >= size:
+            return f"{value / size:.3g} {unit}"
+    return f"{value:.3g}"
+
+
+def _gb(value: float) -> str:
+    return f"{value:,.0f} GB" if value >= 100 else f"{value:.3g} GB"
+
+
+def _nodes(count: int) -> str:
+    return f"{count} node" + ("" if count == 1 else "s")
+
+
+def _cost(est: Estimate) -> str:
+    if est.cost is None:
+        return "n/a (set hw.price_per_device_hour)" if est.device_hours is not None else "n/a"
+    return f"{est.cost:,.0f} ({est.price_per_device_hour:g} per device-hour)"
+
+
+def describe_layout(est: Estimate) -> str:
+    """The layout in one line: parallel option and offloads, checkpointing, TP × PP, and the batch arithmetic."""
+    par, lay = est.parallel, est.layout
+    offload = [
+        f"{what} → {where}"
+        for what, where in (("optimizer", par.offload_optimizer), ("params", par.offload_param))
+        if where != "none"
+    ]
+    parts = [
+        par.name + (f" ({', '.join(offload)})" if offload else ""),
+        f"checkpointing {'on' if par.gradient_checkpointing else 'off'}",
+    ]
+    if lay.model_parallel > 1:
+        parts.append(f"TP {lay.tensor_parallel} × PP {lay.pipeline_parallel}")
+    parts.append(
+        f"micro {lay.micro_batch_size} × accum {lay.gradient_accumulation_steps} × dp {lay.dp_size}"
+        f" = {lay.global_batch_size} × {est.seq_len} tokens"
+    )
+    return ", ".join(parts)
+
+
+def _verdict(est: Estimate) -> str:
+    if est.fits:
+        return f"fits: {est.total_gib:.1f} of {est.device_gib:g} GiB, {est.headroom_gib:.1f} GiB headroom"
+    if not est.fits_device:
+        return f"DOES NOT FIT: {est.total_gib:.1f} GiB needed, {est.device_gib:g} GiB per device"
+    return (
+        f"DOES NOT FIT: {est.offload.host_gib_per_node:.0f} GiB host memory per node for offload, the pod asks "
+        f"for {est.offload.host_limit_gib:g} GiB"
+    )
+
+
+def _timing_rows(est: Estimate) -> list[tuple[str, str]]:
+    c, comm, off = est.compute, est.communication, est.offload
+    rows = [
+        ("parameters", f"{_count(c.params_total)} total, {_count(c.params_trainable)} trainable"),
+        (
+            "FLOPs per token",
+            f"{c.flops_per_token / 1e9:,.1f} GFLOP"
+            + (f" (× {c.recompute_factor:.2f} recomputation)" if c.recompute_factor != 1 else ""),
+        ),
+        ("tokens per step", f"{c.tokens_per_step:,}"),
+        ("compute per step", f"{duration(c.time_s)} at {c.assumed_mfu:.0%} of {c.peak_tflops:g} TFLOP/s"),
+        (
+            "DP communication",
+            f"{comm.pattern}: {_gb(comm.volume_gb)} per device over {comm.link} "
+            f"({'inter' if comm.crosses_nodes else 'intra'}-node, {comm.bandwidth_gbps:g} GB/s): "
+            f"{duration(comm.time_s)}, {duration(comm.exposed_s)} exposed",
+        ),
+    ]
+    if off.time_s or off.host_gib_per_node or off.nvme_gib_per_node:
+        rows.append(
+            (
+                "offload",
+                f"{off.host_gib_per_node:.0f} GiB host per node (pod: {off.host_limit_gib:g} GiB), "
+                f"{off.nvme_gib_per_node:.0f} GiB NVMe per node, {duration(off.time_s)} per step",
+            )
+        )
+    rows += [
+        ("data per epoch", _data_words(est)),
+        ("step time", duration(est.step_time_s)),
+        (
+            "total",
+            f"{est.total_steps:,} steps: {duration(est.total_time_s)}"
+            if est.total_steps
+            else "n/a (no data.num_samples or train.max_steps)",
+        ),
+        ("device-hours", f"{est.device_hours:,.0f}" if est.device_hours is not None else "n/a"),
+        ("cost", _cost(est)),
+    ]
+    return rows
+
+
+def _data_words(est: Estimate) -> str:
+    """Rows and tokens of one epoch and where each number comes from (``plan.data``: exact once prepared)."""
+    data = est.plan.data
+    if not data.rows:
+        return "n/a (no data.num_rows, data.num_tokens or data.num_samples)"
+    exact = "exact, prepared" if data.exact else "estimated"
+    return f"{data.rows:,} rows ({data.rows_from}), {data.tokens:,} tokens ({data.tokens_from}); {exact}"
+
+
+def _three_d_rows(est: Estimate) -> list[tuple[str, str]]:
+    d = est.parallel3d
+    if d is None:
+        return []
+    return [
+        ("TP × PP", f"{d.tensor_parallel} × {d.pipeline_parallel}, {d.micro_batches} micro-batches per step"),
+        ("pipeline bubble", f"{d.bubble_fraction:.1%} = (p − 1)/(m + p − 1)"),
+        (
+            "TP all-reduce",
+            f"{d.tp_allreduces_per_layer} per layer, {_gb(d.tp_allreduce_gb_per_layer)} per layer per micro-batch"
+            f" + {_gb(d.tp_head_gb)} embedding/head, {_gb(d.tp_volume_gb)} per step over {d.tp_link}: "
+            f"{duration(d.tp_time_s)}, none hidden",
+        ),
+        ("TP inside a node", "yes" if d.tp_inside_node else "NO: every layer's all-reduce crosses the network"),
+        ("backend", d.note),
+    ]
+
+
+# --------------------------------------------------------------------------------------------------------- terminal
+def _bar(gib: float, scale: float, style: str) -> Text:
+    from rich.text import Text
+
+    cells = round(gib / scale * BAR_WIDTH) if scale else 0
+    return Text("█" * min(cells, BAR_WIDTH), style=style)
+
+
+def usage_bar(est: Estimate) -> Text:
+    """One stacked bar of the device's memory, an item per colour, and a ▏ where the device ends."""
+    from rich.text import Text
+
+    scale = max(est.total_gib, est.device_gib)
+    bar = Text()
+    for item, style in zip(est.memory, ITEM_STYLES):
+        bar.append(_bar(item.gib, scale, style))
+    device_cell = round(est.device_gib / scale * BAR_WIDTH)
+    used = len(bar.plain)
+    if used < device_cell:
+        bar.append("░" * (device_cell - used), style="dim")
+    elif used > device_cell:
+        bar = bar[:device_cell] + Text("▏", style="bold") + bar[device_cell:]
+    bar.append(f"  {est.total_gib:.1f} / {est.device_gib:g} GiB", style="bold" if est.fits else "bold red")
+    return bar
+
+
+def render_estimate(est: Estimate) -> RenderableType:
+    """The memory table with a bar per item, the stacked usage bar, compute/time/cost and the 3D section."""
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    head = Text.assemble(
+        (f"{est.recipe_name}", "bold"),
+        f": {est.model_name} on {est.layout.world_size} × {est.hw_name} ({_nodes(est.layout.nodes)})\n",
+        (describe_layout(est), "dim"),
+    )
+    memory = Table(title="Memory per device", title_justify="left", show_footer=True, expand=False)
+    memory.add_column("item", footer="total")
+    memory.add_column("GiB", justify="right", footer=f"{est.total_gib:.1f}")
+    memory.add_column(f"of {est.device_gib:g} GiB", footer=f"{est.total_gib / est.device_gib:.0%}")
+    memory.add_column("counted as", style="dim", overflow="fold")
+    scale = max(est.total_gib, est.device_gib)
+    for item, style in zip(est.memory, ITEM_STYLES):
+        memory.add_row(Text(item.name, style=style), f"{item.gib:.2f}", _bar(item.gib, scale, style), item.basis)
+    verdict = Text(_verdict(est), style="bold green" if est.fits else "bold red")
+
+    timing = _rows_table("Compute, time and cost", _timing_rows(est))
+    parts: list[RenderableType] = [head, memory, usage_bar(est), verdict, timing]
+    three_d = _three_d_rows(est)
+    if three_d:
+        parts.append(_rows_table("Tensor / pipeline parallelism", three_d))
+    parts += [Text(f"note: {n}", style="dim") for n in _notes(est)]
+    return Group(*parts)
+
+
+def _rows_table(title: str, rows: list[tuple[str, str]]) -> RenderableType:
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left", show_header=False)
+    table.add_column("what", style="bold")
+    table.add_column("estimate", overflow="fold")
+    for name, value in rows:
+        table.add_row(name, value)
+    return table
+
+
+def _notes(est: Estimate) -> list[str]:
+    """The estimate's notes, less the 3D note its own section already shows."""
+    return [n for n in est.notes if est.parallel3d is None or n != est.parallel3d.note]
+
+
+def render_advice(advices: Sequence[Advice]) -> RenderableType:
+    """The advised layouts, fastest first: their figures in a table, then each one's overrides to paste.
+
+    The overrides stand below the table, not in a column of it: squeezed into a column beside the figures, an 80-column
+    terminal (the width rich assumes when the output is piped) would fold them mid-word into fragments that no longer
+    paste. Below, a line of overrides breaks only at the spaces between them, so each override stays whole on one
+    line at any width it fits in.
+    """
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    if not advices:
+        return Text(
+            "no layout recipekit tried fits on this cluster: add nodes (cluster.nodes=N) or pick a bigger accelerator",
+            style="bold red",
+        )
+    table = Table(title="Layouts that fit, fastest first", title_justify="left")
+    table.add_column("#", justify="right")
+    table.add_column("step", justify="right")
+    table.add_column("total", justify="right")
+    table.add_column("GiB / device", justify="right")
+    table.add_column("exposed comm", justify="right")
+    table.add_column("offload", justify="right")
+    overrides = Table.grid(padding=(0, 0, 0, 1))
+    overrides.add_column(justify="right")
+    overrides.add_column(overflow="fold")  # fold only an override longer than the whole line
+    for rank, advice in enumerate(advices, 1):
+        est = advice.estimate
+        table.add_row(
+            str(rank),
+            duration(est.step_time_s),
+            duration(est.total_time_s),
+            f"{est.total_gib:.1f} / {est.device_gib:g}",
+            duration(est.communication.exposed_s),
+            duration(est.offload.time_s) if est.offload.time_s else "-",
+        )
+        line = Text(" ".join(advice.overrides))
+        if not advice.buildable:
+            line.append(" (analysis only)", style="dim")
+        overrides.add_row(f"{rank}", line)
+    heading = Text("Overrides of each layout, to add to the recipe's own:", style="bold")
+    return Group(table, heading, overrides)
+
+
+def render_summary(summary: dict[str, Any]) -> RenderableType:
+    """``recipekit show``'s derived numbers (:meth:`recipekit.plan.plan.Plan.summary`): a table, then the image tag.
+
+    The tag is printed whole on a line of its own: in the table's value column it would be cut or folded at 80
+    columns, and it is what one copies into ``docker pull``. Nested records (the FLOPs) show one field a line.
+    """
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(title="plan", title_justify="left")
+    table.add_column("derived")
+    table.add_column("value", overflow="fold")
+    for key, value in summary.items():
+        if key == "image":
+            continue
+        text = "\n".join(f"{k}: {v}" for k, v in value.items()) if isinstance(value, dict) else str(value)
+        table.add_row(key, text)
+    parts: list[RenderableType] = [table]
+    if "image" in summary:
+        parts.append(Text.assemble(("image ", "bold"), str(summary["image"]), no_wrap=True, overflow="ignore"))
+    return Group(*parts)
+
+
+# --------------------------------------------------------------------------------------------------------- markdown
+def estimate_markdown(est: Estimate) -> str:
+    """The estimate as markdown for the bundle's plan.md (tables, no colours, stable text)."""
+    lines = [
+        "## Memory, time and cost estimate",
+        "",
+        f"{est.model_name} on {est.layout.world_size} × {est.hw_name} ({_nodes(est.layout.nodes)}): "
+        f"{describe_layout(est)}.",
+        "",
+        "| memory per device | GiB | counted as |",
+        "|---|---:|---|",
+    ]
+    lines += [f"| {item.name} | {item.gib:.2f} | {item.basis} |" for item in est.memory]
+    lines += [
+        f"| **total** | **{est.total_gib:.2f}** | of {est.device_gib:g} GiB per device |",
+        "",
+        f"**{_verdict(est)}**",
+        "",
+        "| compute, time and cost | estimate |",
+        "|---|---|",
+    ]
+    lines += [f"| {name} | {value} |" for name, value in _timing_rows(est)]
+    three_d = _three_d_rows(est)
+    if three_d:
+        lines += ["", "| tensor / pipeline parallelism | estimate |", "|---|---|"]
+        lines += [f"| {name} | {value} |" for name, value in three_d]
+    notes = _notes(est)
+    if notes:
+        lines += [""] + [f"- {n}" for n in notes]
+    lines += [
+        "",
+        "Estimates from architecture numbers and an assumed utilisation (`hw.assumed_mfu`); see "
+        "`recipekit.memory` for the formulas and their sources.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+# ------------------------------------------------------------------------------------------------------------- JSON
+def estimate_dict(est: Estimate) -> dict[str, Any]:
+    """The estimate as plain JSON types, keys in a fixed order, floats rounded (byte-identical bundles)."""
+    c, comm, off, d = est.compute, est.communication, est.offload, est.parallel3d
+    return {
+        "recipe": est.recipe_name,
+        "model": est.model_name,
+        "hw": est.hw_name,
+        "layout": layout_dict(est),
+        "memory_gib": {
+            "items": [{"name": item.name, "gib": _round(item.gib), "basis": item.basis} for item in est.memory],
+            "total": _round(est.total_gib),
+            "device": _round(est.device_gib),
+            "headroom": _round(est.headroom_gib),
+            "fits_device": est.fits_device,
+            "fits": est.fits,
+            "largest_item": est.largest_item.name,
+        },
+        "offload": {
+            "host_gib_per_node": _round(off.host_gib_per_node),
+            "host_limit_gib": _round(off.host_limit_gib),
+            "host_fits": off.host_fits,
+            "nvme_gib_per_node": _round(off.nvme_gib_per_node),
+            "time_s_per_step": _round(off.time_s),
+        },
+        "compute": {
+            "params_total": c.params_total,
+            "params_trainable": c.params_trainable,
+            "flops_per_token": _round(c.flops_per_token),
+            "tokens_per_step": c.tokens_per_step,
+            "recompute_factor": _round(c.recompute_factor),
+            "peak_tflops": _round(c.peak_tflops),
+            "assumed_mfu": _round(c.assumed_mfu),
+            "time_s_per_step": _round(c.time_s),
+        },
+        "communication": {
+            "pattern": comm.pattern,
+            "volume_gb_per_step": _round(comm.volume_gb),
+            "link": comm.link,
+            "crosses_nodes": comm.crosses_nodes,
+            "bandwidth_gbps": _round(comm.bandwidth_gbps),
+            "time_s": _round(comm.time_s),
+            "exposed_s": _round(comm.exposed_s),
+        },
+        "parallel3d": None
+        if d is None
+        else {
+            "tensor_parallel": d.tensor_parallel,
+            "pipeline_parallel": d.pipeline_parallel,
+            "micro_batches": d.micro_batches,
+            "bubble_fraction": _round(d.bubble_fraction),
+            "tp_allreduces_per_layer": d.tp_allreduces_per_layer,
+            "tp_allreduce_gb_per_layer": _round(d.tp_allreduce_gb_per_layer),
+            "tp_head_gb": _round(d.tp_head_gb),
+            "tp_volume_gb_per_step": _round(d.tp_volume_gb),
+            "tp_inside_node": d.tp_inside_node,
+            "tp_link": d.tp_link,
+            "tp_time_s": _round(d.tp_time_s),
+            "buildable": d.buildable,
+            "note": d.note,
+        },
+        "data": est.plan.data.summary(),
+        "time": {
+            "step_s": _round(est.step_time_s),
+            "total_steps": est.total_steps,
+            "total_s": _opt(est.total_time_s),
+            "device_hours": _opt(est.device_hours),
+            "price_per_device_hour": _opt(est.price_per_device_hour),
+            "cost": _opt(est.cost),
+        },
+        "notes": list(est.notes),
+    }
+
+
+def layout_dict(est: Estimate) -> dict[str, Any]:
+    """What the estimate is for, all exact (integers, names, flags): the parallel choice, the plan's layout numbers
+    (given and derived, as the plan names them), the sequence length and the precision."""
+    par = est.parallel
+    return {
+        "parallel": par.name,
+        "zero_stage": par.zero_stage,
+        "offload_optimizer": par.offload_optimizer,
+        "offload_param": par.offload_param,
+        "gradient_checkpointing": par.gradient_checkpointing,
+        **est.layout.numbers(),
+        "seq_len": est.seq_len,
+        "precision": est.precision,
+    }
+
+
+def advice_dict(advices: Sequence[Advice]) -> list[dict[str, Any]]:
+    """Advice for ``--json``: each layout's overrides and its estimate dict, fastest first."""
+    return [
+        {"overrides": list(a.overrides), "buildable": a.buildable, "estimate": estimate_dict(a.estimate)}
+        for a in advices
+    ]

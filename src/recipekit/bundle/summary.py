@@ -1,0 +1,55 @@
+"""Sentences about a bundle made from its resolved recipe and plan, never from a preset's free text.
+
+A preset's ``description`` says what the preset chose ("ZeRO-3 with gradient checkpointing"); an override can make
+it false (``parallel=zero2``). What the bundle's README and validate's verdict say is derived here instead.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from recipekit.plan.plan import Plan
+    from recipekit.recipe.sections import Recipe
+
+_MODES = {"sft": "Full SFT", "lora": "LoRA fine-tuning", "qlora": "QLoRA fine-tuning", "pretrain": "Pre-training"}
+
+
+def _counted(number: int, noun: str) -> str:
+    return f"{number} {noun}{'' if number == 1 else 's'}"
+
+
+def parallelism(plan: Plan) -> str:
+    """DDP, or the ZeRO stage (as the build's own summary line says it)."""
+    if plan.zero_stage:
+        return f"DeepSpeed ZeRO-{plan.zero_stage}"
+    return "DeepSpeed ZeRO-0" if plan.uses_deepspeed else "DDP (no DeepSpeed)"
+
+
+def describe(recipe: Recipe, plan: Plan) -> str:
+    """One sentence: what is trained, on what, how it is split, e.g. "Full SFT of qwen2.5_14b on 2 pods × 8
+    ascend910b devices (world size 16), DeepSpeed ZeRO-2, gradient checkpointing, bf16."""
+    layout, par = plan.layout, recipe.parallel
+    parts = [
+        f"{_MODES.get(recipe.mode.kind, recipe.mode.kind)} of {recipe.model.name} on {_counted(layout.nodes, 'pod')} "
+        f"× {_counted(layout.devices_per_pod, recipe.hw.name + ' device')} (world size {layout.world_size})",
+        parallelism(plan),
+    ]
+    if layout.tensor_parallel > 1:
+        parts.append(f"tensor parallel {layout.tensor_parallel} × data parallel {layout.dp_size}")
+    if par.offload_optimizer != "none":
+        parts.append(f"optimizer offloaded to {par.offload_optimizer}")
+    if par.offload_param != "none":
+        parts.append(f"parameters offloaded to {par.offload_param}")
+    if par.gradient_checkpointing:
+        parts.append("gradient checkpointing")
+    parts.append(plan.precision)
+    return ", ".join(parts) + "."
+
+
+def not_fit(total_gib: float, device_gib: float) -> str:
+    """The line every view of an ``--allow-oom`` bundle shows: build's warning, the README's top, validate's verdict."""
+    return (
+        f"does not fit: {total_gib:.1f} GiB per device predicted, the device has {device_gib:g} GiB (built with "
+        "--allow-oom); plan.md says what takes the memory and what would fit"
+    )

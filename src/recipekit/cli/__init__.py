@@ -1,0 +1,81 @@
+"""The ``recipekit`` command: parse arguments, call one library function, print. No decisions live here.
+
+Exit codes: 0 success; 1 a validation check failed; 2 the input (recipe, overrides, bundle path) is unusable —
+with one line per problem and never a traceback.
+"""
+
+from __future__ import annotations
+
+import gc
+
+import click
+
+from recipekit import __version__
+from recipekit.cli.common import SETTINGS
+
+
+class _Commands(click.Group):
+    """A group whose heavier commands are imported only when invoked, so `build` does not pay for `validate`."""
+
+    lazy = {
+        "build": ("recipekit.cli.build", "build"),
+        "show": ("recipekit.cli.build", "show"),
+        "plan": ("recipekit.cli.build", "plan"),
+        "list": ("recipekit.cli.listing", "list_"),
+        "validate": ("recipekit.cli.validate", "validate_command"),
+        "init": ("recipekit.cli.handover", "init_command"),
+        "pack": ("recipekit.cli.handover", "pack_command"),
+        "verify": ("recipekit.cli.handover", "verify_command"),
+        "diff": ("recipekit.cli.handover", "diff_command"),
+        "image": ("recipekit.cli.image", "image_group"),
+        "data": ("recipekit.cli.data", "data_group"),
+        "report": ("recipekit.cli.runs", "report_command"),
+        "compare": ("recipekit.cli.runs", "compare_command"),
+    }
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self.lazy})
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name in self.lazy and name not in self.commands:
+            import importlib
+
+            module, attribute = self.lazy[name]
+            self.add_command(getattr(importlib.import_module(module), attribute), name)
+        return super().get_command(ctx, name)
+
+
+@click.group(cls=_Commands, context_settings=SETTINGS)
+@click.version_option(__version__, prog_name="recipekit")
+def main() -> None:
+    """Compile a training recipe into a Volcano launch bundle for Ascend NPU and NVIDIA GPU clusters.
+
+    Recipes are chosen and changed with Hydra overrides: group=option, key=value, +key=value (a new key),
+    ~key (delete).
+
+    \b
+    Examples:
+      recipekit list
+      recipekit build recipe=llama3_8b_sft hw=ascend910b
+      recipekit plan recipe=llama3_70b_sft cluster.nodes=8 --advise
+      recipekit validate bundles/llama3_8b_sft --dry-run
+      recipekit image build bundles/llama3_8b_sft --push
+    """
+
+
+def run() -> None:
+    """The console script: :func:`main`, then skip the interpreter's last garbage collection.
+
+    At exit CPython collects every cycle left by Hydra, OmegaConf, ANTLR and Jinja; measured here that is about
+    0.15 s — a fifth of a whole `build`. Freezing the heap leaves those objects to the operating system, which
+    reclaims the memory at once. Everything that must happen at exit still does: objects are released by reference
+    counting, atexit handlers run, streams are flushed; nothing recipekit writes is pending by then.
+    """
+    try:
+        main()
+    finally:
+        gc.freeze()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    run()

@@ -1,0 +1,229 @@
+"""``recipekit build``, ``show`` and ``plan``: compose a recipe, plan it, and write, print or estimate the bundle."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from recipekit.cli.common import SETTINGS, finite, layers, recipes_option, rich_console, user_errors, warn
+from recipekit.errors import RecipeError
+
+
+@click.command(context_settings={**SETTINGS, "ignore_unknown_options": True})
+@click.argument("overrides", nargs=-1)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(path_type=Path),
+    help="Bundle directory (default: bundles/<name>); with -m, the root.",
+)
+@click.option("--force", is_flag=True, help="Replace OUTPUT even if it is not a recipekit bundle.")
+@click.option("--allow-oom", is_flag=True, help="Build even when the plan predicts the run will not fit in memory.")
+@click.option(
+    "-m",
+    "--multirun",
+    is_flag=True,
+    help="Matrix build: OVERRIDES are a Hydra sweep (a=1,2 range() glob()); one bundle per combination, in "
+    "<root>/<name>@<swept values>, then a summary table. Exit 2 if any combination failed.",
+)
+@recipes_option
+@user_errors
+def build(
+    overrides: tuple[str, ...],
+    output: Path | None,
+    force: bool,
+    allow_oom: bool,
+    multirun: bool,
+    extra_dirs: tuple[Path, ...],
+) -> None:
+    """Build the bundle for a recipe. OVERRIDES: Hydra overrides (group=option, key=value, +key=value, ~key).
+
+    \b
+    Examples:
+      recipekit build recipe=llama3_8b_sft hw=ascend910b
+      recipekit build recipe=qwen2.5_14b_sft cluster.nodes=4 parallel=zero3 train.micro_batch_size=2
+      recipekit build model=qwen2.5_7b mode=lora hw=h100 -o out/qwen-lora
+      recipekit build --recipes ./team-recipes recipe=our_llama_sft
+      recipekit build -m recipe=llama3_8b_sft,qwen2.5_7b_pretrain hw=ascend910b,h100
+      recipekit build -m 'recipe=glob(*)' train.seed=range(1,4) -o out/matrix
+    """
+    extra_dirs = layers(extra_dirs)
+    if multirun:
+        _build_matrix(overrides, output, force, allow_oom, extra_dirs)
+        return
+    from recipekit.bundle.build import build as build_bundle
+
+    built = build_bundle(overrides, output, extra_dirs=extra_dirs, force=force, allow_oom=allow_oom)
+    plan = built.resolved.plan
+    warn(plan.warnings)
+    if not built.estimate.fits:
+        from recipekit.bundle.summary import not_fit
+
+        warn([not_fit(built.estimate.total_gib, built.estimate.device_gib)])
+    click.echo(
+        f"{click.style('built', fg='green')} {built.path} ({len(built.files)} files): {plan.layout.nodes} pod(s) × "
+        f"{plan.layout.devices_per_pod} device(s), global batch {plan.layout.global_batch_size}, {plan.precision}, "
+        f"{'ZeRO-' + str(plan.zero_stage) if plan.zero_stage else 'DDP' if not plan.uses_deepspeed else 'ZeRO-0'}"
+        + (f", TP {plan.layout.tensor_parallel} × DP {plan.layout.dp_size}" if plan.layout.tensor_parallel > 1 else "")
+    )
+
+
+def _build_matrix(
+    arguments: tuple[str, ...], output: Path | None, force: bool, allow_oom: bool, extra_dirs: tuple[Path, ...]
+) -> None:
+    from recipekit.bundle.sweep import run_matrix, summary
+
+    outcomes = run_matrix(arguments, output, extra_dirs=extra_dirs, force=force, allow_oom=allow_oom)
+    for outcome in outcomes:
+        warn([f"[{outcome.combination}] {warning}" for warning in outcome.warnings])
+        if outcome.problems:
+            click.echo(f"{click.style('error:', fg='red', bold=True)} {outcome.combination}:", err=True)
+            for problem in outcome.problems:
+                click.echo(f"  - {problem}", err=True)
+    click.echo(summary(outcomes))
+    if not all(outcome.ok for outcome in outcomes):
+        sys.exit(2)
+
+
+@click.command(context_settings={**SETTINGS, "ignore_unknown_options": True})
+@click.argument("overrides", nargs=-1)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (resolved recipe, choices, derived numbers).")
+@click.option("--compact", is_flag=True, help="Print the resolved recipe as key=value, one leaf key a line.")
+@recipes_option
+@user_errors
+def show(overrides: tuple[str, ...], as_json: bool, compact: bool, extra_dirs: tuple[Path, ...]) -> None:
+    """Show the resolved recipe and its derived numbers; writes nothing.
+
+    \b
+    Examples:
+      recipekit show recipe=llama3_8b_lora hw=a100_80g
+      recipekit show recipe=qwen2.5_14b_sft cluster.nodes=4 --json
+      recipekit show recipe=qwen2.5_14b_sft --compact | grep batch
+    """
+    import yaml
+
+    from recipekit.bundle.build import resolve
+    from recipekit.recipe.schema import to_data
+
+    resolved = resolve(overrides, layers(extra_dirs))
+    document = {
+        "choices": resolved.composed.choices,
+        "recipe": to_data(resolved.recipe),
+        "plan": resolved.plan.summary(),
+        "warnings": resolved.plan.warnings,
+    }
+    if as_json:
+        click.echo(json.dumps(document, indent=2))
+        return
+    if compact:
+        from recipekit.cli.compactview import compact_lines
+
+        click.echo("\n".join(compact_lines(document["recipe"])))
+        return
+    from recipekit.bundle import report
+
+    # plain, whole lines: PyYAML folds at 80 columns and rich at the terminal's width, both mid-value
+    chosen = {"choices": document["choices"], "recipe": document["recipe"]}
+    click.echo(yaml.safe_dump(chosen, sort_keys=False, width=2**31 - 1, allow_unicode=True), nl=False)
+    rich_console().print(report.render_summary(document["plan"]))
+    warn(resolved.plan.warnings)
+
+
+@click.command(context_settings={**SETTINGS, "ignore_unknown_options": True})
+@click.argument("overrides", nargs=-1)
+@click.option("--json", "as_json", is_flag=True, help="Print the estimate (and advice) as JSON.")
+@click.option(
+    "--advise",
+    is_flag=True,
+    help="Search ZeRO stage, offload, micro batch, checkpointing and tensor parallelism (and pipeline "
+    "parallelism, analysis only, when the recipe sets it) for layouts that fit, fastest first.",
+)
+@click.option(
+    "--price",
+    type=click.FloatRange(min=0, max=1e6),
+    callback=lambda ctx, param, value: finite(param, value),
+    default=None,
+    help="Price of one device for one hour, for the cost figure (default: hw.price_per_device_hour).",
+)
+@click.option("--top", type=click.IntRange(1, 50), default=5, show_default=True, help="Layouts --advise prints.")
+@click.option(
+    "--data",
+    "manifest",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="A prepared dataset's manifest.json (or its directory): its exact rows and tokens become data.num_rows "
+    "and data.num_tokens.",
+)
+@recipes_option
+@user_errors
+def plan(
+    overrides: tuple[str, ...],
+    as_json: bool,
+    advise: bool,
+    price: float | None,
+    top: int,
+    manifest: Path | None,
+    extra_dirs: tuple[Path, ...],
+) -> None:
+    """Estimate memory per device, compute, time and cost of a recipe, before anything is submitted.
+
+    \b
+    Examples:
+      recipekit plan recipe=llama3_70b_sft hw=ascend910b cluster.nodes=8
+      recipekit plan recipe=llama3_8b_lora hw=a100_80g --json
+      recipekit plan recipe=qwen2.5_72b_sft hw=ascend910b --advise
+      recipekit plan recipe=llama3_70b_sft parallel.tensor_parallel=8 parallel.pipeline_parallel=2 --price 2.5
+      recipekit plan recipe=qwen2.5_7b_pretrain --data /mnt/shared/runs/prepared/4f2a.../manifest.json
+    """
+    from recipekit import memory
+    from recipekit.bundle import report
+    from recipekit.bundle.build import resolve
+    from recipekit.recipe.paralleloptions import load_parallel_options
+
+    extra_dirs = layers(extra_dirs)
+    document = None
+    if manifest is not None:
+        from recipekit.plan import prepared
+
+        document = prepared.read(manifest)
+        overrides = (*overrides, *prepared.overrides(document))
+    resolved = resolve(overrides, extra_dirs, analysis_only=True)
+    recipe = resolved.recipe
+    if document is not None:
+        mismatched = prepared.problems(document, recipe, str(manifest))
+        if mismatched:
+            raise RecipeError(mismatched)
+    estimate = memory.estimate(recipe, resolved.plan, price_per_device_hour=price)
+    # the parallel options on disk are candidates only for --advise and for the fix of a layout that does not fit
+    options = load_parallel_options(extra_dirs) if advise or not estimate.fits else {}
+    advices: list[memory.Advice] = []
+    if advise:
+        search_pp = recipe.parallel.pipeline_parallel > 1
+        advices = memory.advise(recipe, resolved.images, top=top, search_pp=search_pp, parallel_options=options)
+    if as_json:
+        output: dict[str, Any] = {"estimate": report.estimate_dict(estimate)}
+        if advise:
+            output["advice"] = report.advice_dict(advices)
+        click.echo(json.dumps(output, indent=2))
+        return
+    console = rich_console()
+    console.print(report.render_estimate(estimate))
+    if not estimate.fits:
+        problem = memory.fit_problem(estimate, images=resolved.images, parallel_options=options)
+        if problem is not None:
+            from recipekit.terminal import styled
+
+            console.print(styled(("to fit:", "bold"), f" {problem.hint}"))
+    if advise:
+        console.print(report.render_advice(advices))
+        buildable = [a for a in advices if a.buildable]
+        if buildable:  # the fastest layout build accepts: PP (and TP the bundle cannot run) is analysis only
+            from recipekit.recipe.overrides import merge
+
+            console.print(f"paste: recipekit build {' '.join(merge(overrides, buildable[0].overrides))}")
+        elif advices:
+            console.print("no layout above builds (pipeline parallelism is analysis only): nothing to paste")

@@ -1,0 +1,107 @@
+"""The team-repo and hand-over commands: ``init``, ``pack``, ``verify``, ``diff``. Parse, call one function, print.
+
+Imported only when one of them runs (see ``cli._Commands.lazy``), so ``build`` never pays for them. Exit codes as
+everywhere: 0 success, 2 unusable input with one line per problem; ``diff`` exits 1 when the bundles differ, as
+diff(1) does.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from recipekit.cli.common import SETTINGS, user_errors
+
+
+@click.command("init", context_settings=SETTINGS)
+@click.argument("name", type=click.Path(path_type=Path))
+@user_errors
+def init_command(name: Path) -> None:
+    """Scaffold a team recipe repo in the new directory NAME: recipekit.toml, example recipes, README, ci.sh.
+
+    \b
+    Examples:
+      recipekit init team-nlp-recipes
+      cd team-nlp-recipes && recipekit build recipe=our_qwen_sft
+      ./ci.sh            # builds and validates every preset of the repo
+    """
+    from recipekit.recipe.scaffold import init
+
+    config = init(name)
+    click.echo(f"{click.style('created', fg='green')} {config.parent}: {config.name}, recipes/, README.md, ci.sh")
+    click.echo(f"next: cd {name} && recipekit list && recipekit build recipe=our_qwen_sft")
+
+
+@click.command("pack", context_settings=SETTINGS)
+@click.argument("bundle", type=click.Path(path_type=Path))
+@click.option(
+    "-o", "--output", type=click.Path(path_type=Path), help="Directory for the archive (default: the current one)."
+)
+@user_errors
+def pack_command(bundle: Path, output: Path | None) -> None:
+    """Pack BUNDLE with the recipe files it was composed from into <name>-<digest>.tar.gz, a reproducible archive.
+
+    The bundle must still rebuild byte for byte from those recipe files (pack checks); the same bundle always packs
+    to the same bytes.
+
+    \b
+    Examples:
+      recipekit pack bundles/llama3_8b_sft
+      recipekit pack bundles/our_qwen_sft -o handover/
+    """
+    from recipekit.handover.package import pack
+
+    packed = pack(bundle, output)
+    click.echo(
+        f"{click.style('packed', fg='green')} {packed.path}: {packed.bundle_files} bundle files, "
+        f"{packed.source_files} recipe sources; sha256 {packed.sha256}"
+    )
+
+
+@click.command("verify", context_settings=SETTINGS)
+@click.argument("package", type=click.Path(path_type=Path))
+@user_errors
+def verify_command(package: Path) -> None:
+    """Verify a package: every hash, then a rebuild from its own recipe sources must give the same bytes.
+
+    Needs only the archive and the recipekit version that packed it; never reads the current directory's
+    recipekit.toml, --recipes or $RECIPEKIT_RECIPES. Exit 0 verified; 2 with one line per problem.
+
+    \b
+    Examples:
+      recipekit verify llama3_8b_sft-0123456789abcdef.tar.gz
+    """
+    from recipekit.handover.package import verify
+
+    verified = verify(package)
+    click.echo(
+        f"{click.style('verified', fg='green')} {package}: {verified.bundle_files} bundle files and "
+        f"{verified.source_files} recipe sources match their hashes; a rebuild from the packed sources with "
+        f"recipekit {verified.recipekit_version} gives the same bytes"
+    )
+
+
+@click.command("diff", context_settings=SETTINGS)
+@click.argument("a", type=click.Path(path_type=Path))
+@click.argument("b", type=click.Path(path_type=Path))
+@user_errors
+def diff_command(a: Path, b: Path) -> None:
+    """Show what differs between two bundles (directories or packages): recipe keys first, then files.
+
+    Exit 0 identical, 1 different, 2 unusable input.
+
+    \b
+    Examples:
+      recipekit diff bundles/llama3_8b_sft bundles/llama3_8b_sft@h100
+      recipekit diff old-0123456789abcdef.tar.gz bundles/llama3_8b_sft
+    """
+    from recipekit.handover.diff import diff, load_side
+
+    lines = diff(load_side(a), load_side(b))
+    if not lines:
+        click.echo(f"identical: {a} and {b} have the same recipe and files")
+        return
+    click.echo("\n".join(lines))
+    sys.exit(1)

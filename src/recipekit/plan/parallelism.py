@@ -1,0 +1,117 @@
+"""Tensor and pipeline parallelism: which layouts the bundle's backend runs, and why the others are refused.
+
+The bundle trains with the Transformers Trainer on DeepSpeed. Tensor parallelism comes from DeepSpeed's AutoTP,
+asked for by the ds_config alone (``"tensor_parallel": {"autotp_size": N}``): at ``deepspeed.initialize`` it
+replaces the Hugging Face model's linear layers by column- and row-parallel ones (the model's own TP plan), and
+Accelerate's data loader gives every rank of a TP group the same batch. Measured with the pinned stack (deepspeed
+0.19, transformers 5.24, accelerate 1.15): Llama and Qwen2 train with TP 2 and TP 2 × DP 2 at ZeRO 0, 1 and 2
+(with and without optimizer offload), with the loss of the run without TP, and resume exactly. The refusals below
+are what did not work, each with what failed.
+
+Pipeline parallelism stays analysis only: the Trainer has no pipeline schedule for a Hugging Face model.
+
+A leaf of the planning stage (the plan applies :func:`model_parallel_problems`; the estimate asks
+:func:`buildable` to say whether the 3D layout it analyses is one the bundle runs). Pure.
+"""
+
+from __future__ import annotations
+
+from recipekit.errors import Problem
+from recipekit.plan.layout import Layout
+from recipekit.recipe.sections import Recipe
+from recipekit.runtime import contract
+
+#: ZeRO stages AutoTP trains with through the Trainer. ZeRO-3 is not among them: transformers loads a ZeRO-3 model
+#: under ``deepspeed.zero.Init`` and that path raises NotImplementedError for a ds_config with ``tensor_parallel``
+#: (``transformers.integrations.deepspeed._apply_weight_conversions_to_state_dict``).
+AUTOTP_ZERO_STAGES = (0, 1, 2)
+
+PIPELINE_NEEDS = (
+    "pipeline parallelism is analysis only: the bundle's Trainer/DeepSpeed backend has no pipeline schedule for a "
+    "Hugging Face model (it would need the model rewritten as DeepSpeed's PipelineModule layer list, or "
+    "Megatron-LM / torchtitan pipeline stages)"
+)
+
+#: ZeRO-3 prefetch bucket in elements per hidden² (Transformers' value for "auto"): ds_config and the memory
+#: estimate use it.
+STAGE3_PREFETCH_FACTOR = 0.9
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _words(values: list[int]) -> str:
+    return ", ".join(str(v) for v in values[:-1]) + (" or " if len(values) > 1 else "") + str(values[-1])
+
+
+def model_parallel_problems(recipe: Recipe, layout: Layout, *, tp_across_pods: bool = False) -> list[Problem]:
+    """Why the bundle cannot run ``layout``'s tensor/pipeline parallelism for ``recipe``; empty when it can.
+
+    TP needs full training (not LoRA), ZeRO 0-2, a TP that divides the devices of one pod (TP's all-reduces run
+    every layer and must stay on the intra-node link; ``tp_across_pods`` lifts this for the dry run, whose pods are
+    processes of one machine) and the attention and key/value heads (AutoTP gives each rank whole heads).
+    """
+    problems: list[Problem] = []
+    tp, pp = layout.tensor_parallel, layout.pipeline_parallel
+    if pp > 1:
+        problems.append(
+            Problem(
+                "parallel.pipeline_parallel",
+                f"PP {pp}: {PIPELINE_NEEDS}",
+                hint="set parallel.pipeline_parallel=1 to build; `recipekit plan` still analyses it",
+            )
+        )
+    if tp == 1:
+        return problems
+    par, model, hw = recipe.parallel, recipe.model, recipe.hw
+    if contract.trains_adapter(recipe.mode.kind):
+        problems.append(
+            Problem(
+                "parallel.tensor_parallel",
+                f"TP {tp} with mode {recipe.mode.kind}: DeepSpeed AutoTP replaces the linear layers PEFT has wrapped "
+                "with its adapters, and DeepSpeed then fails mapping the parameters to ZeRO's groups (KeyError); "
+                "there is no supported path for LoRA under AutoTP yet",
+                hint=f"mode=sft with TP {tp}, or {recipe.mode.kind} with parallel.tensor_parallel=1",
+            )
+        )
+    if par.zero_stage not in AUTOTP_ZERO_STAGES:
+        problems.append(
+            Problem(
+                "parallel.zero_stage",
+                f"ZeRO-{par.zero_stage} with TP {tp}: transformers loads a ZeRO-3 model under deepspeed.zero.Init, "
+                "and that path refuses a ds_config with tensor_parallel (NotImplementedError)",
+                hint=f"parallel=zero1 or zero2 (TP {tp} already divides weights, gradients and optimizer "
+                f"states by {tp})",
+            )
+        )
+    per_pod = layout.devices_per_pod
+    if per_pod % tp and not tp_across_pods:
+        fits = [d for d in _divisors(per_pod) if d > 1]
+        problems.append(
+            Problem(
+                "parallel.tensor_parallel",
+                f"TP {tp} does not divide the {per_pod} devices of one pod (a {hw.name} node has "
+                f"{hw.devices_per_node}): a TP group all-reduces activations in every layer and must stay on the "
+                f"intra-node link ({hw.intra_node_link}, {hw.intra_node_gbps:g} GB/s), not cross the "
+                f"{hw.inter_node_link} ({hw.inter_node_gbps:g} GB/s)",
+                hint=f"TP {_words(fits)}" if fits else "one device per pod leaves no room for TP: TP 1",
+            )
+        )
+    heads, kv = model.num_attention_heads, model.num_kv_heads
+    if heads % tp or kv % tp:
+        both = [d for d in _divisors(kv) if heads % d == 0 and d > 1 and per_pod % d == 0] or [1]
+        problems.append(
+            Problem(
+                "parallel.tensor_parallel",
+                f"TP {tp} does not divide {model.name}'s heads: {heads} attention heads / {tp} = {heads / tp:g}, "
+                f"{kv} key/value heads / {tp} = {kv / tp:g}; AutoTP gives each rank whole heads",
+                hint=f"TP {_words(both)}",
+            )
+        )
+    return problems
+
+
+def buildable(recipe: Recipe, layout: Layout) -> bool:
+    """Whether the bundle runs ``layout``'s TP × PP for ``recipe`` (what ``plan`` marks as analysis only if not)."""
+    return not model_parallel_problems(recipe, layout)
