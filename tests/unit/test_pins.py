@@ -16,7 +16,10 @@ from recipekit.validate.tools import TOOL_PACKAGES
 ROOT = Path(__file__).resolve().parents[2]
 
 #: In pyproject's train extra, not in the images: the dry run's own process management.
-DRY_RUN_ONLY = {"psutil": "the dry run's simulated pods; no bundle imports it"}
+DRY_RUN_ONLY = {
+    "psutil": "the dry run's simulated pods; no bundle imports it",
+    "matplotlib": "the plots of `recipekit report` and `compare --html`; no bundle imports it",
+}
 #: In pyproject's train extra, not in the images: the tools of validate's static checks (recipekit.validate.tools).
 VALIDATE_TOOLS = set(TOOL_PACKAGES.values())
 #: In the images' stack, not pinned by pyproject's train extra.

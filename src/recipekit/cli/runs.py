@@ -36,19 +36,19 @@ def _progress(enabled: bool) -> Iterator[Callable[[str], None]]:
     if not enabled:
         yield lambda title: None
         return
-    from rich.console import Console
-    from rich.markup import escape
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    from recipekit.terminal import console
 
     with Progress(
         SpinnerColumn(),
-        TextColumn("{task.description}"),
+        TextColumn("{task.description}", markup=False),
         TimeElapsedColumn(),
-        console=Console(stderr=True),
+        console=console(stderr=True),
         transient=True,
     ) as progress:
         task = progress.add_task("reading the run", total=None)
-        yield lambda title: progress.update(task, description=escape(f"drawing: {title}"))
+        yield lambda title: progress.update(task, description=f"drawing: {title}")
 
 
 def _text_table(title: str, rows: Sequence[Sequence[object]], headers: Sequence[str] = ()) -> Any:
@@ -216,9 +216,9 @@ def report_command(
     if as_json:
         click.echo(json.dumps(doc, indent=2, default=str))
         return
-    from rich.console import Console
+    from recipekit.terminal import console as make_console
 
-    console = Console(highlight=False, soft_wrap=True)
+    console = make_console(soft_wrap=True)
     console.print(f"run: {run.label}", markup=False)
     console.print(_text_table("What ran", doc["what_ran"]))
     console.print(_text_table("How it went", doc["how_it_went"]))
@@ -397,9 +397,9 @@ def compare_command(
 
 
 def _print_comparison(result: Any, doc: dict[str, Any]) -> None:
-    from rich.console import Console
+    from recipekit.terminal import console as make_console
 
-    console = Console(highlight=False, soft_wrap=True)
+    console = make_console(soft_wrap=True)
     console.print(f"A: {result.a}\nB: {result.b}", markup=False)
     console.print(
         _text_table(

@@ -27,7 +27,7 @@ def read(path: Path) -> dict[str, Any]:
     if sys.version_info >= (3, 11):
         import tomllib
     else:  # pragma: no cover - exercised on Python 3.10 only
-        import tomli as tomllib
+        import tomli as tomllib  # type: ignore[import-not-found,no-redef,unused-ignore]
 
     where = str(path)
     try:
