@@ -42,6 +42,7 @@ from recipekit.validate.structure import (
     check_pod_template,
 )
 from recipekit.validate.tensorparallel import check_tensor_parallel
+from recipekit.validate.torchbuild import check_torch_build
 
 __all__ = ["CHECKS", "Bundle", "BundleUnusable", "load_bundle", "rehash_manifest", "run_static"]
 
@@ -66,6 +67,7 @@ CHECKS: tuple[Callable[[Bundle], Result], ...] = (
     check_shellcheck,
     check_hadolint,
     *imagestack.CHECKS,
+    check_torch_build,
 )
 
 
