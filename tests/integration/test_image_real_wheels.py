@@ -70,7 +70,7 @@ tools, standins, engine = test_image_build.tools, test_image_build.standins, tes
 PYPI = os.environ.get("RECIPEKIT_PYPI", "https://pypi.org/simple")
 #: The CPU torch the real-wheel builds install (this project's own torch; the stand-ins run CPython 3.11).
 TORCH_CPU = "2.13.0+cpu"
-STACK = "torch, transformers, peft, deepspeed, accelerate, datasets"
+STACK = "torch, transformers, peft, deepspeed, accelerate, datasets"  # what a LoRA bundle installs
 AUTOLOAD_ERROR = "Failed to load the backend extension: torch_npu"
 LIBHCCL_DIR = "/usr/local/Ascend/ascend-toolkit/latest/lib64"
 
@@ -305,7 +305,8 @@ CANN_TOOLKIT = f"""RUN mkdir -p {LIBHCCL_DIR} && touch {LIBHCCL_DIR}/libhccl.so 
 def test_cuda_bundle_builds_from_real_wheels_and_its_stack_imports(
     engine: dict, pypi: None, torch_cpu_wheel: Path, mirror_of, tmp_path: Path
 ) -> None:
-    bundle = _bundle(tmp_path, "hw=h100")
+    # the LoRA bundle: peft is installed only where the recipe trains adapters
+    bundle = build(["recipe=llama3_8b_lora", "hw=h100"], tmp_path / "bundle", force=True).path
     mirror = mirror_of({"torch": [torch_cpu_wheel]})
     reference = "localhost/recipekit/real-cuda:test"
     proc, seconds = _build(
@@ -365,7 +366,8 @@ def test_ascend_install_steps_pass_with_an_old_pip_and_torch_npu_before_deepspee
     assert "No broken requirements found." in output
 
     # CANN for every shell: non-interactive (BASH_ENV), login (/etc/profile.d), interactive (/etc/bash.bashrc)
-    imports = "python3 -c 'import torch, torch_npu; print(torch.__version__)'"
+    # (the stand-in's Python by its path: Debian's /etc/profile resets PATH in a login shell)
+    imports = f"{CANN_PYTHON}/bin/python3 -c 'import torch, torch_npu; print(torch.__version__)'"
     for shell in ("bash -c", "bash -lc", "bash -ic"):
         run = _in_image(engine, reference, f'{shell} "{imports}"')
         assert run.returncode == 0 and TORCH_CPU in run.stdout, (shell, run.stdout[-2000:], run.stderr[-2000:])
@@ -448,25 +450,17 @@ def arm64_cann(engine: dict, tmp_path_factory: pytest.TempPathFactory) -> str:
         tar.parent.mkdir(parents=True, exist_ok=True)
         root = tmp_path_factory.mktemp("rootfs-arm64") / "bookworm"
         mirror = os.environ.get("RECIPEKIT_DEBIAN_MIRROR", "http://deb.debian.org/debian")
-        include = "--include=python3.11,python3.11-venv"
-        first = [
-            "debootstrap",
-            "--foreign",
-            "--arch=arm64",
-            "--variant=minbase",
-            include,
-            "bookworm",
-            str(root),
-            mirror,
-        ]
+        first = ["debootstrap", "--foreign", "--arch=arm64", "--variant=minbase", "bookworm", str(root), mirror]
         subprocess.run(first, check=True, capture_output=True)
-        subprocess.run(
-            ["chroot", str(root), "/debootstrap/debootstrap", "--second-stage"], check=True, capture_output=True
-        )
+        second = ["chroot", str(root), "/debootstrap/debootstrap", "--second-stage"]
+        subprocess.run(second, check=True, capture_output=True)
         set_env = " ".join(CANN_SET_ENV)
+        # apt, not debootstrap --include, resolves python3.11-venv's dependencies (python3.11-distutils, ...)
         _chroot(
             root,
-            f"apt-get clean && rm -rf /var/lib/apt/lists/* && python3.11 -m venv {CANN_PYTHON} "
+            "apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "
+            "python3.11 python3.11-venv >/dev/null && apt-get clean && rm -rf /var/lib/apt/lists/* "
+            f"&& python3.11 -m venv {CANN_PYTHON} "
             f"&& for f in {set_env}; do mkdir -p $(dirname $f) && printf 'export ASCEND_STANDIN=1\\n' > $f; done",
         )
         _tar(root, tar)
