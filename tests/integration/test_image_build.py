@@ -6,7 +6,8 @@ No container registry outside is reachable, so the bases are stand-ins made here
 (its own prefix /usr/local/python3.11.x with python3/pip, on PATH, and CANN's set_env.sh paths); the CUDA stand-in
 has no Python at all, as nvcr.io/nvidia/cuda has none, so the Dockerfile's apt step really installs one (given
 the bookworm package names through the PYTHON_PACKAGES / PYTHON build args). The package index is a local one of
-stub wheels with the pinned names and versions (download.pytorch.org is not reachable either). Every RUN step of
+stub wheels with the pinned names and versions (download.pytorch.org is not reachable either), and the real pip
+the install step upgrades to (downloaded once from PyPI). Every RUN step of
 both Dockerfiles runs: apt, venv, the per-architecture torch choice, both pip installs and `pip check`.
 
 Needs root, buildah, podman, runc, debootstrap and docker-registry (Debian packages; .ci/run installs them) and the
@@ -186,7 +187,8 @@ def engine(tools: None, standins: dict[str, Path], tmp_path_factory: pytest.Temp
     try:
         _wait(socket_path.exists, "podman system service")
         _wait(lambda: urllib.request.urlopen(f"http://{registry}/v2/", timeout=2).status == 200, "docker-registry")
-        yield {"url": f"unix://{socket_path}", "registry": registry, "bases": bases}
+        # env: what the podman CLI needs to see the same storage (tests that mount an image's root filesystem)
+        yield {"url": f"unix://{socket_path}", "registry": registry, "bases": bases, "env": env}
     finally:
         for proc in (service, registry_proc):
             proc.terminate()
@@ -235,6 +237,24 @@ def bundles(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {name: build(overrides, root / name, force=True).path for name, overrides in recipes.items()}
 
 
+def real_wheel(name: str, version: str) -> Path:
+    """The real ``name==version`` wheel from PyPI, downloaded once into the user cache (pip itself: the Dockerfile
+    upgrades pip first, and a stub would leave the image without one)."""
+    folder = cache_dir("image-test-wheels", f"{name}-{version}")
+    found = sorted(folder.glob("*.whl"))
+    if not found:
+        command = [
+            sys.executable, "-m", "pip", "download", "--isolated", "--quiet", "--no-deps", "--only-binary", ":all:",
+            "--index-url", os.environ.get("RECIPEKIT_PYPI", "https://pypi.org/simple"), "--dest", str(folder),
+            f"{name}=={version}",
+        ]  # fmt: skip
+        proc = subprocess.run(command, capture_output=True, text=True, timeout=300)
+        found = sorted(folder.glob("*.whl"))
+        if proc.returncode != 0 or not found:
+            pytest.skip(f"cannot download {name}=={version} from PyPI: {proc.stderr.strip()[-300:]}")
+    return found[0]
+
+
 @pytest.fixture(scope="module")
 def index(bundles: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A PEP 503 index on 127.0.0.1 with a stub of every pin the bundles' Dockerfiles install."""
@@ -247,7 +267,11 @@ def index(bundles: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) ->
             name = key.split()[0]
             folder = root / "files"
             folder.mkdir(exist_ok=True)
-            wheels.setdefault(normalize(name), []).append(_stub_wheel(folder, name, version))
+            if name == "pip":  # the real one: the install step upgrades pip first and then runs it
+                wheel = Path(shutil.copy(real_wheel(name, version), folder))
+            else:
+                wheel = _stub_wheel(folder, name, version)
+            wheels.setdefault(normalize(name), []).append(wheel)
     for project, files in wheels.items():
         page = root / "simple" / project
         page.mkdir(parents=True, exist_ok=True)

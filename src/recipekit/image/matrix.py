@@ -37,6 +37,10 @@ class ImageFamily(Section):
         default_factory=list, description="apt packages that give a base without Python one (empty: it has one)."
     )
     venv: str | None = spec(None, description="Virtual environment the stack goes into (a distro Python, PEP 668).")
+    pip: str | None = spec(
+        None,
+        description="pip the install step upgrades to first, so no step depends on the base's pip (None: keep it).",
+    )
     torch: str = spec(description="Pinned torch version (the public version; torch_npu's table names it).")
     torch_builds: dict[str, str] = spec(
         default_factory=dict, description="Architecture (amd64, arm64) -> the torch build installed there."
@@ -211,4 +215,5 @@ def dockerfile_values(recipe: Recipe, family: ImageFamily) -> dict[str, object]:
         "torch_builds": {arch: family.torch_builds[arch] for arch in ARCHS if arch in family.torch_builds},
         "machines": ARCHS,
         "arch": recipe.hw.arch,
+        "pip": family.pip,
     }

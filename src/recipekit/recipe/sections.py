@@ -410,7 +410,10 @@ class ClusterSpec(Section):
     torch_index_url: str | None = spec(
         None,
         domain=INDEX_URL,
-        description="Index torch comes from (a mirror of the PyTorch index); None: the image family's.",
+        description=(
+            "Index torch comes from (Ascend, CPU): the PyTorch CPU index or a mirror of it, never a PyPI mirror "
+            "(no +cpu build on x86_64, only the CUDA build on aarch64); None: the image family's."
+        ),
     )
     base_image_registry: str | None = spec(
         None,

@@ -41,6 +41,7 @@ from recipekit.validate.structure import (
     check_pod_template,
 )
 from recipekit.validate.tensorparallel import check_tensor_parallel
+from recipekit.validate.torchbuild import check_torch_build
 
 #: Every static check, in report order. The library cross-checks are added by :func:`run_static`.
 CHECKS: tuple[Callable[[Bundle], Result], ...] = (
@@ -63,6 +64,7 @@ CHECKS: tuple[Callable[[Bundle], Result], ...] = (
     check_shellcheck,
     check_hadolint,
     *imagestack.CHECKS,
+    check_torch_build,
 )
 
 
