@@ -43,10 +43,10 @@ from pathlib import Path
 
 import pytest
 
-from recipekit.build import build
-from recipekit.dockerfile import normalize
+from recipekit.bundle.build import build
+from recipekit.image.dockerfile import normalize
 from recipekit.paths import cache_dir
-from recipekit.validate.static import rehash_manifest
+from recipekit.validate.loader import rehash_manifest
 from tests.integration import test_image_build
 from tests.integration.test_image_build import (
     CANN_PYTHON,
@@ -443,7 +443,7 @@ def arm64_cann(engine: dict, tmp_path_factory: pytest.TempPathFactory) -> str:
     """An arm64 CANN stand-in, laid out as the amd64 one, imported as linux/arm64 (made once, cached)."""
     if os.environ.get("RECIPEKIT_IMAGE_ARM64") != "1":
         pytest.skip(
-            "the arm64 build under qemu runs with RECIPEKIT_IMAGE_ARM64=1 (about 30 minutes on 2 cores with its stand-in)"
+            "the arm64 build under qemu runs with RECIPEKIT_IMAGE_ARM64=1 (about 30 min on 2 cores, stand-in included)"
         )
     reason = _arm64_missing()
     if reason:

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from recipekit.build import build
-from recipekit.validate.checks import Status
+from recipekit.bundle.build import build
+from recipekit.validate.loader import load_bundle
 from recipekit.validate.pypi import uv_binary
-from recipekit.validate.static import load_bundle
+from recipekit.validate.results import Status
 from recipekit.validate.torchbuild import check_torch_build
 from tests.integration.test_image_build import _QuietHandler, _stub_wheel
 from tests.unit.test_imagestack import needs_index

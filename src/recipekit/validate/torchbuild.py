@@ -15,12 +15,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from recipekit.images import ARCHS
-from recipekit.validate.checks import Result, Status
+from recipekit.image.matrix import ARCHS
 from recipekit.validate.imagestack import DOCKERFILE, stack_of
+from recipekit.validate.results import Result, Status
 
 if TYPE_CHECKING:
-    from recipekit.validate.static import Bundle
+    from recipekit.validate.loader import Bundle
 
 #: Distributions only a CUDA build of torch requires.
 CUDA_PREFIXES = ("nvidia-", "cuda-")
