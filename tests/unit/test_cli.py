@@ -42,6 +42,8 @@ ALLOWED_FLAGS = {
     "data": {"--help"},
     "data prepare": {"--workers", "--volume", "--json", "--help"},
     "data verify": {"--prepared", "--volume", "--json", "--help"},
+    "model": {"--help"},
+    "model import": {"--output", "--name", "--name-or-path", "--description", "--random", "--force", "--help"},
 }
 
 
