@@ -31,6 +31,7 @@ class ParamCounts:
     linear_per_layer: int  # weights of the decoder layer's nn.Linear projections (what QLoRA quantizes)
     largest_module: int  # parameters of the biggest single module: ZeRO-3 gathers it whole
     inactive: int = 0  # routed-expert parameters a token does not use (MoE): total − active
+    experts: int = 0  # routed-expert parameters, all layers (MoE)
 
     @property
     def total(self) -> int:
@@ -93,6 +94,7 @@ def _formula_counts(model: ModelSpec) -> ParamCounts:
         largest = max(experts, shared)
     else:
         mlp = 3 * h * model.intermediate_size
+        experts = 0
         linear = attention + mlp
         inactive = 0
         largest = max(i * o for i, o in shapes.values())
@@ -106,6 +108,7 @@ def _formula_counts(model: ModelSpec) -> ParamCounts:
         linear_per_layer=linear,
         largest_module=max(embedding, largest),
         inactive=inactive,
+        experts=experts * model.num_layers if model.moe else 0,
     )
 
 
@@ -132,6 +135,7 @@ def count_params(model: ModelSpec) -> ParamCounts:
         linear_per_layer=stored.linear // layers,
         largest_module=stored.largest_module,
         inactive=stored.total - stored.active,
+        experts=stored.experts,
     )
 
 

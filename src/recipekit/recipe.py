@@ -364,6 +364,13 @@ class ParallelSpec(Section):
         le=4096,
         description="Pipeline stages, at most the model's layers (analysed by plan only; build needs 1).",
     )
+    expert_parallel: int = spec(
+        1,
+        ge=1,
+        le=65_536,
+        description="Expert-parallel degree of an MoE model: each rank holds experts / EP of every MoE layer "
+        "(analysed by plan only; build needs 1).",
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------- data

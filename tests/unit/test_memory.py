@@ -450,6 +450,7 @@ def test_estimate_dict_is_stable_json():
         "compute",
         "communication",
         "parallel3d",
+        "experts",
         "data",
         "time",
         "notes",

@@ -156,3 +156,165 @@ def test_outside_a_team_repo_the_destination_is_asked_for(tmp_path: Path, monkey
     monkeypatch.chdir(tmp_path)
     result = run("model", "import", str(CONFIGS / "qwen3_8b"))
     assert result.exit_code == 2 and "-o PATH" in result.output
+
+
+# ------------------------------------------------------------------------------------------ MoE in plan and bundle
+def _plan(*overrides: str):
+    from recipekit.build import resolve
+
+    resolved = resolve(list(overrides))
+    return resolved.recipe, resolved.plan
+
+
+def test_moe_flops_count_active_parameters_and_memory_counts_all(tmp_path: Path) -> None:
+    from recipekit import memory
+    from recipekit.runtime import contract
+
+    recipe, plan = _plan("model=qwen3_30b_a3b", "parallel=zero3", "hw=h100", "cluster.nodes=2")
+    counts = count_params(recipe.model)
+    assert plan.flops.params_total == counts.total > 9 * plan.flops.params_active == 9 * counts.active
+    expected = contract.flops_per_token(
+        matmul_params=counts.active - counts.embedding,
+        trainable_params=counts.total,
+        full_training=True,
+        layers=recipe.model.num_layers,
+        hidden=recipe.model.hidden_size,
+        seq_len=recipe.data.max_len,
+    )
+    assert plan.flops.model_per_token == expected
+    est = memory.estimate(recipe, plan)
+    assert est.compute.params_total == counts.total and est.compute.params_active == counts.active
+    assert est.experts is not None and est.experts.expert_params == counts.experts
+    # the weights item is counted from all 30.5 B parameters, not the 3.3 B active ones
+    assert est.item("weights") * 2**30 > counts.total * 2 / plan.layout.dp_size
+
+
+def test_the_bundle_s_mfu_uses_the_plan_s_active_flops(tmp_path: Path) -> None:
+    result = run(
+        "build", "model=qwen3_30b_a3b", "parallel=zero3", "hw=h100", "cluster.nodes=2", "-o", str(tmp_path / "b")
+    )
+    assert result.exit_code == 0, result.output
+    saved = yaml.safe_load((tmp_path / "b" / "recipe.yaml").read_text())
+    flops = saved["plan"]["flops"]
+    assert flops["params_active"] < flops["params_total"]
+    from types import SimpleNamespace
+
+    from recipekit.runtime.callbacks import ThroughputCallback
+
+    callback = ThroughputCallback.from_plan(SimpleNamespace(**flops), world_size=16)
+    assert callback.model_flops == flops["model_per_token"]
+    text = (tmp_path / "b" / "plan.md").read_text()
+    assert "active per token" in text and "MFU basis" in text and "mixture of experts" in text
+
+
+def test_expert_parallelism_is_analysed_and_refused_by_build(tmp_path: Path) -> None:
+    from recipekit import memory
+    from recipekit.build import resolve
+
+    resolved = resolve(
+        ["model=qwen3_30b_a3b", "parallel=zero2", "hw=h100", "cluster.nodes=2", "parallel.expert_parallel=8"],
+        analysis_only=True,
+    )
+    recipe, plan = resolved.recipe, resolved.plan
+    est = memory.estimate(recipe, plan)
+    assert est.experts is not None and est.experts.expert_parallel == 8 and not est.experts.buildable
+    assert est.experts.saved_gib > 40 and est.experts.dp_gb_with_ep < est.experts.dp_gb
+    assert "all-to-all" in est.experts.note
+    out = tmp_path / "b"
+    built = run(
+        "build", "model=qwen3_30b_a3b", "hw=h100", "cluster.nodes=2", "parallel.expert_parallel=8", "-o", str(out)
+    )
+    assert built.exit_code == 2 and "parallel.expert_parallel" in built.output and "analysis only" in built.output
+    dense = run("build", "model=tiny_llama", "parallel.expert_parallel=2", "-o", str(out))
+    assert dense.exit_code == 2 and "a dense model" in dense.output
+    tp = run("build", "model=qwen3_30b_a3b", "hw=h100", "parallel=zero2", "parallel.tensor_parallel=2", "-o", str(out))
+    assert tp.exit_code == 2 and "fused 3-D" in tp.output
+
+
+def test_build_says_when_the_image_s_transformers_is_too_old(tmp_path: Path) -> None:
+    result = run("build", "model=qwen3_8b", "model.min_transformers=9.1.0", "-o", str(tmp_path / "b"))
+    assert result.exit_code == 2
+    assert "needs transformers >= 9.1.0" in result.output and "pins transformers 5.24.0" in result.output
+
+
+# ------------------------------------------------------------------------------------------------ runtime and twins
+def test_router_settings_pass_through_to_the_model_config() -> None:
+    from recipekit.runtime.model import router_settings
+
+    assert router_settings(option("qwen3_8b")) == {}
+    moe = option("mixtral_8x7b")
+    assert router_settings(moe) == {"output_router_logits": True, "router_aux_loss_coef": 0.02}
+
+
+def _twin(name: str):
+    """The option's tiny twin (same family, random init), built with its own architecture class."""
+    from recipekit.runtime.twin import architecture_config, causal_lm_class
+    from recipekit.validate.workcopy import find_twin
+
+    spec = option(name)
+    twin = find_twin(spec.family)
+    assert twin is not None, f"no tiny twin for family {spec.family}"
+    torch.manual_seed(0)
+    return spec, twin, causal_lm_class(twin.family)(architecture_config(twin))
+
+
+@pytest.mark.parametrize("name", sorted(group_options("model")))
+def test_every_model_option_s_twin_trains_a_step_and_its_counts_match(name: str) -> None:
+    from recipekit.runtime.twin import architecture_config, causal_lm_class
+
+    spec, twin, model = _twin(name)
+    assert type(model).__name__ == (spec.architecture or type(model).__name__)
+    ids = torch.randint(0, twin.vocab_size, (2, 16))
+    out = model(input_ids=ids, labels=ids)
+    out.loss.backward()
+    assert torch.isfinite(out.loss)
+    assert all(p.grad is not None for n, p in model.named_parameters() if "experts" not in n)
+    if twin.moe:  # the load-balancing loss is part of the loss the twin trains on
+        assert out.aux_loss is not None and torch.isfinite(out.aux_loss)
+    with torch.device("meta"):
+        full = causal_lm_class(spec.family)(architecture_config(spec))
+    assert count_params(spec).total == sum(p.numel() for p in full.parameters())
+
+
+def test_zero3_marks_the_moe_blocks_as_leaves() -> None:
+    from deepspeed.utils import get_z3_leaf_modules
+
+    from recipekit.runtime.model import MOE_BLOCK_CLASSES, mark_moe_leaves
+
+    for name in ("tiny_qwen3_moe", "tiny_mixtral"):
+        _, _, model = _twin(name)
+        assert mark_moe_leaves(model, zero_stage=2) == []
+        marked = mark_moe_leaves(model, zero_stage=3)
+        assert marked and set(marked) <= set(MOE_BLOCK_CLASSES)
+        assert {type(m).__name__ for m in get_z3_leaf_modules(model)} == set(marked)
+    for family in ("qwen3_moe", "mixtral", "qwen2_moe", "glm4_moe"):  # the names exist in the pinned transformers
+        import importlib
+
+        module = importlib.import_module(f"transformers.models.{family}.modeling_{family}")
+        assert any(hasattr(module, cls) for cls in MOE_BLOCK_CLASSES), family
+
+
+@pytest.mark.parametrize("name", ["qwen3_8b", "qwen3_30b_a3b", "mixtral_8x7b"])
+@pytest.mark.parametrize("stage", [2, 3])
+def test_plan_memory_of_dense_and_moe_models_matches_deepspeed_s_estimator(name: str, stage: int) -> None:
+    """The plan's model states per device (from the option's stored total and largest module) within 2% of
+    DeepSpeed's own estimators, called with the same counts transformers gives."""
+    from recipekit import memory
+
+    recipe, plan = _plan(f"model={name}", "mode=sft", f"parallel=zero{stage}", "hw=h100", "cluster.nodes=4")
+    est = memory.estimate(recipe, plan)
+    ours = sum(est.item(item) for item in ("weights", "gradients", "optimizer states")) * 2**30
+    counts = recipe.model.params
+    assert counts is not None
+    gpus, nodes = plan.layout.devices_per_pod, plan.layout.nodes
+    if stage == 2:
+        from deepspeed.runtime.zero.stage_1_and_2 import estimate_zero2_model_states_mem_needs
+
+        _, theirs = estimate_zero2_model_states_mem_needs(counts.total, gpus, nodes, cpu_offload=False)
+    else:
+        from deepspeed.runtime.zero.stage3 import estimate_zero3_model_states_mem_needs
+
+        _, theirs, _ = estimate_zero3_model_states_mem_needs(
+            counts.total, counts.largest_module, gpus, nodes, cpu_offload=False, cpu_offload_params=False
+        )
+    assert ours == pytest.approx(theirs, rel=0.02)
