@@ -182,11 +182,28 @@ def lora_targets(lora: LoraSpec) -> tuple[str, ...]:
     return tuple(m for m in LORA_MODULES if m in lora.target_modules)
 
 
+#: Families whose MLP fuses gate and up into one gate_up_proj (PEFT adapts it as one module).
+FUSED_GATE_UP = ("glm4",)
+
+
 def lora_params(model: ModelSpec, lora: LoraSpec) -> int:
     """LoRA adds A (r × in) and B (out × r) to each adapted projection: r × (in + out) per module per layer.
 
-    An MoE layer's experts are fused 3-D parameters in transformers 5, not nn.Linear modules: PEFT adapts only the
-    attention projections there."""
+    With ``all-linear``, PEFT 0.21 also adapts what transformers 5 fuses (checked against the live adapters of every
+    family's twin, tests/unit/test_models.py): GLM-4's gate_up_proj is one module, r × (h + 2i); an MoE layer's
+    router is adapted like a linear layer, r × (h + E), and its fused 3-D experts get one adapter per expert, the
+    gate_up pair at rank 2r: 2r·E·(h + 2i) + r·E·(i + h) for the experts' width i. Named targets adapt only the
+    modules of those names (an MoE layer has no gate/up/down_proj)."""
     shapes = linear_shapes(model)
+    h, r = model.hidden_size, lora.r
     targets = [m for m in lora_targets(lora) if not (model.moe and m in MLP_MODULES)]
-    return model.num_layers * sum(lora.r * (shapes[m][0] + shapes[m][1]) for m in targets)
+    fused = model.family in FUSED_GATE_UP and {"gate_proj", "up_proj"} <= set(targets)
+    if fused:
+        targets = [m for m in targets if m not in ("gate_proj", "up_proj")]
+    per_layer = sum(r * (shapes[m][0] + shapes[m][1]) for m in targets)
+    if fused:
+        per_layer += r * (h + 2 * model.intermediate_size)
+    if model.moe and lora.target_modules == "all-linear":
+        e, i = model.num_experts, model.moe_intermediate_size
+        per_layer += r * (h + e) + 2 * r * e * (h + 2 * i) + r * e * (i + h)
+    return model.num_layers * per_layer

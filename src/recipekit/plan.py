@@ -408,6 +408,7 @@ def make_plan(
 
     errors.extend(pipeline_problems(recipe))
     errors.extend(expert_problems(recipe, layout))
+    errors.extend(moe_lora_problems(recipe))
     errors.extend(mount_problems(recipe))
 
     # --- precision
@@ -572,6 +573,25 @@ def pipeline_problems(recipe: Recipe) -> list[Problem]:
             "parallel.pipeline_parallel",
             f"{stages} pipeline stages for {recipe.model.name}'s {layers} layers: a stage needs at least one layer",
             hint=f"at most {layers}",
+        )
+    ]
+
+
+def moe_lora_problems(recipe: Recipe) -> list[Problem]:
+    """PEFT adapts an MoE layer's fused 3-D experts with its ParamWrapper, which refuses LoRA dropout (PEFT 0.21:
+    "lora.ParamWrapper does not work with lora_dropout != 0"); found by dry-running the Qwen3-MoE LoRA preset."""
+    mode = recipe.mode
+    if mode.kind not in ("lora", "qlora") or not recipe.model.moe:
+        return []
+    lora = mode.lora  # type: ignore[union-attr]
+    if lora.target_modules != "all-linear" or lora.dropout == 0:
+        return []
+    return [
+        Problem(
+            "mode.lora.dropout",
+            f"LoRA dropout {lora.dropout:g} on the MoE model {recipe.model.name} with all-linear targets: PEFT adapts "
+            "the fused experts with its ParamWrapper, which works only without dropout",
+            hint="mode.lora.dropout=0, or name the attention projections in mode.lora.target_modules",
         )
     ]
 

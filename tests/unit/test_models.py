@@ -318,3 +318,29 @@ def test_plan_memory_of_dense_and_moe_models_matches_deepspeed_s_estimator(name:
             counts.total, counts.largest_module, gpus, nodes, cpu_offload=False, cpu_offload_params=False
         )
     assert ours == pytest.approx(theirs, rel=0.02)
+
+
+@pytest.mark.parametrize("name", sorted(n for n in group_options("model") if n.startswith("tiny_")))
+def test_lora_parameter_count_is_peft_s_live_adapters(name: str) -> None:
+    """PEFT's all-linear adapters on each family's twin, fused MLPs and MoE experts included."""
+    from peft import LoraConfig, get_peft_model
+
+    from recipekit.modelsize import lora_params
+    from recipekit.recipe import LoraSpec
+    from recipekit.runtime.twin import architecture_config, causal_lm_class
+
+    spec = option(name)
+    model = causal_lm_class(spec.family)(architecture_config(spec))
+    wrapped = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, target_modules="all-linear", task_type="CAUSAL_LM"))
+    live = sum(p.numel() for p in wrapped.parameters() if p.requires_grad)
+    assert lora_params(spec, LoraSpec(r=8)) == live
+
+
+def test_moe_lora_with_dropout_is_refused_with_the_fix(tmp_path: Path) -> None:
+    """PEFT's adapter for fused experts refuses dropout: found by the preset's dry run, refused at build."""
+    refused = run("build", "model=qwen3_30b_a3b", "mode=lora", "parallel=zero3", "-o", str(tmp_path / "a"))
+    assert refused.exit_code == 2 and "mode.lora.dropout" in refused.output and "ParamWrapper" in refused.output
+    fixed = ["model=qwen3_30b_a3b", "mode=lora", "parallel=zero3", "mode.lora.dropout=0", "-o", str(tmp_path / "b")]
+    assert run("build", *fixed).exit_code == 0
+    named = ["model=qwen3_30b_a3b", "mode=lora", "parallel=zero3", "mode.lora.target_modules=[q_proj,v_proj]"]
+    assert run("build", *named, "-o", str(tmp_path / "c")).exit_code == 0
