@@ -54,6 +54,8 @@ ALLOWED_FLAGS = {
         "--json",
         "--help",
     },
+    "model": {"--help"},
+    "model import": {"--output", "--name", "--name-or-path", "--description", "--random", "--force", "--help"},
 }
 
 

@@ -104,7 +104,13 @@ def _verdict(est: Estimate) -> str:
 def _timing_rows(est: Estimate) -> list[tuple[str, str]]:
     c, comm, off = est.compute, est.communication, est.offload
     rows = [
-        ("parameters", f"{_count(c.params_total)} total, {_count(c.params_trainable)} trainable"),
+        ("parameters", _params_words(est)),
+        (
+            "MFU basis",
+            f"the {'active ' if c.params_active != c.params_total else ''}matmul parameters' training FLOPs "
+            "(6 N; LoRA 4 N + 6 × adapters) + attention per token, no recomputation (PaLM's model FLOPs); "
+            "metrics.jsonl's mfu divides by this same plan.flops.model_per_token",
+        ),
         (
             "FLOPs per token",
             f"{c.flops_per_token / 1e9:,.1f} GFLOP"
@@ -139,6 +145,42 @@ def _timing_rows(est: Estimate) -> list[tuple[str, str]]:
         ("device-hours", f"{est.device_hours:,.0f}" if est.device_hours is not None else "n/a"),
         ("cost", _cost(est)),
     ]
+    return rows
+
+
+def _params_words(est: Estimate) -> str:
+    c = est.compute
+    active = f", {_count(c.params_active)} active per token" if c.params_active != c.params_total else ""
+    return f"{_count(c.params_total)} total{active}, {_count(c.params_trainable)} trainable"
+
+
+def _expert_rows(est: Estimate) -> list[tuple[str, str]]:
+    e = est.experts
+    if e is None:
+        return []
+    rows = [
+        (
+            "experts",
+            f"{e.num_experts} per MoE layer, top-{e.experts_per_token} per token: {_count(e.expert_params)} of the "
+            f"{_count(e.params_total)} parameters; {_count(e.params_active)} active (memory counts all, FLOPs the "
+            "active)",
+        ),
+    ]
+    if e.expert_parallel > 1:
+        rows += [
+            (
+                f"EP {e.expert_parallel} would save",
+                f"{e.saved_gib:.2f} GiB per device (the experts' states {e.expert_gib:.2f} → "
+                f"{e.expert_gib_with_ep:.2f} GiB) and {_gb(e.dp_gb - e.dp_gb_with_ep)} of data-parallel traffic "
+                f"per device per step (the experts' {_gb(e.dp_gb)} → {_gb(e.dp_gb_with_ep)})",
+            ),
+            (
+                f"EP {e.expert_parallel} would cost",
+                f"{_gb(e.alltoall_gb)} of token all-to-all per device per step over {e.link}: "
+                f"{duration(e.alltoall_time_s)}",
+            ),
+        ]
+    rows.append(("backend", e.note))
     return rows
 
 
@@ -221,6 +263,8 @@ def render_estimate(est: Estimate) -> RenderableType:
     three_d = _three_d_rows(est)
     if three_d:
         parts.append(_rows_table("Tensor / pipeline parallelism", three_d))
+    if est.experts is not None:
+        parts.append(_rows_table("Mixture of experts", _expert_rows(est)))
     parts += [Text(f"note: {n}", style="dim") for n in _notes(est)]
     return Group(*parts)
 
@@ -336,6 +380,9 @@ def estimate_markdown(est: Estimate) -> str:
     if three_d:
         lines += ["", "| tensor / pipeline parallelism | estimate |", "|---|---|"]
         lines += [f"| {name} | {value} |" for name, value in three_d]
+    if est.experts is not None:
+        lines += ["", "| mixture of experts | estimate |", "|---|---|"]
+        lines += [f"| {name} | {value} |" for name, value in _expert_rows(est)]
     notes = _notes(est)
     if notes:
         lines += [""] + [f"- {n}" for n in notes]
@@ -348,6 +395,28 @@ def estimate_markdown(est: Estimate) -> str:
 
 
 # ------------------------------------------------------------------------------------------------------------- JSON
+def _experts_dict(est: Estimate) -> dict[str, Any]:
+    e = est.experts
+    assert e is not None
+    return {
+        "num_experts": e.num_experts,
+        "experts_per_token": e.experts_per_token,
+        "params_total": e.params_total,
+        "params_active": e.params_active,
+        "expert_params": e.expert_params,
+        "expert_parallel": e.expert_parallel,
+        "expert_gib": _round(e.expert_gib),
+        "expert_gib_with_ep": _round(e.expert_gib_with_ep),
+        "dp_gb_per_step": _round(e.dp_gb),
+        "dp_gb_per_step_with_ep": _round(e.dp_gb_with_ep),
+        "alltoall_gb_per_step": _round(e.alltoall_gb),
+        "alltoall_time_s": _round(e.alltoall_time_s),
+        "link": e.link,
+        "buildable": e.buildable,
+        "note": e.note,
+    }
+
+
 def estimate_dict(est: Estimate) -> dict[str, Any]:
     """The estimate as plain JSON types, keys in a fixed order, floats rounded (byte-identical bundles)."""
     c, comm, off, d = est.compute, est.communication, est.offload, est.parallel3d
@@ -374,6 +443,7 @@ def estimate_dict(est: Estimate) -> dict[str, Any]:
         },
         "compute": {
             "params_total": c.params_total,
+            "params_active": c.params_active,
             "params_trainable": c.params_trainable,
             "flops_per_token": _round(c.flops_per_token),
             "tokens_per_step": c.tokens_per_step,
@@ -408,6 +478,7 @@ def estimate_dict(est: Estimate) -> dict[str, Any]:
             "buildable": d.buildable,
             "note": d.note,
         },
+        "experts": None if est.experts is None else _experts_dict(est),
         "data": est.plan.data.summary(),
         "time": {
             "step_s": _round(est.step_time_s),

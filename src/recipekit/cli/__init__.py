@@ -29,6 +29,7 @@ class _Commands(click.Group):
         "diff": ("recipekit.cli.handover", "diff_command"),
         "image": ("recipekit.cli.image", "image_group"),
         "data": ("recipekit.cli.data", "data_group"),
+        "model": ("recipekit.cli.model", "model_group"),
         "report": ("recipekit.cli.runs", "report_command"),
         "compare": ("recipekit.cli.runs", "compare_command"),
     }

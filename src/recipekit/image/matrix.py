@@ -7,6 +7,7 @@ Dockerfile is caught).
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -171,7 +172,7 @@ def recipe_problems(name: str, family: ImageFamily, recipe: Recipe) -> list[Prob
                 hint="architectures with one: " + ", ".join(family.torch_builds),
             )
         )
-    return problems + mode_problems(name, family, recipe.mode)
+    return problems + mode_problems(name, family, recipe.mode) + transformers_problems(name, family, recipe)
 
 
 def mode_problems(name: str, family: ImageFamily, mode: ModeSpec) -> list[Problem]:
@@ -198,6 +199,25 @@ def mode_problems(name: str, family: ImageFamily, mode: ModeSpec) -> list[Proble
                 )
             )
     return problems
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", text)[:3])
+
+
+def transformers_problems(name: str, family: ImageFamily, recipe: Recipe) -> list[Problem]:
+    """The model's architecture needs a newer transformers than the image pins (``model.min_transformers``)."""
+    needed, pinned = recipe.model.min_transformers, family.packages.get("transformers", "")
+    if not needed or not pinned or _version(pinned) >= _version(needed):
+        return []
+    return [
+        Problem(
+            "model.min_transformers",
+            f"{recipe.model.name} ({recipe.model.architecture or recipe.model.family}) needs transformers >= "
+            f"{needed}; image family {name} pins transformers {pinned}",
+            hint="raise the pin in images/matrix.yaml (python_stack) or pick a model the pinned release has",
+        )
+    ]
 
 
 def dockerfile_values(recipe: Recipe, family: ImageFamily) -> dict[str, object]:

@@ -35,10 +35,11 @@ from recipekit.memory.formulas import (
     zero_buffers,
 )
 from recipekit.plan.layout import Layout
-from recipekit.plan.modelsize import LORA_MODULES, count_params, tensor_parallel_share
-from recipekit.plan.parallelism import PIPELINE_NEEDS, model_parallel_problems
+from recipekit.plan.modelsize import LORA_MODULES, ParamCounts, count_params, tensor_parallel_share
+from recipekit.plan.parallelism import EXPERTS_NEED, PIPELINE_NEEDS, model_parallel_problems
 from recipekit.plan.plan import Plan
 from recipekit.recipe.sections import ModelSpec, ParallelSpec, Recipe, adapter_of
+from recipekit.runtime import contract
 
 
 # --------------------------------------------------------------------------------------------------------- records
@@ -56,6 +57,7 @@ class Compute:
     """FLOPs and the step's compute time at the assumed utilisation."""
 
     params_total: int
+    params_active: int  # an MoE model's top-k experts; FLOPs and MFU are counted from these
     params_trainable: int
     flops_per_token: float
     tokens_per_step: int
@@ -113,6 +115,36 @@ class ThreeD:
 
 
 @dataclass(frozen=True)
+class ExpertParallel:
+    """An MoE model's experts: total against active parameters, and what expert parallelism would save and cost.
+
+    The bundle runs no EP (analysis only, :data:`recipekit.plan.parallelism.EXPERTS_NEED`): every rank holds its ZeRO
+    share of all experts. With EP the experts of a layer are split over ``expert_parallel`` ranks, whose ZeRO share is
+    then taken over the dp / EP ranks that hold the same experts; tokens travel to their experts and back by
+    all-to-all."""
+
+    num_experts: int
+    experts_per_token: int
+    params_total: int
+    params_active: int
+    expert_params: int  # routed-expert parameters, all layers
+    expert_parallel: int  # the recipe's EP, or the one analysed when the recipe has none
+    expert_gib: float  # the experts' weights, gradients and optimizer states per device without EP
+    expert_gib_with_ep: float  # the same with ``expert_parallel``
+    dp_gb: float  # the experts' data-parallel traffic per device per step without EP (ZeRO's gathers, reductions)
+    dp_gb_with_ep: float  # the same with EP: only the experts' own dp / EP replicas exchange them
+    alltoall_gb: float  # per device per optimizer step, with EP
+    alltoall_time_s: float
+    link: str
+    buildable: bool
+    note: str
+
+    @property
+    def saved_gib(self) -> float:
+        return self.expert_gib - self.expert_gib_with_ep
+
+
+@dataclass(frozen=True)
 class Estimate:
     """Memory per device, compute, communication, time and cost of one recipe under one plan.
 
@@ -135,6 +167,7 @@ class Estimate:
     compute: Compute
     communication: Communication
     parallel3d: ThreeD | None
+    experts: ExpertParallel | None
     step_time_s: float
     total_steps: int | None
     total_time_s: float | None
@@ -314,6 +347,7 @@ def estimate(recipe: Recipe, plan: Plan, *, price_per_device_hour: float | None 
         compute=compute,
         communication=comm,
         parallel3d=three_d,
+        experts=_experts(recipe, plan, reg, counts) if model.moe else None,
         step_time_s=step,
         total_steps=total_steps,
         total_time_s=total_time,
@@ -393,6 +427,7 @@ def _compute(recipe: Recipe, plan: Plan) -> Compute:
         time_s /= 1 - bubble_fraction(layout.pipeline_parallel, layout.gradient_accumulation_steps)
     return Compute(
         params_total=flops.params_total,
+        params_active=flops.params_active,
         params_trainable=flops.params_trainable,
         flops_per_token=flops.model_per_token,
         tokens_per_step=tokens,
@@ -435,6 +470,80 @@ def _dp_communication(
     exposed = exposed_s + max(0.0, hidden_s - window)
     volume = (traffic.hideable + traffic.exposed) / GB
     return Communication(traffic.pattern, volume, link, crosses, gbps, hidden_s + exposed_s, exposed)
+
+
+#: All-to-alls of an MoE layer per micro-step under EP: dispatch and combine in forward, their gradients in backward.
+EP_ALLTOALLS = 4
+
+
+def _expert_state_bytes(recipe: Recipe, reg: Regime, expert_params: int, dp: int, ep: int) -> float:
+    """Device bytes of the experts' model states with ``ep``-way expert parallelism (1: none)."""
+    share = expert_params / ep
+    full = not contract.trains_adapter(recipe.mode.kind)  # PEFT does not adapt fused experts: they stay frozen
+    states = model_states(
+        share,
+        reg,
+        dp=max(1, dp // ep),
+        trainable=share if full else 0,
+        offload_optimizer=recipe.parallel.offload_optimizer,
+        offload_param=recipe.parallel.offload_param,
+    )
+    return states.device
+
+
+def _expert_traffic_gb(recipe: Recipe, reg: Regime, layout: Layout, expert_params: int, ep: int) -> float:
+    """The experts' share of the data-parallel traffic per device per step with ``ep``-way EP (1: none)."""
+    dp = max(1, layout.dp_size // ep)
+    if dp == 1:
+        return 0.0
+    full = not contract.trains_adapter(recipe.mode.kind)
+    share = expert_params / ep
+    traffic = dp_traffic(
+        reg,
+        dp=dp,
+        accum=layout.gradient_accumulation_steps,
+        params=share,
+        trainable=share if full else 0,
+        checkpointing=recipe.parallel.gradient_checkpointing,
+    )
+    return (traffic.hideable + traffic.exposed) / GB
+
+
+def _experts(recipe: Recipe, plan: Plan, reg: Regime, counts: ParamCounts) -> ExpertParallel:
+    """Total and active parameters, and EP's saving and all-to-all cost (the recipe's EP, else the widest EP inside
+    a pod that divides the experts and the data-parallel ranks)."""
+    model, hw, layout = recipe.model, recipe.hw, plan.layout
+    dp = layout.dp_size
+    ep = recipe.parallel.expert_parallel
+    if ep == 1:
+        fits = [d for d in range(1, layout.devices_per_pod + 1) if model.num_experts % d == 0 and dp % d == 0]
+        ep = max(fits)
+    tokens = layout.micro_batch_size * recipe.data.max_len
+    passes = EP_ALLTOALLS + (2 if recipe.parallel.gradient_checkpointing else 0)
+    per_layer = passes * tokens * model.experts_per_token * model.hidden_size * reg.element * (ep - 1) / ep
+    volume = per_layer * model.num_layers * layout.gradient_accumulation_steps / GB
+    inside = ep <= layout.devices_per_pod
+    link, gbps = (hw.intra_node_link, hw.intra_node_gbps) if inside else (hw.inter_node_link, hw.inter_node_gbps)
+    problems = model_parallel_problems(recipe, layout) if recipe.parallel.expert_parallel > 1 else []
+    chosen = "the recipe's" if recipe.parallel.expert_parallel > 1 else "analysed (parallel.expert_parallel is 1)"
+    note = f"EP {ep} {chosen}: {EXPERTS_NEED}" if ep > 1 else "no EP inside a pod divides the experts and the ranks"
+    return ExpertParallel(
+        num_experts=model.num_experts,
+        experts_per_token=model.experts_per_token,
+        params_total=counts.total,
+        params_active=counts.active,
+        expert_params=counts.experts,
+        expert_parallel=ep,
+        expert_gib=_expert_state_bytes(recipe, reg, counts.experts, dp, 1) / GIB,
+        expert_gib_with_ep=_expert_state_bytes(recipe, reg, counts.experts, dp, ep) / GIB,
+        dp_gb=_expert_traffic_gb(recipe, reg, layout, counts.experts, 1),
+        dp_gb_with_ep=_expert_traffic_gb(recipe, reg, layout, counts.experts, ep),
+        alltoall_gb=volume,
+        alltoall_time_s=volume / gbps,
+        link=link,
+        buildable=not problems and ep == 1,
+        note=note,
+    )
 
 
 def _three_d(recipe: Recipe, plan: Plan, reg: Regime, stage_layers: int) -> ThreeD:

@@ -13,65 +13,129 @@ from recipekit.recipe.sections import LoraSpec, ModelSpec
 
 #: LoRA target names recipekit knows the shape of; "all-linear" is every one of them (PEFT leaves lm_head out).
 LORA_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+#: The MLP's projections among them.
+MLP_MODULES = ("gate_proj", "up_proj", "down_proj")
 
 
 # ----------------------------------------------------------------------------------------------- parameter counts
 @dataclass(frozen=True)
 class ParamCounts:
-    """Parameters of a decoder-only Llama/Qwen2 model, counted from its architecture numbers."""
+    """Parameters of a decoder-only model: from its stored exact counts (``model.params``, written by
+    ``recipekit model import``) or counted from its architecture numbers."""
 
     embedding: int
     head: int  # 0 when the head is tied to the embedding
     per_layer: int
     layers: int
     final_norm: int
-    linear_per_layer: int  # weights of the seven projections (what QLoRA quantizes)
+    linear_per_layer: int  # weights of the decoder layer's nn.Linear projections (what QLoRA quantizes)
     largest_module: int  # parameters of the biggest single module: ZeRO-3 gathers it whole
+    inactive: int = 0  # routed-expert parameters a token does not use (MoE): total − active
+    experts: int = 0  # routed-expert parameters, all layers (MoE)
 
     @property
     def total(self) -> int:
         return self.embedding + self.head + self.layers * self.per_layer + self.final_norm
 
     @property
+    def active(self) -> int:
+        """Parameters one token runs through: the MoE's top-k experts, not all of them. FLOPs and MFU count these;
+        memory counts :attr:`total`."""
+        return self.total - self.inactive
+
+    @property
     def matmul(self) -> int:
-        """Parameters that cost FLOPs: all but the input embedding (a lookup)."""
-        return self.total - self.embedding
+        """Parameters that cost FLOPs: the active ones but the input embedding (a lookup)."""
+        return self.active - self.embedding
+
+
+def mlp_width(model: ModelSpec) -> int:
+    """The SwiGLU width a token passes through in one layer: the dense MLP's, or top-k experts plus a shared one."""
+    if model.moe:
+        return model.experts_per_token * model.moe_intermediate_size + model.shared_expert_intermediate_size
+    return model.intermediate_size
 
 
 def linear_shapes(model: ModelSpec) -> dict[str, tuple[int, int]]:
-    """(in_features, out_features) of each projection in one decoder layer."""
-    h, kv, i = model.hidden_size, model.num_kv_heads * model.head_dim, model.intermediate_size
+    """(in_features, out_features) of each projection one token passes through in a decoder layer (an MoE layer's
+    MLP entries stand for its top-k experts together, see :func:`mlp_width`)."""
+    h, q, kv, i = (
+        model.hidden_size,
+        model.num_attention_heads * model.head_dim,
+        model.num_kv_heads * model.head_dim,
+        mlp_width(model),
+    )
     return {
-        "q_proj": (h, h),
+        "q_proj": (h, q),
         "k_proj": (h, kv),
         "v_proj": (h, kv),
-        "o_proj": (h, h),
+        "o_proj": (q, h),
         "gate_proj": (h, i),
         "up_proj": (h, i),
         "down_proj": (i, h),
     }
 
 
-def count_params(model: ModelSpec) -> ParamCounts:
-    """Embeddings, untied head, attention q/k/v/o (GQA: k and v are kv_heads × head_dim wide; optional q/k/v bias),
-    SwiGLU MLP (gate, up, down), two RMSNorm weights per layer and a final norm.
-
-    Matches the published sizes: Llama 3 8B 8.03 B, 70B 70.6 B; Qwen2.5 7B 7.62 B, 14B 14.8 B, 72B 72.7 B.
-    """
+def _formula_counts(model: ModelSpec) -> ParamCounts:
+    h = model.hidden_size
     shapes = linear_shapes(model)
-    linear = sum(i * o for i, o in shapes.values())
+    attention = sum(i * o for m, (i, o) in shapes.items() if m.endswith(("q_proj", "k_proj", "v_proj", "o_proj")))
     bias = (shapes["q_proj"][1] + shapes["k_proj"][1] + shapes["v_proj"][1]) if model.attention_bias else 0
-    per_layer = linear + bias + 2 * model.hidden_size
-    embedding = model.vocab_size * model.hidden_size
-    head = 0 if model.tie_word_embeddings else embedding
+    norms = 2 * h + (2 * model.head_dim if model.qk_norm else 0)
+    if model.moe:
+        expert = 3 * h * model.moe_intermediate_size
+        experts = model.num_experts * expert
+        shared = 3 * h * model.shared_expert_intermediate_size
+        shared += h if model.shared_expert_intermediate_size else 0  # the shared expert's sigmoid gate
+        router = model.num_experts * h
+        mlp = experts + shared + router
+        linear = attention + (3 * h * model.shared_expert_intermediate_size)
+        inactive = (model.num_experts - model.experts_per_token) * expert * model.num_layers
+        largest = max(experts, shared)
+    else:
+        mlp = 3 * h * model.intermediate_size
+        experts = 0
+        linear = attention + mlp
+        inactive = 0
+        largest = max(i * o for i, o in shapes.values())
+    embedding = model.vocab_size * h
     return ParamCounts(
         embedding=embedding,
-        head=head,
-        per_layer=per_layer,
+        head=0 if model.tie_word_embeddings else embedding,
+        per_layer=attention + bias + mlp + norms,
         layers=model.num_layers,
-        final_norm=model.hidden_size,
+        final_norm=h,
         linear_per_layer=linear,
-        largest_module=max(embedding, *(i * o for i, o in shapes.values())),
+        largest_module=max(embedding, largest),
+        inactive=inactive,
+        experts=experts * model.num_layers if model.moe else 0,
+    )
+
+
+def count_params(model: ModelSpec) -> ParamCounts:
+    """The model's parameters: its stored exact counts when it has them, else counted from its numbers.
+
+    The count from numbers: embeddings, untied head, attention q/k/v/o (GQA: k and v are kv_heads × head_dim wide;
+    optional q/k/v bias; Qwen3's per-head q/k norms), SwiGLU MLP (gate, up, down) or MoE experts with their router,
+    two RMSNorm weights per layer and a final norm. Matches the published sizes: Llama 3 8B 8.03 B, 70B 70.6 B;
+    Qwen2.5 7B 7.62 B, 14B 14.8 B, 72B 72.7 B (tests/unit/test_memory.py, tests/unit/test_models.py).
+    """
+    stored = model.params
+    if stored is None:
+        return _formula_counts(model)
+    layers = model.num_layers
+    final_norm = model.hidden_size
+    in_layers = stored.total - stored.embedding - stored.head - final_norm
+    return ParamCounts(
+        embedding=stored.embedding,
+        head=stored.head,
+        per_layer=in_layers // layers,
+        layers=layers,
+        final_norm=final_norm + in_layers % layers,  # keeps total exact when the layers differ (dense-only layers)
+        linear_per_layer=stored.linear // layers,
+        largest_module=stored.largest_module,
+        inactive=stored.total - stored.active,
+        experts=stored.experts,
     )
 
 
@@ -103,7 +167,7 @@ def tensor_parallel_share(model: ModelSpec, tp: int) -> ParamCounts:
     return ParamCounts(
         embedding=embedding,
         head=head,
-        per_layer=linear + bias + 2 * h,
+        per_layer=linear + bias + 2 * h + (2 * model.head_dim if model.qk_norm else 0),
         layers=model.num_layers,
         final_norm=h,
         linear_per_layer=linear,
@@ -118,7 +182,28 @@ def lora_targets(lora: LoraSpec) -> tuple[str, ...]:
     return tuple(m for m in LORA_MODULES if m in lora.target_modules)
 
 
+#: Families whose MLP fuses gate and up into one gate_up_proj (PEFT adapts it as one module).
+FUSED_GATE_UP = ("glm4",)
+
+
 def lora_params(model: ModelSpec, lora: LoraSpec) -> int:
-    """LoRA adds A (r × in) and B (out × r) to each adapted projection: r × (in + out) per module per layer."""
+    """LoRA adds A (r × in) and B (out × r) to each adapted projection: r × (in + out) per module per layer.
+
+    With ``all-linear``, PEFT 0.21 also adapts what transformers 5 fuses (checked against the live adapters of every
+    family's twin, tests/unit/test_models.py): GLM-4's gate_up_proj is one module, r × (h + 2i); an MoE layer's
+    router is adapted like a linear layer, r × (h + E), and its fused 3-D experts get one adapter per expert, the
+    gate_up pair at rank 2r: 2r·E·(h + 2i) + r·E·(i + h) for the experts' width i. Named targets adapt only the
+    modules of those names (an MoE layer has no gate/up/down_proj)."""
     shapes = linear_shapes(model)
-    return model.num_layers * sum(lora.r * (shapes[m][0] + shapes[m][1]) for m in lora_targets(lora))
+    h, r = model.hidden_size, lora.r
+    targets = [m for m in lora_targets(lora) if not (model.moe and m in MLP_MODULES)]
+    fused = model.family in FUSED_GATE_UP and {"gate_proj", "up_proj"} <= set(targets)
+    if fused:
+        targets = [m for m in targets if m not in ("gate_proj", "up_proj")]
+    per_layer = sum(r * (shapes[m][0] + shapes[m][1]) for m in targets)
+    if fused:
+        per_layer += r * (h + 2 * model.intermediate_size)
+    if model.moe and lora.target_modules == "all-linear":
+        e, i = model.num_experts, model.moe_intermediate_size
+        per_layer += r * (h + e) + 2 * r * e * (h + 2 * i) + r * e * (i + h)
+    return model.num_layers * per_layer

@@ -8,7 +8,9 @@ Accelerate's data loader gives every rank of a TP group the same batch. Measured
 (with and without optimizer offload), with the loss of the run without TP, and resume exactly. The refusals below
 are what did not work, each with what failed.
 
-Pipeline parallelism stays analysis only: the Trainer has no pipeline schedule for a Hugging Face model.
+Pipeline parallelism stays analysis only: the Trainer has no pipeline schedule for a Hugging Face model. So does
+expert parallelism: Hugging Face's MoE blocks run every expert of the layer on each rank. An MoE model with TP is
+refused: AutoTP has no split for transformers' fused 3-D expert parameters.
 
 A leaf of the planning stage (the plan applies :func:`model_parallel_problems`; the estimate asks
 :func:`buildable` to say whether the 3D layout it analyses is one the bundle runs). Pure.
@@ -37,6 +39,14 @@ PIPELINE_NEEDS = (
 STAGE3_PREFETCH_FACTOR = 0.9
 
 
+EXPERTS_NEED = (
+    "expert parallelism is analysis only: the bundle trains the Hugging Face model, whose MoE block computes every "
+    "expert of the layer on each rank from its own (fused) weights; splitting the experts over ranks needs an "
+    "all-to-all token dispatch the model does not have (DeepSpeed-MoE's deepspeed.moe.layer.MoE with expert groups, "
+    "or Megatron-LM / torchtitan expert parallelism)"
+)
+
+
 def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
@@ -62,9 +72,26 @@ def model_parallel_problems(recipe: Recipe, layout: Layout, *, tp_across_pods: b
                 hint="set parallel.pipeline_parallel=1 to build; `recipekit plan` still analyses it",
             )
         )
+    if recipe.parallel.expert_parallel > 1:
+        problems.append(
+            Problem(
+                "parallel.expert_parallel",
+                f"EP {recipe.parallel.expert_parallel}: {EXPERTS_NEED}",
+                hint="set parallel.expert_parallel=1 to build; `recipekit plan` still analyses it",
+            )
+        )
     if tp == 1:
         return problems
     par, model, hw = recipe.parallel, recipe.model, recipe.hw
+    if model.moe:
+        problems.append(
+            Problem(
+                "parallel.tensor_parallel",
+                f"TP {tp} with the MoE model {model.name}: DeepSpeed AutoTP splits nn.Linear layers, and "
+                "transformers keeps each MoE layer's experts as fused 3-D parameters it has no split for",
+                hint="parallel.tensor_parallel=1 (ZeRO-3 partitions the experts over the data-parallel ranks)",
+            )
+        )
     if contract.trains_adapter(recipe.mode.kind):
         problems.append(
             Problem(

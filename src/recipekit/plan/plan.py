@@ -70,7 +70,8 @@ def resolve_precision(requested: str, hw: HardwareSpec) -> tuple[Precision, list
 class Flops:
     """What one training token costs and the peak it is measured against (definitions: runtime contract)."""
 
-    params_total: int
+    params_total: int  # what memory is counted from
+    params_active: int  # what one token runs through (MoE: top-k experts): what the FLOPs are counted from
     params_trainable: int
     model_per_token: float  # MFU's numerator
     hardware_per_token: float  # HFU's: with the recomputation activation checkpointing adds
@@ -78,7 +79,10 @@ class Flops:
 
 
 def recipe_flops(recipe: Recipe, precision: Precision) -> Flops:
-    """FLOPs per token at ``data.max_len`` tokens, counted from the architecture numbers."""
+    """FLOPs per token at ``data.max_len`` tokens, counted from the architecture numbers.
+
+    An MoE model's FLOPs count its active parameters (the top-k experts a token is routed to), its memory all of
+    them. The runtime's MFU divides by these very numbers (recipe.yaml ``plan.flops``): one definition for both."""
     model, mode, hw = recipe.model, recipe.mode, recipe.hw
     counts = count_params(model)
     full = not contract.trains_adapter(mode.kind)
@@ -93,6 +97,7 @@ def recipe_flops(recipe: Recipe, precision: Precision) -> Flops:
     )
     return Flops(
         params_total=counts.total,
+        params_active=counts.active,
         params_trainable=trainable,
         model_per_token=contract.flops_per_token(**shape),
         hardware_per_token=contract.flops_per_token(**shape, recompute=recipe.parallel.gradient_checkpointing),
@@ -403,10 +408,12 @@ def make_plan(
             f"{layout.devices_per_pod} devices per pod, but a {hw.name} node has {hw.devices_per_node}",
             hint=f"at most {hw.devices_per_node}; add nodes instead",
         )
-    if layout.model_parallel > 1 and not analysis_only and not problems:
+    if (layout.model_parallel > 1 or recipe.parallel.expert_parallel > 1) and not analysis_only and not problems:
         errors.extend(model_parallel_problems(recipe, layout, tp_across_pods=tp_across_pods))
 
     errors.extend(pipeline_problems(recipe))
+    errors.extend(expert_problems(recipe, layout))
+    errors.extend(moe_lora_problems(recipe))
     errors.extend(mount_problems(recipe))
     errors.extend(volume_problems(recipe))
 
@@ -554,6 +561,53 @@ def pipeline_problems(recipe: Recipe) -> list[Problem]:
             hint=f"at most {layers}",
         )
     ]
+
+
+def moe_lora_problems(recipe: Recipe) -> list[Problem]:
+    """PEFT adapts an MoE layer's fused 3-D experts with its ParamWrapper, which refuses LoRA dropout (PEFT 0.21:
+    "lora.ParamWrapper does not work with lora_dropout != 0"); found by dry-running the Qwen3-MoE LoRA preset."""
+    mode = recipe.mode
+    if not contract.trains_adapter(mode.kind) or not recipe.model.moe:
+        return []
+    lora = mode.lora  # type: ignore[union-attr]
+    if lora.target_modules != "all-linear" or lora.dropout == 0:
+        return []
+    return [
+        Problem(
+            "mode.lora.dropout",
+            f"LoRA dropout {lora.dropout:g} on the MoE model {recipe.model.name} with all-linear targets: PEFT adapts "
+            "the fused experts with its ParamWrapper, which works only without dropout",
+            hint="mode.lora.dropout=0, or name the attention projections in mode.lora.target_modules",
+        )
+    ]
+
+
+def expert_problems(recipe: Recipe, layout: Layout) -> list[Problem]:
+    """Expert parallelism splits an MoE model's experts evenly over EP ranks drawn from the data-parallel ranks."""
+    ep, model = recipe.parallel.expert_parallel, recipe.model
+    if ep == 1:
+        return []
+    if not model.moe:
+        return [Problem("parallel.expert_parallel", f"EP {ep} for {model.name}, a dense model: it has no experts")]
+    problems = []
+    if model.num_experts % ep:
+        fits = [d for d in range(2, model.num_experts + 1) if model.num_experts % d == 0 and layout.dp_size % d == 0]
+        problems.append(
+            Problem(
+                "parallel.expert_parallel",
+                f"EP {ep} does not divide {model.name}'s {model.num_experts} experts "
+                f"({model.num_experts} / {ep} = {model.num_experts / ep:g})",
+                hint="EP " + ", ".join(map(str, fits[:6])) if fits else "EP 1",
+            )
+        )
+    if layout.dp_size % ep:
+        problems.append(
+            Problem(
+                "parallel.expert_parallel",
+                f"EP {ep} does not divide the {layout.dp_size} data-parallel ranks: expert groups are made of them",
+            )
+        )
+    return problems
 
 
 def streaming_problems(recipe: Recipe, layout: Layout, total_steps: int | None) -> list[Problem]:

@@ -19,6 +19,37 @@ from .contract import trains_adapter
 #: The recipe's 16-bit precisions as torch dtypes (fp32 is everything else).
 HALF_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
+#: The sparse MoE block classes of the catalog's MoE families (transformers 5.24). ZeRO-3 fetches parameters module by
+#: module as forward reaches them; an MoE block runs only the experts its tokens were routed to, so ranks fetch
+#: different experts and the collective fetches never match (the run hangs). Marked as ZeRO-3 leaves, each block's
+#: parameters are fetched whole, on every rank alike.
+MOE_BLOCK_CLASSES = ("Qwen3MoeSparseMoeBlock", "MixtralSparseMoeBlock", "Qwen2MoeSparseMoeBlock", "Glm4MoeMoE")
+
+
+def router_settings(spec: Any) -> dict[str, Any]:
+    """Config overrides for an MoE model: the recipe's load-balancing loss and its weight (empty for a dense one)."""
+    if not getattr(spec, "num_experts", 0):
+        return {}
+    return {
+        "output_router_logits": bool(getattr(spec, "router_aux_loss", True)),
+        "router_aux_loss_coef": float(spec.router_aux_loss_coef),
+    }
+
+
+def mark_moe_leaves(model: Any, zero_stage: int) -> list[str]:
+    """Under ZeRO-3, make every MoE block a ZeRO-3 leaf module (see :data:`MOE_BLOCK_CLASSES`); the names marked."""
+    if zero_stage != 3:
+        return []
+    classes = {type(m) for m in model.modules() if type(m).__name__ in MOE_BLOCK_CLASSES}
+    if not classes:
+        return []
+    from deepspeed.utils import set_z3_leaf_modules  # type: ignore[import-untyped]
+
+    set_z3_leaf_modules(model, sorted(classes, key=lambda c: c.__name__))
+    names = sorted(c.__name__ for c in classes)
+    log0("zero-3: %s marked as leaf modules (each fetched whole: ranks route tokens to different experts)", names)
+    return names
+
 
 def load_tokenizer(path: str, trust_remote_code: bool) -> Any:
     """The model's tokenizer, given a pad token and a chat template if it lacks them (both logged)."""
@@ -74,10 +105,12 @@ def load_model(path: str, recipe: Any, args: Any, device_kind: str) -> Any:
     dtype = weight_dtype(precision(args), mode.kind, bool(args.deepspeed))
     quant = quantization_config(mode, device_kind, dtype)
     extra = {"quantization_config": quant, "device_map": {"": args.device}} if quant else {}
+    extra.update(router_settings(recipe.model))
     model = AutoModelForCausalLM.from_pretrained(
         path, dtype=dtype, trust_remote_code=recipe.model.trust_remote_code, **extra
     )
     model.config.use_cache = False  # a KV cache in training would also disable the packed-sequence mask
+    mark_moe_leaves(model, int(recipe.parallel.zero_stage) if args.deepspeed else 0)
     if not trains_adapter(mode.kind):
         return model
     from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training

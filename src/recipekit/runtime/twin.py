@@ -1,7 +1,8 @@
 """The random twin (``model.init: random``): a tokenizer trained on the run's data and seeded random weights.
 
-It stands in for a pretrained model in tests and dry runs: the same family and architecture numbers as the recipe's
-model, so the Trainer, DeepSpeed and PEFT run the same code paths, without a download.
+It stands in for a pretrained model in tests and dry runs: the same family (its own transformers class: a Qwen3 MoE
+recipe dry-runs a tiny Qwen3 MoE) and architecture numbers as the recipe's model, so the Trainer, DeepSpeed and PEFT
+run the same code paths, without a download.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+from transformers import PreTrainedTokenizerFast
 
 from .chat import CHAT_TEMPLATE, ROLES, SPECIAL_TOKENS, conversations
 from .common import log0
@@ -62,27 +63,79 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int, max_length: int) -> P
     return tokenizer
 
 
-def architecture_config(spec: Any, tokenizer: Any) -> LlamaConfig | Qwen2Config:
-    """A transformers config from the recipe's architecture numbers (the random twin has no config.json)."""
-    common = {
-        "vocab_size": max(spec.vocab_size, len(tokenizer)),
+#: transformers' key for the routed experts of each MoE family (Mixtral's experts use intermediate_size).
+EXPERT_KEYS = {"qwen3_moe": "num_experts", "mixtral": "num_local_experts"}
+#: Families whose config has an attention_bias switch (Qwen2 always has q/k/v biases).
+ATTENTION_BIAS_FAMILIES = ("llama", "qwen3", "qwen3_moe", "glm4", "mixtral")
+
+
+def head_dim(spec: Any) -> int:
+    """One head's width: the option's override, else hidden_size / heads (the spec may be recipe.yaml's namespace)."""
+    return int(getattr(spec, "head_dim_override", 0) or spec.hidden_size // spec.num_attention_heads)
+
+
+def moe_settings(spec: Any) -> dict[str, Any]:
+    """The config keys of an MoE option: experts, top-k, expert width, the router's load-balancing loss.
+
+    ``output_router_logits`` makes transformers add ``router_aux_loss_coef`` × the load-balancing loss to the
+    training loss (and return the router logits it needs)."""
+    experts = int(getattr(spec, "num_experts", 0) or 0)
+    if not experts:
+        return {}
+    settings: dict[str, Any] = {
+        EXPERT_KEYS.get(spec.family, "num_experts"): experts,
+        "num_experts_per_tok": int(spec.experts_per_token),
+        "router_aux_loss_coef": float(getattr(spec, "router_aux_loss_coef", 0.001)),
+        "output_router_logits": bool(getattr(spec, "router_aux_loss", True)),
+    }
+    if spec.family == "mixtral":
+        settings["intermediate_size"] = int(spec.moe_intermediate_size)
+    else:
+        settings["moe_intermediate_size"] = int(spec.moe_intermediate_size)
+    if spec.family == "qwen3_moe":
+        settings.update(decoder_sparse_step=1, mlp_only_layers=[], norm_topk_prob=True)
+    return settings
+
+
+def architecture_config(spec: Any, tokenizer: Any = None) -> Any:
+    """A transformers config of the option's own family from its architecture numbers (the random twin has no
+    config.json; tests count a full-size option's parameters with it on the meta device)."""
+    from transformers import AutoConfig
+
+    common: dict[str, Any] = {
+        "vocab_size": max(spec.vocab_size, len(tokenizer)) if tokenizer is not None else spec.vocab_size,
         "hidden_size": spec.hidden_size,
         "intermediate_size": spec.intermediate_size,
         "num_hidden_layers": spec.num_layers,
         "num_attention_heads": spec.num_attention_heads,
         "num_key_value_heads": spec.num_kv_heads,
+        "head_dim": head_dim(spec),
         "max_position_embeddings": spec.max_position_embeddings,
         "rms_norm_eps": spec.rms_norm_eps,
         "tie_word_embeddings": spec.tie_word_embeddings,
         "use_cache": False,
         "rope_parameters": {"rope_type": "default", "rope_theta": spec.rope_theta},
-        "bos_token_id": tokenizer.bos_token_id,
-        "eos_token_id": tokenizer.eos_token_id,
-        "pad_token_id": tokenizer.pad_token_id,
     }
-    if spec.family == "llama":
-        return LlamaConfig(**common, attention_bias=spec.attention_bias)
-    return Qwen2Config(**common)  # Qwen2 always has q/k/v biases
+    if tokenizer is None:
+        common["pad_token_id"] = None  # some families default to a padding row beyond a tiny vocabulary
+    else:
+        common.update(
+            bos_token_id=tokenizer.bos_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+            pad_token_id=tokenizer.pad_token_id,
+        )
+    if spec.family in ATTENTION_BIAS_FAMILIES:
+        common["attention_bias"] = spec.attention_bias
+    common.update(moe_settings(spec))
+    return AutoConfig.for_model(spec.family, **common)
+
+
+def causal_lm_class(family: str) -> Any:
+    """The family's causal-LM model class, e.g. Qwen3MoeForCausalLM for qwen3_moe."""
+    import transformers
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    return getattr(transformers, MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[family])
 
 
 def random_model(spec: Any, tokenizer: Any) -> Any:
@@ -93,7 +146,7 @@ def random_model(spec: Any, tokenizer: Any) -> Any:
     :func:`create_random_init` and partitioned when every rank loads them.
     """
     config = architecture_config(spec, tokenizer)
-    return (LlamaForCausalLM if spec.family == "llama" else Qwen2ForCausalLM)(config)
+    return causal_lm_class(spec.family)(config)
 
 
 def create_random_init(spec: Any, texts: Iterable[str], seed: int, destination: Path) -> None:

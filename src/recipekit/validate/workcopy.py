@@ -220,6 +220,7 @@ def substitute(recipe: Recipe, options: DryRunOptions, root: Path) -> tuple[Reci
             num_attention_heads=attention,
             num_kv_heads=kv,
             hidden_size=hidden,
+            params=None,  # the stored counts were the twin's own shape: count the new one from its numbers
         )
 
     shared = root / "shared"

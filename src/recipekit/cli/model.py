@@ -1,0 +1,118 @@
+"""The ``recipekit model`` commands: turn a Hugging Face config.json into a model option.
+
+``recipekit model import CONFIG`` reads the config (or a model directory's config.json) locally, builds the model on
+the meta device with transformers and writes a model option with its architecture numbers and exact parameter
+counts (:mod:`recipekit.recipe.modelimport`). Inside a team repo (a ``recipekit.toml`` above the working directory) the
+option goes to the repo's first recipe tree, ``<search_path[0]>/model/<name>.yaml``; elsewhere ``-o`` says where.
+
+Exit codes: 0 written; 2 the config was refused (remote code, an unknown or unsupported architecture, a config
+transformers cannot build) or the destination is unusable (one line, no traceback).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import click
+
+from recipekit.cli.common import SETTINGS, fail
+
+
+@click.group("model", context_settings=SETTINGS)
+def model_group() -> None:
+    """Model options from Hugging Face configs.
+
+    \b
+    Examples:
+      recipekit model import /mnt/shared/models/Qwen3-8B/config.json -o recipes/model/qwen3_8b.yaml
+      recipekit model import config.json -o recipes/model/my_model.yaml --name my_model
+    """
+
+
+def default_name(config: Path) -> str:
+    """A short option name from the model directory's name: Qwen3-30B-A3B → qwen3_30b_a3b."""
+    stem = config.name if config.is_dir() else config.resolve().parent.name
+    name = re.sub(r"[^a-z0-9.]+", "_", stem.lower()).strip("_.")
+    return name[:63].strip("_.") or "model"
+
+
+def destination(name: str, output: Path | None) -> Path:
+    """``output``, or the team repo's ``model/<name>.yaml``; an error when neither is there."""
+    if output is not None:
+        return output
+    from recipekit.recipe.team import find_config, read_config
+
+    found = find_config(Path.cwd())
+    if found is None:
+        fail("not inside a team repo (no recipekit.toml above this directory): say where with -o PATH")
+    return read_config(found).search_path[0] / "model" / f"{name}.yaml"
+
+
+@model_group.command("import", context_settings=SETTINGS)
+@click.argument("config", type=click.Path(path_type=Path))
+@click.option("-o", "--output", type=click.Path(path_type=Path), help="Write the option here (default: team repo).")
+@click.option("--name", help="Option name (default: from the model directory's name).")
+@click.option(
+    "--name-or-path",
+    "name_or_path",
+    help="Weights in the pod (default: ${cluster.mount_path}/models/<directory name>, on the pods' volume).",
+)
+@click.option("--description", help="Title for the option's description line (default: the directory name).")
+@click.option("--random", "random_init", is_flag=True, help="init: random (a tiny twin: random weights, no files).")
+@click.option("--force", is_flag=True, help="Replace an existing option file.")
+def import_command(
+    config: Path,
+    output: Path | None,
+    name: str | None,
+    name_or_path: str | None,
+    description: str | None,
+    random_init: bool,
+    force: bool,
+) -> None:
+    """Write a model option from CONFIG (a config.json or a model directory), with exact parameter counts.
+
+    The model is built on the meta device (no weights, no memory) by transformers from the config alone; no
+    remote code runs. The counts per part (embedding, attention, MLP, experts, router, norms, head) are stored in
+    the option, so `recipekit build` and `plan` use them without importing torch.
+
+    \b
+    Examples:
+      recipekit model import /mnt/shared/models/Qwen3-30B-A3B
+      recipekit model import ./Mixtral-8x7B-v0.1/config.json -o recipes/model/mixtral_8x7b.yaml
+    """
+    from recipekit.errors import RecipeError
+    from recipekit.recipe.modelimport import ImportProblem, describe, import_config, option_yaml
+    from recipekit.recipe.schema import validate
+    from recipekit.recipe.sections import ModelSpec
+
+    label = config.name if config.is_dir() else config.resolve().parent.name
+    name = name or default_name(config)
+    target = destination(name, output)
+    if target.exists() and not force:
+        fail(f"{target} exists (use --force to replace it)")
+    try:
+        imported = import_config(config)
+    except ImportProblem as exc:
+        fail(str(exc))
+    option = {
+        "name": name,
+        "description": describe(imported.option, description or label),
+        "name_or_path": name_or_path or "${cluster.mount_path}/models/" + label,
+        "init": "random" if random_init else "pretrained",
+        **imported.option,
+    }
+    text = option_yaml(option)
+    import yaml
+
+    try:
+        validate(ModelSpec, yaml.safe_load(text), root="model")
+    except RecipeError as err:
+        fail("; ".join(str(p) for p in err.problems))
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        fail(f"cannot write {target}: {exc.strerror or exc}")
+    counts = imported.option["params"]
+    click.echo(f"{target}: {imported.architecture}, {counts.total:,} parameters ({counts.active:,} active)")

@@ -1,0 +1,287 @@
+"""A model option from a Hugging Face config.json: the architecture numbers the plan needs and exact parameter counts.
+
+The counts come from transformers itself: the model is built from the config on the meta device (shapes, no
+memory, no weights) and every parameter is put in one part by its name (embeddings, attention, MLP, experts,
+router, norms, head). A tied head is the embedding's own tensor and is counted once. The option stores them, so
+``build`` plans from them without importing torch.
+
+Only local files are read and no model code from the checkpoint runs: a config with ``auto_map`` (remote code) or a
+``model_type`` transformers does not know is refused with the reason, and so is one recipekit has no tiny twin for.
+torch and transformers are imported inside the functions that need them.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any, cast
+
+from recipekit.recipe.schema import validate
+from recipekit.recipe.sections import FAMILIES, ModelSpec, ParamCountsSpec
+
+CONFIG_NAME = "config.json"
+
+#: Oldest transformers release that has each family, and what raises it (Llama 3.1's rope scaling).
+MIN_TRANSFORMERS = {
+    "llama": "4.28.0",
+    "qwen2": "4.37.0",
+    "mixtral": "4.36.0",
+    "qwen3": "4.51.0",
+    "qwen3_moe": "4.51.0",
+    "glm4": "4.51.3",
+}
+LLAMA3_ROPE_MIN_TRANSFORMERS = "4.43.0"
+#: Families whose attention normalises each head's queries and keys.
+QK_NORM_FAMILIES = ("qwen3", "qwen3_moe")
+
+
+class ImportProblem(Exception):
+    """A config that cannot become a model option, with the reason (one line)."""
+
+
+@dataclass(frozen=True)
+class Imported:
+    """What one config.json gave: the option's fields (ModelSpec's names) and the config's model class."""
+
+    option: dict[str, Any]
+    architecture: str
+
+
+def config_path(given: Path) -> Path:
+    """The config.json itself, or the one inside a model directory."""
+    path = given / CONFIG_NAME if given.is_dir() else given
+    if not path.is_file():
+        raise ImportProblem(f"{given}: no {CONFIG_NAME} there" if given.is_dir() else f"{given}: no such file")
+    return path
+
+
+def read_raw(path: Path) -> dict[str, Any]:
+    """The JSON object in ``path``, refused before transformers sees it when it asks for remote code."""
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ImportProblem(f"{path}: not a readable JSON config ({exc})") from None
+    if not isinstance(raw, dict):
+        raise ImportProblem(f"{path}: a config.json holds a JSON object")
+    if "auto_map" in raw:
+        raise ImportProblem(
+            f"{path}: the config's auto_map names model code shipped with the checkpoint "
+            f"({', '.join(sorted(raw['auto_map']))}); recipekit imports only architectures transformers has built in "
+            "(it does not run remote code)"
+        )
+    model_type = raw.get("model_type")
+    if not isinstance(model_type, str):
+        raise ImportProblem(f"{path}: no model_type: transformers cannot tell which architecture this is")
+    return raw
+
+
+def load_config(path: Path) -> Any:
+    """transformers' config for ``path`` (local only, no remote code)."""
+    from transformers import AutoConfig
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+    raw = read_raw(path)
+    model_type = raw["model_type"]
+    if model_type not in CONFIG_MAPPING_NAMES:
+        raise ImportProblem(f"{path}: transformers does not know model_type {model_type!r} (and remote code is off)")
+    if model_type not in FAMILIES:
+        raise ImportProblem(
+            f"{path}: model_type {model_type!r} is a transformers architecture recipekit has no planner formulas "
+            f"and tiny twin for; supported: {', '.join(FAMILIES)}"
+        )
+    try:
+        return AutoConfig.from_pretrained(str(path), trust_remote_code=False, local_files_only=True)
+    except Exception as exc:  # transformers raises many kinds for a config it cannot read
+        raise ImportProblem(f"{path}: transformers cannot read this config ({_one_line(exc)})") from None
+
+
+def _one_line(exc: BaseException) -> str:
+    return re.sub(r"\s+", " ", f"{type(exc).__name__}: {exc}").strip()[:400]
+
+
+def meta_model(config: Any) -> Any:
+    """The causal-LM model of ``config`` on the meta device: every parameter's shape, no memory."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    try:
+        with torch.device("meta"):
+            return AutoModelForCausalLM.from_config(config, trust_remote_code=False)
+    except Exception as exc:
+        raise ImportProblem(f"transformers cannot build a model from this config ({_one_line(exc)})") from None
+
+
+def _part(name: str) -> str:
+    """Which part a parameter belongs to, by its name in the transformers module tree."""
+    leaf_module = name.rsplit(".", 2)[-2] if name.count(".") >= 1 else name
+    if "embed_tokens" in name:
+        return "embedding"
+    if name.startswith("lm_head"):
+        return "head"
+    if "norm" in leaf_module:
+        return "norms"
+    if ".self_attn." in name:
+        return "attention"
+    if ".experts." in name:
+        return "experts"
+    if re.search(r"\.(mlp|block_sparse_moe)\.(gate|router)\.", name):
+        return "router"
+    if ".mlp." in name or ".block_sparse_moe." in name:
+        return "mlp"
+    return "other"
+
+
+def count_parts(model: Any, config: Any) -> ParamCountsSpec:
+    """Exact counts per part of a (meta) model; shared tensors (a tied head) once."""
+    import torch
+
+    parts = dict.fromkeys(("embedding", "attention", "mlp", "experts", "router", "norms", "head", "other"), 0)
+    for name, parameter in model.named_parameters():  # named_parameters yields a shared tensor once
+        parts[_part(name)] += parameter.numel()
+    linear = sum(
+        module.weight.numel()
+        for name, module in model.named_modules()
+        if isinstance(module, torch.nn.Linear) and ".layers." in f".{name}"
+    )
+    largest = max(sum(p.numel() for p in m.parameters(recurse=False)) for m in model.modules())
+    total = sum(parts.values())
+    experts_total = _num_experts(config)
+    active = total
+    if experts_total:
+        top_k = int(config.num_experts_per_tok)
+        active = total - parts["experts"] + parts["experts"] * top_k // experts_total
+    counted = {"total": total, "active": active, "linear": linear, "largest_module": largest, **parts}
+    return validate(ParamCountsSpec, counted, root="model.params")
+
+
+def _num_experts(config: Any) -> int:
+    return int(getattr(config, "num_experts", None) or getattr(config, "num_local_experts", None) or 0)
+
+
+def _rope_theta(config: Any) -> float | None:
+    parameters = getattr(config, "rope_parameters", None) or {}
+    theta = parameters.get("rope_theta") if isinstance(parameters, dict) else None
+    return float(theta if theta is not None else getattr(config, "rope_theta", 10000.0))
+
+
+def min_transformers(raw: dict[str, Any]) -> str:
+    """The oldest transformers that builds this config."""
+    version = MIN_TRANSFORMERS[raw["model_type"]]
+    rope = raw.get("rope_scaling") or {}
+    if isinstance(rope, dict) and rope.get("rope_type", rope.get("type")) == "llama3":
+        version = max(version, LLAMA3_ROPE_MIN_TRANSFORMERS, key=_version_key)
+    return version
+
+
+def _version_key(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", version)[:3])
+
+
+def option_fields(config: Any, raw: dict[str, Any], counts: ParamCountsSpec) -> dict[str, Any]:
+    """The ModelSpec fields of ``config`` (architecture numbers and counts; name and paths are the caller's)."""
+    family = raw["model_type"]
+    heads = int(config.num_attention_heads)
+    hidden = int(config.hidden_size)
+    head_dim = int(getattr(config, "head_dim", None) or hidden // heads)
+    experts = _num_experts(config)
+    moe_width = int(getattr(config, "moe_intermediate_size", 0) or 0)
+    if family == "mixtral":  # Mixtral's intermediate_size is each expert's width; it has no dense MLP
+        moe_width = int(config.intermediate_size)
+    attention_bias = True if family == "qwen2" else bool(getattr(config, "attention_bias", False))
+    return {
+        "family": family,
+        "architecture": (getattr(config, "architectures", None) or [_causal_lm_class(config)])[0],
+        "num_layers": int(config.num_hidden_layers),
+        "hidden_size": hidden,
+        "num_attention_heads": heads,
+        "num_kv_heads": int(getattr(config, "num_key_value_heads", None) or heads),
+        "head_dim_override": head_dim if head_dim * heads != hidden else 0,
+        "qk_norm": family in QK_NORM_FAMILIES,
+        "intermediate_size": int(config.intermediate_size),
+        "vocab_size": int(config.vocab_size),
+        "max_position_embeddings": int(config.max_position_embeddings),
+        "tie_word_embeddings": bool(getattr(config, "tie_word_embeddings", False)),
+        "rope_theta": _rope_theta(config),
+        "rms_norm_eps": float(getattr(config, "rms_norm_eps", 1e-5)),
+        "attention_bias": attention_bias,
+        "num_experts": experts,
+        "experts_per_token": int(config.num_experts_per_tok) if experts else 0,
+        "moe_intermediate_size": moe_width if experts else 0,
+        "shared_expert_intermediate_size": int(getattr(config, "shared_expert_intermediate_size", 0) or 0),
+        "router_aux_loss_coef": float(getattr(config, "router_aux_loss_coef", 0.001)) if experts else 0.001,
+        "min_transformers": min_transformers(raw),
+        "params": counts,
+    }
+
+
+def _causal_lm_class(config: Any) -> str:
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    return str(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[config.model_type])
+
+
+def import_config(path: Path) -> Imported:
+    """Read ``path`` (a config.json or a model directory), build its model on the meta device and count it."""
+    path = config_path(path)
+    raw = read_raw(path)
+    config = load_config(path)
+    counts = count_parts(meta_model(config), config)
+    option = option_fields(config, raw, counts)
+    return Imported(option=option, architecture=option["architecture"])
+
+
+def describe(option: dict[str, Any], title: str) -> str:
+    """The one-line description `recipekit list model` shows: sizes and the attention/expert shape."""
+    counts: ParamCountsSpec = option["params"]
+    size = f"{_size(counts.total)} parameters"
+    if option["num_experts"]:
+        size += f", {_size(counts.active)} active; {option['num_experts']} experts, top-{option['experts_per_token']}"
+    return f"{title} ({size}, GQA {option['num_attention_heads']}/{option['num_kv_heads']})"
+
+
+def _size(count: int) -> str:
+    for unit, scale in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if count >= scale:
+            return f"{count / scale:.2f} {unit}"
+    return str(count)
+
+
+def option_yaml(option: dict[str, Any]) -> str:
+    """The option as YAML, in ModelSpec's field order, leaving out every value equal to its default (so a default
+    changes in one place). ``params`` is written in ParamCountsSpec's order."""
+    from recipekit.recipe.schema import to_data
+
+    lines: list[str] = []
+    for f in fields(cast(Any, ModelSpec)):
+        if f.name not in option:
+            continue
+        value = option[f.name]
+        if f.name != "name" and value == f.default:
+            continue
+        if f.name == "params":
+            lines.append("params:")
+            lines += [f"  {key}: {number}" for key, number in to_data(value).items()]
+            continue
+        lines.append(f"{f.name}: {_scalar(value)}")
+    return "\n".join(lines) + "\n"
+
+
+def _scalar(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):  # YAML 1.1 (PyYAML) reads 1e-06 as text: the mantissa needs a point
+        mantissa, _, exponent = repr(value).partition("e")
+        mantissa += "" if "." in mantissa else ".0"
+        return f"{mantissa}e{exponent}" if exponent else mantissa
+    if isinstance(value, int):
+        return str(value)
+    if _PLAIN.fullmatch(value) and not _NUMBER.fullmatch(value):
+        return value
+    return json.dumps(value, ensure_ascii=False)  # a JSON string is a YAML string
+
+
+#: Text YAML reads back as the same text without quotes (names, paths, class names), and text that looks numeric.
+_PLAIN = re.compile(r"[A-Za-z_/][A-Za-z0-9_./-]*")
+_NUMBER = re.compile(r"[-+.0-9eE_]+|(?i:true|false|yes|no|on|off|null|y|n)")
