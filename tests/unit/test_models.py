@@ -146,7 +146,8 @@ def test_import_writes_into_the_team_repo(tmp_path: Path, monkeypatch: pytest.Mo
     assert result.exit_code == 0, result.output
     written = tmp_path / "team" / "recipes" / "model" / "qwen3_30b_a3b.yaml"
     data = yaml.safe_load(written.read_text())
-    assert data["architecture"] == "Qwen3MoeForCausalLM" and data["name_or_path"] == "${cluster.mount_path}/models/Qwen3-30B-A3B"
+    assert data["architecture"] == "Qwen3MoeForCausalLM"
+    assert data["name_or_path"] == "${cluster.mount_path}/models/Qwen3-30B-A3B"  # on the volume the pods mount
     assert run("model", "import", str(model_dir)).exit_code == 2  # no silent overwrite
     shown = run("show", "model=qwen3_30b_a3b", "--json")
     assert shown.exit_code == 0, shown.output
