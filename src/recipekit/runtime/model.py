@@ -43,7 +43,7 @@ def mark_moe_leaves(model: Any, zero_stage: int) -> list[str]:
     classes = {type(m) for m in model.modules() if type(m).__name__ in MOE_BLOCK_CLASSES}
     if not classes:
         return []
-    from deepspeed.utils import set_z3_leaf_modules  # type: ignore[import-untyped]
+    from deepspeed.utils import set_z3_leaf_modules
 
     set_z3_leaf_modules(model, sorted(classes, key=lambda c: c.__name__))
     names = sorted(c.__name__ for c in classes)
