@@ -14,6 +14,7 @@ from recipekit.images import ARCH_LABEL, ImageFamily
 from recipekit.layout import Layout
 from recipekit.names import host_volume_name
 from recipekit.recipe import Recipe
+from recipekit.runtime import contract
 
 if TYPE_CHECKING:
     from recipekit.plan import Plan, Precision
@@ -295,7 +296,9 @@ def volcano_job(recipe: Recipe, plan: Plan) -> dict[str, Any]:
         "maxRetry": cl.max_retry,
         # Ranks resolve each other before any pod is Ready (none is until training runs).
         "plugins": {"env": [], "svc": ["--publish-not-ready-addresses"]},
+        # The first matching policy wins: the exitCode policies (the runtime contract's table) before PodFailed's.
         "policies": [
+            *contract.exit_code_policies(),
             {"event": "PodEvicted", "action": "RestartJob"},
             {"event": "PodFailed", "action": "RestartJob"},
             {"event": "TaskCompleted", "action": "CompleteJob"},

@@ -345,12 +345,17 @@ def operations_problems(recipe: Recipe, layout: Layout, total_steps: int | None)
         problems.append(
             Problem("ops.testing.stall_rank", f"{testing.stall_rank}, but ranks are 0..{layout.world_size - 1}")
         )
+    for name in ("device_count_pod", "user_error_pod"):
+        pod = getattr(testing, name)
+        if pod is not None and pod >= layout.nodes:
+            problems.append(Problem(f"ops.testing.{name}", f"{pod}, but pods are 0..{layout.nodes - 1}"))
     injected = [
         f"{name}={value}"
         for name, value in (
             ("stall_at_step", testing.stall_at_step),
             ("nan_at_step", testing.nan_at_step),
             ("device_count", testing.device_count),
+            ("user_error_pod", testing.user_error_pod),
         )
         if value is not None
     ]

@@ -479,6 +479,18 @@ class OpsTestingSpec(Section):
         description="TESTING ONLY: preflight's device check sees this many devices instead of asking the driver "
         "(simulates a pod given the wrong number of devices; also on CPU).",
     )
+    device_count_pod: int | None = spec(
+        None,
+        ge=0,
+        description="TESTING ONLY: with device_count, only this pod (its Volcano task index) sees the wrong count, "
+        "and only once per output directory: one faulty node, healed by a restart elsewhere (exit code preflight).",
+    )
+    user_error_pod: int | None = spec(
+        None,
+        ge=0,
+        description="TESTING ONLY: this pod's processes stop before training with the configuration-error exit code "
+        "(user_error), as a pod given a broken configuration would; never healed, so the Job must end unretried.",
+    )
 
 
 class OpsSpec(Section):

@@ -22,7 +22,7 @@ from .exporter import start_exporter
 from .faults import Faults
 from .guard import GuardCallback, LossGuard, nonfinite_report
 from .health import Alerts, HealthCallback, WatchdogCallback
-from .preflight import run_preflight
+from .preflight import PreflightFailed, pod_index, run_preflight
 from .profiling import ProfilerCallback
 from .watchdog import Watchdog
 
@@ -41,26 +41,33 @@ class OpsLayer:
         self.rank = args.process_index
         self.metrics_file = self.output_dir / contract.METRICS_FILE
         testing = _section(self.operations, "testing") or SimpleNamespace()
-        self.faults = Faults(testing, self.output_dir, self.rank)
+        self.faults = Faults(testing, self.output_dir, self.rank, pod_index())
         self.guard = LossGuard()
         self.exporter: Any = None
 
     # -- before training
     def preflight(self) -> dict[str, Any] | None:
         """Run preflight when the recipe asks for it; raises PreflightFailed (exit 3) on a failed check."""
+        self.faults.user_error_now()
         settings = _section(self.operations, "preflight")
         if settings is None or not settings.enabled:
             return None
-        testing = _section(self.operations, "testing")
         plain = dict(vars(settings))
         plain["expected_versions"] = dict(vars(settings.expected_versions))
+        try:
+            return self._run_preflight(plain)
+        except PreflightFailed:
+            self.faults.devices_failed()
+            raise
+
+    def _run_preflight(self, plain: dict[str, Any]) -> dict[str, Any]:
         return run_preflight(
             plain,
             output_dir=self.output_dir,
             device_kind=self.device.kind,
             device_count=self.device.count,
             torch_device=self.args.device,
-            simulated_devices=getattr(testing, "device_count", None),
+            simulated_devices=self.faults.simulated_devices(),
             runtime_context_gib=float(getattr(self.run.recipe.hw, "runtime_context_gib", 0.0) or 0.0),
             metrics_file=self.metrics_file,
         )

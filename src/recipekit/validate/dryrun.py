@@ -24,7 +24,7 @@ from pathlib import Path
 
 from recipekit.runtime import contract
 from recipekit.runtime.device import TARGETS
-from recipekit.validate import judge
+from recipekit.validate import judge, policyrun
 from recipekit.validate.attempts import DryRun, pod_environment
 from recipekit.validate.checks import Result
 from recipekit.validate.consistency import check_batch
@@ -218,6 +218,12 @@ def _ops_results(opsx: OpsExpectation, options: DryRunOptions, results: list[Res
             "dryrun.nonfinite",
             f"dry run: NaN loss at step {opsx.nan_at} (ops.testing): stopped with the reason, RestartJob, resumed",
         )
+    elif opsx.fault in ("user_error", "preflight"):
+        pod = opsx.user_error_pod if opsx.fault == "user_error" else opsx.device_count_pod
+        found["fault"] = Result(
+            "dryrun.policy",
+            f"dry run: pod {pod} fails with the {opsx.fault} exit code (ops.testing); the Job's own policies decide",
+        )
     if opsx.profile_steps:
         found["profile"] = Result("dryrun.profile", f"dry run: profiler trace of steps {list(opsx.profile_steps)}")
     results.extend(found.values())
@@ -238,6 +244,34 @@ def _train(
     train.seconds = first.ended - first.started
     train.details.update(judge.first_attempt_details(first, options.pods), logs=str(work.logs))
     losses = [s.loss for s in first.steps if s.loss is not None]
+    if opsx.fault in ("user_error", "preflight"):  # the Job's exitCode policies answer it
+        pod = opsx.user_error_pod if opsx.fault == "user_error" else opsx.device_count_pod
+        second = policyrun.run_policy_fault(
+            lambda: run.attempt(kill_at=None),
+            checks["fault"],
+            train,
+            opsx.fault,
+            pod,
+            first,
+            run.job,
+            expect,
+            work.output_dir,
+            run.tails,
+        )
+        if "preflight" in checks:
+            if second is None:
+                checks["preflight"].skip("the Job ended after the first attempt")
+            else:
+                judge_preflight(checks["preflight"], second)
+        for key in ("metrics", "profile"):
+            if key in checks and second is None:
+                checks[key].skip("the Job ended after the first attempt")
+        if second is not None:
+            if "metrics" in checks:
+                judge_metrics(checks["metrics"], run.attempts)
+            if "profile" in checks and opsx.profile_steps:
+                judge_profile(checks["profile"], work.output_dir, opsx.profile_steps, run.attempts)
+        return
     timed_out = first.outcome == "timeout" and first.last(contract.EVENT_PREFLIGHT) is None
     if "preflight" in checks and timed_out:
         checks["preflight"].skip("the first attempt timed out before preflight reported")

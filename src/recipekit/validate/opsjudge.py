@@ -35,6 +35,9 @@ class OpsExpectation:
     nan_at: int | None
     profile_steps: tuple[int, int] | None
     stall_timeout_s: float | None
+    #: ops.testing's one-pod faults that the Job's policies answer (device_count_pod, user_error_pod)
+    device_count_pod: int | None = None
+    user_error_pod: int | None = None
 
     @classmethod
     def from_doc(cls, doc: dict[str, Any] | None, device: str) -> OpsExpectation:
@@ -51,11 +54,18 @@ class OpsExpectation:
             nan_at=testing.get("nan_at_step"),
             profile_steps=tuple(steps) if steps else None,  # type: ignore[arg-type]
             stall_timeout_s=(ops.get("watchdog") or {}).get("stall_timeout_s"),
+            device_count_pod=testing.get("device_count_pod") if testing.get("device_count") is not None else None,
+            user_error_pod=testing.get("user_error_pod"),
         )
 
     @property
     def fault(self) -> str | None:
-        """The fault the first attempt injects: ``stall`` or ``nonfinite``."""
+        """The fault the first attempt injects: ``stall``, ``nonfinite``, or a one-pod ``user_error`` /
+        ``preflight`` failure that the Job's exitCode policies answer."""
+        if self.user_error_pod is not None:
+            return "user_error"
+        if self.device_count_pod is not None:
+            return "preflight"
         return "stall" if self.stall_at is not None else "nonfinite" if self.nan_at is not None else None
 
 
