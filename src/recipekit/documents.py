@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from recipekit import __version__
 from recipekit.bundlefiles import DS_CONFIG, RUN, TRAIN_MODULE, WORKDIR
 from recipekit.images import ARCH_LABEL, ImageFamily
+from recipekit import mindcluster
 from recipekit.layout import Layout
 from recipekit.names import host_volume_name
 from recipekit.recipe import Recipe
@@ -320,7 +321,15 @@ def volcano_job(recipe: Recipe, plan: Plan) -> dict[str, Any]:
         "name": plan.job_name,
         "namespace": cl.namespace,
         # MindCluster reads the device labels on the Job as well as on its pods
-        "labels": {**labels, **hw.pod_labels, "recipekit.io/version": __version__, "recipekit.io/run": plan.run_id},
+        "labels": {
+            **labels,
+            **hw.pod_labels,
+            "recipekit.io/version": __version__,
+            "recipekit.io/run": plan.run_id,
+            # MindCluster's fault rescheduling (cluster.mindcluster; none by default), read from the PodGroup, which
+            # Volcano labels with the Job's labels
+            **mindcluster.job_labels(recipe),
+        },
     }
     if plan.superpod_block is not None:
         metadata["annotations"] = {"sp-block": str(plan.superpod_block)}

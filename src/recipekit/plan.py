@@ -19,7 +19,7 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
-from recipekit import __version__
+from recipekit import __version__, mindcluster
 from recipekit.datasize import DataSize, data_size
 from recipekit.datasize import steps_per_epoch as steps_per_epoch_of
 from recipekit.documents import (
@@ -408,6 +408,7 @@ def make_plan(
 
     errors.extend(pipeline_problems(recipe))
     errors.extend(mount_problems(recipe))
+    errors.extend(mindcluster.problems(recipe))
 
     # --- precision
     precision, problems = resolve_precision(tr.precision, hw)
