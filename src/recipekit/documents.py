@@ -8,10 +8,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from recipekit import __version__
+from recipekit import __version__, mindcluster
 from recipekit.bundlefiles import DS_CONFIG, RUN, TRAIN_MODULE, WORKDIR
 from recipekit.images import ARCH_LABEL, ImageFamily
-from recipekit import mindcluster
 from recipekit.layout import Layout
 from recipekit.names import host_volume_name
 from recipekit.recipe import Recipe
