@@ -568,7 +568,9 @@ class OpsSpec(Section):
         0.3, gt=0, description="Warn when the loss rises by more than this fraction from one logged step to the next."
     )
     grad_norm_jump_ratio: float = spec(
-        0.3, gt=0, description="Warn when the gradient norm rises by more than this fraction in one logged step."
+        0.3,
+        gt=0,
+        description="Warn when the gradient norm changes by more than this fraction, either way, in one logged step.",
     )
     mfu_target: float | None = spec(
         None,

@@ -47,7 +47,7 @@ LOSS_JUMP = Metric(
 GRAD_NORM = Metric("recipekit_grad_norm", "Gradient norm before clipping.", "none")
 GRAD_NORM_JUMP = Metric(
     "recipekit_grad_norm_jump_ratio",
-    "Relative rise of the gradient norm since the previous logging step.",
+    "Relative change of the gradient norm since the previous logging step (either way: -0.3 = 30% lower).",
     "percentunit",
 )
 LEARNING_RATE = Metric("recipekit_learning_rate", "Learning rate.", "none")
