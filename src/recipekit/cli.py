@@ -112,6 +112,7 @@ class _Commands(click.Group):
         "diff": ("recipekit.commands", "diff_command"),
         "image": ("recipekit.imagecommand", "image_group"),
         "data": ("recipekit.datacommand", "data_group"),
+        "runs": ("recipekit.runscommand", "runs_group"),
     }
 
     def list_commands(self, ctx: click.Context) -> list[str]:

@@ -42,6 +42,8 @@ ALLOWED_FLAGS = {
     "data": {"--help"},
     "data prepare": {"--workers", "--volume", "--json", "--help"},
     "data verify": {"--prepared", "--volume", "--json", "--help"},
+    "runs": {"--help"},
+    "runs history": {"--json", "--help"},
 }
 
 

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import contract  # the package is ``runtime`` in a bundle, ``recipekit.runtime`` in recipekit
+from . import contract, recovery  # the package is ``runtime`` in a bundle, ``recipekit.runtime`` in recipekit
 
 #: Where the svc plugin also writes each task's hosts, one per line.
 VOLCANO_HOSTS_DIR = Path("/etc/volcano")
@@ -179,6 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     env = environment(spec, topo, os.environ)
     exit_dir = tempfile.mkdtemp(prefix="recipekit-exit-")
     env[contract.EXIT_DIR_ENV] = exit_dir
+    env.setdefault(recovery.LAUNCH_TIME_ENV, str(time.time()))  # when this attempt of the pod began (MTTR)
     try:
         return supervise(argv_out, env, Path(exit_dir))
     finally:

@@ -24,6 +24,8 @@ from .guard import GuardCallback, LossGuard, nonfinite_report
 from .health import Alerts, HealthCallback, WatchdogCallback
 from .preflight import PreflightFailed, pod_index, run_preflight
 from .profiling import ProfilerCallback
+from .recovery import RecoveryLog
+from .recoverycallback import RecoveryCallback
 from .watchdog import Watchdog
 
 
@@ -44,6 +46,8 @@ class OpsLayer:
         self.faults = Faults(testing, self.output_dir, self.rank, pod_index())
         self.guard = LossGuard()
         self.exporter: Any = None
+        #: interruptions and recoveries in the run directory (rank 0 writes; runtime/recovery.py)
+        self.recovery = RecoveryLog(self.output_dir, enabled=self.rank == 0)
 
     # -- before training
     def preflight(self) -> dict[str, Any] | None:
@@ -90,6 +94,7 @@ class OpsLayer:
         trainer.add_callback(GuardCallback(self.guard, alerts.nonfinite_loss, health.raise_alert))
         watchdog = Watchdog(output_dir=self.output_dir, rank=self.rank, metrics_file=self.metrics_file)
         trainer.add_callback(WatchdogCallback(watchdog, _section(self.operations, "watchdog"), self.faults))
+        trainer.add_callback(RecoveryCallback(self.recovery, self.exporter))
         steps = getattr(self.run.recipe.train, "profile_steps", None)
         if steps:
             trainer.add_callback(ProfilerCallback(steps, self.output_dir, self.rank, self.device.kind, records))

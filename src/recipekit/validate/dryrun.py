@@ -317,7 +317,7 @@ def _recover(
     second = run.attempt(kill_at=None)
     fault.seconds = time.monotonic() - start
     fault.details.pop("stalled_records", None)
-    judge_fault(fault, opsx.fault or "", opsx, first, second, expected)
+    judge_fault(fault, opsx.fault or "", opsx, first, second, expected, run.work.output_dir)
     if fault.failed:
         fault.details["log_tails"] = run.tails()
         if second.outcome != "completed":
@@ -383,7 +383,7 @@ def _attempts(
     start = time.monotonic()
     second = run.attempt(kill_at=None)
     resume.seconds = time.monotonic() - start
-    judge.judge_resume(resume, first, second, checkpoints, expected)
+    judge.judge_resume(resume, first, second, checkpoints, expected, work.output_dir)
     if resume.failed:
         resume.details["log_tails"] = run.tails()
         if second.outcome != "completed":

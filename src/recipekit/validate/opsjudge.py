@@ -17,7 +17,7 @@ from typing import Any
 from recipekit.runtime import contract
 from recipekit.runtime import metricnames as names
 from recipekit.validate.checks import Result
-from recipekit.validate.judge import resumed_step
+from recipekit.validate.judge import judge_recorded_recovery, resumed_step
 from recipekit.validate.observed import Attempt
 
 WHERE = "<dry run>"
@@ -188,7 +188,13 @@ def judge_profile(result: Result, output_dir: Path, steps: tuple[int, int], atte
 
 # ----------------------------------------------------------------------------------------------------- faults
 def judge_fault(
-    result: Result, kind: str, expect: OpsExpectation, first: Attempt, second: Attempt | None, expected: int | None
+    result: Result,
+    kind: str,
+    expect: OpsExpectation,
+    first: Attempt,
+    second: Attempt | None,
+    expected: int | None,
+    output_dir: Path | None = None,
 ) -> None:
     """The injected fault was noticed as it should be, the job failed, and the restart resumed from ``expected``."""
     if kind == "stall":
@@ -201,7 +207,7 @@ def judge_fault(
         )
     if second is None or result.failed:
         return
-    _judge_restart(result, first, second, expected, noticed_at)
+    _judge_restart(result, first, second, expected, noticed_at, output_dir)
     if result.failed:
         return
     d = result.details
@@ -263,7 +269,12 @@ def _judge_nonfinite(result: Result, expect: OpsExpectation, first: Attempt) -> 
 
 
 def _judge_restart(
-    result: Result, first: Attempt, second: Attempt, expected: int | None, noticed_at: float | None
+    result: Result,
+    first: Attempt,
+    second: Attempt,
+    expected: int | None,
+    noticed_at: float | None,
+    output_dir: Path | None = None,
 ) -> None:
     start = second.last(contract.EVENT_START)
     step = resumed_step(start) if start else None
@@ -272,13 +283,15 @@ def _judge_restart(
         expected_resume_step=expected,
         resumed_step=step,
         first_step_after_restart=first_new.step if first_new else None,
-        mttr_s=round(first_new.at - noticed_at, 2) if first_new and noticed_at is not None else None,
+        mttr_observed_s=round(first_new.at - noticed_at, 2) if first_new and noticed_at is not None else None,
         teardown_s=round(second.started - first.ended, 2),
         exit_codes=second.exit_codes,
     )
     if second.outcome != "completed":
         result.fail(WHERE, "restart", f"the restarted job {second.outcome} (exit codes {second.exit_codes})")
         return
+    recorded = judge_recorded_recovery(result, output_dir, expected)  # the MTTR `recipekit runs history` prints
+    result.details["mttr_s"] = recorded if recorded is not None else result.details["mttr_observed_s"]
     if step != expected:
         result.fail(
             WHERE,
