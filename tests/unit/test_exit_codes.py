@@ -200,3 +200,10 @@ def test_run_sh_and_the_readme_read_the_table(bundle: Path) -> None:
     assert f"exit {contract.EXIT_USER_ERROR}" in run_sh.read_text()
     template = (Path(__file__).parents[2] / "templates" / "run.sh.j2").read_text()
     assert "exit 2" not in template and "exit {{ exit.user_error }}" in template
+
+
+def test_the_docs_list_the_table() -> None:
+    docs = (Path(__file__).parents[2] / "docs" / "faults.md").read_text()
+    for entry in contract.EXIT_CODES:
+        action = entry.action or ("none (success)" if entry.code == 0 else "RestartJob (PodFailed)")
+        assert f"| {entry.code} | {entry.name} | {entry.meaning} | {action} |" in docs
