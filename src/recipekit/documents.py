@@ -215,7 +215,7 @@ def launch_spec(recipe: Recipe, plan: Plan) -> dict[str, Any]:
     """launch.json: everything the pod's launcher needs, as data (run.sh itself holds no recipe value).
 
     The launcher (runtime/launch.py) checks Volcano's variables against these numbers, waits for the master's DNS
-    name, exports ``env`` (each key overridable from the pod spec) and execs torchrun. Keeping this data out of shell
+    name, exports ``env`` (each key overridable from the pod spec) and runs torchrun. Keeping this data out of shell
     text means no recipe value is ever parsed by a shell, and validate and the dry run read and write JSON.
     """
     return {
