@@ -46,3 +46,9 @@ def test_unknown_modes_and_retry_counts_are_refused() -> None:
         resolve([*ASCEND, "cluster.mindcluster.fault_scheduling=pod"])
     with pytest.raises(RecipeError):
         resolve([*ASCEND, "cluster.mindcluster.fault_retry_times=101"])
+
+
+def test_the_bundle_readme_says_what_mindcluster_does_only_when_on() -> None:
+    assert "MindCluster fault rescheduling" not in render_files(ASCEND)["README.md"].decode()
+    readme = render_files([*ASCEND, "cluster.mindcluster.fault_scheduling=grace"])["README.md"].decode()
+    assert "`fault-scheduling: grace` on the Job" in readme and "deletes the pods gracefully" in readme
