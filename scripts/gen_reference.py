@@ -30,10 +30,8 @@ ROOT = Path(__file__).resolve().parent.parent
 REFERENCE = ROOT / "docs" / "reference"
 REFRESH = "python scripts/gen_reference.py"
 
-#: Where the exit codes are defined: a module whose ``EXIT_*`` constants carry a ``#:`` comment each. One place to
-#: re-point when the constants move.
+#: Where the pods' exit codes are defined: the runtime contract's ``EXIT_CODES`` table (name, code, meaning, action).
 EXIT_CODES_MODULE = "recipekit.runtime.contract"
-EXIT_CODES_PREFIX = "EXIT_"
 #: The module whose docstring states the command line's own exit codes (a paragraph starting "Exit codes").
 CLI_MODULE = "recipekit.cli"
 #: The click group of the ``recipekit`` command, as "module:attribute".
@@ -333,27 +331,6 @@ def cli_page() -> str:
 
 
 # --------------------------------------------------------------------------------------------------- exit codes
-def exit_codes() -> list[tuple[str, int, str]]:
-    """(name, value, the ``#:`` comment above it) of every exit-code constant, in source order."""
-    module = importlib.import_module(EXIT_CODES_MODULE)
-    source = inspect.getsource(module)
-    lines = source.splitlines()
-    found = []
-    for node in ast.parse(source).body:
-        if not (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)):
-            continue
-        name = node.targets[0].id
-        if not name.startswith(EXIT_CODES_PREFIX):
-            continue
-        comment: list[str] = []
-        line = node.lineno - 2
-        while line >= 0 and lines[line].lstrip().startswith("#:"):
-            comment.insert(0, lines[line].lstrip()[2:].strip())
-            line -= 1
-        found.append((name, int(getattr(module, name)), " ".join(comment)))
-    return found
-
-
 def _docstring_paragraph(module_name: str, start: str) -> str:
     doc = inspect.getdoc(importlib.import_module(module_name)) or ""
     for paragraph in doc.split("\n\n"):
@@ -363,18 +340,23 @@ def _docstring_paragraph(module_name: str, start: str) -> str:
 
 
 def exit_codes_page() -> str:
-    codes = sorted(exit_codes(), key=lambda code: code[1])
-    rows = [[str(value), _code(name), comment or "success"] for name, value, comment in codes]
+    from recipekit.runtime import contract
+
+    rows = [
+        [str(c.code), _code(c.name), c.meaning, c.action or ("-" if c.code == 0 else "PodFailed → RestartJob")]
+        for c in sorted(contract.EXIT_CODES, key=lambda c: c.code)
+    ]
     return "".join(
         [
             "# Exit codes\n\n",
             _header(),
             "## The recipekit command\n\n",
             _docstring_paragraph(CLI_MODULE, "Exit codes") + "\n\n",
-            "## The bundle's processes\n\n",
-            f"What the bundle's launcher and `train.py` exit with (`{EXIT_CODES_MODULE}`, shared by recipekit and "
-            "the runtime). Volcano's RestartJob policy restarts the Job on any non-zero exit.\n\n",
-            _table(["code", "name", "meaning"], rows),
+            "## The bundle's pods\n\n",
+            f"What a pod exits with: the run's own code, which the launcher passes on from the failed worker "
+            f"(`{EXIT_CODES_MODULE}.EXIT_CODES`, shared by recipekit and the runtime). The Job carries an exitCode "
+            "policy for each code whose answer is not the default `PodFailed → RestartJob`.\n\n",
+            _table(["code", "name", "meaning", "Volcano action"], rows),
         ]
     )
 

@@ -56,6 +56,8 @@ ALLOWED_FLAGS = {
     },
     "model": {"--help"},
     "model import": {"--output", "--name", "--name-or-path", "--description", "--random", "--force", "--help"},
+    "runs": {"--help"},
+    "runs history": {"--json", "--help"},
 }
 
 

@@ -22,11 +22,15 @@ from click.testing import CliRunner
 
 from recipekit.bundle.build import build
 from recipekit.cli.validate import validate_command
+from recipekit.runtime import contract
 from recipekit.validate import validate
 from recipekit.validate.loader import BundleUnusable, load_bundle, rehash_manifest
 from recipekit.validate.results import Status
 from recipekit.validate.static import run_static
 from recipekit.validate.volcano import policy_findings, schema_findings, webhook_findings
+
+#: The Job's first event policy comes after the runtime contract's exitCode policies.
+E = len(contract.exit_code_policies())
 
 BUNDLES = {
     "tiny": ["recipe=tiny_sft"],
@@ -277,9 +281,9 @@ BREAKAGES: list[Breakage] = [
     (
         "job-policy-timeout-not-duration",
         "tiny",
-        edit_yaml("volcano-job.yaml", lambda j: _set(j["spec"]["policies"][0], "timeout", 30)),
+        edit_yaml("volcano-job.yaml", lambda j: _set(j["spec"]["policies"][E], "timeout", 30)),
         "volcano.schema",
-        ("volcano-job.yaml spec.policies[0].timeout", "duration"),
+        (f"volcano-job.yaml spec.policies[{E}].timeout", "duration"),
         True,
     ),
     (
@@ -326,9 +330,9 @@ BREAKAGES: list[Breakage] = [
     (
         "policy-event-and-exit-code",
         "tiny",
-        edit_yaml("volcano-job.yaml", lambda j: _set(j["spec"]["policies"][0], "exitCode", 3)),
+        edit_yaml("volcano-job.yaml", lambda j: _set(j["spec"]["policies"][E], "exitCode", 3)),
         "volcano.webhook",
-        ("volcano-job.yaml spec.policies[0]", "event and exitCode together"),
+        (f"volcano-job.yaml spec.policies[{E}]", "event and exitCode together"),
         True,
     ),
     (
@@ -336,7 +340,7 @@ BREAKAGES: list[Breakage] = [
         "tiny",
         edit_yaml("volcano-job.yaml", lambda j: j["spec"]["policies"].append({"action": "RestartJob"})),
         "volcano.webhook",
-        ("volcano-job.yaml spec.policies[3]", "neither event nor exitCode"),
+        (f"volcano-job.yaml spec.policies[{E + 3}]", "neither event nor exitCode"),
         True,
     ),
     (
@@ -344,7 +348,7 @@ BREAKAGES: list[Breakage] = [
         "tiny",
         edit_yaml("volcano-job.yaml", lambda j: j["spec"]["policies"].append({"exitCode": 0, "action": "RestartJob"})),
         "volcano.webhook",
-        ("volcano-job.yaml spec.policies[3].exitCode", "0 is not a valid"),
+        (f"volcano-job.yaml spec.policies[{E + 3}].exitCode", "0 is not a valid"),
         True,
     ),
     (
@@ -354,7 +358,7 @@ BREAKAGES: list[Breakage] = [
             "volcano-job.yaml", lambda j: j["spec"]["policies"].append({"event": "PodFailed", "action": "AbortJob"})
         ),
         "volcano.webhook",
-        ("volcano-job.yaml spec.policies[3].event", "duplicate event 'PodFailed'"),
+        (f"volcano-job.yaml spec.policies[{E + 3}].event", "duplicate event 'PodFailed'"),
         True,
     ),
     (
@@ -368,17 +372,17 @@ BREAKAGES: list[Breakage] = [
     (
         "policy-bad-action",
         "tiny",
-        edit_yaml("volcano-job.yaml", lambda j: _set(j["spec"]["policies"][0], "action", "Reboot")),
+        edit_yaml("volcano-job.yaml", lambda j: _set(j["spec"]["policies"][E], "action", "Reboot")),
         "volcano.webhook",
-        ("volcano-job.yaml spec.policies[0].action", "invalid policy action 'Reboot'"),
+        (f"volcano-job.yaml spec.policies[{E}].action", "invalid policy action 'Reboot'"),
         True,
     ),
     (
         "policy-bad-event",
         "tiny",
-        edit_yaml("volcano-job.yaml", lambda j: _set(j["spec"]["policies"][0], "event", "PodCrashed")),
+        edit_yaml("volcano-job.yaml", lambda j: _set(j["spec"]["policies"][E], "event", "PodCrashed")),
         "volcano.webhook",
-        ("volcano-job.yaml spec.policies[0].event", "invalid policy event 'PodCrashed'"),
+        (f"volcano-job.yaml spec.policies[{E}].event", "invalid policy event 'PodCrashed'"),
         True,
     ),
     (

@@ -18,6 +18,7 @@ from recipekit.memory.operations import Operations, metrics_port_names
 from recipekit.plan.layout import Layout
 from recipekit.plan.parallelism import STAGE3_PREFETCH_FACTOR
 from recipekit.plan.plan import Plan, Precision
+from recipekit.recipe import mindcluster
 from recipekit.recipe.k8snames import host_volume_name
 from recipekit.recipe.sections import Recipe
 from recipekit.runtime import contract
@@ -249,7 +250,7 @@ def launch_spec(recipe: Recipe, plan: Plan, env: dict[str, str]) -> dict[str, An
     """launch.json: everything the pod's launcher needs, as data (run.sh itself holds no recipe value).
 
     The launcher (runtime/launch.py) checks Volcano's variables against these numbers, waits for the master's DNS
-    name, exports ``env`` (each key overridable from the pod spec) and execs torchrun. Keeping this data out of shell
+    name, exports ``env`` (each key overridable from the pod spec) and runs torchrun. Keeping this data out of shell
     text means no recipe value is ever parsed by a shell, and validate and the dry run read and write JSON.
     """
     return {
@@ -342,7 +343,9 @@ def volcano_job(recipe: Recipe, plan: Plan, metrics_ports: tuple[int, ...] = ())
         "maxRetry": cl.max_retry,
         # Ranks resolve each other before any pod is Ready (none is until training runs).
         "plugins": {"env": [], "svc": ["--publish-not-ready-addresses"]},
+        # The first matching policy wins: the exitCode policies (the runtime contract's table) before PodFailed's.
         "policies": [
+            *contract.exit_code_policies(),
             {"event": "PodEvicted", "action": "RestartJob"},
             {"event": "PodFailed", "action": "RestartJob"},
             {"event": "TaskCompleted", "action": "CompleteJob"},
@@ -364,7 +367,15 @@ def volcano_job(recipe: Recipe, plan: Plan, metrics_ports: tuple[int, ...] = ())
         "name": plan.job_name,
         "namespace": cl.namespace,
         # MindCluster reads the device labels on the Job as well as on its pods
-        "labels": {**labels, **hw.pod_labels, "recipekit.io/version": __version__, "recipekit.io/run": plan.run_id},
+        "labels": {
+            **labels,
+            **hw.pod_labels,
+            "recipekit.io/version": __version__,
+            "recipekit.io/run": plan.run_id,
+            # MindCluster's fault rescheduling (cluster.mindcluster; none by default), read from the PodGroup, which
+            # Volcano labels with the Job's labels
+            **mindcluster.job_labels(recipe),
+        },
     }
     if plan.superpod_block is not None:
         metadata["annotations"] = {"sp-block": str(plan.superpod_block)}

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from recipekit.bundle import devicetelemetry
 from recipekit.bundle.documents import job_labels
 from recipekit.memory.operations import Operations, metrics_port_names
 from recipekit.plan.plan import Plan
@@ -77,9 +78,9 @@ def alert_rules(recipe: Recipe, plan: Plan, ops: Operations) -> list[dict[str, A
         ),
         rule(
             "RecipekitGradNormJump",
-            f"{metricnames.GRAD_NORM_JUMP.name}{{{sel}}} > {a.grad_norm_jump_ratio}",
+            f"abs({metricnames.GRAD_NORM_JUMP.name}{{{sel}}}) > {a.grad_norm_jump_ratio}",
             "warning",
-            f"the gradient norm rose more than {100 * a.grad_norm_jump_ratio:.0f}% in one logged step",
+            f"the gradient norm changed more than {100 * a.grad_norm_jump_ratio:.0f}% (either way) in one logged step",
         ),
         rule(
             "RecipekitMfuLow",
@@ -106,7 +107,16 @@ def alert_rules(recipe: Recipe, plan: Plan, ops: Operations) -> list[dict[str, A
             "critical",
             f"no optimizer step for {ops.stall_timeout_s} s: the hang watchdog should have restarted the job",
         ),
+        *_device_rules(recipe, plan),
     ]
+
+
+def _device_rules(recipe: Recipe, plan: Plan) -> list[dict[str, Any]]:
+    """The alerts on the devices of this Job's pods, from the exporter the hardware's vendor runs (none on CPU)."""
+    exporter = devicetelemetry.exporter_for(recipe.hw.vendor)
+    if exporter is None:
+        return []
+    return devicetelemetry.alert_rules(exporter, recipe.cluster.namespace, plan.job_name, metricnames.JOB_LABEL)
 
 
 def prometheus_rule(recipe: Recipe, plan: Plan, ops: Operations) -> dict[str, Any]:
@@ -125,7 +135,9 @@ def prometheus_rule(recipe: Recipe, plan: Plan, ops: Operations) -> dict[str, An
     }
 
 
-def _panel(index: int, metric: metricnames.Metric, expr: str, title: str) -> dict[str, Any]:
+def _panel(
+    index: int, metric: metricnames.Metric, expr: str, title: str, legend: str = "rank {{rank}}"
+) -> dict[str, Any]:
     return {
         "id": index + 1,
         "type": "timeseries",
@@ -135,7 +147,7 @@ def _panel(index: int, metric: metricnames.Metric, expr: str, title: str) -> dic
         "gridPos": {"h": 8, "w": 12, "x": 12 * (index % 2), "y": 8 * (index // 2)},
         "fieldConfig": {"defaults": {"unit": metric.unit or "none"}, "overrides": []},
         "options": {"legend": {"displayMode": "list", "placement": "bottom"}},
-        "targets": [{"refId": "A", "expr": expr, "legendFormat": "rank {{rank}}"}],
+        "targets": [{"refId": "A", "expr": expr, "legendFormat": legend}],
     }
 
 
@@ -162,6 +174,10 @@ def dashboard_panels() -> list[tuple[metricnames.Metric, str, str]]:
 def dashboard(recipe: Recipe, plan: Plan) -> dict[str, Any]:
     """A Grafana dashboard (schema 39) of every metric, per rank, for a chosen run (default: this one)."""
     panels = [_panel(i, metric, expr, title) for i, (metric, expr, title) in enumerate(dashboard_panels())]
+    exporter = devicetelemetry.exporter_for(recipe.hw.vendor)
+    if exporter is not None:  # the devices of the Job's pods, as the vendor's exporter serves them
+        device = devicetelemetry.panels(exporter, recipe.cluster.namespace, "$job")
+        panels += [_panel(len(panels) + i, *panel) for i, panel in enumerate(device)]
     return {
         "title": f"recipekit training: {recipe.name}",
         "uid": f"recipekit-{plan.run_id}",

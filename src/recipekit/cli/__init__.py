@@ -31,6 +31,7 @@ class _Commands(click.Group):
         "data": ("recipekit.cli.data", "data_group"),
         "model": ("recipekit.cli.model", "model_group"),
         "report": ("recipekit.cli.runs", "report_command"),
+        "runs": ("recipekit.cli.history", "runs_group"),
         "compare": ("recipekit.cli.runs", "compare_command"),
     }
 

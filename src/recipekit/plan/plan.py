@@ -28,6 +28,7 @@ from recipekit.plan.datasize import steps_per_epoch as steps_per_epoch_of
 from recipekit.plan.layout import Layout, recipe_layout
 from recipekit.plan.modelsize import count_params, lora_params
 from recipekit.plan.parallelism import model_parallel_problems
+from recipekit.recipe import mindcluster
 from recipekit.recipe.k8snames import MAX_DNS_LABEL, host_volume_name, k8s_name, task_env_name
 from recipekit.recipe.schema import to_data
 from recipekit.recipe.sections import HardwareSpec, OpsSpec, Recipe
@@ -357,12 +358,17 @@ def operations_problems(recipe: Recipe, layout: Layout, total_steps: int | None)
         problems.append(
             Problem("ops.testing.stall_rank", f"{testing.stall_rank}, but ranks are 0..{layout.world_size - 1}")
         )
+    for name in ("device_count_pod", "user_error_pod"):
+        pod = getattr(testing, name)
+        if pod is not None and pod >= layout.nodes:
+            problems.append(Problem(f"ops.testing.{name}", f"{pod}, but pods are 0..{layout.nodes - 1}"))
     injected = [
         f"{name}={value}"
         for name, value in (
             ("stall_at_step", testing.stall_at_step),
             ("nan_at_step", testing.nan_at_step),
             ("device_count", testing.device_count),
+            ("user_error_pod", testing.user_error_pod),
         )
         if value is not None
     ]
@@ -416,6 +422,7 @@ def make_plan(
     errors.extend(moe_lora_problems(recipe))
     errors.extend(mount_problems(recipe))
     errors.extend(volume_problems(recipe))
+    errors.extend(mindcluster.problems(recipe))
 
     # --- precision
     precision, problems = resolve_precision(tr.precision, hw)

@@ -443,6 +443,28 @@ class DataSpec(Section):
 
 
 # ------------------------------------------------------------------------------------------------------- cluster
+class MindClusterSpec(Section):
+    """Huawei MindCluster's fault rescheduling on Ascend (its Volcano plugin, device plugin, NodeD, ClusterD): the
+    vcjob labels that switch it on. Off by default: a cluster without MindCluster gets none of them. What each label
+    does, with its source, is in docs/faults.md."""
+
+    fault_scheduling: Literal["off", "grace", "force"] = spec(
+        "off",
+        description="Job-level fault rescheduling (vcjob label fault-scheduling): grace deletes the job's pods "
+        "gracefully (SIGTERM: train.py saves a checkpoint within the pod's grace period) before rescheduling them "
+        "away from the faulty NPU or node; force deletes them at once (resume from the last periodic checkpoint); "
+        "off emits no label.",
+    )
+    fault_retry_times: int | None = spec(
+        None,
+        ge=0,
+        le=100,
+        description="vcjob label fault-retry-times: how often MindCluster reschedules the job after a service-plane "
+        "(software) fault. It retries any non-zero exit, a configuration error too: unset (default) leaves those to "
+        "the Job's exit-code policies.",
+    )
+
+
 class ClusterSpec(Section):
     """Where the Job runs: Volcano queue, namespace, nodes, image registry and shared volume."""
 
@@ -479,6 +501,9 @@ class ClusterSpec(Section):
     )
     master_port: int = spec(29500, ge=1024, le=65535, description="Fixed rendezvous port on the first pod.")
     max_retry: int = spec(3, ge=1, le=1000, description="Job restarts Volcano allows before failing the Job.")
+    mindcluster: MindClusterSpec = spec(
+        default_factory=MindClusterSpec, description="MindCluster fault rescheduling on Ascend (off by default)."
+    )
     shm_gib: int = spec(64, gt=0, le=65_536, description="Size of the /dev/shm memory volume per pod.")
     cpu_per_pod: int | None = spec(
         None,
@@ -586,6 +611,18 @@ class OpsTestingSpec(Section):
         description="TESTING ONLY: preflight's device check sees this many devices instead of asking the driver "
         "(simulates a pod given the wrong number of devices; also on CPU).",
     )
+    device_count_pod: int | None = spec(
+        None,
+        ge=0,
+        description="TESTING ONLY: with device_count, only this pod (its Volcano task index) sees the wrong count, "
+        "and only once per output directory: one faulty node, healed by a restart elsewhere (exit code preflight).",
+    )
+    user_error_pod: int | None = spec(
+        None,
+        ge=0,
+        description="TESTING ONLY: this pod's processes stop before training with the configuration-error exit code "
+        "(user_error), as a pod given a broken configuration would; never healed, so the Job must end unretried.",
+    )
 
 
 class OpsSpec(Section):
@@ -645,7 +682,9 @@ class OpsSpec(Section):
         0.3, gt=0, description="Warn when the loss rises by more than this fraction from one logged step to the next."
     )
     grad_norm_jump_ratio: float = spec(
-        0.3, gt=0, description="Warn when the gradient norm rises by more than this fraction in one logged step."
+        0.3,
+        gt=0,
+        description="Warn when the gradient norm changes by more than this fraction, either way, in one logged step.",
     )
     mfu_target: float | None = spec(
         None,

@@ -4,6 +4,10 @@
   detect it, dump the stacks and fail the pod, and the restarted job must resume.
 * ``nan_at_step``: the loss of that step becomes NaN on every rank before backward, so the gradients and the update
   are poisoned as a real divergence poisons them; the loss guard must stop the run without saving them.
+* ``device_count`` with ``device_count_pod``: that pod's preflight sees the wrong number of devices, once; the pod
+  exits with the preflight code and the Job's policy restarts it (one faulty node).
+* ``user_error_pod``: that pod stops before training with the configuration-error code, every time (a broken
+  configuration does not heal); the Job's policy must end the Job without a retry.
 
 Each fault fires once per output directory: the process that injects it first writes a marker into
 ``<output_dir>/faults/``, and every process decides at start whether its fault is still armed (markers only appear
@@ -18,14 +22,26 @@ from pathlib import Path
 from typing import Any
 
 from . import contract
-from .common import LOG
+from .common import LOG, RunError
+
+
+class InjectedUserError(RunError):
+    """ops.testing.user_error_pod: a configuration error on purpose (exit ``user_error``)."""
+
+    code = contract.EXIT_USER_ERROR
 
 
 class Faults:
     """The faults still armed in this process, from recipe.yaml's ``operations.testing``."""
 
-    def __init__(self, testing: Any, output_dir: Path, rank: int):
+    def __init__(self, testing: Any, output_dir: Path, rank: int, pod: int = 0):
         self.dir = Path(output_dir) / contract.FAULTS_DIR
+        self.pod = pod
+        self.user_error = getattr(testing, "user_error_pod", None) == pod
+        self.device_count = getattr(testing, "device_count", None)
+        device_pod = getattr(testing, "device_count_pod", None)
+        if device_pod is not None and (device_pod != pod or self._marker("device-count", 0).exists()):
+            self.device_count = None  # another pod's fault, or this one's already healed by a restart
         stall_at = getattr(testing, "stall_at_step", None)
         nan_at = getattr(testing, "nan_at_step", None)
         self.stall_at = stall_at if stall_at and rank == getattr(testing, "stall_rank", 0) else None
@@ -63,3 +79,18 @@ class Faults:
             self._mark("nan", next_step)
             LOG.warning("TESTING: ops.testing.nan_at_step: the loss of step %d becomes NaN", next_step)
         return True
+
+    def simulated_devices(self) -> int | None:
+        """The device count preflight must see instead of the driver's (ops.testing.device_count), or None."""
+        return self.device_count
+
+    def devices_failed(self) -> None:
+        """Preflight failed with a simulated count: a one-pod fault fires once (the restart sees the real count)."""
+        if self.device_count is not None:
+            self._mark("device-count", 0)
+
+    def user_error_now(self) -> None:
+        """Raise the injected configuration error when this pod is the one ops.testing names."""
+        if self.user_error:
+            LOG.warning("TESTING: ops.testing.user_error_pod: pod %d stops with a configuration error", self.pod)
+            raise InjectedUserError(f"ops.testing.user_error_pod: pod {self.pod} was given a broken configuration")

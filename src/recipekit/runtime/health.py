@@ -43,7 +43,9 @@ class Alerts:
         self.low_utilisation = 0
         self.figures: dict[str, float] = {}
 
-    def _jump(self, key: str, value: Any, ratio: float, label: str, step: int) -> list[tuple[str, str]]:
+    def _jump(
+        self, key: str, value: Any, ratio: float, label: str, step: int, both_ways: bool = False
+    ) -> list[tuple[str, str]]:
         if not isinstance(value, (int, float)) or not math.isfinite(value):
             return []
         before = self.previous.get(key)
@@ -52,12 +54,13 @@ class Alerts:
             return []
         jump = value / before - 1
         self.figures[f"{key}_jump_ratio"] = round(jump, 6)
-        if jump > ratio:
+        if jump > ratio or (both_ways and -jump > ratio):
+            moved = "rose" if jump > 0 else "fell"
             return [
                 (
                     f"{key}_jump",
-                    f"{label} rose {100 * jump:.0f}% in one logged step at step {step} ({before:.4g} → {value:.4g}; "
-                    f"limit {100 * ratio:.0f}%)",
+                    f"{label} {moved} {100 * abs(jump):.0f}% in one logged step at step {step} ({before:.4g} → "
+                    f"{value:.4g}; limit {100 * ratio:.0f}%)",
                 )
             ]
         return []
@@ -65,7 +68,10 @@ class Alerts:
     def on_log(self, step: int, logs: dict[str, Any]) -> list[tuple[str, str]]:
         self.figures = {}
         raised = self._jump("loss", logs.get("loss"), float(self.t.loss_spike_ratio), "loss", step)
-        raised += self._jump("grad_norm", logs.get("grad_norm"), float(self.t.grad_norm_jump_ratio), "grad norm", step)
+        # the grad norm either way (seed 004: a collapse is as suspicious as a spike)
+        raised += self._jump(
+            "grad_norm", logs.get("grad_norm"), float(self.t.grad_norm_jump_ratio), "grad norm", step, both_ways=True
+        )
         mfu = logs.get("mfu")
         if isinstance(mfu, (int, float)):
             self.low_mfu = self.low_mfu + 1 if mfu < float(self.t.mfu_target) else 0

@@ -13,22 +13,30 @@ What it checks, each failure a one-line reason and a non-zero exit so Volcano's 
   past that, exit 1: a restart may land on healthier nodes).
 
 Then it exports launch.json's ``env`` (a value already set in the pod spec wins), MASTER_ADDR and MASTER_PORT, and
-execs torchrun: SIGTERM from the kubelet reaches torchrun, which passes it on to train.py.
+runs torchrun as its child. The pod's exit status is the run's own code (``contract.EXIT_CODES``), because the Job's
+exitCode policies act on it: torchrun exits 1 whatever its worker's code, so each worker writes its code into a
+directory the launcher names (``contract.EXIT_DIR_ENV``) and the launcher exits with the first failure's. SIGTERM
+and SIGINT are passed on to torchrun (which passes them to train.py, which saves a checkpoint); once torchrun has
+ended, the launcher ends by the same signal, so a signal stays a signal.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
+import signal
 import socket
+import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import contract  # the package is ``runtime`` in a bundle, ``recipekit.runtime`` in recipekit
+from . import contract, recovery  # the package is ``runtime`` in a bundle, ``recipekit.runtime`` in recipekit
 
 #: Where the svc plugin also writes each task's hosts, one per line.
 VOLCANO_HOSTS_DIR = Path("/etc/volcano")
@@ -168,12 +176,69 @@ def main(argv: list[str] | None = None) -> int:
         file=sys.stderr,
         flush=True,
     )
+    env = environment(spec, topo, os.environ)
+    exit_dir = tempfile.mkdtemp(prefix="recipekit-exit-")
+    env[contract.EXIT_DIR_ENV] = exit_dir
+    env.setdefault(recovery.LAUNCH_TIME_ENV, str(time.time()))  # when this attempt of the pod began (MTTR)
     try:
-        os.execvpe(argv_out[0], argv_out, environment(spec, topo, os.environ))
+        return supervise(argv_out, env, Path(exit_dir))
+    finally:
+        shutil.rmtree(exit_dir, ignore_errors=True)
+
+
+#: The signals passed on to torchrun: the kubelet's SIGTERM, a terminal's Ctrl-C, a closed session.
+FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+def supervise(argv: list[str], env: dict[str, str], exit_dir: Path) -> int:
+    """Run torchrun as a child, pass signals on, and return the pod's exit code (see :func:`pod_exit_code`).
+
+    When a signal ended the launcher's wait, the launcher ends by that signal itself (``raise_signal``), so the
+    container's status says the pod was signalled; as PID 1 of a container the kernel ignores a signal without a
+    handler, so the code 128 + N it would have had is returned instead.
+    """
+    received: list[int] = []
+
+    def forward(signum: int, frame: Any) -> None:
+        received.append(signum)
+        if child is not None and child.poll() is None:
+            child.send_signal(signum)
+
+    child: subprocess.Popen[bytes] | None = None
+    previous = {signum: signal.signal(signum, forward) for signum in FORWARDED}
+    try:
+        child = subprocess.Popen(argv, env=env)
+        if received:  # a signal that came before the child existed
+            child.send_signal(received[0])
+        code = child.wait()
     except OSError as exc:
-        print(f"launch: cannot start {argv_out[0]}: {exc}", file=sys.stderr)
+        print(f"launch: cannot start {argv[0]}: {exc}", file=sys.stderr)
         return contract.EXIT_FAILED
-    return contract.EXIT_FAILED  # pragma: no cover - exec does not return
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    result = pod_exit_code(code, contract.worker_exit_code(exit_dir), received[0] if received else None)
+    name = contract.exit_code_name(result)
+    print(f"launch: torchrun exited {code}; the pod exits {name} ({result})", file=sys.stderr)
+    sys.stderr.flush()
+    if received:
+        shutil.rmtree(exit_dir, ignore_errors=True)  # the caller's cleanup would not run after the signal
+        signal.signal(received[0], signal.SIG_DFL)
+        signal.raise_signal(received[0])  # ends the process unless it is a container's PID 1
+    return result
+
+
+def pod_exit_code(torchrun_code: int, worker_code: int | None, signum: int | None) -> int:
+    """The pod's exit code: 128 + N when signal N stopped the pod; else the first failed worker's code; else
+    torchrun's own (0, or its failure before any worker ran). A negative ``torchrun_code`` (torchrun itself killed by
+    signal N, as subprocess reports it) becomes 128 + N."""
+    if signum is not None:
+        return 128 + signum
+    if torchrun_code == 0:
+        return contract.EXIT_OK
+    if worker_code is not None:
+        return worker_code
+    return 128 - torchrun_code if torchrun_code < 0 else torchrun_code
 
 
 if __name__ == "__main__":

@@ -47,7 +47,7 @@ LOSS_JUMP = Metric(
 GRAD_NORM = Metric("recipekit_grad_norm", "Gradient norm before clipping.", "none")
 GRAD_NORM_JUMP = Metric(
     "recipekit_grad_norm_jump_ratio",
-    "Relative rise of the gradient norm since the previous logging step.",
+    "Relative change of the gradient norm since the previous logging step (either way: -0.3 = 30% lower).",
     "percentunit",
 )
 LEARNING_RATE = Metric("recipekit_learning_rate", "Learning rate.", "none")
@@ -61,6 +61,14 @@ DEVICE_UTILISATION = Metric(
     "recipekit_device_utilisation", "Device utilisation (0-1) as the driver reports it (absent on CPU).", "percentunit"
 )
 ALERTS = Metric("recipekit_alerts_total", "In-process alerts raised, by alert.", "none", kind="counter")
+#: MTTR in production (runtime/recovery.py, from the run directory's recovery.jsonl; rank 0 reads it).
+RECOVERY_SECONDS = Metric(
+    "recipekit_recovery_seconds",
+    "Last recovery: last step before the interruption to the first step after the restart (0: none yet).",
+    "s",
+)
+RESTARTS = Metric("recipekit_restarts", "Interruptions this run recovered from (restarts that resumed).", "none")
+STEPS_LOST = Metric("recipekit_steps_lost", "Optimizer steps done twice: interrupted step minus resumed step.", "none")
 
 #: Every metric, in dashboard order.
 METRICS = (
@@ -82,9 +90,12 @@ METRICS = (
     DATALOADER_WAIT,
     DEVICE_UTILISATION,
     ALERTS,
+    RECOVERY_SECONDS,
+    RESTARTS,
+    STEPS_LOST,
 )
 
 #: Metrics only where the driver reports them (no utilisation on a CPU, nor without NVML): a scrape may lack them.
 DEVICE_ONLY = (DEVICE_UTILISATION,)
 #: Metrics of the whole run that global rank 0 alone measures (the checkpoint directory holds every rank's shards).
-RANK0_ONLY = (CHECKPOINT_BYTES,)
+RANK0_ONLY = (CHECKPOINT_BYTES, RECOVERY_SECONDS, RESTARTS, STEPS_LOST)

@@ -22,8 +22,10 @@ from .exporter import start_exporter
 from .faults import Faults
 from .guard import GuardCallback, LossGuard, nonfinite_report
 from .health import Alerts, HealthCallback, WatchdogCallback
-from .preflight import run_preflight
+from .preflight import PreflightFailed, pod_index, run_preflight
 from .profiling import ProfilerCallback
+from .recovery import RecoveryLog
+from .recoverycallback import RecoveryCallback
 from .watchdog import Watchdog
 
 
@@ -41,26 +43,35 @@ class OpsLayer:
         self.rank = args.process_index
         self.metrics_file = self.output_dir / contract.METRICS_FILE
         testing = _section(self.operations, "testing") or SimpleNamespace()
-        self.faults = Faults(testing, self.output_dir, self.rank)
+        self.faults = Faults(testing, self.output_dir, self.rank, pod_index())
         self.guard = LossGuard()
         self.exporter: Any = None
+        #: interruptions and recoveries in the run directory (rank 0 writes; runtime/recovery.py)
+        self.recovery = RecoveryLog(self.output_dir, enabled=self.rank == 0)
 
     # -- before training
     def preflight(self) -> dict[str, Any] | None:
         """Run preflight when the recipe asks for it; raises PreflightFailed (exit 3) on a failed check."""
+        self.faults.user_error_now()
         settings = _section(self.operations, "preflight")
         if settings is None or not settings.enabled:
             return None
-        testing = _section(self.operations, "testing")
         plain = dict(vars(settings))
         plain["expected_versions"] = dict(vars(settings.expected_versions))
+        try:
+            return self._run_preflight(plain)
+        except PreflightFailed:
+            self.faults.devices_failed()
+            raise
+
+    def _run_preflight(self, plain: dict[str, Any]) -> dict[str, Any]:
         return run_preflight(
             plain,
             output_dir=self.output_dir,
             device_kind=self.device.kind,
             device_count=self.device.count,
             torch_device=self.args.device,
-            simulated_devices=getattr(testing, "device_count", None),
+            simulated_devices=self.faults.simulated_devices(),
             runtime_context_gib=float(getattr(self.run.recipe.hw, "runtime_context_gib", 0.0) or 0.0),
             metrics_file=self.metrics_file,
         )
@@ -83,6 +94,7 @@ class OpsLayer:
         trainer.add_callback(GuardCallback(self.guard, alerts.nonfinite_loss, health.raise_alert))
         watchdog = Watchdog(output_dir=self.output_dir, rank=self.rank, metrics_file=self.metrics_file)
         trainer.add_callback(WatchdogCallback(watchdog, _section(self.operations, "watchdog"), self.faults))
+        trainer.add_callback(RecoveryCallback(self.recovery, self.exporter))
         steps = getattr(self.run.recipe.train, "profile_steps", None)
         if steps:
             trainer.add_callback(ProfilerCallback(steps, self.output_dir, self.rank, self.device.kind, records))

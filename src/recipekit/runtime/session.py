@@ -221,6 +221,7 @@ def run_training(run: RunConfig, device: Device, resume: str) -> int:
         resume_step=choice.step,
         skipped=[{"checkpoint": name, "reason": reason} for name, reason in choice.skipped],
     )
+    ops.recovery.started(choice.step, resume_from)  # recovery.jsonl: where the previous attempt stopped, if it did
 
     preemption.install()
     try:
@@ -242,6 +243,7 @@ def run_training(run: RunConfig, device: Device, resume: str) -> int:
         return contract.EXIT_PREEMPTED
     merged = save_results(trainer, recipe, args, model_path, tokenizer, identity)
     step = trainer.state.global_step
+    ops.recovery.done(step)
     records.add(contract.EVENT_DONE, step=step, output=str(output_dir), merged=str(merged) if merged else None)
     log0("done: %d steps; model in %s", step, output_dir)
     return contract.EXIT_OK

@@ -35,10 +35,9 @@ The training data is prepared into memory-mapped shards under ``plan.prepared_di
 shared by every run whose data, tokenizer and row settings are equal; each rank prepares its share before the
 process group forms, or reuses what an earlier run (or ``recipekit data prepare``) left there.
 
-Exit codes (``contract.EXIT_*``): 0 done; 2 a problem the user can fix (recipe, data, checkpoint, missing device or
-driver), printed as one line; 3 preflight failed (one line: the check and why); 4 the hang watchdog fired (stacks
-dumped); 5 the loss became NaN/inf; 143 stopped by SIGTERM after saving a checkpoint (non-zero, so Volcano restarts
-the job rather than completing it); 1 a bug or an environment failure, with a traceback.
+Exit codes: ``contract.EXIT_CODES`` is the one table (name, code, meaning, the Job's policy for it). Each process
+also writes its code where the launcher reads it (``contract.record_exit``), since torchrun exits 1 whatever its
+workers' codes are and the pod must exit with the run's own code for the Job's exitCode policies to act on it.
 """
 
 from __future__ import annotations
@@ -101,4 +100,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    contract.record_exit(code)  # torchrun exits 1 whatever this code is: the launcher reads it from here
+    sys.exit(code)

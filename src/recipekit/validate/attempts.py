@@ -17,10 +17,12 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import psutil
+import yaml
 
-from recipekit.bundlefiles import LAUNCH, RUN, TRAIN_MODULE
+from recipekit.bundlefiles import JOB, LAUNCH, RUN, TRAIN_MODULE
 from recipekit.runtime import contract
 from recipekit.runtime.exporter import PORT_ENV as METRICS_PORT_ENV
 from recipekit.validate.dryrunoptions import DryRunOptions
@@ -123,6 +125,10 @@ class DryRun:
         except (OSError, ValueError):
             spec = {}
         self.module = str(spec.get("module") or TRAIN_MODULE)
+        try:  # the Job whose policies answer a failed pod (validate/controller.py)
+            self.job: dict[str, Any] = yaml.safe_load((work.bundle / JOB).read_text(encoding="utf-8")) or {}
+        except (OSError, yaml.YAMLError):
+            self.job = {}
         self.nproc = int(spec.get("nproc_per_node") or 1)
 
     # -- one attempt: start every pod, watch until done / failed / killed / timed out
@@ -161,6 +167,8 @@ class DryRun:
                 self._kill(attempt)
                 break
             codes = {pod.index: pod.poll() for pod in self.pods}
+            if attempt.first_failure is None:
+                attempt.first_failure = next(((i, c) for i, c in codes.items() if c not in (None, 0)), None)
             if all(code is not None for code in codes.values()):
                 attempt.outcome = "completed" if all(code == 0 for code in codes.values()) else "failed"
                 break

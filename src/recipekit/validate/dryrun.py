@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from recipekit.runtime import contract
-from recipekit.validate import judge
+from recipekit.validate import judge, policyrun
 from recipekit.validate.attempts import DryRun, pod_environment
 from recipekit.validate.consistency import check_batch
 from recipekit.validate.dryrunoptions import DryRunOptions, DryRunUsageError
@@ -177,6 +177,13 @@ def _ops_results(operations: OpsExpectation, options: DryRunOptions, results: li
             f"dry run: NaN loss at step {operations.nan_at} (ops.testing): stopped with the reason, RestartJob, "
             "resumed",
         )
+    elif operations.fault in ("user_error", "preflight"):
+        pod = operations.user_error_pod if operations.fault == "user_error" else operations.device_count_pod
+        found["fault"] = Result(
+            "dryrun.policy",
+            f"dry run: pod {pod} fails with the {operations.fault} exit code (ops.testing); the Job's own policies "
+            "decide",
+        )
     if operations.profile_steps:
         found["profile"] = Result(
             "dryrun.profile", f"dry run: profiler trace of steps {list(operations.profile_steps)}"
@@ -199,6 +206,34 @@ def _train(
     train.seconds = first.ended - first.started
     train.details.update(judge.first_attempt_details(first, options.pods), logs=str(work.logs))
     losses = [s.loss for s in first.steps if s.loss is not None]
+    if operations.fault in ("user_error", "preflight"):  # the Job's exitCode policies answer it
+        pod = operations.user_error_pod if operations.fault == "user_error" else operations.device_count_pod
+        second = policyrun.run_policy_fault(
+            lambda: run.attempt(kill_at=None),
+            checks["fault"],
+            train,
+            operations.fault,
+            pod,
+            first,
+            run.job,
+            expect,
+            work.output_dir,
+            run.tails,
+        )
+        if "preflight" in checks:
+            if second is None:
+                checks["preflight"].skip("the Job ended after the first attempt")
+            else:
+                judge_preflight(checks["preflight"], second)
+        for key in ("metrics", "profile"):
+            if key in checks and second is None:
+                checks[key].skip("the Job ended after the first attempt")
+        if second is not None:
+            if "metrics" in checks:
+                judge_metrics(checks["metrics"], run.attempts)
+            if "profile" in checks and operations.profile_steps:
+                judge_profile(checks["profile"], work.output_dir, operations.profile_steps, run.attempts)
+        return
     timed_out = first.outcome == "timeout" and first.last(contract.EVENT_PREFLIGHT) is None
     if "preflight" in checks and timed_out:
         checks["preflight"].skip("the first attempt timed out before preflight reported")
@@ -244,7 +279,7 @@ def _recover(
     second = run.attempt(kill_at=None)
     fault.seconds = time.monotonic() - start
     fault.details.pop("stalled_records", None)
-    judge_fault(fault, operations.fault or "", operations, first, second, expected)
+    judge_fault(fault, operations.fault or "", operations, first, second, expected, run.work.output_dir)
     if fault.failed:
         fault.details["log_tails"] = run.tails()
         if second.outcome != "completed":
@@ -310,7 +345,7 @@ def _attempts(
     start = time.monotonic()
     second = run.attempt(kill_at=None)
     resume.seconds = time.monotonic() - start
-    judge.judge_resume(resume, first, second, checkpoints, expected)
+    judge.judge_resume(resume, first, second, checkpoints, expected, work.output_dir)
     if resume.failed:
         resume.details["log_tails"] = run.tails()
         if second.outcome != "completed":

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from recipekit.runtime import contract
+from recipekit.runtime import contract, recovery
 from recipekit.validate.observed import Attempt, Step
 from recipekit.validate.results import Result
 
@@ -182,11 +182,44 @@ def judge_completion(
 
 
 # ----------------------------------------------------------------------------------------------------- resume
+def recorded_recovery(output_dir: Path | None) -> dict[str, Any] | None:
+    """The last recovery the run directory records (runtime/recovery.py, the code ``recipekit runs history`` runs:
+    one MTTR definition for the dry run and production)."""
+    if output_dir is None:
+        return None
+    found = recovery.history(recovery.read(output_dir))
+    return found[-1].to_json() if found else None
+
+
+def judge_recorded_recovery(result: Result, output_dir: Path | None, expected: int | None) -> float | None:
+    """The run directory recorded the recovery, resuming at ``expected``; its MTTR (None without a record)."""
+    recorded = recorded_recovery(output_dir)
+    result.details["recovery"] = recorded
+    if output_dir is None:
+        return None
+    if recorded is None:
+        result.fail(WHERE, recovery.RECOVERY_FILE, "the restarted run recorded no recovery in its output directory")
+        return None
+    if recorded["resume_step"] != (expected or 0):
+        result.fail(
+            WHERE,
+            recovery.RECOVERY_FILE,
+            f"records a resume at step {recorded['resume_step']}, the newest complete checkpoint was {expected}",
+        )
+    return recorded["mttr_s"]
+
+
 def judge_resume(
-    resume: Result, first: Attempt, second: Attempt, checkpoints_at_restart: list[int], expected: int | None
+    resume: Result,
+    first: Attempt,
+    second: Attempt,
+    checkpoints_at_restart: list[int],
+    expected: int | None,
+    output_dir: Path | None = None,
 ) -> None:
     """After the kill and RestartJob: train.py resumed from ``expected`` (the newest complete checkpoint when the
-    pods restarted), its first step is the next one, and steps trained twice repeat their loss."""
+    pods restarted), its first step is the next one, and steps trained twice repeat their loss. The MTTR is the one
+    the run directory records (:func:`recorded_recovery`); the dry run's own observation is kept beside it."""
     assert first.killed_at is not None
     resume.details.update(
         killed_pod=first.killed_pod,
@@ -201,7 +234,10 @@ def judge_resume(
     start = second.last(contract.EVENT_START)
     step = resumed_step(start) if start else None
     first_new = second.steps[0] if second.steps else None
-    mttr = round(first_new.at - first.killed_at, 2) if first_new else None
+    observed = round(first_new.at - first.killed_at, 2) if first_new else None
+    recorded = judge_recorded_recovery(resume, output_dir, expected) if second.outcome == "completed" else None
+    mttr = recorded if recorded is not None else observed
+    resume.details["mttr_observed_s"] = observed
     resume.details.update(
         resumed_from=start.get("resume_from") if start else None,
         resumed_step=step,

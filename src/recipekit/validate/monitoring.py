@@ -22,12 +22,13 @@ from typing import Any
 
 import yaml
 
+from recipekit.bundle import devicetelemetry
 from recipekit.bundlefiles import DASHBOARD, LAUNCH, PODMONITOR, PROMETHEUS_RULE, RECIPE
 from recipekit.runtime import metricnames
 from recipekit.validate.loader import Bundle
 from recipekit.validate.results import Result
 
-_METRIC = re.compile(r"\b(recipekit_[a-z_]+)\b")
+_METRIC = re.compile(r"\b(recipekit_[a-z_]+|npu_chip_info_[a-z_]+|DCGM_FI_[A-Z_]+)\b")
 
 
 def _operations(bundle: Bundle) -> dict[str, Any]:
@@ -47,7 +48,7 @@ def _load(bundle: Bundle, name: str) -> Any:
 
 def _served() -> set[str]:
     served = {m.name for m in metricnames.METRICS}
-    return served | {name.removesuffix("_total") for name in served}
+    return served | {name.removesuffix("_total") for name in served} | set(devicetelemetry.KNOWN_METRICS)
 
 
 def _queried(expr: str) -> set[str]:
@@ -104,7 +105,7 @@ def check_monitoring(bundle: Bundle) -> Result:
         unknown = _queried(expr) - served
         if unknown:
             result.fail(PROMETHEUS_RULE, str(rule.get("alert")), f"queries {sorted(unknown)}, which nothing serves")
-        if scope not in expr:
+        if scope not in expr and f'=~"{job_name}-' not in expr:  # device alerts select the Job's pods
             result.fail(PROMETHEUS_RULE, str(rule.get("alert")), f"not scoped to this Job ({scope})")
     panels = docs[DASHBOARD].get("panels", [])
     exprs = [t.get("expr", "") for p in panels for t in p.get("targets", [])]

@@ -40,6 +40,8 @@ class Attempt:
     ended: float = 0.0
     log_offsets: dict[int, int] = field(default_factory=dict)
     scraped: dict[str, Any] | None = None  # rank 0's metrics endpoint, read once training checkpointed
+    #: (pod, exit code) of the first pod seen exiting non-zero: the failure Volcano's controller acts on
+    first_failure: tuple[int, int] | None = None
 
     def events(self, kind: str) -> list[dict[str, Any]]:
         """This attempt's records of one kind, in file order."""

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from recipekit.runtime import contract, metricnames
-from recipekit.validate.judge import resumed_step
+from recipekit.validate.judge import judge_recorded_recovery, resumed_step
 from recipekit.validate.observed import Attempt
 from recipekit.validate.results import Result
 
@@ -34,6 +34,9 @@ class OpsExpectation:
     nan_at: int | None
     profile_steps: tuple[int, int] | None
     stall_timeout_s: float | None
+    #: ops.testing's one-pod faults that the Job's policies answer (device_count_pod, user_error_pod)
+    device_count_pod: int | None = None
+    user_error_pod: int | None = None
 
     @classmethod
     def from_doc(cls, doc: dict[str, Any] | None, device: str) -> OpsExpectation:
@@ -50,11 +53,18 @@ class OpsExpectation:
             nan_at=testing.get("nan_at_step"),
             profile_steps=tuple(steps) if steps else None,
             stall_timeout_s=(ops.get("watchdog") or {}).get("stall_timeout_s"),
+            device_count_pod=testing.get("device_count_pod") if testing.get("device_count") is not None else None,
+            user_error_pod=testing.get("user_error_pod"),
         )
 
     @property
     def fault(self) -> str | None:
-        """The fault the first attempt injects: ``stall`` or ``nonfinite``."""
+        """The fault the first attempt injects: ``stall``, ``nonfinite``, or a one-pod ``user_error`` /
+        ``preflight`` failure that the Job's exitCode policies answer."""
+        if self.user_error_pod is not None:
+            return "user_error"
+        if self.device_count_pod is not None:
+            return "preflight"
         return "stall" if self.stall_at is not None else "nonfinite" if self.nan_at is not None else None
 
 
@@ -177,7 +187,13 @@ def judge_profile(result: Result, output_dir: Path, steps: tuple[int, int], atte
 
 # ----------------------------------------------------------------------------------------------------- faults
 def judge_fault(
-    result: Result, kind: str, expect: OpsExpectation, first: Attempt, second: Attempt | None, expected: int | None
+    result: Result,
+    kind: str,
+    expect: OpsExpectation,
+    first: Attempt,
+    second: Attempt | None,
+    expected: int | None,
+    output_dir: Path | None = None,
 ) -> None:
     """The injected fault was noticed as it should be, the job failed, and the restart resumed from ``expected``."""
     if kind == "stall":
@@ -190,7 +206,7 @@ def judge_fault(
         )
     if second is None or result.failed:
         return
-    _judge_restart(result, first, second, expected, noticed_at)
+    _judge_restart(result, first, second, expected, noticed_at, output_dir)
     if result.failed:
         return
     d = result.details
@@ -252,7 +268,12 @@ def _judge_nonfinite(result: Result, expect: OpsExpectation, first: Attempt) -> 
 
 
 def _judge_restart(
-    result: Result, first: Attempt, second: Attempt, expected: int | None, noticed_at: float | None
+    result: Result,
+    first: Attempt,
+    second: Attempt,
+    expected: int | None,
+    noticed_at: float | None,
+    output_dir: Path | None = None,
 ) -> None:
     start = second.last(contract.EVENT_START)
     step = resumed_step(start) if start else None
@@ -261,13 +282,15 @@ def _judge_restart(
         expected_resume_step=expected,
         resumed_step=step,
         first_step_after_restart=first_new.step if first_new else None,
-        mttr_s=round(first_new.at - noticed_at, 2) if first_new and noticed_at is not None else None,
+        mttr_observed_s=round(first_new.at - noticed_at, 2) if first_new and noticed_at is not None else None,
         teardown_s=round(second.started - first.ended, 2),
         exit_codes=second.exit_codes,
     )
     if second.outcome != "completed":
         result.fail(WHERE, "restart", f"the restarted job {second.outcome} (exit codes {second.exit_codes})")
         return
+    recorded = judge_recorded_recovery(result, output_dir, expected)  # the MTTR `recipekit runs history` prints
+    result.details["mttr_s"] = recorded if recorded is not None else result.details["mttr_observed_s"]
     if step != expected:
         result.fail(
             WHERE,

@@ -11,7 +11,7 @@ import hashlib
 
 from recipekit.bundlefiles import DS_CONFIG as DS
 from recipekit.bundlefiles import JOB, MANIFEST, REQUIRED
-from recipekit.validate import volcano
+from recipekit.validate import controller, volcano
 from recipekit.validate.loader import Bundle
 from recipekit.validate.results import Result, Status
 
@@ -65,6 +65,8 @@ def check_job_webhook(bundle: Bundle) -> Result:
     if bundle.job is None:
         return result.skip(f"{JOB} missing or unparseable")
     result.fail_all(volcano.webhook_findings(bundle.job))
+    result.fail_all(controller.unreachable_policy_findings(bundle.job))
+    result.fail_all(controller.contract_policy_findings(bundle.job))
     result.reason = "queue existence and state need a cluster: not checked" if result.status is Status.PASS else ""
     return result
 
