@@ -60,5 +60,8 @@ def test_the_pages_hold_what_the_code_defines() -> None:
     assert "`mode.quant.double_quant`" in pages["recipe-keys.md"]
     assert "`ascend910b` *" in pages["groups.md"]
     assert "--allow-oom" in pages["cli.md"] and "## recipekit data prepare" in pages["cli.md"]
-    assert f"| {contract.EXIT_STALLED} | `EXIT_STALLED` |" in pages["exit-codes.md"]
+    assert (
+        f"| {contract.EXIT_STALLED} | `stalled` |" in pages["exit-codes.md"]
+        and "| TerminateJob |" in pages["exit-codes.md"]
+    )
     assert "`qwen2.5_14b`" in pages["models.md"]
