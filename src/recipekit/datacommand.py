@@ -127,7 +127,9 @@ def verify_command(bundle: Path | None, prepared: Path | None, volume: Path | No
     The directory is the one the Job would use (<data.prepared_dir>/<fingerprint>/, found with the bundle's own
     code, so the data files and tokenizer must be reachable), or --prepared DIR. One line per missing, resized or
     altered shard and per extra file, then a verdict. Exit 0 when every shard matches, 1 when one is missing or
-    damaged (delete the directory and prepare again), 2 when there is nothing to check.
+    damaged (delete the directory and prepare again), 2 when there is nothing to check. With RECIPEKIT_RUN_KEY_FILE
+    set to the run key (docs/trust.md) the manifest's signature is checked too: shards rewritten together with
+    their hashes in the manifest fail.
 
     \b
     Examples:
@@ -135,7 +137,7 @@ def verify_command(bundle: Path | None, prepared: Path | None, volume: Path | No
       recipekit data verify --prepared /mnt/pvc-llm/runs/prepared/4f2a9c0e1b7d3a5f6e80
       recipekit data verify bundles/tiny_sft --json
     """
-    from recipekit.runtime import verify
+    from recipekit.runtime import trust, verify
 
     if (bundle is None) == (prepared is None):
         _error("give a BUNDLE or --prepared DIR (one of them)")
@@ -143,9 +145,11 @@ def verify_command(bundle: Path | None, prepared: Path | None, volume: Path | No
         if volume is not None:
             _error("--volume locates a bundle's data; with --prepared, give the directory as this machine sees it")
         try:
-            report = verify.check(prepared)
+            report = verify.check(prepared, key=trust.load_key())
         except ManifestError as exc:
             _error(f"nothing to verify: {exc}")
+        except trust.Untrusted as exc:
+            _error(str(exc))
     else:
         assert bundle is not None
         problem = _unusable(bundle, "verify")

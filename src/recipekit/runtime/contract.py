@@ -286,8 +286,9 @@ def resume_choice(
     to this run: a run record naming another run is refused rather than skipped, because continuing from an older
     checkpoint of a directory another run has written into would silently lose work. Given ``world_size`` and
     ``zero_stage`` (this run's), a ZeRO checkpoint written by another world layout is refused too: its partitioned
-    optimizer states cannot be re-sharded here. A checkpoint without a record (an older bundle) is accepted with a
-    warning. Pure apart from reading the directory: train.py acts on the answer and the dry run predicts with it.
+    optimizer states cannot be re-sharded here. A checkpoint without a record is refused: nothing proves who wrote
+    it (train.py then also checks the record's signature, runtime/checkpoints.py). Pure apart from reading the
+    directory: train.py acts on the answer and the dry run predicts with it.
     """
     if resume == "none":
         return ResumeChoice(None)
@@ -308,11 +309,10 @@ def resume_choice(
             raise ResumeRefused(f"--resume {resume}: {problem}")
     record = read_run_record(path)
     if record is None:
-        warning = (
-            f"{path.name} has no {RUN_FILE} (saved by an older bundle): resuming it without checking that it "
-            f"belongs to run {run_id}"
+        raise ResumeRefused(
+            f"{path.name} has no readable {RUN_FILE}: nothing proves run {run_id} wrote it (the shared volume is "
+            "writable by others, docs/trust.md); start over with --resume none or another output_dir"
         )
-        return ResumeChoice(path, tuple(skipped), (warning,))
     refusal = _identity_problem(path.name, record, run_id, world_size, zero_stage)
     if refusal:
         raise ResumeRefused(refusal)

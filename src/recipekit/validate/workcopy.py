@@ -31,6 +31,7 @@ import importlib.util
 import json
 import math
 import os
+import secrets
 import shutil
 import subprocess
 import sys
@@ -106,6 +107,11 @@ class WorkCopy:
     run_id: str
     substitutions: list[Substitution] = field(default_factory=list)
     deepspeed_ops: list[str] = field(default_factory=list)
+
+    @property
+    def run_key(self) -> Path:
+        """The simulated cluster's Secret: the run key every pod reads (trust.KEY_ENV), as the Job mounts it."""
+        return self.root / "secrets" / "run-key"
 
 
 def default_workdir(bundle_dir: Path) -> Path:
@@ -462,6 +468,9 @@ def prepare(bundle: Bundle, options: Any) -> WorkCopy:
     (root / "substitutions.json").write_text(
         json.dumps([s.to_json() for s in work.substitutions], indent=2, default=str) + "\n", encoding="utf-8"
     )
+    work.run_key.parent.mkdir(mode=0o700)
+    work.run_key.write_text(secrets.token_hex(32) + "\n", encoding="ascii")
+    work.run_key.chmod(0o400)
     return work
 
 
