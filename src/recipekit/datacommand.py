@@ -29,6 +29,7 @@ import click
 import yaml
 
 from recipekit.bundlefiles import RECIPE, RUNTIME
+from recipekit.childpython import python_argv, safe_env
 from recipekit.runtime import contract
 from recipekit.runtime.manifest import ManifestError
 
@@ -87,7 +88,7 @@ def prepare_command(bundle: Path, workers: int, volume: Path | None, as_json: bo
     problem = _unusable(bundle)
     if problem:
         _error(problem)
-    command = [sys.executable, "-m", MODULE, "--recipe", str(bundle / RECIPE), "--workers", str(workers)]
+    command = python_argv("-m", MODULE, "--recipe", str(bundle / RECIPE), "--workers", str(workers))
     command += ["--progress", "json"] + (["--volume", str(volume)] if volume is not None else [])
     done = _run(command, _child_env(bundle))
     if done is None:
@@ -105,7 +106,7 @@ def _error(message: str) -> NoReturn:
 
 def _child_env(bundle: Path) -> dict[str, str]:
     """The environment of the bundle's runtime: the bundle alone on PYTHONPATH, no rank of an outer launcher."""
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    env = safe_env({k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")})
     env["PYTHONPATH"] = str(bundle.resolve())
     env.setdefault("TOKENIZERS_PARALLELISM", "false")  # one process per core already; no thread pools on top
     return env
@@ -155,7 +156,7 @@ def verify_command(bundle: Path | None, prepared: Path | None, volume: Path | No
         problem = _unusable(bundle, "verify")
         if problem:
             _error(problem)
-        command = [sys.executable, "-m", MODULE, "--recipe", str(bundle / RECIPE), "--verify", "--progress", "json"]
+        command = python_argv("-m", MODULE, "--recipe", str(bundle / RECIPE), "--verify", "--progress", "json")
         command += ["--volume", str(volume)] if volume is not None else []
         process = subprocess.run(command, env=_child_env(bundle), stdout=subprocess.PIPE, text=True)
         report = _last_event(process.stdout, "verified")

@@ -16,12 +16,12 @@ import importlib.util
 import json
 import shutil
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from recipekit.childpython import python_argv, safe_env
 from recipekit.runtime import contract
 from recipekit.runtime.device import TARGETS
 from recipekit.validate import judge
@@ -96,7 +96,7 @@ def _devices(kind: str) -> tuple[int, str]:
         "npu": "import torch, torch_npu; print(torch.npu.device_count())",
     }[kind]
     try:
-        proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+        proc = subprocess.run(python_argv("-c", probe), capture_output=True, text=True, timeout=120, env=safe_env())
     except subprocess.TimeoutExpired:
         return 0, "probing the devices timed out"
     if proc.returncode != 0:

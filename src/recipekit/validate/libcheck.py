@@ -37,12 +37,12 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from recipekit.childpython import python_argv, safe_env
 from recipekit.paths import cache_dir
 from recipekit.validate.checks import Result
 
@@ -141,11 +141,11 @@ def start(bundle: Any) -> Pending:
         open(pending.workdir / "err.txt", "wb") as stderr,
     ):
         pending.proc = subprocess.Popen(
-            [sys.executable, "-m", "recipekit.validate.libchild"],
+            python_argv("-m", "recipekit.validate.libchild"),
             stdin=stdin,
             stdout=stdout,
             stderr=stderr,
-            env=env,
+            env=safe_env(env),
             start_new_session=True,
         )
     return pending

@@ -34,7 +34,6 @@ import os
 import secrets
 import shutil
 import subprocess
-import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -43,6 +42,7 @@ import yaml
 
 from recipekit import yamlfile
 from recipekit.bundlefiles import DS_CONFIG, LAUNCH, RECIPE, RUN
+from recipekit.childpython import python_argv, safe_env
 from recipekit.compose import Composed, group_options
 from recipekit.errors import RecipeError
 from recipekit.recipe import HardwareSpec, ModelSpec, Recipe
@@ -157,11 +157,11 @@ def async_io_compatible() -> bool:
     )
     try:
         proc = subprocess.run(
-            [sys.executable, "-c", code],
+            python_argv("-c", code),
             capture_output=True,
             text=True,
             timeout=120,
-            env={**os.environ, "DS_ACCELERATOR": "cpu"},
+            env=safe_env({**os.environ, "DS_ACCELERATOR": "cpu"}),
         )
     except subprocess.TimeoutExpired:
         return False
