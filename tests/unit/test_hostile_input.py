@@ -624,6 +624,7 @@ def check_readme(readme: str, recipe: Recipe, plan: Any) -> None:
             assert words[:3] == ["kubectl", "-n", cl.namespace]
             assert (
                 plan.job_name in words
+                or words[3:7] == ["create", "secret", "generic", "recipekit-run-key"]  # the run key, per namespace
                 or f"app.kubernetes.io/name={plan.job_name}" in words
                 or any(w == f"{plan.job_name}-{plan.task_name}-0" for w in words)
             )
