@@ -187,7 +187,76 @@ def _finish(cfg: Any, overrides: Sequence[str]) -> Composed:
     ]
     if refused:
         raise RecipeError(refused)
+    problem = resolution_problem(OmegaConf.to_container(cfg, resolve=False))
+    if problem:
+        raise RecipeError([problem])
     return _composed(OmegaConf.to_container(cfg, resolve=True), choices, overrides)
+
+
+#: The most text the recipe's interpolations may expand to, and the longest chain of references.
+MAX_RESOLVED_BYTES = 1 << 20
+MAX_REFERENCE_DEPTH = 64
+_REFERENCE = re.compile(r"\$\{(\.*)([^${}:]*)\}")
+
+
+def resolution_problem(data: Any) -> Problem | None:
+    """A recipe whose plain references (``${a}``) would expand past :data:`MAX_RESOLVED_BYTES` or chain deeper than
+    :data:`MAX_REFERENCE_DEPTH`: ``b: ${a}${a}``, ``c: ${b}${b}``, ... doubles at each key, so 1 KiB of YAML would
+    resolve to gigabytes. Sizes are computed from the references alone, before OmegaConf resolves anything."""
+    values: dict[tuple[str, ...], Any] = {}
+    stack: list[tuple[tuple[str, ...], Any]] = [((), data)]
+    while stack:
+        path, value = stack.pop()
+        values[path] = value
+        if isinstance(value, dict):
+            stack.extend(((*path, str(k)), v) for k, v in value.items())
+        elif isinstance(value, list):
+            stack.extend(((*path, str(i)), v) for i, v in enumerate(value))
+    sizes: dict[tuple[str, ...], int] = {}
+
+    def size(path: tuple[str, ...], depth: int) -> int:
+        if path in sizes:
+            return sizes[path]
+        if depth > MAX_REFERENCE_DEPTH:
+            raise _TooLarge(path, f"references chain more than {MAX_REFERENCE_DEPTH} deep")
+        sizes[path] = 0  # a cycle counts nothing here; OmegaConf reports it
+        value = values.get(path)
+        if isinstance(value, str):
+            total = len(value)
+            for match in _REFERENCE.finditer(value):
+                dots, key = match.group(1), match.group(2)
+                base = path[: len(path) - len(dots)] if dots else ()
+                target = (*base, *key.replace("[", ".").replace("]", "").split(".")) if key else base
+                total += size(tuple(t for t in target if t), depth + 1) - len(match.group(0))
+        elif isinstance(value, (dict, list)):
+            children = [p for p in values if len(p) == len(path) + 1 and p[: len(path)] == path]
+            total = sum(size(child, depth + 1) for child in children)
+        else:
+            total = len(str(value))
+        if total > MAX_RESOLVED_BYTES:
+            raise _TooLarge(path, f"would resolve to more than {MAX_RESOLVED_BYTES >> 20} MiB of text")
+        sizes[path] = total
+        return total
+
+    try:
+        for path in sorted(values, key=len, reverse=True):
+            if isinstance(values[path], str):
+                size(path, 0)
+    except _TooLarge as exc:
+        return Problem(
+            ".".join(exc.path) or "recipe",
+            exc.message,
+            "interpolations that repeat each other multiply; write the value out or reference it once",
+        )
+    except RecursionError:
+        return Problem("recipe", f"references chain more than {MAX_REFERENCE_DEPTH} deep")
+    return None
+
+
+class _TooLarge(Exception):
+    def __init__(self, path: tuple[str, ...], message: str):
+        super().__init__(message)
+        self.path, self.message = path, message
 
 
 def _composed(raw: dict[str, Any], choices: dict[str, Any], overrides: Sequence[str]) -> Composed:
@@ -549,17 +618,53 @@ def check_team_trees(extra_dirs: Sequence[Path]) -> list[Problem]:
                 problems.extend(
                     Problem(f"{where}: {key}", message, _RESOLVER_HINT) for message in _interpolation_problems(value)
                 )
+            problems.extend(Problem(where, message) for message in _reach_problems(data))
     return problems
 
 
+def _reach_problems(data: Any) -> list[str]:
+    """What in a team file would make Hydra read files this scan never saw: a ``searchpath`` (``hydra.searchpath``
+    adds any directory of the machine) and a defaults-list entry that leaves the recipe trees (``..``, a scheme)."""
+    found = []
+    stack = [data]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, dict):
+            if "searchpath" in value:
+                found.append("sets a Hydra searchpath: team layers are given with recipekit.toml or --recipes only")
+            defaults = value.get("defaults")
+            if isinstance(defaults, list):
+                found.extend(
+                    f"defaults entry {text!r} leaves the recipe trees ('..', '//', or a scheme)"
+                    for text in _default_texts(defaults)
+                    if ".." in text.split("/") or "://" in text or "\\" in text or text.startswith("//")
+                )
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
+    return sorted(set(found))
+
+
+def _default_texts(defaults: list[Any]) -> list[str]:
+    """Every group path and option name a defaults list names (``- group: option`` and ``- /path/option``)."""
+    texts = []
+    for entry in defaults:
+        if isinstance(entry, str):
+            texts.append(entry)
+        elif isinstance(entry, dict):
+            for key, value in entry.items():
+                texts.append(str(key).split("@")[0])
+                texts.extend(str(v) for v in (value if isinstance(value, list) else [value]))
+    return texts
+
+
 def _yaml_files(root: Path) -> list[Path]:
-    """The YAML files of a recipe tree Hydra may read: top level and every group folder, symlinked folders not
-    followed (a symlink loop would never end)."""
-    files = sorted(root.glob("*.yaml"))
-    for group in GROUPS:
-        for folder, dirs, names in os.walk(root / group):
-            dirs.sort()
-            files.extend(Path(folder, name) for name in sorted([*names, *dirs]) if name.endswith(".yaml"))
+    """The YAML files of a recipe tree Hydra may read: every one below it (a defaults-list entry may name any
+    folder of the tree, not only the groups), symlinked folders not followed (a symlink loop would never end)."""
+    files: list[Path] = []
+    for folder, dirs, names in os.walk(root):
+        dirs.sort()
+        files.extend(Path(folder, name) for name in sorted([*names, *dirs]) if name.endswith(".yaml"))
     return files
 
 

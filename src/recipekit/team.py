@@ -61,14 +61,60 @@ class Layer:
     label: str
 
 
-def find_config(start: Path) -> Path | None:
-    """The ``recipekit.toml`` in ``start`` or its nearest parent that has one."""
+def find_config(start: Path, home: Path | None = None) -> Path | None:
+    """The ``recipekit.toml`` in ``start`` or its nearest parent that has one, looking no higher than the repo root
+    (a directory holding ``.git``) or the home directory, where people expect a project to end: a file further up
+    (``/tmp/recipekit.toml``, a shared mount's root) was not chosen by whoever runs recipekit here.
+
+    A file owned by another user is refused (:class:`RecipeError`), as git refuses a repository it does not own
+    (safe.directory): it would decide which registry the Dockerfile pulls from."""
     start = start.resolve()
+    home = _home() if home is None else home.resolve()
     for directory in (start, *start.parents):
         candidate = directory / CONFIG_FILE
         if candidate.is_file():
+            _check_owner(candidate)
             return candidate
+        if directory == home or (directory / ".git").exists():
+            return None
     return None
+
+
+def _home() -> Path | None:
+    try:
+        return Path.home().resolve()
+    except (RuntimeError, KeyError, OSError):
+        return None
+
+
+def _check_owner(path: Path) -> None:
+    """Refuse a recipekit.toml another user owns (root's own files are fine when running as root)."""
+    if not hasattr(os, "geteuid"):  # pragma: no cover - no owners to compare on Windows
+        return
+    owner, me = path.stat().st_uid, os.geteuid()
+    if owner != me:
+        raise RecipeError(
+            [
+                Problem(
+                    str(path),
+                    f"owned by uid {owner}, not by you (uid {me}): recipekit does not use another user's "
+                    "recipekit.toml",
+                    hint="run from inside your own team repo, or pass the recipe trees with --recipes",
+                )
+            ]
+        )
+
+
+#: recipekit.toml is a few lines; a larger one is refused before it is parsed.
+MAX_CONFIG_BYTES = 64 << 10
+_announced: set[Path] = set()
+
+
+def announce(config: TeamConfig) -> None:
+    """Say on stderr, once per process, which recipekit.toml is in force (it silently changes options otherwise)."""
+    if config.path not in _announced:
+        _announced.add(config.path)
+        print(f"recipekit: using {config.path} (team {config.name})", file=sys.stderr)
 
 
 def read_config(path: Path) -> TeamConfig:
@@ -84,11 +130,15 @@ def read_config(path: Path) -> TeamConfig:
 
     where = str(path)
     try:
+        if path.stat().st_size > MAX_CONFIG_BYTES:
+            raise RecipeError([Problem(where, f"larger than {MAX_CONFIG_BYTES // 1024} KiB: not a recipekit.toml")])
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as exc:
         raise RecipeError([Problem(where, f"cannot be read ({exc})")]) from None
     except tomllib.TOMLDecodeError as exc:
         raise RecipeError([Problem(where, f"not valid TOML: {exc}")]) from None
+    except RecursionError:
+        raise RecipeError([Problem(where, "not valid TOML: nested too deeply")]) from None
     problems = Collector()
     for key in data:
         if key not in _KEYS:
@@ -108,7 +158,11 @@ def read_config(path: Path) -> TeamConfig:
         problems.add(f"{where}: search_path", f"must be a non-empty list of directory names (got {raw_paths!r})")
     else:
         for entry in raw_paths:
-            directory = (path.parent / entry).resolve()
+            try:
+                directory = (path.parent / entry).resolve()
+            except (OSError, RuntimeError) as exc:  # a symlink loop
+                problems.add(f"{where}: search_path", f"{entry!r} cannot be resolved ({exc})")
+                continue
             if not directory.is_dir():
                 problems.add(f"{where}: search_path", f"{entry!r} is not a directory (relative to {path.parent})")
             paths.append(directory)
@@ -160,6 +214,7 @@ def search_layers(
     config_path = find_config(cwd)
     if config_path is not None:
         config = read_config(config_path)
+        announce(config)
         for directory in config.search_path:
             suffix = "" if len(config.search_path) == 1 else f":{directory.relative_to(config.root).as_posix()}"
             layers.append(Layer(directory, f"{config.name}{suffix}"))

@@ -852,3 +852,220 @@ def test_number_flags_are_finite(args: list[str], flag: str) -> None:
     """NaN passes every range comparison; an infinite price gives an infinite cost (and invalid JSON)."""
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 2 and flag in result.output and "Traceback" not in result.output
+
+
+# ======================================================================= surfaces beyond the recipe (issue 20)
+# Each case runs the real CLI in a child process and measures it: exit 2 (or the documented refusal), at most one
+# line per problem, no traceback, nothing written in the case's directory, wall time and peak RSS (os.wait4's
+# rusage of that child) under the bounds below. Caches go to a directory of their own, outside the snapshot.
+MAX_WALL_S = 90.0
+MAX_RSS_MIB = 700
+
+
+@dataclasses.dataclass(frozen=True)
+class Measured:
+    code: int
+    stdout: str
+    stderr: str
+    wall_s: float
+    rss_mib: float
+
+
+def run_measured(args: list[str], cwd: Path, env: dict[str, str] | None = None, timeout: float = 240) -> Measured:
+    """``recipekit ARGS`` in a child process: its exit code, output, wall time and peak RSS (MiB)."""
+    import time
+
+    out, err = cwd.parent / f".{cwd.name}.out", cwd.parent / f".{cwd.name}.err"
+    environ = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src"), **(env or {})}
+    started = time.monotonic()
+    with open(out, "wb") as stdout, open(err, "wb") as stderr:
+        proc = subprocess.Popen(
+            [sys.executable, "-P", "-m", "recipekit.cli", *args], cwd=cwd, env=environ, stdout=stdout, stderr=stderr
+        )
+    while True:
+        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        if pid:
+            break
+        if time.monotonic() - started > timeout:
+            proc.kill()
+            pid, status, usage = os.wait4(proc.pid, 0)
+            break
+        time.sleep(0.02)
+    proc.returncode = os.waitstatus_to_exitcode(status)  # already reaped: keep Popen from waiting again
+    return Measured(
+        os.waitstatus_to_exitcode(status),
+        out.read_text(errors="replace"),
+        err.read_text(errors="replace"),
+        time.monotonic() - started,
+        usage.ru_maxrss / 1024,
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class Probe:
+    """One hostile input for a surface: ``setup`` writes it under the case directory and returns the CLI args
+    (``{case}`` is that directory); ``expect`` is in the error; ``code`` the documented exit code."""
+
+    id: str
+    setup: Any
+    expect: str
+    code: int = 2
+    cwd: str = "."
+
+
+def check_probe(probe: Probe, tmp_path: Path) -> Measured:
+    case = tmp_path / "case"
+    case.mkdir()
+    args = [a.replace("{case}", str(case)) for a in probe.setup(case)]
+    cwd = case / probe.cwd
+    before = snapshot(case)
+    cache = tmp_path / "cache"
+    result = run_measured(args, cwd, env={"XDG_CACHE_HOME": str(cache), "HOME": str(tmp_path / "home")})
+    said = [line for line in result.stderr.splitlines() if line.strip() and not line.startswith("recipekit: using")]
+    problems = [line for line in said if line.startswith("  - ")]
+    where = f"{probe.id}: exit {result.code}, {result.wall_s:.1f} s, {result.rss_mib:.0f} MiB\n{result.stderr[-3000:]}"
+    assert result.code == probe.code, where
+    assert "Traceback" not in result.stderr + result.stdout, where
+    assert probe.expect in result.stderr, where
+    assert len(said) <= 1 + len(problems) and all(len(p) < 2000 for p in said), where  # a header, one line each
+    assert snapshot(case) == before, f"{probe.id}: something was written in the case directory"
+    assert result.wall_s < MAX_WALL_S and result.rss_mib < MAX_RSS_MIB, where
+    return result
+
+
+def surface(probes: list[Probe]) -> Any:
+    return pytest.mark.parametrize("probe", [pytest.param(p, id=p.id) for p in probes])
+
+
+def _files(files: dict[str, str | bytes], *args: str) -> Any:
+    def setup(case: Path) -> list[str]:
+        write_tree(case, files)
+        return list(args)
+
+    return setup
+
+
+# ---------------------------------------------------------------------------------------- team trees (and toml)
+DOUBLING = "# @package _global_\ndefaults:\n  - tiny_sft\n  - _self_\nx0: aaaaaaaaaaaaaaaa\n" + "".join(
+    f"x{i}: ${{x{i - 1}}}${{x{i - 1}}}\n" for i in range(1, 40)
+)
+TOML = 'name = "team"\nrecipekit = ">=0.0"\nsearch_path = ["recipes"]\n'
+
+
+def _owned_by_another_user(case: Path) -> list[str]:
+    write_tree(case, {"recipekit.toml": TOML, "recipes/cluster/.keep": ""})
+    os.chown(case / "recipekit.toml", 4242, 4242)
+    return ["list", "cluster"]
+
+
+def _search_path_loop(case: Path) -> list[str]:
+    write_tree(case, {"recipekit.toml": TOML.replace('["recipes"]', '["loop"]')})
+    (case / "loop").symlink_to(case / "loop")
+    return ["list", "cluster"]
+
+
+TEAM_SURFACE = [
+    Probe(
+        "defaults entry into another folder holding an alias bomb",
+        _files(
+            {
+                "recipe/other.yaml": "# @package _global_\ndefaults:\n  - tiny_sft\n  - /evil/bomb\n  - _self_\n",
+                "evil/bomb.yaml": ALIAS_BOMB,
+            },
+            "show",
+            "--recipes",
+            "{case}",
+            "recipe=other",
+        ),
+        "alias bomb",
+    ),
+    Probe(
+        "defaults entry leaving the tree",
+        _files(
+            {"recipe/up.yaml": "# @package _global_\ndefaults:\n  - tiny_sft\n  - ../../../etc/passwd\n  - _self_\n"},
+            "show",
+            "--recipes",
+            "{case}",
+            "recipe=up",
+        ),
+        "leaves the recipe trees",
+    ),
+    Probe(
+        "hydra.searchpath in a layer",
+        _files(
+            {
+                "recipe/sp.yaml": "# @package _global_\ndefaults:\n  - tiny_sft\n  - _self_\nhydra:\n  searchpath: [file:///tmp]\n"
+            },
+            "show",
+            "--recipes",
+            "{case}",
+            "recipe=sp",
+        ),
+        "sets a Hydra searchpath",
+    ),
+    Probe(
+        "interpolations doubling at each key",
+        _files({"recipe/dbl.yaml": DOUBLING}, "show", "--recipes", "{case}", "recipe=dbl"),
+        "would resolve to more than 1 MiB of text",
+    ),
+    Probe(
+        "verify: interpolations doubling at each key",
+        _files({"recipe/dbl.yaml": DOUBLING}, "plan", "--recipes", "{case}", "recipe=dbl"),
+        "would resolve to more than 1 MiB of text",
+    ),
+    Probe(
+        "TOML bomb in recipekit.toml",
+        _files({"recipekit.toml": "a = " + "[" * 30000 + "]" * 30000 + "\n"}, "list", "cluster"),
+        "recipekit.toml: not valid TOML",
+    ),
+    Probe(
+        "huge recipekit.toml",
+        _files({"recipekit.toml": "# " + "x" * 100_000 + "\n" + TOML}, "list", "cluster"),
+        "larger than 64 KiB",
+    ),
+    Probe("recipekit.toml of another user", _owned_by_another_user, "owned by uid 4242"),
+    Probe("search_path symlink loop", _search_path_loop, "'loop' cannot be resolved"),
+]
+
+
+@surface(TEAM_SURFACE)
+def test_team_tree_surface(probe: Probe, tmp_path: Path) -> None:
+    if probe.setup is _owned_by_another_user and os.geteuid() != 0:
+        pytest.skip("needs root to give a file to another user")
+    check_probe(probe, tmp_path)
+
+
+def test_recipekit_toml_discovery_stops_at_the_repo_root_and_says_what_is_in_force(tmp_path: Path) -> None:
+    write_tree(tmp_path, {"recipekit.toml": TOML, "recipes/cluster/planted.yaml": "queue: planted\n"})
+    repo = tmp_path / "repo"
+    (repo / ".git").mkdir(parents=True)
+    above = run_measured(["list", "cluster"], repo)
+    assert above.code == 0 and "planted" not in above.stdout and "recipekit: using" not in above.stderr
+    inside = run_measured(["list", "cluster"], tmp_path / "recipes")
+    assert inside.code == 0 and "planted" in inside.stdout
+    assert inside.stderr.count(f"recipekit: using {tmp_path / 'recipekit.toml'} (team team)") == 1
+
+
+def test_origin_detection_runs_no_hook_or_fsmonitor_of_a_layer(tmp_path: Path) -> None:
+    """`git status` in a layer would run its core.fsmonitor: the origin is read without running the repo's config."""
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    layer = tmp_path / "layer"
+    write_tree(layer, {"recipes/cluster/team.yaml": "queue: team\n"})
+    git = ["git", "-C", str(layer), "-c", "user.email=a@b", "-c", "user.name=a"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "x"], check=True)
+    marker = tmp_path / "fsmonitor-ran"
+    subprocess.run([*git, "config", "core.fsmonitor", f"touch {marker}; false"], check=True)
+    hook = layer / ".git" / "hooks" / "post-index-change"
+    hook.write_text(f"#!/bin/sh\ntouch {marker}\n")
+    hook.chmod(0o755)
+    (layer / "recipes" / "cluster" / "team.yaml").write_text("queue: edited\n")
+    out = tmp_path / "out"
+    built = run_measured(["build", "--recipes", str(layer / "recipes"), "recipe=tiny_sft", "-o", str(out)], tmp_path)
+    assert built.code == 0, built.stderr
+    assert not marker.exists()
+    (origin,) = json.loads((out / MANIFEST).read_text())["origin"]
+    head = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    assert origin["git_commit"] == head and origin["git_dirty"] is True
