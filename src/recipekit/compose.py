@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import difflib
 import itertools
+import math
 import os
 import re
 import warnings
@@ -26,6 +27,7 @@ import yaml
 
 from recipekit import yamlfile
 from recipekit.errors import Collector, Problem, RecipeError
+from recipekit.limits import MATRIX_BUNDLES
 from recipekit.paths import GROUPS, RECIPES_DIR
 
 #: Hydra's version semantics, pinned so a Hydra upgrade cannot silently change composition.
@@ -397,11 +399,16 @@ def expand_sweep(arguments: Sequence[str], extra_dirs: Sequence[Path] = ()) -> S
                 axes.append([])
             else:
                 axes.append([f"{key}={option}" for option in value.filter(list(group_options(bare, extra_dirs)))])
-        else:
-            axes.append([f"{key}={item}" for item in override.sweep_string_iterator()])
+        else:  # at most one more than the limit is drawn: range(0,10**12) is never listed
+            items = itertools.islice(override.sweep_string_iterator(), MATRIX_BUNDLES.value + 1)
+            axes.append([f"{key}={item}" for item in items])
         if not axes[-1] and not problems.problems:
             problems.add(key, "the sweep selects nothing")
     problems.raise_if_any()
+    total = math.prod(len(axis) for axis in axes)
+    if total > MATRIX_BUNDLES.value:
+        sizes = " × ".join(str(len(a)) if len(a) <= MATRIX_BUNDLES.value else f">{MATRIX_BUNDLES.value}" for a in axes)
+        raise MATRIX_BUNDLES.refuse("sweep", f"{sizes} combinations")
     group = [_is_group(override.key_or_group) for override in parsed]
     swept = [len(axis) > 1 or override.is_sweep_override() for axis, override in zip(axes, parsed)]
     return Sweep([list(c) for c in itertools.product(*axes)], swept, group)

@@ -34,6 +34,7 @@ from recipekit import __version__
 from recipekit.archive import read_targz, write_targz
 from recipekit.bundlefiles import EXECUTABLE, MANIFEST, read_files
 from recipekit.errors import Problem, RecipeError
+from recipekit.limits import PACKAGE_FILE, read_regular
 
 FORMAT = "recipekit-package/1"
 INDEX = "recipekit-package.json"
@@ -183,10 +184,7 @@ def read_package(archive: Path) -> tuple[dict[str, Any], dict[str, bytes], list[
     Raises :class:`RecipeError` (one line) for an archive that is unreadable, unsafe or not a recipekit package.
     """
     what = str(archive)
-    try:
-        data = Path(archive).read_bytes()
-    except OSError as exc:
-        raise RecipeError([Problem(what, f"cannot be read ({exc.strerror or exc})")]) from None
+    data = read_regular(Path(archive), PACKAGE_FILE, what)
     raw = read_targz(data, what)
     tops = {name.split("/", 1)[0] for name in raw}
     top = next(iter(tops))
@@ -194,7 +192,7 @@ def read_package(archive: Path) -> tuple[dict[str, Any], dict[str, bytes], list[
         raise RecipeError([Problem(what, f"not a recipekit package (no {INDEX})")])
     try:
         index = json.loads(raw[f"{top}/{INDEX}"].decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
+    except (UnicodeDecodeError, ValueError, RecursionError):
         raise RecipeError([Problem(what, f"not a recipekit package ({INDEX} is not JSON)")]) from None
     shape = {"format": str, "recipekit_version": str, "name": str, "overrides": list, "origin": list}
     shape.update(layers=list, files=dict)
@@ -282,8 +280,8 @@ def bundle_manifest(files: Mapping[str, bytes], what: str) -> dict[str, Any]:
         manifest = json.loads(files[MANIFEST].decode("utf-8"))
     except KeyError:
         raise RecipeError([Problem(what, f"not a recipekit bundle (no {MANIFEST})")]) from None
-    except (UnicodeDecodeError, ValueError):
-        raise RecipeError([Problem(f"{what}/{MANIFEST}", "not valid JSON")]) from None
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        raise RecipeError([Problem(f"{what}/{MANIFEST}", "not valid JSON (or nested too deeply)")]) from None
     if not isinstance(manifest, dict) or "recipekit_version" not in manifest or "name" not in manifest:
         raise RecipeError([Problem(f"{what}/{MANIFEST}", "not a recipekit manifest")])
     return manifest

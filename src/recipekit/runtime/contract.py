@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -148,9 +149,9 @@ def checkpoint_problem(path: Path) -> str | None:
     byte its header points to, a sharded index names only shards that exist and are whole, a .bin is not empty.
     """
     try:
-        json.loads((path / TRAINER_STATE_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return f"{TRAINER_STATE_FILE} missing or unreadable"
+        json.loads(_regular_text(path / TRAINER_STATE_FILE))
+    except (OSError, ValueError, RecursionError):
+        return f"{TRAINER_STATE_FILE} missing, unreadable or not a regular file"
     if (path / INCOMPLETE_MARKER).exists():
         return "marked incomplete"
     weights = [path / name for name in WEIGHT_FILES if (path / name).is_file()]
@@ -161,6 +162,16 @@ def checkpoint_problem(path: Path) -> str | None:
         if problem:
             return problem
     return None
+
+
+def _regular_text(path: Path) -> str:
+    """A regular file's text, opened without blocking: a FIFO planted on the shared volume is an OSError, not a
+    reader waiting forever."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            raise OSError(f"{path} is not a regular file")
+        return handle.read().decode("utf-8")
 
 
 def _weights_file_problem(file: Path) -> str | None:
@@ -246,8 +257,8 @@ def write_run_record(directory: Path, record: dict[str, Any]) -> None:
 def read_run_record(directory: Path) -> dict[str, Any] | None:
     """The run record of a checkpoint, or None when it has none (written by an older bundle) or it is unreadable."""
     try:
-        record = json.loads((Path(directory) / RUN_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        record = json.loads(_regular_text(Path(directory) / RUN_FILE))
+    except (OSError, ValueError, RecursionError):
         return None
     return record if isinstance(record, dict) else None
 

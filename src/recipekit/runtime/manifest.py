@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -58,11 +59,21 @@ def write_json(path: Path, data: Any) -> None:
     write_atomic(path, dumps(data))
 
 
+def read_regular_text(path: Path) -> str:
+    """A regular file's text; an OSError for anything else (a FIFO planted as manifest.json would block a reader
+    forever: it is opened without blocking and refused), or a ValueError for bytes that are not UTF-8."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            raise OSError(f"{path} is not a regular file")
+        return handle.read().decode("utf-8")
+
+
 def read_json(path: Path) -> dict[str, Any] | None:
     """A JSON object file, or None when it is absent or unreadable (a writer's rename is atomic: never half)."""
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        data = json.loads(read_regular_text(Path(path)))
+    except (OSError, ValueError, RecursionError):
         return None
     return data if isinstance(data, dict) else None
 
@@ -73,11 +84,13 @@ def read_manifest(path: Path) -> dict[str, Any]:
     if path.is_dir():
         path = path / MANIFEST
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(read_regular_text(path))
     except OSError as exc:
         raise ManifestError(f"cannot read {path}: {exc.strerror or exc}") from None
     except ValueError as exc:
         raise ManifestError(f"{path} is not JSON: {exc}") from None
+    except RecursionError:
+        raise ManifestError(f"{path} is not JSON: nested too deeply") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise ManifestError(f"{path} is not a recipekit prepared-data manifest")
     if data.get("version") != VERSION:

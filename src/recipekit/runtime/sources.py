@@ -40,6 +40,7 @@ import itertools
 import json
 import lzma
 import math
+import os
 import re
 import zlib
 from collections.abc import Callable, Iterable, Iterator
@@ -57,6 +58,9 @@ _DAMAGED = (OSError, EOFError, zlib.error, lzma.LZMAError)
 #: The columns each format reads from Parquet and Arrow files (other columns are left on disk).
 FIELDS = {"alpaca": ("instruction", "input", "output"), "messages": ("messages",), "text": ("text",)}
 #: Files datasets.save_to_disk writes beside its .arrow files: metadata, not records.
+#: The longest record line and the largest JSON array file read (MiB), unless RECIPEKIT_LIMIT_* raises them.
+RECORD_MIB = 64
+JSON_ARRAY_MIB = 1024
 METADATA_NAMES = frozenset({"dataset_info.json", "state.json", "dataset_dict.json"})
 #: Said where no data file is found: compressed ones count too.
 _COMPRESSED = f" (JSON and text files may also be compressed: {', '.join(COMPRESSIONS)})"
@@ -255,6 +259,33 @@ class _Lines:
         return self.base
 
 
+def limit_bytes(name: str, default_mib: int) -> int:
+    """A size limit in bytes: ``RECIPEKIT_LIMIT_<NAME>`` (MiB) when set to a positive integer, else the default."""
+    text = os.environ.get(f"RECIPEKIT_LIMIT_{name.upper()}", "")
+    return (int(text) if text.isdigit() and int(text) > 0 else default_mib) << 20
+
+
+def record_limit() -> int:
+    """The longest line (a JSON record, a text line) read, in bytes: one line must never take all memory."""
+    return limit_bytes("record_mib", RECORD_MIB)
+
+
+def _too_long(path: Any, limit: int, line: int | None = None) -> DataError:
+    return DataError(
+        str(path),
+        f"a line longer than {limit >> 20} MiB: over the record limit (raise it with RECIPEKIT_LIMIT_RECORD_MIB=N)",
+        line,
+    )
+
+
+def bounded_line(handle: Any, limit: int, path: Any, line: int | None = None) -> bytes:
+    """``handle.readline()`` that reads at most ``limit`` bytes of one line; a DataError past that."""
+    found = handle.readline(limit + 1)
+    if len(found) > limit:
+        raise _too_long(path, limit, line)
+    return bytes(found)
+
+
 def _line_start(handle: Any, offset: int, size: int) -> int:
     """The first line start at or after ``offset``."""
     if offset <= 0:
@@ -262,7 +293,7 @@ def _line_start(handle: Any, offset: int, size: int) -> int:
     if offset >= size:
         return size
     handle.seek(offset - 1)
-    handle.readline()
+    bounded_line(handle, record_limit(), getattr(handle, "name", "input"))
     return handle.tell()
 
 
@@ -277,7 +308,11 @@ def _json_lines(file: InputFile, chunk: Chunk) -> Iterator[Item]:
 
 def _parse_json_lines(raws: Iterable[bytes], where: Callable[[int], Callable[[], Where]]) -> Iterator[Item]:
     """Records of JSON lines (without their newlines); ``where(i)`` locates the i-th line of ``raws``."""
+    limit = record_limit()
     for index, raw in enumerate(raws):
+        if len(raw) > limit:
+            place = where(index)()
+            raise _too_long(place.path, limit, place.line)
         if not raw.strip():
             continue
         try:
@@ -289,6 +324,8 @@ def _parse_json_lines(raws: Iterable[bytes], where: Callable[[int], Callable[[],
             yield Item(json.loads(text), None, where(index))
         except json.JSONDecodeError as exc:
             yield Item(None, (f"not valid JSON ({exc.msg} at column {exc.colno})", None), where(index))
+        except RecursionError:
+            yield Item(None, ("JSON nested too deeply to read", None), where(index))
 
 
 def _text_edge(handle: Any, offset: int, size: int) -> int:
@@ -297,8 +334,9 @@ def _text_edge(handle: Any, offset: int, size: int) -> int:
         return 0
     position = _line_start(handle, offset, size)
     handle.seek(position)
+    limit = record_limit()
     while position < size:
-        line = handle.readline()
+        line = bounded_line(handle, limit, getattr(handle, "name", "input"))
         if not line.strip():
             return position
         position += len(line)
@@ -319,7 +357,11 @@ def _parse_text(raws: Iterable[bytes], where: Callable[[int], Callable[[], Where
     """Documents of text lines (without their newlines); ``where(i)`` locates the i-th line of ``raws``."""
     paragraph: list[bytes] = []
     first = 0
+    limit = record_limit()
     for index, raw in enumerate(itertools.chain(raws, [b""])):
+        if len(raw) > limit:
+            place = where(index)()
+            raise _too_long(place.path, limit, place.line)
         if raw.strip():
             if not paragraph:
                 first = index
@@ -348,24 +390,36 @@ def _compressed_lines(file: InputFile) -> Iterator[Item]:
 
 def _decompressed(file: InputFile) -> Iterator[bytes]:
     """The lines of a compressed file, without their newlines; a DataError where the stream is damaged."""
+    limit = record_limit()
     try:
         with file.open_decompressed() as handle:
-            for line in handle:
+            for number in itertools.count(1):
+                line = bounded_line(handle, limit, file.path, number)
+                if not line:
+                    break
                 yield line[:-1] if line.endswith(b"\n") else line
     except _DAMAGED as exc:
         raise _damaged(file.path, file.compression, exc) from None
 
 
 def _json_array(file: InputFile) -> Iterator[Item]:
+    limit = limit_bytes("json_array_mib", JSON_ARRAY_MIB)
     if file.compression:
         try:
             with file.open_decompressed() as handle:
-                raw = handle.read()
+                raw = handle.read(limit + 1)
         except _DAMAGED as exc:
             raise _damaged(file.path, file.compression, exc) from None
     else:
-        raw = file.path.read_bytes()
+        with file.path.open("rb") as handle:
+            raw = handle.read(limit + 1)
     path = str(file.path)
+    if len(raw) > limit:
+        raise DataError(
+            path,
+            f"a JSON array of more than {limit >> 20} MiB is read whole: over the limit (write it as JSON lines, or "
+            "raise it with RECIPEKIT_LIMIT_JSON_ARRAY_MIB=N)",
+        )
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -386,6 +440,8 @@ def _json_array(file: InputFile) -> Iterator[Item]:
     while not closed:
         try:
             value, after = decoder.raw_decode(text, position)
+        except RecursionError:
+            raise DataError(path, "JSON nested too deeply to read", line_at(position)) from None
         except json.JSONDecodeError as exc:
             raise DataError(
                 path, f"not valid JSON ({exc.msg} at column {exc.colno}); the array cannot be read past it", exc.lineno
