@@ -371,6 +371,8 @@ def expand_sweep(arguments: Sequence[str], extra_dirs: Sequence[Path] = ()) -> S
 
     problems = Collector()
     refuse_hostile(arguments)
+    problems.extend(check_team_trees(extra_dirs))  # glob(*) lists the trees' option names: they are checked first
+    problems.raise_if_any()
     try:
         parsed = OverridesParser.create().parse_overrides(list(arguments))
     except OverrideParseException as exc:
@@ -606,6 +608,9 @@ def check_team_trees(extra_dirs: Sequence[Path]) -> list[Problem]:
     for root in recipe_dirs(extra_dirs)[1:]:
         for path in _yaml_files(root):
             where = _shown(path)
+            if not OPTION_NAME.match(path.stem):  # the name becomes an option and a bundle directory name
+                problems.append(Problem(where, f"{path.stem!r} is not an option name (letters, digits, '_', '-', '.')"))
+                continue
             if not path.is_file():  # a directory named *.yaml, a FIFO (opening it would wait for a writer forever)
                 problems.append(Problem(where, "is not a regular file"))
                 continue
@@ -627,6 +632,10 @@ def check_team_trees(extra_dirs: Sequence[Path]) -> list[Problem]:
                 )
             problems.extend(Problem(where, message) for message in _reach_problems(data))
     return problems
+
+
+#: What an option's file name may be: a name, never a path (``...yaml`` would be the option ``..``).
+OPTION_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+@-]*$(?<!\.)")
 
 
 def _reach_problems(data: Any) -> list[str]:

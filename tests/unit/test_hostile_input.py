@@ -1279,3 +1279,78 @@ def test_a_fifo_as_trainer_state_is_an_incomplete_checkpoint_not_a_hang(tmp_path
     assert "not a regular file" in (contract.checkpoint_problem(checkpoint) or "")
     assert contract.read_run_record(checkpoint) is None
     assert contract.resume_choice(tmp_path, "r").skipped == (("checkpoint-3", contract.checkpoint_problem(checkpoint)),)
+
+
+# ------------------------------------------------------------------------------------------------------ paths
+def _option_named_dots(case: Path) -> list[str]:
+    write_tree(case, {"team/recipe/...yaml": "# @package _global_\ndefaults:\n  - tiny_sft\n  - _self_\n"})
+    return ["build", "-m", "--recipes", "{case}/team", "recipe=glob(*)", "--force", "-o", "{case}/out/root"]
+
+
+def _data_symlink_outside(case: Path) -> list[str]:
+    volume = case.parent / "volume"
+    (volume / "data").mkdir(parents=True)
+    (case.parent / "secret.jsonl").write_text('{"instruction": "the node\'s secret", "output": "x"}\n')
+    (volume / "data" / "a.jsonl").symlink_to(case.parent / "secret.jsonl")
+    from recipekit.build import build
+
+    settings = [f"data.path={volume / 'data'}", f"cluster.mount_path={volume}", f"cluster.output_dir={volume}/runs"]
+    bundle = build(["recipe=tiny_sft", *settings], case.parent / "bundle", force=True).path
+    return ["data", "prepare", str(bundle), "--workers", "1"]
+
+
+def _data_glob(spec: str) -> Any:
+    def setup(case: Path) -> list[str]:
+        from recipekit.build import build
+
+        volume = case.parent / "volume"
+        volume.mkdir()
+        settings = [f"data.path={spec}", f"cluster.mount_path={volume}", f"cluster.output_dir={volume}/runs"]
+        bundle = build(["recipe=tiny_sft", *settings], case.parent / "bundle", force=True).path
+        return ["data", "prepare", str(bundle), "--workers", "1"]
+
+    return setup
+
+
+PATH_SURFACE = [
+    Probe("option file named ...yaml, matrix build with --force", _option_named_dots, "is not an option name"),
+    Probe("data.path=/proc/**/*.jsonl", _data_glob("/proc/**/*.jsonl"), "kernel and device files are not training"),
+    Probe("data.path=/dev/zero", _data_glob("/dev/zero"), "kernel and device files are not training data"),
+    Probe("data-dir symlink to a file outside", _data_symlink_outside, "not followed"),
+]
+
+
+@surface(PATH_SURFACE)
+def test_path_surface(probe: Probe, tmp_path: Path) -> None:
+    check_probe(probe, tmp_path)
+    assert not (tmp_path / "out").exists() and sorted(os.listdir(tmp_path)).count("case") == 1
+
+
+def test_a_symlink_loop_under_double_star_is_not_followed(tmp_path: Path) -> None:
+    """glob's ``**`` follows symlinked directories: two loops made it list 2^depth paths until killed."""
+    import time
+
+    from recipekit.runtime.sources import find_files
+
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "up").symlink_to("..")
+    (tmp_path / "d" / "self").symlink_to(".")
+    (tmp_path / "d" / "x.jsonl").write_text("{}\n")
+    started = time.monotonic()
+    found = find_files(f"{tmp_path}/**/*.jsonl", "alpaca")
+    assert [f.name for f in found] == ["d/x.jsonl"] and time.monotonic() - started < 5
+
+
+def test_the_metrics_endpoint_binds_where_the_recipe_says(tmp_path: Path) -> None:
+    pytest.importorskip("prometheus_client")
+    from types import SimpleNamespace
+
+    from recipekit.runtime.exporter import start_exporter
+
+    result = CliRunner().invoke(main, ["build", "recipe=tiny_sft", "ops.metrics_bind=every", "-o", str(tmp_path / "b")])
+    assert result.exit_code == 2 and "ops.metrics_bind: is not an IP address" in result.output
+    exporter = start_exporter(SimpleNamespace(ports=[0], ranks="all", bind="127.0.0.1"), "job", 0, 0)
+    try:
+        assert exporter.server[0].server_address[0] == "127.0.0.1"
+    finally:
+        exporter.close()

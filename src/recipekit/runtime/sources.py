@@ -114,9 +114,10 @@ class Item:
 # ------------------------------------------------------------------------------------------------------ the files
 def find_files(spec: str, fmt: str) -> list[InputFile]:
     """The files ``data.path`` stands for, in training order; a DataError when there are none or one is unusable."""
+    _refuse_system_paths(spec)
     if _GLOB.search(spec):
         root = _glob_root(spec)
-        paths = [Path(p) for p in glob.glob(spec, recursive=True) if Path(p).is_file()]
+        paths = [p for p in _expand(spec, root) if p.is_file()]
         if not paths:
             raise DataError(spec, "the pattern matches no file")
         chosen = [p for p in paths if _is_data_file(p, fmt)]
@@ -132,7 +133,50 @@ def find_files(spec: str, fmt: str) -> list[InputFile]:
         chosen = [p for p in path.iterdir() if p.is_file() and _is_data_file(p, fmt)]
         if not chosen:
             raise DataError(path, f"directory holds no {_suffixes(fmt)} files{_COMPRESSED}")
+    for path in chosen:
+        _refuse_escape(path, root)
     return sorted((_input(p, root, fmt) for p in chosen), key=lambda f: f.name)
+
+
+def _refuse_escape(path: Path, root: Path) -> None:
+    """A symlink among the data files must stay inside the data directory: one that leads elsewhere (a file of
+    another team, a secret on the node) would be tokenised into shards on the shared volume."""
+    if not path.is_symlink():
+        return
+    target, base = path.resolve(), root.resolve()
+    if base not in target.parents:
+        raise DataError(path, f"is a symlink to {target}, outside {base}: not followed (copy the file in instead)")
+
+
+#: Kernel and device trees: never data, and reading them hangs (FIFOs, /dev/zero) or never ends (/proc/**).
+SYSTEM_TREES = ("/proc", "/sys", "/dev")
+#: The most paths one ``**`` pattern may match before it is refused.
+MAX_GLOB_PATHS = 1_000_000
+
+
+def _refuse_system_paths(spec: str) -> None:
+    fixed = _glob_root(spec) if _GLOB.search(spec) else Path(spec)
+    try:
+        resolved = str(fixed.resolve())
+    except (OSError, RuntimeError):
+        raise DataError(spec, "cannot be resolved (a symlink loop?)") from None
+    if any(resolved == tree or resolved.startswith(tree + "/") for tree in SYSTEM_TREES):
+        raise DataError(spec, f"lies in {', '.join(SYSTEM_TREES)}: kernel and device files are not training data")
+
+
+def _expand(spec: str, root: Path) -> list[Path]:
+    """The paths a glob matches. ``**`` is expanded by pathlib, which does not descend into symlinked directories
+    (``glob.glob`` does, and a symlink loop under ``**`` never ends); hidden names are skipped as glob skips them."""
+    if "**" not in spec:
+        return [Path(p) for p in glob.glob(spec)]
+    relative = Path(spec).relative_to(root) if root != Path(".") else Path(spec)
+    found = []
+    for count, path in enumerate(root.glob(str(relative)), start=1):
+        if count > MAX_GLOB_PATHS:
+            raise DataError(spec, f"matches more than {MAX_GLOB_PATHS:,} paths: narrow the pattern")
+        if not any(part.startswith(".") for part in path.relative_to(root).parts):
+            found.append(path)
+    return found
 
 
 def _glob_root(spec: str) -> Path:
