@@ -275,3 +275,19 @@ IFNAMES = Domain(
     "Linux interface names (1-15 letters, digits, '_', '.', '-'; no '/', ':' or spaces), comma-separated",
     _ifnames,
 )
+
+
+def _ip_address(value: str) -> str | None:
+    import ipaddress
+
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        return "is not an IP address"
+    return None
+
+
+#: Where a server in the pod listens: an IPv4 or IPv6 address (0.0.0.0 / :: for every interface).
+BIND_ADDRESS = Domain(
+    "bind address", "an IPv4 or IPv6 address, e.g. 0.0.0.0 (every interface) or 127.0.0.1", _ip_address
+)

@@ -88,7 +88,7 @@ class Operations:
                 "stall_timeout_s": self.stall_timeout_s,
                 "steady_timeout_s": self.steady_timeout_s,
             },
-            "metrics": {"ports": list(self.metrics_ports), "ranks": ops.metrics_ranks},
+            "metrics": {"ports": list(self.metrics_ports), "ranks": ops.metrics_ranks, "bind": ops.metrics_bind},
             "alerts": {
                 "loss_spike_ratio": ops.loss_spike_ratio,
                 "grad_norm_jump_ratio": ops.grad_norm_jump_ratio,

@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 
 from recipekit.domains import (
     ABSOLUTE_PATH,
+    BIND_ADDRESS,
     DNS_LABEL,
     DNS_SUBDOMAIN,
     ENV_NAME,
@@ -518,6 +519,13 @@ class OpsSpec(Section):
         ge=1024,
         le=65535,
         description="Serve Prometheus metrics on this port (a process with local rank i uses port + i); null: off.",
+    )
+    metrics_bind: str = spec(
+        "0.0.0.0",
+        domain=BIND_ADDRESS,
+        description="The address the metrics endpoint listens on. Every interface by default: Prometheus scrapes the "
+        "pod's IP, and the pod's network is the boundary (the endpoint answers GET only, with figures, no control); "
+        "127.0.0.1 keeps it to a sidecar or kubectl port-forward.",
     )
     metrics_ranks: Literal["rank0", "all"] = spec(
         "all", description="Which processes serve metrics: global rank 0 only, or every rank (per-device figures)."

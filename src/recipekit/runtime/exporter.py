@@ -25,7 +25,7 @@ PORT_ENV = "RECIPEKIT_METRICS_PORT"
 class Exporter:
     """Gauges and the alert counter of :mod:`metricnames`, labelled with the Job's name and this rank."""
 
-    def __init__(self, port: int, job: str, rank: int):
+    def __init__(self, port: int, job: str, rank: int, bind: str = "0.0.0.0"):
         import prometheus_client as prom
 
         self.registry = prom.CollectorRegistry(auto_describe=True)
@@ -39,7 +39,7 @@ class Exporter:
                 )
             else:
                 self._gauges[metric.name] = prom.Gauge(metric.name, metric.help, names.LABELS, registry=self.registry)
-        self.server = prom.start_http_server(port, registry=self.registry)
+        self.server = prom.start_http_server(port, addr=bind, registry=self.registry)
 
     def set(self, metric: names.Metric, value: float) -> None:
         self._gauges[metric.name].labels(**self.labels).set(value)
@@ -69,7 +69,8 @@ class NoExporter:
 
 
 def start_exporter(settings: Any, job: str, rank: int, local_rank: int) -> Exporter | NoExporter:
-    """This process's exporter per recipe.yaml's ``operations.metrics`` (``ports``, ``ranks``), or a no-op."""
+    """This process's exporter per recipe.yaml's ``operations.metrics`` (``ports``, ``ranks``, ``bind``: every
+    interface unless ``ops.metrics_bind`` says otherwise), or a no-op."""
     ports = list(getattr(settings, "ports", None) or [])
     serves = ports and (getattr(settings, "ranks", "all") == "all" or rank == 0)
     if not serves or local_rank >= len(ports):
@@ -77,12 +78,13 @@ def start_exporter(settings: Any, job: str, rank: int, local_rank: int) -> Expor
     first = os.environ.get(PORT_ENV, "")
     port = (int(first) if first.isdigit() else ports[0]) + (ports[local_rank] - ports[0])
     try:
-        exporter = Exporter(port, job, rank)
+        bind = str(getattr(settings, "bind", None) or "0.0.0.0")
+        exporter = Exporter(port, job, rank, bind)
     except ImportError:
         LOG.log(logging.WARNING, "metrics: prometheus_client is not installed; serving no metrics")
         return NoExporter()
     except OSError as exc:
         LOG.warning("metrics: cannot listen on port %d (%s); serving no metrics", port, exc.strerror or exc)
         return NoExporter()
-    LOG.info("metrics: serving Prometheus metrics on port %d", port)
+    LOG.info("metrics: serving Prometheus metrics on %s port %d", bind, port)
     return exporter
