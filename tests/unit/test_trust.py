@@ -122,3 +122,22 @@ def _swap_for_symlink(file: Path) -> None:
 def _swap_for_fifo(file: Path) -> None:
     file.unlink()
     os.mkfifo(file)
+
+
+def test_validate_says_what_is_trusted_and_fails_a_job_without_the_run_key(tmp_path: Path) -> None:
+    import yaml
+
+    from recipekit.build import build
+    from recipekit.validate.checks import Status
+    from recipekit.validate.static import load_bundle
+    from recipekit.validate.trustcheck import check_trust
+
+    bundle = build(["recipe=tiny_sft"], tmp_path / "b", force=True).path
+    passed = check_trust(load_bundle(bundle))
+    assert passed.status is Status.PASS and "still trusted: the image, the bundle" in passed.reason
+    job = yaml.safe_load((bundle / "volcano-job.yaml").read_text())
+    for container in job["spec"]["tasks"][0]["template"]["spec"]["containers"]:
+        container["volumeMounts"] = [m for m in container["volumeMounts"] if m["name"] != "run-key"]
+    (bundle / "volcano-job.yaml").write_text(yaml.safe_dump(job))
+    failed = check_trust(load_bundle(bundle))
+    assert failed.status is Status.FAIL and "not mounted at /etc/recipekit/run-key" in str(failed.findings[0])

@@ -42,6 +42,7 @@ from recipekit.validate.structure import (
     check_pod_template,
 )
 from recipekit.validate.tensorparallel import check_tensor_parallel
+from recipekit.validate.trustcheck import check_trust
 
 __all__ = ["CHECKS", "Bundle", "BundleUnusable", "load_bundle", "rehash_manifest", "run_static"]
 
@@ -52,6 +53,7 @@ CHECKS: tuple[Callable[[Bundle], Result], ...] = (
     check_job_schema,
     check_job_webhook,
     check_pod_template,
+    check_trust,
     check_world_size,
     check_task_env,
     check_device,
