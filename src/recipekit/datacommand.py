@@ -187,6 +187,9 @@ def _unusable(bundle: Path, action: str = "prepare") -> str | None:
     """Why BUNDLE cannot be prepared (or its shards verified) here, or None."""
     if not (bundle / RECIPE).is_file():
         return f"{bundle} is not a recipekit bundle (no {RECIPE})"
+    problem = _recipe_problem(bundle)
+    if problem:
+        return problem
     if not (bundle / RUNTIME / "dataprep.py").is_file():
         return f"{bundle} was built by a recipekit without a prepare step: rebuild it with `recipekit build`"
     if action == "verify" and not (bundle / RUNTIME / "verify.py").is_file():
@@ -202,6 +205,22 @@ def _unusable(bundle: Path, action: str = "prepare") -> str | None:
         return (
             f"{', '.join(missing)} not installed here: the bundle's prepare step needs pip install 'recipekit[train]'"
         )
+    return None
+
+
+def _recipe_problem(bundle: Path) -> str | None:
+    """Why recipe.yaml cannot be read safely (too big, not UTF-8, nested too deeply, an alias bomb, not YAML): the
+    child would die on it with a traceback."""
+    from recipekit import yamlfile
+
+    try:
+        yamlfile.read(bundle / RECIPE)
+    except OSError as exc:
+        return f"{bundle / RECIPE}: cannot be read ({exc.strerror or exc})"
+    except yamlfile.UnsafeYAML as exc:
+        return f"{bundle / RECIPE}: {exc.message}: rebuild the bundle"
+    except yaml.YAMLError as exc:
+        return f"{bundle / RECIPE}: not valid YAML ({yamlfile.one_line(exc)}): rebuild the bundle"
     return None
 
 

@@ -100,8 +100,7 @@ def request(
     dockerfile = bundle / "Dockerfile"
     if not dockerfile.is_file():
         raise RecipeError([Problem(str(dockerfile), "missing: the bundle has no Dockerfile")])
-    declared = parse(dockerfile.read_text(encoding="utf-8")).args
-    doc = yaml.safe_load((bundle / "recipe.yaml").read_text(encoding="utf-8")) or {}
+    declared, doc = _bundle_inputs(bundle)
     arch = ((doc.get("recipe") or {}).get("hw") or {}).get("arch")
     nodes = f"linux/{arch}" if arch else None
     chosen = platform or nodes or "linux/amd64"
@@ -139,6 +138,27 @@ def request(
     return BuildRequest(bundle.resolve(), str(reference), chosen, args, push, engine)
 
 
+def _bundle_inputs(bundle: Path) -> tuple[Any, dict[str, Any]]:
+    """The Dockerfile's declared ARGs and recipe.yaml, read safely: a malformed bundle is a one-line RecipeError."""
+    from recipekit import yamlfile
+
+    try:
+        declared = parse(dockerfile_text(bundle)).args
+        doc = yamlfile.read(bundle / "recipe.yaml")
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError, yaml.YAMLError, yamlfile.UnsafeYAML) as exc:
+        message = getattr(exc, "message", None) or " ".join(str(exc).split())[:200]
+        raise RecipeError([Problem(str(bundle), f"not a usable bundle: {message}", "rebuild it")]) from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("recipe") or {}, dict):
+        raise RecipeError([Problem(str(bundle / "recipe.yaml"), "not a recipekit recipe.yaml", "rebuild the bundle")])
+    return declared, doc
+
+
+def dockerfile_text(bundle: Path) -> str:
+    from recipekit.limits import BUNDLE_FILE, read_regular
+
+    return read_regular(bundle / "Dockerfile", BUNDLE_FILE).decode("utf-8")
+
+
 def connect(req: BuildRequest) -> Any:
     """A docker SDK client for the engine, checked with a ping; RecipeError with the docker command otherwise."""
     equivalent = f"run the same build elsewhere: {req.docker_command()}"
@@ -153,7 +173,7 @@ def connect(req: BuildRequest) -> Any:
     try:
         client = docker.DockerClient(base_url=req.engine, timeout=600) if req.engine else docker.from_env(timeout=600)
         client.ping()
-    except (DockerException, OSError) as exc:
+    except (DockerException, OSError, ValueError) as exc:  # ValueError: a malformed URL ('tcp://[::1')
         reason = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
         raise RecipeError(
             [Problem("engine", f"no Docker-API engine reachable at {where}: {reason}", hint=equivalent)]

@@ -27,7 +27,14 @@ def read(path: Path) -> dict[str, Any]:
 
 def overrides(document: dict[str, Any]) -> list[str]:
     """The recipe overrides that carry a manifest's exact counts of the training split."""
-    rows, tokens = layout.split_counts(document, "train")
+    try:
+        rows, tokens = layout.split_counts(document, "train")
+    except (ValueError, TypeError, AttributeError):
+        raise RecipeError(
+            [Problem("--data", "the manifest's train counts (rows, tokens) are not whole numbers")]
+        ) from None
+    if rows < 0 or tokens < 0:
+        raise RecipeError([Problem("--data", "the manifest's train counts (rows, tokens) are negative")])
     return [f"data.num_rows={rows}", f"data.num_tokens={tokens}"]
 
 

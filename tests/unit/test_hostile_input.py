@@ -1354,3 +1354,49 @@ def test_the_metrics_endpoint_binds_where_the_recipe_says(tmp_path: Path) -> Non
         assert exporter.server[0].server_address[0] == "127.0.0.1"
     finally:
         exporter.close()
+
+
+# ------------------------------------------------------------------------- image build, plan --data, small inputs
+def _bundle_copy(case: Path, recipe_yaml: bytes | None = None) -> Path:
+    from recipekit.build import build
+
+    bundle = build(["recipe=tiny_sft"], case / "b", force=True).path
+    if recipe_yaml is not None:
+        (bundle / "recipe.yaml").write_bytes(recipe_yaml)
+    return bundle
+
+
+def _with_recipe_yaml(content: bytes, *command: str) -> Any:
+    def setup(case: Path) -> list[str]:
+        return [*command, str(_bundle_copy(case, content))]
+
+    return setup
+
+
+def _engine(url: str) -> Any:
+    def setup(case: Path) -> list[str]:
+        return ["image", "build", str(_bundle_copy(case)), "--engine", url]
+
+    return setup
+
+
+def _counts(case: Path) -> list[str]:
+    counts = {"format": "recipekit-prepared", "version": 1, "splits": {"train": {"rows": "many", "tokens": "x"}}}
+    (case / "m.json").write_text(json.dumps(counts))
+    return ["plan", "recipe=tiny_sft", "--data", "{case}/m.json"]
+
+
+DEEP_YAML = b"x: " + b"[" * 100_000 + b"]" * 100_000 + b"\n"
+SMALL_INPUTS = [
+    Probe("plan --data with non-numeric counts", _counts, "are not whole numbers"),
+    Probe("image build: malformed recipe.yaml", _with_recipe_yaml(b"garbage: [\n", "image", "build"), "not valid YAML"),
+    Probe("image build: --engine 'tcp://[::1'", _engine("tcp://[::1"), "Invalid IPv6 URL"),
+    Probe("data prepare: non-UTF-8 recipe.yaml", _with_recipe_yaml(b"name: caf\xe9\n", "data", "prepare"), "not UTF-8"),
+    Probe("data prepare: recipe.yaml nested 100,000 deep", _with_recipe_yaml(DEEP_YAML, "data", "prepare"), "nesting"),
+    Probe("data verify: recipe.yaml nested 100,000 deep", _with_recipe_yaml(DEEP_YAML, "data", "verify"), "nesting"),
+]
+
+
+@surface(SMALL_INPUTS)
+def test_small_inputs_surface(probe: Probe, tmp_path: Path) -> None:
+    check_probe(probe, tmp_path)
