@@ -21,7 +21,7 @@ from pathlib import Path
 import psutil
 
 from recipekit.bundlefiles import LAUNCH, RUN, TRAIN_MODULE
-from recipekit.runtime import contract
+from recipekit.runtime import contract, trust
 from recipekit.runtime.exporter import PORT_ENV as METRICS_PORT_ENV
 from recipekit.validate.dryrunoptions import DryRunOptions
 from recipekit.validate.extensions import extensions_dir
@@ -74,6 +74,7 @@ def pod_environment(
             "TORCH_EXTENSIONS_DIR": str(extensions_dir()),
         }
     )
+    env[trust.KEY_ENV] = str(work.run_key)  # the Secret the Job mounts (docs/trust.md)
     if metrics_port is not None:
         env[METRICS_PORT_ENV] = str(metrics_port)
     if options.device == "cpu":

@@ -41,6 +41,7 @@ from recipekit.validate.structure import (
     check_pod_template,
 )
 from recipekit.validate.tensorparallel import check_tensor_parallel
+from recipekit.validate.trustcheck import check_trust
 
 #: Every static check, in report order. The library cross-checks are added by :func:`run_static`.
 CHECKS: tuple[Callable[[Bundle], Result], ...] = (
@@ -49,6 +50,7 @@ CHECKS: tuple[Callable[[Bundle], Result], ...] = (
     check_job_schema,
     check_job_webhook,
     check_pod_template,
+    check_trust,
     check_world_size,
     check_task_env,
     check_device,
