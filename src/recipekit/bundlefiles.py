@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from recipekit.limits import BUNDLE_FILE, read_regular
 from recipekit.paths import RUNTIME_DIR
 from recipekit.runtime import contract
 
@@ -58,12 +59,12 @@ def read_files(directory: Path) -> tuple[dict[str, bytes], list[str]]:
         if entry.is_symlink():
             strays.append(entry.name)
         elif entry.is_file():
-            files[entry.name] = entry.read_bytes()
+            files[entry.name] = read_regular(entry, BUNDLE_FILE)
         elif entry.name == RUNTIME and entry.is_dir():
             for inner in sorted(entry.iterdir()):
                 name = f"{RUNTIME}/{inner.name}"
                 if inner.is_file() and not inner.is_symlink():
-                    files[name] = inner.read_bytes()
+                    files[name] = read_regular(inner, BUNDLE_FILE)
                 elif inner.name != "__pycache__":
                     strays.append(name + "/" if inner.is_dir() else name)
         else:

@@ -17,6 +17,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -25,7 +26,7 @@ import yaml
 
 from recipekit.bundle.build import build
 from recipekit.bundlefiles import TRAIN_MODULE
-from recipekit.runtime import contract
+from recipekit.runtime import contract, trust
 from recipekit.validate.extensions import extensions_dir
 from recipekit.validate.tinydata import write_tiny_dataset
 
@@ -37,8 +38,12 @@ pytestmark = pytest.mark.slow
 RUN_TIMEOUT_S = 300
 #: DeepSpeed's first use compiles its shared-memory op; later runs find it in the dry run's cache. The venv's bin
 #: comes first on PATH as in the dry run's pods: a different ninja would make torch rebuild the op every time.
+#: The run key a Job mounts from its Secret (docs/trust.md): checkpoints are signed with it and resumed only then.
+RUN_KEY = Path(tempfile.mkdtemp(prefix="recipekit-run-key-")) / "key"
+RUN_KEY.write_text("test-run-key-" + "0" * 32)
 ENV = {
     **os.environ,
+    trust.KEY_ENV: str(RUN_KEY),
     "OMP_NUM_THREADS": "1",
     "TOKENIZERS_PARALLELISM": "false",
     "HF_HUB_OFFLINE": "1",

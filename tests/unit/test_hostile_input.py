@@ -626,6 +626,7 @@ def check_readme(readme: str, recipe: Recipe, plan: Any) -> None:
             assert words[:3] == ["kubectl", "-n", cl.namespace]
             assert (
                 plan.job_name in words
+                or words[3:7] == ["create", "secret", "generic", "recipekit-run-key"]  # the run key, per namespace
                 or f"app.kubernetes.io/name={plan.job_name}" in words
                 or any(w == f"{plan.job_name}-{plan.task_name}-0" for w in words)
             )
@@ -860,3 +861,562 @@ def test_number_flags_are_finite(args: list[str], flag: str) -> None:
     """NaN passes every range comparison; an infinite price gives an infinite cost (and invalid JSON)."""
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 2 and flag in result.output and "Traceback" not in result.output
+
+
+# ======================================================================= surfaces beyond the recipe (issue 20)
+# Each case runs the real CLI in a child process and measures it: exit 2 (or the documented refusal), at most one
+# line per problem, no traceback, nothing written in the case's directory, wall time and peak RSS (os.wait4's
+# rusage of that child) under the bounds below. Caches go to a directory of their own, outside the snapshot.
+MAX_WALL_S = 90.0
+MAX_RSS_MIB = 700
+
+
+@dataclasses.dataclass(frozen=True)
+class Measured:
+    code: int
+    stdout: str
+    stderr: str
+    wall_s: float
+    rss_mib: float
+
+
+def run_measured(args: list[str], cwd: Path, env: dict[str, str] | None = None, timeout: float = 240) -> Measured:
+    """``recipekit ARGS`` in a child process: its exit code, output, wall time and peak RSS (MiB)."""
+    import time
+
+    out, err = cwd.parent / f".{cwd.name}.out", cwd.parent / f".{cwd.name}.err"
+    environ = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src"), **(env or {})}
+    started = time.monotonic()
+    with open(out, "wb") as stdout, open(err, "wb") as stderr:
+        proc = subprocess.Popen(
+            [sys.executable, "-P", "-m", "recipekit.cli", *args], cwd=cwd, env=environ, stdout=stdout, stderr=stderr
+        )
+    while True:
+        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        if pid:
+            break
+        if time.monotonic() - started > timeout:
+            proc.kill()
+            pid, status, usage = os.wait4(proc.pid, 0)
+            break
+        time.sleep(0.02)
+    proc.returncode = os.waitstatus_to_exitcode(status)  # already reaped: keep Popen from waiting again
+    return Measured(
+        os.waitstatus_to_exitcode(status),
+        out.read_text(errors="replace"),
+        err.read_text(errors="replace"),
+        time.monotonic() - started,
+        usage.ru_maxrss / 1024,
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class Probe:
+    """One hostile input for a surface: ``setup`` writes it under the case directory and returns the CLI args
+    (``{case}`` is that directory); ``expect`` is in the error; ``code`` the documented exit code."""
+
+    id: str
+    setup: Any
+    expect: str
+    code: int = 2
+    cwd: str = "."
+
+
+def check_probe(probe: Probe, tmp_path: Path) -> Measured:
+    case = tmp_path / "case"
+    case.mkdir()
+    args = [a.replace("{case}", str(case)) for a in probe.setup(case)]
+    cwd = case / probe.cwd
+    before = snapshot(case)
+    cache = tmp_path / "cache"
+    result = run_measured(args, cwd, env={"XDG_CACHE_HOME": str(cache), "HOME": str(tmp_path / "home")})
+    said = [line for line in result.stderr.splitlines() if line.strip() and not line.startswith("recipekit: using")]
+    problems = [line for line in said if line.startswith("  - ")]
+    where = f"{probe.id}: exit {result.code}, {result.wall_s:.1f} s, {result.rss_mib:.0f} MiB\n{result.stderr[-3000:]}"
+    assert result.code == probe.code, where
+    assert "Traceback" not in result.stderr + result.stdout, where
+    assert any(probe.expect in line for line in said), where  # the reason on one line
+    errors = [line for line in said if "error" in line.lower() or line.startswith("  - ")]
+    assert len(errors) <= 1 + len(problems) and all(len(e) < 2000 for e in errors), where  # a header, one line each
+    assert snapshot(case) == before, f"{probe.id}: something was written in the case directory"
+    assert result.wall_s < MAX_WALL_S and result.rss_mib < MAX_RSS_MIB, where
+    return result
+
+
+def surface(probes: list[Probe]) -> Any:
+    return pytest.mark.parametrize("probe", [pytest.param(p, id=p.id) for p in probes])
+
+
+def _files(files: dict[str, str | bytes], *args: str) -> Any:
+    def setup(case: Path) -> list[str]:
+        write_tree(case, files)
+        return list(args)
+
+    return setup
+
+
+# ---------------------------------------------------------------------------------------- team trees (and toml)
+DOUBLING = "# @package _global_\ndefaults:\n  - tiny_sft\n  - _self_\nx0: aaaaaaaaaaaaaaaa\n" + "".join(
+    f"x{i}: ${{x{i - 1}}}${{x{i - 1}}}\n" for i in range(1, 40)
+)
+TOML = 'name = "team"\nrecipekit = ">=0.0"\nsearch_path = ["recipes"]\n'
+
+
+def _owned_by_another_user(case: Path) -> list[str]:
+    write_tree(case, {"recipekit.toml": TOML, "recipes/cluster/.keep": ""})
+    os.chown(case / "recipekit.toml", 4242, 4242)
+    return ["list", "cluster"]
+
+
+def _search_path_loop(case: Path) -> list[str]:
+    write_tree(case, {"recipekit.toml": TOML.replace('["recipes"]', '["loop"]')})
+    (case / "loop").symlink_to(case / "loop")
+    return ["list", "cluster"]
+
+
+TEAM_SURFACE = [
+    Probe(
+        "defaults entry into another folder holding an alias bomb",
+        _files(
+            {
+                "recipe/other.yaml": "# @package _global_\ndefaults:\n  - tiny_sft\n  - /evil/bomb\n  - _self_\n",
+                "evil/bomb.yaml": ALIAS_BOMB,
+            },
+            "show",
+            "--recipes",
+            "{case}",
+            "recipe=other",
+        ),
+        "alias bomb",
+    ),
+    Probe(
+        "defaults entry leaving the tree",
+        _files(
+            {"recipe/up.yaml": "# @package _global_\ndefaults:\n  - tiny_sft\n  - ../../../etc/passwd\n  - _self_\n"},
+            "show",
+            "--recipes",
+            "{case}",
+            "recipe=up",
+        ),
+        "leaves the recipe trees",
+    ),
+    Probe(
+        "hydra.searchpath in a layer",
+        _files(
+            {
+                "recipe/sp.yaml": "# @package _global_\ndefaults:\n  - tiny_sft\n  - _self_\nhydra:\n  searchpath: [file:///tmp]\n"
+            },
+            "show",
+            "--recipes",
+            "{case}",
+            "recipe=sp",
+        ),
+        "sets a Hydra searchpath",
+    ),
+    Probe(
+        "interpolations doubling at each key",
+        _files({"recipe/dbl.yaml": DOUBLING}, "show", "--recipes", "{case}", "recipe=dbl"),
+        "would resolve to more than 1 MiB of text",
+    ),
+    Probe(
+        "verify: interpolations doubling at each key",
+        _files({"recipe/dbl.yaml": DOUBLING}, "plan", "--recipes", "{case}", "recipe=dbl"),
+        "would resolve to more than 1 MiB of text",
+    ),
+    Probe(
+        "TOML bomb in recipekit.toml",
+        _files({"recipekit.toml": "a = " + "[" * 30000 + "]" * 30000 + "\n"}, "list", "cluster"),
+        "recipekit.toml: nested more than 16 levels deep",
+    ),
+    Probe(
+        "huge recipekit.toml",
+        _files({"recipekit.toml": "# " + "x" * 100_000 + "\n" + TOML}, "list", "cluster"),
+        "over the limit of 64 KiB (raise it with RECIPEKIT_LIMIT_TOML_KIB=N)",
+    ),
+    Probe("recipekit.toml of another user", _owned_by_another_user, "owned by uid 4242"),
+    Probe("search_path symlink loop", _search_path_loop, "'loop' is a symlink loop"),
+]
+
+
+@surface(TEAM_SURFACE)
+def test_team_tree_surface(probe: Probe, tmp_path: Path) -> None:
+    if probe.setup is _owned_by_another_user and os.geteuid() != 0:
+        pytest.skip("needs root to give a file to another user")
+    check_probe(probe, tmp_path)
+
+
+def test_recipekit_toml_discovery_stops_at_the_repo_root_and_says_what_is_in_force(tmp_path: Path) -> None:
+    write_tree(tmp_path, {"recipekit.toml": TOML, "recipes/cluster/planted.yaml": "queue: planted\n"})
+    repo = tmp_path / "repo"
+    (repo / ".git").mkdir(parents=True)
+    above = run_measured(["list", "cluster"], repo)
+    assert above.code == 0 and "planted" not in above.stdout and "recipekit: using" not in above.stderr
+    inside = run_measured(["list", "cluster"], tmp_path / "recipes")
+    assert inside.code == 0 and "planted" in inside.stdout
+    assert inside.stderr.count(f"recipekit: using {tmp_path / 'recipekit.toml'} (team team)") == 1
+
+
+def test_origin_detection_runs_no_hook_or_fsmonitor_of_a_layer(tmp_path: Path) -> None:
+    """`git status` in a layer would run its core.fsmonitor: the origin is read without running the repo's config."""
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    layer = tmp_path / "layer"
+    write_tree(layer, {"recipes/cluster/team.yaml": "queue: team\n"})
+    git = ["git", "-C", str(layer), "-c", "user.email=a@b", "-c", "user.name=a"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "x"], check=True)
+    marker = tmp_path / "fsmonitor-ran"
+    subprocess.run([*git, "config", "core.fsmonitor", f"touch {marker}; false"], check=True)
+    hook = layer / ".git" / "hooks" / "post-index-change"
+    hook.write_text(f"#!/bin/sh\ntouch {marker}\n")
+    hook.chmod(0o755)
+    (layer / "recipes" / "cluster" / "team.yaml").write_text("queue: edited\n")
+    out = tmp_path / "out"
+    built = run_measured(["build", "--recipes", str(layer / "recipes"), "recipe=tiny_sft", "-o", str(out)], tmp_path)
+    assert built.code == 0, built.stderr
+    assert not marker.exists()
+    (origin,) = json.loads((out / MANIFEST).read_text())["origin"]
+    head = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    assert origin["git_commit"] == head and origin["git_dirty"] is True
+
+
+# ------------------------------------------------------------------------------------ packages, diff, matrix
+def _sparse_package(case: Path) -> list[str]:
+    """179 bytes of tar.gz whose sparse entry claims 1.2 GB (GNU tar writes it; Python's tarfile reads it whole)."""
+    if shutil.which("tar") is None:
+        pytest.skip("GNU tar is not installed")
+    (case.parent / "big").write_bytes(b"")
+    os.truncate(case.parent / "big", 1_200_000_000)
+    subprocess.run(["tar", "--sparse", "-czf", str(case / "p.tar.gz"), "-C", str(case.parent), "big"], check=True)
+    return ["verify", "{case}/p.tar.gz"]
+
+
+def _lying_header(case: Path) -> list[str]:
+    """A tar entry whose header claims 100 GB (the data ends after a few bytes)."""
+    import gzip
+    import io
+    import tarfile
+
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w", format=tarfile.GNU_FORMAT) as tar:
+        info = tarfile.TarInfo("pkg/bundle/README.md")
+        info.size = 4
+        tar.addfile(info, io.BytesIO(b"abcd"))
+    data = bytearray(raw.getvalue())
+    data[124:136] = b"\x80" + (100 * 10**9).to_bytes(11, "big")  # GNU base-256 size field
+    data[148:156] = b"        "
+    data[148:155] = f"{sum(data[:512]):06o}\0".encode()
+    (case / "p.tar.gz").write_bytes(gzip.compress(bytes(data)))
+    return ["diff", "{case}/p.tar.gz", "{case}/p.tar.gz"]
+
+
+def _link_to(target: str, command: str) -> Any:
+    def setup(case: Path) -> list[str]:
+        (case / "p.tar.gz").symlink_to(target)
+        return [command, "{case}/p.tar.gz", *(["{case}/p.tar.gz"] if command == "diff" else [])]
+
+    return setup
+
+
+def _fifo_package(case: Path) -> list[str]:
+    os.mkfifo(case / "p.tar.gz")
+    return ["verify", "{case}/p.tar.gz"]
+
+
+def _bundle_with_a_huge_file(case: Path) -> list[str]:
+    from recipekit.bundle.build import build
+
+    bundle = build(["recipe=tiny_sft"], case / "a", force=True).path
+    shutil.copytree(bundle, case / "b")
+    with open(case / "b" / "README.md", "ab") as handle:
+        handle.truncate(100 << 20)  # a 100 MiB file: over the bundle-file limit (64 MiB)
+    return ["diff", "{case}/a", "{case}/b"]
+
+
+PACKAGE_SURFACE = [
+    Probe("sparse member claiming 1.2 GB", _sparse_package, "sparse files are refused"),
+    Probe(
+        "member header claiming 100 GB",
+        _lying_header,
+        "over the limit of 64 MiB (raise it with RECIPEKIT_LIMIT_MEMBER_MIB",
+    ),
+    Probe("verify: symlink to /dev/zero", _link_to("/dev/zero", "verify"), "is not a regular file"),
+    Probe("diff: symlink to /dev/zero", _link_to("/dev/zero", "diff"), "no such bundle directory or package"),
+    Probe("verify: a FIFO", _fifo_package, "is not a regular file"),
+    Probe("diff: a 100 MiB file in a bundle", _bundle_with_a_huge_file, "RECIPEKIT_LIMIT_BUNDLE_FILE_MIB"),
+    Probe(
+        "package index nested 100,000 deep",
+        lambda case: _package_with(case, "recipekit-package.json", b"[" * 100_000 + b"]" * 100_000),
+        "p.tar.gz",
+    ),
+    Probe(
+        "bundle manifest nested 100,000 deep",
+        lambda case: _package_with(case, "bundle/manifest.json", b"[" * 100_000 + b"]" * 100_000),
+        "p.tar.gz",
+    ),
+]
+
+
+def _package_with(case: Path, name: str, content: bytes) -> list[str]:
+    """A real package with one entry replaced (its hash then fails, or its parser gives up first)."""
+    from recipekit.bundle.build import build
+    from recipekit.handover.archive import read_targz, write_targz
+
+    bundle = build(["recipe=tiny_sft"], case.parent / "bundle", force=True).path
+    packed = run_measured(["pack", str(bundle), "-o", str(case.parent / "packed")], case.parent)
+    assert packed.code == 0, packed.stderr
+    (archive,) = (case.parent / "packed").glob("*.tar.gz")
+    entries = read_targz(archive.read_bytes(), "package")
+    (target,) = [n for n in entries if n.split("/", 1)[1] == name]
+    entries[target] = content
+    (case / "p.tar.gz").write_bytes(write_targz(entries))
+    return ["verify", "{case}/p.tar.gz"]
+
+
+@surface(PACKAGE_SURFACE)
+def test_package_and_diff_surface(probe: Probe, tmp_path: Path) -> None:
+    check_probe(probe, tmp_path)
+
+
+MATRIX_SURFACE = [
+    Probe(
+        "range(0,10**12)",
+        lambda case: ["build", "-m", "recipe=tiny_sft", "train.seed=range(0,1000000000000)", "-o", "{case}/out"],
+        "over the limit of 256 bundles (raise it with RECIPEKIT_LIMIT_MATRIX_BUNDLES=N)",
+    ),
+    Probe(
+        "20 × 19 combinations",
+        lambda case: [
+            "build",
+            "-m",
+            "recipe=tiny_sft",
+            "train.seed=range(0,20)",
+            "train.epochs=range(1,20)",
+            "-o",
+            "{case}/out",
+        ],
+        "1 × 20 × 19 combinations",
+    ),
+]
+
+
+@surface(MATRIX_SURFACE)
+def test_matrix_surface(probe: Probe, tmp_path: Path) -> None:
+    check_probe(probe, tmp_path)
+
+
+def test_diff_output_is_bounded_for_huge_files_and_lines(tmp_path: Path) -> None:
+    from recipekit.bundle.build import build
+
+    bundle = build(["recipe=tiny_sft"], tmp_path / "a", force=True).path
+    shutil.copytree(bundle, tmp_path / "b")
+    (tmp_path / "b" / "README.md").write_text("x" * (5 << 20))  # one 5 MiB line: over the 4 MiB line-diff limit
+    (tmp_path / "b" / "run.sh").write_text((tmp_path / "a" / "run.sh").read_text() + "# " + "y" * 100_000 + "\n")
+    result = run_measured(["diff", str(tmp_path / "a"), str(tmp_path / "b")], tmp_path)
+    assert result.code in (0, 1) and "Traceback" not in result.stderr, result.stderr
+    assert len(result.stdout) < 20_000 and max(len(line) for line in result.stdout.splitlines()) < 400
+    assert "over the line-diff limit of 4 MiB; raise it with RECIPEKIT_LIMIT_DIFF_FILE_MIB=N" in result.stdout
+    assert "more characters)" in result.stdout
+    assert result.rss_mib < MAX_RSS_MIB
+
+
+# ---------------------------------------------------------------------------------------------- data, runtime
+def _data_bundle(case: Path, name: str, content: bytes, *overrides: str) -> Path:
+    """The tiny_sft bundle reading ``name`` (written beside the case directory, on a volume of its own)."""
+    from recipekit.bundle.build import build
+
+    volume = case.parent / "volume"
+    volume.mkdir(exist_ok=True)
+    (volume / name).write_bytes(content)
+    settings = [f"data.path={volume / name}", f"cluster.mount_path={volume}", f"cluster.output_dir={volume}/runs"]
+    return build(["recipe=tiny_sft", *settings, *overrides], case.parent / "bundle", force=True).path
+
+
+def _prepare(name: str, content: bytes) -> Any:
+    def setup(case: Path) -> list[str]:
+        return ["data", "prepare", str(_data_bundle(case, name, content)), "--workers", "1"]
+
+    return setup
+
+
+def _gz(data: bytes) -> bytes:
+    import gzip
+
+    return gzip.compress(data, compresslevel=1)
+
+
+LONG_LINE = b'{"instruction": "' + b"a" * (80 << 20) + b'", "output": "b"}\n'
+DEEP_LINE = b'{"instruction": ' + b"[" * 100_000 + b"]" * 100_000 + b', "output": "b"}\n'
+
+
+def _fifo_manifest(case: Path) -> list[str]:
+    (case / "prepared").mkdir()
+    os.mkfifo(case / "prepared" / "manifest.json")
+    return ["data", "verify", "--prepared", "{case}/prepared"]
+
+
+def _deep_manifest(case: Path) -> list[str]:
+    write_tree(case, {"prepared/manifest.json": "[" * 100_000 + "]" * 100_000})
+    return ["data", "verify", "--prepared", "{case}/prepared"]
+
+
+DATA_SURFACE = [
+    Probe(
+        "1 MiB .jsonl.gz holding one 80 MiB line", _prepare("data.jsonl.gz", _gz(LONG_LINE)), "over the record limit"
+    ),
+    Probe("plain .jsonl holding one 80 MiB line", _prepare("data.jsonl", LONG_LINE), "over the record limit"),
+    Probe(
+        "a data line nested 100,000 deep", _prepare("data.jsonl", DEEP_LINE * 3), "JSON nested more than 64 levels deep"
+    ),
+    Probe("a FIFO as manifest.json", _fifo_manifest, "not a regular file"),
+    Probe("a prepared manifest nested 100,000 deep", _deep_manifest, "JSON nested more than 64 levels deep"),
+]
+
+
+@surface(DATA_SURFACE)
+def test_data_surface(probe: Probe, tmp_path: Path) -> None:
+    check_probe(probe, tmp_path)
+
+
+def test_a_fifo_as_trainer_state_is_an_incomplete_checkpoint_not_a_hang(tmp_path: Path) -> None:
+    """What resume reads from the shared volume is opened without blocking: a planted FIFO is refused at once."""
+    from recipekit.runtime import contract
+
+    checkpoint = tmp_path / "checkpoint-3"
+    checkpoint.mkdir()
+    os.mkfifo(checkpoint / contract.TRAINER_STATE_FILE)
+    os.mkfifo(checkpoint / contract.RUN_FILE)
+    assert "not a regular file" in (contract.checkpoint_problem(checkpoint) or "")
+    assert contract.read_run_record(checkpoint) is None
+    assert contract.resume_choice(tmp_path, "r").skipped == (("checkpoint-3", contract.checkpoint_problem(checkpoint)),)
+
+
+# ------------------------------------------------------------------------------------------------------ paths
+def _option_named_dots(case: Path) -> list[str]:
+    write_tree(case, {"team/recipe/...yaml": "# @package _global_\ndefaults:\n  - tiny_sft\n  - _self_\n"})
+    return ["build", "-m", "--recipes", "{case}/team", "recipe=glob(*)", "--force", "-o", "{case}/out/root"]
+
+
+def _data_symlink_outside(case: Path) -> list[str]:
+    volume = case.parent / "volume"
+    (volume / "data").mkdir(parents=True)
+    (case.parent / "secret.jsonl").write_text('{"instruction": "the node\'s secret", "output": "x"}\n')
+    (volume / "data" / "a.jsonl").symlink_to(case.parent / "secret.jsonl")
+    from recipekit.bundle.build import build
+
+    settings = [f"data.path={volume / 'data'}", f"cluster.mount_path={volume}", f"cluster.output_dir={volume}/runs"]
+    bundle = build(["recipe=tiny_sft", *settings], case.parent / "bundle", force=True).path
+    return ["data", "prepare", str(bundle), "--workers", "1"]
+
+
+def _data_glob(spec: str) -> Any:
+    def setup(case: Path) -> list[str]:
+        from recipekit.bundle.build import build
+
+        volume = case.parent / "volume"
+        volume.mkdir()
+        settings = [
+            f"data.path={volume}/data.jsonl",
+            f"cluster.mount_path={volume}",
+            f"cluster.output_dir={volume}/runs",
+        ]
+        bundle = build(["recipe=tiny_sft", *settings], case.parent / "bundle", force=True).path
+        # build itself refuses a data.path off the pods' volume; a bundle from elsewhere may still name one, and the
+        # prepare step (runtime/sources.py) must refuse it too
+        doc = yaml.safe_load((bundle / "recipe.yaml").read_text())
+        doc["recipe"]["data"]["path"] = spec
+        (bundle / "recipe.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+        return ["data", "prepare", str(bundle), "--workers", "1", "--volume", str(volume)]
+
+    return setup
+
+
+PATH_SURFACE = [
+    Probe("option file named ...yaml, matrix build with --force", _option_named_dots, "is not an option name"),
+    Probe("data.path=/proc/**/*.jsonl", _data_glob("/proc/**/*.jsonl"), "kernel and device files are not training"),
+    Probe("data.path=/dev/zero", _data_glob("/dev/zero"), "kernel and device files are not training data"),
+    Probe("data-dir symlink to a file outside", _data_symlink_outside, "not followed"),
+]
+
+
+@surface(PATH_SURFACE)
+def test_path_surface(probe: Probe, tmp_path: Path) -> None:
+    check_probe(probe, tmp_path)
+    assert not (tmp_path / "out").exists() and sorted(os.listdir(tmp_path)).count("case") == 1
+
+
+def test_a_symlink_loop_under_double_star_is_not_followed(tmp_path: Path) -> None:
+    """glob's ``**`` follows symlinked directories: two loops made it list 2^depth paths until killed."""
+    import time
+
+    from recipekit.runtime.sources import find_files
+
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "up").symlink_to("..")
+    (tmp_path / "d" / "self").symlink_to(".")
+    (tmp_path / "d" / "x.jsonl").write_text("{}\n")
+    started = time.monotonic()
+    found = find_files(f"{tmp_path}/**/*.jsonl", "alpaca")
+    assert [f.name for f in found] == ["d/x.jsonl"] and time.monotonic() - started < 5
+
+
+def test_the_metrics_endpoint_binds_where_the_recipe_says(tmp_path: Path) -> None:
+    pytest.importorskip("prometheus_client")
+    from types import SimpleNamespace
+
+    from recipekit.runtime.exporter import start_exporter
+
+    result = CliRunner().invoke(main, ["build", "recipe=tiny_sft", "ops.metrics_bind=every", "-o", str(tmp_path / "b")])
+    assert result.exit_code == 2 and "ops.metrics_bind: 'every' is not an IP address" in result.output
+    exporter = start_exporter(SimpleNamespace(ports=[0], ranks="all", bind="127.0.0.1"), "job", 0, 0)
+    try:
+        assert exporter.server[0].server_address[0] == "127.0.0.1"
+    finally:
+        exporter.close()
+
+
+# ------------------------------------------------------------------------- image build, plan --data, small inputs
+def _bundle_copy(case: Path, recipe_yaml: bytes | None = None) -> Path:
+    from recipekit.bundle.build import build
+
+    bundle = build(["recipe=tiny_sft"], case / "b", force=True).path
+    if recipe_yaml is not None:
+        (bundle / "recipe.yaml").write_bytes(recipe_yaml)
+    return bundle
+
+
+def _with_recipe_yaml(content: bytes, *command: str) -> Any:
+    def setup(case: Path) -> list[str]:
+        return [*command, str(_bundle_copy(case, content))]
+
+    return setup
+
+
+def _engine(url: str) -> Any:
+    def setup(case: Path) -> list[str]:
+        return ["image", "build", str(_bundle_copy(case)), "--engine", url]
+
+    return setup
+
+
+def _counts(case: Path) -> list[str]:
+    counts = {"format": "recipekit-prepared", "version": 1, "splits": {"train": {"rows": "many", "tokens": "x"}}}
+    (case / "m.json").write_text(json.dumps(counts))
+    return ["plan", "recipe=tiny_sft", "--data", "{case}/m.json"]
+
+
+DEEP_YAML = b"x: " + b"[" * 100_000 + b"]" * 100_000 + b"\n"
+SMALL_INPUTS = [
+    Probe("plan --data with non-numeric counts", _counts, "rows and tokens are 'many' and 'x', not counts"),
+    Probe("image build: malformed recipe.yaml", _with_recipe_yaml(b"garbage: [\n", "image", "build"), "not valid YAML"),
+    Probe("image build: --engine 'tcp://[::1'", _engine("tcp://[::1"), "Invalid IPv6 URL"),
+    Probe("data prepare: non-UTF-8 recipe.yaml", _with_recipe_yaml(b"name: caf\xe9\n", "data", "prepare"), "not UTF-8"),
+    Probe("data prepare: recipe.yaml nested 100,000 deep", _with_recipe_yaml(DEEP_YAML, "data", "prepare"), "nesting"),
+    Probe("data verify: recipe.yaml nested 100,000 deep", _with_recipe_yaml(DEEP_YAML, "data", "verify"), "nesting"),
+]
+
+
+@surface(SMALL_INPUTS)
+def test_small_inputs_surface(probe: Probe, tmp_path: Path) -> None:
+    check_probe(probe, tmp_path)

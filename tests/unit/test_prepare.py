@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import bz2
 import gzip
+import hashlib
 import json
 import lzma
 import os
@@ -24,7 +25,7 @@ from recipekit.validate.tinydata import tiny_records, write_tiny_dataset
 torch = pytest.importorskip("torch")
 datasets = pytest.importorskip("datasets")
 
-from recipekit.runtime import dataprep, manifest, samples, twin, verify, workers  # noqa: E402
+from recipekit.runtime import dataprep, manifest, samples, trust, twin, verify, workers  # noqa: E402
 from recipekit.runtime.data import DataError  # noqa: E402
 from recipekit.runtime.sampler import ResumableSampler  # noqa: E402
 from recipekit.runtime.shards import ShardDataset  # noqa: E402
@@ -484,3 +485,34 @@ def test_verify_without_a_manifest_or_a_target_is_exit_2(tmp_path):
     assert _verify().exit_code == 2
     assert "not a recipekit bundle" in _verify(str(tmp_path)).output
     assert _verify(str(tmp_path)).exit_code == 2
+
+
+def test_shards_rewritten_with_their_hashes_fail_verify_and_are_not_reused_under_the_run_key(
+    tmp_path, tokenizer, monkeypatch
+):
+    """The manifest lists every shard's sha256, so it must itself be sealed with the run key (docs/trust.md):
+    whoever can write to the volume could otherwise rewrite a shard and its hash together."""
+    key = tmp_path / "run-key"
+    key.write_text("k" * 64)
+    monkeypatch.setenv(trust.KEY_ENV, str(key))
+    data = write_tiny_dataset("alpaca", tmp_path / "data.jsonl", n=60)
+    job, found = prepare(data, tokenizer, tmp_path / "prepared")
+    assert found["hmac"] and job.existing() == found  # sealed when written, reused as it is
+    assert verify.check(job.directory, key=key.read_bytes())["signature"] == "verified"
+
+    shard = job.directory / manifest.SHARDS / "train-000000.bin"
+    forged = bytearray(shard.read_bytes())
+    forged[0] ^= 0x01
+    shard.write_bytes(bytes(forged))
+    rewritten = json.loads((job.directory / manifest.MANIFEST).read_text())
+    rewritten["splits"]["train"]["shards"][0]["sha256"][".bin"] = hashlib.sha256(bytes(forged)).hexdigest()
+    (job.directory / manifest.MANIFEST).write_text(json.dumps(rewritten))
+
+    result = _verify("--prepared", str(job.directory))
+    assert result.exit_code == 1, result.output
+    assert result.output.splitlines()[0].startswith(f"signature: {job.directory}/manifest.json: its signature does")
+    with pytest.raises(workers.RunError, match="its signature does not verify.*not reused: delete"):
+        job.existing()
+    monkeypatch.delenv(trust.KEY_ENV)
+    unkeyed = _verify("--prepared", str(job.directory))
+    assert unkeyed.exit_code == 0 and "signature not checked" in unkeyed.output

@@ -101,13 +101,14 @@ def test_a_zero_checkpoint_of_another_world_size_is_refused_a_plain_one_is_not(t
     assert contract.resume_choice(plain, RUN_ID, world_size=1, zero_stage=0).step == 2
 
 
-def test_a_checkpoint_without_a_run_record_is_resumed_with_a_warning(tmp_path):
+def test_a_checkpoint_without_a_run_record_is_refused(tmp_path):
     old = checkpoint(tmp_path, 4, run_id=None)
-    choice = contract.resume_choice(tmp_path, RUN_ID)
-    assert choice.path == old and len(choice.warnings) == 1
-    assert contract.RUN_FILE in choice.warnings[0] and RUN_ID in choice.warnings[0]
+    with pytest.raises(contract.ResumeRefused, match=f"checkpoint-4 has no readable {contract.RUN_FILE}"):
+        contract.resume_choice(tmp_path, RUN_ID)
     (old / contract.RUN_FILE).write_text("{not json")  # unreadable counts as absent
-    assert contract.resume_choice(tmp_path, RUN_ID).warnings == choice.warnings
+    with pytest.raises(contract.ResumeRefused, match="nothing proves"):
+        contract.resume_choice(tmp_path, RUN_ID)
+    assert contract.resume_choice(tmp_path, RUN_ID, "none").path is None
 
 
 def test_the_run_record_is_written_whole_and_read_back(tmp_path):

@@ -36,6 +36,7 @@ from recipekit.runtime import (  # noqa: E402
     contract,
     device,
     model,
+    trust,
     twin,
 )
 
@@ -272,11 +273,20 @@ def _checkpoint(root: Path, step: int, run_id: str | None = "abc123", *, weights
     if weights:
         save_file({"w": torch.ones(64, 64)}, str(path / "model.safetensors"))
     if run_id:
-        contract.write_run_record(path, contract.run_record(run_id, world_size=1, zero_stage=0))
+        record = contract.run_record(run_id, world_size=1, zero_stage=0)
+        record = trust.sign(record, RUN_KEY, trust.digests(path, frozenset({contract.RUN_FILE})))
+        contract.write_run_record(path, record)
     return path
 
 
-def test_resume_logs_what_it_skips_and_refuses_another_runs_checkpoint(tmp_path, caplog):
+#: The run key (docs/trust.md): what the Job's Secret holds, here a file the tests point RECIPEKIT_RUN_KEY_FILE at.
+RUN_KEY = b"unit-test-run-key-" + b"0" * 32
+
+
+def test_resume_logs_what_it_skips_and_refuses_another_runs_checkpoint(tmp_path, caplog, monkeypatch):
+    key = tmp_path.parent / f"{tmp_path.name}.key"
+    key.write_bytes(RUN_KEY)
+    monkeypatch.setenv(trust.KEY_ENV, str(key))
     _checkpoint(tmp_path, 2)
     truncated = _checkpoint(tmp_path, 4)
     os.truncate(truncated / "model.safetensors", 5000)
@@ -293,15 +303,22 @@ def test_resume_logs_what_it_skips_and_refuses_another_runs_checkpoint(tmp_path,
         checkpoints.choose_resume(tmp_path, "auto", "abc123", world_size=1, zero_stage=0)
 
 
-def test_every_saved_checkpoint_gets_the_run_record(tmp_path):
+def test_every_saved_checkpoint_gets_the_signed_run_record(tmp_path):
     record = contract.run_record("abc123", world_size=2, zero_stage=2, recipe="tiny_sft")
-    callback = checkpoints.RunRecordCallback(record)
+    callback = checkpoints.RunRecordCallback(record, RUN_KEY)
     (tmp_path / "checkpoint-4").mkdir()
+    (tmp_path / "checkpoint-4" / "trainer_state.json").write_text("{}")
     args = SimpleNamespace(output_dir=str(tmp_path))
     callback.on_save(args, SimpleNamespace(global_step=4, is_world_process_zero=False), None)
     assert contract.read_run_record(tmp_path / "checkpoint-4") is None  # rank 0 writes it
     callback.on_save(args, SimpleNamespace(global_step=4, is_world_process_zero=True), None)
-    assert contract.read_run_record(tmp_path / "checkpoint-4") == {**record, "step": 4}
+    written = contract.read_run_record(tmp_path / "checkpoint-4")
+    assert {k: written[k] for k in record} == record and written["step"] == 4
+    assert list(written["files"]) == ["trainer_state.json"]
+    trust.verify_directory(tmp_path / "checkpoint-4", written, RUN_KEY, frozenset({contract.RUN_FILE}), "c")
+    unsigned = checkpoints.RunRecordCallback(record, None)  # a run started by hand, without the Secret
+    unsigned.on_save(args, SimpleNamespace(global_step=4, is_world_process_zero=True), None)
+    assert "hmac" not in contract.read_run_record(tmp_path / "checkpoint-4")
 
 
 # -------------------------------------------------------------------------------------------- throughput

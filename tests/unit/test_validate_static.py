@@ -441,7 +441,7 @@ BREAKAGES: list[Breakage] = [
             "volcano-job.yaml", lambda j: container(j)["volumeMounts"].append({"name": "ghost", "mountPath": "/g"})
         ),
         "volcano.pod-template",
-        ("volcano-job.yaml spec.tasks[0].template.spec.containers[0].volumeMounts[2].name", "ghost"),
+        ("volcano-job.yaml spec.tasks[0].template.spec.containers[0].volumeMounts[3].name", "ghost"),
         True,
     ),
     (

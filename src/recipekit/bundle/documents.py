@@ -21,7 +21,7 @@ from recipekit.plan.plan import Plan, Precision
 from recipekit.recipe import mindcluster
 from recipekit.recipe.k8snames import host_volume_name
 from recipekit.recipe.sections import Recipe
-from recipekit.runtime import contract
+from recipekit.runtime import contract, trust
 
 #: Seconds Kubernetes waits after SIGTERM before SIGKILL: time for train.py to write its last checkpoint.
 TERMINATION_GRACE_S = 600
@@ -220,6 +220,8 @@ def runtime_env(recipe: Recipe, deepspeed: bool) -> dict[str, str]:
     # After SIGTERM torchrun waits this long for train.py's last checkpoint before SIGKILL (default 30 s); it must
     # end before the kubelet's own grace period does.
     env["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"] = str(TERMINATION_GRACE_S - SHUTDOWN_MARGIN_S)
+    # The run key signs each checkpoint and the prepared data: only what this run wrote is resumed (docs/trust.md).
+    env[trust.KEY_ENV] = f"{trust.KEY_MOUNT}/{trust.KEY_NAME}"
     env.update(hw.env)
     return dict(sorted(env.items()))
 
@@ -289,10 +291,13 @@ def volcano_job(recipe: Recipe, plan: Plan, metrics_ports: tuple[int, ...] = ())
     volumes: list[dict[str, Any]] = [
         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{cl.shm_gib}Gi"}},
         {"name": "shared", "persistentVolumeClaim": {"claimName": cl.pvc_claim}},
+        # The run key (docs/trust.md): a pod without it does not start, rather than run unable to resume safely.
+        {"name": "run-key", "secret": {"secretName": trust.SECRET_NAME, "defaultMode": 0o400}},
     ]
     mounts: list[dict[str, Any]] = [
         {"name": "dshm", "mountPath": "/dev/shm"},
         {"name": "shared", "mountPath": cl.mount_path},
+        {"name": "run-key", "mountPath": trust.KEY_MOUNT, "readOnly": True},
     ]
     for path, kind in hw.host_mounts.items():
         name = host_volume_name(path)

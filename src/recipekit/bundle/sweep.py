@@ -174,9 +174,10 @@ def _build_one(
     try:
         resolved = resolve(combination.overrides, extra_dirs, composer=composer)
         name = combination.recipe_option or resolved.recipe.name
-        built = build_resolved(
-            resolved, root / f"{name}{combination.suffix}", force=force, allow_oom=allow_oom, origin=origin
-        )
+        target = root / f"{name}{combination.suffix}"
+        if target.resolve().parent != root.resolve():  # ``--force`` replaces only directories inside the root
+            raise RecipeError([Problem(str(target), f"bundle name {name!r} leaves the output root {root}")])
+        built = build_resolved(resolved, target, force=force, allow_oom=allow_oom, origin=origin)
     except RecipeError as err:
         return Outcome(combination.label, problems=[str(p) for p in err.problems])
     plan, estimate = built.resolved.plan, built.estimate

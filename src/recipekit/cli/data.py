@@ -34,6 +34,7 @@ from recipekit.cli.common import SETTINGS, fail
 from recipekit.recipe.volumes import under
 from recipekit.runtime import contract
 from recipekit.runtime.manifest import ManifestError
+from recipekit.validate.childpython import python_argv, safe_env
 
 #: What the bundle's prepare step imports (its tokenizer comes through transformers).
 STACK = ("transformers", "tokenizers", "numpy", "pyarrow", "yaml")
@@ -89,7 +90,7 @@ def prepare_command(bundle: Path, workers: int, volume: Path | None, as_json: bo
     problem = _unusable(bundle) or (_off_this_machine(bundle) if volume is None else None)
     if problem:
         fail(problem)
-    command = [sys.executable, "-m", MODULE, "--recipe", str(bundle / RECIPE), "--workers", str(workers)]
+    command = python_argv("-m", MODULE, "--recipe", str(bundle / RECIPE), "--workers", str(workers))
     command += ["--progress", "json"] + (["--volume", str(volume)] if volume is not None else [])
     done = _run(command, _child_env(bundle))
     if done is None:
@@ -102,7 +103,7 @@ def prepare_command(bundle: Path, workers: int, volume: Path | None, as_json: bo
 
 def _child_env(bundle: Path) -> dict[str, str]:
     """The environment of the bundle's runtime: the bundle alone on PYTHONPATH, no rank of an outer launcher."""
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    env = safe_env({k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")})
     env["PYTHONPATH"] = str(bundle.resolve())
     env.setdefault("TOKENIZERS_PARALLELISM", "false")  # one process per core already; no thread pools on top
     return env
@@ -124,7 +125,9 @@ def verify_command(bundle: Path | None, prepared: Path | None, volume: Path | No
     The directory is the one the Job would use (<data.prepared_dir>/<fingerprint>/, found with the bundle's own
     code, so the data files and tokenizer must be reachable), or --prepared DIR. One line per missing, resized or
     altered shard and per extra file, then a verdict. Exit 0 when every shard matches, 1 when one is missing or
-    damaged (delete the directory and prepare again), 2 when there is nothing to check.
+    damaged (delete the directory and prepare again), 2 when there is nothing to check. With RECIPEKIT_RUN_KEY_FILE
+    set to the run key (docs/trust.md) the manifest's signature is checked too: shards rewritten together with
+    their hashes in the manifest fail.
 
     \b
     Examples:
@@ -132,7 +135,7 @@ def verify_command(bundle: Path | None, prepared: Path | None, volume: Path | No
       recipekit data verify --prepared /mnt/pvc-llm/runs/prepared/4f2a9c0e1b7d3a5f6e80
       recipekit data verify bundles/tiny_sft --json
     """
-    from recipekit.runtime import verify
+    from recipekit.runtime import trust, verify
 
     if (bundle is None) == (prepared is None):
         fail("give a BUNDLE or --prepared DIR (one of them)")
@@ -140,15 +143,17 @@ def verify_command(bundle: Path | None, prepared: Path | None, volume: Path | No
         if volume is not None:
             fail("--volume locates a bundle's data; with --prepared, give the directory as this machine sees it")
         try:
-            report = verify.check(prepared)
+            report = verify.check(prepared, key=trust.load_key())
         except ManifestError as exc:
             fail(f"nothing to verify: {exc}")
+        except trust.Untrusted as exc:
+            fail(str(exc))
     else:
         assert bundle is not None
         problem = _unusable(bundle, "verify")
         if problem:
             fail(problem)
-        command = [sys.executable, "-m", MODULE, "--recipe", str(bundle / RECIPE), "--verify", "--progress", "json"]
+        command = python_argv("-m", MODULE, "--recipe", str(bundle / RECIPE), "--verify", "--progress", "json")
         command += ["--volume", str(volume)] if volume is not None else []
         process = subprocess.run(command, env=_child_env(bundle), stdout=subprocess.PIPE, text=True)
         verified = _last_event(process.stdout, "verified")

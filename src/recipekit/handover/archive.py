@@ -21,6 +21,7 @@ import zlib
 from collections.abc import Collection, Mapping
 
 from recipekit.errors import Problem, RecipeError
+from recipekit.limits import ARCHIVE_MEMBER
 
 #: Bounds on what is read back: a bundle and its recipe sources are well under a megabyte.
 MAX_BYTES = 256 * 1024 * 1024
@@ -60,9 +61,13 @@ def read_targz(data: bytes, what: str) -> dict[str, bytes]:
                 if member.isdir():
                     _check_name(name.rstrip("/"), what)
                     continue
-                if not member.isreg():
-                    raise _bad(what, f"entry {name!r} is not a regular file (links and devices are refused)")
+                if not member.isreg() or member.issparse():
+                    raise _bad(
+                        what, f"entry {name!r} is not a regular file (links, devices and sparse files are refused)"
+                    )
                 _check_name(name, what)
+                if member.size > ARCHIVE_MEMBER.bytes:  # as its header claims, before a byte of it is read
+                    raise ARCHIVE_MEMBER.refuse(what, f"entry {name!r} has {member.size:,} bytes")
                 if name in entries:
                     raise _bad(what, f"entry {name!r} appears twice")
                 stream = tar.extractfile(member)

@@ -16,6 +16,7 @@ from typing import Any
 
 from recipekit.bundlefiles import MANIFEST
 from recipekit.errors import Problem, RecipeError
+from recipekit.limits import DIFF_FILE, DIFF_LINE
 
 #: Lines of unified diff shown per changed file; the rest is summarised.
 DIFF_LINES = 24
@@ -91,6 +92,12 @@ def _show(value: Any) -> str:
 
 
 def _unified(a: Side, b: Side, name: str) -> list[str]:
+    largest = max(len(a.files[name]), len(b.files[name]))
+    if largest > DIFF_FILE.bytes:  # difflib holds both files' lines and more: sizes only
+        return [
+            f"({len(a.files[name]):,} → {len(b.files[name]):,} bytes: over the line-diff limit of {DIFF_FILE.value} "
+            f"{DIFF_FILE.unit}; raise it with {DIFF_FILE.variable}=N)"
+        ]
     try:
         old, new = a.files[name].decode("utf-8"), b.files[name].decode("utf-8")
     except UnicodeDecodeError:
@@ -102,4 +109,7 @@ def _unified(a: Side, b: Side, name: str) -> list[str]:
     )
     if len(lines) > DIFF_LINES:
         lines = [*lines[:DIFF_LINES], f"... {len(lines) - DIFF_LINES} more diff lines"]
-    return lines
+    width = DIFF_LINE.value
+    return [
+        line if len(line) <= width else f"{line[:width]}... ({len(line) - width:,} more characters)" for line in lines
+    ]

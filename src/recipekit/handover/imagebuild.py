@@ -33,6 +33,7 @@ from recipekit.bundle.write import manifest_problem, write_bundle
 from recipekit.bundlefiles import read_files
 from recipekit.errors import Problem, RecipeError
 from recipekit.image.dockerfile import PLATFORM_ARGS, PREDEFINED_ARGS, parse, split_image
+from recipekit.limits import BUNDLE_FILE, read_regular
 from recipekit.runtime import jsonfile
 
 JOB = "volcano-job.yaml"
@@ -106,7 +107,7 @@ def request(
     if not dockerfile.is_file():
         raise RecipeError([Problem(str(dockerfile), "missing: the bundle has no Dockerfile")])
     try:
-        declared = parse(dockerfile.read_text(encoding="utf-8")).args
+        declared = parse(read_regular(dockerfile, BUNDLE_FILE).decode("utf-8")).args
     except UnicodeDecodeError as exc:
         raise RecipeError([Problem(str(dockerfile), f"is not UTF-8 text (byte offset {exc.start})")]) from None
     arch, image = _recipe_facts(bundle / "recipe.yaml")

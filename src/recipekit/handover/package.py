@@ -34,6 +34,7 @@ from recipekit import __version__
 from recipekit.bundlefiles import EXECUTABLE, MANIFEST, read_files
 from recipekit.errors import Problem, RecipeError
 from recipekit.handover.archive import read_targz, write_targz
+from recipekit.limits import PACKAGE_FILE, read_regular
 from recipekit.runtime import jsonfile
 
 FORMAT = "recipekit-package/1"
@@ -184,10 +185,7 @@ def read_package(archive: Path) -> tuple[dict[str, Any], dict[str, bytes], list[
     Raises :class:`RecipeError` (one line) for an archive that is unreadable, unsafe or not a recipekit package.
     """
     what = str(archive)
-    try:
-        data = Path(archive).read_bytes()
-    except OSError as exc:
-        raise RecipeError([Problem(what, f"cannot be read ({exc.strerror or exc})")]) from None
+    data = read_regular(Path(archive), PACKAGE_FILE, what)
     raw = read_targz(data, what)
     tops = {name.split("/", 1)[0] for name in raw}
     top = next(iter(tops))

@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import difflib
 import itertools
+import math
 import os
 import re
 import warnings
@@ -26,6 +27,7 @@ import yaml
 
 from recipekit import yamlfile
 from recipekit.errors import Collector, Problem, RecipeError
+from recipekit.limits import MATRIX_BUNDLES
 from recipekit.paths import GROUPS, RECIPES_DIR
 
 #: Hydra's version semantics, pinned so a Hydra upgrade cannot silently change composition.
@@ -204,6 +206,9 @@ def _finish(cfg: Any, overrides: Sequence[str]) -> Composed:
     ]
     if refused:
         raise RecipeError(refused)
+    problem = resolution_problem(_plain(cfg))
+    if problem:
+        raise RecipeError([problem])
     return _composed(_plain(cfg, resolve=True), choices, overrides)
 
 
@@ -214,6 +219,72 @@ def _plain(cfg: Any, *, resolve: bool = False) -> dict[str, Any]:
     data = OmegaConf.to_container(cfg, resolve=resolve)
     assert isinstance(data, dict)
     return cast(dict[str, Any], data)
+
+
+#: The most text the recipe's interpolations may expand to, and the longest chain of references.
+MAX_RESOLVED_BYTES = 1 << 20
+MAX_REFERENCE_DEPTH = 64
+_REFERENCE = re.compile(r"\$\{(\.*)([^${}:]*)\}")
+
+
+def resolution_problem(data: Any) -> Problem | None:
+    """A recipe whose plain references (``${a}``) would expand past :data:`MAX_RESOLVED_BYTES` or chain deeper than
+    :data:`MAX_REFERENCE_DEPTH`: ``b: ${a}${a}``, ``c: ${b}${b}``, ... doubles at each key, so 1 KiB of YAML would
+    resolve to gigabytes. Sizes are computed from the references alone, before OmegaConf resolves anything."""
+    values: dict[tuple[str, ...], Any] = {}
+    stack: list[tuple[tuple[str, ...], Any]] = [((), data)]
+    while stack:
+        path, value = stack.pop()
+        values[path] = value
+        if isinstance(value, dict):
+            stack.extend(((*path, str(k)), v) for k, v in value.items())
+        elif isinstance(value, list):
+            stack.extend(((*path, str(i)), v) for i, v in enumerate(value))
+    sizes: dict[tuple[str, ...], int] = {}
+
+    def size(path: tuple[str, ...], depth: int) -> int:
+        if path in sizes:
+            return sizes[path]
+        if depth > MAX_REFERENCE_DEPTH:
+            raise _TooLarge(path, f"references chain more than {MAX_REFERENCE_DEPTH} deep")
+        sizes[path] = 0  # a cycle counts nothing here; OmegaConf reports it
+        value = values.get(path)
+        if isinstance(value, str):
+            total = len(value)
+            for match in _REFERENCE.finditer(value):
+                dots, key = match.group(1), match.group(2)
+                base = path[: len(path) - len(dots)] if dots else ()
+                target = (*base, *key.replace("[", ".").replace("]", "").split(".")) if key else base
+                total += size(tuple(t for t in target if t), depth + 1) - len(match.group(0))
+        elif isinstance(value, (dict, list)):
+            children = [p for p in values if len(p) == len(path) + 1 and p[: len(path)] == path]
+            total = sum(size(child, depth + 1) for child in children)
+        else:
+            total = len(str(value))
+        if total > MAX_RESOLVED_BYTES:
+            raise _TooLarge(path, f"would resolve to more than {MAX_RESOLVED_BYTES >> 20} MiB of text")
+        sizes[path] = total
+        return total
+
+    try:
+        for path in sorted(values, key=len, reverse=True):
+            if isinstance(values[path], str):
+                size(path, 0)
+    except _TooLarge as exc:
+        return Problem(
+            ".".join(exc.path) or "recipe",
+            exc.message,
+            "interpolations that repeat each other multiply; write the value out or reference it once",
+        )
+    except RecursionError:
+        return Problem("recipe", f"references chain more than {MAX_REFERENCE_DEPTH} deep")
+    return None
+
+
+class _TooLarge(Exception):
+    def __init__(self, path: tuple[str, ...], message: str):
+        super().__init__(message)
+        self.path, self.message = path, message
 
 
 def _composed(raw: dict[str, Any], choices: dict[str, Any], overrides: Sequence[str]) -> Composed:
@@ -326,6 +397,8 @@ def expand_sweep(arguments: Sequence[str], extra_dirs: Sequence[Path] = ()) -> S
 
     problems = Collector()
     refuse_hostile(arguments)
+    problems.extend(check_team_trees(extra_dirs))  # glob(*) lists the trees' option names: they are checked first
+    problems.raise_if_any()
     try:
         parsed = OverridesParser.create().parse_overrides(list(arguments))
     except OverrideParseException as exc:
@@ -354,11 +427,16 @@ def expand_sweep(arguments: Sequence[str], extra_dirs: Sequence[Path] = ()) -> S
                 axes.append([])
             else:
                 axes.append([f"{key}={option}" for option in value.filter(list(group_options(bare, extra_dirs)))])
-        else:
-            axes.append([f"{key}={item}" for item in override.sweep_string_iterator()])
+        else:  # at most one more than the limit is drawn: range(0,10**12) is never listed
+            items = itertools.islice(override.sweep_string_iterator(), MATRIX_BUNDLES.value + 1)
+            axes.append([f"{key}={item}" for item in items])
         if not axes[-1] and not problems.problems:
             problems.add(key, "the sweep selects nothing")
     problems.raise_if_any()
+    total = math.prod(len(axis) for axis in axes)
+    if total > MATRIX_BUNDLES.value:
+        sizes = " × ".join(str(len(a)) if len(a) <= MATRIX_BUNDLES.value else f">{MATRIX_BUNDLES.value}" for a in axes)
+        raise MATRIX_BUNDLES.refuse("sweep", f"{sizes} combinations")
     group = [_is_group(override.key_or_group) for override in parsed]
     swept = [len(axis) > 1 or override.is_sweep_override() for axis, override in zip(axes, parsed)]
     return Sweep([list(c) for c in itertools.product(*axes)], swept, group)
@@ -556,6 +634,9 @@ def check_team_trees(extra_dirs: Sequence[Path]) -> list[Problem]:
     for root in recipe_dirs(extra_dirs)[1:]:
         for path in _yaml_files(root):
             where = _shown(path)
+            if not OPTION_NAME.match(path.stem):  # the name becomes an option and a bundle directory name
+                problems.append(Problem(where, f"{path.stem!r} is not an option name (letters, digits, '_', '-', '.')"))
+                continue
             if not path.is_file():  # a directory named *.yaml, a FIFO (opening it would wait for a writer forever)
                 problems.append(Problem(where, "is not a regular file"))
                 continue
@@ -575,17 +656,57 @@ def check_team_trees(extra_dirs: Sequence[Path]) -> list[Problem]:
                 problems.extend(
                     Problem(f"{where}: {key}", message, _RESOLVER_HINT) for message in _interpolation_problems(value)
                 )
+            problems.extend(Problem(where, message) for message in _reach_problems(data))
     return problems
 
 
+#: What an option's file name may be: a name, never a path (``...yaml`` would be the option ``..``).
+OPTION_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+@-]*$(?<!\.)")
+
+
+def _reach_problems(data: Any) -> list[str]:
+    """What in a team file would make Hydra read files this scan never saw: a ``searchpath`` (``hydra.searchpath``
+    adds any directory of the machine) and a defaults-list entry that leaves the recipe trees (``..``, a scheme)."""
+    found = []
+    stack = [data]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, dict):
+            if "searchpath" in value:
+                found.append("sets a Hydra searchpath: team layers are given with recipekit.toml or --recipes only")
+            defaults = value.get("defaults")
+            if isinstance(defaults, list):
+                found.extend(
+                    f"defaults entry {text!r} leaves the recipe trees ('..', '//', or a scheme)"
+                    for text in _default_texts(defaults)
+                    if ".." in text.split("/") or "://" in text or "\\" in text or text.startswith("//")
+                )
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
+    return sorted(set(found))
+
+
+def _default_texts(defaults: list[Any]) -> list[str]:
+    """Every group path and option name a defaults list names (``- group: option`` and ``- /path/option``)."""
+    texts = []
+    for entry in defaults:
+        if isinstance(entry, str):
+            texts.append(entry)
+        elif isinstance(entry, dict):
+            for key, value in entry.items():
+                texts.append(str(key).split("@")[0])
+                texts.extend(str(v) for v in (value if isinstance(value, list) else [value]))
+    return texts
+
+
 def _yaml_files(root: Path) -> list[Path]:
-    """The YAML files of a recipe tree Hydra may read: top level and every group folder, symlinked folders not
-    followed (a symlink loop would never end)."""
-    files = sorted(root.glob("*.yaml"))
-    for group in GROUPS:
-        for folder, dirs, names in os.walk(root / group):
-            dirs.sort()
-            files.extend(Path(folder, name) for name in sorted([*names, *dirs]) if name.endswith(".yaml"))
+    """The YAML files of a recipe tree Hydra may read: every one below it (a defaults-list entry may name any
+    folder of the tree, not only the groups), symlinked folders not followed (a symlink loop would never end)."""
+    files: list[Path] = []
+    for folder, dirs, names in os.walk(root):
+        dirs.sort()
+        files.extend(Path(folder, name) for name in sorted([*names, *dirs]) if name.endswith(".yaml"))
     return files
 
 

@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from recipekit import __version__
-from recipekit.errors import Collector, Problem
+from recipekit.errors import Collector, Problem, RecipeError
 
 CONFIG_FILE = "recipekit.toml"
 ENV_VAR = "RECIPEKIT_RECIPES"
@@ -60,14 +61,58 @@ class Layer:
     label: str
 
 
-def find_config(start: Path) -> Path | None:
-    """The ``recipekit.toml`` in ``start`` or its nearest parent that has one."""
+def find_config(start: Path, home: Path | None = None) -> Path | None:
+    """The ``recipekit.toml`` in ``start`` or its nearest parent that has one, looking no higher than the repo root
+    (a directory holding ``.git``) or the home directory, where people expect a project to end: a file further up
+    (``/tmp/recipekit.toml``, a shared mount's root) was not chosen by whoever runs recipekit here.
+
+    A file owned by another user is refused (:class:`RecipeError`), as git refuses a repository it does not own
+    (safe.directory): it would decide which registry the Dockerfile pulls from."""
     start = start.resolve()
+    home = _home() if home is None else home.resolve()
     for directory in (start, *start.parents):
         candidate = directory / CONFIG_FILE
         if candidate.is_file():
+            _check_owner(candidate)
             return candidate
+        if directory == home or (directory / ".git").exists():
+            return None
     return None
+
+
+def _home() -> Path | None:
+    try:
+        return Path.home().resolve()
+    except (RuntimeError, KeyError, OSError):
+        return None
+
+
+def _check_owner(path: Path) -> None:
+    """Refuse a recipekit.toml another user owns (root's own files are fine when running as root)."""
+    if not hasattr(os, "geteuid"):  # pragma: no cover - no owners to compare on Windows
+        return
+    owner, me = path.stat().st_uid, os.geteuid()
+    if owner != me:
+        raise RecipeError(
+            [
+                Problem(
+                    str(path),
+                    f"owned by uid {owner}, not by you (uid {me}): recipekit does not use another user's "
+                    "recipekit.toml",
+                    hint="run from inside your own team repo, or pass the recipe trees with --recipes",
+                )
+            ]
+        )
+
+
+_announced: set[Path] = set()
+
+
+def announce(config: TeamConfig) -> None:
+    """Say on stderr, once per process, which recipekit.toml is in force (it silently changes options otherwise)."""
+    if config.path not in _announced:
+        _announced.add(config.path)
+        print(f"recipekit: using {config.path} (team {config.name})", file=sys.stderr)
 
 
 def read_config(path: Path) -> TeamConfig:
@@ -155,6 +200,7 @@ def search_layers(
     config_path = find_config(cwd)
     if config_path is not None:
         config = read_config(config_path)
+        announce(config)
         for directory in config.search_path:
             suffix = "" if len(config.search_path) == 1 else f":{directory.relative_to(config.root).as_posix()}"
             layers.append(Layer(directory, f"{config.name}{suffix}"))

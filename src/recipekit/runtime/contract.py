@@ -25,6 +25,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from . import jsonfile
+
 # ---------------------------------------------------------------------------------------------------------- modes
 #: The modes that train a LoRA adapter on a frozen base (QLoRA: a 4-bit base). recipekit plans, sizes and pins them
 #: by this; the runtime wraps the model in peft by it.
@@ -328,9 +330,9 @@ def checkpoint_problem(path: Path) -> str | None:
     byte its header points to, a sharded index names only shards that exist and are whole, a .bin is not empty.
     """
     try:
-        json.loads((path / TRAINER_STATE_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return f"{TRAINER_STATE_FILE} missing or unreadable"
+        jsonfile.read(path / TRAINER_STATE_FILE)
+    except (OSError, ValueError):  # jsonfile's refusals (too big, too deep, not UTF-8) are ValueErrors
+        return f"{TRAINER_STATE_FILE} missing, unreadable or not a regular file"
     if (path / INCOMPLETE_MARKER).exists():
         return "marked incomplete"
     weights = [path / name for name in WEIGHT_FILES if (path / name).is_file()]
@@ -426,7 +428,7 @@ def write_run_record(directory: Path, record: dict[str, Any]) -> None:
 def read_run_record(directory: Path) -> dict[str, Any] | None:
     """The run record of a checkpoint, or None when it has none (written by an older bundle) or it is unreadable."""
     try:
-        record = json.loads((Path(directory) / RUN_FILE).read_text(encoding="utf-8"))
+        record = jsonfile.read(Path(directory) / RUN_FILE)
     except (OSError, ValueError):
         return None
     return record if isinstance(record, dict) else None
@@ -466,8 +468,9 @@ def resume_choice(
     to this run: a run record naming another run is refused rather than skipped, because continuing from an older
     checkpoint of a directory another run has written into would silently lose work. Given ``world_size`` and
     ``zero_stage`` (this run's), a ZeRO checkpoint written by another world layout is refused too: its partitioned
-    optimizer states cannot be re-sharded here. A checkpoint without a record (an older bundle) is accepted with a
-    warning. Pure apart from reading the directory: train.py acts on the answer and the dry run predicts with it.
+    optimizer states cannot be re-sharded here. A checkpoint without a record is refused: nothing proves who wrote
+    it (train.py then also checks the record's signature, runtime/checkpoints.py). Pure apart from reading the
+    directory: train.py acts on the answer and the dry run predicts with it.
     """
     if resume == "none":
         return ResumeChoice(None)
@@ -488,11 +491,10 @@ def resume_choice(
             raise ResumeRefused(f"--resume {resume}: {problem}")
     record = read_run_record(path)
     if record is None:
-        warning = (
-            f"{path.name} has no {RUN_FILE} (saved by an older bundle): resuming it without checking that it "
-            f"belongs to run {run_id}"
+        raise ResumeRefused(
+            f"{path.name} has no readable {RUN_FILE}: nothing proves run {run_id} wrote it (the shared volume is "
+            "writable by others, docs/trust.md); start over with --resume none or another output_dir"
         )
-        return ResumeChoice(path, tuple(skipped), (warning,))
     refusal = _identity_problem(path.name, record, run_id, world_size, zero_stage)
     if refusal:
         raise ResumeRefused(refusal)

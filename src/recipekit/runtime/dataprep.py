@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import contract
+from . import contract, trust
 from .common import LOG, RunError, log0, rank
 from .config import load_run_config
 from .fingerprint import Settings, fingerprint, inputs, tokenizer_digest
@@ -349,8 +349,8 @@ def verify_ahead(options: argparse.Namespace) -> dict[str, Any]:
             "exist; run recipekit data prepare"
         )
     try:
-        return check(job.directory)
-    except ManifestError as exc:
+        return check(job.directory, key=trust.load_key())
+    except (ManifestError, trust.Untrusted) as exc:
         raise RunError(str(exc)) from None
 
 

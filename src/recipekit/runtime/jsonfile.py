@@ -13,6 +13,8 @@ at most :data:`MAX_BYTES` for a file, at most :data:`MAX_DEPTH` levels deep, and
 from __future__ import annotations
 
 import json
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -79,8 +81,13 @@ def too_deep(max_depth: int = MAX_DEPTH) -> str:
 
 def read(path: Path, max_bytes: int = MAX_BYTES, max_depth: int = MAX_DEPTH) -> Any:
     """The JSON file at ``path``: ``OSError`` when it cannot be read, :class:`UntrustedJSON` when it is larger than
-    ``max_bytes`` or refused by :func:`loads`. Reads at most ``max_bytes + 1`` bytes, whatever the file claims."""
-    with open(path, "rb") as handle:
+    ``max_bytes`` or refused by :func:`loads`. Reads at most ``max_bytes + 1`` bytes, whatever the file claims.
+    Only a regular file is read: it is opened without blocking, so a FIFO planted on a shared volume is an
+    ``OSError`` rather than a reader waiting forever (a device or directory too)."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            raise OSError(f"{path} is not a regular file")
         data = handle.read(max_bytes + 1)
     if len(data) > max_bytes:
         raise UntrustedJSON(str(path), f"larger than {max_bytes} bytes, the most recipekit reads of a JSON file")

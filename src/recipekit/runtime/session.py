@@ -17,7 +17,7 @@ from typing import Any
 from . import contract
 from .arguments import make_training_arguments, trainer_kwargs
 from .callbacks import MetricsFileCallback, PreemptionCallback, ThroughputCallback
-from .checkpoints import RunRecordCallback, choose_resume
+from .checkpoints import RunRecordCallback, choose_resume, run_key
 from .common import log0, precision, rank
 from .config import RunConfig
 from .dataprep import prepare_for_run, world
@@ -80,11 +80,10 @@ def make_trainer(
     tokenizer: Any,
     train_set: Any,
     eval_set: Any,
-    identity: dict[str, Any],
 ) -> tuple[SessionTrainer, PreemptionCallback]:
     """The Trainer (drawing rows in the resumable order, sampler.py) with recipekit's callbacks: throughput first
-    (reporters run in list order and must see its figures), then metrics.jsonl, the run record of each checkpoint
-    and SIGTERM handling."""
+    (reporters run in list order and must see its figures), then metrics.jsonl and SIGTERM handling. The run
+    record's callback is added last of all (run_training), so that it signs every file the others wrote."""
     preemption = PreemptionCallback()
     trainer = SessionTrainer(
         model=model,
@@ -95,7 +94,6 @@ def make_trainer(
         processing_class=tokenizer,
         callbacks=[
             MetricsFileCallback(Path(args.output_dir) / contract.METRICS_FILE),
-            RunRecordCallback(identity),
             preemption,
         ],
     )
@@ -178,7 +176,9 @@ def run_training(run: RunConfig, device: Device, resume: str) -> int:
     make_output_dir(output_dir)
     records = Records(output_dir, rank() == 0)
     zero = plan.zero_stage if run.training_arguments.get("deepspeed") else 0
-    # Before any data or model is loaded: a checkpoint of another run is refused in seconds, not after minutes.
+    key = run_key()
+    # Before any data or model is loaded: a checkpoint of another run, or one this run cannot prove it wrote (its
+    # signed record, checkpoints.py), is refused in seconds and before any of its bytes is parsed.
     choice = choose_resume(output_dir, resume, plan.run_id, world_size=world(), zero_stage=zero)
     resume_from = str(choice.path) if choice.path is not None else None
     # The data before the process group: preparing a corpus takes as long as it takes, and no collective (with its
@@ -201,10 +201,11 @@ def run_training(run: RunConfig, device: Device, resume: str) -> int:
         )
     trainable, total = parameter_counts(model)
     identity = contract.run_record(plan.run_id, world_size=args.world_size, zero_stage=zero, recipe=recipe.name)
-    trainer, preemption = make_trainer(run, args, model, tokenizer, train_set, eval_set, identity)
+    trainer, preemption = make_trainer(run, args, model, tokenizer, train_set, eval_set)
     ops.install(trainer, records)
     if isinstance(train_set, StreamDataset) and resume_from:  # the stream skips itself; the random state is ours
         trainer.add_callback(ResumeRandomState(trainer, resume_from))
+    trainer.add_callback(RunRecordCallback(identity, key))  # last: it signs what every other callback wrote
     for line in summary_lines(run, args, device, model_path, (trainable, total), train_set, eval_set, resume_from):
         log0(line)
     records.add(

@@ -40,6 +40,7 @@ import itertools
 import json
 import lzma
 import math
+import os
 import re
 import zlib
 from collections.abc import Callable, Iterable, Iterator
@@ -58,6 +59,9 @@ _DAMAGED = (OSError, EOFError, zlib.error, lzma.LZMAError)
 #: The columns each format reads from Parquet and Arrow files (other columns are left on disk).
 FIELDS = {"alpaca": ("instruction", "input", "output"), "messages": ("messages",), "text": ("text",)}
 #: Files datasets.save_to_disk writes beside its .arrow files: metadata, not records.
+#: The longest record line and the largest JSON array file read (MiB), unless RECIPEKIT_LIMIT_* raises them.
+RECORD_MIB = 64
+JSON_ARRAY_MIB = 1024
 METADATA_NAMES = frozenset({"dataset_info.json", "state.json", "dataset_dict.json"})
 #: Said where no data file is found: compressed ones count too.
 _COMPRESSED = f" (JSON and text files may also be compressed: {', '.join(COMPRESSIONS)})"
@@ -111,9 +115,10 @@ class Item:
 # ------------------------------------------------------------------------------------------------------ the files
 def find_files(spec: str, fmt: str) -> list[InputFile]:
     """The files ``data.path`` stands for, in training order; a DataError when there are none or one is unusable."""
+    _refuse_system_paths(spec)
     if _GLOB.search(spec):
         root = _glob_root(spec)
-        paths = [Path(p) for p in glob.glob(spec, recursive=True) if Path(p).is_file()]
+        paths = [p for p in _expand(spec, root) if p.is_file()]
         if not paths:
             raise DataError(spec, "the pattern matches no file")
         chosen = [p for p in paths if _is_data_file(p, fmt)]
@@ -129,7 +134,50 @@ def find_files(spec: str, fmt: str) -> list[InputFile]:
         chosen = [p for p in path.iterdir() if p.is_file() and _is_data_file(p, fmt)]
         if not chosen:
             raise DataError(path, f"directory holds no {_suffixes(fmt)} files{_COMPRESSED}")
+    for path in chosen:
+        _refuse_escape(path, root)
     return sorted((_input(p, root, fmt) for p in chosen), key=lambda f: f.name)
+
+
+def _refuse_escape(path: Path, root: Path) -> None:
+    """A symlink among the data files must stay inside the data directory: one that leads elsewhere (a file of
+    another team, a secret on the node) would be tokenised into shards on the shared volume."""
+    if not path.is_symlink():
+        return
+    target, base = path.resolve(), root.resolve()
+    if base not in target.parents:
+        raise DataError(path, f"is a symlink to {target}, outside {base}: not followed (copy the file in instead)")
+
+
+#: Kernel and device trees: never data, and reading them hangs (FIFOs, /dev/zero) or never ends (/proc/**).
+SYSTEM_TREES = ("/proc", "/sys", "/dev")
+#: The most paths one ``**`` pattern may match before it is refused.
+MAX_GLOB_PATHS = 1_000_000
+
+
+def _refuse_system_paths(spec: str) -> None:
+    fixed = _glob_root(spec) if _GLOB.search(spec) else Path(spec)
+    try:
+        resolved = str(fixed.resolve())
+    except (OSError, RuntimeError):
+        raise DataError(spec, "cannot be resolved (a symlink loop?)") from None
+    if any(resolved == tree or resolved.startswith(tree + "/") for tree in SYSTEM_TREES):
+        raise DataError(spec, f"lies in {', '.join(SYSTEM_TREES)}: kernel and device files are not training data")
+
+
+def _expand(spec: str, root: Path) -> list[Path]:
+    """The paths a glob matches. ``**`` is expanded by pathlib, which does not descend into symlinked directories
+    (``glob.glob`` does, and a symlink loop under ``**`` never ends); hidden names are skipped as glob skips them."""
+    if "**" not in spec:
+        return [Path(p) for p in glob.glob(spec)]
+    relative = Path(spec).relative_to(root) if root != Path(".") else Path(spec)
+    found = []
+    for count, path in enumerate(root.glob(str(relative)), start=1):
+        if count > MAX_GLOB_PATHS:
+            raise DataError(spec, f"matches more than {MAX_GLOB_PATHS:,} paths: narrow the pattern")
+        if not any(part.startswith(".") for part in path.relative_to(root).parts):
+            found.append(path)
+    return found
 
 
 def _glob_root(spec: str) -> Path:
@@ -256,6 +304,33 @@ class _Lines:
         return self.base
 
 
+def limit_bytes(name: str, default_mib: int) -> int:
+    """A size limit in bytes: ``RECIPEKIT_LIMIT_<NAME>`` (MiB) when set to a positive integer, else the default."""
+    text = os.environ.get(f"RECIPEKIT_LIMIT_{name.upper()}", "")
+    return (int(text) if text.isdigit() and int(text) > 0 else default_mib) << 20
+
+
+def record_limit() -> int:
+    """The longest line (a JSON record, a text line) read, in bytes: one line must never take all memory."""
+    return limit_bytes("record_mib", RECORD_MIB)
+
+
+def _too_long(path: Any, limit: int, line: int | None = None) -> DataError:
+    return DataError(
+        str(path),
+        f"a line longer than {limit >> 20} MiB: over the record limit (raise it with RECIPEKIT_LIMIT_RECORD_MIB=N)",
+        line,
+    )
+
+
+def bounded_line(handle: Any, limit: int, path: Any, line: int | None = None) -> bytes:
+    """``handle.readline()`` that reads at most ``limit`` bytes of one line; a DataError past that."""
+    found = handle.readline(limit + 1)
+    if len(found) > limit:
+        raise _too_long(path, limit, line)
+    return bytes(found)
+
+
 def _line_start(handle: Any, offset: int, size: int) -> int:
     """The first line start at or after ``offset``."""
     if offset <= 0:
@@ -263,7 +338,7 @@ def _line_start(handle: Any, offset: int, size: int) -> int:
     if offset >= size:
         return size
     handle.seek(offset - 1)
-    handle.readline()
+    bounded_line(handle, record_limit(), getattr(handle, "name", "input"))
     return handle.tell()
 
 
@@ -278,7 +353,11 @@ def _json_lines(file: InputFile, chunk: Chunk) -> Iterator[Item]:
 
 def _parse_json_lines(raws: Iterable[bytes], where: Callable[[int], Callable[[], Where]]) -> Iterator[Item]:
     """Records of JSON lines (without their newlines); ``where(i)`` locates the i-th line of ``raws``."""
+    limit = record_limit()
     for index, raw in enumerate(raws):
+        if len(raw) > limit:
+            place = where(index)()
+            raise _too_long(place.path, limit, place.line)
         if not raw.strip():
             continue
         try:
@@ -300,8 +379,9 @@ def _text_edge(handle: Any, offset: int, size: int) -> int:
         return 0
     position = _line_start(handle, offset, size)
     handle.seek(position)
+    limit = record_limit()
     while position < size:
-        line = handle.readline()
+        line = bounded_line(handle, limit, getattr(handle, "name", "input"))
         if not line.strip():
             return position
         position += len(line)
@@ -322,7 +402,11 @@ def _parse_text(raws: Iterable[bytes], where: Callable[[int], Callable[[], Where
     """Documents of text lines (without their newlines); ``where(i)`` locates the i-th line of ``raws``."""
     paragraph: list[bytes] = []
     first = 0
+    limit = record_limit()
     for index, raw in enumerate(itertools.chain(raws, [b""])):
+        if len(raw) > limit:
+            place = where(index)()
+            raise _too_long(place.path, limit, place.line)
         if raw.strip():
             if not paragraph:
                 first = index
@@ -351,24 +435,36 @@ def _compressed_lines(file: InputFile) -> Iterator[Item]:
 
 def _decompressed(file: InputFile) -> Iterator[bytes]:
     """The lines of a compressed file, without their newlines; a DataError where the stream is damaged."""
+    limit = record_limit()
     try:
         with file.open_decompressed() as handle:
-            for line in handle:
+            for number in itertools.count(1):
+                line = bounded_line(handle, limit, file.path, number)
+                if not line:
+                    break
                 yield line[:-1] if line.endswith(b"\n") else line
     except _DAMAGED as exc:
         raise _damaged(file.path, file.compression, exc) from None
 
 
 def _json_array(file: InputFile) -> Iterator[Item]:
+    limit = limit_bytes("json_array_mib", JSON_ARRAY_MIB)
     if file.compression:
         try:
             with file.open_decompressed() as handle:
-                raw = handle.read()
+                raw = handle.read(limit + 1)
         except _DAMAGED as exc:
             raise _damaged(file.path, file.compression, exc) from None
     else:
-        raw = file.path.read_bytes()
+        with file.path.open("rb") as handle:
+            raw = handle.read(limit + 1)
     path = str(file.path)
+    if len(raw) > limit:
+        raise DataError(
+            path,
+            f"a JSON array of more than {limit >> 20} MiB is read whole: over the limit (write it as JSON lines, or "
+            "raise it with RECIPEKIT_LIMIT_JSON_ARRAY_MIB=N)",
+        )
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from . import manifest as layout
+from . import trust
 
 #: Bytes per token of each token type a manifest names (shards.token_dtype), without importing numpy.
 ITEMSIZE = {"uint16": 2, "uint32": 4}
@@ -48,16 +49,20 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
-def check(directory: Path, progress: Progress = lambda files, hashed: None) -> dict[str, Any]:
+def check(directory: Path, progress: Progress = lambda files, hashed: None, key: bytes | None = None) -> dict[str, Any]:
     """The verdict on ``<prepared_dir>/<fingerprint>``: counts, and every problem with its file. A ManifestError when
-    the directory holds no usable manifest (nothing to check against)."""
+    the directory holds no usable manifest (nothing to check against). With the run ``key`` the manifest's seal is
+    checked first (trust.py): a manifest whose hashes were rewritten with the shards verifies itself otherwise."""
     directory = Path(directory)
     found = layout.read_manifest(directory)
+    seal = trust.seal_problem(found, key) if key is not None else None
     try:
         wanted = expected_files(found)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise layout.ManifestError(f"{directory / layout.MANIFEST} lists its shards oddly ({exc!r})") from None
     problems: list[dict[str, str]] = []
+    if seal is not None:
+        problems.append({"file": layout.MANIFEST, "problem": "signature", "message": seal})
     hashed = 0
     for number, (name, (size, digest)) in enumerate(sorted(wanted.items()), start=1):
         path = directory / name
@@ -82,6 +87,7 @@ def check(directory: Path, progress: Progress = lambda files, hashed: None) -> d
         "ok": not problems,
         "problems": problems,
         "extra": extra,
+        "signature": "not checked (no run key)" if key is None else ("verified" if seal is None else "FAILED"),
     }
 
 
@@ -91,6 +97,8 @@ def lines(report: dict[str, Any]) -> list[str]:
     out += [f"extra: {report['directory']}/{name}: not listed in the manifest (harmless)" for name in report["extra"]]
     size = f"{report['files']} shard files ({report['bytes'] / 2**20:,.1f} MiB)"
     extra = f", {len(report['extra'])} extra file(s)" if report["extra"] else ""
+    if report.get("signature", "").startswith("not checked"):
+        extra += f"; signature not checked (set {trust.KEY_ENV} to the run key to prove who wrote the manifest)"
     if report["ok"]:
         return [*out, f"ok: all {size} match the manifest{extra} ({report['directory']})"]
     return [

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from . import manifest as layout
+from . import trust
 from .common import RunError
 from .fingerprint import Settings
 from .prepare import ChunkPreparer, assemble, usable_record, verdict
@@ -38,6 +39,14 @@ from .sources import Chunk, InputFile
 POLL_S = 1.0
 #: Seconds between two writes of a worker's progress file.
 PROGRESS_EVERY_S = 2.0
+
+
+def run_key() -> bytes | None:
+    """The run key (trust.py), or a RunError when the file it names is unusable."""
+    try:
+        return trust.load_key()
+    except trust.Untrusted as exc:
+        raise RunError(str(exc)) from None
 
 
 @dataclass(frozen=True)
@@ -57,10 +66,18 @@ class Job:
         return sum(chunk.end - chunk.start for chunk in self.chunks)
 
     def existing(self) -> dict[str, Any] | None:
-        """The finished manifest of this dataset, when there is one."""
+        """The finished manifest of this dataset, when there is one; a RunError when it is there but not sealed
+        with the run key (docs/trust.md): its shard hashes prove nothing then, and it is not reused."""
         found = layout.read_json(self.directory / layout.MANIFEST)
         if found is None or found.get("fingerprint") != self.fingerprint or found.get("version") != layout.VERSION:
             return None
+        key = run_key()
+        problem = trust.seal_problem(found, key) if key is not None else None
+        if problem:
+            raise RunError(
+                f"prepared data {self.directory / layout.MANIFEST}: {problem}; not reused: delete {self.directory} "
+                "and prepare again"
+            )
         return found
 
     def failure(self) -> str | None:
@@ -161,6 +178,9 @@ def collect(
                     )
                 except RunError as exc:
                     raise job.fail(exc, depends_on_limit=False) from None
+                key = run_key()
+                if key is not None:  # sealed: a later run reuses it only if its seal verifies (existing())
+                    document = trust.seal(document, key)
                 layout.write_json(job.directory / layout.MANIFEST, document)
                 return document
         report()

@@ -23,7 +23,7 @@ import psutil
 import yaml
 
 from recipekit.bundlefiles import JOB, LAUNCH, RUN, TRAIN_MODULE
-from recipekit.runtime import contract
+from recipekit.runtime import contract, trust
 from recipekit.runtime.exporter import PORT_ENV as METRICS_PORT_ENV
 from recipekit.validate.dryrunoptions import DryRunOptions
 from recipekit.validate.extensions import extensions_dir
@@ -76,6 +76,7 @@ def pod_environment(
             "TORCH_EXTENSIONS_DIR": str(extensions_dir()),
         }
     )
+    env[trust.KEY_ENV] = str(work.run_key)  # the Secret the Job mounts (docs/trust.md)
     if metrics_port is not None:
         env[METRICS_PORT_ENV] = str(metrics_port)
     if options.device == "cpu":

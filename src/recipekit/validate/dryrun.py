@@ -16,7 +16,6 @@ import importlib.util
 import json
 import shutil
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -24,6 +23,7 @@ from dataclasses import replace
 from recipekit.runtime import contract
 from recipekit.validate import judge, policyrun
 from recipekit.validate.attempts import DryRun, pod_environment
+from recipekit.validate.childpython import python_argv, safe_env
 from recipekit.validate.consistency import check_batch
 from recipekit.validate.dryrunoptions import DryRunOptions, DryRunUsageError
 from recipekit.validate.extensions import build_extensions
@@ -54,7 +54,7 @@ def _devices(kind: str) -> tuple[int, str]:
         "npu": "import torch, torch_npu; print(torch.npu.device_count())",
     }[kind]
     try:
-        proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+        proc = subprocess.run(python_argv("-c", probe), capture_output=True, text=True, timeout=120, env=safe_env())
     except subprocess.TimeoutExpired:
         return 0, "probing the devices timed out"
     if proc.returncode != 0:

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from recipekit.paths import cache_dir
+from recipekit.validate.childpython import python_argv, safe_env
 from recipekit.validate.results import Result
 from recipekit.validate.workcopy import WorkCopy
 
@@ -79,10 +79,10 @@ print(json.dumps(out))
     start = time.monotonic()
     try:
         proc = subprocess.run(
-            [sys.executable, "-c", code],
+            python_argv("-c", code),
             capture_output=True,
             text=True,
-            env=env,
+            env=safe_env(env),
             timeout=max(30.0, deadline - time.monotonic()),
         )
     except subprocess.TimeoutExpired:

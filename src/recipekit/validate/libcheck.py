@@ -37,13 +37,13 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from recipekit.paths import cache_dir
+from recipekit.validate.childpython import python_argv, safe_env
 from recipekit.validate.results import Result
 
 TIMEOUT_S = 240
@@ -141,11 +141,11 @@ def start(bundle: Any) -> Pending:
         open(pending.workdir / "err.txt", "wb") as stderr,
     ):
         pending.proc = subprocess.Popen(
-            [sys.executable, "-m", "recipekit.validate.libchild"],
+            python_argv("-m", "recipekit.validate.libchild"),
             stdin=stdin,
             stdout=stdout,
             stderr=stderr,
-            env=env,
+            env=safe_env(env),
             start_new_session=True,
         )
     return pending

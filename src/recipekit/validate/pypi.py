@@ -27,6 +27,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from recipekit.paths import cache_dir
+from recipekit.validate.childpython import python_argv, safe_env
 from recipekit.validate.tools import install_hint
 
 #: Bump when the cached result's meaning changes.
@@ -168,10 +169,10 @@ def wheel_file(name: str, version: str, member: str, *, index_url: str) -> str:
             raise Unreachable(f"the package index is not reachable: {why}")
         folder.mkdir(parents=True, exist_ok=True)
         command = [
-            sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary", ":all:",
+            *python_argv("-m", "pip"), "download", "--quiet", "--no-deps", "--only-binary", ":all:",
             "--index-url", index_url, "--dest", str(folder), f"{name}=={version}",
         ]  # fmt: skip
-        proc = subprocess.run(command, capture_output=True, text=True, timeout=600)
+        proc = subprocess.run(command, capture_output=True, text=True, timeout=600, env=safe_env())
         wheels = sorted(folder.glob("*.whl"))
         if proc.returncode != 0 or not wheels:
             raise Unreachable(f"could not download {name}=={version}: {explain(proc.stderr)[:200]}")

@@ -42,6 +42,7 @@ from recipekit.validate.structure import (
 )
 from recipekit.validate.tensorparallel import check_tensor_parallel
 from recipekit.validate.torchbuild import check_torch_build
+from recipekit.validate.trustcheck import check_trust
 
 #: Every static check, in report order. The library cross-checks are added by :func:`run_static`.
 CHECKS: tuple[Callable[[Bundle], Result], ...] = (
@@ -50,6 +51,7 @@ CHECKS: tuple[Callable[[Bundle], Result], ...] = (
     check_job_schema,
     check_job_webhook,
     check_pod_template,
+    check_trust,
     check_world_size,
     check_task_env,
     check_device,

@@ -32,9 +32,9 @@ import importlib.util
 import json
 import math
 import os
+import secrets
 import shutil
 import subprocess
-import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -47,6 +47,7 @@ from recipekit.errors import RecipeError
 from recipekit.recipe.compose import Composed, group_options
 from recipekit.recipe.schema import to_data, validate
 from recipekit.recipe.sections import HardwareSpec, ModelSpec, Recipe
+from recipekit.validate.childpython import python_argv, safe_env
 from recipekit.validate.dryrunoptions import DryRunOptions, DryRunUsageError
 from recipekit.validate.loader import Bundle, rehash_manifest
 
@@ -105,6 +106,11 @@ class WorkCopy:
     substitutions: list[Substitution] = field(default_factory=list)
     deepspeed_extensions: list[str] = field(default_factory=list)
 
+    @property
+    def run_key(self) -> Path:
+        """The simulated cluster's Secret: the run key every pod reads (trust.KEY_ENV), as the Job mounts it."""
+        return self.root / "secrets" / "run-key"
+
 
 def default_workdir(bundle_dir: Path) -> Path:
     return bundle_dir.resolve().parent / ".dryrun" / bundle_dir.resolve().name
@@ -149,11 +155,11 @@ def async_io_compatible() -> bool:
     )
     try:
         proc = subprocess.run(
-            [sys.executable, "-c", code],
+            python_argv("-c", code),
             capture_output=True,
             text=True,
             timeout=120,
-            env={**os.environ, "DS_ACCELERATOR": "cpu"},
+            env=safe_env({**os.environ, "DS_ACCELERATOR": "cpu"}),
         )
     except subprocess.TimeoutExpired:
         return False
@@ -461,6 +467,9 @@ def prepare(bundle: Bundle, options: DryRunOptions) -> WorkCopy:
     (root / "substitutions.json").write_text(
         json.dumps([s.to_json() for s in work.substitutions], indent=2, default=str) + "\n", encoding="utf-8"
     )
+    work.run_key.parent.mkdir(mode=0o700)
+    work.run_key.write_text(secrets.token_hex(32) + "\n", encoding="ascii")
+    work.run_key.chmod(0o400)
     return work
 
 
