@@ -8,7 +8,6 @@ import socket
 import time
 import urllib.request
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
@@ -18,6 +17,7 @@ from recipekit.validate.scrape import parse_exposition
 torch = pytest.importorskip("torch")
 preflight = pytest.importorskip("recipekit.runtime.preflight")
 from recipekit.runtime.faults import Faults  # noqa: E402
+from recipekit.runtime.recipeview import AlertsView, FaultsView, MetricsView  # noqa: E402
 from recipekit.runtime.watchdog import Watchdog  # noqa: E402
 
 NPU_SMI = """\
@@ -192,13 +192,14 @@ def test_a_rearmed_watchdog_does_not_fire(tmp_path: Path) -> None:
 def test_alert_rules() -> None:
     from recipekit.runtime.health import Alerts
 
-    t = SimpleNamespace(
+    t = AlertsView(
         loss_spike_ratio=0.3,
         grad_norm_jump_ratio=0.3,
         mfu_target=0.4,
         mfu_low_steps=3,
         checkpoint_save_limit_s=600,
         device_utilisation_min=0.5,
+        nonfinite_loss="stop",
     )
     alerts = Alerts(t)
     assert alerts.on_log(1, {"loss": 2.0, "grad_norm": 1.0, "mfu": 0.5}) == []
@@ -216,7 +217,9 @@ def test_alert_rules() -> None:
 
 # ---------------------------------------------------------------------------------------------------- faults
 def test_a_fault_fires_once_per_output_directory(tmp_path: Path) -> None:
-    testing = SimpleNamespace(stall_at_step=5, stall_rank=1, nan_at_step=3)
+    testing = FaultsView(
+        stall_rank=1, stall_at_step=5, nan_at_step=3, device_count=None, device_count_pod=None, user_error_pod=None
+    )
     rank0, rank1 = Faults(testing, tmp_path, 0), Faults(testing, tmp_path, 1)
     assert rank0.stall_at is None and rank1.stall_at == 5  # only the chosen rank stalls
     assert not rank0.poison_loss(2) and rank0.poison_loss(3) and rank1.poison_loss(3)
@@ -233,7 +236,7 @@ def test_the_exporter_serves_every_metric_name(monkeypatch) -> None:
 
     port = _free_port()
     monkeypatch.setenv("RECIPEKIT_METRICS_PORT", str(port))
-    exporter = start_exporter(SimpleNamespace(ports=[9400], ranks="all"), "job-abc", 0, 0)
+    exporter = start_exporter(MetricsView(ports=[9400], ranks="all", bind="0.0.0.0"), "job-abc", 0, 0)
     try:
         exporter.set(metricnames.LOSS, 1.5)
         exporter.alert("loss_jump")
@@ -244,8 +247,8 @@ def test_the_exporter_serves_every_metric_name(monkeypatch) -> None:
     assert {m.name for m in metricnames.METRICS} <= declared
     assert 'recipekit_loss{rank="0",recipekit_job="job-abc"} 1.5' in text
     assert metricnames.ALERTS.name in sampled
-    assert isinstance(start_exporter(SimpleNamespace(ports=[9400], ranks="rank0"), "j", 1, 0), NoExporter)
-    assert isinstance(start_exporter(SimpleNamespace(ports=[], ranks="all"), "j", 0, 0), NoExporter)
+    assert isinstance(start_exporter(MetricsView(ports=[9400], ranks="rank0", bind="0.0.0.0"), "j", 1, 0), NoExporter)
+    assert isinstance(start_exporter(MetricsView(ports=[], ranks="all", bind="0.0.0.0"), "j", 0, 0), NoExporter)
 
 
 def test_a_taken_port_means_no_metrics_not_a_failed_run(monkeypatch) -> None:
@@ -256,7 +259,7 @@ def test_a_taken_port_means_no_metrics_not_a_failed_run(monkeypatch) -> None:
         sock.bind(("0.0.0.0", 0))
         sock.listen()
         monkeypatch.setenv("RECIPEKIT_METRICS_PORT", str(sock.getsockname()[1]))
-        assert isinstance(start_exporter(SimpleNamespace(ports=[9400], ranks="all"), "j", 0, 0), NoExporter)
+        assert isinstance(start_exporter(MetricsView(ports=[9400], ranks="all", bind="0.0.0.0"), "j", 0, 0), NoExporter)
 
 
 def test_records_from_several_writers_stay_whole_lines(tmp_path: Path) -> None:
@@ -273,18 +276,3 @@ def test_records_from_several_writers_stay_whole_lines(tmp_path: Path) -> None:
         os.waitpid(pid, 0)
     records = contract.read_records(path)
     assert len(records) == 800 and len(path.read_text().splitlines()) == 800
-
-
-def test_an_older_recipe_yaml_without_operations_trains_as_before(tmp_path: Path) -> None:
-    from recipekit.runtime.device import Device
-    from recipekit.runtime.opskit import OpsLayer
-
-    run = SimpleNamespace(operations=None, recipe=SimpleNamespace(name="r", train=SimpleNamespace()), plan=None)
-    args = SimpleNamespace(output_dir=str(tmp_path), process_index=0, device=torch.device("cpu"))
-    layer = OpsLayer(run, args, Device("cpu", 0))
-    trainer = SimpleNamespace(callback_handler=SimpleNamespace(callbacks=[]))
-    assert layer.preflight() is None
-    layer.install(trainer, records=None)
-    assert trainer.callback_handler.callbacks == [] and not hasattr(trainer, "guard")
-    assert layer.stopped(trainer, records=None) is None
-    layer.close()

@@ -39,6 +39,7 @@ from recipekit.runtime import (  # noqa: E402
     trust,
     twin,
 )
+from recipekit.runtime.recipeview import LoraView, ModeView, QuantView  # noqa: E402
 
 GOLDEN = Path(__file__).parents[1] / "golden" / "bundles"
 #: What a bundle's image provides; anything else (recipekit above all) would break the bundle.
@@ -117,10 +118,10 @@ def test_the_bundle_entrypoint_imports_no_training_stack_before_the_device_check
 def test_recipe_yaml_without_its_sections_or_keys_is_a_one_line_error(tmp_path):
     path = tmp_path / "recipe.yaml"
     path.write_text("recipe: {}\n")
-    with pytest.raises(common.RunError, match="lacks section.*plan, training_arguments"):
+    with pytest.raises(common.RunError, match="lacks section.*plan, training_arguments, operations"):
         config.load_run_config(path)
-    path.write_text("recipe: {name: x, hw: {}}\nplan: {run_id: abc}\ntraining_arguments: {}\n")
-    with pytest.raises(common.RunError, match=r"lacks recipe.hw.torch_device, .*plan.flops.model_per_token"):
+    path.write_text("recipe: {name: x, hw: {}}\nplan: {run_id: abc}\ntraining_arguments: {}\noperations: {}\n")
+    with pytest.raises(common.RunError, match=r"recipe.yaml: recipe.model is missing: rebuild the bundle"):
         config.load_run_config(path)
     with pytest.raises(common.RunError, match="cannot read recipe"):
         config.load_run_config(tmp_path / "missing.yaml")
@@ -256,11 +257,12 @@ def test_weights_are_half_precision_only_where_a_master_copy_exists():
 
 
 def test_qlora_falls_back_to_lora_where_4bit_cannot_load_and_says_so(caplog):
-    qlora = SimpleNamespace(kind="qlora", quant=SimpleNamespace(quant_type="nf4", double_quant=True))
+    lora = LoraView(r=8, alpha=16, dropout=0.0, target_modules="all-linear", merge_on_save=False)
+    qlora = ModeView(kind="qlora", lora=lora, quant=QuantView(quant_type="nf4", double_quant=True))
     caplog.set_level("INFO", logger="train")
     assert model.quantization_config(qlora, "cpu", torch.bfloat16) is None
     assert "training plain LoRA" in caplog.text
-    assert model.quantization_config(SimpleNamespace(kind="lora"), "cuda", None) is None
+    assert model.quantization_config(ModeView(kind="lora", lora=lora), "cuda", None) is None
 
 
 # -------------------------------------------------------------------------------------------- checkpoints

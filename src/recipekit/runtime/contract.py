@@ -39,7 +39,7 @@ def trains_adapter(mode_kind: str) -> bool:
 
 
 # ------------------------------------------------------------------------------------------- recipe.yaml's plan
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class PlanFlops:
     """recipe.yaml ``plan.flops``: the FLOPs per token the run's MFU is measured against."""
 
@@ -48,7 +48,7 @@ class PlanFlops:
     peak_tflops: float
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class RunPlan:
     """recipe.yaml's ``plan``, as the runtime reads it: the plan's numbers a run needs. recipekit writes these keys
     (``Plan.summary()``, which also carries numbers for people; a test holds the two together)."""

@@ -38,9 +38,10 @@ from typing import Any
 
 from . import contract, trust
 from .common import LOG, RunError, log0, rank
-from .config import load_run_config
+from .config import RunConfig, load_run_config
 from .fingerprint import Settings, fingerprint, inputs, tokenizer_digest
 from .manifest import MANIFEST, ManifestError
+from .recipeview import DataView, RecipeView
 from .shards import ShardDataset, token_dtype
 from .sources import find_files, first_records, plan_chunks
 from .verify import check, lines
@@ -88,7 +89,7 @@ class PreparedData:
         }
 
 
-def settings_of(data: Any, seed: int) -> Settings:
+def settings_of(data: DataView, seed: int) -> Settings:
     """The prepare settings of recipe.yaml's data section (packing means nothing to pretraining blocks)."""
     return Settings(
         format=data.format,
@@ -114,7 +115,9 @@ def describe_job(settings: Settings, files: list[Any], tokenizer: Any, prepared_
     return Job(prepared_root / name, name, described, files, chunks, settings, token_dtype(largest_id(tokenizer)))
 
 
-def model_source(recipe: Any, settings: Settings, files: list[Any], output_dir: Path, seed: int, maker: bool) -> str:
+def model_source(
+    recipe: RecipeView, settings: Settings, files: list[Any], output_dir: Path, seed: int, maker: bool
+) -> str:
     """Where the model and its tokenizer come from: ``model.name_or_path``, or the random twin in output_dir, which
     ``maker`` writes (trained on the first records of the data) while the others wait for it to appear whole."""
     if recipe.model.init != "random":
@@ -173,7 +176,7 @@ class StreamedData:
 
 # --------------------------------------------------------------------------------------------------- in the run
 def prepare_for_run(
-    run: Any, output_dir: Path, record: Callable[..., None], resume: Any = None
+    run: RunConfig, output_dir: Path, record: Callable[..., None], resume: Any = None
 ) -> PreparedData | StreamedData:
     """Every rank: the tokenizer and the prepared splits, prepared here by all ranks together when no earlier run
     left them; under ``data.streaming`` the stream instead, from where ``resume`` (the checkpoint choice: path and
@@ -187,7 +190,7 @@ def prepare_for_run(
     files = find_files(str(recipe.data.path), recipe.data.format)
     model_path = model_source(recipe, settings, files, output_dir, seed, maker=me == 0)
     tokenizer = load_tokenizer(model_path, recipe.model.trust_remote_code)
-    if getattr(recipe.data, "streaming", False):
+    if recipe.data.streaming:
         streamed = stream_for_run(run, settings, files, model_path, tokenizer, resume, started)
         record(contract.EVENT_DATA, **streamed.summary(size))
         return streamed
@@ -218,14 +221,14 @@ def prepare_for_run(
     return prepared
 
 
-def rows_per_step(run: Any, world_size: int) -> int:
+def rows_per_step(run: RunConfig, world_size: int) -> int:
     """Training rows one optimizer step takes: the plan's global batch, in the world this run has (the global batch
     follows the world size, arguments.py; streaming runs have no TP, so every rank is a data-parallel one)."""
     return run.plan.global_batch_size * world_size // run.plan.world_size
 
 
 def stream_for_run(
-    run: Any, settings: Settings, files: list[Any], model_path: str, tokenizer: Any, resume: Any, started: float
+    run: RunConfig, settings: Settings, files: list[Any], model_path: str, tokenizer: Any, resume: Any, started: float
 ) -> StreamedData:
     """The stream of a ``data.streaming`` run, started at the resumed step's first row (stream.py)."""
     from .stream import StreamDataset, known_chunks
@@ -325,7 +328,7 @@ def locate(options: argparse.Namespace, make_twin: bool) -> tuple[Job, str, Any]
 
     run = load_run_config(options.recipe)
     recipe, mount = run.recipe, str(run.recipe.cluster.mount_path)
-    if getattr(recipe.data, "streaming", False):
+    if recipe.data.streaming:
         raise RunError(STREAMING_PREPARES_NOTHING)
     seed = int(run.training_arguments.get("seed", 42))
     settings = settings_of(recipe.data, seed)

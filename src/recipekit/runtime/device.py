@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any
 
 from .common import RunError
+from .recipeview import HardwareView
 
 TARGETS = ("npu", "cuda", "cpu")
 
@@ -31,7 +31,7 @@ class Device:
     count: int  # devices of that kind visible to this process (0 for cpu)
 
 
-def detect(hw: Any) -> Device:
+def detect(hw: HardwareView) -> Device:
     """The bundle's target device (``hw`` is recipe.yaml's ``recipe.hw``), or a DeviceError naming what is missing."""
     target = hw.torch_device
     if target == "cpu":
@@ -43,26 +43,24 @@ def detect(hw: Any) -> Device:
     raise DeviceError(f"recipe.hw.torch_device is {target!r}: expected one of {', '.join(TARGETS)}")
 
 
-def _visible(hw: Any) -> str:
-    name = getattr(hw, "visible_devices_env", None)
+def _visible(hw: HardwareView) -> str:
+    name = hw.visible_devices_env
     return (
         f"{name}={os.environ[name]!r}" if name and name in os.environ else f"{name or 'the visible-devices env'} unset"
     )
 
 
-def _npu_hint(hw: Any) -> str:
-    host_mounts = getattr(hw, "host_mounts", None)  # path → type, a namespace once recipe.yaml is read
-    paths = vars(host_mounts) if host_mounts is not None and not isinstance(host_mounts, (list, dict)) else host_mounts
-    mounts = [m for m in (paths or []) if "driver" in m] or ["/usr/local/Ascend/driver"]
+def _npu_hint(hw: HardwareView) -> str:
+    mounts = [m for m in hw.host_mounts if "driver" in m] or ["/usr/local/Ascend/driver"]
     return (
         "run.sh sources CANN's set_env.sh, so start the pod through run.sh; the pod must mount the driver "
-        f"({', '.join(mounts)}) and request {getattr(hw, 'device_resource', None) or 'NPUs'}; "
-        f"{getattr(hw, 'visible_devices_env', None) or 'ASCEND_RT_VISIBLE_DEVICES'} must name visible devices "
+        f"({', '.join(mounts)}) and request {hw.device_resource or 'NPUs'}; "
+        f"{hw.visible_devices_env or 'ASCEND_RT_VISIBLE_DEVICES'} must name visible devices "
         f"({_visible(hw)})"
     )
 
 
-def _npu_count(hw: Any) -> int:
+def _npu_count(hw: HardwareView) -> int:
     """NPUs torch_npu sees. Anything raised while importing it (ImportError, an OSError of a missing CANN library,
     a RuntimeError from torch's backend autoload) is the cause to report, in one line."""
     try:
@@ -88,7 +86,7 @@ def _describe(exc: BaseException) -> str:
     return " ".join(text.split())
 
 
-def _cuda_count(hw: Any) -> int:
+def _cuda_count(hw: HardwareView) -> int:
     import torch
 
     count = torch.cuda.device_count() if torch.cuda.is_available() else 0
@@ -96,18 +94,18 @@ def _cuda_count(hw: Any) -> int:
         raise DeviceError(
             f"this bundle targets CUDA GPUs ({hw.name}) but torch sees none (torch {torch.__version__}, CUDA build "
             f"{torch.version.cuda or 'none'}; {_visible(hw)}): the pod must request "
-            f"{getattr(hw, 'device_resource', None) or 'GPUs'} on a node with the NVIDIA driver and device plugin"
+            f"{hw.device_resource or 'GPUs'} on a node with the NVIDIA driver and device plugin"
         )
     return count
 
 
-def _check_local_rank(device: Device, hw: Any) -> Device:
+def _check_local_rank(device: Device, hw: HardwareView) -> Device:
     """torchrun starts devices_per_pod processes; each takes the device of its LOCAL_RANK, which must exist."""
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     if local_rank >= device.count:
         raise DeviceError(
             f"local rank {local_rank} needs a {device.kind} device {local_rank}, but {device.count} are visible "
-            f"({_visible(hw)}): the pod requests fewer {getattr(hw, 'device_resource', None) or 'devices'} than the "
+            f"({_visible(hw)}): the pod requests fewer {hw.device_resource or 'devices'} than the "
             "bundle starts processes"
         )
     return device

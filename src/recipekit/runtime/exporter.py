@@ -19,10 +19,11 @@ from typing import Any
 
 from . import metricnames as names
 from .common import LOG
+from .recipeview import MetricsView
 
 #: The pod's environment may set the first metrics port (the dry run's pods share one host).
 PORT_ENV = "RECIPEKIT_METRICS_PORT"
-#: Every interface: Prometheus scrapes the pod IP (recipe.yaml ``operations.metrics.bind``; older bundles lack it).
+#: Every interface: Prometheus scrapes the pod IP (the usual recipe.yaml ``operations.metrics.bind``).
 DEFAULT_BIND = "0.0.0.0"
 
 
@@ -72,16 +73,16 @@ class NoExporter:
         pass
 
 
-def start_exporter(settings: Any, job: str, rank: int, local_rank: int) -> Exporter | NoExporter:
+def start_exporter(settings: MetricsView, job: str, rank: int, local_rank: int) -> Exporter | NoExporter:
     """This process's exporter per recipe.yaml's ``operations.metrics`` (``ports``, ``ranks``, ``bind``), or a
     no-op."""
-    ports = list(getattr(settings, "ports", None) or [])
-    serves = ports and (getattr(settings, "ranks", "all") == "all" or rank == 0)
+    ports = settings.ports
+    serves = ports and (settings.ranks == "all" or rank == 0)
     if not serves or local_rank >= len(ports):
         return NoExporter()
     first = os.environ.get(PORT_ENV, "")
     port = (int(first) if first.isdigit() else ports[0]) + (ports[local_rank] - ports[0])
-    bind = str(getattr(settings, "bind", None) or DEFAULT_BIND)
+    bind = settings.bind
     try:
         exporter = Exporter(port, job, rank, bind)
     except ImportError:

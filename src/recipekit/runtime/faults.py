@@ -19,10 +19,10 @@ from __future__ import annotations
 import logging
 import threading
 from pathlib import Path
-from typing import Any
 
 from . import contract
 from .common import LOG, RunError
+from .recipeview import FaultsView
 
 
 class InjectedUserError(RunError):
@@ -34,17 +34,17 @@ class InjectedUserError(RunError):
 class Faults:
     """The faults still armed in this process, from recipe.yaml's ``operations.testing``."""
 
-    def __init__(self, testing: Any, output_dir: Path, rank: int, pod: int = 0):
+    def __init__(self, testing: FaultsView, output_dir: Path, rank: int, pod: int = 0):
         self.dir = Path(output_dir) / contract.FAULTS_DIR
         self.pod = pod
-        self.user_error = getattr(testing, "user_error_pod", None) == pod
-        self.device_count = getattr(testing, "device_count", None)
-        device_pod = getattr(testing, "device_count_pod", None)
+        self.user_error = testing.user_error_pod == pod
+        self.device_count = testing.device_count
+        device_pod = testing.device_count_pod
         if device_pod is not None and (device_pod != pod or self._marker("device-count", 0).exists()):
             self.device_count = None  # another pod's fault, or this one's already healed by a restart
-        stall_at = getattr(testing, "stall_at_step", None)
-        nan_at = getattr(testing, "nan_at_step", None)
-        self.stall_at = stall_at if stall_at and rank == getattr(testing, "stall_rank", 0) else None
+        stall_at = testing.stall_at_step
+        nan_at = testing.nan_at_step
+        self.stall_at = stall_at if stall_at and rank == testing.stall_rank else None
         self.nan_at = nan_at
         self.rank = rank
         if self.stall_at is not None and self._marker("stall", self.stall_at).exists():

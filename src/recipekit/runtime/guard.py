@@ -76,7 +76,7 @@ class OpsTrainer(Trainer):
     """The Trainer, with each step's batch wait timed, each micro-batch's loss checked, and (testing only) a
     poisoned loss at ``ops.testing.nan_at_step``."""
 
-    guard: LossGuard | None = None  # None: a recipe.yaml without the operations layer (nothing checks the loss)
+    guard: LossGuard | None = None  # None until OpsLayer.install gives it one (nothing checks the loss)
     faults: Faults | None = None
     batch_wait_s: float = 0.0
     batch_started: float | None = None

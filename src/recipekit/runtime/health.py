@@ -25,6 +25,7 @@ from . import contract
 from . import metricnames as names
 from .common import LOG
 from .faults import Faults
+from .recipeview import AlertsView, WatchdogView
 from .watchdog import Watchdog
 
 
@@ -36,7 +37,7 @@ class Alerts:
     :attr:`figures` for the logs and the exporter.
     """
 
-    def __init__(self, thresholds: Any):
+    def __init__(self, thresholds: AlertsView):
         self.t = thresholds
         self.previous: dict[str, float] = {}
         self.low_mfu = 0
@@ -224,7 +225,7 @@ class WatchdogCallback(TrainerCallback):
     (the Trainer saves after ``on_step_end``: a save is watched with the steady timeout, a step with the stall one).
     """
 
-    def __init__(self, watchdog: Watchdog, timeouts: Any, faults: Faults):
+    def __init__(self, watchdog: Watchdog, timeouts: WatchdogView, faults: Faults):
         self.watchdog, self.t, self.faults = watchdog, timeouts, faults
         self.steady_set = False
 

@@ -15,6 +15,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from .chat import CHAT_TEMPLATE
 from .common import RunError, log0, precision
 from .contract import trains_adapter
+from .recipeview import ModeView, RecipeView
 
 #: The recipe's 16-bit precisions as torch dtypes (fp32 is everything else).
 HALF_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -78,9 +79,10 @@ def weight_dtype(precision: str, mode: str, deepspeed: bool) -> torch.dtype:
     return torch.float32
 
 
-def quantization_config(mode: Any, device_kind: str, compute_dtype: torch.dtype) -> Any:
+def quantization_config(mode: ModeView, device_kind: str, compute_dtype: torch.dtype) -> Any:
     """bitsandbytes 4-bit loading for QLoRA, or None (logged) where it cannot run: then the run is plain LoRA."""
-    if mode.kind != "qlora":
+    quant = mode.quant  # recipeview.ModeView: present exactly when the mode is qlora
+    if mode.kind != "qlora" or quant is None:
         return None
     if device_kind == "cpu":
         log0("qlora: 4-bit loading needs an accelerator; training plain LoRA on the unquantised model")
@@ -93,13 +95,13 @@ def quantization_config(mode: Any, device_kind: str, compute_dtype: torch.dtype)
         return None
     return BitsAndBytesConfig(
         load_in_4bit=True,
-        bnb_4bit_quant_type=mode.quant.quant_type,
-        bnb_4bit_use_double_quant=mode.quant.double_quant,
+        bnb_4bit_quant_type=quant.quant_type,
+        bnb_4bit_use_double_quant=quant.double_quant,
         bnb_4bit_compute_dtype=compute_dtype,
     )
 
 
-def load_model(path: str, recipe: Any, args: Any, device_kind: str) -> Any:
+def load_model(path: str, recipe: RecipeView, args: Any, device_kind: str) -> Any:
     """The model to train: loaded, optionally quantised, and wrapped in a LoRA adapter for lora/qlora."""
     mode = recipe.mode
     dtype = weight_dtype(precision(args), mode.kind, bool(args.deepspeed))
@@ -124,6 +126,8 @@ def load_model(path: str, recipe: Any, args: Any, device_kind: str) -> Any:
     elif args.activation_checkpointing:
         model.enable_input_require_grads()  # checkpointed blocks need an input that requires grad
     lora = mode.lora
+    if lora is None:  # recipeview.ModeView refuses an adapter mode without it; this narrows the type
+        raise RunError(f"recipe.mode.lora is missing for mode {mode.kind}")
     config = LoraConfig(
         r=lora.r,
         lora_alpha=lora.alpha,
@@ -144,7 +148,7 @@ def parameter_counts(model: Any) -> tuple[int, int]:
     return trainable, total
 
 
-def save_merged(path: str, output_dir: Path, recipe: Any, precision: str, tokenizer: Any) -> Path:
+def save_merged(path: str, output_dir: Path, recipe: RecipeView, precision: str, tokenizer: Any) -> Path:
     """Merge the saved adapter into a fresh, unquantised copy of the base and write it to output_dir/merged."""
     from peft import PeftModel
 

@@ -1,8 +1,8 @@
 """The operations layer of one training process, as session.py uses it: preflight, then the callbacks, then the
 verdict on a stopped run.
 
-Everything it reads is recipe.yaml's ``operations`` section (recipekit.memory.operations computed it; a recipe.yaml of
-an older recipekit has none, and then this layer stays out of the way). The parts live in their own modules:
+Everything it reads is recipe.yaml's ``operations`` section (recipekit.memory.operations computed it; config.py
+reads it into recipeview.OperationsView). The parts live in their own modules:
 preflight.py (the checks), watchdog.py (the hang watchdog), guard.py (the loss guard and the Trainer that feeds it),
 health.py (timing, alerts, metrics), exporter.py (Prometheus), faults.py (testing-only fault injection) and
 profiling.py (the profiler window).
@@ -11,12 +11,13 @@ profiling.py (the profiler window).
 from __future__ import annotations
 
 import os
+from dataclasses import asdict
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 from . import contract
 from .common import LOG
+from .config import RunConfig
 from .device import Device
 from .exporter import start_exporter
 from .faults import Faults
@@ -29,21 +30,16 @@ from .recoverycallback import RecoveryCallback
 from .watchdog import Watchdog
 
 
-def _section(operations: Any, name: str) -> Any:
-    return getattr(operations, name, None) if operations is not None else None
-
-
 class OpsLayer:
     """Preflight, hang watchdog, loss guard, alerts, metrics and profiler for one process of one run."""
 
-    def __init__(self, run: Any, args: Any, device: Device):
+    def __init__(self, run: RunConfig, args: Any, device: Device):
         self.run, self.args, self.device = run, args, device
-        self.operations = getattr(run, "operations", None)
+        self.operations = run.operations
         self.output_dir = Path(args.output_dir)
         self.rank = args.process_index
         self.metrics_file = self.output_dir / contract.METRICS_FILE
-        testing = _section(self.operations, "testing") or SimpleNamespace()
-        self.faults = Faults(testing, self.output_dir, self.rank, pod_index())
+        self.faults = Faults(self.operations.testing, self.output_dir, self.rank, pod_index())
         self.guard = LossGuard()
         self.exporter: Any = None
         #: interruptions and recoveries in the run directory (rank 0 writes; runtime/recovery.py)
@@ -53,13 +49,11 @@ class OpsLayer:
     def preflight(self) -> dict[str, Any] | None:
         """Run preflight when the recipe asks for it; raises PreflightFailed (exit 3) on a failed check."""
         self.faults.user_error_now()
-        settings = _section(self.operations, "preflight")
-        if settings is None or not settings.enabled:
+        settings = self.operations.preflight
+        if not settings.enabled:
             return None
-        plain = dict(vars(settings))
-        plain["expected_versions"] = dict(vars(settings.expected_versions))
         try:
-            return self._run_preflight(plain)
+            return self._run_preflight(asdict(settings))
         except PreflightFailed:
             self.faults.devices_failed()
             raise
@@ -72,30 +66,24 @@ class OpsLayer:
             device_count=self.device.count,
             torch_device=self.args.device,
             simulated_devices=self.faults.simulated_devices(),
-            runtime_context_gib=float(getattr(self.run.recipe.hw, "runtime_context_gib", 0.0) or 0.0),
+            runtime_context_gib=self.run.recipe.hw.runtime_context_gib,
             metrics_file=self.metrics_file,
         )
 
     # -- the callbacks
     def install(self, trainer: Any, records: Any) -> None:
         """Give the Trainer (an OpsTrainer) the loss guard and the faults, and add the callbacks in their order."""
-        if self.operations is None:  # an older bundle's recipe.yaml: the Trainer as it was
-            return
         trainer.guard, trainer.faults = self.guard, self.faults
-        metrics = _section(self.operations, "metrics")
-        job = self.run.plan.job_name
-        self.exporter = start_exporter(metrics, job, self.rank, int(os.environ.get("LOCAL_RANK", "0")))
-        health = HealthCallback(
-            trainer, Alerts(_section(self.operations, "alerts")), self.exporter, records, self.device.kind
-        )
+        operations, job = self.operations, self.run.plan.job_name
+        self.exporter = start_exporter(operations.metrics, job, self.rank, int(os.environ.get("LOCAL_RANK", "0")))
+        health = HealthCallback(trainer, Alerts(operations.alerts), self.exporter, records, self.device.kind)
         handler = trainer.callback_handler.callbacks
         handler.insert(1, health)  # after throughput, before the reporters and metrics.jsonl: they see its figures
-        alerts = _section(self.operations, "alerts")
-        trainer.add_callback(GuardCallback(self.guard, alerts.nonfinite_loss, health.raise_alert))
+        trainer.add_callback(GuardCallback(self.guard, operations.alerts.nonfinite_loss, health.raise_alert))
         watchdog = Watchdog(output_dir=self.output_dir, rank=self.rank, metrics_file=self.metrics_file)
-        trainer.add_callback(WatchdogCallback(watchdog, _section(self.operations, "watchdog"), self.faults))
+        trainer.add_callback(WatchdogCallback(watchdog, operations.watchdog, self.faults))
         trainer.add_callback(RecoveryCallback(self.recovery, self.exporter))
-        steps = getattr(self.run.recipe.train, "profile_steps", None)
+        steps = self.run.recipe.train.profile_steps
         if steps:
             trainer.add_callback(ProfilerCallback(steps, self.output_dir, self.rank, self.device.kind, records))
 

@@ -27,6 +27,7 @@ from .guard import OpsTrainer
 from .model import load_model, parameter_counts, save_merged
 from .opskit import OpsLayer
 from .preflight import make_output_dir
+from .recipeview import RecipeView
 from .sampler import PreparedTrainer
 from .samples import SequenceCollator
 from .stream import ResumeRandomState, StreamDataset, StreamStateCallback
@@ -149,7 +150,7 @@ def summary_lines(
 
 
 def save_results(
-    trainer: Any, recipe: Any, args: Any, model_path: str, tokenizer: Any, identity: dict[str, Any]
+    trainer: Any, recipe: RecipeView, args: Any, model_path: str, tokenizer: Any, identity: dict[str, Any]
 ) -> Path | None:
     """The final model (full weights, gathered under ZeRO-3, or the LoRA adapter) with its tokenizer, state and run
     record; for ``lora.merge_on_save`` also the merged model, written by rank 0 alone once the others have left.
@@ -159,7 +160,7 @@ def save_results(
     trainer.save_state()
     if args.process_index == 0:
         contract.write_run_record(output_dir, {**identity, "step": trainer.state.global_step})
-    lora = getattr(recipe.mode, "lora", None)
+    lora = recipe.mode.lora
     merge_here = lora is not None and lora.merge_on_save and args.process_index == 0
     leave_process_group()
     if not merge_here:
