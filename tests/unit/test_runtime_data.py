@@ -258,6 +258,8 @@ def test_packed_rows_give_each_sample_the_loss_it_has_alone(tokenizer, tmp_path)
         tie_word_embeddings=False,
         rope_theta=10000.0,
         attention_bias=False,
+        head_dim_override=0,
+        num_experts=0,
     )
     from transformers import AutoModelForCausalLM
 

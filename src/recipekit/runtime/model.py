@@ -15,7 +15,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from .chat import CHAT_TEMPLATE
 from .common import RunError, log0, precision
 from .contract import trains_adapter
-from .recipeview import ModeView, RecipeView
+from .recipeview import ModelView, ModeView, RecipeView
 
 #: The recipe's 16-bit precisions as torch dtypes (fp32 is everything else).
 HALF_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -27,12 +27,12 @@ HALF_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 MOE_BLOCK_CLASSES = ("Qwen3MoeSparseMoeBlock", "MixtralSparseMoeBlock", "Qwen2MoeSparseMoeBlock", "Glm4MoeMoE")
 
 
-def router_settings(spec: Any) -> dict[str, Any]:
+def router_settings(spec: ModelView) -> dict[str, Any]:
     """Config overrides for an MoE model: the recipe's load-balancing loss and its weight (empty for a dense one)."""
-    if not getattr(spec, "num_experts", 0):
+    if not spec.num_experts:
         return {}
     return {
-        "output_router_logits": bool(getattr(spec, "router_aux_loss", True)),
+        "output_router_logits": bool(spec.router_aux_loss),
         "router_aux_loss_coef": float(spec.router_aux_loss_coef),
     }
 

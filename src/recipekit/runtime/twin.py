@@ -19,6 +19,7 @@ from transformers import PreTrainedTokenizerFast
 
 from .chat import CHAT_TEMPLATE, ROLES, SPECIAL_TOKENS, conversations
 from .common import log0
+from .recipeview import ModelView
 from .samples import WINDOW
 from .sources import FIELDS
 
@@ -69,24 +70,24 @@ EXPERT_KEYS = {"qwen3_moe": "num_experts", "mixtral": "num_local_experts"}
 ATTENTION_BIAS_FAMILIES = ("llama", "qwen3", "qwen3_moe", "glm4", "mixtral")
 
 
-def head_dim(spec: Any) -> int:
-    """One head's width: the option's override, else hidden_size / heads (the spec may be recipe.yaml's namespace)."""
-    return int(getattr(spec, "head_dim_override", 0) or spec.hidden_size // spec.num_attention_heads)
+def head_dim(spec: ModelView) -> int:
+    """One head's width: the option's override, else hidden_size / heads."""
+    return int(spec.head_dim_override or spec.hidden_size // spec.num_attention_heads)
 
 
-def moe_settings(spec: Any) -> dict[str, Any]:
+def moe_settings(spec: ModelView) -> dict[str, Any]:
     """The config keys of an MoE option: experts, top-k, expert width, the router's load-balancing loss.
 
     ``output_router_logits`` makes transformers add ``router_aux_loss_coef`` × the load-balancing loss to the
     training loss (and return the router logits it needs)."""
-    experts = int(getattr(spec, "num_experts", 0) or 0)
+    experts = int(spec.num_experts)
     if not experts:
         return {}
     settings: dict[str, Any] = {
         EXPERT_KEYS.get(spec.family, "num_experts"): experts,
         "num_experts_per_tok": int(spec.experts_per_token),
-        "router_aux_loss_coef": float(getattr(spec, "router_aux_loss_coef", 0.001)),
-        "output_router_logits": bool(getattr(spec, "router_aux_loss", True)),
+        "router_aux_loss_coef": float(spec.router_aux_loss_coef),
+        "output_router_logits": bool(spec.router_aux_loss),
     }
     if spec.family == "mixtral":
         settings["intermediate_size"] = int(spec.moe_intermediate_size)
@@ -97,7 +98,7 @@ def moe_settings(spec: Any) -> dict[str, Any]:
     return settings
 
 
-def architecture_config(spec: Any, tokenizer: Any = None) -> Any:
+def architecture_config(spec: ModelView, tokenizer: Any = None) -> Any:
     """A transformers config of the option's own family from its architecture numbers (the random twin has no
     config.json; tests count a full-size option's parameters with it on the meta device)."""
     from transformers import AutoConfig
@@ -138,7 +139,7 @@ def causal_lm_class(family: str) -> Any:
     return getattr(transformers, MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[family])
 
 
-def random_model(spec: Any, tokenizer: Any) -> Any:
+def random_model(spec: ModelView, tokenizer: Any) -> Any:
     """The twin's model class with fresh weights (seed torch first for reproducible ones).
 
     The class itself, not AutoModelForCausalLM.from_config: under ZeRO-3 from_config partitions the new model with
@@ -149,7 +150,7 @@ def random_model(spec: Any, tokenizer: Any) -> Any:
     return causal_lm_class(spec.family)(config)
 
 
-def create_random_init(spec: Any, texts: Iterable[str], seed: int, destination: Path) -> None:
+def create_random_init(spec: ModelView, texts: Iterable[str], seed: int, destination: Path) -> None:
     """Write the random twin (seeded weights and a tokenizer trained on ``texts``) to ``destination``, atomically:
     the directory appears whole or not at all, which is what the other ranks wait for.
 
