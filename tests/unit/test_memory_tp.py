@@ -13,6 +13,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -89,17 +90,34 @@ def probe() -> dict:
         "OMP_NUM_THREADS": "1",
         "CUDA_VISIBLE_DEVICES": "",
     }
-    procs = [
-        subprocess.Popen(
-            [sys.executable, str(PROBE)],
-            env={**base, "RANK": str(rank), "LOCAL_RANK": str(rank)},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for rank in (0, 1)
-    ]
-    outputs = [proc.communicate(timeout=600)[0] for proc in procs]
+    # Each rank writes to a file, not a pipe: reading two pipes one after the other deadlocks once the other rank
+    # fills its pipe (DeepSpeed's first build of its CPU ops prints that much) while both wait in a collective.
+    with tempfile.TemporaryDirectory() as logs:
+        files = [open(Path(logs) / f"rank{rank}.log", "w+", encoding="utf-8") for rank in (0, 1)]  # noqa: SIM115
+        procs: list[subprocess.Popen[str]] = []
+        try:
+            procs += [
+                subprocess.Popen(
+                    [sys.executable, str(PROBE)],
+                    env={**base, "RANK": str(rank), "LOCAL_RANK": str(rank)},
+                    stdout=files[rank],
+                    stderr=subprocess.STDOUT,
+                    text=True,
+                )
+                for rank in (0, 1)
+            ]
+            for proc in procs:
+                proc.wait(timeout=600)
+            outputs = []
+            for file in files:
+                file.seek(0)
+                outputs.append(file.read())
+        finally:
+            for proc in procs:
+                if proc.poll() is None:
+                    proc.kill()
+            for file in files:
+                file.close()
     assert all(proc.returncode == 0 for proc in procs), outputs[0][-3000:] + outputs[1][-3000:]
     line = next(line for line in outputs[0].splitlines() if line.startswith("PROBE "))
     return json.loads(line.removeprefix("PROBE "))
