@@ -39,6 +39,7 @@ from recipekit.recipe.compose import compose
 from recipekit.recipe.schema import field_types, sections_in, to_data
 from recipekit.recipe.sections import Recipe, parse_recipe
 from recipekit.runtime.launch import Topology, environment
+from tests.measure import Measured, measure
 
 
 # ----------------------------------------------------------------------------------------------------- helpers
@@ -871,43 +872,10 @@ MAX_WALL_S = 90.0
 MAX_RSS_MIB = 700
 
 
-@dataclasses.dataclass(frozen=True)
-class Measured:
-    code: int
-    stdout: str
-    stderr: str
-    wall_s: float
-    rss_mib: float
-
-
 def run_measured(args: list[str], cwd: Path, env: dict[str, str] | None = None, timeout: float = 240) -> Measured:
     """``recipekit ARGS`` in a child process: its exit code, output, wall time and peak RSS (MiB)."""
-    import time
-
-    out, err = cwd.parent / f".{cwd.name}.out", cwd.parent / f".{cwd.name}.err"
     environ = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src"), **(env or {})}
-    started = time.monotonic()
-    with open(out, "wb") as stdout, open(err, "wb") as stderr:
-        proc = subprocess.Popen(
-            [sys.executable, "-P", "-m", "recipekit.cli", *args], cwd=cwd, env=environ, stdout=stdout, stderr=stderr
-        )
-    while True:
-        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-        if pid:
-            break
-        if time.monotonic() - started > timeout:
-            proc.kill()
-            pid, status, usage = os.wait4(proc.pid, 0)
-            break
-        time.sleep(0.02)
-    proc.returncode = os.waitstatus_to_exitcode(status)  # already reaped: keep Popen from waiting again
-    return Measured(
-        os.waitstatus_to_exitcode(status),
-        out.read_text(errors="replace"),
-        err.read_text(errors="replace"),
-        time.monotonic() - started,
-        usage.ru_maxrss / 1024,
-    )
+    return measure([sys.executable, "-P", "-m", "recipekit.cli", *args], cwd, environ, timeout)
 
 
 @dataclasses.dataclass(frozen=True)

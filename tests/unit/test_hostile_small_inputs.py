@@ -14,7 +14,6 @@ import io
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tarfile
 from collections.abc import Callable
@@ -25,27 +24,14 @@ import pytest
 from click.testing import CliRunner
 
 from recipekit.cli import main
+from tests.measure import Measured
+from tests.measure import measure as measure_command
 
 #: 100,000 levels of JSON in 100 KB: past Python's recursion limit, so json.loads raised RecursionError.
 DEEP_JSON = "[" * 100_000
 #: Bounds for a refused input: the CLI's own start-up (Hydra, pydantic) is most of both, on a busy 2-core machine.
 MAX_WALL_S = 45.0
 MAX_RSS_MIB = 400.0
-
-#: Runs the command given after its two arguments and writes its exit code, wall time and peak RSS (of the command
-#: and every process it waited for: the wrapper's only child) as JSON to the file named first.
-_MEASURE = """
-import json, resource, subprocess, sys, time
-out, limit, *command = sys.argv[1:]
-start = time.monotonic()
-try:
-    code = subprocess.run(command, timeout=float(limit)).returncode
-except subprocess.TimeoutExpired:
-    code = 124
-usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-with open(out, "w") as handle:
-    json.dump({"code": code, "wall_s": time.monotonic() - start, "rss_mib": usage.ru_maxrss / 1024}, handle)
-"""
 
 
 @dataclass(frozen=True)
@@ -62,20 +48,9 @@ class Case:
     max_rss_mib: float = MAX_RSS_MIB
 
 
-@dataclass(frozen=True)
-class Measured:
-    code: int
-    stdout: str
-    stderr: str
-    wall_s: float
-    rss_mib: float
-
-
-def measure(args: list[str], cwd: Path, env: dict[str, str], metrics: Path, limit_s: float) -> Measured:
-    command = [sys.executable, "-c", _MEASURE, str(metrics), str(limit_s), sys.executable, "-m", "recipekit.cli"]
-    done = subprocess.run([*command, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=limit_s + 60)
-    figures = json.loads(metrics.read_text())
-    return Measured(figures["code"], done.stdout, done.stderr, figures["wall_s"], figures["rss_mib"])
+def measure(args: list[str], cwd: Path, env: dict[str, str], limit_s: float) -> Measured:
+    """`recipekit ARGS`, measured by the shared wrapper (tests/measure.py)."""
+    return measure_command([sys.executable, "-m", "recipekit.cli", *args], cwd, env, limit_s)
 
 
 def problem_lines(stderr: str) -> list[str]:
@@ -340,7 +315,7 @@ def run_case(case: Case, tmp_path: Path, bundle: Path) -> None:
     before = snapshot(root)
     env = {**os.environ, "HOME": str(root / "home"), "TMPDIR": str(root / "tmp"), "NO_COLOR": "1"}
     env.pop("XDG_CACHE_HOME", None)
-    done = measure(args, root / "work", env, tmp_path / "measured.json", case.max_wall_s)
+    done = measure(args, root / "work", env, case.max_wall_s)
     problems = problem_lines(done.stderr)
     assert done.code == 2, (done.code, done.stderr[-2000:])
     assert "Traceback" not in done.stderr + done.stdout
@@ -464,7 +439,7 @@ def test_data_prepare_refuses_a_data_line_nested_100k_deep(tmp_path: Path) -> No
     bundle = build(settings, output=tmp_path / "bundle", force=True).path
     (root / "work").mkdir()
     env = {**os.environ, "NO_COLOR": "1"}
-    done = measure(["data", "prepare", str(bundle), "--workers", "1"], root / "work", env, tmp_path / "m.json", 600)
+    done = measure(["data", "prepare", str(bundle), "--workers", "1"], root / "work", env, 600)
     assert done.code == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]
     assert f"{data}:21: JSON nested more than 64 levels deep" in done.stderr.strip().splitlines()[-1]
     assert done.rss_mib < 2048, f"{done.rss_mib:.0f} MiB"
@@ -483,7 +458,7 @@ def test_validate_reports_a_bundle_json_nested_100k_deep_as_a_finding(
     rehash_manifest(bundle)
     before = snapshot(root)
     env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "200"}
-    done = measure(["validate", str(bundle)], root / "work", env, tmp_path / "m.json", MAX_WALL_S)
+    done = measure(["validate", str(bundle)], root / "work", env, MAX_WALL_S)
     assert done.code == 1 and "Traceback" not in done.stderr + done.stdout, done.stderr[-2000:]
     assert f"{name}: JSON nested more than 64 levels deep" in done.stdout
     assert snapshot(root) == before
