@@ -16,11 +16,21 @@ import pytest
 from click.testing import CliRunner
 
 from recipekit.cli import main
-from recipekit.runtime import contract, manifest
+from recipekit.runtime import contract, manifest, trust
 
 pytest.importorskip("transformers")
 
-from tests.integration.test_train_runs import make_bundle, output_dir, records, run_train, succeeded  # noqa: E402
+from tests.integration.test_train_runs import (  # noqa: E402
+    RUN_KEY,
+    make_bundle,
+    output_dir,
+    records,
+    run_train,
+    succeeded,
+)
+
+#: The Job's run key (its Secret): data prepared ahead is sealed with it, or the keyed Job will not reuse it.
+KEYED = {trust.KEY_ENV: str(RUN_KEY)}
 
 pytestmark = pytest.mark.slow
 
@@ -29,7 +39,7 @@ def test_prepare_ahead_then_the_job_reuses_the_shards(tmp_path: Path) -> None:
     bundle = make_bundle(
         tmp_path, "messages", "data=chat", "data.max_len=128", "data.shard_mib=0.004", "train.max_steps=2"
     )
-    result = CliRunner().invoke(main, ["data", "prepare", str(bundle), "--workers", "2", "--json"])
+    result = CliRunner().invoke(main, ["data", "prepare", str(bundle), "--workers", "2", "--json"], env=KEYED)
     assert result.exit_code == 0, result.output
     done = json.loads(result.stdout)
     assert done["workers"] == 2 and done["chunks"] >= 3 and not done["reused"] and done["row_kind"] == "packed"
@@ -44,7 +54,7 @@ def test_prepare_ahead_then_the_job_reuses_the_shards(tmp_path: Path) -> None:
     (data,) = records(output_dir(bundle), contract.EVENT_DATA)
     assert data["reused"] is True and data["fingerprint"] == done["fingerprint"]
 
-    again = CliRunner().invoke(main, ["data", "prepare", str(bundle), "--workers", "1"])
+    again = CliRunner().invoke(main, ["data", "prepare", str(bundle), "--workers", "1"], env=KEYED)
     assert (
         again.exit_code == 0
         and "found prepared" in again.stdout

@@ -183,7 +183,10 @@ def test_sft_learns_the_tiny_set_and_reports_throughput(tmp_path):
     (done,) = records(out, contract.EVENT_DONE)
     assert done["step"] == 60 and done["output"] == str(out)
     assert contract.read_run_record(out)["run_id"] == start["run_id"]
-    assert contract.read_run_record(out / "checkpoint-30") == {**contract.read_run_record(out), "step": 30}
+    checkpoint_record = contract.read_run_record(out / "checkpoint-30")
+    signature = {key: checkpoint_record.pop(key) for key in ("files", "hmac")}
+    assert checkpoint_record == {**contract.read_run_record(out), "step": 30}
+    assert "model.safetensors" in signature["files"] and signature["hmac"]  # signed with the run key: resumable
     (data,) = records(out, contract.EVENT_DATA)  # prepared by this run, eval drawn per sample (about 1/8)
     assert data["train_rows"] + data["eval_rows"] == 64 and 4 <= data["eval_rows"] <= 14 and not data["reused"]
     assert f"{data['train_rows']} train samples, {data['eval_rows']} eval" in result.stderr
