@@ -18,7 +18,7 @@ from recipekit.validate.tinydata import write_tiny_dataset
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from recipekit.runtime import dataprep, samples, twin, workers  # noqa: E402
+from recipekit.runtime import dataprep, recipeview, samples, twin, workers  # noqa: E402
 from recipekit.runtime.fingerprint import Settings  # noqa: E402
 from recipekit.runtime.sampler import PreparedTrainer  # noqa: E402
 from recipekit.runtime.shards import ShardDataset  # noqa: E402
@@ -37,23 +37,29 @@ def prepared(tmp_path: Path, tokenizer) -> ShardDataset:
 
 def train(dataset: ShardDataset, tokenizer, output: Path, resume: str | None) -> list[torch.Tensor]:
     """Train (or resume) to step 9; return the input_ids of every micro-batch the model saw, in order."""
-    spec = type(
-        "Spec",
-        (),
-        dict(
-            family="llama",
-            vocab_size=512,
-            hidden_size=32,
-            intermediate_size=64,
-            num_layers=1,
-            num_attention_heads=2,
-            num_kv_heads=1,
-            max_position_embeddings=128,
-            rms_norm_eps=1e-5,
-            tie_word_embeddings=False,
-            rope_theta=10000.0,
-            attention_bias=False,
-        ),
+    spec = recipeview.ModelView(
+        name="tiny",
+        name_or_path="",
+        init="random",
+        trust_remote_code=False,
+        family="llama",
+        num_layers=1,
+        hidden_size=32,
+        num_attention_heads=2,
+        num_kv_heads=1,
+        head_dim_override=0,
+        intermediate_size=64,
+        vocab_size=512,
+        max_position_embeddings=128,
+        tie_word_embeddings=False,
+        rope_theta=10000.0,
+        rms_norm_eps=1e-5,
+        attention_bias=False,
+        num_experts=0,
+        experts_per_token=0,
+        moe_intermediate_size=0,
+        router_aux_loss_coef=0.0,
+        router_aux_loss=False,
     )
     torch.manual_seed(0)
     model = twin.random_model(spec, tokenizer)
