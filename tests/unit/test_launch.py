@@ -184,12 +184,25 @@ def test_a_run_keeps_its_name_across_rebuilds_and_placement_changes() -> None:
 
 @pytest.mark.parametrize(
     "override",
-    ["model=qwen2.5_7b", "cluster.nodes=2", "parallel=zero2", "train.learning_rate=3e-5", "data.max_len=1024"],
+    [
+        "model=qwen2.5_7b",
+        "train.global_batch_size=256",
+        "parallel=zero2",
+        "train.learning_rate=3e-5",
+        "data.max_len=1024",
+    ],
 )
 def test_a_run_defining_change_gets_its_own_job_and_directory(override: str) -> None:
     job, output = names()
     other_job, other_output = names(override)
     assert other_job != job and other_output != output
+
+
+def test_the_same_global_batch_on_other_nodes_is_the_same_run_another_global_batch_is_not() -> None:
+    """The identity is keyed on the global batch, not its factors: a run may continue on fewer nodes (rescale)."""
+    assert names("cluster.nodes=2") == names()  # global batch 128 kept, accumulation halved
+    fixed = ("train.global_batch_size=null", "train.gradient_accumulation_steps=4")
+    assert names(*fixed, "cluster.nodes=2") != names(*fixed)  # accumulation kept: the global batch doubles
 
 
 def test_runs_of_different_presets_never_share_a_directory() -> None:

@@ -23,15 +23,29 @@ def _safetensors(path: Path, floats: int = 64) -> None:
     path.write_bytes(struct.pack("<Q", len(header)) + header + b"\0" * (4 * floats))
 
 
-def checkpoint(root: Path, step: int, *, run_id: str | None = RUN_ID, world_size: int = 2, zero_stage: int = 2) -> Path:
+def checkpoint(
+    root: Path,
+    step: int,
+    *,
+    run_id: str | None = RUN_ID,
+    world_size: int = 2,
+    zero_stage: int = 2,
+    global_batch_size: int | None = 8,
+) -> Path:
     path = root / f"checkpoint-{step}"
     path.mkdir(parents=True)
     (path / contract.TRAINER_STATE_FILE).write_text(json.dumps({"global_step": step}))
     _safetensors(path / "model.safetensors")
     if run_id is not None:
-        record = contract.run_record(run_id, world_size=world_size, zero_stage=zero_stage, step=step)
+        record = contract.run_record(
+            run_id, world_size=world_size, zero_stage=zero_stage, global_batch_size=global_batch_size, step=step
+        )
         contract.write_run_record(path, record)
     return path
+
+
+def layout(world_size: int, zero_stage: int, global_batch_size: int | None = 8) -> contract.WorldLayout:
+    return contract.WorldLayout(world_size, zero_stage, global_batch_size)
 
 
 def test_auto_skips_a_truncated_and_a_shard_missing_checkpoint_and_says_why(tmp_path):
@@ -75,10 +89,10 @@ def test_a_checkpoint_of_another_run_is_refused_naming_both_runs(tmp_path):
     foreign = checkpoint(tmp_path, 6, run_id="0a0a0a", world_size=4, zero_stage=3)
     for resume in ("auto", str(foreign)):
         with pytest.raises(contract.ResumeRefused) as refused:
-            contract.resume_choice(tmp_path, RUN_ID, resume, world_size=2, zero_stage=2)
+            contract.resume_choice(tmp_path, RUN_ID, resume, layout=layout(2, 2))
         message = str(refused.value)
-        assert "'0a0a0a' (world size 4, ZeRO 3)" in message and f"'{RUN_ID}' (world size 2, ZeRO 2)" in message
-        assert "same recipe" in message and "universal checkpoints are not supported" in message
+        assert "run '0a0a0a', not to this bundle's run" in message and f"'{RUN_ID}'" in message
+        assert "same recipe (at the same global batch)" in message and "recipekit rescale" in message
         assert "\n" not in message
 
 
@@ -89,16 +103,38 @@ def test_a_foreign_checkpoint_is_refused_not_skipped_for_an_older_own_one(tmp_pa
         contract.resume_choice(tmp_path, RUN_ID)
 
 
-def test_a_zero_checkpoint_of_another_world_size_is_refused_a_plain_one_is_not(tmp_path):
+def test_another_world_size_at_the_same_global_batch_resumes_zero_partitions_are_resharded(tmp_path):
     checkpoint(tmp_path, 2, world_size=2, zero_stage=2)
-    with pytest.raises(contract.ResumeRefused, match="world size 2, ZeRO 2, this run has world size 1, ZeRO 2"):
-        contract.resume_choice(tmp_path, RUN_ID, world_size=1, zero_stage=2)
-    assert contract.resume_choice(tmp_path, RUN_ID, world_size=2, zero_stage=2).step == 2
+    same = contract.resume_choice(tmp_path, RUN_ID, layout=layout(2, 2))
+    assert same.step == 2 and not same.reshard and same.warnings == () and same.saved_world_size == 2
+    smaller = contract.resume_choice(tmp_path, RUN_ID, layout=layout(1, 2))
+    assert smaller.step == 2 and smaller.reshard and smaller.saved_world_size == 2
+    assert smaller.warnings == (
+        "checkpoint-2 was saved at world size 2, this run has 1 (global batch 8 kept): its ZeRO 2 partitions are "
+        "re-sharded first",
+    )
     assert contract.resume_choice(tmp_path, RUN_ID).step == 2  # no layout given: the run id alone decides
 
     plain = tmp_path / "plain"
     checkpoint(plain, 2, world_size=2, zero_stage=0)
-    assert contract.resume_choice(plain, RUN_ID, world_size=1, zero_stage=0).step == 2
+    larger = contract.resume_choice(plain, RUN_ID, layout=layout(4, 0))
+    assert larger.step == 2 and not larger.reshard
+    assert larger.warnings[0].endswith("whole optimizer states load at any size")
+
+
+def test_another_global_batch_or_zero_stage_is_refused_with_the_numbers(tmp_path):
+    checkpoint(tmp_path, 2, world_size=2, zero_stage=2, global_batch_size=8)
+    with pytest.raises(contract.ResumeRefused) as refused:
+        contract.resume_choice(tmp_path, RUN_ID, layout=layout(1, 2, 4))
+    message = str(refused.value)
+    assert "trained at global batch 8, this run's is 4" in message and "at world size 1" in message
+    assert "recipekit rescale" in message
+    with pytest.raises(contract.ResumeRefused, match="saved with ZeRO 2, this run has ZeRO 3"):
+        contract.resume_choice(tmp_path, RUN_ID, layout=layout(2, 3))
+    unrecorded = tmp_path / "old"
+    checkpoint(unrecorded, 2, world_size=2, zero_stage=0, global_batch_size=None)  # a record without the batch
+    choice = contract.resume_choice(unrecorded, RUN_ID, layout=layout(1, 0, 4))
+    assert "global batch unrecorded" in choice.warnings[0]
 
 
 def test_a_checkpoint_without_a_run_record_is_refused(tmp_path):
@@ -112,7 +148,7 @@ def test_a_checkpoint_without_a_run_record_is_refused(tmp_path):
 
 
 def test_the_run_record_is_written_whole_and_read_back(tmp_path):
-    record = contract.run_record(RUN_ID, world_size=2, zero_stage=2, step=7, recipe="tiny_sft")
+    record = contract.run_record(RUN_ID, world_size=2, zero_stage=2, global_batch_size=16, step=7, recipe="tiny_sft")
     contract.write_run_record(tmp_path, record)
     assert contract.read_run_record(tmp_path) == record
     assert [p.name for p in tmp_path.iterdir()] == [contract.RUN_FILE]  # no staging file left behind

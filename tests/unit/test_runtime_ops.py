@@ -218,7 +218,13 @@ def test_alert_rules() -> None:
 # ---------------------------------------------------------------------------------------------------- faults
 def test_a_fault_fires_once_per_output_directory(tmp_path: Path) -> None:
     testing = FaultsView(
-        stall_rank=1, stall_at_step=5, nan_at_step=3, device_count=None, device_count_pod=None, user_error_pod=None
+        stall_rank=1,
+        stall_at_step=5,
+        nan_at_step=3,
+        device_count=None,
+        device_count_pod=None,
+        user_error_pod=None,
+        record_rows=False,
     )
     rank0, rank1 = Faults(testing, tmp_path, 0), Faults(testing, tmp_path, 1)
     assert rank0.stall_at is None and rank1.stall_at == 5  # only the chosen rank stalls

@@ -294,7 +294,7 @@ def test_resume_logs_what_it_skips_and_refuses_another_runs_checkpoint(tmp_path,
     os.truncate(truncated / "model.safetensors", 5000)
     _checkpoint(tmp_path, 6, weights=False)
     caplog.set_level("INFO", logger="train")
-    choice = checkpoints.choose_resume(tmp_path, "auto", "abc123", world_size=1, zero_stage=0)
+    choice = checkpoints.choose_resume(tmp_path, "auto", "abc123", contract.WorldLayout(1, 0))
     assert choice.path == tmp_path / "checkpoint-2" and choice.step == 2
     assert "skipping checkpoint-6: no model weights" in caplog.text
     assert "skipping checkpoint-4: model.safetensors truncated" in caplog.text
@@ -302,7 +302,7 @@ def test_resume_logs_what_it_skips_and_refuses_another_runs_checkpoint(tmp_path,
     with pytest.raises(
         common.RunError, match="checkpoint-8 belongs to run 'fff000'.*not to this bundle's run 'abc123'"
     ):
-        checkpoints.choose_resume(tmp_path, "auto", "abc123", world_size=1, zero_stage=0)
+        checkpoints.choose_resume(tmp_path, "auto", "abc123", contract.WorldLayout(1, 0))
 
 
 def test_every_saved_checkpoint_gets_the_signed_run_record(tmp_path):

@@ -33,6 +33,7 @@ class _Commands(click.Group):
         "report": ("recipekit.cli.runs", "report_command"),
         "runs": ("recipekit.cli.history", "runs_group"),
         "compare": ("recipekit.cli.runs", "compare_command"),
+        "rescale": ("recipekit.cli.rescale", "rescale_command"),
     }
 
     def list_commands(self, ctx: click.Context) -> list[str]:

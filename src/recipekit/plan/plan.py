@@ -186,12 +186,20 @@ _TRAJECTORY_KEYS = (
 )
 
 
+#: The layout numbers that shape a run's trajectory. The global batch, not its factors: every step consumes the
+#: same samples in the same order at any data-parallel size (runtime/sampler.py), so the same run may continue on
+#: fewer or more nodes with accumulation raised or lowered (plan/rescale.py). TP, PP and the micro-batch stay: they
+#: shape the checkpoint's files and the Trainer's own state.
+TRAJECTORY_LAYOUT_KEYS = ("tensor_parallel", "pipeline_parallel", "micro_batch_size", "global_batch_size")
+
+
 def run_identity(recipe: Recipe, layout: Layout, precision: str) -> dict[str, Any]:
-    """What defines a run: the model, what is trained, on which data, in which world layout, with which optimisation.
+    """What defines a run: the model, what is trained, on which data, at which global batch, with which optimisation.
 
     Two builds with equal identities are the same run (a re-submission resumes its checkpoints); any difference gives
-    a new Job name and output directory. Descriptions, cluster placement (namespace, queue, registry), hardware names
-    and bookkeeping are left out: moving a run to another queue keeps its checkpoints.
+    a new Job name and output directory. Descriptions, cluster placement (namespace, queue, registry), hardware names,
+    the number of nodes and bookkeeping are left out: moving a run to another queue, or to fewer nodes at the same
+    global batch, keeps its checkpoints.
     """
     data, train = recipe.data, to_data(recipe.train)
     return {
@@ -207,7 +215,7 @@ def run_identity(recipe: Recipe, layout: Layout, precision: str) -> dict[str, An
             # streaming draws rows in another order; absent when off, so existing runs keep their ids
             **({"streaming": True} if data.streaming else {}),
         },
-        "layout": {k: v for k, v in layout.numbers().items() if k not in ("nodes", "devices_per_pod")},
+        "layout": {k: layout.numbers()[k] for k in TRAJECTORY_LAYOUT_KEYS},
         "zero_stage": recipe.parallel.zero_stage,
         "precision": precision,
         "train": {k: train[k] for k in _TRAJECTORY_KEYS},
@@ -369,6 +377,7 @@ def operations_problems(recipe: Recipe, layout: Layout, total_steps: int | None)
             ("nan_at_step", testing.nan_at_step),
             ("device_count", testing.device_count),
             ("user_error_pod", testing.user_error_pod),
+            ("record_rows", testing.record_rows or None),
         )
         if value is not None
     ]

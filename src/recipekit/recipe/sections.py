@@ -623,6 +623,12 @@ class OpsTestingSpec(Section):
         description="TESTING ONLY: this pod's processes stop before training with the configuration-error exit code "
         "(user_error), as a pod given a broken configuration would; never healed, so the Job must end unretried.",
     )
+    record_rows: bool = spec(
+        False,
+        description="TESTING ONLY: every rank writes the row indices of each micro-batch it trains on to "
+        "<output_dir>/rows/rank-R.jsonl, so a resume (also at another world size) can be checked sample by sample. "
+        "Prepared data only (not data.streaming).",
+    )
 
 
 class OpsSpec(Section):

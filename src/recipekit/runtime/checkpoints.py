@@ -23,12 +23,10 @@ from . import contract, trust
 from .common import RunError, log0
 
 
-def choose_resume(
-    output_dir: Path, resume: str, run_id: str, *, world_size: int, zero_stage: int
-) -> contract.ResumeChoice:
+def choose_resume(output_dir: Path, resume: str, run_id: str, layout: contract.WorldLayout) -> contract.ResumeChoice:
     """``contract.resume_choice``, logged: each skipped checkpoint and why, each warning; a refusal is a RunError."""
     try:
-        choice = contract.resume_choice(output_dir, run_id, resume, world_size=world_size, zero_stage=zero_stage)
+        choice = contract.resume_choice(output_dir, run_id, resume, layout=layout)
     except contract.ResumeRefused as exc:
         raise RunError(str(exc)) from None
     for name, reason in choice.skipped:

@@ -21,7 +21,7 @@ import json
 import os
 import time
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -411,10 +411,16 @@ def latest_complete_checkpoint(output_dir: Path) -> Path | None:
 
 
 # ------------------------------------------------------------------------------------------ run identity, resume
-def run_record(run_id: str, *, world_size: int, zero_stage: int, **extra: Any) -> dict[str, Any]:
-    """What :data:`RUN_FILE` holds: the run fingerprint (``plan.run_id``: model, data, layout, optimisation) and the
-    world layout the checkpoint's states were written in, plus anything else worth reading (step, recipe name)."""
-    return {"run_id": run_id, "world_size": world_size, "zero_stage": zero_stage, **extra}
+def run_record(
+    run_id: str, *, world_size: int, zero_stage: int, global_batch_size: int | None = None, **extra: Any
+) -> dict[str, Any]:
+    """What :data:`RUN_FILE` holds: the run fingerprint (``plan.run_id``: model, data, global batch, optimisation),
+    the world layout the checkpoint's states were written in and the global batch they were trained at, plus
+    anything else worth reading (step, accumulation, recipe name)."""
+    record = {"run_id": run_id, "world_size": world_size, "zero_stage": zero_stage}
+    if global_batch_size is not None:
+        record["global_batch_size"] = global_batch_size
+    return {**record, **extra}
 
 
 def write_run_record(directory: Path, record: dict[str, Any]) -> None:
@@ -445,12 +451,26 @@ class ResumeChoice:
     path: Path | None  # None: from scratch
     #: (checkpoint name, why it cannot be resumed) of every newer checkpoint passed over, newest first
     skipped: tuple[tuple[str, str], ...] = ()
-    #: things worth a warning about the chosen checkpoint (e.g. it carries no run record)
+    #: things worth a warning about the chosen checkpoint (e.g. it was saved at another world size)
     warnings: tuple[str, ...] = ()
+    #: the checkpoint's ZeRO partitions were written at another world size: they must be re-sharded before they
+    #: load (runtime/reshard.py: DeepSpeed's universal checkpoint)
+    reshard: bool = False
+    #: the world size the chosen checkpoint was saved at (None: from scratch)
+    saved_world_size: int | None = None
 
     @property
     def step(self) -> int | None:
         return checkpoint_step(self.path) if self.path is not None else None
+
+
+@dataclass(frozen=True)
+class WorldLayout:
+    """How this process's run is laid out: what a checkpoint's record is compared with."""
+
+    world_size: int
+    zero_stage: int
+    global_batch_size: int | None = None  # micro × accumulation × data-parallel size; None: not compared
 
 
 def resume_choice(
@@ -458,19 +478,19 @@ def resume_choice(
     run_id: str,
     resume: str = "auto",
     *,
-    world_size: int | None = None,
-    zero_stage: int | None = None,
+    layout: WorldLayout | None = None,
 ) -> ResumeChoice:
     """The checkpoint a run of ``run_id`` continues from; raises :class:`ResumeRefused` for one it must not touch.
 
     ``resume``: ``none`` (from scratch), ``auto`` (the newest complete ``checkpoint-N`` of ``output_dir``; incomplete
     ones are skipped with their reason) or a checkpoint path (it must be complete). The chosen checkpoint must belong
     to this run: a run record naming another run is refused rather than skipped, because continuing from an older
-    checkpoint of a directory another run has written into would silently lose work. Given ``world_size`` and
-    ``zero_stage`` (this run's), a ZeRO checkpoint written by another world layout is refused too: its partitioned
-    optimizer states cannot be re-sharded here. A checkpoint without a record is refused: nothing proves who wrote
-    it (train.py then also checks the record's signature, runtime/checkpoints.py). Pure apart from reading the
-    directory: train.py acts on the answer and the dry run predicts with it.
+    checkpoint of a directory another run has written into would silently lose work. Given this run's ``layout``, a
+    checkpoint trained at another global batch is refused (another trajectory), and one saved at another world size
+    is accepted: whole states load anywhere, ZeRO partitions are marked for re-sharding. A checkpoint without a
+    record is refused: nothing proves who wrote it (train.py then also checks the record's signature,
+    runtime/checkpoints.py). Pure apart from reading the directory: train.py acts on the answer and the dry run
+    predicts with it.
     """
     if resume == "none":
         return ResumeChoice(None)
@@ -495,49 +515,54 @@ def resume_choice(
             f"{path.name} has no readable {RUN_FILE}: nothing proves run {run_id} wrote it (the shared volume is "
             "writable by others, docs/trust.md); start over with --resume none or another output_dir"
         )
-    refusal = _identity_problem(path.name, record, run_id, world_size, zero_stage)
-    if refusal:
-        raise ResumeRefused(refusal)
-    return ResumeChoice(path, tuple(skipped))
-
-
-def _layout(world_size: Any, zero_stage: Any) -> str:
-    parts = [
-        f"world size {world_size}" if world_size is not None else "",
-        f"ZeRO {zero_stage}" if zero_stage is not None else "",
-    ]
-    return ", ".join(p for p in parts if p)
-
-
-def _identity_problem(
-    name: str, record: dict[str, Any], run_id: str, world_size: int | None, zero_stage: int | None
-) -> str | None:
-    theirs = _layout(record.get("world_size"), record.get("zero_stage"))
-    ours = _layout(world_size, zero_stage)
     if record.get("run_id") != run_id:
-        return (
-            f"{name} belongs to run {record.get('run_id')!r} ({theirs or 'layout unknown'}), not to this bundle's run "
-            f"{run_id!r}{f' ({ours})' if ours else ''}: only a bundle built from the same recipe can resume it (a "
-            "different world size or ZeRO layout cannot: DeepSpeed universal checkpoints are not supported); "
-            "rebuild with the recipe that wrote it, or start over with --resume none or another output_dir"
+        raise ResumeRefused(
+            f"{path.name} belongs to run {record.get('run_id')!r}, not to this bundle's run {run_id!r}: only a "
+            "bundle built from the same recipe (at the same global batch) can resume it; rebuild with the recipe "
+            "that wrote it (recipekit rescale keeps it on another number of nodes), or start over with --resume "
+            "none or another output_dir"
         )
-    if world_size is None or zero_stage is None:
-        return None
-    if record.get("world_size") == world_size and record.get("zero_stage") == zero_stage:
-        return None
-    if not (record.get("zero_stage") or zero_stage):
-        return None  # plain Trainer checkpoints hold whole states: any world size loads them
-    return (
-        f"{name} was saved with {theirs}, this run has {ours}: ZeRO-partitioned states cannot be re-sharded here "
-        "(DeepSpeed universal checkpoints are not supported); run it with the layout it was saved with, or start "
-        "over with --resume none"
+    saved = record.get("world_size")
+    choice = ResumeChoice(path, tuple(skipped), saved_world_size=saved if isinstance(saved, int) else None)
+    return _against_layout(choice, record, layout) if layout is not None else choice
+
+
+def _against_layout(choice: ResumeChoice, record: dict[str, Any], ours: WorldLayout) -> ResumeChoice:
+    """The choice checked against this run's layout: refused at another global batch or ZeRO stage, re-sharded at
+    another world size."""
+    assert choice.path is not None
+    name, world, zero = choice.path.name, record.get("world_size"), record.get("zero_stage")
+    batch = record.get("global_batch_size")
+    if ours.global_batch_size is not None and batch is not None and batch != ours.global_batch_size:
+        raise ResumeRefused(
+            f"{name} was trained at global batch {batch}, this run's is {ours.global_batch_size} (micro × "
+            f"accumulation × data-parallel size at world size {ours.world_size}): that is another trajectory; "
+            f"launch the world the plan has, or rebuild with recipekit rescale, which keeps the global batch"
+        )
+    if zero != ours.zero_stage and (zero or ours.zero_stage):
+        raise ResumeRefused(
+            f"{name} was saved with ZeRO {zero}, this run has ZeRO {ours.zero_stage}: their optimizer states are "
+            "laid out differently; run it with the ZeRO stage it was saved with, or start over with --resume none"
+        )
+    if world == ours.world_size or not isinstance(world, int):
+        return choice
+    kept = f"global batch {batch} kept" if batch is not None else "global batch unrecorded"
+    warning = f"{name} was saved at world size {world}, this run has {ours.world_size} ({kept})"
+    if not zero:
+        return replace(choice, warnings=(*choice.warnings, warning + ": whole optimizer states load at any size"))
+    return replace(
+        choice,
+        warnings=(*choice.warnings, warning + f": its ZeRO {zero} partitions are re-sharded first"),
+        reshard=True,
     )
 
 
 # -------------------------------------------------------------------------------------------------------- records
 #: ``metrics.jsonl`` holds one JSON object per line. Training logs carry ``step`` and the Trainer's figures (loss,
 #: learning_rate, ...); the records below carry ``event`` instead, so readers never parse log text.
-EVENT_START = "start"  # run_id, world size, device, precision, parameters, resume_from (None: scratch), resume_step
+#: run_id, world size, device, precision, parameters, resume_from (None: scratch), resume_step, global batch and
+#: accumulation, saved_world_size (the world the resumed checkpoint was saved at)
+EVENT_START = "start"
 EVENT_ADAPTED = "adapted"  # one change to the plan for how train.py was launched (no torchrun): ``note``
 EVENT_PREEMPTED = "preempted"  # SIGTERM: checkpoint saved at ``step``
 EVENT_DONE = "done"  # final ``step``, where the model went

@@ -28,6 +28,7 @@ from transformers import Trainer, TrainerCallback
 from . import contract
 from .common import LOG
 from .faults import Faults
+from .rowledger import ROWS_KEY, RowLedger
 
 
 class LossGuard:
@@ -74,10 +75,11 @@ class LossGuard:
 
 class OpsTrainer(Trainer):
     """The Trainer, with each step's batch wait timed, each micro-batch's loss checked, and (testing only) a
-    poisoned loss at ``ops.testing.nan_at_step``."""
+    poisoned loss at ``ops.testing.nan_at_step`` and each micro-batch's rows in the ledger."""
 
     guard: LossGuard | None = None  # None until OpsLayer.install gives it one (nothing checks the loss)
     faults: Faults | None = None
+    ledger: RowLedger | None = None  # ops.testing.record_rows: the rows of every micro-batch (rowledger.py)
     batch_wait_s: float = 0.0
     batch_started: float | None = None
 
@@ -96,6 +98,11 @@ class OpsTrainer(Trainer):
         return result
 
     def training_step(self, model: Any, inputs: Any, *args: Any, **kwargs: Any) -> torch.Tensor:
+        rows = inputs.pop(ROWS_KEY, None)  # the row ledger's indices (testing only): never the model's input
+        if rows is not None and self.ledger is not None:
+            sampler = getattr(self, "row_sampler", None)
+            epoch = sampler.epoch if sampler is not None else -1
+            self.ledger.record(self.state.global_step + 1, epoch, rows.tolist())
         loss = super().training_step(model, inputs, *args, **kwargs)
         if self.guard is not None:
             self.guard.observe(loss, inputs)

@@ -208,6 +208,7 @@ class FaultsView:
     device_count: int | None
     device_count_pod: int | None
     user_error_pod: int | None
+    record_rows: bool
 
 
 @dataclass(frozen=True, slots=True)

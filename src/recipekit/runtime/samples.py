@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from .chat import assistant_spans, conversations, render_chat
+from .rowledger import ROWS_KEY
 
 IGNORE_INDEX = -100  # label value the loss skips (torch.nn.CrossEntropyLoss ignore_index)
 #: Records tokenised together, and samples packed together: the packer fills its bins from this many samples, and
@@ -121,4 +122,7 @@ class SequenceCollator:
             else:
                 batch["attention_mask"].append([1] * len(ids) + [0] * pad)
         keep = ["input_ids", "labels"] + (["position_ids"] if packed else ["attention_mask"] if padded else [])
-        return {key: torch.tensor(batch[key], dtype=torch.long) for key in keep}
+        collated = {key: torch.tensor(batch[key], dtype=torch.long) for key in keep}
+        if ROWS_KEY in rows[0]:  # the row ledger's indices (rowledger.py), popped before the model sees the batch
+            collated[ROWS_KEY] = torch.tensor([row[ROWS_KEY] for row in rows], dtype=torch.long)
+        return collated

@@ -28,6 +28,7 @@ from .model import load_model, parameter_counts, save_merged
 from .opskit import OpsLayer
 from .preflight import make_output_dir
 from .recipeview import RecipeView
+from .rowledger import RowIndexed, RowLedger
 from .sampler import PreparedTrainer
 from .samples import SequenceCollator
 from .stream import ResumeRandomState, StreamDataset, StreamStateCallback
@@ -62,6 +63,17 @@ def training_arguments(run: RunConfig, device: Device) -> tuple[Any, list[str]]:
     if kwargs.get("deepspeed") and args.world_size > 1:
         join_deepspeed_group(args.ddp_backend or run.plan.comm_backend)
     return args, notes
+
+
+def world_layout(run: RunConfig, zero_stage: int) -> contract.WorldLayout:
+    """This process's world, ZeRO stage and global batch (micro × accumulation × data-parallel size), known before
+    the process group forms: what a checkpoint's run record is compared with."""
+    size, arguments = world(), run.training_arguments
+    micro, accumulation = arguments.get("per_device_train_batch_size"), arguments.get("gradient_accumulation_steps")
+    batch = None
+    if isinstance(micro, int) and isinstance(accumulation, int):
+        batch = micro * accumulation * max(1, size // tensor_parallel(run))
+    return contract.WorldLayout(size, zero_stage, batch)
 
 
 def tensor_parallel(run: RunConfig) -> int:
@@ -180,12 +192,15 @@ def run_training(run: RunConfig, device: Device, resume: str) -> int:
     key = run_key()
     # Before any data or model is loaded: a checkpoint of another run, or one this run cannot prove it wrote (its
     # signed record, checkpoints.py), is refused in seconds and before any of its bytes is parsed.
-    choice = choose_resume(output_dir, resume, plan.run_id, world_size=world(), zero_stage=zero)
+    layout = world_layout(run, zero)
+    choice = choose_resume(output_dir, resume, plan.run_id, layout)
     resume_from = str(choice.path) if choice.path is not None else None
     # The data before the process group: preparing a corpus takes as long as it takes, and no collective (with its
     # ddp_timeout) may be waiting meanwhile. Every rank prepares its share, or all reuse what is there (dataprep.py).
     data = prepare_for_run(run, output_dir, records.add, resume=choice)
     model_path, tokenizer, train_set, eval_set = data.model_path, data.tokenizer, data.train, data.eval
+    if run.operations.testing.record_rows and not isinstance(train_set, StreamDataset):
+        train_set = RowIndexed(train_set)  # testing only: the row ledger (rowledger.py)
 
     args, notes = training_arguments(run, device)  # joins the process group
     for note in notes:
@@ -201,9 +216,18 @@ def run_training(run: RunConfig, device: Device, resume: str) -> int:
             level=logging.WARNING,
         )
     trainable, total = parameter_counts(model)
-    identity = contract.run_record(plan.run_id, world_size=args.world_size, zero_stage=zero, recipe=recipe.name)
+    identity = contract.run_record(
+        plan.run_id,
+        world_size=args.world_size,
+        zero_stage=zero,
+        global_batch_size=layout.global_batch_size,
+        gradient_accumulation_steps=args.gradient_accumulation_steps,
+        recipe=recipe.name,
+    )
     trainer, preemption = make_trainer(run, args, model, tokenizer, train_set, eval_set)
     ops.install(trainer, records)
+    if isinstance(train_set, RowIndexed):
+        trainer.ledger = RowLedger(output_dir, args.process_index, args.world_size)
     if isinstance(train_set, StreamDataset) and resume_from:  # the stream skips itself; the random state is ours
         trainer.add_callback(ResumeRandomState(trainer, resume_from))
     trainer.add_callback(RunRecordCallback(identity, key))  # last: it signs what every other callback wrote
@@ -221,6 +245,9 @@ def run_training(run: RunConfig, device: Device, resume: str) -> int:
         parameters_trainable=trainable,
         resume_from=resume_from,
         resume_step=choice.step,
+        global_batch_size=layout.global_batch_size,
+        gradient_accumulation_steps=args.gradient_accumulation_steps,
+        saved_world_size=choice.saved_world_size,
         skipped=[{"checkpoint": name, "reason": reason} for name, reason in choice.skipped],
     )
     ops.recovery.started(choice.step, resume_from)  # recovery.jsonl: where the previous attempt stopped, if it did

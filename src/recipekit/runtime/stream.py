@@ -39,8 +39,8 @@ from . import manifest as layout
 from .common import RunError
 from .data import DataError
 from .fingerprint import Settings
+from .order import Permutation
 from .prepare import ChunkRows, verdict
-from .sampler import Permutation
 from .shards import read_row
 from .sources import InputFile, plan_chunks
 

@@ -1,0 +1,95 @@
+"""The same run on another number of nodes: the global batch kept, accumulation raised or lowered to hold it.
+
+A node that will not come back leaves a run two choices: wait, or continue on the nodes that are left. Continuing
+is the same run when every step still consumes the same samples in the same order, and it does when the global
+batch is kept: the order is a keyed permutation of positions (runtime/sampler.py) and step *s* takes positions
+[(s-1)·G, s·G) whatever the data-parallel size, so only which rank sees which sample of a step changes. The run
+identity is keyed on the global batch, not on its factors (plan.TRAJECTORY_LAYOUT_KEYS), so the rescaled bundle
+has the same run id, Job name and output directory, and its first start resumes the old checkpoints (re-sharding
+ZeRO partitions first, runtime/reshard.py).
+
+This module says what to change (overrides) and why it cannot be done (problems with the arithmetic). It is pure:
+``recipekit rescale`` reads the bundle and rebuilds, the dry run re-plans its work copy with :func:`rescaled`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+from recipekit.errors import Problem
+from recipekit.plan.layout import Layout, derive_layout, recipe_layout
+from recipekit.recipe.overrides import merge
+from recipekit.recipe.sections import Recipe
+
+#: The overrides a rescale sets: nodes, and the global batch in place of accumulation (which then follows).
+RESCALE_KEYS = ("cluster.nodes", "train.global_batch_size", "train.gradient_accumulation_steps")
+
+
+def rescale_overrides(overrides: Sequence[str], *, nodes: int, global_batch_size: int) -> list[str]:
+    """``overrides`` with the node count replaced and the global batch pinned (accumulation unset, so derived)."""
+    return merge(
+        overrides,
+        [
+            f"cluster.nodes={nodes}",
+            f"train.global_batch_size={global_batch_size}",
+            "train.gradient_accumulation_steps=null",
+        ],
+    )
+
+
+def rescaled(recipe: Recipe, nodes: int) -> tuple[Recipe, list[Problem]]:
+    """``recipe`` on ``nodes`` nodes at its own global batch, with every reason that cannot be (empty: it can)."""
+    layout, problems = recipe_layout(recipe)
+    if problems:
+        return recipe, problems
+    target = replace(
+        recipe,
+        cluster=replace(recipe.cluster, nodes=nodes),
+        train=replace(recipe.train, global_batch_size=layout.global_batch_size, gradient_accumulation_steps=None),
+    )
+    return target, rescale_problems(layout, nodes, streaming=recipe.data.streaming)
+
+
+def rescale_problems(layout: Layout, nodes: int, *, streaming: bool) -> list[Problem]:
+    """Why a run laid out as ``layout`` cannot continue on ``nodes`` nodes at the same global batch."""
+    problems: list[Problem] = []
+    if nodes < 1:
+        return [Problem("--nodes", f"{nodes}: at least 1")]
+    if streaming:
+        problems.append(
+            Problem(
+                "data.streaming",
+                "a streamed run keeps its position in the stream per rank, so another world size cannot continue "
+                "it exactly",
+                hint="prepare the data ahead (data.streaming=false) for runs that may change size",
+            )
+        )
+    _, arithmetic = _layout_at(layout, nodes)
+    if arithmetic:
+        kept = ", ".join(str(n) for n in nodes_keeping_batch(layout, limit=max(2 * layout.nodes, nodes, 8)))
+        for problem in arithmetic:
+            problems.append(
+                Problem(
+                    "--nodes",
+                    f"{nodes} cannot keep global batch {layout.global_batch_size}: {problem.message}",
+                    hint=f"node counts that keep it: {kept}" if kept else "no node count keeps it",
+                )
+            )
+    return problems
+
+
+def nodes_keeping_batch(layout: Layout, limit: int) -> list[int]:
+    """Node counts up to ``limit`` at which ``layout``'s global batch divides into whole micro-batches per rank."""
+    return [n for n in range(1, limit + 1) if not _layout_at(layout, n)[1]]
+
+
+def _layout_at(layout: Layout, nodes: int) -> tuple[Layout, list[Problem]]:
+    return derive_layout(
+        nodes,
+        layout.devices_per_pod,
+        tensor_parallel=layout.tensor_parallel,
+        pipeline_parallel=layout.pipeline_parallel,
+        micro_batch_size=layout.micro_batch_size,
+        global_batch_size=layout.global_batch_size,
+    )
