@@ -21,7 +21,17 @@ from recipekit.runtime.device import TARGETS
 from recipekit.terminal import plain
 from recipekit.validate.results import Report, Result, Status
 
-_DRY_RUN_ONLY = ("pods", "procs_per_pod", "kill_pod", "at_step", "device", "workdir", "steps", "timeout")
+_DRY_RUN_ONLY = (
+    "pods",
+    "procs_per_pod",
+    "kill_pod",
+    "at_step",
+    "resume_pods",
+    "device",
+    "workdir",
+    "steps",
+    "timeout",
+)
 _STYLE = {Status.PASS: "green", Status.FAIL: "bold red", Status.SKIP: "yellow"}
 _STEP_LINE = re.compile(r"attempt \d+: step \d+")
 
@@ -56,6 +66,13 @@ _STEP_LINE = re.compile(r"attempt \d+: step \d+")
     type=int,
     default=None,
     help="Training step at which --kill-pod strikes (default: between the midway checkpoint and the end).",
+)
+@click.option(
+    "--resume-pods",
+    type=click.IntRange(1, 16),
+    default=None,
+    help="After --kill-pod, continue on this many pods (a node lost for good): the work copy is rebuilt at the "
+    "same global batch as `recipekit rescale` does, and the resume is checked row by row.",
 )
 @click.option(
     "--device",
@@ -96,6 +113,7 @@ def validate_command(
     procs_per_pod: int,
     kill_pod: int | None,
     at_step: int | None,
+    resume_pods: int | None,
     device: str,
     steps: int,
     workdir: Path | None,
@@ -109,6 +127,7 @@ def validate_command(
       recipekit validate bundles/llama3_8b_sft
       recipekit validate bundles/llama3_8b_sft --dry-run
       recipekit validate bundles/llama3_8b_sft --dry-run --pods 2 --kill-pod 1 --at-step 6
+      recipekit validate bundles/tiny_sft --dry-run --kill-pod 1 --at-step 6 --resume-pods 1
       recipekit validate bundles/llama3_8b_tp2 --dry-run --pods 2 --procs-per-pod 2
       recipekit validate bundles/llama3_8b_sft --dry-run --device npu
       recipekit validate bundles/tiny_sft --json
@@ -130,6 +149,7 @@ def validate_command(
             steps=steps,
             kill_pod=kill_pod,
             at_step=at_step,
+            resume_pods=resume_pods,
             device=device,
             workdir=workdir,
             timeout=timeout,

@@ -100,9 +100,7 @@ class OpsTrainer(Trainer):
     def training_step(self, model: Any, inputs: Any, *args: Any, **kwargs: Any) -> torch.Tensor:
         rows = inputs.pop(ROWS_KEY, None)  # the row ledger's indices (testing only): never the model's input
         if rows is not None and self.ledger is not None:
-            sampler = getattr(self, "row_sampler", None)
-            epoch = sampler.epoch if sampler is not None else -1
-            self.ledger.record(self.state.global_step + 1, epoch, rows.tolist())
+            self.ledger.record(self.state.global_step + 1, rows.tolist(), getattr(self, "row_sampler", None))
         loss = super().training_step(model, inputs, *args, **kwargs)
         if self.guard is not None:
             self.guard.observe(loss, inputs)

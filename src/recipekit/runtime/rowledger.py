@@ -4,8 +4,8 @@ A resume is exact when the steps after it consume the samples an uninterrupted r
 skipped, also when the run continues at another world size. Losses only suggest it; the ledger proves it, row by
 row. Every training row carries its index (:class:`RowIndexed`), the collator passes the indices along as
 ``rows``, and the Trainer pops them off each micro-batch before the model sees it and appends one line per
-micro-batch to ``rows/rank-<R>.jsonl``: step, epoch (the sampler's), rank, world size, rows. The dry run's judge
-reads the ledger of every attempt and compares it with the permutation itself (order.py).
+micro-batch to ``rows/rank-<R>.jsonl``: step, rank, world size, rows, and the sampler's epoch, seed and size. The
+dry run's judge reads the ledger of every attempt and compares it with the permutation itself (order.py).
 """
 
 from __future__ import annotations
@@ -47,8 +47,12 @@ class RowLedger:
         self.rank, self.world_size = rank, world_size
         self.path.parent.mkdir(parents=True, exist_ok=True)
 
-    def record(self, step: int, epoch: int, rows: list[int]) -> None:
-        line = {"step": step, "epoch": epoch, "rank": self.rank, "world_size": self.world_size, "rows": rows}
+    def record(self, step: int, rows: list[int], sampler: Any = None) -> None:
+        """One micro-batch of optimizer step ``step``; ``sampler`` (sampler.ResumableSampler) names the order the
+        rows were drawn in: its epoch, seed and size."""
+        line: dict[str, Any] = {"step": step, "rank": self.rank, "world_size": self.world_size, "rows": rows}
+        if sampler is not None:
+            line.update(epoch=sampler.epoch, seed=sampler.seed, size=sampler.size)
         contract.append_record(self.path, line)
 
 
@@ -69,7 +73,11 @@ def read_ledger(
             handle.seek(start)
             end = (before or {}).get(path.name)
             data = handle.read() if end is None else handle.read(max(0, end - start))
-        for text in data.decode("utf-8").splitlines():
-            if text.strip():
-                lines.append(json.loads(text))
+        for text in data.decode("utf-8", "replace").splitlines():
+            try:
+                line = json.loads(text)
+            except ValueError:  # a process killed mid-write leaves a partial last line
+                continue
+            if isinstance(line, dict):
+                lines.append(line)
     return lines

@@ -16,6 +16,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ import yaml
 from recipekit.bundlefiles import JOB, LAUNCH, RUN, TRAIN_MODULE
 from recipekit.runtime import contract, trust
 from recipekit.runtime.exporter import PORT_ENV as METRICS_PORT_ENV
+from recipekit.runtime.rowledger import ledger_sizes
 from recipekit.validate.dryrunoptions import DryRunOptions
 from recipekit.validate.extensions import extensions_dir
 from recipekit.validate.observed import Attempt, MetricsTail
@@ -105,19 +107,8 @@ class DryRun:
         self.podset = PodSet()
         #: Each pod's first metrics port (rank 0 is pod 0's local rank 0), or None: the bundle serves no metrics;
         #: which pods serve (all, or pod 0 for ``ops.metrics_ranks: rank0``).
-        self.metrics_ports, self.serving_pods = metric_ports(work, options.pods)
-        self.pods = [
-            self.podset.add(
-                Pod(
-                    i,
-                    ["bash", str(work.bundle / RUN)],
-                    work.bundle,
-                    pod_environment(work, i, options, self.metrics_ports[i] if self.metrics_ports else None),
-                    work.logs / f"pod-{i}.log",
-                )
-            )
-            for i in range(options.pods)
-        ]
+        self.pods: list[Pod] = []
+        self.resize(options.pods)
         self.metrics = MetricsTail(work.output_dir / contract.METRICS_FILE)
         self.attempts: list[Attempt] = []
         self.ports: set[int] = set()
@@ -132,6 +123,24 @@ class DryRun:
             self.job = {}
         self.nproc = int(spec.get("nproc_per_node") or 1)
 
+    def resize(self, pods: int) -> None:
+        """The Job's pods from now on: ``pods`` of them, each with what Volcano injects for a Job of that size (a
+        Job rebuilt on fewer nodes after one is lost for good, plan/rescale.py)."""
+        self.options = replace(self.options, pods=pods)
+        self.metrics_ports, self.serving_pods = metric_ports(self.work, pods)
+        self.pods = [
+            self.podset.add(
+                Pod(
+                    i,
+                    ["bash", str(self.work.bundle / RUN)],
+                    self.work.bundle,
+                    pod_environment(self.work, i, self.options, self.metrics_ports[i] if self.metrics_ports else None),
+                    self.work.logs / f"pod-{i}.log",
+                )
+            )
+            for i in range(pods)
+        ]
+
     # -- one attempt: start every pod, watch until done / failed / killed / timed out
     def attempt(self, kill_at: int | None) -> Attempt:
         number = len(self.attempts)
@@ -139,6 +148,7 @@ class DryRun:
         self.ports.add(port)
         set_master_port(self.work, port)
         attempt = Attempt(number, port, time.monotonic())
+        attempt.ledger_from = ledger_sizes(self.work.output_dir)
         self.attempts.append(attempt)
         label = "first start" if number == 0 else "restart (Volcano RestartJob)"
         for pod in self.pods:
@@ -188,6 +198,7 @@ class DryRun:
         phases.poll()  # and the pods' last words (train.py: ..., launch: ...)
         attempt.exit_codes = {pod.index: pod.poll() for pod in self.pods}
         attempt.ended = time.monotonic()
+        attempt.ledger_to = ledger_sizes(self.work.output_dir)
         return attempt
 
     def _read_metrics(self, attempt: Attempt, phases: PhaseReporter, now: float) -> None:

@@ -20,7 +20,9 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 
+from recipekit.plan.rescale import rescaled
 from recipekit.runtime import contract
+from recipekit.runtime.rowledger import read_ledger
 from recipekit.validate import judge, policyrun
 from recipekit.validate.attempts import DryRun, pod_environment
 from recipekit.validate.childpython import python_argv, safe_env
@@ -31,7 +33,8 @@ from recipekit.validate.loader import Bundle, load_bundle
 from recipekit.validate.observed import Attempt
 from recipekit.validate.opsjudge import OpsExpectation, judge_fault, judge_metrics, judge_preflight, judge_profile
 from recipekit.validate.results import Result
-from recipekit.validate.workcopy import prepare
+from recipekit.validate.rowjudge import judge_rows
+from recipekit.validate.workcopy import prepare, rescale_work_copy
 
 METRICS_FILE = contract.METRICS_FILE
 Progress = Callable[[str], None]
@@ -83,9 +86,14 @@ def run_dry_run(bundle: Bundle, options: DryRunOptions, progress: Progress = lam
     results = [prep, extensions, train]
     resume = None
     if options.kill_pod is not None:
+        where = (
+            f"continue on {options.resume_pods} pod(s) at the same global batch (rescale)"
+            if options.resume_pods is not None
+            else "RestartJob"
+        )
         resume = Result(
             "dryrun.resume",
-            f"dry run: kill pod {options.kill_pod} at step {options.at_step}, RestartJob, "
+            f"dry run: kill pod {options.kill_pod} at step {options.at_step}, {where}, "
             "resume from the last complete checkpoint",
         )
         results.append(resume)
@@ -122,6 +130,10 @@ def run_dry_run(bundle: Bundle, options: DryRunOptions, progress: Progress = lam
     copy = load_bundle(work.bundle)
     for finding in check_batch(copy).findings:  # the substitutions themselves must leave a consistent bundle
         prep.fail(finding.file, finding.field, "work copy: " + finding.message, finding.hint)
+    if options.resume_pods is not None and copy.recipe is not None:  # refused before any pod starts
+        _, problems = rescaled(copy.recipe, options.resume_pods)
+        if problems:
+            raise DryRunUsageError(f"--resume-pods {options.resume_pods}: " + "; ".join(str(p) for p in problems))
 
     build_extensions(work, pod_environment(work, 0, options), extensions, progress, deadline)
     if extensions.failed:
@@ -343,9 +355,24 @@ def _attempts(
     expected = judge.expected_resume_step(work.output_dir)
     resume.details["kill_requested_at_step"] = options.at_step
     start = time.monotonic()
+    if options.resume_pods is not None:  # the node is gone for good: the Job is rebuilt smaller (recipekit rescale)
+        change = rescale_work_copy(work, options.resume_pods)
+        run.resize(options.resume_pods)
+        run.progress(f"continuing on {options.resume_pods} pod(s): {change}")
     second = run.attempt(kill_at=None)
     resume.seconds = time.monotonic() - start
     judge.judge_resume(resume, first, second, checkpoints, expected, work.output_dir)
+    if second.outcome == "completed":
+        if options.resume_pods is not None:
+            world = options.resume_pods * options.procs_per_pod
+            judge.judge_rescale(resume, first, second, world)
+        ledger = (
+            read_ledger(work.output_dir, first.ledger_from, first.ledger_to),
+            read_ledger(work.output_dir, second.ledger_from, second.ledger_to),
+        )
+        batch = (first.last(contract.EVENT_START) or {}).get("global_batch_size")
+        if (ledger[0] or ledger[1]) and isinstance(batch, int):
+            judge_rows(resume, *ledger, resumed_at=expected or 0, global_batch=batch)
     if resume.failed:
         resume.details["log_tails"] = run.tails()
         if second.outcome != "completed":

@@ -23,6 +23,8 @@ class DryRunOptions:
     steps: int = 8
     kill_pod: int | None = None
     at_step: int | None = None
+    #: after the kill, the Job continues on this many pods (a node lost for good), rebuilt at the same global batch
+    resume_pods: int | None = None
     device: str = "cpu"  # cpu | npu | cuda
     workdir: Path | None = None
     timeout: float = 900.0  # the whole dry run, seconds
@@ -50,6 +52,14 @@ class DryRunOptions:
             if not 1 <= self.at_step < self.steps:
                 raise DryRunUsageError(
                     f"--at-step {self.at_step}: must be between 1 and --steps - 1 ({self.steps - 1})"
+                )
+        if self.resume_pods is not None:
+            if self.kill_pod is None:
+                raise DryRunUsageError("--resume-pods needs --kill-pod")
+            if not 1 <= self.resume_pods or self.resume_pods == self.pods:
+                raise DryRunUsageError(
+                    f"--resume-pods {self.resume_pods}: at least 1 and not --pods ({self.pods}), the pods the run "
+                    "starts on"
                 )
         if self.device not in TARGETS:
             raise DryRunUsageError(f"--device {self.device}: one of {', '.join(TARGETS)}")

@@ -42,6 +42,9 @@ class Attempt:
     scraped: dict[str, Any] | None = None  # rank 0's metrics endpoint, read once training checkpointed
     #: (pod, exit code) of the first pod seen exiting non-zero: the failure Volcano's controller acts on
     first_failure: tuple[int, int] | None = None
+    #: the row ledger's file sizes when the attempt started and ended (runtime/rowledger.py): its lines between
+    ledger_from: dict[str, int] = field(default_factory=dict)
+    ledger_to: dict[str, int] = field(default_factory=dict)
 
     def events(self, kind: str) -> list[dict[str, Any]]:
         """This attempt's records of one kind, in file order."""

@@ -303,6 +303,18 @@ def substitute(recipe: Recipe, options: DryRunOptions, root: Path) -> tuple[Reci
         if dry.train.precision == "fp16":
             dry = sub.section(dry, "train", "CPUs have no fp16", precision="bf16")
     dry = _operations(sub, dry, options)
+    if options.kill_pod is not None and not dry.data.streaming and not dry.ops.testing.record_rows:
+        testing = replace(dry.ops.testing, record_rows=True)
+        dry = replace(dry, ops=replace(dry.ops, testing=testing))
+        sub.found.append(
+            Substitution(
+                RECIPE,
+                "recipe.ops.testing.record_rows",
+                False,
+                True,
+                "the resume is checked row by row: every rank records the rows of each micro-batch",
+            )
+        )
     par = dry.parallel
     if "nvme" in (par.offload_optimizer, par.offload_param):
         if options.device == "cpu" and not async_io_compatible():
@@ -397,10 +409,6 @@ def _accumulation(recipe: Recipe) -> int:
 # ------------------------------------------------------------------------------------------------ the work copy
 def prepare(bundle: Bundle, options: DryRunOptions) -> WorkCopy:
     """Re-plan the bundle's recipe for this machine into ``<workdir>/bundle``; record every difference."""
-    from recipekit.bundle.build import Resolved, compile_bundle
-    from recipekit.image.matrix import load_images
-    from recipekit.plan.plan import make_plan
-
     root = (options.workdir or default_workdir(bundle.path)).resolve()
     if root == bundle.path.resolve() or bundle.path.resolve() in root.parents:
         raise DryRunUsageError(f"--workdir {root}: must be outside the bundle (the bundle is never written to)")
@@ -415,12 +423,43 @@ def prepare(bundle: Bundle, options: DryRunOptions) -> WorkCopy:
 
     assert bundle.recipe is not None
     dry, subs = substitute(bundle.recipe, options, root)
+    copy_dir = root / "bundle"
+    plan, files, explicit = _compile_into(copy_dir, dry, bundle.manifest)
+    ds = json.loads(files[DS_CONFIG]) if DS_CONFIG in files else None
+
+    derived = file_differences(bundle.raw, files, covered={s.field for s in explicit})
+    work = WorkCopy(
+        root=root,
+        bundle=copy_dir,
+        shared=root / "shared",
+        logs=root / "logs",
+        output_dir=Path(plan.output_dir),
+        task_env=plan.task_env,
+        run_id=plan.run_id,
+        substitutions=subs + explicit + derived,
+        deepspeed_extensions=deepspeed_extensions(ds, options.device),
+    )
+    (root / "substitutions.json").write_text(
+        json.dumps([s.to_json() for s in work.substitutions], indent=2, default=str) + "\n", encoding="utf-8"
+    )
+    work.run_key.parent.mkdir(mode=0o700)
+    work.run_key.write_text(secrets.token_hex(32) + "\n", encoding="ascii")
+    work.run_key.chmod(0o400)
+    return work
+
+
+def _compile_into(copy_dir: Path, dry: Recipe, manifest: dict[str, Any]) -> tuple[Any, dict[str, bytes], list[Any]]:
+    """Plan and render ``dry`` with the code that built the bundle, apply this machine's explicit edits, write the
+    files into ``copy_dir``; returns the plan, the files and the explicit edits (Substitutions)."""
+    from recipekit.bundle.build import Resolved, compile_bundle
+    from recipekit.image.matrix import load_images
+    from recipekit.plan.plan import make_plan
+
     images = load_images()
     try:
         plan = make_plan(dry, images, tp_across_pods=True)
     except RecipeError as err:
         raise DryRunUsageError(f"the substituted recipe does not plan: {err}") from None
-    manifest = bundle.manifest
     composed = Composed(
         raw={}, choices=dict(manifest.get("choices") or {}), overrides=list(manifest.get("overrides") or [])
     )
@@ -443,7 +482,6 @@ def prepare(bundle: Bundle, options: DryRunOptions) -> WorkCopy:
         )
         files[DS_CONFIG] = (json.dumps(ds, indent=2, ensure_ascii=False) + "\n").encode()
 
-    copy_dir = root / "bundle"
     for name, data in files.items():
         path = copy_dir / name
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -451,26 +489,37 @@ def prepare(bundle: Bundle, options: DryRunOptions) -> WorkCopy:
     (copy_dir / RUN).chmod(0o755)
     if explicit:
         rehash_manifest(copy_dir)
+    return plan, files, explicit
 
-    derived = file_differences(bundle.raw, files, covered={s.field for s in explicit})
-    work = WorkCopy(
-        root=root,
-        bundle=copy_dir,
-        shared=root / "shared",
-        logs=root / "logs",
-        output_dir=Path(plan.output_dir),
-        task_env=plan.task_env,
-        run_id=plan.run_id,
-        substitutions=subs + explicit + derived,
-        deepspeed_extensions=deepspeed_extensions(ds, options.device),
+
+def rescale_work_copy(work: WorkCopy, pods: int) -> Substitution:
+    """The work copy re-planned on ``pods`` pods at its own global batch, by the rule ``recipekit rescale`` rebuilds
+    a bundle with (plan/rescale.py): the Job continuing on fewer (or more) nodes after one is lost for good. It must
+    be the same run (same run id, so the same output directory and checkpoints)."""
+    from recipekit.plan.rescale import rescaled
+    from recipekit.validate.loader import load_bundle
+
+    copy = load_bundle(work.bundle)
+    assert copy.recipe is not None
+    before = copy.recipe.cluster.nodes
+    target, problems = rescaled(copy.recipe, pods)
+    if problems:
+        raise DryRunUsageError(f"--resume-pods {pods}: " + "; ".join(str(p) for p in problems))
+    plan, _, _ = _compile_into(work.bundle, target, copy.manifest)
+    if plan.run_id != work.run_id:
+        raise DryRunUsageError(f"--resume-pods {pods}: the rescaled work copy is run {plan.run_id}, not {work.run_id}")
+    change = Substitution(
+        RECIPE,
+        "recipe.cluster.nodes",
+        before,
+        pods,
+        f"a pod lost for good: the Job continues on {pods} pod(s) at the same global batch (recipekit rescale)",
     )
-    (root / "substitutions.json").write_text(
+    work.substitutions.append(change)
+    (work.root / "substitutions.json").write_text(
         json.dumps([s.to_json() for s in work.substitutions], indent=2, default=str) + "\n", encoding="utf-8"
     )
-    work.run_key.parent.mkdir(mode=0o700)
-    work.run_key.write_text(secrets.token_hex(32) + "\n", encoding="ascii")
-    work.run_key.chmod(0o400)
-    return work
+    return change
 
 
 def deepspeed_extensions(ds: dict[str, Any] | None, device: str) -> list[str]:

@@ -1,0 +1,107 @@
+"""Continuing a run on another number of nodes: the global batch kept, the same run id, refusals with arithmetic."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from recipekit.bundle.build import build, resolve
+from recipekit.cli import main
+from recipekit.plan.layout import Layout
+from recipekit.plan.rescale import nodes_keeping_batch, rescale_overrides, rescale_problems, rescaled
+
+
+def test_overrides_replace_the_node_count_and_pin_the_global_batch() -> None:
+    given = ["recipe=llama3_8b_sft", "cluster.nodes=2", "train.gradient_accumulation_steps=4", "train.seed=3"]
+    assert rescale_overrides(given, nodes=1, global_batch_size=128) == [
+        "recipe=llama3_8b_sft",
+        "cluster.nodes=1",
+        "train.gradient_accumulation_steps=null",
+        "train.seed=3",
+        "train.global_batch_size=128",
+    ]
+
+
+def test_the_rescaled_recipe_keeps_the_global_batch_and_raises_accumulation() -> None:
+    recipe = resolve(["recipe=llama3_8b_sft", "cluster.nodes=2"]).recipe
+    before = resolve(["recipe=llama3_8b_sft", "cluster.nodes=2"]).plan
+    target, problems = rescaled(recipe, 1)
+    assert problems == []
+    assert target.cluster.nodes == 1 and target.train.global_batch_size == before.layout.global_batch_size
+    assert target.train.gradient_accumulation_steps is None  # derived from the global batch
+
+
+def test_a_node_count_the_global_batch_does_not_divide_is_refused_with_the_counts_that_work() -> None:
+    layout = Layout(nodes=2, devices_per_pod=8, micro_batch_size=2, gradient_accumulation_steps=4)  # batch 128
+    (problem,) = rescale_problems(layout, 3, streaming=False)
+    assert problem.key == "--nodes"
+    assert "3 cannot keep global batch 128" in problem.message and "= 48" in problem.message
+    assert problem.hint == "node counts that keep it: 1, 2, 4, 8"
+    assert nodes_keeping_batch(layout, 8) == [1, 2, 4, 8]
+    assert rescale_problems(layout, 4, streaming=False) == []
+
+
+def test_a_streamed_run_cannot_change_size() -> None:
+    layout = Layout(nodes=2, devices_per_pod=1)
+    (problem,) = rescale_problems(layout, 1, streaming=True)
+    assert problem.key == "data.streaming" and "per rank" in problem.message
+
+
+def run_cli(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(main, list(args))
+    return result.exit_code, result.output
+
+
+def test_rescale_writes_the_same_run_on_one_node(tmp_path: Path) -> None:
+    source = build(["recipe=tiny_sft"], tmp_path / "two", force=True)
+    code, output = run_cli("rescale", str(source.path), "--nodes", "1")
+    assert code == 0, output
+    target = tmp_path / "two@nodes1"
+    plan = yaml.safe_load((target / "recipe.yaml").read_text())["plan"]
+    old = source.resolved.plan
+    assert plan["run_id"] == old.run_id and plan["job_name"] == old.job_name and plan["output_dir"] == old.output_dir
+    assert (plan["nodes"], plan["world_size"], plan["global_batch_size"]) == (1, 1, old.layout.global_batch_size)
+    assert plan["gradient_accumulation_steps"] == 2 * old.layout.gradient_accumulation_steps
+    job = yaml.safe_load((target / "volcano-job.yaml").read_text())
+    assert job["spec"]["minAvailable"] == 1 and job["metadata"]["name"] == old.job_name
+    ds = json.loads((target / "ds_config.json").read_text())
+    assert ds["gradient_accumulation_steps"] == plan["gradient_accumulation_steps"]
+    assert ds["train_batch_size"] == old.layout.global_batch_size
+    assert "global batch 4 kept" in output and f"same run {old.run_id}" in output
+    assert "re-shards the newest checkpoint's ZeRO-2 partitions" in output
+    assert f"kubectl delete vcjob {old.job_name}" in output
+    manifest = json.loads((target / "manifest.json").read_text())
+    assert "cluster.nodes=1" in manifest["overrides"]  # `verify` and `diff` rebuild it from its own overrides
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (("--nodes", "2"), "--nodes: 2: the bundle already runs on 2 node(s)"),
+        (("--nodes", "3"), "--nodes: 3 cannot keep global batch 4"),
+    ],
+)
+def test_rescale_refusals_are_one_line_each_exit_2_nothing_written(tmp_path: Path, args, expected) -> None:
+    source = build(["recipe=tiny_sft"], tmp_path / "b", force=True)
+    code, output = run_cli("rescale", str(source.path), *args)
+    assert code == 2 and expected in output and "Traceback" not in output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["b"]
+
+
+def test_a_rebuild_that_would_be_another_run_is_refused(tmp_path: Path) -> None:
+    source = build(["recipe=tiny_sft"], tmp_path / "b", force=True)
+    manifest = json.loads((source.path / "manifest.json").read_text())
+    manifest["overrides"].append("train.learning_rate=0.5")  # the tree the bundle came from has changed
+    (source.path / "manifest.json").write_text(json.dumps(manifest))
+    code, output = run_cli("rescale", str(source.path), "--nodes", "1")
+    assert code == 2 and "would start another run instead of continuing this one" in output
+    assert not (tmp_path / "b@nodes1").exists()
+
+
+def test_a_directory_that_is_no_bundle_is_one_line(tmp_path: Path) -> None:
+    code, output = run_cli("rescale", str(tmp_path), "--nodes", "1")
+    assert code == 2 and "not a readable recipekit bundle" in output and "Traceback" not in output
