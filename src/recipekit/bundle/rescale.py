@@ -21,7 +21,7 @@ from recipekit.bundle.build import Built, build_resolved, resolve
 from recipekit.bundlefiles import MANIFEST, RECIPE
 from recipekit.errors import Problem, RecipeError
 from recipekit.plan.layout import LAYOUT_KEYS, Layout
-from recipekit.plan.rescale import rescale_overrides, rescale_problems
+from recipekit.plan.rescale import States, rescale_overrides, rescale_problems
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,7 @@ class Source:
     overrides: list[str]
     run_id: str
     layout: Layout
-    zero_stage: int
+    states: States
     streaming: bool
 
 
@@ -59,18 +59,23 @@ def read_source(bundle: Path) -> Source:
         raise RecipeError([Problem(f"{bundle}/{RECIPE}", f"no plan with run_id and {', '.join(missing) or 'layout'}")])
     if not isinstance(overrides, list) or not all(isinstance(o, str) for o in overrides):
         raise RecipeError([Problem(f"{bundle}/{MANIFEST}", "no list of overrides to rebuild from")])
+    given = {k: int(v) for k, v in numbers.items() if isinstance(v, int)}
     layout = Layout(
-        numbers["nodes"],
-        numbers["devices_per_pod"],
-        numbers["tensor_parallel"],
-        numbers["pipeline_parallel"],
-        numbers["micro_batch_size"],
-        numbers["gradient_accumulation_steps"],
+        given["nodes"],
+        given["devices_per_pod"],
+        given["tensor_parallel"],
+        given["pipeline_parallel"],
+        given["micro_batch_size"],
+        given["gradient_accumulation_steps"],
     )
     data: Any = (recipe or {}).get("data") or {}
-    return Source(
-        bundle, overrides, plan["run_id"], layout, int(plan.get("zero_stage") or 0), bool(data.get("streaming"))
+    par: Any = (recipe or {}).get("parallel") or {}
+    states = States(
+        int(plan.get("zero_stage") or 0),
+        str(par.get("offload_optimizer") or "none"),
+        str(par.get("offload_param") or "none"),
     )
+    return Source(bundle, overrides, plan["run_id"], layout, states, bool(data.get("streaming")))
 
 
 def default_output(bundle: Path, nodes: int) -> Path:
@@ -87,7 +92,7 @@ def rescale(
 ) -> Rescaled:
     """Rebuild ``bundle`` on ``nodes`` nodes at its global batch, as the same run; RecipeError when it cannot be."""
     source = read_source(bundle)
-    problems = rescale_problems(source.layout, nodes, streaming=source.streaming)
+    problems = rescale_problems(source.layout, nodes, streaming=source.streaming, states=source.states)
     if nodes == source.layout.nodes:
         problems.append(Problem("--nodes", f"{nodes}: the bundle already runs on {nodes} node(s)"))
     if problems:

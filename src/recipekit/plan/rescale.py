@@ -15,12 +15,13 @@ This module says what to change (overrides) and why it cannot be done (problems 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from recipekit.errors import Problem
 from recipekit.plan.layout import Layout, derive_layout, recipe_layout
 from recipekit.recipe.overrides import merge
 from recipekit.recipe.sections import Recipe
+from recipekit.runtime.reshard import reshard_refusal
 
 #: The overrides a rescale sets: nodes, and the global batch in place of accumulation (which then follows).
 RESCALE_KEYS = ("cluster.nodes", "train.global_batch_size", "train.gradient_accumulation_steps")
@@ -48,14 +49,42 @@ def rescaled(recipe: Recipe, nodes: int) -> tuple[Recipe, list[Problem]]:
         cluster=replace(recipe.cluster, nodes=nodes),
         train=replace(recipe.train, global_batch_size=layout.global_batch_size, gradient_accumulation_steps=None),
     )
-    return target, rescale_problems(layout, nodes, streaming=recipe.data.streaming)
+    par = recipe.parallel
+    states = States(par.zero_stage, par.offload_optimizer, par.offload_param)
+    return target, rescale_problems(layout, nodes, streaming=recipe.data.streaming, states=states)
 
 
-def rescale_problems(layout: Layout, nodes: int, *, streaming: bool) -> list[Problem]:
-    """Why a run laid out as ``layout`` cannot continue on ``nodes`` nodes at the same global batch."""
+@dataclass(frozen=True)
+class States:
+    """How the run's optimizer states are laid out: what decides whether its checkpoints can be re-sharded."""
+
+    zero_stage: int = 0
+    offload_optimizer: str = "none"
+    offload_param: str = "none"
+
+
+def rescale_problems(layout: Layout, nodes: int, *, streaming: bool, states: States = States()) -> list[Problem]:
+    """Why a run laid out as ``layout`` cannot continue on ``nodes`` nodes at the same global batch: the same
+    refusals the runtime makes when it resumes (runtime/reshard.py), said before anything is submitted."""
     problems: list[Problem] = []
     if nodes < 1:
         return [Problem("--nodes", f"{nodes}: at least 1")]
+    if states.zero_stage:
+        refusal = reshard_refusal(
+            states.zero_stage,
+            offload_optimizer=states.offload_optimizer,
+            offload_param=states.offload_param,
+            tensor_parallel=layout.tensor_parallel,
+        )
+        if refusal:
+            problems.append(
+                Problem(
+                    "parallel.zero_stage",
+                    f"ZeRO-{states.zero_stage} checkpoints are re-sharded for another world size through DeepSpeed's "
+                    f"universal checkpoint, and {refusal}",
+                    hint="continue on the node count it was saved with",
+                )
+            )
     if streaming:
         problems.append(
             Problem(

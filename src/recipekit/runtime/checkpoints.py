@@ -14,12 +14,14 @@ DeepSpeed unpickles what it loads.
 from __future__ import annotations
 
 import logging
+import shutil
+import time
 from pathlib import Path
 from typing import Any
 
 from transformers import TrainerCallback
 
-from . import contract, trust
+from . import contract, reshard, trust
 from .common import RunError, log0
 
 
@@ -69,6 +71,79 @@ def run_key() -> bytes | None:
     return key
 
 
+#: Below the output directory: checkpoints re-sharded for another world size (reshard.py), one per checkpoint and
+#: world size. Removed once the run has saved a checkpoint of its own.
+RESHARD_DIR = ".reshard"
+#: How long the other ranks wait for rank 0's re-sharded copy (converting a large model's states takes a while).
+RESHARD_WAIT_S = 6 * 3600.0
+RESHARD_POLL_S = 2.0
+
+
+def resharded(choice: contract.ResumeChoice, output_dir: Path, world_size: int, rank: int, refusal: str | None) -> Path:
+    """The chosen ZeRO checkpoint as a universal copy for ``world_size`` (reshard.py), signed like a checkpoint:
+    global rank 0 converts it while the other ranks wait for it to appear, then every rank verifies it. Runs before
+    the process group forms, since converting takes longer than a collective's timeout. ``refusal`` (reshard.py's
+    reason this layout cannot be re-sharded) ends the run with that reason."""
+    assert choice.path is not None
+    source, name = choice.path, choice.path.name
+    if refusal:
+        raise RunError(
+            f"cannot resume {name} (saved at world size {choice.saved_world_size}) at world size {world_size}: "
+            f"{refusal}; run it at world size {choice.saved_world_size}, or start over with --resume none"
+        )
+    target = output_dir / RESHARD_DIR / f"{name}-world{world_size}"
+    if rank == 0 and not _usable(target, source):
+        shutil.rmtree(target, ignore_errors=True)
+        log0(
+            "re-sharding %s (world size %s) for world size %d: DeepSpeed universal checkpoint",
+            name,
+            choice.saved_world_size,
+            world_size,
+        )
+        started = time.monotonic()
+        try:
+            reshard.universal_copy(source, target, world_size=world_size)
+        except reshard.ReshardError as exc:
+            raise RunError(f"cannot re-shard {name}: {exc}") from None
+        key = trust.load_key()
+        assert key is not None  # the source verified under it (choose_resume)
+        record = {**(contract.read_run_record(source) or {}), "world_size": world_size, "resharded_from": name}
+        record["source_signature"] = _signature(source)
+        contract.write_run_record(target, trust.sign(record, key, trust.digests(target, RECORD_EXCLUDED)))
+        log0("%s re-sharded in %.0f s, into %s", name, time.monotonic() - started, target)
+    else:
+        deadline = time.monotonic() + RESHARD_WAIT_S
+        while not _usable(target, source):
+            if time.monotonic() > deadline:
+                raise RunError(f"rank 0 did not re-shard {name} into {target} within {RESHARD_WAIT_S:.0f} s")
+            time.sleep(RESHARD_POLL_S)
+    verify_checkpoint(target)
+    return target
+
+
+def _signature(checkpoint: Path) -> Any:
+    return (contract.read_run_record(checkpoint) or {}).get(trust.HMAC_FIELD)
+
+
+def _usable(target: Path, source: Path) -> bool:
+    """A complete re-sharded copy of ``source`` as it is now (an earlier attempt's, or rank 0's of this one), whose
+    record this run signed (its files are checked by :func:`verify_checkpoint` after)."""
+    record = contract.read_run_record(target)
+    key = trust.load_key()
+    if record is None or key is None or record.get("resharded_from") != source.name:
+        return False
+    try:
+        trust.check_record(record, key, target.name)
+    except trust.Untrusted:
+        return False
+    return _signature(source) is not None and record.get("source_signature") == _signature(source)
+
+
+def drop_resharded(output_dir: Path) -> None:
+    """Remove the re-sharded copies: the run has saved a checkpoint of its own at its world size."""
+    shutil.rmtree(Path(output_dir) / RESHARD_DIR, ignore_errors=True)
+
+
 #: Not covered by the digests: the record itself.
 RECORD_EXCLUDED = frozenset({contract.RUN_FILE})
 
@@ -95,6 +170,7 @@ class RunRecordCallback(TrainerCallback):
             if self.key is not None:
                 record = trust.sign(record, self.key, trust.digests(checkpoint, RECORD_EXCLUDED))
             contract.write_run_record(checkpoint, record)
+            drop_resharded(Path(args.output_dir))
 
 
 def _barrier() -> None:

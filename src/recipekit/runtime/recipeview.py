@@ -100,9 +100,12 @@ class HardwareView:
 
 @dataclass(frozen=True, slots=True)
 class ParallelView:
-    """``recipe.parallel``: the ZeRO stage (MoE blocks become ZeRO-3 leaves by it)."""
+    """``recipe.parallel``: the ZeRO stage (MoE blocks become ZeRO-3 leaves by it) and where states are offloaded
+    (whether a checkpoint can be re-sharded for another world size, reshard.py)."""
 
     zero_stage: int
+    offload_optimizer: str
+    offload_param: str
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,7 @@ from typing import Any
 from . import contract
 from .arguments import make_training_arguments, trainer_kwargs
 from .callbacks import MetricsFileCallback, PreemptionCallback, ThroughputCallback
-from .checkpoints import RunRecordCallback, choose_resume, run_key
+from .checkpoints import RunRecordCallback, choose_resume, resharded, run_key
 from .common import log0, precision, rank
 from .config import RunConfig
 from .dataprep import prepare_for_run, world
@@ -28,6 +28,7 @@ from .model import load_model, parameter_counts, save_merged
 from .opskit import OpsLayer
 from .preflight import make_output_dir
 from .recipeview import RecipeView
+from .reshard import ds_config_for_universal, reshard_refusal
 from .rowledger import RowIndexed, RowLedger
 from .sampler import PreparedTrainer
 from .samples import SequenceCollator
@@ -45,9 +46,10 @@ class Records:
             contract.append_record(self.path, contract.stamped(contract.event(kind, **fields)))
 
 
-def training_arguments(run: RunConfig, device: Device) -> tuple[Any, list[str]]:
-    """The plan's Trainer arguments for how this process was launched, and the notes on what that changed.
-    Creating them joins the process group."""
+def training_arguments(run: RunConfig, device: Device, universal: bool = False) -> tuple[Any, list[str]]:
+    """The plan's Trainer arguments for how this process was launched, and the notes on what that changed
+    (``universal``: this start resumes a re-sharded checkpoint, reshard.py). Creating them joins the process
+    group."""
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     kwargs, notes = trainer_kwargs(
         run.training_arguments,
@@ -58,6 +60,9 @@ def training_arguments(run: RunConfig, device: Device) -> tuple[Any, list[str]]:
         launched=launched(),
         tensor_parallel=tensor_parallel(run),
     )
+    if universal and isinstance(kwargs.get("deepspeed"), dict):
+        kwargs["deepspeed"] = ds_config_for_universal(kwargs["deepspeed"])
+        notes.append("resuming a checkpoint re-sharded for this world size: checkpoint.load_universal for this start")
     prepare_environment(bool(kwargs.get("deepspeed")), run.recipe.hw.ds_accelerator, notes)
     args = make_training_arguments(kwargs)
     if kwargs.get("deepspeed") and args.world_size > 1:
@@ -195,6 +200,16 @@ def run_training(run: RunConfig, device: Device, resume: str) -> int:
     layout = world_layout(run, zero)
     choice = choose_resume(output_dir, resume, plan.run_id, layout)
     resume_from = str(choice.path) if choice.path is not None else None
+    load_from = resume_from  # what the Trainer loads: the checkpoint, or its copy re-sharded for this world
+    if choice.reshard:
+        parallel = recipe.parallel
+        refusal = reshard_refusal(
+            zero,
+            offload_optimizer=parallel.offload_optimizer,
+            offload_param=parallel.offload_param,
+            tensor_parallel=tensor_parallel(run),
+        )
+        load_from = str(resharded(choice, output_dir, layout.world_size, rank(), refusal))
     # The data before the process group: preparing a corpus takes as long as it takes, and no collective (with its
     # ddp_timeout) may be waiting meanwhile. Every rank prepares its share, or all reuse what is there (dataprep.py).
     data = prepare_for_run(run, output_dir, records.add, resume=choice)
@@ -202,7 +217,7 @@ def run_training(run: RunConfig, device: Device, resume: str) -> int:
     if run.operations.testing.record_rows and not isinstance(train_set, StreamDataset):
         train_set = RowIndexed(train_set)  # testing only: the row ledger (rowledger.py)
 
-    args, notes = training_arguments(run, device)  # joins the process group
+    args, notes = training_arguments(run, device, universal=choice.reshard)  # joins the process group
     for note in notes:
         log0("adapted: %s", note)
         records.add(contract.EVENT_ADAPTED, note=note)
@@ -254,7 +269,7 @@ def run_training(run: RunConfig, device: Device, resume: str) -> int:
 
     preemption.install()
     try:
-        trainer.train(resume_from_checkpoint=resume_from)
+        trainer.train(resume_from_checkpoint=load_from)
     finally:
         ops.close()
     code = ops.stopped(trainer, records)

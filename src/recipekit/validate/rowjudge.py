@@ -47,10 +47,10 @@ def judge_rows(
         result.fail(WHERE, "rows", "no row ledger from one of the attempts (ops.testing.record_rows)")
         return
     order = {(line.get("seed"), line.get("size")) for line in first + second}
-    if len(order) != 1 or None in next(iter(order)):
-        result.fail(WHERE, "rows", f"the attempts drew rows from different orders (seed, size): {sorted(order)}")
-        return
     seed, size = next(iter(order))
+    if len(order) != 1 or not isinstance(seed, int) or not isinstance(size, int):
+        result.fail(WHERE, "rows", f"the attempts drew rows from different orders (seed, size): {list(order)}")
+        return
     later = {int(line["step"]) for line in first + second if line.get("epoch") != 0}
     before = step_rows([line for line in first if line.get("epoch") == 0])
     after = step_rows([line for line in second if line.get("epoch") == 0])
