@@ -137,6 +137,7 @@ def test_kill_a_pod_and_resume_from_the_checkpoint(tmp_path: Path, overrides: li
     assert resume["complete_checkpoints_at_restart"] == [4] and resume["expected_resume_step"] == 4
     assert resume["resumed_step"] == 4 and resume["first_step_after_restart"] == 5  # from the restart's start record
     assert resume["resumed_from"].endswith("checkpoint-4")
+    assert resume["rows_checked_steps"] == list(range(1, 9))  # the row ledger: every step took its rows, once
     assert resume["mttr_s"] > 0 and resume["exit_codes"] == {"0": 0, "1": 0}
     assert resume["replayed_loss_max_abs_diff"] < 1e-3  # steps 5-6 trained twice from the same state
     assert "replayed steps' loss differs by" in checks["dryrun.resume"]["reason"]
