@@ -73,6 +73,7 @@ def test_rescale_writes_the_same_run_on_one_node(tmp_path: Path) -> None:
     assert ds["train_batch_size"] == old.layout.global_batch_size
     assert "global batch 4 kept" in output and f"same run {old.run_id}" in output
     assert "re-shards the newest checkpoint's ZeRO-2 partitions" in output
+    assert max(len(line) for line in output.splitlines()) <= 80 + len(str(tmp_path))
     assert f"kubectl delete vcjob {old.job_name}" in output
     manifest = json.loads((target / "manifest.json").read_text())
     assert "cluster.nodes=1" in manifest["overrides"]  # `verify` and `diff` rebuild it from its own overrides

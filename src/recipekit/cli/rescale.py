@@ -40,22 +40,19 @@ def rescale_command(bundle: Path, nodes: int, output: Path | None, force: bool, 
     old, plan = done.source.layout, done.built.resolved.plan
     new = plan.layout
     warn(plan.warnings)
+    click.echo(f"{click.style('rescaled', fg='green')} {done.built.path} (same run {plan.run_id})")
     click.echo(
-        f"{click.style('rescaled', fg='green')} {done.built.path}: {old.nodes} → {new.nodes} node(s), world size "
-        f"{old.world_size} → {new.world_size}, accumulation {old.gradient_accumulation_steps} → "
-        f"{new.gradient_accumulation_steps}, global batch {new.global_batch_size} kept"
+        f"  nodes {old.nodes} → {new.nodes}, world size {old.world_size} → {new.world_size}, accumulation "
+        f"{old.gradient_accumulation_steps} → {new.gradient_accumulation_steps}"
     )
-    click.echo(f"same run {plan.run_id}: Job {plan.job_name}, output {plan.output_dir}")
+    click.echo(f"  global batch {new.global_batch_size} kept: every step takes the same samples")
+    click.echo(f"  Job {plan.job_name}, output {plan.output_dir}")
     if plan.zero_stage:
-        click.echo(
-            f"its first start re-shards the newest checkpoint's ZeRO-{plan.zero_stage} partitions for world size "
-            f"{new.world_size} (DeepSpeed universal checkpoint, written beside it), then resumes"
-        )
+        click.echo(f"  first start: re-shards the newest checkpoint's ZeRO-{plan.zero_stage} partitions, then resumes")
     else:
-        click.echo("its first start resumes the newest checkpoint: whole optimizer states load at any world size")
+        click.echo("  first start: resumes the newest checkpoint (whole optimizer states)")
     namespace = done.built.resolved.recipe.cluster.namespace
-    click.echo(f"then: recipekit image build {done.built.path} --push  (its recipe.yaml differs, so does its image)")
-    click.echo(
-        f"and: kubectl delete vcjob {plan.job_name} -n {namespace} --ignore-not-found && "
-        f"kubectl apply -f {done.built.path}/volcano-job.yaml"
-    )
+    click.echo("next (its recipe.yaml differs, so does its image):")
+    click.echo(f"  recipekit image build {done.built.path} --push")
+    click.echo(f"  kubectl delete vcjob {plan.job_name} -n {namespace} --ignore-not-found")
+    click.echo(f"  kubectl apply -f {done.built.path}/volcano-job.yaml")
