@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -105,4 +106,7 @@ def test_a_rebuild_that_would_be_another_run_is_refused(tmp_path: Path) -> None:
 
 def test_a_directory_that_is_no_bundle_is_one_line(tmp_path: Path) -> None:
     code, output = run_cli("rescale", str(tmp_path), "--nodes", "1")
-    assert code == 2 and "not a readable recipekit bundle" in output and "Traceback" not in output
+    assert code == 2 and "manifest.json: cannot be read" in output and "Traceback" not in output
+    os.mkfifo(tmp_path / "manifest.json")  # a shared volume's FIFO is refused, not read (it would block)
+    code, output = run_cli("rescale", str(tmp_path), "--nodes", "1")
+    assert code == 2 and "is not a regular file" in output

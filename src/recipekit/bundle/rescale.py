@@ -20,6 +20,7 @@ from recipekit import yamlfile
 from recipekit.bundle.build import Built, build_resolved, resolve
 from recipekit.bundlefiles import MANIFEST, RECIPE
 from recipekit.errors import Problem, RecipeError
+from recipekit.limits import BUNDLE_FILE, read_regular
 from recipekit.plan.layout import LAYOUT_KEYS, Layout
 from recipekit.plan.rescale import States, rescale_overrides, rescale_problems
 
@@ -44,10 +45,11 @@ class Rescaled:
 
 def read_source(bundle: Path) -> Source:
     """The bundle's overrides and plan, or a RecipeError saying which file or key is missing."""
-    try:
-        manifest = json.loads((bundle / MANIFEST).read_text(encoding="utf-8"))
-        document = yamlfile.read(bundle / RECIPE)
-    except (OSError, ValueError, yaml.YAMLError) as exc:
+    try:  # bounded, regular files only: the bundle may come from another team or a shared volume
+        manifest = json.loads(read_regular(bundle / MANIFEST, BUNDLE_FILE))
+        recipe_path = str(bundle / RECIPE)
+        document = yamlfile.load(yamlfile.decode(read_regular(bundle / RECIPE, BUNDLE_FILE), recipe_path), recipe_path)
+    except (ValueError, yaml.YAMLError) as exc:
         problem = Problem(str(bundle), f"not a readable recipekit bundle ({type(exc).__name__}: {exc})")
         raise RecipeError([problem]) from None
     plan = document.get("plan") if isinstance(document, dict) else None
