@@ -55,3 +55,15 @@ def test_a_resume_that_repeats_the_steps_of_the_checkpoint_fails() -> None:
 
 def test_no_ledger_is_a_failure_not_a_pass() -> None:
     assert judged([], ledger(range(5, 9), 2, 2)).failed
+
+
+def test_an_attempts_ledger_is_the_lines_between_its_sizes_files_made_later_included(tmp_path) -> None:
+    """The second attempt may run more ranks than the first: their files appear only after the first ended."""
+    from recipekit.runtime.rowledger import RowLedger, ledger_sizes, read_ledger
+
+    RowLedger(tmp_path, 0, 1).record(1, [3])
+    first_end = ledger_sizes(tmp_path)
+    RowLedger(tmp_path, 0, 2).record(2, [4])
+    RowLedger(tmp_path, 1, 2).record(2, [5])
+    assert [line["rows"] for line in read_ledger(tmp_path, {}, first_end)] == [[3]]
+    assert sorted(line["rows"][0] for line in read_ledger(tmp_path, first_end, ledger_sizes(tmp_path))) == [4, 5]

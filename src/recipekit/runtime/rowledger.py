@@ -71,7 +71,7 @@ def read_ledger(
         with path.open("rb") as handle:
             start = (after or {}).get(path.name, 0)
             handle.seek(start)
-            end = (before or {}).get(path.name)
+            end = before.get(path.name, 0) if before is not None else None  # a file made after ``before``: none
             data = handle.read() if end is None else handle.read(max(0, end - start))
         for text in data.decode("utf-8", "replace").splitlines():
             try:
