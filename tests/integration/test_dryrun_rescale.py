@@ -2,8 +2,9 @@
 
 Two simulated pods train the bundle's own run.sh; pod 1 is killed at step 6; the work copy is re-planned on one pod
 by the rule `recipekit rescale` uses (plan/rescale.py) and the restarted Job resumes the 2-pod checkpoint at world
-size 1 with twice the accumulation. The judge checks the run's row ledger sample by sample against the order
-itself, and the losses of the steps trained again. Slow: two attempts of a CPU dry run.
+size 1 with twice the accumulation (and the other way: one pod to two, half the accumulation). The judge checks the
+run's row ledger sample by sample against the order itself, and the losses of the steps trained again. Slow: two
+attempts of a CPU dry run per case (about a minute each on 2 cores).
 """
 
 from __future__ import annotations
@@ -25,32 +26,41 @@ if any(importlib.util.find_spec(m) is None for m in ("torch", "transformers", "d
     pytest.skip("the training stack is not installed", allow_module_level=True)
 
 
-def dry_run(tmp_path: Path, overrides: list[str]) -> dict:
-    bundle = build(overrides, tmp_path / "bundle", force=True).path
-    options = DryRunOptions(pods=2, kill_pod=1, at_step=6, resume_pods=1, workdir=tmp_path / "work", timeout=600)
-    return {r.id: r for r in run_dry_run(load_bundle(bundle), options)}
+CASES = {
+    # name: (overrides, pods, killed pod, pods after)
+    "ddp-2to1": (["recipe=tiny_sft", "parallel=ddp"], 2, 1, 1),
+    "zero2-2to1": (["recipe=tiny_sft", "parallel=zero2"], 2, 1, 1),
+    "zero2-1to2": (["recipe=tiny_sft", "parallel=zero2", "train.gradient_accumulation_steps=2"], 1, 0, 2),
+}
 
 
 def explain(results: dict) -> str:
     return "\n".join(f"{r.id}: {r.status.value} {r.reason} {[str(f) for f in r.findings]}" for r in results.values())
 
 
-@pytest.mark.parametrize("parallel", ["ddp", "zero2"])
-def test_killed_at_step_6_on_two_pods_continues_on_one_sample_by_sample(tmp_path: Path, parallel: str) -> None:
-    """DDP loads its whole optimizer states at world size 1; ZeRO-2's partitions are re-sharded first (DeepSpeed's
-    universal checkpoint, runtime/reshard.py). Either way the steps trained again keep their loss."""
-    results = dry_run(tmp_path, ["recipe=tiny_sft", f"parallel={parallel}"])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_killed_at_step_6_continues_on_another_pod_count_sample_by_sample(tmp_path: Path, case: str) -> None:
+    """DDP loads its whole optimizer states at the new world size; ZeRO-2's partitions are re-sharded first
+    (DeepSpeed's universal checkpoint, runtime/reshard.py), for fewer and for more ranks. Either way every step
+    trains on its own rows once, and the steps trained again keep their loss."""
+    overrides, pods, victim, after = CASES[case]
+    bundle = build(overrides, tmp_path / "bundle", force=True).path
+    options = DryRunOptions(
+        pods=pods, kill_pod=victim, at_step=6, resume_pods=after, workdir=tmp_path / "work", timeout=600
+    )
+    results = {r.id: r for r in run_dry_run(load_bundle(bundle), options)}
     assert all(r.status is not Status.FAIL for r in results.values()), explain(results)
     resume = results["dryrun.resume"].details
-    assert (resume["world_size_before"], resume["world_size_after"]) == (2, 1)
+    assert (resume["world_size_before"], resume["world_size_after"]) == (pods, after)
     assert resume["global_batch_before"] == resume["global_batch_after"]
-    assert resume["accumulation_after"] == 2 * resume["accumulation_before"]
+    assert resume["accumulation_after"] * after == resume["accumulation_before"] * pods
     assert resume["resumed_step"] == 4 and resume["first_step_after_restart"] == 5
-    assert resume["rows_checked_steps"] == list(range(1, 9)) and resume["rows_world_sizes"] == [1]
+    assert resume["rows_checked_steps"] == list(range(1, 9)) and resume["rows_world_sizes"] == [after]
     assert {5, 6} <= set(resume["rows_replayed_steps"])
     assert resume["replayed_loss_max_rel_diff"] <= 0.02
     assert results["dryrun.train"].details["final_step"] == 8
     output = Path(results["dryrun.train"].details["done"]["output"])
     assert not (output / ".reshard").exists()  # the re-sharded copy went once the run saved its own checkpoint
     log = (tmp_path / "work" / "logs" / "pod-0.log").read_text()
-    assert ("re-sharding checkpoint-4 (world size 2) for world size 1" in log) == (parallel == "zero2")
+    resharded = f"re-sharding checkpoint-4 (world size {pods}) for world size {after}" in log
+    assert resharded == ("zero2" in case)
