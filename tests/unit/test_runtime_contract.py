@@ -122,6 +122,14 @@ def test_another_world_size_at_the_same_global_batch_resumes_zero_partitions_are
     assert larger.warnings[0].endswith("whole optimizer states load at any size")
 
 
+def test_a_streamed_run_continues_only_at_its_own_world_size(tmp_path):
+    checkpoint(tmp_path, 2, world_size=2, zero_stage=0)
+    streamed = contract.WorldLayout(1, 0, 8, streaming=True)
+    with pytest.raises(contract.ResumeRefused, match="position in the stream per rank, so only world size 2"):
+        contract.resume_choice(tmp_path, RUN_ID, layout=streamed)
+    assert contract.resume_choice(tmp_path, RUN_ID, layout=contract.WorldLayout(2, 0, 8, streaming=True)).step == 2
+
+
 def test_another_global_batch_or_zero_stage_is_refused_with_the_numbers(tmp_path):
     checkpoint(tmp_path, 2, world_size=2, zero_stage=2, global_batch_size=8)
     with pytest.raises(contract.ResumeRefused) as refused:

@@ -471,6 +471,7 @@ class WorldLayout:
     world_size: int
     zero_stage: int
     global_batch_size: int | None = None  # micro × accumulation × data-parallel size; None: not compared
+    streaming: bool = False  # the stream's position is kept per rank: no other world size can continue it
 
 
 def resume_choice(
@@ -546,6 +547,12 @@ def _against_layout(choice: ResumeChoice, record: dict[str, Any], ours: WorldLay
         )
     if world == ours.world_size or not isinstance(world, int):
         return choice
+    if ours.streaming:
+        raise ResumeRefused(
+            f"{name} was saved at world size {world}, this run has {ours.world_size}: a streamed run keeps its "
+            f"position in the stream per rank, so only world size {world} continues it exactly; run it at that "
+            "size, or start over with --resume none"
+        )
     kept = f"global batch {batch} kept" if batch is not None else "global batch unrecorded"
     warning = f"{name} was saved at world size {world}, this run has {ours.world_size} ({kept})"
     if not zero:

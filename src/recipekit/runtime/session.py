@@ -78,7 +78,7 @@ def world_layout(run: RunConfig, zero_stage: int) -> contract.WorldLayout:
     batch = None
     if isinstance(micro, int) and isinstance(accumulation, int):
         batch = micro * accumulation * max(1, size // tensor_parallel(run))
-    return contract.WorldLayout(size, zero_stage, batch)
+    return contract.WorldLayout(size, zero_stage, batch, streaming=run.recipe.data.streaming)
 
 
 def tensor_parallel(run: RunConfig) -> int:
