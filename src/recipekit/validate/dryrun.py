@@ -355,7 +355,7 @@ def _attempts(
     expected = judge.expected_resume_step(work.output_dir)
     resume.details["kill_requested_at_step"] = options.at_step
     start = time.monotonic()
-    if options.resume_pods is not None:  # the node is gone for good: the Job is rebuilt smaller (recipekit rescale)
+    if options.resume_pods is not None:  # the node is gone for good: the Job is rebuilt for the pods (rescale)
         change = rescale_work_copy(work, options.resume_pods)
         run.resize(options.resume_pods)
         run.progress(f"continuing on {options.resume_pods} pod(s): {change}")
@@ -366,13 +366,16 @@ def _attempts(
         if options.resume_pods is not None:
             world = options.resume_pods * options.procs_per_pod
             judge.judge_rescale(resume, first, second, world)
-        ledger = (
-            read_ledger(work.output_dir, first.ledger_from, first.ledger_to),
-            read_ledger(work.output_dir, second.ledger_from, second.ledger_to),
-        )
-        batch = (first.last(contract.EVENT_START) or {}).get("global_batch_size")
-        if (ledger[0] or ledger[1]) and isinstance(batch, int):
-            judge_rows(resume, *ledger, resumed_at=expected or 0, global_batch=batch)
+        if work.records_rows:
+            ledger = (
+                read_ledger(work.output_dir, first.ledger_from, first.ledger_to),
+                read_ledger(work.output_dir, second.ledger_from, second.ledger_to),
+            )
+            batch = (first.last(contract.EVENT_START) or {}).get("global_batch_size")
+            if isinstance(batch, int):
+                judge_rows(resume, *ledger, resumed_at=expected or 0, global_batch=batch)
+            else:
+                resume.fail("<dry run>", "rows", "the first attempt's start record gives no global batch")
     if resume.failed:
         resume.details["log_tails"] = run.tails()
         if second.outcome != "completed":

@@ -105,6 +105,7 @@ class WorkCopy:
     run_id: str
     substitutions: list[Substitution] = field(default_factory=list)
     deepspeed_extensions: list[str] = field(default_factory=list)
+    records_rows: bool = False  # the pods write the row ledger (ops.testing.record_rows, prepared data)
 
     @property
     def run_key(self) -> Path:
@@ -438,6 +439,7 @@ def prepare(bundle: Bundle, options: DryRunOptions) -> WorkCopy:
         run_id=plan.run_id,
         substitutions=subs + explicit + derived,
         deepspeed_extensions=deepspeed_extensions(ds, options.device),
+        records_rows=dry.ops.testing.record_rows and not dry.data.streaming,
     )
     (root / "substitutions.json").write_text(
         json.dumps([s.to_json() for s in work.substitutions], indent=2, default=str) + "\n", encoding="utf-8"
