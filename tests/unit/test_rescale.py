@@ -46,6 +46,18 @@ def test_a_node_count_the_global_batch_does_not_divide_is_refused_with_the_count
     assert rescale_problems(layout, 4, streaming=False) == []
 
 
+def test_layouts_whose_checkpoints_cannot_be_resharded_are_refused_with_the_reason() -> None:
+    from recipekit.plan.rescale import States
+
+    tp = Layout(nodes=2, devices_per_pod=8, tensor_parallel=2)
+    (problem,) = rescale_problems(tp, 1, streaming=False)
+    assert problem.key == "parallel.tensor_parallel" and "AutoTP" in problem.message
+    nvme = States(zero_stage=3, offload_optimizer="nvme", offload_param="nvme")
+    (problem,) = rescale_problems(Layout(nodes=2, devices_per_pod=8), 1, streaming=False, states=nvme)
+    assert problem.key == "parallel.zero_stage" and "NVMe" in problem.message
+    assert rescale_problems(Layout(2, 8), 1, streaming=False, states=States(zero_stage=3)) == []
+
+
 def test_a_streamed_run_cannot_change_size() -> None:
     layout = Layout(nodes=2, devices_per_pod=1)
     (problem,) = rescale_problems(layout, 1, streaming=True)

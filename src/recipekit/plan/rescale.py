@@ -21,6 +21,7 @@ from recipekit.errors import Problem
 from recipekit.plan.layout import Layout, derive_layout, recipe_layout
 from recipekit.recipe.overrides import merge
 from recipekit.recipe.sections import Recipe
+from recipekit.runtime import contract
 from recipekit.runtime.reshard import reshard_refusal
 
 #: The overrides a rescale sets: nodes, and the global batch in place of accumulation (which then follows).
@@ -69,7 +70,15 @@ def rescale_problems(layout: Layout, nodes: int, *, streaming: bool, states: Sta
     problems: list[Problem] = []
     if nodes < 1:
         return [Problem("--nodes", f"{nodes}: at least 1")]
-    if states.zero_stage:
+    if layout.tensor_parallel > 1:
+        problems.append(
+            Problem(
+                "parallel.tensor_parallel",
+                contract.TP_RESIZE_REFUSAL,
+                hint="continue on the node count it was saved with",
+            )
+        )
+    elif states.zero_stage:
         refusal = reshard_refusal(
             states.zero_stage,
             offload_optimizer=states.offload_optimizer,

@@ -464,6 +464,11 @@ class ResumeChoice:
         return checkpoint_step(self.path) if self.path is not None else None
 
 
+#: Why a tensor-parallel run is not resumed at another world size: DeepSpeed AutoTP's checkpoints at another
+#: data-parallel size were not proven here (plan/rescale.py refuses the rebuild, session.py the resume).
+TP_RESIZE_REFUSAL = "resuming a tensor-parallel (AutoTP) checkpoint at another world size has not been proven here"
+
+
 @dataclass(frozen=True)
 class WorldLayout:
     """How this process's run is laid out: what a checkpoint's record is compared with."""

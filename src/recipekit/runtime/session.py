@@ -18,7 +18,7 @@ from . import contract
 from .arguments import make_training_arguments, trainer_kwargs
 from .callbacks import MetricsFileCallback, PreemptionCallback, ThroughputCallback
 from .checkpoints import RunRecordCallback, choose_resume, resharded, run_key
-from .common import log0, precision, rank
+from .common import RunError, log0, precision, rank
 from .config import RunConfig
 from .dataprep import prepare_for_run, world
 from .device import Device
@@ -201,6 +201,13 @@ def run_training(run: RunConfig, device: Device, resume: str) -> int:
     choice = choose_resume(output_dir, resume, plan.run_id, layout)
     resume_from = str(choice.path) if choice.path is not None else None
     load_from = resume_from  # what the Trainer loads: the checkpoint, or its copy re-sharded for this world
+    resized = choice.saved_world_size not in (None, layout.world_size)
+    if resized and tensor_parallel(run) > 1:
+        name, saved = choice.path.name if choice.path else "the checkpoint", choice.saved_world_size
+        raise RunError(
+            f"{name} was saved at world size {saved}, this run has {layout.world_size}: "
+            f"{contract.TP_RESIZE_REFUSAL}; run it at world size {saved}, or start over with --resume none"
+        )
     if choice.reshard:
         parallel = recipe.parallel
         refusal = reshard_refusal(
