@@ -67,6 +67,7 @@ def main() -> int:
     p.add_argument("--universal", action="store_true")
     p.add_argument("--fresh-optimizer", action="store_true", help="resume weights and state, not the optimizer")
     p.add_argument("--losses", required=True)
+    p.add_argument("--hidden", type=int, default=64, help="model width (larger only to measure disk)")
     a = p.parse_args()
 
     import transformers
@@ -75,8 +76,8 @@ def main() -> int:
     transformers.set_seed(0)
     cfg = LlamaConfig(
         vocab_size=VOCAB,
-        hidden_size=64,
-        intermediate_size=128,
+        hidden_size=a.hidden,
+        intermediate_size=2 * a.hidden,
         num_hidden_layers=2,
         num_attention_heads=4,
         num_key_value_heads=4,

@@ -5,7 +5,8 @@ Each case trains a tiny random Llama with the real Trainer + DeepSpeed under tor
 checkpoint-4 into a sibling directory, and 1 rank with 2 accumulated micro-batches (the same global batch and the
 same samples) resumes from it. The optimizer's moments first act on the update of step 5, so the losses from step 6
 on must match the reference, and must differ from a resume that drops the moments (a fresh AdamW), or the test would
-pass with no optimizer state at all. Slow: deselect with ``-m 'not slow'``.
+pass with no optimizer state at all. For ZeRO-3 the resumed run's one-rank checkpoint-8 then goes the other way, to 2
+ranks, against a normal one-rank resume of it. Slow: deselect with ``-m 'not slow'``.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -50,12 +50,6 @@ def _env() -> dict[str, str]:
     }
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def train(processes: int, tmp: Path, name: str, *args: str) -> dict:
     """Run reshard_train.py under torchrun; its per-step losses and final global step."""
     losses = tmp / f"{name}.json"
@@ -63,9 +57,8 @@ def train(processes: int, tmp: Path, name: str, *args: str) -> dict:
         sys.executable,
         "-m",
         "torch.distributed.run",
-        "--nnodes=1",
+        "--standalone",  # torchrun picks a free port itself: no window for another job to take it
         f"--nproc_per_node={processes}",
-        f"--master_port={_free_port()}",
         str(SCRIPT),
         "--losses",
         str(losses),
@@ -85,53 +78,73 @@ def digests(directory: Path) -> dict[str, str]:
     }
 
 
-@pytest.mark.parametrize("stage", [1, 2, 3])
-def test_world2_zero_checkpoint_resumes_on_one_rank(stage: int, tmp_path: Path) -> None:
+def layout(world: int) -> tuple[str, ...]:
+    """The same global batch of 4 at any world size: 2 per rank, accumulated over 2 micro-batches on one rank."""
+    return ("--ga", str(2 // world))
+
+
+def optim_files(tag_dir: Path) -> list[str]:
+    return sorted(p.name for p in tag_dir.glob("*optim_states.pt"))
+
+
+def reshard_and_resume(stage: int, tmp_path: Path, before: int, after: int) -> None:
+    """Train ``before`` ranks for 8 steps (the reference; checkpoint-4 on the way), resume checkpoint-4 on ``after``
+    ranks through a universal copy and, as a control, with a fresh optimizer; check the losses and the next save."""
     run = tmp_path / "run"
-    ref = train(2, tmp_path, "reference", "--out", str(run), "--stage", str(stage))
+    ref = train(before, tmp_path, "reference", "--out", str(run), "--stage", str(stage), *layout(before))
     assert ref["global_step"] == 8 and sorted(ref["losses"]) == list(range(1, 9))
 
     source = run / "checkpoint-4"
+    assert len(optim_files(source / "global_step4")) == before
     signed = digests(source)
-    copy = reshard.universal_copy(source, run / ".reshard" / "checkpoint-4", world_size=1)
+    copy = reshard.universal_copy(source, run / ".reshard" / "checkpoint-4", world_size=after)
     assert digests(source) == signed, "the source checkpoint was written to"
     assert not any(p.is_symlink() for p in copy.rglob("*"))
     assert (copy / reshard.LATEST_UNIVERSAL).read_text() == "global_step4_universal"
-    assert (copy / "rng_state.pth").is_file() and not (copy / "latest").exists()
-    assert reshard.universal_copy(source, copy, world_size=1) == copy  # done once: returned as it is
+    assert (copy / ("rng_state.pth" if after == 1 else "rng_state_0.pth")).is_file()
+    assert not (copy / "latest").exists()
+    assert reshard.universal_copy(source, copy, world_size=after) == copy  # done once: returned as it is
 
-    resume = ("--stage", str(stage), "--ga", "2", "--resume", str(copy), "--universal")
-    resumed = train(1, tmp_path, "universal", "--out", str(tmp_path / "resumed"), *resume)
-    fresh = train(1, tmp_path, "fresh", "--out", str(tmp_path / "fresh"), *resume, "--fresh-optimizer")
-
+    resume = ("--stage", str(stage), *layout(after), "--resume", str(copy), "--universal")
+    resumed = train(after, tmp_path, "universal", "--out", str(tmp_path / "resumed"), *resume)
     assert resumed["global_step"] == 8
     assert sorted(resumed["losses"]) == list(range(1, 9))  # steps 1-4 from trainer_state.json, 5-8 trained here
-    ref_l, got, ctl = ref["losses"], resumed["losses"], fresh["losses"]
-    assert abs(got[5] - ref_l[5]) < 1e-3 and abs(ctl[5] - ref_l[5]) < 1e-3, "the weights were not restored"
+    ref_l, got = ref["losses"], resumed["losses"]
+    assert abs(got[5] - ref_l[5]) < 1e-3, "the weights were not restored"
     for step in (6, 7, 8):
         assert abs(got[step] - ref_l[step]) < TOLERANCE, (step, got, ref_l)
-    assert abs(ctl[6] - ref_l[6]) > FRESH_GAP, ("a fresh optimizer gives the reference loss: the test cannot fail", ctl)
+    ctl = train(after, tmp_path, "fresh", "--out", str(tmp_path / "fresh"), *resume, "--fresh-optimizer")["losses"]
+    assert abs(ctl[5] - ref_l[5]) < 1e-3
+    assert abs(ctl[6] - ref_l[6]) > FRESH_GAP, ("a fresh optimizer gives the reference loss", ctl)
     assert abs(got[6] - ref_l[6]) < abs(ctl[6] - ref_l[6]) / 5
 
-    # The resumed run's next save is an ordinary one-rank checkpoint: normal config, normal resume.
+    # The resumed run's next save is an ordinary checkpoint of the new world: `latest`, one partition per rank.
     saved = tmp_path / "resumed" / "checkpoint-8"
     assert (saved / "latest").read_text().strip() == "global_step8"
     assert not (saved / reshard.LATEST_UNIVERSAL).exists()
-    optim = sorted(p.name for p in (saved / "global_step8").glob("*optim_states.pt"))
-    assert optim == ["bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt"]
-    again = train(
-        1,
-        tmp_path,
-        "again",
-        "--out",
-        str(tmp_path / "resumed"),
-        "--stage",
-        str(stage),
-        "--ga",
-        "2",
-        "--max-steps",
-        "9",
-        "--resume",
-        str(saved),
-    )
-    assert again["global_step"] == 9 and 9 in again["losses"]
+    assert optim_files(saved / "global_step8") == [
+        f"bf16_zero_pp_rank_{rank}_mp_rank_00_optim_states.pt" for rank in range(after)
+    ]
+    if stage == 3:
+        scale_back_up(tmp_path, saved)
+
+
+def scale_back_up(tmp_path: Path, saved: Path) -> None:
+    """The one-rank checkpoint-8 resumes normally on one rank to step 12 (the reference), and through a universal
+    copy on two: step 9 shows the weights, steps 10-12 the optimizer's moments."""
+    normal = ("--stage", "3", "--max-steps", "12", "--resume")
+    again = train(1, tmp_path, "again", "--out", str(tmp_path / "again"), *layout(1), *normal, str(saved))
+    assert again["global_step"] == 12 and sorted(again["losses"]) == list(range(1, 13))
+    copy = reshard.universal_copy(saved, tmp_path / "resumed" / ".reshard" / "checkpoint-8", world_size=2)
+    up = train(2, tmp_path, "up", "--out", str(tmp_path / "up"), *layout(2), *normal, str(copy), "--universal")
+    assert up["global_step"] == 12
+    for step in (9, 10, 11, 12):
+        assert abs(up["losses"][step] - again["losses"][step]) < TOLERANCE, (step, up, again)
+    assert optim_files(tmp_path / "up" / "checkpoint-12" / "global_step12") == [
+        f"bf16_zero_pp_rank_{rank}_mp_rank_00_optim_states.pt" for rank in range(2)
+    ]
+
+
+@pytest.mark.parametrize("stage", [1, 2, 3])
+def test_world2_zero_checkpoint_resumes_on_one_rank(stage: int, tmp_path: Path) -> None:
+    reshard_and_resume(stage, tmp_path, before=2, after=1)

@@ -15,15 +15,20 @@ def test_zero_stages_without_offload_reshard(stage: int) -> None:
     assert reshard.reshard_refusal(stage) is None
 
 
+def test_cpu_offload_reshards_where_proven() -> None:
+    assert reshard.reshard_refusal(2, offload_optimizer="cpu") is None
+    assert reshard.reshard_refusal(3, offload_optimizer="cpu", offload_param="cpu") is None
+
+
 @pytest.mark.parametrize(
     ("stage", "kwargs", "words"),
     [
         (0, {}, "whole optimizer states"),
         (4, {}, "does not exist"),
         (3, {"offload_optimizer": "nvme"}, "NVMe"),
-        (3, {"offload_param": "nvme"}, "NVMe"),
-        (2, {"offload_optimizer": "cpu"}, "CPU offload"),
-        (3, {"offload_param": "cpu"}, "CPU offload"),
+        (3, {"offload_optimizer": "cpu", "offload_param": "nvme"}, "NVMe"),
+        (1, {"offload_optimizer": "cpu"}, "CPU offload"),
+        (3, {"offload_param": "cpu"}, "not the optimizer"),
         (1, {"tensor_parallel": 2}, "AutoTP"),
     ],
 )
@@ -154,6 +159,15 @@ def test_a_foreign_target_or_an_incomplete_checkpoint_is_refused(
     foreign.mkdir()
     with pytest.raises(reshard.ReshardError, match="not a universal copy"):
         reshard.universal_copy(ckpt, foreign)
-    (ckpt / "scheduler.pt").unlink()
-    with pytest.raises(reshard.ReshardError, match="scheduler.pt"):
+    (ckpt / "trainer_state.json").unlink()
+    with pytest.raises(reshard.ReshardError, match="trainer_state.json"):
         reshard.universal_copy(ckpt, tmp_path / "t")
+
+
+def test_without_a_scheduler_file_the_copy_has_none(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A DeepSpeed-config optimizer: the engine holds the scheduler, the Trainer writes no scheduler.pt."""
+    monkeypatch.setattr(reshard, "convert", stand_in_convert([]))
+    ckpt = fake_checkpoint(tmp_path)
+    (ckpt / "scheduler.pt").unlink()
+    target = reshard.universal_copy(ckpt, tmp_path / "t", world_size=1)
+    assert not (target / "scheduler.pt").exists() and (target / "trainer_state.json").is_file()
