@@ -145,6 +145,6 @@ def scale_back_up(tmp_path: Path, saved: Path) -> None:
     ]
 
 
-@pytest.mark.parametrize("stage", [1, 2, 3])
+@pytest.mark.parametrize("stage", [1, 3])  # ZeRO-2, both ways, is the rescale dry run's (test_dryrun_rescale.py)
 def test_world2_zero_checkpoint_resumes_on_one_rank(stage: int, tmp_path: Path) -> None:
     reshard_and_resume(stage, tmp_path, before=2, after=1)
