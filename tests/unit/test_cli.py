@@ -30,6 +30,7 @@ ALLOWED_FLAGS = {
         "--procs-per-pod",
         "--kill-pod",
         "--at-step",
+        "--resume-pods",
         "--device",
         "--json",
         "--workdir",
@@ -58,6 +59,7 @@ ALLOWED_FLAGS = {
     "model import": {"--output", "--name", "--name-or-path", "--description", "--random", "--force", "--help"},
     "runs": {"--help"},
     "runs history": {"--json", "--help"},
+    "rescale": {"--nodes", "--output", "--force", "--recipes", "--help"},
 }
 
 
@@ -107,6 +109,10 @@ def _commands() -> dict[str, click.Command]:
             sub = click.Context(command)
             found.update({f"{name} {s}": command.get_command(sub, s) for s in command.list_commands(sub)})
     return found
+
+
+def test_every_command_is_on_the_frozen_surface() -> None:
+    assert sorted(set(_commands()) - set(ALLOWED_FLAGS)) == []
 
 
 @pytest.mark.parametrize("name", sorted(ALLOWED_FLAGS))

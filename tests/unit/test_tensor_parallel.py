@@ -17,6 +17,7 @@ from recipekit.errors import RecipeError
 from recipekit.runtime import arguments
 from recipekit.runtime.callbacks import ThroughputCallback
 from recipekit.runtime.common import RunError
+from recipekit.validate.dryrunoptions import DryRunOptions
 from recipekit.validate.loader import load_bundle, rehash_manifest
 from recipekit.validate.results import Result, Status
 from recipekit.validate.static import run_static
@@ -204,7 +205,7 @@ def test_the_library_check_counts_the_global_batch_as_the_trainer_does(tp_bundle
 # ------------------------------------------------------------------------------------------ the dry run's copy
 def _substituted(tmp_path: Path, *overrides: str, pods: int, procs: int):
     recipe = resolve(list(overrides)).recipe
-    options = SimpleNamespace(pods=pods, procs_per_pod=procs, steps=8, save_steps=4, device="cpu")
+    options = DryRunOptions(pods=pods, procs_per_pod=procs, steps=8, device="cpu")
     return substitute(recipe, options, tmp_path)
 
 

@@ -40,16 +40,24 @@ class RowIndexed:
 
 
 class RowLedger:
-    """Appends this rank's micro-batches to its ledger file, one JSON line each."""
+    """Appends this rank's micro-batches to its ledger file, one JSON line each.
 
-    def __init__(self, output_dir: Path, rank: int, world_size: int):
+    Under tensor parallelism every rank of a TP group trains on the group's batch, so only the first rank of each
+    group (TP is innermost: ranks g·TP … g·TP+TP-1) writes: each row of a step is then in the ledger once.
+    """
+
+    def __init__(self, output_dir: Path, rank: int, world_size: int, tensor_parallel: int = 1):
         self.path = Path(output_dir) / LEDGER_DIR / f"rank-{rank}.jsonl"
         self.rank, self.world_size = rank, world_size
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.writes = rank % max(1, tensor_parallel) == 0
+        if self.writes:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
 
     def record(self, step: int, rows: list[int], sampler: Any = None) -> None:
         """One micro-batch of optimizer step ``step``; ``sampler`` (sampler.ResumableSampler) names the order the
         rows were drawn in: its epoch, seed and size."""
+        if not self.writes:
+            return
         line: dict[str, Any] = {"step": step, "rank": self.rank, "world_size": self.world_size, "rows": rows}
         if sampler is not None:
             line.update(epoch=sampler.epoch, seed=sampler.seed, size=sampler.size)

@@ -249,7 +249,7 @@ def run_training(run: RunConfig, device: Device, resume: str) -> int:
     trainer, preemption = make_trainer(run, args, model, tokenizer, train_set, eval_set)
     ops.install(trainer, records)
     if isinstance(train_set, RowIndexed):
-        trainer.ledger = RowLedger(output_dir, args.process_index, args.world_size)
+        trainer.ledger = RowLedger(output_dir, args.process_index, args.world_size, tensor_parallel(run))
     if isinstance(train_set, StreamDataset) and resume_from:  # the stream skips itself; the random state is ours
         trainer.add_callback(ResumeRandomState(trainer, resume_from))
     trainer.add_callback(RunRecordCallback(identity, key))  # last: it signs what every other callback wrote

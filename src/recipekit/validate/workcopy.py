@@ -304,7 +304,7 @@ def substitute(recipe: Recipe, options: DryRunOptions, root: Path) -> tuple[Reci
         if dry.train.precision == "fp16":
             dry = sub.section(dry, "train", "CPUs have no fp16", precision="bf16")
     dry = _operations(sub, dry, options)
-    if options.kill_pod is not None and not dry.data.streaming and not dry.ops.testing.record_rows:
+    if not dry.data.streaming and not dry.ops.testing.record_rows:
         testing = replace(dry.ops.testing, record_rows=True)
         dry = replace(dry, ops=replace(dry.ops, testing=testing))
         sub.found.append(
@@ -313,7 +313,7 @@ def substitute(recipe: Recipe, options: DryRunOptions, root: Path) -> tuple[Reci
                 "recipe.ops.testing.record_rows",
                 False,
                 True,
-                "the resume is checked row by row: every rank records the rows of each micro-batch",
+                "every rank records the rows of each micro-batch, so a resume is checked row by row",
             )
         )
     par = dry.parallel
