@@ -145,6 +145,8 @@ def scale_back_up(tmp_path: Path, saved: Path) -> None:
     ]
 
 
-@pytest.mark.parametrize("stage", [1, 3])  # ZeRO-2, both ways, is the rescale dry run's (test_dryrun_rescale.py)
+# ZeRO-2, both ways, is the rescale dry run's (test_dryrun_rescale.py); ZeRO-1 shares ZeRO-2's optimizer code and
+# was proven the same way by hand (bit for bit), so the suite's time goes to ZeRO-3 alone.
+@pytest.mark.parametrize("stage", [3])
 def test_world2_zero_checkpoint_resumes_on_one_rank(stage: int, tmp_path: Path) -> None:
     reshard_and_resume(stage, tmp_path, before=2, after=1)
