@@ -2,7 +2,7 @@
 
 A node that will not come back leaves a run two choices: wait, or continue on the nodes that are left. Continuing
 is the same run when every step still consumes the same samples in the same order, and it does when the global
-batch is kept: the order is a keyed permutation of positions (runtime/sampler.py) and step *s* takes positions
+batch is kept: the order is a keyed permutation of positions (runtime/order.py) and step *s* takes positions
 [(s-1)·G, s·G) whatever the data-parallel size, so only which rank sees which sample of a step changes. The run
 identity is keyed on the global batch, not on its factors (plan.TRAJECTORY_LAYOUT_KEYS), so the rescaled bundle
 has the same run id, Job name and output directory, and its first start resumes the old checkpoints (re-sharding
@@ -23,10 +23,6 @@ from recipekit.recipe.overrides import merge
 from recipekit.recipe.sections import Recipe
 from recipekit.runtime import contract
 from recipekit.runtime.reshard import reshard_refusal
-
-#: The overrides a rescale sets: nodes, and the global batch in place of accumulation (which then follows).
-RESCALE_KEYS = ("cluster.nodes", "train.global_batch_size", "train.gradient_accumulation_steps")
-
 
 def rescale_overrides(overrides: Sequence[str], *, nodes: int, global_batch_size: int) -> list[str]:
     """``overrides`` with the node count replaced and the global batch pinned (accumulation unset, so derived)."""
