@@ -24,6 +24,7 @@ from recipekit.recipe.sections import Recipe
 from recipekit.runtime import contract
 from recipekit.runtime.reshard import reshard_refusal
 
+
 def rescale_overrides(overrides: Sequence[str], *, nodes: int, global_batch_size: int) -> list[str]:
     """``overrides`` with the node count replaced and the global batch pinned (accumulation unset, so derived)."""
     return merge(
