@@ -20,7 +20,6 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 
-from recipekit.plan.rescale import rescaled
 from recipekit.runtime import contract
 from recipekit.runtime.rowledger import read_ledger
 from recipekit.validate import judge, policyrun
@@ -34,7 +33,7 @@ from recipekit.validate.observed import Attempt
 from recipekit.validate.opsjudge import OpsExpectation, judge_fault, judge_metrics, judge_preflight, judge_profile
 from recipekit.validate.results import Result
 from recipekit.validate.rowjudge import judge_rows
-from recipekit.validate.workcopy import prepare, rescale_work_copy
+from recipekit.validate.workcopy import prepare, rescale_work_copy, rescaled_or_refused
 
 METRICS_FILE = contract.METRICS_FILE
 Progress = Callable[[str], None]
@@ -131,9 +130,7 @@ def run_dry_run(bundle: Bundle, options: DryRunOptions, progress: Progress = lam
     for finding in check_batch(copy).findings:  # the substitutions themselves must leave a consistent bundle
         prep.fail(finding.file, finding.field, "work copy: " + finding.message, finding.hint)
     if options.resume_pods is not None and copy.recipe is not None:  # refused before any pod starts
-        _, problems = rescaled(copy.recipe, options.resume_pods)
-        if problems:
-            raise DryRunUsageError(f"--resume-pods {options.resume_pods}: " + "; ".join(str(p) for p in problems))
+        rescaled_or_refused(copy.recipe, options.resume_pods)
 
     build_extensions(work, pod_environment(work, 0, options), extensions, progress, deadline)
     if extensions.failed:

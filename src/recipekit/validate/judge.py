@@ -182,6 +182,15 @@ def judge_completion(
 
 
 # ----------------------------------------------------------------------------------------------------- resume
+def replayed_losses(first: Attempt, second: Attempt) -> list[tuple[int, float, float]]:
+    """(step, loss the first time, loss the second time) of each step both attempts trained: those after the
+    checkpoint the second resumed from and before the first stopped. Same data, same state: the same loss."""
+    before = {s.step: s.loss for s in first.steps if isinstance(s.loss, (int, float))}
+    return [
+        (s.step, before[s.step], s.loss) for s in second.steps if s.step in before and isinstance(s.loss, (int, float))
+    ]
+
+
 def recorded_recovery(output_dir: Path | None) -> dict[str, Any] | None:
     """The last recovery the run directory records (runtime/recovery.py, the code ``recipekit runs history`` runs:
     one MTTR definition for the dry run and production)."""
@@ -272,16 +281,11 @@ def judge_resume(
             f"the first step after the restart is {first_new.step}, expected {want_first}"
             + (f" (resuming at checkpoint-{expected})" if expected is not None else " (starting over)"),
         )
-    before = {s.step: s.loss for s in first.steps}
-    replayed = [
-        (s.step, before[s.step], s.loss)
-        for s in second.steps
-        if s.step in before and isinstance(s.loss, (int, float)) and isinstance(before[s.step], (int, float))
-    ]
+    replayed = replayed_losses(first, second)
     if replayed:
         # Steps trained twice (after the checkpoint, before the kill): same data, same state, so the same loss.
         resume.details["replayed_steps"] = [s for s, _, _ in replayed]
-        resume.details["replayed_loss_max_abs_diff"] = max(abs(a - b) for _, a, b in replayed)  # type: ignore[operator]
+        resume.details["replayed_loss_max_abs_diff"] = max(abs(a - b) for _, a, b in replayed)
     if resume.failed:
         return
     replay = resume.details.get("replayed_loss_max_abs_diff")
@@ -324,12 +328,7 @@ def judge_rescale(resume: Result, first: Attempt, second: Attempt, world_size: i
             f"the checkpoint resumed was saved at world size {after.get('saved_world_size')}, the first attempt ran "
             f"at {before.get('world_size')}",
         )
-    lost = {s.step: s.loss for s in first.steps if isinstance(s.loss, (int, float))}
-    drift = [
-        abs(s.loss - lost[s.step]) / max(abs(lost[s.step]), 1e-12)
-        for s in second.steps
-        if s.step in lost and isinstance(s.loss, (int, float))
-    ]
+    drift = [abs(again - once) / max(abs(once), 1e-12) for _, once, again in replayed_losses(first, second)]
     resume.details["replayed_loss_max_rel_diff"] = max(drift) if drift else None
     if drift and max(drift) > RESCALE_LOSS_TOLERANCE:
         resume.fail(

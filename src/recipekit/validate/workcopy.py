@@ -441,9 +441,7 @@ def prepare(bundle: Bundle, options: DryRunOptions) -> WorkCopy:
         deepspeed_extensions=deepspeed_extensions(ds, options.device),
         records_rows=dry.ops.testing.record_rows and not dry.data.streaming,
     )
-    (root / "substitutions.json").write_text(
-        json.dumps([s.to_json() for s in work.substitutions], indent=2, default=str) + "\n", encoding="utf-8"
-    )
+    write_substitutions(work)
     work.run_key.parent.mkdir(mode=0o700)
     work.run_key.write_text(secrets.token_hex(32) + "\n", encoding="ascii")
     work.run_key.chmod(0o400)
@@ -494,19 +492,27 @@ def _compile_into(copy_dir: Path, dry: Recipe, manifest: dict[str, Any]) -> tupl
     return plan, files, explicit
 
 
+def rescaled_or_refused(recipe: Recipe, pods: int) -> Recipe:
+    """``recipe`` on ``pods`` pods at its global batch (plan/rescale.py), or DryRunUsageError with every reason it
+    cannot be: asked before any pod starts, and again when the work copy is re-planned."""
+    from recipekit.plan.rescale import rescaled
+
+    target, problems = rescaled(recipe, pods)
+    if problems:
+        raise DryRunUsageError(f"--resume-pods {pods}: " + "; ".join(str(p) for p in problems))
+    return target
+
+
 def rescale_work_copy(work: WorkCopy, pods: int) -> Substitution:
     """The work copy re-planned on ``pods`` pods at its own global batch, by the rule ``recipekit rescale`` rebuilds
     a bundle with (plan/rescale.py): the Job continuing on fewer (or more) nodes after one is lost for good. It must
     be the same run (same run id, so the same output directory and checkpoints)."""
-    from recipekit.plan.rescale import rescaled
     from recipekit.validate.loader import load_bundle
 
     copy = load_bundle(work.bundle)
     assert copy.recipe is not None
     before = copy.recipe.cluster.nodes
-    target, problems = rescaled(copy.recipe, pods)
-    if problems:
-        raise DryRunUsageError(f"--resume-pods {pods}: " + "; ".join(str(p) for p in problems))
+    target = rescaled_or_refused(copy.recipe, pods)
     plan, _, _ = _compile_into(work.bundle, target, copy.manifest)
     if plan.run_id != work.run_id:
         raise DryRunUsageError(f"--resume-pods {pods}: the rescaled work copy is run {plan.run_id}, not {work.run_id}")
@@ -518,10 +524,15 @@ def rescale_work_copy(work: WorkCopy, pods: int) -> Substitution:
         f"a pod lost for good: the Job continues on {pods} pod(s) at the same global batch (recipekit rescale)",
     )
     work.substitutions.append(change)
+    write_substitutions(work)
+    return change
+
+
+def write_substitutions(work: WorkCopy) -> None:
+    """``substitutions.json``: every difference between the bundle and its work copy, as the dry run made them."""
     (work.root / "substitutions.json").write_text(
         json.dumps([s.to_json() for s in work.substitutions], indent=2, default=str) + "\n", encoding="utf-8"
     )
-    return change
 
 
 def deepspeed_extensions(ds: dict[str, Any] | None, device: str) -> list[str]:
