@@ -31,9 +31,9 @@ from pathlib import Path
 import yaml
 
 from recipekit.bundle.build import build
-from recipekit.bundlefiles import TRAIN_MODULE
-from recipekit.runtime import contract
-from recipekit.validate.tinydata import tiny_records, write_tiny_dataset
+from recipekit.bundle.files import TRAIN_MODULE
+from recipekit.runtime.boundary import contract
+from recipekit.validate.dryrun.workdir.tinydata import tiny_records, write_tiny_dataset
 
 os.environ["TOKENIZERS_PARALLELISM"] = "false"
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,9 +44,12 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "HF_DATASETS
 
 # ------------------------------------------------------------------------------------------------- throughput
 def throughput(root: Path, fmt: str, records: int) -> None:
-    from recipekit.runtime import dataprep, samples, twin
-    from recipekit.runtime.fingerprint import Settings
-    from recipekit.runtime.sources import find_files
+    from recipekit.runtime import dataprep
+    from recipekit.runtime.data import samples
+    from recipekit.runtime.data.fingerprint import Settings
+    from recipekit.runtime.data.sources import find_files
+    from recipekit.runtime.model import twin
+    from recipekit.runtime.session import rundata
 
     data = write_tiny_dataset(fmt, root / f"{fmt}.jsonl", n=records, seed=1)
     texts = (
@@ -59,7 +62,7 @@ def throughput(root: Path, fmt: str, records: int) -> None:
     settings = Settings(fmt, 128 if fmt == "text" else 256, False, 0.0, 0, max(1 << 16, size // 16), 0, "stat")
     figures = {}
     for workers in (1, 2):
-        job = dataprep.describe_job(settings, find_files(str(data), fmt), tokenizer, root / f"prepared-{fmt}-{workers}")
+        job = rundata.describe_job(settings, find_files(str(data), fmt), tokenizer, root / f"prepared-{fmt}-{workers}")
         started = time.monotonic()
         found = dataprep._with_local_workers(job, tokenizer, workers, started, lambda event: None)
         seconds = time.monotonic() - started

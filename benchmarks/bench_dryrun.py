@@ -31,11 +31,11 @@ def main() -> None:
     options = parser.parse_args()
 
     from recipekit.bundle.build import build
-    from recipekit.validate.dryrun import run_dry_run
-    from recipekit.validate.dryrunoptions import DryRunOptions
-    from recipekit.validate.extensions import extensions_dir
-    from recipekit.validate.loader import load_bundle
-    from recipekit.validate.static import run_static
+    from recipekit.validate.dryrun.options import DryRunOptions
+    from recipekit.validate.dryrun.run import run_dry_run
+    from recipekit.validate.dryrun.workdir.extensions import extensions_dir
+    from recipekit.validate.shared.loader import load_bundle
+    from recipekit.validate.static.checks import run_static
 
     if options.cold_ops and extensions_dir().exists():
         shutil.rmtree(extensions_dir())

@@ -27,8 +27,8 @@ from pathlib import Path
 import yaml
 
 from recipekit.bundle.build import build
-from recipekit.bundlefiles import TRAIN_MODULE
-from recipekit.validate.tinydata import write_tiny_dataset
+from recipekit.bundle.files import TRAIN_MODULE
+from recipekit.validate.dryrun.workdir.tinydata import write_tiny_dataset
 
 LONG_SHARE = 0.15
 ENV = {

@@ -99,7 +99,7 @@ def main() -> None:
             library = [c for c in json.loads(out)["checks"] if c["id"].startswith("library.")]
             assert all(c["reason"].endswith("(cached result)") for c in library), "equal arguments missed the cache"
             quiet = {**os.environ, "DS_ACCELERATOR": "cpu", "PYTHONWARNINGS": "ignore"}
-            trimmed = "from recipekit.validate.libchild import import_libraries; import_libraries()"
+            trimmed = "from recipekit.validate.static.librarychild import import_libraries; import_libraries()"
             record("the child's imports, as validate runs them", [PY, "-c", trimmed], quiet)
             record("the same imports with peft visible (before)", [PY, "-c", CHILD_IMPORTS], quiet)
             record("... and TrainingArguments' modelling import (before)", [PY, "-c", BEFORE_CHILD], quiet)

@@ -2,7 +2,7 @@
 
 These pages are facts the code already holds: the typed recipe's keys, the options on disk, the click commands'
 help, the exit-code constants, the model options' numbers. Generating them means they cannot drift from what
-recipekit does; tests/unit/test_docs_reference.py fails when the committed pages differ from what this writes.
+recipekit does; tests/unit/project/test_docs_reference.py fails when the committed pages differ from what this writes.
 
     python scripts/gen_reference.py           # rewrite docs/reference/*.md
     python scripts/gen_reference.py --check   # exit 1 and print a diff when a page is stale
@@ -31,7 +31,7 @@ REFERENCE = ROOT / "docs" / "reference"
 REFRESH = "python scripts/gen_reference.py"
 
 #: Where the pods' exit codes are defined: the runtime contract's ``EXIT_CODES`` table (name, code, meaning, action).
-EXIT_CODES_MODULE = "recipekit.runtime.contract"
+EXIT_CODES_MODULE = "recipekit.runtime.boundary.contract"
 #: The module whose docstring states the command line's own exit codes (a paragraph starting "Exit codes").
 CLI_MODULE = "recipekit.cli"
 #: The click group of the ``recipekit`` command, as "module:attribute".
@@ -261,8 +261,8 @@ def recipe_keys_page() -> str:
 
 # ------------------------------------------------------------------------------------------------------- groups
 def groups_page() -> str:
+    from recipekit.base.paths import GROUPS
     from recipekit.cli.listing import option_rows, unsupported_note
-    from recipekit.paths import GROUPS
 
     out = [
         "# Groups and options\n\n",
@@ -340,7 +340,7 @@ def _docstring_paragraph(module_name: str, start: str) -> str:
 
 
 def exit_codes_page() -> str:
-    from recipekit.runtime import contract
+    from recipekit.runtime.boundary import contract
 
     rows = [
         [str(c.code), _code(c.name), c.meaning, c.action or ("-" if c.code == 0 else "PodFailed → RestartJob")]
@@ -363,7 +363,7 @@ def exit_codes_page() -> str:
 
 # ------------------------------------------------------------------------------------------------------- models
 def models_page() -> str:
-    from recipekit import yamlfile
+    from recipekit.base import yamlfile
     from recipekit.plan.modelsize import count_params
     from recipekit.recipe.compose import group_options
     from recipekit.recipe.schema import validate

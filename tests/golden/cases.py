@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from recipekit.bundlefiles import runtime_files
+from recipekit.bundle.files import runtime_files
 from recipekit.recipe.compose import group_options
 
 GOLDEN_DIR = Path(__file__).parent / "bundles"

@@ -18,10 +18,10 @@ from click.testing import CliRunner
 
 from recipekit.bundle.build import build
 from recipekit.cli import main
-from recipekit.validate.dryrun import run_dry_run
-from recipekit.validate.dryrunoptions import DryRunOptions
-from recipekit.validate.loader import load_bundle
-from recipekit.validate.results import Status
+from recipekit.validate.dryrun.options import DryRunOptions
+from recipekit.validate.dryrun.run import run_dry_run
+from recipekit.validate.shared.loader import load_bundle
+from recipekit.validate.shared.results import Status
 
 pytestmark = pytest.mark.slow
 

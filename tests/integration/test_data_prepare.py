@@ -16,7 +16,8 @@ import pytest
 from click.testing import CliRunner
 
 from recipekit.cli import main
-from recipekit.runtime import contract, manifest, trust
+from recipekit.runtime.boundary import contract
+from recipekit.runtime.volume import manifest, trust
 
 pytest.importorskip("transformers")
 

@@ -24,11 +24,11 @@ from click.testing import CliRunner
 
 from recipekit.bundle.build import build
 from recipekit.cli.validate import validate_command
-from recipekit.runtime import contract
-from recipekit.validate.dryrun import run_dry_run
-from recipekit.validate.dryrunoptions import DryRunOptions
-from recipekit.validate.loader import load_bundle
-from recipekit.validate.results import Status
+from recipekit.runtime.boundary import contract
+from recipekit.validate.dryrun.options import DryRunOptions
+from recipekit.validate.dryrun.run import run_dry_run
+from recipekit.validate.shared.loader import load_bundle
+from recipekit.validate.shared.results import Status
 from tests.integration.test_dryrun import _explain, processes_under
 
 pytestmark = pytest.mark.slow

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from recipekit.bundle.build import build
-from recipekit.validate.dryrun import run_dry_run
-from recipekit.validate.dryrunoptions import DryRunOptions
-from recipekit.validate.loader import load_bundle
-from recipekit.validate.results import Status
+from recipekit.validate.dryrun.options import DryRunOptions
+from recipekit.validate.dryrun.run import run_dry_run
+from recipekit.validate.shared.loader import load_bundle
+from recipekit.validate.shared.results import Status
 
 pytestmark = pytest.mark.slow
 
@@ -41,7 +41,7 @@ def explain(results: dict) -> str:
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_killed_at_step_6_continues_on_another_pod_count_sample_by_sample(tmp_path: Path, case: str) -> None:
     """DDP loads its whole optimizer states at the new world size; ZeRO-2's partitions are re-sharded first
-    (DeepSpeed's universal checkpoint, runtime/reshard.py), for fewer and for more ranks. Either way every step
+    (DeepSpeed's universal checkpoint, runtime/volume/reshard.py), for fewer and for more ranks. Either way every step
     trains on its own rows once, and the steps trained again keep their loss."""
     overrides, pods, victim, after = CASES[case]
     bundle = build(overrides, tmp_path / "bundle", force=True).path

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 from recipekit.bundle.build import build
 from recipekit.cli.validate import validate_command
-from recipekit.runtime import contract
+from recipekit.runtime.boundary import contract
 
 pytestmark = pytest.mark.slow
 

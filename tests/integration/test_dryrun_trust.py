@@ -20,13 +20,14 @@ from pathlib import Path
 import pytest
 
 from recipekit.bundle.build import build
-from recipekit.runtime import contract, trust
-from recipekit.validate.attempts import DryRun, pod_environment
-from recipekit.validate.dryrunoptions import DryRunOptions
-from recipekit.validate.extensions import build_extensions
-from recipekit.validate.loader import load_bundle
-from recipekit.validate.results import Result
-from recipekit.validate.workcopy import prepare
+from recipekit.runtime.boundary import contract
+from recipekit.runtime.volume import trust
+from recipekit.validate.dryrun.cluster.attempts import DryRun, pod_environment
+from recipekit.validate.dryrun.options import DryRunOptions
+from recipekit.validate.dryrun.workdir.extensions import build_extensions
+from recipekit.validate.dryrun.workdir.workcopy import prepare
+from recipekit.validate.shared.loader import load_bundle
+from recipekit.validate.shared.results import Result
 
 pytestmark = pytest.mark.slow
 

@@ -36,11 +36,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from recipekit.base.paths import cache_dir
 from recipekit.bundle.build import build
 from recipekit.image.dockerfile import normalize, parse
-from recipekit.paths import cache_dir
-from recipekit.validate.loader import load_bundle
-from recipekit.validate.static import run_static
+from recipekit.validate.shared.loader import load_bundle
+from recipekit.validate.static.checks import run_static
 
 pytestmark = pytest.mark.slow
 

@@ -43,10 +43,10 @@ from pathlib import Path
 
 import pytest
 
+from recipekit.base.paths import cache_dir
 from recipekit.bundle.build import build
 from recipekit.image.dockerfile import normalize
-from recipekit.paths import cache_dir
-from recipekit.validate.loader import rehash_manifest
+from recipekit.validate.shared.loader import rehash_manifest
 from tests.integration import test_image_build
 from tests.integration.test_image_build import (
     CANN_PYTHON,
@@ -230,7 +230,7 @@ def mirror_of(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
 
 @pytest.fixture(scope="module")
 def pypi() -> None:
-    from recipekit.validate.pypi import reachable
+    from recipekit.validate.static.image.pypi import reachable
 
     why = reachable(PYPI)
     if why:

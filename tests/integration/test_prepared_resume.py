@@ -13,16 +13,19 @@ from pathlib import Path
 
 import pytest
 
-from recipekit.validate.tinydata import write_tiny_dataset
+from recipekit.validate.dryrun.workdir.tinydata import write_tiny_dataset
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from recipekit.runtime import dataprep, recipeview, samples, twin, workers  # noqa: E402
-from recipekit.runtime.fingerprint import Settings  # noqa: E402
-from recipekit.runtime.sampler import PreparedTrainer  # noqa: E402
-from recipekit.runtime.shards import ShardDataset  # noqa: E402
-from recipekit.runtime.sources import find_files  # noqa: E402
+from recipekit.runtime.boundary import recipeview  # noqa: E402
+from recipekit.runtime.data import samples, workers  # noqa: E402
+from recipekit.runtime.data.fingerprint import Settings  # noqa: E402
+from recipekit.runtime.data.sampler import PreparedTrainer  # noqa: E402
+from recipekit.runtime.data.shards import ShardDataset  # noqa: E402
+from recipekit.runtime.data.sources import find_files  # noqa: E402
+from recipekit.runtime.model import twin  # noqa: E402
+from recipekit.runtime.session import rundata  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -30,7 +33,7 @@ pytestmark = pytest.mark.slow
 def prepared(tmp_path: Path, tokenizer) -> ShardDataset:
     data = write_tiny_dataset("alpaca", tmp_path / "data.jsonl", n=22, seed=3)
     settings = Settings("alpaca", 64, False, 0.0, 0, 1 << 20, 0, "stat")
-    job = dataprep.describe_job(settings, find_files(str(data), "alpaca"), tokenizer, tmp_path / "prepared")
+    job = rundata.describe_job(settings, find_files(str(data), "alpaca"), tokenizer, tmp_path / "prepared")
     workers.work(job, tokenizer, 0, 1)
     return ShardDataset(job.directory, workers.collect(job, merger=True), "train")
 

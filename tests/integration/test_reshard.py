@@ -1,4 +1,5 @@
-"""A ZeRO checkpoint written by 2 ranks resumes on 1 rank through DeepSpeed's universal checkpoint (runtime/reshard.py).
+"""A ZeRO checkpoint written by 2 ranks resumes on 1 rank through DeepSpeed's universal checkpoint
+(runtime/volume/reshard.py).
 
 Each case trains a tiny random Llama with the real Trainer + DeepSpeed under torchrun (reshard_train.py): 2 ranks for
 8 steps, saving checkpoint-4 and checkpoint-8 (the uninterrupted reference). ``universal_copy`` converts
@@ -20,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from recipekit.runtime import reshard
+from recipekit.runtime.volume import reshard
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -36,7 +37,7 @@ FRESH_GAP = 0.05
 
 
 def _env() -> dict[str, str]:
-    from recipekit.validate.extensions import extensions_dir
+    from recipekit.validate.dryrun.workdir.extensions import extensions_dir
 
     return {
         **os.environ,

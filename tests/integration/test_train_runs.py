@@ -25,10 +25,11 @@ import pytest
 import yaml
 
 from recipekit.bundle.build import build
-from recipekit.bundlefiles import TRAIN_MODULE
-from recipekit.runtime import contract, trust
-from recipekit.validate.extensions import extensions_dir
-from recipekit.validate.tinydata import write_tiny_dataset
+from recipekit.bundle.files import TRAIN_MODULE
+from recipekit.runtime.boundary import contract
+from recipekit.runtime.volume import trust
+from recipekit.validate.dryrun.workdir.extensions import extensions_dir
+from recipekit.validate.dryrun.workdir.tinydata import write_tiny_dataset
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")

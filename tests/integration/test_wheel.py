@@ -26,7 +26,7 @@ def test_installed_wheel_builds_a_bundle(tmp_path: Path) -> None:
         capture_output=True,
     )
     code = (
-        "import recipekit, recipekit.paths as p; from recipekit.cli import main\n"
+        "import recipekit, recipekit.base.paths as p; from recipekit.cli import main\n"
         "assert p.RECIPES_DIR.is_relative_to(p.Path(recipekit.__file__).parent), p.RECIPES_DIR\n"
         f"main(['build', 'recipe=qwen2.5_14b_sft', '-o', {str(tmp_path / 'bundle')!r}])\n"
     )

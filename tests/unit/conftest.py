@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from recipekit.validate.tinydata import tiny_records
+from recipekit.validate.dryrun.workdir.tinydata import tiny_records
 
 #: Sequence length of the data-path tests: short enough for quick tokenising, long enough to pack several samples.
 MAX_LEN = 96
@@ -17,7 +17,7 @@ MAX_LEN = 96
 def data_tokenizer() -> Any:
     """The random twin's tokenizer, trained on tiny chat and text data as a run would."""
     pytest.importorskip("tokenizers")
-    from recipekit.runtime import twin
+    from recipekit.runtime.model import twin
 
     texts = [m["content"] for r in tiny_records("messages", 200) for m in r["messages"]]
     texts += [r["text"] for r in tiny_records("text", 100)]
@@ -26,7 +26,7 @@ def data_tokenizer() -> Any:
 
 def prepare_settings(fmt: str = "alpaca", **changes: Any) -> Any:
     """Prepare settings for ``fmt`` with small chunks (several per tiny file), changed by ``changes``."""
-    from recipekit.runtime.fingerprint import Settings
+    from recipekit.runtime.data.fingerprint import Settings
 
     base = {
         "format": fmt,

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from recipekit.runtime import contract
+from recipekit.runtime.boundary import contract
 
 #: A plan.json's fields the report reads: 1024 tokens per step on 2 devices in 0.5 s → 1024 tokens/s per device.
 PLAN: dict[str, Any] = {

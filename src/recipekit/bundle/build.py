@@ -12,13 +12,13 @@ from pathlib import Path
 from typing import Any
 
 from recipekit import memory
+from recipekit.base.errors import Problem, RecipeError
+from recipekit.base.paths import GROUPS
 from recipekit.bundle.documents import make_documents
 from recipekit.bundle.render import render
 from recipekit.bundle.write import write_bundle
-from recipekit.errors import Problem, RecipeError
 from recipekit.image.matrix import ImageMatrix, load_images
 from recipekit.memory.operations import operations
-from recipekit.paths import GROUPS
 from recipekit.plan.plan import Plan, make_plan
 from recipekit.recipe.compose import Composed, PartialComposition, compose, group_options
 from recipekit.recipe.overrides import slips

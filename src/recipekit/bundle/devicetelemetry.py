@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from recipekit.runtime.metricnames import Metric
+from recipekit.runtime.boundary.metricnames import Metric
 
 
 @dataclass(frozen=True)

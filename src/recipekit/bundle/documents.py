@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from recipekit import __version__
-from recipekit.bundlefiles import DS_CONFIG, RUN, TRAIN_MODULE, WORKDIR
+from recipekit.bundle.files import DS_CONFIG, RUN, TRAIN_MODULE, WORKDIR
 from recipekit.image.matrix import ARCH_LABEL, ImageFamily
 from recipekit.memory.operations import Operations, metrics_port_names
 from recipekit.plan.layout import Layout
@@ -21,7 +21,8 @@ from recipekit.plan.plan import Plan, Precision
 from recipekit.recipe import mindcluster
 from recipekit.recipe.k8snames import host_volume_name
 from recipekit.recipe.sections import Recipe
-from recipekit.runtime import contract, trust
+from recipekit.runtime.boundary import contract
+from recipekit.runtime.volume import trust
 
 #: Seconds Kubernetes waits after SIGTERM before SIGKILL: time for train.py to write its last checkpoint.
 TERMINATION_GRACE_S = 600
@@ -185,7 +186,7 @@ def trainer_arguments(
     else:
         args["num_train_epochs"] = tr.epochs
     if data.streaming:
-        # Every rank reads the stream and keeps its share (runtime/stream.py): no dispatch from rank 0, and no
+        # Every rank reads the stream and keeps its share (runtime/data/stream.py): no dispatch from rank 0, and no
         # DataLoader workers, which would each read the whole stream again (the reader keeps the chunk counts that
         # resumption needs in the training process).
         args["accelerator_config"] = {"dispatch_batches": False}

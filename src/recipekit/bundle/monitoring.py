@@ -1,10 +1,10 @@
 """The bundle's monitoring documents, as dicts the renderer serialises: a PodMonitor that makes the Prometheus
 Operator scrape the Job's pods, a PrometheusRule with the alerts, and a Grafana dashboard.
 
-Metric names come from the runtime's :mod:`~recipekit.runtime.metricnames` (what the exporter serves), thresholds
-from :mod:`~recipekit.memory.operations` (what the in-process alerts use), the selector and port names from the Job's
-own pod labels and container ports: one source for each, so a scrape target, an alert and a panel cannot drift apart.
-Every expression is scoped to this run with ``recipekit_job="<job name>"``. Pure: no I/O.
+Metric names come from the runtime's :mod:`~recipekit.runtime.boundary.metricnames` (what the exporter serves),
+thresholds from :mod:`~recipekit.memory.operations` (what the in-process alerts use), the selector and port names from
+the Job's own pod labels and container ports: one source for each, so a scrape target, an alert and a panel cannot drift
+apart. Every expression is scoped to this run with ``recipekit_job="<job name>"``. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from recipekit.bundle.documents import job_labels
 from recipekit.memory.operations import Operations, metrics_port_names
 from recipekit.plan.plan import Plan
 from recipekit.recipe.sections import Recipe
-from recipekit.runtime import metricnames
+from recipekit.runtime.boundary import metricnames
 
 MONITORING_API = "monitoring.coreos.com/v1"
 #: How often Prometheus scrapes each process.

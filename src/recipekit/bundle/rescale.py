@@ -16,11 +16,11 @@ from typing import Any
 
 import yaml
 
-from recipekit import yamlfile
+from recipekit.base import yamlfile
+from recipekit.base.errors import Problem, RecipeError
+from recipekit.base.limits import BUNDLE_FILE, read_regular
 from recipekit.bundle.build import Built, build_resolved, resolve
-from recipekit.bundlefiles import MANIFEST, RECIPE
-from recipekit.errors import Problem, RecipeError
-from recipekit.limits import BUNDLE_FILE, read_regular
+from recipekit.bundle.files import MANIFEST, RECIPE
 from recipekit.plan.layout import LAYOUT_KEYS, Layout
 from recipekit.plan.rescale import States, rescale_overrides, rescale_problems
 

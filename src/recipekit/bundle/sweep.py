@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from recipekit.base.errors import Problem, RecipeError
 from recipekit.bundle.build import DEFAULT_OUTPUT_ROOT, build_resolved, resolve
-from recipekit.errors import Problem, RecipeError
 from recipekit.recipe.compose import Composed, compose, compose_variants, expand_sweep, preload
 
 #: Processes that build in parallel: the 2 cores of the build machines recipekit is sized for.

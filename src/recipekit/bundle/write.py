@@ -42,8 +42,8 @@ from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from recipekit.bundlefiles import EXECUTABLE, MANIFEST
-from recipekit.errors import Problem, RecipeError
+from recipekit.base.errors import Problem, RecipeError
+from recipekit.bundle.files import EXECUTABLE, MANIFEST
 
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 #: A manifest is a few KiB; anything far larger is not one (and is not read whole).

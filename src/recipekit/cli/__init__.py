@@ -30,9 +30,9 @@ class _Commands(click.Group):
         "image": ("recipekit.cli.image", "image_group"),
         "data": ("recipekit.cli.data", "data_group"),
         "model": ("recipekit.cli.model", "model_group"),
-        "report": ("recipekit.cli.runs", "report_command"),
-        "runs": ("recipekit.cli.history", "runs_group"),
-        "compare": ("recipekit.cli.runs", "compare_command"),
+        "report": ("recipekit.cli.report", "report_command"),
+        "runs": ("recipekit.cli.runs", "runs_group"),
+        "compare": ("recipekit.cli.report", "compare_command"),
         "rescale": ("recipekit.cli.rescale", "rescale_command"),
     }
 

@@ -9,8 +9,8 @@ from typing import Any
 
 import click
 
+from recipekit.base.errors import RecipeError
 from recipekit.cli.common import SETTINGS, finite, layers, recipes_option, rich_console, user_errors, warn
-from recipekit.errors import RecipeError
 
 
 @click.command(context_settings={**SETTINGS, "ignore_unknown_options": True})
@@ -124,12 +124,12 @@ def show(overrides: tuple[str, ...], as_json: bool, compact: bool, extra_dirs: t
 
         click.echo("\n".join(compact_lines(document["recipe"])))
         return
-    from recipekit.bundle import report
+    from recipekit.bundle import planview
 
     # plain, whole lines: PyYAML folds at 80 columns and rich at the terminal's width, both mid-value
     chosen = {"choices": document["choices"], "recipe": document["recipe"]}
     click.echo(yaml.safe_dump(chosen, sort_keys=False, width=2**31 - 1, allow_unicode=True), nl=False)
-    rich_console().print(report.render_summary(document["plan"]))
+    rich_console().print(planview.render_summary(document["plan"]))
     warn(resolved.plan.warnings)
 
 
@@ -180,7 +180,7 @@ def plan(
       recipekit plan recipe=qwen2.5_7b_pretrain --data /mnt/shared/runs/prepared/4f2a.../manifest.json
     """
     from recipekit import memory
-    from recipekit.bundle import report
+    from recipekit.bundle import planview
     from recipekit.bundle.build import resolve
     from recipekit.recipe.paralleloptions import load_parallel_options
 
@@ -205,21 +205,21 @@ def plan(
         search_pp = recipe.parallel.pipeline_parallel > 1
         advices = memory.advise(recipe, resolved.images, top=top, search_pp=search_pp, parallel_options=options)
     if as_json:
-        output: dict[str, Any] = {"estimate": report.estimate_dict(estimate)}
+        output: dict[str, Any] = {"estimate": planview.estimate_dict(estimate)}
         if advise:
-            output["advice"] = report.advice_dict(advices)
+            output["advice"] = planview.advice_dict(advices)
         click.echo(json.dumps(output, indent=2))
         return
     console = rich_console()
-    console.print(report.render_estimate(estimate))
+    console.print(planview.render_estimate(estimate))
     if not estimate.fits:
         problem = memory.fit_problem(estimate, images=resolved.images, parallel_options=options)
         if problem is not None:
-            from recipekit.terminal import styled
+            from recipekit.cli.terminal import styled
 
             console.print(styled(("to fit:", "bold"), f" {problem.hint}"))
     if advise:
-        console.print(report.render_advice(advices))
+        console.print(planview.render_advice(advices))
         buildable = [a for a in advices if a.buildable]
         if buildable:  # the fastest layout build accepts: PP (and TP the bundle cannot run) is analysis only
             from recipekit.recipe.overrides import merge

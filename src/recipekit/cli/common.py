@@ -13,15 +13,15 @@ from typing import Any, NoReturn
 
 import click
 
-from recipekit.errors import RecipeError
+from recipekit.base.errors import RecipeError
 
 SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 110}
 
 
 def rich_console(stderr: bool = False) -> Any:
     """rich, imported only by the commands that draw tables: it costs start-up time `build` need not pay. No markup
-    in strings: names, paths and hints printed through it are shown as written (:mod:`recipekit.terminal`)."""
-    from recipekit.terminal import console
+    in strings: names, paths and hints printed through it are shown as written (:mod:`recipekit.cli.terminal`)."""
+    from recipekit.cli.terminal import console
 
     return console(stderr=stderr, soft_wrap=True)
 
@@ -45,7 +45,7 @@ def user_errors(func: Callable[..., Any]) -> Callable[..., Any]:
         except BrokenPipeError:  # stdout closed by the reader (| head): not the user's input
             raise
         except OSError as exc:
-            from recipekit.errors import Problem
+            from recipekit.base.errors import Problem
 
             where = os.fsdecode(exc.filename) if exc.filename is not None else "path"
             exit_with_problems(

@@ -11,7 +11,7 @@ line, no traceback); 1 the prepare step failed otherwise (its traceback is shown
 ``recipekit data verify BUNDLE`` finds the bundle's prepared dataset the same way (``python -m runtime.dataprep
 --verify``: the fingerprint needs the bundle's tokenizer) and checks every shard file against the manifest's size
 and sha256; ``--prepared DIR`` checks a ``<prepared_dir>/<fingerprint>`` directory directly, here, with no bundle
-and no training stack (runtime/verify.py is standard library only). Exit codes: 0 all match, 1 a shard is missing
+and no training stack (runtime/volume/verify.py is standard library only). Exit codes: 0 all match, 1 a shard is missing
 or damaged, 2 nothing to check (no manifest, not a bundle, a streaming bundle, an unusable stack).
 """
 
@@ -28,13 +28,13 @@ from typing import Any
 import click
 import yaml
 
-from recipekit import yamlfile
-from recipekit.bundlefiles import RECIPE, RUNTIME
+from recipekit.base import yamlfile
+from recipekit.bundle.files import RECIPE, RUNTIME
 from recipekit.cli.common import SETTINGS, fail
 from recipekit.recipe.volumes import under
-from recipekit.runtime import contract
-from recipekit.runtime.manifest import ManifestError
-from recipekit.validate.childpython import python_argv, safe_env
+from recipekit.runtime.boundary import contract
+from recipekit.runtime.volume.manifest import ManifestError
+from recipekit.validate.shared.childpython import python_argv, safe_env
 
 #: What the bundle's prepare step imports (its tokenizer comes through transformers).
 STACK = ("transformers", "tokenizers", "numpy", "pyarrow", "yaml")
@@ -135,7 +135,7 @@ def verify_command(bundle: Path | None, prepared: Path | None, volume: Path | No
       recipekit data verify --prepared /mnt/pvc-llm/runs/prepared/4f2a9c0e1b7d3a5f6e80
       recipekit data verify bundles/tiny_sft --json
     """
-    from recipekit.runtime import trust, verify
+    from recipekit.runtime.volume import trust, verify
 
     if (bundle is None) == (prepared is None):
         fail("give a BUNDLE or --prepared DIR (one of them)")
@@ -187,7 +187,7 @@ def _unusable(bundle: Path, action: str = "prepare") -> str | None:
         return f"{bundle} is not a recipekit bundle (no {RECIPE})"
     if not (bundle / RUNTIME / "dataprep.py").is_file():
         return f"{bundle} was built by a recipekit without a prepare step: rebuild it with `recipekit build`"
-    if action == "verify" and not (bundle / RUNTIME / "verify.py").is_file():
+    if action == "verify" and not (bundle / RUNTIME / "volume" / "verify.py").is_file():
         return f"{bundle} was built by a recipekit that cannot verify shards: rebuild it, or use --prepared DIR"
     try:  # the bundle may come from anyone: a non-UTF-8, deep or alias-bomb recipe.yaml is one line here
         raw = yamlfile.read(bundle / RECIPE)
@@ -238,7 +238,7 @@ def _run(command: list[str], env: dict[str, str]) -> dict[str, Any] | None:
     """Run the child, drawing its progress; its result, or exit with its code on failure."""
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn
 
-    from recipekit.terminal import console as make_console
+    from recipekit.cli.terminal import console as make_console
 
     console = make_console(stderr=True)
     columns = (

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import click
 
+from recipekit.base.errors import RecipeError
 from recipekit.cli.common import SETTINGS, exit_with_problems
-from recipekit.errors import RecipeError
 
 
 @click.group("image", context_settings=SETTINGS)

@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any, get_args
 import click
 import yaml
 
-from recipekit import yamlfile
+from recipekit.base import yamlfile
+from recipekit.base.errors import RecipeError
 from recipekit.cli.common import SETTINGS, recipes_option, rich_console, user_errors
-from recipekit.errors import RecipeError
 from recipekit.recipe.compose import describe_option, option_files, recipe_dirs
 from recipekit.recipe.team import Layer
 
@@ -51,7 +51,7 @@ def mode_refusals(path: Path, extra: Sequence[Path] = ()) -> tuple[tuple[str, st
 
     A mode file that is not a plain, valid mode section (a team file that extends another) gets no note.
     """
-    from recipekit.errors import RecipeError
+    from recipekit.base.errors import RecipeError
     from recipekit.image.matrix import load_images, mode_problems
     from recipekit.recipe.schema import field_types, sections_in, validate
     from recipekit.recipe.sections import Recipe
@@ -145,8 +145,8 @@ def list_(group: str | None, extra_dirs: tuple[Path, ...]) -> None:
     from rich.table import Table
     from rich.text import Text
 
-    from recipekit.errors import Problem
-    from recipekit.paths import GROUPS
+    from recipekit.base.errors import Problem
+    from recipekit.base.paths import GROUPS
     from recipekit.recipe.compose import check_team_trees
     from recipekit.recipe.team import search_layers
 

@@ -81,7 +81,7 @@ def import_command(
       recipekit model import /mnt/shared/models/Qwen3-30B-A3B
       recipekit model import ./Mixtral-8x7B-v0.1/config.json -o recipes/model/mixtral_8x7b.yaml
     """
-    from recipekit.errors import RecipeError
+    from recipekit.base.errors import RecipeError
     from recipekit.recipe.modelimport import ImportProblem, describe, import_config, option_yaml
     from recipekit.recipe.schema import validate
     from recipekit.recipe.sections import ModelSpec

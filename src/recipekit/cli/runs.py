@@ -1,439 +1,70 @@
-"""``recipekit report`` and ``recipekit compare``: a run's report with plots, and the alignment of two runs.
+"""``recipekit runs history OUTPUT_DIR``: a run's interruptions and recoveries, and its MTTR, from the run directory.
 
-Thin commands: :mod:`recipekit.runs.runlog` reads, :mod:`runplan`, :mod:`runsummary` and :mod:`compare` decide,
-:mod:`runplots` draws, :mod:`runhtml` writes the page. matplotlib and rich are imported inside the commands only.
-Exit codes: 0 done (compare: aligned), 1 compare: not aligned, 2 unusable input (one line each, no traceback).
+It reads ``recovery.jsonl`` with runtime/volume/recovery.py, the code train.py writes it with and the dry run's judge
+computes its MTTR with: one definition of MTTR (last step before the interruption → first step after the restart).
+Standard library and click only; the directory may be a copy of the cluster's volume.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import json
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 import click
 
-from recipekit.cli.common import user_errors as _user_errors
-from recipekit.errors import Problem, RecipeError
-
-_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 110}
+from recipekit.cli.common import SETTINGS, fail
+from recipekit.runtime.volume import recovery
 
 
-def _need_matplotlib() -> None:
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        raise RecipeError(
-            [Problem("matplotlib", "not installed: pip install 'recipekit[report]' (or --json without plots)")]
-        ) from None
-
-
-@contextmanager
-def _progress(enabled: bool) -> Iterator[Callable[[str], None]]:
-    """A transient progress line on stderr while plots are drawn (long runs have many points)."""
-    if not enabled:
-        yield lambda title: None
-        return
-    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
-    from recipekit.terminal import console
-
-    with Progress(
-        SpinnerColumn(),
-        TextColumn("{task.description}", markup=False),
-        TimeElapsedColumn(),
-        console=console(stderr=True),
-        transient=True,
-    ) as progress:
-        task = progress.add_task("reading the run", total=None)
-        yield lambda title: progress.update(task, description=f"drawing: {title}")
-
-
-def _text_table(title: str, rows: Sequence[Sequence[object]], headers: Sequence[str] = ()) -> Any:
-    """A rich table whose cells are Text: foreign strings are never read as markup."""
-    from rich.table import Table
-    from rich.text import Text
-
-    table = Table(title=Text(title), show_header=bool(headers), title_justify="left")
-    for header in headers or [""] * (len(rows[0]) if rows else 1):
-        table.add_column(Text(str(header)), overflow="fold")
-    for row in rows:
-        table.add_row(*(Text("" if cell is None else str(cell)) for cell in row))
-    return table
-
-
-def _fmt(value: Any) -> str:
-    if value is None:
-        return "n/a"
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return str(value)
-
-
-def _write_files(out: Path, html: str, plots: Sequence[Any], document: dict[str, Any]) -> list[str]:
-    out.mkdir(parents=True, exist_ok=True)
-    written = []
-    for plot in plots:
-        (out / f"{plot.name}.png").write_bytes(plot.png)
-        written.append(str(out / f"{plot.name}.png"))
-    (out / "report.html").write_text(html, encoding="utf-8")
-    (out / "report.json").write_text(json.dumps(document, indent=2, default=str) + "\n", encoding="utf-8")
-    return [str(out / "report.html"), *written, str(out / "report.json")]
-
-
-# ------------------------------------------------------------------------------------------------------- report
-def report_html(run: Any, doc: dict[str, Any], plots: Sequence[Any]) -> str:
-    from recipekit.runs import runhtml as h
-
-    parts = [
-        h.heading("Summary"),
-        h.table(["what ran", ""], doc["what_ran"]),
-        h.table(["how it went", ""], doc["how_it_went"]),
-    ]
-    margin = doc["margin"]
-    if doc["deviations"]:
-        parts += [
-            h.paragraph(f"Deviations from the plan beyond ×{1 + margin:g} either way:", "bad"),
-            h.items(doc["deviations"]),
-        ]
-    elif run.plan:
-        parts.append(h.paragraph(f"Every measured figure is within ×{1 + margin:g} of the plan.", "good"))
-    parts += [
-        h.heading("Plan vs measured"),
-        h.paragraph("Measured: median over the logged steps after the first. Ratio: measured / predicted."),
-        h.table(
-            ["figure", "predicted", "measured", "ratio", "note"],
-            [
-                [
-                    f"{r['title']}{' (' + r['unit'] + ')' if r['unit'] else ''}",
-                    _fmt(r["predicted"]),
-                    _fmt(r["measured"]),
-                    _fmt(r["ratio"]),
-                    ("DEVIATES " if r["deviates"] else "") + r["note"],
-                ]
-                for r in doc["plan"]
-            ],
-            numeric=(1, 2, 3),
-        ),
-    ]
-    if doc["restarts"]:
-        parts += [
-            h.heading("Interruptions and recovery"),
-            h.table(
-                ["attempt", "interrupted after step", "resumed from", "replayed steps", "down (s)", "recovery (s)"],
-                [
-                    [
-                        r["attempt"],
-                        r["interrupted_at_step"],
-                        r["resumed_step"],
-                        r["replayed_steps"],
-                        _fmt(r["downtime_s"]),
-                        _fmt(r["recovery_s"]),
-                    ]
-                    for r in doc["restarts"]
-                ],
-                numeric=(0, 1, 2, 3, 4, 5),
-            ),
-        ]
-    if doc["warnings"]:
-        parts += [h.heading("Warnings"), h.items(doc["warnings"])]
-    parts.append(h.heading("Plots"))
-    parts += [h.figure(p) for p in plots]
-    return h.page(f"Run report: {run.label}", parts)
-
-
-@click.command("report", context_settings=_SETTINGS)
-@click.argument("run_dir", type=click.Path(path_type=Path))
-@click.option("--volume", type=click.Path(path_type=Path), help="Where the bundle's shared volume is mounted here.")
-@click.option(
-    "--plan",
-    "plan",
-    type=click.Path(path_type=Path),
-    help="A plan.json (or bundle) to hold an output directory against.",
-)
-@click.option(
-    "-o",
-    "--output",
-    "out",
-    type=click.Path(path_type=Path),
-    default=Path("recipekit-report"),
-    show_default=True,
-    help="Directory for report.html, the PNGs and report.json.",
-)
-@click.option(
-    "--margin",
-    type=click.FloatRange(min=0, max=100),
-    default=0.5,
-    show_default=True,
-    help="A measured figure beyond ×(1+margin) of the plan either way is a deviation.",
-)
-@click.option(
-    "--export-baseline",
-    type=click.Path(path_type=Path),
-    help="Also write the run's numbers as a small baseline file for `compare --baseline`.",
-)
-@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON on stdout.")
-@_user_errors
-def report_command(
-    run_dir: Path,
-    volume: Path | None,
-    plan: Path | None,
-    out: Path,
-    margin: float,
-    export_baseline: Path | None,
-    as_json: bool,
-) -> None:
-    """Draw RUN_DIR's report: an HTML page (plots embedded, opens offline), PNGs and report.json.
-
-    RUN_DIR is a run's output directory, a bundle (its output directory found on the shared volume, mounted here at
-    --volume), a dry run's work directory, or a baseline file. The plan's predictions stand beside what was measured.
+@click.group("runs", context_settings=SETTINGS)
+def runs_group() -> None:
+    """Read a run's output directory: its interruptions, recoveries and MTTR.
 
     \b
     Examples:
-      recipekit report bundles/llama3_8b_sft --volume /mnt/pvc-llm-shared -o report/
-      recipekit report .dryrun/work --json
-      recipekit report /mnt/shared/runs/llama3-8b-sft-5891d6 --plan bundles/llama3_8b_sft/plan.json
-      recipekit report bundles/llama3_8b_sft --volume /mnt/pvc --export-baseline baseline.json
+      recipekit runs history /mnt/shared/runs/llama3-8b-sft-5891d6
+      recipekit runs history ./runs/tiny-sft-a970ef --json
     """
-    from recipekit.runs.runlog import baseline, load_run
-    from recipekit.runs.runsummary import summary
-
-    _need_matplotlib()
-    from recipekit.runs.runplots import run_plots
-
-    run = load_run(run_dir, volume, plan)
-    doc = summary(run, margin)
-    with _progress(not as_json) as progress:
-        plots = run_plots(run, progress)
-    files = _write_files(out, report_html(run, doc, plots), plots, doc)
-    if export_baseline is not None:
-        export_baseline.parent.mkdir(parents=True, exist_ok=True)
-        export_baseline.write_text(json.dumps(baseline(run), indent=1, default=str) + "\n", encoding="utf-8")
-        files.append(str(export_baseline))
-    doc["files"] = files
-    if as_json:
-        click.echo(json.dumps(doc, indent=2, default=str))
-        return
-    from recipekit.terminal import console as make_console
-
-    console = make_console(soft_wrap=True)
-    console.print(f"run: {run.label}", markup=False)
-    console.print(_text_table("What ran", doc["what_ran"]))
-    console.print(_text_table("How it went", doc["how_it_went"]))
-    console.print(
-        _text_table(
-            "Plan vs measured (median after the first step)",
-            [[r["title"], _fmt(r["predicted"]), _fmt(r["measured"]), _fmt(r["ratio"]), r["note"]] for r in doc["plan"]],
-            ["figure", "predicted", "measured", "ratio", "note"],
-        )
-    )
-    for line in doc["deviations"]:
-        console.print(f"deviation (beyond ×{1 + margin:g}): {line}", markup=False, style="yellow")
-    for line in doc["warnings"]:
-        console.print(f"warning: {line}", markup=False, style="yellow")
-    console.print(f"report: {files[0]} ({len(plots)} plots)", markup=False)
 
 
-# ------------------------------------------------------------------------------------------------------ compare
-def compare_html(result: Any, plots: Sequence[Any]) -> str:
-    from recipekit.runs import runhtml as h
-
-    doc = result.to_json()
-    verdict = "ALIGNED" if result.aligned else "NOT ALIGNED"
-    parts = [
-        h.heading("Verdict"),
-        h.paragraph(f"{verdict} (A: {result.a}; B: {result.b})", "good" if result.aligned else "bad"),
-    ]
-    if result.reasons:
-        parts.append(h.items(result.reasons))
-    t = doc["tolerances"]
-    parts.append(
-        h.paragraph(
-            f"Tolerances: loss {t['loss_rtol']:g} relative over a {t['window']}-step window, grad norm "
-            f"{t['grad_norm_rtol']:g}, eval loss {t['eval_rtol']:g}."
-        )
-    )
-    parts += [
-        h.heading("Alignment"),
-        h.table(
-            [
-                "series",
-                "common steps",
-                "max |B−A|",
-                "max relative",
-                "max windowed relative",
-                "tolerance",
-                "first divergence",
-            ],
-            [
-                [
-                    key,
-                    len(doc[key]["steps"]),
-                    _fmt(doc[key]["max_abs_diff"]),
-                    _fmt(doc[key]["max_rel_diff"]),
-                    _fmt(doc[key]["max_window_rel_diff"]),
-                    _fmt(doc[key]["rtol"]),
-                    _fmt(doc[key]["first_divergence"]) if doc[key]["first_divergence"] is not None else "none",
-                ]
-                for key in ("loss", "grad_norm", "eval_loss")
-            ],
-            numeric=(1, 2, 3, 4, 5),
-        ),
-        h.heading("Throughput and MFU side by side"),
-        h.table(
-            ["figure", "A", "B", "B / A"],
-            [[r["title"], _fmt(r["a"]), _fmt(r["b"]), _fmt(r["ratio"])] for r in doc["throughput"]],
-            numeric=(1, 2, 3),
-        ),
-        h.heading("What differs"),
-        h.items(doc["recipe_changes"] or ["no recipe key differs"]),
-        h.items(doc["version_changes"] or ["no version differs"]),
-    ]
-    if doc["notes"]:
-        parts += [h.heading("Notes"), h.items(doc["notes"])]
-    parts += [h.heading("Plots"), *(h.figure(p) for p in plots)]
-    return h.page("Run comparison", parts)
+def _when(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    return dt.datetime.fromtimestamp(seconds, tz=dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
 
 
-@click.command("compare", context_settings=_SETTINGS)
-@click.argument("runs", nargs=-1, type=click.Path(path_type=Path))
-@click.option(
-    "--baseline",
-    type=click.Path(path_type=Path),
-    help="Compare the one RUN against this stored baseline (file or run).",
-)
-@click.option("--volume", type=click.Path(path_type=Path), help="Where the bundles' shared volume is mounted here.")
-@click.option(
-    "--loss-rtol",
-    type=click.FloatRange(min=0),
-    default=0.02,
-    show_default=True,
-    help="Largest relative difference of the windowed mean loss.",
-)
-@click.option(
-    "--window",
-    type=click.IntRange(min=1),
-    default=3,
-    show_default=True,
-    help="Steps in the trailing window the loss and grad norm are averaged over.",
-)
-@click.option(
-    "--grad-norm-rtol",
-    type=click.FloatRange(min=0),
-    default=0.25,
-    show_default=True,
-    help="Largest relative difference of the windowed mean grad norm.",
-)
-@click.option(
-    "--eval-rtol",
-    type=click.FloatRange(min=0),
-    default=0.02,
-    show_default=True,
-    help="Largest relative difference of an evaluation's loss.",
-)
-@click.option(
-    "--html",
-    "html_out",
-    type=click.Path(path_type=Path),
-    help="Write the comparison (both curves plotted) into this directory.",
-)
-@click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON on stdout.")
-@_user_errors
-def compare_command(
-    runs: tuple[Path, ...],
-    baseline: Path | None,
-    volume: Path | None,
-    loss_rtol: float,
-    window: int,
-    grad_norm_rtol: float,
-    eval_rtol: float,
-    html_out: Path | None,
-    as_json: bool,
-) -> None:
-    """Is run B aligned with run A? Loss, grad norm and eval loss step by step; exit 0 aligned, 1 not.
+@runs_group.command("history")
+@click.argument("output_dir", type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print the history as one JSON document.")
+def history_command(output_dir: Path, as_json: bool) -> None:
+    """Each interruption of the run in OUTPUT_DIR and how it recovered, with the MTTR.
 
-    RUN_A and RUN_B are output directories, bundles (with --volume), dry-run work directories or baseline files.
-    With --baseline, give one RUN: it is compared against the stored baseline (a team's CI regression gate).
+    MTTR = first step after the restart − last step completed before the interruption (detection, rescheduling,
+    start-up and loading included); steps lost = that last step − the checkpoint step resumed from.
 
     \b
     Examples:
-      recipekit compare runs/cuda-a100 runs/ascend-910b
-      recipekit compare bundles/llama3_8b_sft@old bundles/llama3_8b_sft --volume /mnt/pvc --html compare/
-      recipekit compare .dryrun/work --baseline tests/baselines/tiny_sft.json --json
+      recipekit runs history /mnt/shared/runs/llama3-8b-sft-5891d6
+      recipekit runs history ./runs/tiny-sft-a970ef --json
     """
-    from recipekit.runs.compare import Tolerances, compare
-    from recipekit.runs.runlog import load_run
-
-    if baseline is not None:
-        if len(runs) != 1:
-            raise RecipeError(
-                [Problem("compare", f"--baseline takes exactly one RUN to hold against it, got {len(runs)}")]
-            )
-        paths = (baseline, runs[0])
-    elif len(runs) != 2:
-        raise RecipeError(
-            [Problem("compare", f"give two runs (RUN_A RUN_B) or one RUN with --baseline, got {len(runs)}")]
-        )
-    else:
-        paths = (runs[0], runs[1])
-    if html_out is not None:
-        _need_matplotlib()
-    a, b = (load_run(p, volume) for p in paths)
-    result = compare(a, b, Tolerances(loss_rtol, window, grad_norm_rtol, eval_rtol))
-    doc = result.to_json()
-    if html_out is not None:
-        from recipekit.runs.runplots import compare_plots
-
-        with _progress(not as_json) as progress:
-            plots = compare_plots(a, b, progress)
-        doc["files"] = _write_files(html_out, compare_html(result, plots), plots, doc)
+    path = output_dir / recovery.RECOVERY_FILE
+    if not path.is_file():
+        fail(f"{path} not found: not a run's output directory, or written by an older bundle")
+    records = recovery.read(output_dir)
+    found = recovery.history(records)
+    figures = recovery.summary(found)
     if as_json:
-        click.echo(json.dumps(doc, indent=2, default=str))
-    else:
-        _print_comparison(result, doc)
-    raise SystemExit(0 if result.aligned else 1)
-
-
-def _print_comparison(result: Any, doc: dict[str, Any]) -> None:
-    from recipekit.terminal import console as make_console
-
-    console = make_console(soft_wrap=True)
-    console.print(f"A: {result.a}\nB: {result.b}", markup=False)
-    console.print(
-        _text_table(
-            "Alignment",
-            [
-                [
-                    key,
-                    len(doc[key]["steps"]),
-                    _fmt(doc[key]["max_abs_diff"]),
-                    _fmt(doc[key]["max_rel_diff"]),
-                    _fmt(doc[key]["max_window_rel_diff"]),
-                    _fmt(doc[key]["rtol"]),
-                    doc[key]["first_divergence"] if doc[key]["first_divergence"] is not None else "none",
-                ]
-                for key in ("loss", "grad_norm", "eval_loss")
-            ],
-            ["series", "steps", "max |B−A|", "max rel", "max windowed rel", "tolerance", "first divergence"],
+        click.echo(json.dumps({"recoveries": [r.to_json() for r in found], **figures}, indent=2))
+        return
+    starts = sum(1 for r in records if r.get("event") == "start")
+    click.echo(f"{output_dir}: {starts} start(s), {figures['restarts']} recovery(ies)")
+    for i, r in enumerate(found, 1):
+        mttr = f"{r.mttr_s} s" if r.mttr_s is not None else "not recovered yet (no step since the restart)"
+        click.echo(
+            f"  {i}. interrupted after step {r.interrupted_step} ({_when(r.interrupted_time)} UTC); restarted "
+            f"{_when(r.restart_time)}; resumed at step {r.resume_step}; first step {r.first_step or '-'} at "
+            f"{_when(r.first_step_time)}; steps lost {r.steps_lost}; MTTR {mttr}"
         )
-    )
-    console.print(
-        _text_table(
-            "Throughput and MFU",
-            [[r["title"], _fmt(r["a"]), _fmt(r["b"]), _fmt(r["ratio"])] for r in doc["throughput"]],
-            ["figure", "A", "B", "B / A"],
-        )
-    )
-    for line in doc["recipe_changes"]:
-        console.print(f"recipe: {line}", markup=False)
-    for line in doc["version_changes"]:
-        console.print(f"version: {line}", markup=False)
-    for line in [*doc["notes"], *result.reasons]:
-        console.print(line, markup=False)
-    if "files" in doc:
-        console.print(f"comparison: {doc['files'][0]}", markup=False)
-    console.print(
-        "ALIGNED" if result.aligned else "NOT ALIGNED", markup=False, style="green" if result.aligned else "red"
-    )
+    if figures["mttr_s"] is not None:
+        click.echo(f"MTTR {figures['mttr_s']} s (mean of {len(found)}); steps lost {figures['steps_lost']}")

@@ -17,9 +17,9 @@ import click
 from click.core import ParameterSource
 
 from recipekit.cli.common import SETTINGS, fail
-from recipekit.runtime.device import TARGETS
-from recipekit.terminal import plain
-from recipekit.validate.results import Report, Result, Status
+from recipekit.cli.terminal import plain
+from recipekit.runtime.boundary.contract import DEVICE_TARGETS as TARGETS
+from recipekit.validate.shared.results import Report, Result, Status
 
 _DRY_RUN_ONLY = (
     "pods",
@@ -133,8 +133,8 @@ def validate_command(
       recipekit validate bundles/tiny_sft --json
     """
     from recipekit.validate import validate
-    from recipekit.validate.dryrunoptions import DryRunOptions, DryRunUsageError
-    from recipekit.validate.loader import BundleUnusable
+    from recipekit.validate.dryrun.options import DryRunOptions, DryRunUsageError
+    from recipekit.validate.shared.loader import BundleUnusable
 
     if not dry_run:
         given = [name for name in _DRY_RUN_ONLY if ctx.get_parameter_source(name) is not ParameterSource.DEFAULT]
@@ -181,7 +181,7 @@ class _Progress:
     """Progress of long steps on stderr: a spinner on a terminal, plain lines otherwise (dry-run steps only)."""
 
     def __init__(self, dry_run: bool) -> None:
-        from recipekit.terminal import console
+        from recipekit.cli.terminal import console
 
         self.console = console(stderr=True, soft_wrap=True)
         self.interactive = self.console.is_terminal
@@ -217,12 +217,12 @@ def _details(result: Result) -> str:
 
 def print_report(report: Report) -> None:
     """The table of checks, then substitutions, log tails, warnings and the verdict, at the terminal's width
-    (80 columns when piped). Text that is not recipekit's own is printed as written (:mod:`recipekit.terminal`)."""
+    (80 columns when piped). Text that is not recipekit's own is printed as written (:mod:`recipekit.cli.terminal`)."""
     from rich.table import Column, Table
     from rich.text import Text
 
-    from recipekit.terminal import console as make_console
-    from recipekit.terminal import styled
+    from recipekit.cli.terminal import console as make_console
+    from recipekit.cli.terminal import styled
 
     console = make_console()
     table = Table(

@@ -20,8 +20,8 @@ import tarfile
 import zlib
 from collections.abc import Collection, Mapping
 
-from recipekit.errors import Problem, RecipeError
-from recipekit.limits import ARCHIVE_MEMBER
+from recipekit.base.errors import Problem, RecipeError
+from recipekit.base.limits import ARCHIVE_MEMBER
 
 #: Bounds on what is read back: a bundle and its recipe sources are well under a megabyte.
 MAX_BYTES = 256 * 1024 * 1024

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from recipekit.bundlefiles import MANIFEST
-from recipekit.errors import Problem, RecipeError
-from recipekit.limits import DIFF_FILE, DIFF_LINE
+from recipekit.base.errors import Problem, RecipeError
+from recipekit.base.limits import DIFF_FILE, DIFF_LINE
+from recipekit.bundle.files import MANIFEST
 
 #: Lines of unified diff shown per changed file; the rest is summarised.
 DIFF_LINES = 24

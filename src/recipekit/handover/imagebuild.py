@@ -27,14 +27,14 @@ from typing import Any
 
 import yaml
 
-from recipekit import yamlfile
+from recipekit.base import yamlfile
+from recipekit.base.errors import Problem, RecipeError
+from recipekit.base.limits import BUNDLE_FILE, read_regular
+from recipekit.bundle.files import read_files
 from recipekit.bundle.render import MANIFEST
 from recipekit.bundle.write import manifest_problem, write_bundle
-from recipekit.bundlefiles import read_files
-from recipekit.errors import Problem, RecipeError
 from recipekit.image.dockerfile import PLATFORM_ARGS, PREDEFINED_ARGS, parse, split_image
-from recipekit.limits import BUNDLE_FILE, read_regular
-from recipekit.runtime import jsonfile
+from recipekit.runtime.boundary import jsonfile
 
 JOB = "volcano-job.yaml"
 #: Lines of a failing step shown with the error.

@@ -31,11 +31,11 @@ from pathlib import Path
 from typing import Any
 
 from recipekit import __version__
-from recipekit.bundlefiles import EXECUTABLE, MANIFEST, read_files
-from recipekit.errors import Problem, RecipeError
+from recipekit.base.errors import Problem, RecipeError
+from recipekit.base.limits import PACKAGE_FILE, read_regular
+from recipekit.bundle.files import EXECUTABLE, MANIFEST, read_files
 from recipekit.handover.archive import read_targz, write_targz
-from recipekit.limits import PACKAGE_FILE, read_regular
-from recipekit.runtime import jsonfile
+from recipekit.runtime.boundary import jsonfile
 
 FORMAT = "recipekit-package/1"
 INDEX = "recipekit-package.json"
@@ -156,7 +156,7 @@ def _image(files: Mapping[str, bytes], manifest: Mapping[str, Any]) -> dict[str,
         return {"ref": recorded.get("ref"), "digest": recorded.get("digest")}
     ref = recorded if isinstance(recorded, str) else None
     if ref is None and "volcano-job.yaml" in files:
-        from recipekit import yamlfile
+        from recipekit.base import yamlfile
 
         job = yamlfile.load(files["volcano-job.yaml"].decode("utf-8", "replace")) or {}
         for task in job.get("spec", {}).get("tasks", []) if isinstance(job, dict) else []:

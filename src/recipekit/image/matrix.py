@@ -11,9 +11,9 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from recipekit import yamlfile
-from recipekit.errors import Problem
-from recipekit.paths import IMAGES_DIR
+from recipekit.base import yamlfile
+from recipekit.base.errors import Problem
+from recipekit.base.paths import IMAGES_DIR
 from recipekit.recipe.schema import Section, spec, validate
 
 if TYPE_CHECKING:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from recipekit.errors import Problem, RecipeError
+from recipekit.base.errors import Problem, RecipeError
 from recipekit.image.matrix import ImageMatrix
 from recipekit.memory.estimate import Estimate, estimate
 from recipekit.plan.layout import Layout, derive_layout, recipe_layout

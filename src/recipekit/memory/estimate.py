@@ -39,7 +39,7 @@ from recipekit.plan.modelsize import LORA_MODULES, ParamCounts, count_params, te
 from recipekit.plan.parallelism import EXPERTS_NEED, PIPELINE_NEEDS, model_parallel_problems
 from recipekit.plan.plan import Plan
 from recipekit.recipe.sections import ModelSpec, ParallelSpec, Recipe, adapter_of
-from recipekit.runtime import contract
+from recipekit.runtime.boundary import contract
 
 
 # --------------------------------------------------------------------------------------------------------- records

@@ -1,6 +1,6 @@
 """The arithmetic of a training step's memory and traffic: constants with their sources, and pure functions of numbers
 and architecture specs (no recipe, no plan, no I/O), so each can be checked on its own against DeepSpeed's estimators
-and the tensors autograd keeps (tests/unit/test_memory.py).
+and the tensors autograd keeps (tests/unit/memory/test_memory.py).
 
 Units: bytes here; :mod:`recipekit.memory.estimate` turns them into GiB (2**30 bytes, what ``nvidia-smi``/``npu-smi``
 and ``hw.memory_gib`` use) and GB (10**9 bytes, what link bandwidths are quoted in).
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from recipekit.plan.modelsize import ParamCounts, linear_shapes, lora_targets
 from recipekit.plan.parallelism import STAGE3_PREFETCH_FACTOR
 from recipekit.recipe.sections import LoraSpec, ModelSpec
-from recipekit.runtime import contract
+from recipekit.runtime.boundary import contract
 
 GIB = 2**30
 GB = 1e9

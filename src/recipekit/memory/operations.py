@@ -33,7 +33,7 @@ from recipekit.memory.formulas import HALF, regime
 from recipekit.plan.plan import Plan, metrics_ports, steady_timeout_floor_s
 from recipekit.recipe.schema import to_data
 from recipekit.recipe.sections import Recipe
-from recipekit.runtime import contract
+from recipekit.runtime.boundary import contract
 
 #: Free space preflight wants beyond the checkpoints and the final model (logs, metrics, traces, the data cache).
 STORAGE_MARGIN = 1.1

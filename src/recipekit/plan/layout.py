@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from recipekit.errors import Problem
+from recipekit.base.errors import Problem
 from recipekit.recipe.sections import Recipe
 
 

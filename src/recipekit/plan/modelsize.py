@@ -2,7 +2,8 @@
 
 The plan needs these counts for the FLOPs it renders into the bundle, the memory estimate for every byte it
 predicts; both sides import them from here, so a model's size is counted one way. Pure arithmetic on
-:class:`recipekit.recipe.sections.ModelSpec`, checked against transformers' own modules (tests/unit/test_memory.py).
+:class:`recipekit.recipe.sections.ModelSpec`, checked against transformers' own modules
+(tests/unit/memory/test_memory.py).
 """
 
 from __future__ import annotations
@@ -118,7 +119,7 @@ def count_params(model: ModelSpec) -> ParamCounts:
     The count from numbers: embeddings, untied head, attention q/k/v/o (GQA: k and v are kv_heads × head_dim wide;
     optional q/k/v bias; Qwen3's per-head q/k norms), SwiGLU MLP (gate, up, down) or MoE experts with their router,
     two RMSNorm weights per layer and a final norm. Matches the published sizes: Llama 3 8B 8.03 B, 70B 70.6 B;
-    Qwen2.5 7B 7.62 B, 14B 14.8 B, 72B 72.7 B (tests/unit/test_memory.py, tests/unit/test_models.py).
+    Qwen2.5 7B 7.62 B, 14B 14.8 B, 72B 72.7 B (tests/unit/memory/test_memory.py, tests/unit/recipe/test_models.py).
     """
     stored = model.params
     if stored is None:
@@ -146,7 +147,7 @@ def tensor_parallel_share(model: ModelSpec, tp: int) -> ParamCounts:
     o_proj and down_proj row-parallel (their columns split), the RMSNorm weights stay whole on every rank. An untied
     head is column-parallel over the vocabulary while the embedding stays whole; a tied pair is vocabulary-parallel
     together. A split that does not come out even (AutoTP partitions unevenly) is counted at its largest share.
-    Checked against the shapes AutoTP produces (tests/unit/test_memory.py).
+    Checked against the shapes AutoTP produces (tests/unit/memory/test_memory.py).
     """
     counts = count_params(model)
     if tp == 1:
@@ -190,7 +191,7 @@ def lora_params(model: ModelSpec, lora: LoraSpec) -> int:
     """LoRA adds A (r × in) and B (out × r) to each adapted projection: r × (in + out) per module per layer.
 
     With ``all-linear``, PEFT 0.21 also adapts what transformers 5 fuses (checked against the live adapters of every
-    family's twin, tests/unit/test_models.py): GLM-4's gate_up_proj is one module, r × (h + 2i); an MoE layer's
+    family's twin, tests/unit/recipe/test_models.py): GLM-4's gate_up_proj is one module, r × (h + 2i); an MoE layer's
     router is adapted like a linear layer, r × (h + E), and its fused 3-D experts get one adapter per expert, the
     gate_up pair at rank 2r: 2r·E·(h + 2i) + r·E·(i + h) for the experts' width i. Named targets adapt only the
     modules of those names (an MoE layer has no gate/up/down_proj)."""

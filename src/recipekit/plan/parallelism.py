@@ -18,10 +18,10 @@ A leaf of the planning stage (the plan applies :func:`model_parallel_problems`; 
 
 from __future__ import annotations
 
-from recipekit.errors import Problem
+from recipekit.base.errors import Problem
 from recipekit.plan.layout import Layout
 from recipekit.recipe.sections import Recipe
-from recipekit.runtime import contract
+from recipekit.runtime.boundary import contract
 
 #: ZeRO stages AutoTP trains with through the Trainer. ZeRO-3 is not among them: transformers loads a ZeRO-3 model
 #: under ``deepspeed.zero.Init`` and that path raises NotImplementedError for a ds_config with ``tensor_parallel``

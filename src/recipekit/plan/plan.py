@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from recipekit import __version__
-from recipekit.errors import Collector, Problem
+from recipekit.base.errors import Collector, Problem
 from recipekit.image.matrix import ImageFamily, ImageMatrix, compatibility_problems, recipe_problems
 from recipekit.plan.datasize import DataSize, data_size
 from recipekit.plan.datasize import steps_per_epoch as steps_per_epoch_of
@@ -33,7 +33,7 @@ from recipekit.recipe.k8snames import MAX_DNS_LABEL, host_volume_name, k8s_name,
 from recipekit.recipe.schema import to_data
 from recipekit.recipe.sections import HardwareSpec, OpsSpec, Recipe
 from recipekit.recipe.volumes import off_volumes
-from recipekit.runtime import contract
+from recipekit.runtime.boundary import contract
 
 Precision = Literal["bf16", "fp16", "fp32"]
 
@@ -187,7 +187,7 @@ _TRAJECTORY_KEYS = (
 
 
 #: The layout numbers that shape a run's trajectory. The global batch, not its factors: every step consumes the
-#: same samples in the same order at any data-parallel size (runtime/sampler.py), so the same run may continue on
+#: same samples in the same order at any data-parallel size (runtime/data/sampler.py), so the same run may continue on
 #: fewer or more nodes with accumulation raised or lowered (plan/rescale.py). TP, PP and the micro-batch stay: they
 #: shape the checkpoint's files and the Trainer's own state.
 TRAJECTORY_LAYOUT_KEYS = ("tensor_parallel", "pipeline_parallel", "micro_batch_size", "global_batch_size")

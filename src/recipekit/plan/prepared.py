@@ -1,7 +1,7 @@
 """A prepared dataset's manifest, read on recipekit's side: its exact counts as recipe values, checked against a recipe.
 
-The bundle's prepare step writes the manifest (runtime/manifest.py, shared with recipekit, standard library only).
-``recipekit plan --data MANIFEST`` turns its training rows and tokens into the overrides ``data.num_rows`` and
+The bundle's prepare step writes the manifest (runtime/volume/manifest.py, shared with recipekit, standard library
+only). ``recipekit plan --data MANIFEST`` turns its training rows and tokens into the overrides ``data.num_rows`` and
 ``data.num_tokens``, so the schedule and the time and cost figures come from the one place they always come from —
 the recipe, through the plan (:mod:`recipekit.plan.datasize`) — and a bundle built with the same overrides carries them.
 A manifest prepared with other row settings than the recipe's would give wrong numbers, so it is refused.
@@ -12,9 +12,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from recipekit.errors import Problem, RecipeError
+from recipekit.base.errors import Problem, RecipeError
 from recipekit.recipe.sections import Recipe
-from recipekit.runtime import manifest
+from recipekit.runtime.volume import manifest
 
 
 def read(path: Path) -> dict[str, Any]:

@@ -2,11 +2,11 @@
 
 A node that will not come back leaves a run two choices: wait, or continue on the nodes that are left. Continuing
 is the same run when every step still consumes the same samples in the same order, and it does when the global
-batch is kept: the order is a keyed permutation of positions (runtime/order.py) and step *s* takes positions
+batch is kept: the order is a keyed permutation of positions (runtime/boundary/order.py) and step *s* takes positions
 [(s-1)·G, s·G) whatever the data-parallel size, so only which rank sees which sample of a step changes. The run
 identity is keyed on the global batch, not on its factors (plan.TRAJECTORY_LAYOUT_KEYS), so the rescaled bundle
 has the same run id, Job name and output directory, and its first start resumes the old checkpoints (re-sharding
-ZeRO partitions first, runtime/reshard.py).
+ZeRO partitions first, runtime/volume/reshard.py).
 
 This module says what to change (overrides) and why it cannot be done (problems with the arithmetic). It is pure:
 ``recipekit rescale`` reads the bundle and rebuilds, the dry run re-plans its work copy with :func:`rescaled`.
@@ -17,12 +17,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from recipekit.errors import Problem
+from recipekit.base.errors import Problem
 from recipekit.plan.layout import Layout, derive_layout, recipe_layout
 from recipekit.recipe.overrides import merge
 from recipekit.recipe.sections import Recipe
-from recipekit.runtime import contract
-from recipekit.runtime.reshard import reshard_refusal
+from recipekit.runtime.boundary import contract
+from recipekit.runtime.volume.reshard import reshard_refusal
 
 
 def rescale_overrides(overrides: Sequence[str], *, nodes: int, global_batch_size: int) -> list[str]:
@@ -63,7 +63,7 @@ class States:
 
 def rescale_problems(layout: Layout, nodes: int, *, streaming: bool, states: States = States()) -> list[Problem]:
     """Why a run laid out as ``layout`` cannot continue on ``nodes`` nodes at the same global batch: the same
-    refusals the runtime makes when it resumes (runtime/reshard.py), said before anything is submitted."""
+    refusals the runtime makes when it resumes (runtime/volume/reshard.py), said before anything is submitted."""
     problems: list[Problem] = []
     if nodes < 1:
         return [Problem("--nodes", f"{nodes}: at least 1")]

@@ -25,10 +25,10 @@ from typing import Any, cast
 
 import yaml
 
-from recipekit import yamlfile
-from recipekit.errors import Collector, Problem, RecipeError
-from recipekit.limits import MATRIX_BUNDLES
-from recipekit.paths import GROUPS, RECIPES_DIR
+from recipekit.base import yamlfile
+from recipekit.base.errors import Collector, Problem, RecipeError
+from recipekit.base.limits import MATRIX_BUNDLES
+from recipekit.base.paths import GROUPS, RECIPES_DIR
 
 #: Hydra's version semantics, pinned so a Hydra upgrade cannot silently change composition.
 HYDRA_VERSION_BASE = "1.3"
@@ -627,8 +627,8 @@ def check_team_trees(extra_dirs: Sequence[Path]) -> list[Problem]:
 
     Hydra reads these files itself, with no defence against alias bombs, deep nesting, huge numbers or non-UTF-8
     bytes (a hang or a traceback), and would resolve ``${oc.env:...}`` in them into the bundle. So every file Hydra
-    could read — ``config.yaml`` and ``<group>/**/*.yaml`` — is read here first with :func:`recipekit.yamlfile.read`,
-    and its text values checked for interpolations that are not plain references.
+    could read — ``config.yaml`` and ``<group>/**/*.yaml`` — is read here first with
+    :func:`recipekit.base.yamlfile.read`, and its text values checked for interpolations that are not plain references.
     """
     problems: list[Problem] = []
     for root in recipe_dirs(extra_dirs)[1:]:

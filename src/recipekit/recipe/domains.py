@@ -18,8 +18,8 @@ from __future__ import annotations
 import posixpath
 import re
 
-from recipekit.bundlefiles import WORKDIR
 from recipekit.recipe.schema import Domain, pattern_domain
+from recipekit.runtime.boundary.contract import POD_WORKDIR
 
 _LABEL = r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?"
 
@@ -198,7 +198,7 @@ ABSOLUTE_PATH = Domain(
 #: the bundle itself (the working directory), /dev/shm (its own memory volume), the system's binaries, libraries,
 #: configuration and kernel interfaces.
 RESERVED_DIRS = (
-    WORKDIR,
+    POD_WORKDIR,
     "/dev/shm",
     "/dev",
     "/proc",
@@ -248,14 +248,14 @@ def _host_path(value: str) -> str | None:
         return wrong
     if value.rstrip("/") == "":
         return "is the host's root directory"
-    clash = _overlaps(value, (WORKDIR, "/proc", "/sys", "/dev/shm"))
+    clash = _overlaps(value, (POD_WORKDIR, "/proc", "/sys", "/dev/shm"))
     return None if clash is None else f"would be mounted over {clash} in the container"
 
 
 #: Host paths mounted into the pod at the same path (drivers, NVMe scratch).
 HOST_PATH = Domain(
     "host path",
-    f"an absolute, normalised path other than / and clear of {WORKDIR}, /proc, /sys and /dev/shm",
+    f"an absolute, normalised path other than / and clear of {POD_WORKDIR}, /proc, /sys and /dev/shm",
     _host_path,
 )
 

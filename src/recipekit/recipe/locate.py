@@ -17,8 +17,8 @@ from pathlib import Path
 
 import yaml
 
-from recipekit.errors import Problem, RecipeError
-from recipekit.paths import GROUPS
+from recipekit.base.errors import Problem, RecipeError
+from recipekit.base.paths import GROUPS
 from recipekit.recipe.compose import ConfigFile, loaded_configs
 
 _PART = re.compile(r"[^.\[\]]+|\[\d+\]")

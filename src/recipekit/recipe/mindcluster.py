@@ -10,7 +10,7 @@ scheduling user guide's PodGroup label table (MindCluster 7.3.0, ``dlug_api_024`
 
 from __future__ import annotations
 
-from recipekit.errors import Problem
+from recipekit.base.errors import Problem
 from recipekit.recipe.sections import Recipe
 
 #: The PodGroup (= the vcjob's) label that switches job-level fault rescheduling on.

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from recipekit.errors import RecipeError
+from recipekit.base.errors import RecipeError
 from recipekit.recipe.team import find_config, read_config
 
 

@@ -12,7 +12,7 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from functools import cache
 
-from recipekit.errors import Problem
+from recipekit.base.errors import Problem
 
 _BARE_WORD = re.compile(r"^[A-Za-z0-9_.\-]+$")
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import yaml
 
-from recipekit import yamlfile
-from recipekit.errors import RecipeError
+from recipekit.base import yamlfile
+from recipekit.base.errors import RecipeError
 from recipekit.recipe.compose import group_options
 from recipekit.recipe.schema import validate
 from recipekit.recipe.sections import ParallelSpec

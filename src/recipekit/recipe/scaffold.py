@@ -13,8 +13,8 @@ import os
 import tempfile
 from pathlib import Path
 
-from recipekit.errors import Problem, RecipeError
-from recipekit.paths import TEMPLATES_DIR
+from recipekit.base.errors import Problem, RecipeError
+from recipekit.base.paths import TEMPLATES_DIR
 from recipekit.recipe.team import CONFIG_FILE, REPO_NAME, version_range
 
 SCAFFOLD_DIR = TEMPLATES_DIR / "init"

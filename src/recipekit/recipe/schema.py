@@ -33,7 +33,7 @@ from collections.abc import Callable, Sequence
 from functools import cache
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, TypeVar, Union, get_args, get_origin
 
-from recipekit.errors import Problem, RecipeError
+from recipekit.base.errors import Problem, RecipeError
 
 if TYPE_CHECKING:
     from typing_extensions import dataclass_transform

@@ -13,7 +13,7 @@ import re
 from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
-from recipekit.errors import Problem
+from recipekit.base.errors import Problem
 from recipekit.recipe.domains import (
     ABSOLUTE_PATH,
     DNS_LABEL,
@@ -33,7 +33,7 @@ from recipekit.recipe.domains import (
     SHORT_NAME,
 )
 from recipekit.recipe.schema import Allow, Section, Tagged, field_types, sections_in, spec, unknown_key_hint, validate
-from recipekit.runtime.device import TARGETS as DEVICE_TARGETS
+from recipekit.runtime.boundary.contract import DEVICE_TARGETS
 
 #: Upper bounds that keep every derived number meaningful (and far above any real model, cluster or schedule).
 _MAX_DIM = 2**24

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from recipekit import __version__
-from recipekit.errors import Collector, Problem, RecipeError
+from recipekit.base.errors import Collector, Problem, RecipeError
 
 CONFIG_FILE = "recipekit.toml"
 ENV_VAR = "RECIPEKIT_RECIPES"
@@ -121,7 +121,7 @@ def read_config(path: Path) -> TeamConfig:
     The running recipekit must be inside the declared version range: a repo written for another version may use
     keys or options this one does not have (or has changed), and finding out from a half-right bundle costs more.
     """
-    from recipekit.recipe import tomlfile
+    from recipekit.base import tomlfile
 
     where = str(path)
     data = tomlfile.read(path)  # bounded in size and depth; one line naming the file when it cannot be used

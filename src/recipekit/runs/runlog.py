@@ -22,9 +22,9 @@ from typing import Any
 
 import yaml
 
-from recipekit import yamlfile
-from recipekit.errors import Problem, RecipeError
-from recipekit.runtime import contract
+from recipekit.base import yamlfile
+from recipekit.base.errors import Problem, RecipeError
+from recipekit.runtime.boundary import contract
 
 #: metrics.jsonl is read up to this many bytes (a month-long run logging every step stays far below).
 MAX_METRICS_BYTES = 256 * 1024 * 1024

@@ -1,11 +1,12 @@
 """The plan's predictions held against what a run measured: step time, tokens/s, MFU, HFU, memory per device.
 
-The predictions come from the bundle's plan.json (recipekit.bundle.report.estimate_dict) and follow its arithmetic: the
-predicted step time is ``time.step_s``; tokens/s per device is the step's tokens over that time and the world size;
-MFU and HFU are those tokens/s through the runtime contract's own :func:`~recipekit.runtime.contract.utilisation`
-(model FLOPs, then × the recomputation factor for HFU), so planner and runtime cannot mean different things. The
-measured value of each is the median over the logged steps after the first (the first step pays for warm-up), so one
-slow step (a checkpoint, a restart) does not move it. Pure functions, no I/O.
+The predictions come from the bundle's plan.json (recipekit.bundle.planview.estimate_dict) and follow its arithmetic:
+the predicted step time is ``time.step_s``; tokens/s per device is the step's tokens over that time and the world size;
+MFU and HFU are those tokens/s through the runtime contract's own
+:func:`~recipekit.runtime.boundary.contract.utilisation` (model FLOPs, then × the recomputation factor for HFU), so
+planner and runtime cannot mean different things. The measured value of each is the median over the logged steps after
+the first (the first step pays for warm-up), so one slow step (a checkpoint, a restart) does not move it. Pure
+functions, no I/O.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from recipekit.runs.runlog import RunLog
-from recipekit.runtime import contract
+from recipekit.runtime.boundary import contract
 
 #: A measured figure more than this fraction away from the plan's (ratio outside [1/(1+m), 1+m]) is a deviation.
 DEFAULT_MARGIN = 0.5

@@ -36,7 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import contract, recovery  # the package is ``runtime`` in a bundle, ``recipekit.runtime`` in recipekit
+from .boundary import contract  # the package is ``runtime`` in a bundle, ``recipekit.runtime`` in recipekit
+from .volume import recovery
 
 #: Where the svc plugin also writes each task's hosts, one per line.
 VOLCANO_HOSTS_DIR = Path("/etc/volcano")

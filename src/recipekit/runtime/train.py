@@ -47,10 +47,10 @@ import logging
 import sys
 from pathlib import Path
 
-from . import contract
-from .common import LOG, RunError, rank
-from .config import load_run_config
-from .device import detect
+from .boundary import contract
+from .boundary.common import LOG, RunError, rank
+from .boundary.config import load_run_config
+from .ops.device import detect
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -77,7 +77,7 @@ def train(options: argparse.Namespace) -> int:
     device = detect(run.recipe.hw)
     # Only now the training stack: transformers probes torch_npu by itself, and a broken one must have been
     # reported by detect() in one line rather than by transformers' import in a traceback.
-    from .session import run_training
+    from .session.session import run_training
 
     return run_training(run, device, options.resume)
 

@@ -2,12 +2,13 @@
 
 Public API:
 
-* :func:`validate` — run the checks on a bundle directory and return a :class:`~recipekit.validate.results.Report`.
-* :func:`recipekit.validate.loader.load_bundle` and
-  :func:`recipekit.validate.static.run_static` — the static part; :data:`recipekit.validate.static.CHECKS` lists the
-  checks in report order.
-* :func:`recipekit.validate.dryrun.run_dry_run` with
-  :class:`~recipekit.validate.dryrunoptions.DryRunOptions` — the dry run.
+* :func:`validate` — run the checks on a bundle directory and return a
+:class:`~recipekit.validate.shared.results.Report`.
+* :func:`recipekit.validate.shared.loader.load_bundle` and
+  :func:`recipekit.validate.static.checks.run_static` — the static part; :data:`recipekit.validate.static.checks.CHECKS`
+  lists the checks in report order.
+* :func:`recipekit.validate.dryrun.run.run_dry_run` with
+  :class:`~recipekit.validate.dryrun.options.DryRunOptions` — the dry run.
 * :data:`recipekit.cli.validate.validate_command` — the click command (registered as ``recipekit validate``).
 
 Nothing here imports torch, transformers or deepspeed: the library cross-checks and the dry run run them in child
@@ -20,11 +21,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from recipekit.validate.results import Finding, Report, Result, Status
+from recipekit.validate.shared.results import Finding, Report, Result, Status
 
 if TYPE_CHECKING:
-    from recipekit.validate.dryrunoptions import DryRunOptions
-    from recipekit.validate.loader import BundleUnusable
+    from recipekit.validate.dryrun.options import DryRunOptions
+    from recipekit.validate.shared.loader import BundleUnusable
 
 __all__ = ["BundleUnusable", "Finding", "Report", "Result", "Status", "validate"]
 
@@ -33,7 +34,7 @@ def __getattr__(name: str) -> object:
     # Lazily, so that importing a leaf of this package (the library check's child process does, with -m) does not
     # import the loader and, through it, the recipe and plan modules.
     if name == "BundleUnusable":
-        from recipekit.validate.loader import BundleUnusable
+        from recipekit.validate.shared.loader import BundleUnusable
 
         return BundleUnusable
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -49,20 +50,20 @@ def validate(
     """Validate ``bundle_dir``: every static check, then (with ``dry_run`` options) the dry run.
 
     Raises :class:`BundleUnusable` when the path is not a bundle, and
-    :class:`recipekit.validate.dryrunoptions.DryRunUsageError` for dry-run options that cannot work.
+    :class:`recipekit.validate.dryrun.options.DryRunUsageError` for dry-run options that cannot work.
     """
-    from recipekit.validate.loader import load_bundle
-    from recipekit.validate.static import run_static
+    from recipekit.validate.shared.loader import load_bundle
+    from recipekit.validate.static.checks import run_static
 
     if dry_run is not None:
         dry_run.check()  # bad flags are reported before any work
     bundle = load_bundle(Path(bundle_dir))
-    from recipekit.validate.fit import fit_warnings
+    from recipekit.validate.static.memoryfit import fit_warnings
 
     report = Report(str(bundle.path), warnings=fit_warnings(bundle))
     report.extend(run_static(bundle, libraries=libraries, on_check=lambda name: progress(f"static check: {name}")))
     if dry_run is not None:
-        from recipekit.validate.dryrun import run_dry_run
+        from recipekit.validate.dryrun.run import run_dry_run
 
         report.extend(run_dry_run(bundle, dry_run, progress))
     return report

@@ -1,0 +1,83 @@
+"""The size limits on what recipekit reads, in one place, each with the variable that raises it.
+
+Input from elsewhere (a package from another team, a bundle directory, a matrix sweep) is read under stated bounds,
+checked while reading rather than after: a 179-byte archive must not claim a gigabyte of memory, a symlink to
+``/dev/zero`` must not be read until the machine runs out. Every limit has a default that real bundles stay far
+below and an environment variable ``RECIPEKIT_LIMIT_<NAME>`` for the rare case that needs more; the error names
+both, in one line.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+from recipekit.base.errors import Problem, RecipeError
+
+
+@dataclass(frozen=True)
+class Limit:
+    """One bound: its name (the variable is ``RECIPEKIT_LIMIT_<NAME>``), default and unit."""
+
+    name: str
+    default: int
+    unit: str
+    scale: int = 1  # bytes per unit
+
+    @property
+    def variable(self) -> str:
+        return f"RECIPEKIT_LIMIT_{self.name.upper()}"
+
+    @property
+    def value(self) -> int:
+        """The limit in units: the variable's value when it is a positive integer, else the default."""
+        text = os.environ.get(self.variable, "")
+        return int(text) if text.isdigit() and int(text) > 0 else self.default
+
+    @property
+    def bytes(self) -> int:
+        return self.value * self.scale
+
+    def refuse(self, what: str, found: str) -> RecipeError:
+        """The one-line error: what, how big, the limit, how to raise it."""
+        return RecipeError(
+            [Problem(what, f"{found}: over the limit of {self.value} {self.unit} (raise it with {self.variable}=N)")]
+        )
+
+
+MIB = 1 << 20
+#: A package archive file (compressed) and every file of a bundle directory.
+PACKAGE_FILE = Limit("package_mib", 256, "MiB", MIB)
+#: One entry of a package archive, as its tar header states it (sparse entries are refused outright).
+ARCHIVE_MEMBER = Limit("member_mib", 64, "MiB", MIB)
+BUNDLE_FILE = Limit("bundle_file_mib", 64, "MiB", MIB)
+#: ``diff``: a file larger than this is listed as changed without a line diff; shown lines are cut at this length.
+DIFF_FILE = Limit("diff_file_mib", 4, "MiB", MIB)
+DIFF_LINE = Limit("diff_line_chars", 300, "characters")
+#: A TOML file recipekit did not write (a team's ``recipekit.toml``, a few lines): a larger one is refused unparsed.
+TOML_FILE = Limit("toml_kib", 64, "KiB", 1 << 10)
+#: ``build -m``: bundles one matrix build may write.
+MATRIX_BUNDLES = Limit("matrix_bundles", 256, "bundles")
+
+
+def read_regular(path: Path, limit: Limit, what: str | None = None) -> bytes:
+    """The bytes of ``path``, which must be a regular file (a symlink is followed only to one) no larger than
+    ``limit``; a FIFO, device or directory is refused without blocking, an oversized file before it is read."""
+    where = what or str(path)
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        raise RecipeError([Problem(where, f"cannot be read ({exc.strerror or exc})")]) from None
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(handle.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise RecipeError([Problem(where, "is not a regular file (a device, FIFO or directory)")])
+        if info.st_size > limit.bytes:
+            raise limit.refuse(where, f"{info.st_size:,} bytes")
+        data = handle.read(limit.bytes + 1)
+    if len(data) > limit.bytes:  # grew while being read
+        raise limit.refuse(where, f"more than {limit.bytes:,} bytes")
+    return data

@@ -1,0 +1,102 @@
+"""The bundle's file names: which are executable, which go into the image, where it lives in the pod.
+
+A leaf module: render writes these names, bundle.py sets their modes, validate reads them back, and the dry run
+copies them; none of them spells a file name of its own. The names train.py and the launcher read at run time
+come from the runtime contract, which is shipped inside the bundle.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from recipekit.base.limits import BUNDLE_FILE, read_regular
+from recipekit.base.paths import RUNTIME_DIR
+from recipekit.runtime.boundary import contract
+
+#: Where the bundle lives inside the image and the pods (the Dockerfile's WORKDIR, the Job's workingDir).
+WORKDIR = contract.POD_WORKDIR
+
+MANIFEST = "manifest.json"
+RECIPE = contract.RECIPE_FILE
+LAUNCH = contract.LAUNCH_FILE
+DS_CONFIG = contract.DS_CONFIG_FILE
+RUN = "run.sh"
+DOCKERFILE = "Dockerfile"
+JOB = "volcano-job.yaml"
+README = "README.md"
+PLAN_JSON = "plan.json"
+PLAN_MD = "plan.md"
+#: The monitoring files (only when the recipe serves metrics, ``ops.metrics_port``): for kubectl and Grafana.
+PODMONITOR = "podmonitor.yaml"
+PROMETHEUS_RULE = "prometheusrule.yaml"
+DASHBOARD = "grafana-dashboard.json"
+#: The runtime package: src/recipekit/runtime/**/*.py, copied verbatim under this directory.
+RUNTIME = contract.RUNTIME_PACKAGE
+#: The module torchrun starts in each process (``torchrun ... -m runtime.train``).
+TRAIN_MODULE = f"{RUNTIME}.train"
+
+EXECUTABLE = frozenset({RUN})
+#: Files every bundle has (ds_config.json only with DeepSpeed; plan.* only when built with an estimate).
+REQUIRED = (
+    RECIPE,
+    LAUNCH,
+    RUN,
+    JOB,
+    DOCKERFILE,
+    README,
+    f"{RUNTIME}/train.py",
+    f"{RUNTIME}/{contract.CONTRACT_MODULE}",
+)
+
+
+def runtime_files() -> dict[str, Path]:
+    """Bundle path → source file of every runtime module (the whole package with its inner packages: train.py and
+    what it imports), in a stable order."""
+    return {
+        f"{RUNTIME}/{path.relative_to(RUNTIME_DIR).as_posix()}": path
+        for path in sorted(RUNTIME_DIR.rglob("*.py"), key=lambda p: p.relative_to(RUNTIME_DIR).as_posix())
+        if "__pycache__" not in path.parts
+    }
+
+
+def in_image(name: str) -> bool:
+    """What the Dockerfile copies into the image: what the pods run. The rest is for people and for kubectl."""
+    return name in (RUN, RECIPE, LAUNCH, DS_CONFIG) or name.startswith(f"{RUNTIME}/")
+
+
+def read_files(directory: Path) -> tuple[dict[str, bytes], list[str]]:
+    """A bundle directory's files as ``{name: bytes}`` (runtime modules as ``runtime/<file>``), and the entries that
+    are no part of a bundle's layout (other directories, links), so callers can report them."""
+    files: dict[str, bytes] = {}
+    strays: list[str] = []
+    for entry in sorted(Path(directory).iterdir()):
+        if entry.is_symlink():
+            strays.append(entry.name)
+        elif entry.is_file():
+            files[entry.name] = read_regular(entry, BUNDLE_FILE)
+        elif entry.name == RUNTIME and entry.is_dir():
+            _read_package(entry, RUNTIME, files, strays)
+        else:
+            strays.append(entry.name + "/")
+    return files, strays
+
+
+#: How deep the runtime's packages nest in a bundle (runtime/<room>/<module>.py); deeper directories are strays.
+RUNTIME_DEPTH = 2
+
+
+def _read_package(directory: Path, name: str, files: dict[str, bytes], strays: list[str], depth: int = 1) -> None:
+    """The runtime package's files into ``files`` as ``runtime/<room>/<file>``; links, and directories deeper than
+    the runtime nests, into ``strays`` (``__pycache__`` is Python's own and ignored)."""
+    for inner in sorted(directory.iterdir()):
+        inner_name = f"{name}/{inner.name}"
+        if inner.is_symlink():
+            strays.append(inner_name)
+        elif inner.is_file():
+            files[inner_name] = read_regular(inner, BUNDLE_FILE)
+        elif inner.name == "__pycache__":
+            continue
+        elif inner.is_dir() and depth < RUNTIME_DEPTH:
+            _read_package(inner, inner_name, files, strays, depth + 1)
+        else:
+            strays.append(inner_name + "/" if inner.is_dir() else inner_name)

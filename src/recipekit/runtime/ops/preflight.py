@@ -1,0 +1,511 @@
+"""Preflight: check first, train later. Every pod, every rank, before any data or model is loaded.
+
+It runs inside the training processes, right after the process group exists (session.py calls it once the Trainer's
+arguments have joined the group): one rendezvous instead of two, and the checks see exactly the environment training
+will (CANN sourced by run.sh, the visible devices, the collective library and its settings). A separate torchrun
+would pay HCCL/NCCL initialisation twice and could pass on a communicator training never uses.
+
+The checks (``recipe.yaml`` ``operations.preflight`` holds every threshold, computed by recipekit.memory.operations):
+
+* **devices**: the pod sees as many devices as it runs processes (``ops.testing.device_count`` simulates another
+  count), each healthy (``npu-smi info`` on Ascend) and held by no other process (device memory in use that this
+  process did not allocate: the stale-process failure that makes HCCL's initialisation fail); skipped on CPU;
+* **versions**: torch, torch_npu, transformers, DeepSpeed, CANN, the Ascend driver and CUDA equal on every pod
+  (gathered over torch.distributed, compared by every rank alike) — a difference fails; a difference from the image's
+  pins only warns (the Job may run another image than this bundle's);
+* **storage**: the output directory exists (created if missing), every pod can write a marker there that every other
+  pod reads (one shared volume, not a pod-local directory), and it has room for the configured checkpoints;
+* **allreduce**: an all-reduce at each configured message size over all ranks, as nccl-tests/hccl_test measure it:
+  algorithm bandwidth = bytes / time, bus bandwidth = algbw × 2(n−1)/n (the link traffic a ring all-reduce needs,
+  comparable with the link's rating); below ``bandwidth_warn_gbps`` is a warning; not finishing within the preflight
+  timeout is a failure with the bundle README's collective hints (the watchdog thread ends the process: a hung
+  collective cannot be interrupted).
+
+Every rank gathers every pod's findings and reaches the same verdict, so all ranks stop together (none is left
+waiting in a collective). Rank 0 writes the cluster check report (``cluster-check.json``) into the output directory,
+a table into the log, and a ``preflight`` record into metrics.jsonl. A failed check raises :class:`PreflightFailed`:
+train.py prints its one-line reason and exits ``contract.EXIT_PREFLIGHT``; no training starts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from ..boundary import contract
+from ..boundary.common import LOG, RunError, version
+from .watchdog import Watchdog
+
+GIB = 1024**3
+#: Device memory another process may legitimately leave in use before this one counts as "held" (driver, firmware).
+HELD_SLACK_GIB = 1.0
+#: Warm-up all-reduces per size before timing.
+WARMUP = 2
+PASS, WARN, FAIL, SKIP = "pass", "warn", "fail", "skip"
+CHECKS = contract.PREFLIGHT_CHECKS
+
+
+class PreflightFailed(RunError):
+    """A check failed: one line, exit ``contract.EXIT_PREFLIGHT``."""
+
+    code = contract.EXIT_PREFLIGHT
+
+
+# --------------------------------------------------------------------------------------------------- local facts
+def local_rank() -> int:
+    return int(os.environ.get("LOCAL_RANK", "0"))
+
+
+def pod_index() -> int:
+    """This pod's index: torchrun's node rank (GROUP_RANK), Volcano's task index, else 0."""
+    for name in ("GROUP_RANK", "VC_TASK_INDEX", "NODE_RANK"):
+        value = os.environ.get(name, "")
+        if value.isdigit():
+            return int(value)
+    return 0
+
+
+def public(text: str) -> str:
+    """A version without its local part (``2.13.0+cpu`` → ``2.13.0``): builds of one release compare equal."""
+    return text.split("+", 1)[0]
+
+
+def _read_key(path: Path, key: str) -> str | None:
+    try:
+        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+            name, sep, value = line.partition("=")
+            if sep and name.strip().lower() == key.lower():
+                return value.strip().strip('"')
+    except OSError:
+        return None
+    return None
+
+
+def ascend_versions() -> dict[str, str]:
+    """CANN's and the Ascend driver's versions from their install records (absent where they are not installed)."""
+    found: dict[str, str] = {}
+    driver = _read_key(Path("/usr/local/Ascend/driver/version.info"), "Version")
+    if driver:
+        found["ascend_driver"] = driver
+    for variable in ("ASCEND_TOOLKIT_HOME", "ASCEND_HOME_PATH"):
+        home = os.environ.get(variable)
+        if not home:
+            continue
+        for info in sorted(Path(home).glob("*-linux/ascend_toolkit_install.info")):
+            cann = _read_key(info, "version")
+            if cann:
+                found["cann"] = cann
+                return found
+    return found
+
+
+def nvidia_driver() -> str | None:
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return None
+    try:
+        out = subprocess.run(
+            [smi, "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True, text=True, timeout=10
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    lines = out.stdout.strip().splitlines()
+    return lines[0].strip() if out.returncode == 0 and lines else None
+
+
+def software_versions(kind: str) -> dict[str, str]:
+    """What this process runs: the Python stack and, per vendor, the runtime and driver versions."""
+    found = {"python": sys.version.split()[0], "torch": torch.__version__}
+    for package in ("transformers", "deepspeed", "peft", "torch_npu"):
+        installed = version(package)
+        if installed != "?":
+            found[package] = installed
+    if kind == "npu":
+        found.update(ascend_versions())
+    if kind == "cuda":
+        found["cuda"] = str(torch.version.cuda)
+        driver = nvidia_driver()
+        if driver:
+            found["nvidia_driver"] = driver
+    return found
+
+
+_NPU_ROW = re.compile(r"^\|\s*(\d+)\s+(\S+)\s*\|\s*([A-Za-z]+)\s*\|")
+
+
+def npu_smi_health(text: str) -> list[tuple[str, str]]:
+    """(NPU id, health) of each NPU ``npu-smi info`` lists (its first table: ``| 0  910B3 | OK | ...``)."""
+    rows = []
+    for line in text.splitlines():
+        match = _NPU_ROW.match(line)
+        if match:
+            rows.append((match.group(1), match.group(3)))
+    return rows
+
+
+def device_facts(kind: str, count: int, simulated: int | None, runtime_context_gib: float) -> dict[str, Any]:
+    """This process's view of its devices: how many it sees, whether its own is free of other processes."""
+    facts: dict[str, Any] = {"kind": kind, "visible": simulated if simulated is not None else count}
+    facts["simulated"] = simulated is not None
+    if kind not in ("npu", "cuda"):
+        return facts
+    module = getattr(torch, kind)
+    index = local_rank()
+    try:
+        free, total = module.mem_get_info(index)
+        ours = module.memory_reserved(index)
+        held = (total - free - ours) / GIB - runtime_context_gib
+        facts.update(device=index, used_gib=round((total - free) / GIB, 2), held_by_others_gib=round(held, 2))
+    except Exception as exc:  # noqa: BLE001 - any driver error is the finding
+        facts["memory_error"] = f"{type(exc).__name__}: {exc}"
+    if kind == "npu" and local_rank() == 0:
+        facts["health"] = _npu_smi()
+    return facts
+
+
+def _npu_smi() -> dict[str, Any]:
+    smi = shutil.which("npu-smi")
+    if smi is None:
+        return {"skipped": "npu-smi not found (hw.host_mounts mounts it from the host)"}
+    try:
+        out = subprocess.run([smi, "info"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return {"error": f"npu-smi info: {exc}"}
+    if out.returncode != 0:
+        return {"error": f"npu-smi info exited {out.returncode}: {' '.join(out.stderr.split())[:200]}"}
+    return {"npus": npu_smi_health(out.stdout)}
+
+
+def storage_write(output_dir: Path, pod: int, token: str) -> dict[str, Any]:
+    """Create the output directory if needed and write this pod's marker into it; the marker's path or the error."""
+    marker = output_dir / contract.PREFLIGHT_DIR / f"pod-{pod}.{token}"
+    try:
+        if output_dir.exists() and not output_dir.is_dir():
+            return {"error": f"{output_dir} is not a directory"}
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.write_text(f"{pod}\n", encoding="utf-8")
+    except OSError as exc:
+        return {"error": f"cannot write to {output_dir}: {exc.strerror or exc}"}
+    usage = shutil.disk_usage(output_dir)
+    return {"marker": str(marker), "free_bytes": usage.free}
+
+
+def make_output_dir(output_dir: Path) -> None:
+    """Create the output directory before anything else needs it (the resume choice, the prepared data): a path
+    no pod can create fails here as the storage check would, in one line, not as a traceback from the data step."""
+    try:
+        output_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise PreflightFailed(
+            f"preflight failed: storage: pod {pod_index()}: cannot write to {output_dir}: {exc.strerror or exc} "
+            "(cluster.output_dir must be a directory on the shared volume)"
+        ) from None
+
+
+def storage_read(output_dir: Path, pods: int, token: str) -> list[int]:
+    """The pods whose marker this pod cannot see."""
+    base = output_dir / contract.PREFLIGHT_DIR
+    return [pod for pod in range(pods) if not (base / f"pod-{pod}.{token}").is_file()]
+
+
+# ------------------------------------------------------------------------------------------------------ verdicts
+def check(name: str, status: str, detail: str, **extra: Any) -> dict[str, Any]:
+    return {"check": name, "status": status, "detail": detail, **extra}
+
+
+def judge_devices(facts: list[dict[str, Any]], expected: int) -> dict[str, Any]:
+    """Every pod sees ``expected`` devices (one per process it starts), healthy and free."""
+    first = facts[0]
+    if first["kind"] not in ("npu", "cuda") and not any(f["simulated"] for f in facts):
+        return check("devices", SKIP, f"{first['kind']}: no accelerator to check")
+    problems = []
+    for rank, fact in enumerate(facts):
+        pod = fact["pod"]
+        if fact["visible"] != expected:
+            what = " (simulated: ops.testing.device_count)" if fact["simulated"] else ""
+            problems.append(
+                f"pod {pod} (rank {rank}) sees {fact['visible']} {fact['kind']} device(s), the bundle starts "
+                f"{expected} process(es) per pod{what}"
+            )
+        if fact.get("memory_error"):
+            problems.append(f"pod {pod} rank {rank}: device memory query failed: {fact['memory_error']}")
+        held = fact.get("held_by_others_gib")
+        if isinstance(held, (int, float)) and held > HELD_SLACK_GIB:
+            problems.append(
+                f"pod {pod} {fact['kind']}:{fact['device']} has {held:.1f} GiB in use by another process (a stale "
+                "run?): free the device or restart the pod on another node"
+            )
+        health = fact.get("health") or {}
+        if health.get("error"):
+            problems.append(f"pod {pod}: {health['error']}")
+        for npu, state in health.get("npus", []):
+            if state != "OK":
+                problems.append(f"pod {pod}: npu-smi reports NPU {npu} health {state}")
+    if problems:
+        return check("devices", FAIL, "; ".join(dict.fromkeys(problems)))
+    notes = {fact["health"]["skipped"] for fact in facts if (fact.get("health") or {}).get("skipped")}
+    detail = f"{expected} {first['kind']} device(s) per pod, free" + (f" ({'; '.join(notes)})" if notes else "")
+    return check("devices", PASS, detail)
+
+
+def judge_versions(facts: list[dict[str, Any]], expected: dict[str, str]) -> dict[str, Any]:
+    """Equal on every pod (else fail); as the image pins them (else warn)."""
+    keys = sorted({key for fact in facts for key in fact})
+    differ = {}
+    for key in keys:
+        values = {fact.get(key, "absent") for fact in facts}
+        if len(values) > 1:
+            by_pod = {f"pod {fact['pod']}": fact.get(key, "absent") for fact in facts}
+            differ[key] = by_pod
+    differ.pop("pod", None)
+    mine = facts[0]
+    if differ:
+        text = "; ".join(f"{key}: {', '.join(f'{p} {v}' for p, v in pods.items())}" for key, pods in differ.items())
+        return check("versions", FAIL, f"pods run different software: {text}", differ=differ)
+    off = {
+        name: (mine.get(name, "absent"), want)
+        for name, want in expected.items()
+        if public(str(mine.get(name, "absent"))) != public(str(want))
+    }
+    shown = ", ".join(f"{k} {v}" for k, v in mine.items() if k not in ("pod", "python"))
+    if off:
+        text = ", ".join(f"{name} {have} (image pins {want})" for name, (have, want) in off.items())
+        return check("versions", WARN, f"equal on every pod, but {text}: the Job may run another image", versions=mine)
+    return check("versions", PASS, f"equal on every pod: {shown}", versions=mine)
+
+
+def judge_storage(
+    writes: list[dict[str, Any]], unseen: list[list[int]], output_dir: Path, needed: int
+) -> dict[str, Any]:
+    """Every pod wrote its marker, saw every other pod's, and the volume has room for the checkpoints."""
+    problems = [f"pod {w['pod']}: {w['error']}" for w in writes if w.get("error")]
+    for w, missing in zip(writes, unseen):
+        if missing and not w.get("error"):
+            problems.append(
+                f"pod {w['pod']} cannot see the markers of pod(s) {', '.join(map(str, missing))} in {output_dir}: "
+                "the pods do not share one volume (check the PVC and its access mode: ReadWriteMany)"
+            )
+    free = min((w["free_bytes"] for w in writes if "free_bytes" in w), default=0)
+    if not problems and free < needed:
+        problems.append(
+            f"{output_dir} has {free / GIB:.1f} GiB free, the checkpoints and the final model need "
+            f"{needed / GIB:.1f} GiB (train.save_total_limit + 1 checkpoints): free space or lower save_total_limit"
+        )
+    if problems:
+        return check("storage", FAIL, "; ".join(dict.fromkeys(problems)))
+    return check(
+        "storage",
+        PASS,
+        f"{output_dir} writable and shared by {len(writes)} pod(s); {free / GIB:.1f} GiB free, "
+        f"{needed / GIB:.2f} GiB needed",
+        free_bytes=free,
+        needed_bytes=needed,
+    )
+
+
+def bus_bandwidth(algbw: float, world: int) -> float:
+    """nccl-tests' bus bandwidth of an all-reduce: algbw × 2(n−1)/n."""
+    return algbw * 2 * (world - 1) / world if world > 1 else 0.0
+
+
+def judge_bandwidth(results: list[dict[str, Any]], world: int, settings: dict[str, Any]) -> dict[str, Any]:
+    if world < 2:
+        return check("allreduce", SKIP, "one rank: no collective to measure")
+    shown = "; ".join(f"{r['size_mb']:g} MB {r['algbw_gbps']:.2f}/{r['busbw_gbps']:.2f} GB/s" for r in results)
+    largest = max(results, key=lambda r: r["size_mb"])
+    floor = float(settings["bandwidth_warn_gbps"])
+    detail = f"algbw/busbw {shown}"
+    if largest["busbw_gbps"] < floor:
+        return check(
+            "allreduce",
+            WARN,
+            f"{detail}; bus bandwidth {largest['busbw_gbps']:.2f} GB/s at {largest['size_mb']:g} MB is below "
+            f"{floor:.2f} GB/s ({settings['link']} {settings['link_gbps']:g} GB/s × ops.bandwidth_warn_fraction)",
+            results=results,
+        )
+    return check("allreduce", PASS, f"{detail} (floor {floor:.2f} GB/s)", results=results)
+
+
+# ------------------------------------------------------------------------------------------------- collectives
+def _grouped() -> bool:
+    """Whether a process group exists (a run started without torchrun trains as one process, without one)."""
+    return dist.is_available() and dist.is_initialized()
+
+
+def _gather(value: Any) -> list[Any]:
+    if not _grouped():
+        return [value]
+    out: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(out, value)
+    return out
+
+
+def _barrier() -> None:
+    if _grouped():
+        dist.barrier()
+
+
+def measure_allreduce(sizes_mb: list[float], iterations: int, device: torch.device) -> list[dict[str, Any]]:
+    """Time ``iterations`` all-reduces of each size (float32) after warm-ups; the slowest rank's time counts."""
+    world = dist.get_world_size()
+    results = []
+    for size in sizes_mb:
+        count = max(1, int(size * 1e6) // 4)
+        tensor = torch.ones(count, dtype=torch.float32, device=device)
+        for _ in range(WARMUP):
+            dist.all_reduce(tensor)
+        _synchronize(device)
+        dist.barrier()
+        start = time.perf_counter()
+        for _ in range(iterations):
+            dist.all_reduce(tensor)
+        _synchronize(device)
+        elapsed = torch.tensor([(time.perf_counter() - start) / iterations], dtype=torch.float64, device=device)
+        dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
+        seconds = float(elapsed.item())
+        algbw = count * 4 / seconds / 1e9 if seconds > 0 else 0.0
+        results.append(
+            {
+                "size_mb": size,
+                "bytes": count * 4,
+                "time_us": round(seconds * 1e6, 1),
+                "algbw_gbps": round(algbw, 3),
+                "busbw_gbps": round(bus_bandwidth(algbw, world), 3),
+            }
+        )
+        del tensor
+    return results
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type in ("cuda", "npu"):
+        getattr(torch, device.type).synchronize(device)
+
+
+# ------------------------------------------------------------------------------------------------------- the run
+def run_preflight(
+    settings: dict[str, Any],
+    *,
+    output_dir: Path,
+    device_kind: str,
+    device_count: int,
+    torch_device: torch.device,
+    simulated_devices: int | None,
+    runtime_context_gib: float,
+    metrics_file: Path,
+) -> dict[str, Any]:
+    """Run every check on this rank and agree on the verdict with all others; the report, or PreflightFailed."""
+    started = time.monotonic()
+    world, rank = (dist.get_world_size(), dist.get_rank()) if _grouped() else (1, 0)
+    pods = max(1, world // int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1))
+    watchdog = Watchdog(output_dir=output_dir, rank=rank, metrics_file=None, code=contract.EXIT_PREFLIGHT, poll_s=0.5)
+    timeout = float(settings["timeout_s"])
+
+    def reason(phase: str, waited: float, limit: float) -> str:
+        return (
+            f"preflight failed: {phase} did not finish within {limit:.0f} s (ops.preflight_timeout_s): a rank or "
+            f"a link does not answer; {settings['collective_hint']}"
+        )
+
+    watchdog.arm("the preflight collectives", timeout, 0, reason)
+    try:
+        token_box = [secrets.token_hex(6) if rank == 0 else None]
+        if _grouped():
+            dist.broadcast_object_list(token_box, src=0)
+        token = str(token_box[0])
+        pod = pod_index()
+        first_on_pod = local_rank() == 0
+        mine = {
+            "pod": pod,
+            "devices": {
+                "pod": pod,
+                **device_facts(device_kind, device_count, simulated_devices, runtime_context_gib),
+            },
+            "versions": {"pod": pod, **software_versions(device_kind)},
+            "write": {"pod": pod, **storage_write(output_dir, pod, token)} if first_on_pod else None,
+        }
+        facts = _gather(mine)
+        writes = [f["write"] for f in facts if f["write"] is not None]
+        unseen = storage_read(output_dir, pods, token) if first_on_pod and not mine["write"].get("error") else []
+        seen = [u for u in _gather(unseen if first_on_pod else None) if u is not None]
+        checks = [
+            judge_devices([f["devices"] for f in facts], int(settings["devices_per_pod"])),
+            judge_versions([f["versions"] for f in facts], dict(settings["expected_versions"])),
+            judge_storage(writes, seen, output_dir, int(settings["storage_needed_bytes"])),
+        ]
+        _barrier()  # every pod has read every marker
+        if first_on_pod and mine["write"].get("marker"):
+            _remove(Path(mine["write"]["marker"]))
+        if any(c["status"] == FAIL for c in checks):
+            checks.append(check("allreduce", SKIP, "not run: an earlier check failed"))
+        elif world < 2:
+            checks.append(check("allreduce", SKIP, "one rank: no collective to measure"))
+        else:
+            results = measure_allreduce(
+                [float(s) for s in settings["allreduce_sizes_mb"]], int(settings["allreduce_iterations"]), torch_device
+            )
+            checks.append(judge_bandwidth(results, world, settings))
+    finally:
+        watchdog.disarm()
+    report = {
+        "ok": not any(c["status"] == FAIL for c in checks),
+        "world_size": world,
+        "pods": pods,
+        "seconds": round(time.monotonic() - started, 2),
+        "checks": checks,
+    }
+    failed = [c for c in checks if c["status"] == FAIL]
+    report["reason"] = "; ".join(f"{c['check']}: {c['detail']}" for c in failed) or None
+    if rank == 0:
+        _publish(report, output_dir, metrics_file)
+    if failed:
+        raise PreflightFailed(f"preflight failed: {report['reason']}")
+    return report
+
+
+def _remove(path: Path) -> None:
+    try:
+        path.unlink()
+    except OSError:
+        pass
+
+
+def table(report: dict[str, Any]) -> list[str]:
+    """The report as log lines: one per check."""
+    width = max(len(name) for name in CHECKS)
+    lines = [f"cluster check: {report['pods']} pod(s), world size {report['world_size']}, {report['seconds']} s"]
+    lines += [f"  {c['check']:<{width}}  {c['status']:<4}  {c['detail']}" for c in report["checks"]]
+    return lines
+
+
+def _publish(report: dict[str, Any], output_dir: Path, metrics_file: Path) -> None:
+    """Rank 0: the table in the log, cluster-check.json and the ``preflight`` record (best effort: an output
+    directory that cannot be written is itself the failure the report names)."""
+    for line in table(report):
+        LOG.info(line) if report["ok"] else LOG.error(line)
+    try:
+        (output_dir / contract.CLUSTER_CHECK_FILE).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+        contract.append_record(
+            metrics_file,
+            contract.event(
+                contract.EVENT_PREFLIGHT,
+                ok=report["ok"],
+                checks=[{k: c[k] for k in ("check", "status", "detail")} for c in report["checks"]],
+                seconds=report["seconds"],
+                reason=report["reason"],
+                report=str(output_dir / contract.CLUSTER_CHECK_FILE),
+            ),
+        )
+    except OSError as exc:
+        LOG.error("cannot write the cluster check report into %s: %s", output_dir, exc)

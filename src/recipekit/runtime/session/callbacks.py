@@ -1,0 +1,107 @@
+"""Trainer callbacks: throughput (tokens/s, TFLOPS, MFU, HFU), the metrics file, and SIGTERM → checkpoint → stop."""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import TrainerCallback
+
+from ..boundary import contract
+
+#: Significant digits of the utilisation figures: enough to compare with contract.utilisation to 1e-5.
+_DIGITS = 6
+
+
+def _significant(value: float, digits: int = _DIGITS) -> float:
+    return float(f"{value:.{digits}g}")
+
+
+class ThroughputCallback(TrainerCallback):
+    """Adds tokens/s, achieved TFLOP/s, MFU and HFU per device to every training log, over the interval since the last.
+
+    The FLOPs per token and the peak are the plan's (recipe.yaml ``plan.flops``), counted once by recipekit with
+    ``contract.flops_per_token`` from the architecture and the recipe's precision: MFU counts the model's FLOPs, HFU
+    adds the recomputation activation checkpointing runs, both against the same peak (``contract.utilisation``).
+    ``tflops_per_device`` is the model FLOPs achieved. Tokens are the Trainer's ``num_input_tokens_seen`` (all
+    tokens, padding included: the device computed them), summed over processes; the figures are per device. Under
+    tensor parallelism every rank of a TP group sees the same batch, so that sum counts each token ``replicas``
+    (= TP) times: it is divided back. It must run before the reporting callbacks, see session.make_trainer.
+    """
+
+    def __init__(
+        self, model_flops: float, hardware_flops: float, peak_tflops: float, world_size: int, replicas: int = 1
+    ):
+        self.model_flops, self.hardware_flops = model_flops, hardware_flops
+        self.peak_tflops, self.world_size, self.replicas = peak_tflops, world_size, max(1, replicas)
+        self._time, self._tokens = time.perf_counter(), 0
+
+    @classmethod
+    def from_plan(cls, flops: Any, world_size: int, replicas: int = 1) -> ThroughputCallback:
+        """From recipe.yaml's ``plan.flops`` (attributes model_per_token, hardware_per_token, peak_tflops)."""
+        return cls(flops.model_per_token, flops.hardware_per_token, flops.peak_tflops, world_size, replicas)
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._time, self._tokens = time.perf_counter(), state.num_input_tokens_seen
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: dict | None = None, **kwargs: Any) -> None:
+        if logs is None or "loss" not in logs:
+            return
+        now, tokens = time.perf_counter(), state.num_input_tokens_seen
+        elapsed, seen = now - self._time, tokens - self._tokens
+        self._time, self._tokens = now, tokens
+        if elapsed <= 0 or seen <= 0:
+            return
+        per_device = seen / self.replicas / elapsed / self.world_size
+        logs.update(
+            tokens_per_second_per_device=round(per_device, 1),
+            tflops_per_device=round(per_device * self.model_flops / 1e12, 4),
+            mfu=_significant(contract.utilisation(per_device, self.model_flops, self.peak_tflops)),
+            hfu=_significant(contract.utilisation(per_device, self.hardware_flops, self.peak_tflops)),
+        )
+
+
+class MetricsFileCallback(TrainerCallback):
+    """Appends every log (training, evaluation, final summary) as one JSON line with its ``step`` to metrics.jsonl,
+    the file the dry run and the tests read (trainer_state.json's log_history lacks the throughput figures), with the
+    time it was written (``recipekit report`` draws restarts on the clock)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: dict | None = None, **kwargs: Any) -> None:
+        if logs and state.is_world_process_zero:
+            contract.append_record(self.path, contract.stamped({"step": state.global_step, **logs}))
+
+
+class PreemptionCallback(TrainerCallback):
+    """SIGTERM (Volcano eviction or preemption) → save a checkpoint at the end of this step, then stop training.
+
+    Every rank receives the signal (torchrun forwards it) but maybe during different steps, so the ranks agree by
+    an all-reduce at each step end: all of them save the same step, and no collective is left waiting.
+    """
+
+    def __init__(self) -> None:
+        self.requested = False
+        self.stopped_at: int | None = None
+
+    def install(self) -> None:
+        signal.signal(signal.SIGTERM, self._on_sigterm)
+
+    def _on_sigterm(self, signum: int, frame: Any) -> None:
+        self.requested = True
+
+    def _agreed(self, args: Any) -> bool:
+        if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+            return self.requested
+        flag = torch.tensor([int(self.requested)], device=args.device)
+        torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
+        return bool(flag.item())
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self.stopped_at is None and self._agreed(args):
+            control.should_save = control.should_training_stop = True
+            self.stopped_at = state.global_step

@@ -1,0 +1,181 @@
+"""Checkpoints and the run they belong to: the run record each save carries, and the resume decision.
+
+The rules live in the contract (stdlib only, shared with recipekit's dry run): when a checkpoint is complete, and
+:func:`contract.resume_choice`, which picks the checkpoint to continue from and refuses one of another run. This
+module applies them inside a run: it stamps every checkpoint with the run record (``contract.RUN_FILE``: the plan's
+run fingerprint and the world layout that wrote its states) and turns the choice into log lines and a RunError.
+
+The record is signed (trust.py): the sha256 of every file of the checkpoint and an HMAC over them with the run key
+the Job mounts from its Secret. A checkpoint is resumed only when that signature verifies and every file still has
+its digest, checked before the Trainer or DeepSpeed open any of it: the shared volume is writable by others, and
+DeepSpeed unpickles what it loads.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from transformers import TrainerCallback
+
+from ..boundary import contract
+from ..boundary.common import RunError, log0
+from ..volume import reshard, trust
+
+
+def choose_resume(output_dir: Path, resume: str, run_id: str, layout: contract.WorldLayout) -> contract.ResumeChoice:
+    """``contract.resume_choice``, logged: each skipped checkpoint and why, each warning; a refusal is a RunError."""
+    try:
+        choice = contract.resume_choice(output_dir, run_id, resume, layout=layout)
+    except contract.ResumeRefused as exc:
+        raise RunError(str(exc)) from None
+    for name, reason in choice.skipped:
+        log0("skipping %s: %s", name, reason)
+    if choice.path is not None:
+        verify_checkpoint(choice.path)
+    for warning in choice.warnings:
+        log0(warning, level=logging.WARNING)
+    return choice
+
+
+def verify_checkpoint(path: Path) -> None:
+    """The checkpoint was written by this run (its signed record verifies under the run key and every file has the
+    digest the record gives), else a RunError naming why: no byte of it has been parsed yet."""
+    try:
+        key = trust.load_key()
+        if key is None:
+            raise trust.Untrusted(
+                f"cannot prove {path.name} was written by this run: no run key ({trust.KEY_ENV} is unset; the Job "
+                "mounts it from its Secret, see docs/trust.md); start over with --resume none"
+            )
+        trust.verify_directory(path, contract.read_run_record(path), key, RECORD_EXCLUDED, path.name)
+    except trust.Untrusted as exc:
+        raise RunError(f"refusing to resume: {exc}") from None
+    log0("%s: signed record and %s verified", path.name, "file digests")
+
+
+def run_key() -> bytes | None:
+    """The run key the Job mounts (None without one: checkpoints are then unsigned and never resumed)."""
+    try:
+        key = trust.load_key()
+    except trust.Untrusted as exc:
+        raise RunError(str(exc)) from None
+    if key is None:
+        log0(
+            "no run key (%s unset): checkpoints are saved unsigned and cannot be resumed",
+            trust.KEY_ENV,
+            level=logging.WARNING,
+        )
+    return key
+
+
+#: Below the output directory: checkpoints re-sharded for another world size (reshard.py), one per checkpoint and
+#: world size. Removed once the run has saved a checkpoint of its own.
+RESHARD_DIR = ".reshard"
+#: How long the other ranks wait for rank 0's re-sharded copy (converting a large model's states takes a while).
+RESHARD_WAIT_S = 6 * 3600.0
+RESHARD_POLL_S = 2.0
+
+
+def resharded(choice: contract.ResumeChoice, output_dir: Path, world_size: int, rank: int, refusal: str | None) -> Path:
+    """The chosen ZeRO checkpoint as a universal copy for ``world_size`` (reshard.py), signed like a checkpoint:
+    global rank 0 converts it while the other ranks wait for it to appear, then every rank verifies it. Runs before
+    the process group forms, since converting takes longer than a collective's timeout. ``refusal`` (reshard.py's
+    reason this layout cannot be re-sharded) ends the run with that reason."""
+    assert choice.path is not None
+    source, name = choice.path, choice.path.name
+    if refusal:
+        raise RunError(
+            f"cannot resume {name} (saved at world size {choice.saved_world_size}) at world size {world_size}: "
+            f"{refusal}; run it at world size {choice.saved_world_size}, or start over with --resume none"
+        )
+    target = output_dir / RESHARD_DIR / f"{name}-world{world_size}"
+    if rank == 0 and not _usable(target, source):
+        shutil.rmtree(target, ignore_errors=True)
+        log0(
+            "re-sharding %s (world size %s) for world size %d: DeepSpeed universal checkpoint",
+            name,
+            choice.saved_world_size,
+            world_size,
+        )
+        started = time.monotonic()
+        try:
+            reshard.universal_copy(source, target, world_size=world_size)
+        except reshard.ReshardError as exc:
+            raise RunError(f"cannot re-shard {name}: {exc}") from None
+        key = trust.load_key()
+        assert key is not None  # the source verified under it (choose_resume)
+        record = {**(contract.read_run_record(source) or {}), "world_size": world_size, "resharded_from": name}
+        record["source_signature"] = _signature(source)
+        contract.write_run_record(target, trust.sign(record, key, trust.digests(target, RECORD_EXCLUDED)))
+        log0("%s re-sharded in %.0f s, into %s", name, time.monotonic() - started, target)
+    else:
+        deadline = time.monotonic() + RESHARD_WAIT_S
+        while not _usable(target, source):
+            if time.monotonic() > deadline:
+                raise RunError(f"rank 0 did not re-shard {name} into {target} within {RESHARD_WAIT_S:.0f} s")
+            time.sleep(RESHARD_POLL_S)
+    verify_checkpoint(target)
+    return target
+
+
+def _signature(checkpoint: Path) -> Any:
+    return (contract.read_run_record(checkpoint) or {}).get(trust.HMAC_FIELD)
+
+
+def _usable(target: Path, source: Path) -> bool:
+    """A complete re-sharded copy of ``source`` as it is now (an earlier attempt's, or rank 0's of this one), whose
+    record this run signed (its files are checked by :func:`verify_checkpoint` after)."""
+    record = contract.read_run_record(target)
+    key = trust.load_key()
+    if record is None or key is None or record.get("resharded_from") != source.name:
+        return False
+    try:
+        trust.check_record(record, key, target.name)
+    except trust.Untrusted:
+        return False
+    return _signature(source) is not None and record.get("source_signature") == _signature(source)
+
+
+def drop_resharded(output_dir: Path) -> None:
+    """Remove the re-sharded copies: the run has saved a checkpoint of its own at its world size."""
+    shutil.rmtree(Path(output_dir) / RESHARD_DIR, ignore_errors=True)
+
+
+#: Not covered by the digests: the record itself.
+RECORD_EXCLUDED = frozenset({contract.RUN_FILE})
+
+
+class RunRecordCallback(TrainerCallback):
+    """Writes the signed run record into every checkpoint the Trainer saves (rank 0, once every rank has written
+    its files: the callback is the last one, and it waits for all ranks first).
+
+    A checkpoint whose save was cut before the record is complete by the contract's rules but cannot be resumed:
+    without the signed record nothing proves this run wrote it. Without a run key the record is written unsigned
+    (a run started by hand), and such a checkpoint is refused on resume.
+    """
+
+    def __init__(self, record: dict[str, Any], key: bytes | None):
+        self.record, self.key = record, key
+
+    def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        _barrier()  # every rank's files (DeepSpeed partitions, rng states) are written before they are hashed
+        if not state.is_world_process_zero:
+            return
+        checkpoint = Path(args.output_dir) / f"{contract.CHECKPOINT_PREFIX}{state.global_step}"
+        if checkpoint.is_dir():
+            record = {**self.record, "step": state.global_step}
+            if self.key is not None:
+                record = trust.sign(record, self.key, trust.digests(checkpoint, RECORD_EXCLUDED))
+            contract.write_run_record(checkpoint, record)
+            drop_resharded(Path(args.output_dir))
+
+
+def _barrier() -> None:
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()

@@ -1,0 +1,300 @@
+"""One training session, start to end: arguments, resume choice, data, model, Trainer, records, final save.
+
+train.py imports this module only after it has found the target device (see device.py), because importing it
+imports the training stack: transformers, datasets, tokenizers, peft when LoRA is used.
+
+Every rank runs the same code and reaches the same decisions; rank 0 alone writes the structured records of
+metrics.jsonl (``contract.EVENT_*``) and logs the human-readable lines next to them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from ..boundary import contract
+from ..boundary.common import RunError, log0, precision, rank
+from ..boundary.config import RunConfig
+from ..boundary.recipeview import RecipeView
+from ..data.sampler import PreparedTrainer
+from ..data.samples import SequenceCollator
+from ..data.stream import ResumeRandomState, StreamDataset, StreamStateCallback
+from ..model.loader import load_model, parameter_counts, save_merged
+from ..ops.device import Device
+from ..ops.guard import OpsTrainer
+from ..ops.opskit import OpsLayer
+from ..ops.preflight import make_output_dir
+from ..volume.reshard import ds_config_for_universal, reshard_refusal
+from ..volume.rowledger import RowIndexed, RowLedger
+from .arguments import make_training_arguments, trainer_kwargs
+from .callbacks import MetricsFileCallback, PreemptionCallback, ThroughputCallback
+from .checkpoints import RunRecordCallback, choose_resume, resharded, run_key
+from .distributed import join_deepspeed_group, launched, leave_process_group, prepare_environment
+from .rundata import prepare_for_run, world
+
+
+class Records:
+    """metrics.jsonl's structured records, appended by rank 0 only."""
+
+    def __init__(self, output_dir: Path, writer: bool):
+        self.path, self.writer = output_dir / contract.METRICS_FILE, writer
+
+    def add(self, kind: str, **fields: Any) -> None:
+        if self.writer:
+            contract.append_record(self.path, contract.stamped(contract.event(kind, **fields)))
+
+
+def training_arguments(run: RunConfig, device: Device, universal: bool = False) -> tuple[Any, list[str]]:
+    """The plan's Trainer arguments for how this process was launched, and the notes on what that changed
+    (``universal``: this start resumes a re-sharded checkpoint, reshard.py). Creating them joins the process
+    group."""
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    kwargs, notes = trainer_kwargs(
+        run.training_arguments,
+        device_kind=device.kind,
+        bundle_dir=run.bundle_dir,
+        world_size=world_size,
+        planned_world_size=run.plan.world_size,
+        launched=launched(),
+        tensor_parallel=tensor_parallel(run),
+    )
+    if universal and isinstance(kwargs.get("deepspeed"), dict):
+        kwargs["deepspeed"] = ds_config_for_universal(kwargs["deepspeed"])
+        notes.append("resuming a checkpoint re-sharded for this world size: checkpoint.load_universal for this start")
+    prepare_environment(bool(kwargs.get("deepspeed")), run.recipe.hw.ds_accelerator, notes)
+    args = make_training_arguments(kwargs)
+    if kwargs.get("deepspeed") and args.world_size > 1:
+        join_deepspeed_group(args.ddp_backend or run.plan.comm_backend)
+    return args, notes
+
+
+def world_layout(run: RunConfig, zero_stage: int) -> contract.WorldLayout:
+    """This process's world, ZeRO stage and global batch (micro × accumulation × data-parallel size), known before
+    the process group forms: what a checkpoint's run record is compared with."""
+    size, arguments = world(), run.training_arguments
+    micro, accumulation = arguments.get("per_device_train_batch_size"), arguments.get("gradient_accumulation_steps")
+    batch = None
+    if isinstance(micro, int) and isinstance(accumulation, int):
+        batch = micro * accumulation * max(1, size // tensor_parallel(run))
+    return contract.WorldLayout(size, zero_stage, batch, streaming=run.recipe.data.streaming)
+
+
+def tensor_parallel(run: RunConfig) -> int:
+    """The plan's TP degree (DeepSpeed AutoTP, set up from ds_config)."""
+    return run.plan.tensor_parallel
+
+
+class SessionTrainer(OpsTrainer, PreparedTrainer):
+    """The Trainer with both of recipekit's changes: rows drawn in the resumable order (sampler.py) and each step's
+    loss guarded, batch wait timed and faults injected for drills (guard.py)."""
+
+
+def make_trainer(
+    run: RunConfig,
+    args: Any,
+    model: Any,
+    tokenizer: Any,
+    train_set: Any,
+    eval_set: Any,
+) -> tuple[SessionTrainer, PreemptionCallback]:
+    """The Trainer (drawing rows in the resumable order, sampler.py) with recipekit's callbacks: throughput first
+    (reporters run in list order and must see its figures), then metrics.jsonl and SIGTERM handling. The run
+    record's callback is added last of all (run_training), so that it signs every file the others wrote."""
+    preemption = PreemptionCallback()
+    trainer = SessionTrainer(
+        model=model,
+        args=args,
+        train_dataset=train_set,
+        eval_dataset=eval_set,
+        data_collator=SequenceCollator(tokenizer.pad_token_id),
+        processing_class=tokenizer,
+        callbacks=[
+            MetricsFileCallback(Path(args.output_dir) / contract.METRICS_FILE),
+            preemption,
+        ],
+    )
+    throughput = ThroughputCallback.from_plan(run.plan.flops, args.world_size, tensor_parallel(run))
+    trainer.callback_handler.callbacks.insert(0, throughput)
+    if isinstance(train_set, StreamDataset):  # each checkpoint keeps the stream's chunk counts, for an exact resume
+        trainer.add_callback(StreamStateCallback(train_set))
+    return trainer, preemption
+
+
+def summary_lines(
+    run: RunConfig,
+    args: Any,
+    device: Device,
+    model_path: str,
+    counts: tuple[int, int],
+    train: Any,
+    evaluation: Any,
+    resume_from: str | None,
+) -> list[str]:
+    """The startup block rank 0 logs: what runs where, and how big it is."""
+    recipe, trainable, total = run.recipe, *counts
+    data = recipe.data
+    zero = run.plan.zero_stage if args.deepspeed else 0
+    tp = tensor_parallel(run)
+    dp = max(1, args.world_size // tp)
+    batch = args.per_device_train_batch_size * args.gradient_accumulation_steps * dp
+    if data.format == "text":
+        rows, packing = "blocks", "documents concatenated into blocks"
+    else:
+        rows = "packed rows" if data.packing else "samples"
+        packing = "on, no attention across samples" if data.packing else "off"
+    if isinstance(train, StreamDataset):
+        sizes = f"streamed from {len(train.chunks):,} chunks, {rows} made while training, no eval"
+    else:
+        sizes = f"{len(train):,} train {rows}, {len(evaluation) if evaluation is not None else 0:,} eval"
+    return [
+        f"recipe {recipe.name} (run {run.plan.run_id}): {recipe.mode.kind} of {recipe.model.name} "
+        f"({recipe.model.init} init) from {model_path}",
+        (
+            f"world size {args.world_size}{f' = TP {tp} × DP {dp}' if tp > 1 else ''} | device {device.kind} | "
+            f"backend {args.ddp_backend or run.plan.comm_backend}"
+            f" | precision {precision(args)} | ZeRO {zero} | optimizer {getattr(args.optim, 'value', args.optim)}"
+        ),
+        (
+            f"global batch {batch} = micro {args.per_device_train_batch_size} × accumulation "
+            f"{args.gradient_accumulation_steps} × data-parallel {dp}"
+        ),
+        f"parameters: {trainable:,} trainable of {total:,} ({100 * trainable / max(total, 1):.2f}%)",
+        f"data: {sizes} ({data.format}, max_len {data.max_len}, packing {packing})",
+        f"output {args.output_dir} | resume from {resume_from or 'scratch'}",
+    ]
+
+
+def save_results(
+    trainer: Any, recipe: RecipeView, args: Any, model_path: str, tokenizer: Any, identity: dict[str, Any]
+) -> Path | None:
+    """The final model (full weights, gathered under ZeRO-3, or the LoRA adapter) with its tokenizer, state and run
+    record; for ``lora.merge_on_save`` also the merged model, written by rank 0 alone once the others have left.
+    Returns where the merged model went (rank 0), else None."""
+    output_dir = Path(args.output_dir)
+    trainer.save_model(str(output_dir))
+    trainer.save_state()
+    if args.process_index == 0:
+        contract.write_run_record(output_dir, {**identity, "step": trainer.state.global_step})
+    lora = recipe.mode.lora
+    merge_here = lora is not None and lora.merge_on_save and args.process_index == 0
+    leave_process_group()
+    if not merge_here:
+        return None
+    merged = save_merged(model_path, output_dir, recipe, precision(args), tokenizer)
+    log0("merged model written to %s", merged)
+    return merged
+
+
+def run_training(run: RunConfig, device: Device, resume: str) -> int:
+    """Train as recipe.yaml says, on ``device``, continuing from ``resume`` (auto | none | a checkpoint path)."""
+    recipe, plan = run.recipe, run.plan
+    output_dir = Path(run.training_arguments["output_dir"])
+    make_output_dir(output_dir)
+    records = Records(output_dir, rank() == 0)
+    zero = plan.zero_stage if run.training_arguments.get("deepspeed") else 0
+    key = run_key()
+    # Before any data or model is loaded: a checkpoint of another run, or one this run cannot prove it wrote (its
+    # signed record, checkpoints.py), is refused in seconds and before any of its bytes is parsed.
+    layout = world_layout(run, zero)
+    choice = choose_resume(output_dir, resume, plan.run_id, layout)
+    resume_from = str(choice.path) if choice.path is not None else None
+    load_from = resume_from  # what the Trainer loads: the checkpoint, or its copy re-sharded for this world
+    resized = choice.saved_world_size not in (None, layout.world_size)
+    if resized and tensor_parallel(run) > 1:
+        name, saved = choice.path.name if choice.path else "the checkpoint", choice.saved_world_size
+        raise RunError(
+            f"{name} was saved at world size {saved}, this run has {layout.world_size}: "
+            f"{contract.TP_RESIZE_REFUSAL}; run it at world size {saved}, or start over with --resume none"
+        )
+    if choice.reshard:
+        parallel = recipe.parallel
+        refusal = reshard_refusal(
+            zero,
+            offload_optimizer=parallel.offload_optimizer,
+            offload_param=parallel.offload_param,
+            tensor_parallel=tensor_parallel(run),
+        )
+        load_from = str(resharded(choice, output_dir, layout.world_size, rank(), refusal))
+    # The data before the process group: preparing a corpus takes as long as it takes, and no collective (with its
+    # ddp_timeout) may be waiting meanwhile. Every rank prepares its share, or all reuse what is there (dataprep.py).
+    data = prepare_for_run(run, output_dir, records.add, resume=choice)
+    model_path, tokenizer, train_set, eval_set = data.model_path, data.tokenizer, data.train, data.eval
+    if run.operations.testing.record_rows and not isinstance(train_set, StreamDataset):
+        train_set = RowIndexed(train_set)  # testing only: the row ledger (rowledger.py)
+
+    args, notes = training_arguments(run, device, universal=choice.reshard)  # joins the process group
+    for note in notes:
+        log0("adapted: %s", note)
+        records.add(contract.EVENT_ADAPTED, note=note)
+    ops = OpsLayer(run, args, device)
+    ops.preflight()  # every pod checks devices, versions, storage and the collective before the model is loaded
+    model = load_model(model_path, recipe, args, device.kind)
+    if recipe.data.packing and recipe.model.trust_remote_code:
+        log0(
+            "packing with remote model code: samples stay apart only if that code masks by position_ids as "
+            "transformers' own models do",
+            level=logging.WARNING,
+        )
+    trainable, total = parameter_counts(model)
+    identity = contract.run_record(
+        plan.run_id,
+        world_size=args.world_size,
+        zero_stage=zero,
+        global_batch_size=layout.global_batch_size,
+        gradient_accumulation_steps=args.gradient_accumulation_steps,
+        recipe=recipe.name,
+    )
+    trainer, preemption = make_trainer(run, args, model, tokenizer, train_set, eval_set)
+    ops.install(trainer, records)
+    if isinstance(train_set, RowIndexed):
+        trainer.ledger = RowLedger(output_dir, args.process_index, args.world_size, tensor_parallel(run))
+    if isinstance(train_set, StreamDataset) and resume_from:  # the stream skips itself; the random state is ours
+        trainer.add_callback(ResumeRandomState(trainer, resume_from))
+    trainer.add_callback(RunRecordCallback(identity, key))  # last: it signs what every other callback wrote
+    for line in summary_lines(run, args, device, model_path, (trainable, total), train_set, eval_set, resume_from):
+        log0(line)
+    records.add(
+        contract.EVENT_START,
+        run_id=plan.run_id,
+        world_size=args.world_size,
+        tensor_parallel=tensor_parallel(run),
+        device=device.kind,
+        precision=precision(args),
+        zero_stage=zero,
+        parameters_total=total,
+        parameters_trainable=trainable,
+        resume_from=resume_from,
+        resume_step=choice.step,
+        global_batch_size=layout.global_batch_size,
+        gradient_accumulation_steps=args.gradient_accumulation_steps,
+        saved_world_size=choice.saved_world_size,
+        skipped=[{"checkpoint": name, "reason": reason} for name, reason in choice.skipped],
+    )
+    ops.recovery.started(choice.step, resume_from)  # recovery.jsonl: where the previous attempt stopped, if it did
+
+    preemption.install()
+    try:
+        trainer.train(resume_from_checkpoint=load_from)
+    finally:
+        ops.close()
+    code = ops.stopped(trainer, records)
+    if code is not None:  # the loss guard stopped every rank at the same step
+        leave_process_group()
+        return code
+    if preemption.stopped_at is not None:  # every rank stopped at this step (the flag is all-reduced)
+        log0(
+            "SIGTERM: saved checkpoint-%d; exiting %d so the job restarts and resumes from it",
+            preemption.stopped_at,
+            contract.EXIT_PREEMPTED,
+        )
+        records.add(contract.EVENT_PREEMPTED, step=preemption.stopped_at)
+        leave_process_group()
+        return contract.EXIT_PREEMPTED
+    merged = save_results(trainer, recipe, args, model_path, tokenizer, identity)
+    step = trainer.state.global_step
+    ops.recovery.done(step)
+    records.add(contract.EVENT_DONE, step=step, output=str(output_dir), merged=str(merged) if merged else None)
+    log0("done: %d steps; model in %s", step, output_dir)
+    return contract.EXIT_OK

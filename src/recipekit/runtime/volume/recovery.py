@@ -1,0 +1,210 @@
+"""Interruptions and recoveries of a run, recorded in its output directory, and the MTTR computed from them.
+
+Standard library only: train.py writes the records (rank 0), ``recipekit runs history`` reads them, and the dry
+run's judge computes its MTTR with :func:`history` over the same file, so the figure a cluster shows and the one a
+dry run reports are one definition.
+
+Two files in the output directory:
+
+* ``recipekit-progress.json`` — the last completed optimizer step and its wall time, replaced atomically after
+  every step (one small write; a crash leaves the previous one whole). It is what survives a kill.
+* ``recovery.jsonl`` — one record per event: ``start`` (this process began: the launcher's start time, the
+  checkpoint it resumes from, and — read from the progress file — the step and time where the previous attempt
+  stopped), ``loaded`` (the checkpoint is loaded: the Trainer's ``on_train_begin``), ``first_step`` (the first
+  step completed after the start), ``done``.
+
+MTTR of one recovery = time of the first step after the restart − time of the last step completed before the
+interruption: detection, teardown, rescheduling, start-up, loading and the first step all count, as they do for
+the people waiting. Steps lost = that last step − the checkpoint step resumed from (work done twice).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..boundary import contract
+
+RECOVERY_FILE = "recovery.jsonl"
+PROGRESS_FILE = "recipekit-progress.json"
+#: The launcher's wall time at start (set for torchrun's workers): when this attempt of the pod began.
+LAUNCH_TIME_ENV = "RECIPEKIT_LAUNCH_TIME"
+
+
+@dataclass(frozen=True)
+class Recovery:
+    """One interruption and what followed it."""
+
+    interrupted_step: int
+    interrupted_time: float
+    restart_time: float  # the launcher started again
+    resume_step: int  # 0: from scratch
+    loaded_time: float | None  # checkpoint loaded, training loop begins
+    first_step: int | None
+    first_step_time: float | None
+
+    @property
+    def mttr_s(self) -> float | None:
+        """Last step before the interruption → first step after the restart, seconds."""
+        return None if self.first_step_time is None else round(self.first_step_time - self.interrupted_time, 2)
+
+    @property
+    def steps_lost(self) -> int:
+        return max(0, self.interrupted_step - self.resume_step)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "interrupted_step": self.interrupted_step,
+            "interrupted_time": self.interrupted_time,
+            "restart_time": self.restart_time,
+            "resume_step": self.resume_step,
+            "loaded_time": self.loaded_time,
+            "first_step": self.first_step,
+            "first_step_time": self.first_step_time,
+            "mttr_s": self.mttr_s,
+            "steps_lost": self.steps_lost,
+        }
+
+
+def history(records: list[dict[str, Any]]) -> list[Recovery]:
+    """Every recovery in ``recovery.jsonl``'s records, in order: each ``start`` that found an interrupted attempt."""
+    found: list[Recovery] = []
+    current: dict[str, Any] | None = None
+
+    def close() -> None:
+        if current is not None:
+            found.append(
+                Recovery(
+                    interrupted_step=int(current["interrupted_step"]),
+                    interrupted_time=float(current["interrupted_time"]),
+                    restart_time=float(current["restart_time"]),
+                    resume_step=int(current.get("resume_step") or 0),
+                    loaded_time=current.get("loaded_time"),
+                    first_step=current.get("first_step"),
+                    first_step_time=current.get("first_step_time"),
+                )
+            )
+
+    for record in records:
+        kind = record.get("event")
+        if kind == "start":
+            close()
+            current = None
+            interrupted = record.get("interrupted")
+            if isinstance(interrupted, dict) and "step" in interrupted and "time" in interrupted:
+                current = {
+                    "interrupted_step": interrupted["step"],
+                    "interrupted_time": interrupted["time"],
+                    "restart_time": record.get("launch_time") or record.get("time"),
+                    "resume_step": record.get("resume_step"),
+                }
+        elif current is not None and kind == "loaded" and "loaded_time" not in current:
+            current["loaded_time"] = record.get("time")
+        elif current is not None and kind == "first_step" and "first_step" not in current:
+            current["first_step"], current["first_step_time"] = record.get("step"), record.get("time")
+    close()
+    return found
+
+
+def read(output_dir: Path) -> list[dict[str, Any]]:
+    """The records of a run's ``recovery.jsonl`` (empty when it has none)."""
+    return contract.read_records(Path(output_dir) / RECOVERY_FILE)
+
+
+def summary(recoveries: list[Recovery]) -> dict[str, Any]:
+    """Restarts, steps lost, and the mean / last MTTR over the recoveries that reached a first step."""
+    times = [r.mttr_s for r in recoveries if r.mttr_s is not None]
+    return {
+        "restarts": len(recoveries),
+        "steps_lost": sum(r.steps_lost for r in recoveries),
+        "mttr_s": round(sum(times) / len(times), 2) if times else None,
+        "last_mttr_s": times[-1] if times else None,
+    }
+
+
+class RecoveryLog:
+    """Rank 0's writer of the two files (every other rank gets one whose calls do nothing)."""
+
+    def __init__(
+        self,
+        output_dir: Path,
+        enabled: bool,
+        clock: Callable[[], float] = time.time,
+        environ: Mapping[str, str] | None = None,
+    ):
+        self.dir, self.enabled, self.clock = Path(output_dir), enabled, clock
+        self.environ = os.environ if environ is None else environ
+        self.first_step_seen = False
+        self.records: list[dict[str, Any]] = []
+
+    def _append(self, record: dict[str, Any]) -> None:
+        self.records.append(record)
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            contract.append_record(self.dir / RECOVERY_FILE, record)
+        except OSError:
+            pass  # never stop training for a record
+
+    def started(self, resume_step: int | None, resume_from: str | None) -> None:
+        """This attempt began (resuming ``resume_from`` at ``resume_step``, or from scratch)."""
+        if not self.enabled:
+            return
+        launch = self.environ.get(LAUNCH_TIME_ENV, "")
+        try:
+            launched = float(launch) if launch else None
+        except ValueError:
+            launched = None
+        progress = self._progress()
+        interrupted = None
+        if progress is not None and not progress.get("done"):
+            interrupted = {"step": progress.get("step"), "time": progress.get("time")}
+        self._append(
+            contract.event(
+                "start",
+                time=self.clock(),
+                launch_time=launched,
+                resume_from=resume_from,
+                resume_step=resume_step or 0,
+                interrupted=interrupted,
+            )
+        )
+
+    def loaded(self, step: int) -> None:
+        if self.enabled:
+            self._append(contract.event("loaded", step=step, time=self.clock()))
+
+    def step(self, step: int) -> None:
+        """An optimizer step completed: the progress file moves on; the first one after the start is recorded."""
+        if not self.enabled:
+            return
+        now = self.clock()
+        if not self.first_step_seen:
+            self.first_step_seen = True
+            self._append(contract.event("first_step", step=step, time=now))
+        self._write_progress({"step": step, "time": now})
+
+    def done(self, step: int) -> None:
+        if self.enabled:
+            self._append(contract.event("done", step=step, time=self.clock()))
+            self._write_progress({"step": step, "time": self.clock(), "done": True})
+
+    def _progress(self) -> dict[str, Any] | None:
+        try:
+            data = json.loads((self.dir / PROGRESS_FILE).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        return data if isinstance(data, dict) else None
+
+    def _write_progress(self, data: dict[str, Any]) -> None:
+        target = self.dir / PROGRESS_FILE
+        staging = target.with_name(f"{PROGRESS_FILE}.tmp")
+        try:
+            staging.write_text(json.dumps(data), encoding="utf-8")
+            os.replace(staging, target)
+        except OSError:
+            pass

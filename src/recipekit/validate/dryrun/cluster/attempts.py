@@ -1,0 +1,264 @@
+"""The attempts of a dry run: start every pod, watch them, kill one when asked, stop the rest as Volcano does.
+
+Each pod is ``bash run.sh`` with what Volcano's env and svc plugins inject (:func:`pod_environment`). While an
+attempt runs, :class:`DryRun` follows metrics.jsonl (steps and train.py's records, filed into the
+:class:`~recipekit.validate.dryrun.cluster.attemptlog.Attempt`), reports each phase the pods reach
+(:class:`~recipekit.validate.dryrun.cluster.startup.PhaseReporter`), and ends the attempt when every pod has exited, one
+pod failed, the kill step was reached, or the deadline passed. Whether what happened is right is
+:mod:`recipekit.validate.dryrun.judges.training`'s question, not this module's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import psutil
+import yaml
+
+from recipekit.bundle.files import JOB, LAUNCH, RUN, TRAIN_MODULE
+from recipekit.runtime.boundary import contract
+from recipekit.runtime.boundary.metricnames import PORT_ENV as METRICS_PORT_ENV
+from recipekit.runtime.volume import trust
+from recipekit.runtime.volume.rowledger import ledger_sizes
+from recipekit.validate.dryrun.cluster.attemptlog import Attempt, MetricsTail
+from recipekit.validate.dryrun.cluster.pods import Pod, PodSet, free_port, loopback_interface
+from recipekit.validate.dryrun.cluster.scrape import metric_ports, scrape_pods
+from recipekit.validate.dryrun.cluster.startup import PhaseReporter
+from recipekit.validate.dryrun.options import DryRunOptions
+from recipekit.validate.dryrun.workdir.extensions import extensions_dir
+from recipekit.validate.dryrun.workdir.workcopy import WorkCopy, set_master_port
+
+#: How often the pods' process trees and logs are looked at (metrics.jsonl is read every loop).
+LOOK_EVERY_S = 0.5
+
+
+def pod_environment(
+    work: WorkCopy, index: int, options: DryRunOptions, metrics_port: int | None = None
+) -> dict[str, str]:
+    """What Volcano's env and svc plugins inject into pod ``index``, plus the laptop's runtime settings (and the
+    pod's own metrics port: on one host the pods cannot share the bundle's)."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k
+        not in (
+            "RANK",
+            "LOCAL_RANK",
+            "WORLD_SIZE",
+            "LOCAL_WORLD_SIZE",
+            "GROUP_RANK",
+            "MASTER_ADDR",
+            "MASTER_PORT",
+            "NODE_RANK",
+        )
+        and not k.startswith(("TORCHELASTIC_", "VC_", "VK_"))
+    }
+    bin_dir = str(Path(sys.executable).parent)
+    env.update(
+        {
+            "VC_TASK_INDEX": str(index),
+            "VK_TASK_INDEX": str(index),
+            f"VC_{work.task_env}_HOSTS": ",".join(["127.0.0.1"] * options.pods),
+            f"VC_{work.task_env}_NUM": str(options.pods),
+            "PATH": bin_dir + os.pathsep + env.get("PATH", ""),
+            "OMP_NUM_THREADS": "1",
+            "MKL_NUM_THREADS": "1",
+            "TOKENIZERS_PARALLELISM": "false",
+            "PYTHONUNBUFFERED": "1",
+            "HF_HUB_OFFLINE": "1",
+            "HF_DATASETS_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "TORCH_EXTENSIONS_DIR": str(extensions_dir()),
+        }
+    )
+    env[trust.KEY_ENV] = str(work.run_key)  # the Secret the Job mounts (docs/trust.md)
+    if metrics_port is not None:
+        env[METRICS_PORT_ENV] = str(metrics_port)
+    if options.device == "cpu":
+        env.update(
+            DS_ACCELERATOR="cpu",
+            CUDA_VISIBLE_DEVICES="",
+            ASCEND_RT_VISIBLE_DEVICES="",
+            TORCH_DEVICE_BACKEND_AUTOLOAD="0",
+        )
+        lo = loopback_interface()
+        if lo:
+            env["GLOO_SOCKET_IFNAME"] = lo
+    else:  # pod ``index`` gets its own devices, as the device plugin would give it
+        per_pod = options.procs_per_pod
+        devices = ",".join(str(index * per_pod + k) for k in range(per_pod))
+        visible = "CUDA_VISIBLE_DEVICES" if options.device == "cuda" else "ASCEND_RT_VISIBLE_DEVICES"
+        env.update({"DS_ACCELERATOR": options.device, visible: devices})
+    return env
+
+
+class DryRun:
+    """One dry run of a prepared work copy: attempts of N pods, an optional kill, what each attempt observed."""
+
+    def __init__(self, work: WorkCopy, options: DryRunOptions, progress: Callable[[str], None], deadline: float):
+        self.work, self.options, self.progress, self.deadline = work, options, progress, deadline
+        self.podset = PodSet()
+        #: Each pod's first metrics port (rank 0 is pod 0's local rank 0), or None: the bundle serves no metrics;
+        #: which pods serve (all, or pod 0 for ``ops.metrics_ranks: rank0``).
+        self.pods: list[Pod] = []
+        self.resize(options.pods)
+        self.metrics = MetricsTail(work.output_dir / contract.METRICS_FILE)
+        self.attempts: list[Attempt] = []
+        self.ports: set[int] = set()
+        try:
+            spec = json.loads((work.bundle / LAUNCH).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            spec = {}
+        self.module = str(spec.get("module") or TRAIN_MODULE)
+        try:  # the Job whose policies answer a failed pod (validate/controller.py)
+            self.job: dict[str, Any] = yaml.safe_load((work.bundle / JOB).read_text(encoding="utf-8")) or {}
+        except (OSError, yaml.YAMLError):
+            self.job = {}
+        self.nproc = int(spec.get("nproc_per_node") or 1)
+
+    def resize(self, pods: int) -> None:
+        """The Job's pods from now on: ``pods`` of them, each with what Volcano injects for a Job of that size (a
+        Job rebuilt on fewer nodes after one is lost for good, plan/rescale.py)."""
+        self.options = replace(self.options, pods=pods)
+        self.metrics_ports, self.serving_pods = metric_ports(self.work, pods)
+        self.pods = [
+            self.podset.add(
+                Pod(
+                    i,
+                    ["bash", str(self.work.bundle / RUN)],
+                    self.work.bundle,
+                    pod_environment(self.work, i, self.options, self.metrics_ports[i] if self.metrics_ports else None),
+                    self.work.logs / f"pod-{i}.log",
+                )
+            )
+            for i in range(pods)
+        ]
+
+    # -- one attempt: start every pod, watch until done / failed / killed / timed out
+    def attempt(self, kill_at: int | None) -> Attempt:
+        number = len(self.attempts)
+        port = free_port(self.ports)
+        self.ports.add(port)
+        set_master_port(self.work, port)
+        attempt = Attempt(number, port, time.monotonic())
+        attempt.ledger_from = ledger_sizes(self.work.output_dir)
+        self.attempts.append(attempt)
+        label = "first start" if number == 0 else "restart (Volcano RestartJob)"
+        for pod in self.pods:
+            attempt.log_offsets[pod.index] = pod.log_path.stat().st_size if pod.log_path.exists() else 0
+            pod.start(header=f"attempt {number}: {label}, master port {port}")
+        self.progress(
+            f"attempt {number}: {len(self.pods)} pod(s) running run.sh (master 127.0.0.1:{port}); "
+            f"logs in {self.work.logs}"
+        )
+        phases = PhaseReporter(
+            number,
+            {pod.index: (pod.log_path, attempt.log_offsets[pod.index]) for pod in self.pods},
+            self.module,
+            self.nproc,
+            self._cmdlines,
+            self.progress,
+        )
+        last_look = 0.0
+        while True:
+            now = time.monotonic()
+            if now - last_look > LOOK_EVERY_S:
+                self.podset.remember()
+                phases.poll()
+                last_look = now
+            self._read_metrics(attempt, phases, now)
+            if kill_at is not None and attempt.steps and attempt.steps[-1].step >= kill_at:
+                self._kill(attempt)
+                break
+            codes = {pod.index: pod.poll() for pod in self.pods}
+            if attempt.first_failure is None:
+                attempt.first_failure = next(((i, c) for i, c in codes.items() if c not in (None, 0)), None)
+            if all(code is not None for code in codes.values()):
+                attempt.outcome = "completed" if all(code == 0 for code in codes.values()) else "failed"
+                break
+            if any(code not in (None, 0) for code in codes.values()):
+                # A failed pod: its peers fail or hang in their next collective. Give them a moment, then stop them.
+                self._stop_all(grace=min(self.options.grace, 10.0))
+                attempt.outcome = "failed"
+                break
+            if now > self.deadline:
+                for pod in self.pods:
+                    pod.kill()
+                attempt.outcome = "timeout"
+                break
+            time.sleep(0.01)
+        self._read_metrics(attempt, phases, time.monotonic())  # records written while the attempt ended
+        phases.poll()  # and the pods' last words (train.py: ..., launch: ...)
+        attempt.exit_codes = {pod.index: pod.poll() for pod in self.pods}
+        attempt.ended = time.monotonic()
+        attempt.ledger_to = ledger_sizes(self.work.output_dir)
+        return attempt
+
+    def _read_metrics(self, attempt: Attempt, phases: PhaseReporter, now: float) -> None:
+        for record in self.metrics.read():
+            step = attempt.observe(record, now)
+            if step is not None:
+                self._scrape(attempt, step.step)
+                self.progress(
+                    f"attempt {attempt.number}: step {step.step}/{self.options.steps}, loss {step.loss:.4f}"
+                    if step.loss is not None
+                    else f"attempt {attempt.number}: step {step.step}"
+                )
+            elif "event" in record:
+                phases.record(record)
+                if record.get("event") == contract.EVENT_CHECKPOINT:
+                    self._scrape(attempt, int(record.get("step") or 0) + 1)
+
+    def _scrape(self, attempt: Attempt, step: int) -> None:
+        """Read the serving pods' metrics endpoints once training has checkpointed (so every gauge has a value)."""
+        if not self.metrics_ports or step <= self.options.save_steps:
+            return
+        if attempt.scraped is not None and not attempt.scraped.get("error"):
+            return
+        attempt.scraped = scrape_pods({pod: self.metrics_ports[pod] for pod in self.serving_pods})
+        attempt.scraped["step"] = step
+
+    def _cmdlines(self, index: int) -> list[list[str]]:
+        found = []
+        for process in self.pods[index].remember():
+            try:
+                found.append(process.cmdline())
+            except psutil.Error:
+                continue
+        return found
+
+    def _kill(self, attempt: Attempt) -> None:
+        index = self.options.kill_pod
+        assert index is not None
+        victim = self.pods[index]
+        processes = len(victim.alive())
+        victim.kill()  # SIGKILL, the whole tree: a node going away
+        attempt.killed_pod = index
+        attempt.killed_at = time.monotonic()
+        attempt.killed_step = attempt.steps[-1].step
+        attempt.killed_processes = processes
+        attempt.outcome = "killed"
+        self.progress(
+            f"killed pod {index} ({processes} processes) at step {attempt.killed_step}; deleting the "
+            f"others as RestartJob does (SIGTERM, {self.options.grace:.0f} s grace, SIGKILL)"
+        )
+        self._stop_all(grace=self.options.grace)
+
+    def _stop_all(self, grace: float) -> None:
+        threads = [threading.Thread(target=pod.terminate, args=(grace,)) for pod in self.pods if pod.alive()]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+
+    def tails(self, lines: int = 25) -> dict[str, str]:
+        """The last lines of every pod's log, for a failed result's details."""
+        return {f"pod-{pod.index}": pod.tail(lines) for pod in self.pods}

@@ -1,0 +1,71 @@
+"""The dry run as Prometheus: read a pod's metrics endpoint and say which metric names it serves.
+
+The simulated pods share this host, so each gets its own first metrics port through the environment the runtime's
+exporter reads (``RECIPEKIT_METRICS_PORT``), as a pod spec could set it. Parsing is the text exposition format's
+plain lines: ``# TYPE name kind`` declares a metric, ``name{labels} value`` is a sample.
+"""
+
+from __future__ import annotations
+
+import urllib.error
+import urllib.request
+from typing import Any
+
+from recipekit.bundle.files import RECIPE
+from recipekit.validate.dryrun.cluster.pods import free_port
+from recipekit.validate.dryrun.workdir.workcopy import WorkCopy
+
+
+def metric_ports(work: WorkCopy, pods: int) -> tuple[list[int] | None, list[int]]:
+    """A free port per simulated pod when the work copy serves metrics (recipe.yaml ``operations.metrics``), and the
+    pods that serve: every one, or pod 0 alone (``ranks: rank0``)."""
+    import yaml
+
+    try:
+        doc = yaml.safe_load((work.bundle / RECIPE).read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError):
+        return None, []
+    metrics = (doc.get("operations") or {}).get("metrics") or {}
+    if not metrics.get("ports"):
+        return None, []
+    chosen: list[int] = []
+    for _ in range(pods):
+        chosen.append(free_port(set(chosen)))
+    return chosen, list(range(pods)) if metrics.get("ranks") == "all" else [0]
+
+
+def parse_exposition(text: str) -> tuple[set[str], set[str]]:
+    """(declared names, names with at least one sample) of a Prometheus text exposition."""
+    declared, sampled = set(), set()
+    for line in text.splitlines():
+        if line.startswith("# TYPE "):
+            parts = line.split()
+            if len(parts) >= 3:
+                declared.add(parts[2])
+        elif line and not line.startswith("#"):
+            name = line.split("{", 1)[0].split(" ", 1)[0]
+            sampled.add(name)
+    return declared, sampled
+
+
+def scrape_pods(ports: dict[int, int]) -> dict[str, Any]:
+    """Scrape each pod's endpoint (pod → port); the first error, or every pod's names."""
+    found: dict[int, dict[str, Any]] = {}
+    for pod, port in sorted(ports.items()):
+        one = scrape(port)
+        if one.get("error"):
+            return {"error": f"pod {pod}'s endpoint did not answer: {one['error']}", "pods": found}
+        found[pod] = one
+    return {"error": None, "pods": found}
+
+
+def scrape(port: int, timeout: float = 3.0) -> dict[str, Any]:
+    """GET http://127.0.0.1:<port>/metrics: the names declared and sampled, or the error."""
+    url = f"http://127.0.0.1:{port}/metrics"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:  # noqa: S310 - a local http URL
+            text = response.read().decode("utf-8", errors="replace")
+    except (urllib.error.URLError, OSError) as exc:
+        return {"port": port, "error": f"{url}: {exc}"}
+    declared, sampled = parse_exposition(text)
+    return {"port": port, "declared": sorted(declared), "sampled": sorted(sampled), "error": None}

@@ -1,0 +1,391 @@
+"""The dry run: the bundle's own run.sh and runtime, as N simulated Volcano pods on this machine.
+
+The bundle is never written to: :mod:`recipekit.validate.dryrun.workdir.workcopy` re-plans its recipe for this machine
+(tiny twin, generated data, a few steps, pods × --procs-per-pod processes, the CPU) into a work directory and records
+every difference in ``substitutions.json``. Then :mod:`~recipekit.validate.dryrun.workdir.extensions` builds DeepSpeed's
+C++ extensions once, :mod:`~recipekit.validate.dryrun.cluster.attempts` starts the pods and watches them, and
+:mod:`~recipekit.validate.dryrun.judges.training` decides whether what they did is right. This module holds the options
+and the sequence: prerequisites, work copy, ops, the first attempt, and — with ``--kill-pod I --at-step S`` — the kill
+of pod I's whole process tree at step S, the deletion of the other pods as Volcano's RestartJob does (SIGTERM, grace
+period, SIGKILL), and the restart, which must resume from the newest complete checkpoint by the runtime contract's rule
+(the one train.py itself applies).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import replace
+
+from recipekit.runtime.boundary import contract
+from recipekit.runtime.volume.rowledger import read_ledger
+from recipekit.validate.dryrun import policyrun
+from recipekit.validate.dryrun.cluster.attemptlog import Attempt
+from recipekit.validate.dryrun.cluster.attempts import DryRun, pod_environment
+from recipekit.validate.dryrun.judges import training
+from recipekit.validate.dryrun.judges.operations import (
+    OpsExpectation,
+    judge_fault,
+    judge_metrics,
+    judge_preflight,
+    judge_profile,
+)
+from recipekit.validate.dryrun.judges.rows import judge_rows
+from recipekit.validate.dryrun.options import DryRunOptions, DryRunUsageError
+from recipekit.validate.dryrun.workdir.extensions import build_extensions
+from recipekit.validate.dryrun.workdir.workcopy import prepare, rescale_work_copy, rescaled_or_refused
+from recipekit.validate.shared.childpython import python_argv, safe_env
+from recipekit.validate.shared.loader import Bundle, load_bundle
+from recipekit.validate.shared.results import Result
+from recipekit.validate.static.consistency import check_batch
+
+METRICS_FILE = contract.METRICS_FILE
+Progress = Callable[[str], None]
+
+
+# ---------------------------------------------------------------------------------------------- prerequisites
+def _missing_modules(bundle: Bundle) -> list[str]:
+    needed = ["torch", "transformers", "datasets", "tokenizers", "psutil"]
+    if bundle.ds_config is not None:  # the bundle's own answer: it has a ds_config when it runs DeepSpeed
+        needed.append("deepspeed")
+    if bundle.recipe is not None and contract.trains_adapter(bundle.recipe.mode.kind):
+        needed.append("peft")
+    return [name for name in needed if importlib.util.find_spec(name) is None]
+
+
+def _devices(kind: str) -> tuple[int, str]:
+    """How many ``kind`` devices this machine has (asked in a child: importing torch_npu here is not wanted)."""
+    probe = {
+        "cuda": "import torch; print(torch.cuda.device_count())",
+        "npu": "import torch, torch_npu; print(torch.npu.device_count())",
+    }[kind]
+    try:
+        proc = subprocess.run(python_argv("-c", probe), capture_output=True, text=True, timeout=120, env=safe_env())
+    except subprocess.TimeoutExpired:
+        return 0, "probing the devices timed out"
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["failed"])[-1]
+        return 0, f"{kind} is not usable here ({last[:160]})"
+    try:
+        return int(proc.stdout.strip().splitlines()[-1]), ""
+    except (ValueError, IndexError):
+        return 0, f"could not count {kind} devices"
+
+
+# ------------------------------------------------------------------------------------------------ the dry run
+def run_dry_run(bundle: Bundle, options: DryRunOptions, progress: Progress = lambda message: None) -> list[Result]:
+    """Prepare the work copy, build DeepSpeed's ops, run the pods (kill and restart them), and report."""
+    options.check()
+    started = time.monotonic()
+    deadline = started + options.timeout
+    prep = Result("dryrun.prepare", "dry run: work copy of the bundle with the laptop substitutions")
+    extensions = Result("dryrun.ops", "dry run: DeepSpeed C++ ops (built once, cached)")
+    train = Result(
+        "dryrun.train",
+        f"dry run: {options.pods} pod(s) × run.sh → train.py ({options.procs_per_pod} process(es) each), "
+        f"{options.steps} steps, "
+        f"checkpoint at {options.save_steps}",
+    )
+    results = [prep, extensions, train]
+    resume = None
+    if options.kill_pod is not None:
+        where = (
+            f"continue on {options.resume_pods} pod(s) at the same global batch (rescale)"
+            if options.resume_pods is not None
+            else "RestartJob"
+        )
+        resume = Result(
+            "dryrun.resume",
+            f"dry run: kill pod {options.kill_pod} at step {options.at_step}, {where}, "
+            "resume from the last complete checkpoint",
+        )
+        results.append(resume)
+
+    def skip_all(reason: str) -> list[Result]:
+        return [r.skip(reason) for r in results]
+
+    if bundle.doc is None or bundle.recipe is None or bundle.run_sh is None or "runtime/train.py" not in bundle.raw:
+        return skip_all("needs a parseable recipe.yaml, run.sh and train.py (see files.parse)")
+    if bundle.args.get("deepspeed") and bundle.ds_config is None:
+        return skip_all("a DeepSpeed bundle without a parseable ds_config.json (see files.parse)")
+    missing = _missing_modules(bundle)
+    if missing:
+        return skip_all(f"{', '.join(missing)} not installed here (pip install 'recipekit[train]')")
+    if shutil.which("bash") is None:
+        return skip_all("bash not found")
+    if options.device != "cpu":
+        count, why = _devices(options.device)
+        if count == 0:
+            return skip_all(why or f"no {options.device} device here")
+        wanted = options.pods * options.procs_per_pod
+        if count < wanted:
+            return skip_all(
+                f"{options.pods} pods × {options.procs_per_pod} process(es) need {wanted} {options.device} devices; "
+                f"found {count}"
+            )
+
+    progress(f"preparing the work copy of {bundle.path}")
+    start = time.monotonic()
+    work = prepare(bundle, options)
+    prep.seconds = time.monotonic() - start
+    prep.details = {"workdir": str(work.root), "substitutions": [s.to_json() for s in work.substitutions]}
+    prep.reason = f"{len(work.substitutions)} substitutions, listed in {work.root / 'substitutions.json'}"
+    copy = load_bundle(work.bundle)
+    for finding in check_batch(copy).findings:  # the substitutions themselves must leave a consistent bundle
+        prep.fail(finding.file, finding.field, "work copy: " + finding.message, finding.hint)
+    if options.resume_pods is not None and copy.recipe is not None:  # refused before any pod starts
+        rescaled_or_refused(copy.recipe, options.resume_pods)
+
+    build_extensions(work, pod_environment(work, 0, options), extensions, progress, deadline)
+    if extensions.failed:
+        train.skip("the DeepSpeed ops could not be built")
+        if resume:
+            resume.skip("the DeepSpeed ops could not be built")
+        return results
+
+    operations = OpsExpectation.from_doc(copy.doc, options.device)
+    if operations.fault is not None and options.kill_pod is not None:
+        raise DryRunUsageError(f"--kill-pod and an injected {operations.fault} (ops.testing): one fault per dry run")
+    checks = _ops_results(operations, options, results)
+    world, tp = copy.plan.get("world_size"), copy.plan.get("tensor_parallel")
+    expect = training.Expectation(
+        steps=options.steps,
+        save_steps=options.save_steps,
+        world_size=world if isinstance(world, int) else None,
+        killed=options.kill_pod is not None,
+        tensor_parallel=tp if isinstance(tp, int) else None,
+    )
+    run = DryRun(work, options, progress, deadline)
+    with run.podset:
+        try:
+            _train(run, expect, train, resume, operations, checks)
+        finally:
+            run.podset.kill_all()
+            left = run.podset.leftovers()
+            if left:
+                train.fail("<dry run>", "processes", f"processes still alive after cleanup: {left}")
+    train.details.update(wall_s=round(time.monotonic() - started, 1), workdir=str(work.root))
+    (work.root / "report.json").write_text(
+        json.dumps([r.to_json() for r in results], indent=2, default=str) + "\n", encoding="utf-8"
+    )
+    return results
+
+
+def _ops_results(operations: OpsExpectation, options: DryRunOptions, results: list[Result]) -> dict[str, Result]:
+    """The operations layer's results this dry run reports, added to ``results`` (by the work copy's recipe)."""
+    found: dict[str, Result] = {}
+    if operations.preflight:
+        found["preflight"] = Result("dryrun.preflight", f"dry run: preflight on {options.pods} pod(s), every check")
+    if operations.metrics:
+        found["metrics"] = Result("dryrun.metrics", "dry run: the pods serve every metric name for Prometheus")
+    if operations.fault == "stall":
+        found["fault"] = Result(
+            "dryrun.stall",
+            f"dry run: rank {operations.stall_rank} stalls at step {operations.stall_at} (ops.testing): detected, "
+            "stacks dumped, RestartJob, resumed",
+        )
+    elif operations.fault == "nonfinite":
+        found["fault"] = Result(
+            "dryrun.nonfinite",
+            f"dry run: NaN loss at step {operations.nan_at} (ops.testing): stopped with the reason, RestartJob, "
+            "resumed",
+        )
+    elif operations.fault in ("user_error", "preflight"):
+        pod = operations.user_error_pod if operations.fault == "user_error" else operations.device_count_pod
+        found["fault"] = Result(
+            "dryrun.policy",
+            f"dry run: pod {pod} fails with the {operations.fault} exit code (ops.testing); the Job's own policies "
+            "decide",
+        )
+    if operations.profile_steps:
+        found["profile"] = Result(
+            "dryrun.profile", f"dry run: profiler trace of steps {list(operations.profile_steps)}"
+        )
+    results.extend(found.values())
+    return found
+
+
+def _train(
+    run: DryRun,
+    expect: training.Expectation,
+    train: Result,
+    resume: Result | None,
+    operations: OpsExpectation,
+    checks: dict[str, Result],
+) -> None:
+    """The attempts in order, each judged as it ends; a failed result gets the pods' log tails."""
+    options, work = run.options, run.work
+    first = run.attempt(kill_at=options.at_step if options.kill_pod is not None else None)
+    train.seconds = first.ended - first.started
+    train.details.update(training.first_attempt_details(first, options.pods), logs=str(work.logs))
+    losses = [s.loss for s in first.steps if s.loss is not None]
+    if operations.fault in ("user_error", "preflight"):  # the Job's exitCode policies answer it
+        pod = operations.user_error_pod if operations.fault == "user_error" else operations.device_count_pod
+        second = policyrun.run_policy_fault(
+            lambda: run.attempt(kill_at=None),
+            checks["fault"],
+            train,
+            operations.fault,
+            pod,
+            first,
+            run.job,
+            expect,
+            work.output_dir,
+            run.tails,
+        )
+        if "preflight" in checks:
+            if second is None:
+                checks["preflight"].skip("the Job ended after the first attempt")
+            else:
+                judge_preflight(checks["preflight"], second)
+        for key in ("metrics", "profile"):
+            if key in checks and second is None:
+                checks[key].skip("the Job ended after the first attempt")
+        if second is not None:
+            if "metrics" in checks:
+                judge_metrics(checks["metrics"], run.attempts)
+            if "profile" in checks and operations.profile_steps:
+                judge_profile(checks["profile"], work.output_dir, operations.profile_steps, run.attempts)
+        return
+    timed_out = first.outcome == "timeout" and first.last(contract.EVENT_PREFLIGHT) is None
+    if "preflight" in checks and timed_out:
+        checks["preflight"].skip("the first attempt timed out before preflight reported")
+    elif "preflight" in checks and not judge_preflight(checks["preflight"], first):
+        checks["preflight"].details["log_tails"] = run.tails()
+        train.fail("<dry run>", "preflight", "no training: preflight did not pass (dryrun.preflight says why)")
+        for key, result in checks.items():
+            if key != "preflight":
+                result.skip("preflight did not pass")
+        if resume:
+            resume.skip("preflight did not pass")
+        return
+    try:
+        if "fault" in checks and operations.fault is not None:
+            _recover(run, expect, train, checks["fault"], operations, first)
+        else:
+            _attempts(run, expect, train, resume, first, losses)
+    finally:
+        if "metrics" in checks:
+            judge_metrics(checks["metrics"], run.attempts)
+        if "profile" in checks and operations.profile_steps:
+            judge_profile(checks["profile"], work.output_dir, operations.profile_steps, run.attempts)
+
+
+def _recover(
+    run: DryRun,
+    expect: training.Expectation,
+    train: Result,
+    fault: Result,
+    operations: OpsExpectation,
+    first: Attempt,
+) -> None:
+    """A fault the recipe injects: the first attempt must fail because of it, then RestartJob and a resumed run."""
+    expected = training.expected_resume_step(run.work.output_dir)
+    fault.details["complete_checkpoints_at_restart"] = training.complete_checkpoints(run.work.output_dir)
+    judge_fault(fault, operations.fault or "", operations, first, None, expected)
+    if fault.failed:
+        fault.details["log_tails"] = run.tails()
+        train.fail("<dry run>", "fault", "the injected fault was not handled (see " + fault.id + ")")
+        return
+    run.progress(f"{fault.id}: the fault stopped the job as it should; restarting every pod (RestartJob)")
+    start = time.monotonic()
+    second = run.attempt(kill_at=None)
+    fault.seconds = time.monotonic() - start
+    fault.details.pop("stalled_records", None)
+    judge_fault(fault, operations.fault or "", operations, first, second, expected, run.work.output_dir)
+    if fault.failed:
+        fault.details["log_tails"] = run.tails()
+        if second.outcome != "completed":
+            return
+    # The poisoned step's loss is NaN by design; every other loss must be finite.
+    kept = [s.loss for s in first.steps if s.loss is not None and s.step != operations.nan_at]
+    all_losses = kept + [s.loss for s in second.steps if s.loss is not None]
+    training.judge_completion(train, second, all_losses, run.work.output_dir, replace(expect, killed=True), attempts=2)
+    if train.failed:
+        train.details["log_tails"] = run.tails()
+
+
+def _attempts(
+    run: DryRun,
+    expect: training.Expectation,
+    train: Result,
+    resume: Result | None,
+    first: Attempt,
+    losses: list[float],
+) -> None:
+    """Without an injected fault: the first attempt completes, or is killed (--kill-pod) and resumed."""
+    options, work = run.options, run.work
+    if first.outcome in ("timeout", "failed"):
+        if first.outcome == "timeout":
+            last = first.steps[-1].step if first.steps else "none"
+            train.fail(
+                "<dry run>", "timeout", f"no result within --timeout {options.timeout:.0f} s (last step seen: {last})"
+            )
+        else:
+            bad = {i: c for i, c in first.exit_codes.items() if c not in (0, None)}
+            train.fail(
+                "<dry run>", "exit codes", f"pod(s) exited non-zero: {bad}; log tails below, full logs in {work.logs}"
+            )
+        train.details["log_tails"] = run.tails()
+        if resume:
+            resume.skip(f"the first attempt {'timed out' if first.outcome == 'timeout' else 'failed'}")
+        return
+    training.judge_start(train, first, expect.world_size, expect.tensor_parallel)
+
+    if first.outcome == "completed":
+        training.judge_completion(train, first, losses, work.output_dir, expect)
+        if train.failed:
+            train.details["log_tails"] = run.tails()
+        if resume is not None:
+            resume.fail(
+                "<dry run>",
+                "--at-step",
+                f"training finished before step {options.at_step} was seen in {METRICS_FILE}, so no pod was killed",
+                hint="choose a smaller --at-step or more --steps",
+            )
+        return
+
+    # killed: the pods are restarted, as Volcano's RestartJob policy does
+    assert resume is not None
+    train.details.update(killed_pod=options.kill_pod, killed_at_step=first.killed_step)
+    train.reason = (
+        f"{len(first.steps)} steps before the kill; {train.details['time_to_first_step_s']} s to the first step, "
+        f"{train.details['steps_per_s']} steps/s"
+    )
+    checkpoints = training.complete_checkpoints(work.output_dir)
+    expected = training.expected_resume_step(work.output_dir)
+    resume.details["kill_requested_at_step"] = options.at_step
+    start = time.monotonic()
+    if options.resume_pods is not None:  # the node is gone for good: the Job is rebuilt for the pods (rescale)
+        change = rescale_work_copy(work, options.resume_pods)
+        run.resize(options.resume_pods)
+        run.progress(f"continuing on {options.resume_pods} pod(s): {change}")
+    second = run.attempt(kill_at=None)
+    resume.seconds = time.monotonic() - start
+    training.judge_resume(resume, first, second, checkpoints, expected, work.output_dir)
+    if second.outcome == "completed":
+        if options.resume_pods is not None:
+            world = options.resume_pods * options.procs_per_pod
+            training.judge_rescale(resume, first, second, world)
+        if work.records_rows:
+            ledger = (
+                read_ledger(work.output_dir, first.ledger_from, first.ledger_to),
+                read_ledger(work.output_dir, second.ledger_from, second.ledger_to),
+            )
+            batch = (first.last(contract.EVENT_START) or {}).get("global_batch_size")
+            if isinstance(batch, int):
+                judge_rows(resume, *ledger, resumed_at=expected or 0, global_batch=batch)
+            else:
+                resume.fail("<dry run>", "rows", "the first attempt's start record gives no global batch")
+    if resume.failed:
+        resume.details["log_tails"] = run.tails()
+        if second.outcome != "completed":
+            return
+    all_losses = losses + [s.loss for s in second.steps if s.loss is not None]
+    training.judge_completion(train, second, all_losses, work.output_dir, expect, attempts=2)
+    if train.failed:
+        train.details["log_tails"] = run.tails()

@@ -1,0 +1,1 @@
+"""Stage bundle: the documents, the rendered files, the atomic write, sweeps and rescale."""

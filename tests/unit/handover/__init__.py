@@ -1,0 +1,1 @@
+"""Stage hand-over: packages, diff and the image build request."""

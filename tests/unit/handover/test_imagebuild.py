@@ -1,0 +1,194 @@
+"""`recipekit image build` without an engine: the request's checks, the equivalent docker command, the streamed
+build and push read from an engine's events, and the digest pinned into the bundle (the real builder runs in
+tests/integration/test_image_build.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from recipekit.base.errors import RecipeError
+from recipekit.bundle.build import build
+from recipekit.cli import main
+from recipekit.handover import imagebuild
+from recipekit.validate.shared.loader import load_bundle
+from recipekit.validate.shared.results import Status
+from recipekit.validate.static.checks import run_static
+
+DIGEST = "sha256:" + "ab" * 32
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build(["recipe=llama3_8b_sft"], tmp_path_factory.mktemp("b") / "llama", force=True).path
+
+
+@pytest.fixture()
+def copy(bundle: Path, tmp_path: Path) -> Path:
+    import shutil
+
+    return Path(shutil.copytree(bundle, tmp_path / "bundle"))
+
+
+def test_defaults_are_the_bundles_own(bundle: Path) -> None:
+    req = imagebuild.request(bundle)
+    doc = yaml.safe_load((bundle / "recipe.yaml").read_text())
+    assert req.tag == doc["plan"]["image"] and req.platform == "linux/arm64" and req.build_args == {}
+
+
+def test_build_args_must_be_declared_and_platform_must_be_the_nodes(bundle: Path) -> None:
+    ok = imagebuild.request(bundle, build_args=["PIP_INDEX_URL=https://mirror/simple", "HTTPS_PROXY=http://p:3128"])
+    assert ok.build_args == {"PIP_INDEX_URL": "https://mirror/simple", "HTTPS_PROXY": "http://p:3128"}
+    with pytest.raises(RecipeError) as info:
+        imagebuild.request(bundle, platform="linux/amd64", build_args=["PIP_INDEX=x", "TARGETARCH=amd64", "oops"])
+    messages = [str(p) for p in info.value.problems]
+    assert any("--platform: linux/amd64" in m and "exec format error" in m and "hw.arch=amd64" in m for m in messages)
+    assert any("--build-arg PIP_INDEX:" in m and "declared: BASE_IMAGE, PIP_INDEX_URL" in m for m in messages)
+    assert any("--build-arg TARGETARCH" in m for m in messages) and any(
+        "'oops' is not KEY=VALUE" in m for m in messages
+    )
+
+
+def test_equivalent_docker_command(bundle: Path) -> None:
+    req = imagebuild.request(bundle, tag="reg.example/a:1", build_args=["PIP_INDEX_URL=https://m/simple"], push=True)
+    assert req.docker_command() == (
+        f"docker build --platform linux/arm64 --build-arg PIP_INDEX_URL=https://m/simple -t reg.example/a:1 "
+        f"{req.bundle} && docker push reg.example/a:1"
+    )
+
+
+def test_no_engine_exits_2_with_the_docker_command(bundle: Path, tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, ["image", "build", str(bundle), "--engine", f"unix://{tmp_path}/none.sock"])
+    assert result.exit_code == 2, result.output
+    assert "no Docker-API engine reachable" in result.output and "docker build --platform linux/arm64" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_not_a_bundle_exits_2(tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, ["image", "build", str(tmp_path)])
+    assert result.exit_code == 2 and "not a recipekit bundle" in result.output
+
+
+class FakeAPI:
+    """The docker SDK's low-level API as an engine answers it: recorded event streams."""
+
+    def __init__(self, build_events: list[dict], push_events: list[dict] | None = None, arch: str = "arm64") -> None:
+        self.build_events, self.push_events, self.arch = build_events, push_events or [], arch
+        self.calls: list[tuple[str, dict]] = []
+
+    def build(self, **kwargs: Any):
+        self.calls.append(("build", kwargs))
+        return iter(self.build_events)
+
+    def inspect_image(self, ref: str) -> dict:
+        return {"Id": "sha256:" + "cd" * 32, "Os": "linux", "Architecture": self.arch}
+
+    def push(self, repository: str, **kwargs: Any):
+        self.calls.append(("push", {"repository": repository, **kwargs}))
+        return iter(self.push_events)
+
+
+class FakeClient:
+    def __init__(self, api: FakeAPI) -> None:
+        self.api = api
+
+
+GOOD_BUILD = [
+    {"stream": "STEP 1/3: FROM quay.io/ascend/cann:9.1.0-910b-ubuntu22.04-py3.12\n"},
+    {"stream": "STEP 2/3: RUN python3 -m pip install torch==2.12.0\n"},
+    {"stream": "Successfully installed torch-2.12.0\n"},
+    {"stream": "STEP 3/3: COPY run.sh ./\n"},
+    {"aux": {"ID": "sha256:" + "cd" * 32}},
+    {"stream": "Successfully built cdcdcdcdcdcd\n"},
+]
+
+
+def test_build_streams_steps_and_passes_platform_and_args(bundle: Path) -> None:
+    api = FakeAPI(GOOD_BUILD)
+    lines: list[str] = []
+    req = imagebuild.request(bundle, build_args=["PIP_INDEX_URL=https://m/simple"])
+    built = imagebuild.build(FakeClient(api), req, lines.append)
+    assert built.image_id == "sha256:" + "cd" * 32 and built.digest is None
+    kwargs = api.calls[0][1]
+    assert kwargs["platform"] == "linux/arm64" and kwargs["buildargs"] == {"PIP_INDEX_URL": "https://m/simple"}
+    assert "STEP 2/3: RUN python3 -m pip install torch==2.12.0" in lines
+
+
+def test_failing_step_is_named_with_its_last_lines(bundle: Path) -> None:
+    events = [
+        *GOOD_BUILD[:1],
+        {"stream": "STEP 2/3: RUN python3 -m pip install no-such==1.0\n"},
+        {"stream": "ERROR: Could not find a version that satisfies the requirement no-such==1.0\n"},
+        {"stream": "ERROR: No matching distribution found for no-such==1.0\n"},
+        {"errorDetail": {"message": "building at STEP 2: exit status 1"}, "error": "building at STEP 2: exit status 1"},
+    ]
+    with pytest.raises(imagebuild.BuildFailed) as info:
+        imagebuild.build(FakeClient(FakeAPI(events)), imagebuild.request(bundle), lambda line: None)
+    failed = info.value
+    assert failed.step == "STEP 2/3: RUN python3 -m pip install no-such==1.0"
+    assert failed.tail[-1] == "ERROR: No matching distribution found for no-such==1.0"
+    assert "exit status 1" in failed.message
+
+
+def test_an_image_for_another_cpu_is_refused(bundle: Path) -> None:
+    with pytest.raises(imagebuild.BuildFailed, match="built linux/amd64, not linux/arm64"):
+        imagebuild.build(FakeClient(FakeAPI(GOOD_BUILD, arch="amd64")), imagebuild.request(bundle), lambda _: None)
+
+
+@pytest.mark.parametrize(
+    "events",
+    [
+        [{"status": "Pushing"}, {"status": "1: digest: " + DIGEST + " size: 898"}],  # Podman
+        [{"status": "1: digest: " + DIGEST + " size: 898"}, {"aux": {"Tag": "1", "Digest": DIGEST, "Size": 898}}],
+    ],
+    ids=["podman", "docker"],
+)
+def test_push_reads_the_registry_digest(bundle: Path, events: list[dict]) -> None:
+    req = imagebuild.request(bundle, tag="reg.example:5000/team/a:1", push=True)
+    api = FakeAPI(GOOD_BUILD, events)
+    built = imagebuild.push(FakeClient(api), req, imagebuild.Built(req.tag, "sha256:x", req.platform), print)
+    assert built.digest == DIGEST and built.pinned == f"reg.example:5000/team/a@{DIGEST}"
+    assert api.calls[-1][1]["repository"] == "reg.example:5000/team/a" and api.calls[-1][1]["tag"] == "1"
+
+
+def test_push_error_is_a_failure(bundle: Path) -> None:
+    req = imagebuild.request(bundle, tag="reg.example/a:1", push=True)
+    api = FakeAPI(GOOD_BUILD, [{"status": "Pushing"}, {"error": "denied: requested access to the resource"}])
+    with pytest.raises(imagebuild.BuildFailed, match="denied"):
+        imagebuild.push(FakeClient(api), req, imagebuild.Built(req.tag, "sha256:x", req.platform), print)
+
+
+def test_digest_is_pinned_in_the_job_and_manifest_and_the_bundle_still_validates(copy: Path) -> None:
+    job_before = (copy / "volcano-job.yaml").read_text()
+    built = imagebuild.Built("reg.example/team/llama:abc", "sha256:" + "cd" * 32, "linux/arm64", DIGEST)
+    imagebuild.record(copy, built)
+    job_after = (copy / "volcano-job.yaml").read_text()
+    container = yaml.safe_load(job_after)["spec"]["tasks"][0]["template"]["spec"]["containers"][0]
+    assert container["image"] == f"reg.example/team/llama@{DIGEST}"
+    changed = [(a, b) for a, b in zip(job_before.splitlines(), job_after.splitlines()) if a != b]
+    assert len(changed) == 1 and len(job_before.splitlines()) == len(job_after.splitlines()), changed
+    manifest = json.loads((copy / "manifest.json").read_text())
+    assert manifest["image"] == {
+        "reference": "reg.example/team/llama:abc",
+        "platform": "linux/arm64",
+        "id": "sha256:" + "cd" * 32,
+        "digest": DIGEST,
+        "pinned": f"reg.example/team/llama@{DIGEST}",
+    }
+    results = {r.id: r for r in run_static(load_bundle(copy), libraries=False)}
+    assert results["files.manifest"].status is Status.PASS, [str(f) for f in results["files.manifest"].findings]
+    assert results["volcano.schema"].status is Status.PASS and results["image.arch"].status is Status.PASS
+    assert (copy / "run.sh").stat().st_mode & 0o111, "run.sh stays executable"
+
+
+def test_a_build_without_push_records_the_image_and_keeps_the_tag(copy: Path) -> None:
+    job_before = (copy / "volcano-job.yaml").read_bytes()
+    imagebuild.record(copy, imagebuild.Built("reg.example/team/llama:abc", "sha256:" + "cd" * 32, "linux/arm64"))
+    assert (copy / "volcano-job.yaml").read_bytes() == job_before
+    manifest = json.loads((copy / "manifest.json").read_text())
+    assert manifest["image"]["digest"] is None and manifest["image"]["id"] == "sha256:" + "cd" * 32

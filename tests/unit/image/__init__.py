@@ -1,0 +1,1 @@
+"""Stage image: the base-image matrix and its pins."""

@@ -1,0 +1,1 @@
+"""Stage memory: the estimate, the advice and the operations numbers."""

@@ -1,0 +1,1 @@
+"""Stage plan: every derived number and every impossible combination."""

@@ -1,0 +1,1 @@
+"""What holds across the stages: the floor plan, style, docs, hostile input, every option."""

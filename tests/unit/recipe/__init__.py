@@ -1,0 +1,1 @@
+"""Stage recipe: composition, the typed Recipe, team repos, model import."""

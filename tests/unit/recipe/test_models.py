@@ -1,0 +1,347 @@
+"""`recipekit model import` and the model catalog: exact counts from transformers, refusals, the team repo, and
+every model option's tiny twin training one step.
+
+The catalog's configs (tests/data/model_configs/, numbers as published) are re-imported and compared with the
+options byte for byte, so an option cannot drift from what `model import` writes.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from recipekit.cli import main
+from recipekit.plan.modelsize import count_params
+from recipekit.recipe.compose import group_options
+from recipekit.recipe.schema import validate
+from recipekit.recipe.sections import ModelSpec
+
+ROOT = Path(__file__).resolve().parents[3]
+CONFIGS = ROOT / "tests" / "data" / "model_configs"
+sys.path.insert(0, str(CONFIGS))
+from regenerate import catalog, import_args  # noqa: E402
+
+torch = pytest.importorskip("torch")
+
+
+def run(*args: str):
+    return CliRunner().invoke(main, list(args))
+
+
+def option(name: str) -> ModelSpec:
+    return validate(ModelSpec, yaml.safe_load(group_options("model")[name].read_text()), root="model")
+
+
+# ---------------------------------------------------------------------------------------------------- the catalog
+#: Sizes the model cards state (total, active), in parameters.
+PUBLISHED = {
+    "qwen3_0.6b": (0.6e9, None),
+    "qwen3_8b": (8.2e9, None),
+    "qwen3_32b": (32.8e9, None),
+    "qwen3_30b_a3b": (30.5e9, 3.3e9),
+    "qwen3_235b_a22b": (235e9, 22e9),
+    "llama3.1_8b": (8.03e9, None),
+    "llama3.3_70b": (70.6e9, None),
+    "deepseek_r1_distill_qwen_7b": (7.62e9, None),
+    "glm4_9b": (9.4e9, None),
+    "mixtral_8x7b": (46.7e9, 12.9e9),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED))
+def test_catalog_counts_match_the_model_cards(name: str) -> None:
+    total, active = PUBLISHED[name]
+    counts = count_params(option(name))
+    assert counts.total == pytest.approx(total, rel=0.02)
+    assert counts.active == pytest.approx(active or total, rel=0.02)
+
+
+@pytest.mark.parametrize("name", sorted(catalog()))
+def test_catalog_options_are_what_model_import_writes(name: str, tmp_path: Path) -> None:
+    result = run(*import_args(name, catalog()[name], tmp_path / f"{name}.yaml"))
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / f"{name}.yaml").read_text() == group_options("model")[name].read_text()
+
+
+def test_every_model_option_is_in_the_catalog() -> None:
+    assert set(group_options("model")) == set(catalog())
+
+
+def test_import_counts_equal_transformers_count_per_part(tmp_path: Path) -> None:
+    """Five architectures; the counts are transformers' own, tied embeddings once, MoE experts apart."""
+    from recipekit.recipe.modelimport import import_config
+
+    for name in (
+        "qwen3_0.6b",
+        "qwen3_30b_a3b",
+        "llama3.1_8b",
+        "glm4_9b",
+        "mixtral_8x7b",
+        "deepseek_r1_distill_qwen_7b",
+    ):
+        counts = import_config(CONFIGS / name).option["params"]
+        config = json.loads((CONFIGS / name / "config.json").read_text())
+        from transformers import AutoConfig, AutoModelForCausalLM
+
+        with torch.device("meta"):
+            built = AutoModelForCausalLM.from_config(AutoConfig.for_model(**config))
+        unique = {id(p): p.numel() for p in built.parameters()}
+        assert counts.total == sum(unique.values()), name
+        if config.get("tie_word_embeddings"):
+            assert counts.head == 0 and counts.embedding == config["vocab_size"] * config["hidden_size"]
+        experts = config.get("num_experts") or config.get("num_local_experts") or 0
+        if experts:
+            assert counts.experts > 0 and counts.router == config["num_hidden_layers"] * experts * config["hidden_size"]
+            per_token = config["num_experts_per_tok"]
+            assert counts.active == counts.total - counts.experts + counts.experts * per_token // experts
+        else:
+            assert counts.experts == counts.router == 0 and counts.active == counts.total
+
+
+# ---------------------------------------------------------------------------------------------------- refusals
+def _config(tmp_path: Path, **raw: object) -> Path:
+    path = tmp_path / "m" / "config.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(raw))
+    return path
+
+
+def test_remote_code_is_refused_with_the_reason(tmp_path: Path) -> None:
+    path = _config(tmp_path, model_type="deepseek", auto_map={"AutoModelForCausalLM": "modeling_x.XForCausalLM"})
+    result = run("model", "import", str(path), "-o", str(tmp_path / "o.yaml"))
+    assert result.exit_code == 2 and "auto_map" in result.output and "remote code" in result.output
+    assert "Traceback" not in result.output and not (tmp_path / "o.yaml").exists()
+
+
+@pytest.mark.parametrize(
+    ("raw", "words"),
+    [
+        ({"model_type": "no_such_arch"}, "does not know model_type 'no_such_arch'"),
+        ({"model_type": "gpt2"}, "no planner formulas"),
+        ({"hidden_size": 8}, "no model_type"),
+        (
+            {"model_type": "qwen3", "hidden_size": 64, "num_attention_heads": 3, "head_dim": None, "vocab_size": 0},
+            "transformers cannot",
+        ),
+    ],
+)
+def test_unusable_configs_are_one_line_errors(tmp_path: Path, raw: dict, words: str) -> None:
+    result = run("model", "import", str(_config(tmp_path, **raw)), "-o", str(tmp_path / "o.yaml"))
+    assert result.exit_code == 2, result.output
+    assert words in result.output and "Traceback" not in result.output and len(result.output.splitlines()) == 1
+
+
+def test_import_writes_into_the_team_repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert run("init", str(tmp_path / "team")).exit_code == 0
+    monkeypatch.chdir(tmp_path / "team")
+    model_dir = tmp_path / "Qwen3-30B-A3B"
+    model_dir.mkdir()
+    (model_dir / "config.json").write_text((CONFIGS / "qwen3_30b_a3b" / "config.json").read_text())
+    result = run("model", "import", str(model_dir))
+    assert result.exit_code == 0, result.output
+    written = tmp_path / "team" / "recipes" / "model" / "qwen3_30b_a3b.yaml"
+    data = yaml.safe_load(written.read_text())
+    assert data["architecture"] == "Qwen3MoeForCausalLM"
+    assert data["name_or_path"] == "${cluster.mount_path}/models/Qwen3-30B-A3B"  # on the volume the pods mount
+    assert run("model", "import", str(model_dir)).exit_code == 2  # no silent overwrite
+    shown = run("show", "model=qwen3_30b_a3b", "--json")
+    assert shown.exit_code == 0, shown.output
+
+
+def test_outside_a_team_repo_the_destination_is_asked_for(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    result = run("model", "import", str(CONFIGS / "qwen3_8b"))
+    assert result.exit_code == 2 and "-o PATH" in result.output
+
+
+# ------------------------------------------------------------------------------------------ MoE in plan and bundle
+def _plan(*overrides: str):
+    from recipekit.bundle.build import resolve
+
+    resolved = resolve(list(overrides))
+    return resolved.recipe, resolved.plan
+
+
+def test_moe_flops_count_active_parameters_and_memory_counts_all(tmp_path: Path) -> None:
+    from recipekit import memory
+    from recipekit.runtime.boundary import contract
+
+    recipe, plan = _plan("model=qwen3_30b_a3b", "parallel=zero3", "hw=h100", "cluster.nodes=2")
+    counts = count_params(recipe.model)
+    assert plan.flops.params_total == counts.total > 9 * plan.flops.params_active == 9 * counts.active
+    expected = contract.flops_per_token(
+        matmul_params=counts.active - counts.embedding,
+        trainable_params=counts.total,
+        full_training=True,
+        layers=recipe.model.num_layers,
+        hidden=recipe.model.hidden_size,
+        seq_len=recipe.data.max_len,
+    )
+    assert plan.flops.model_per_token == expected
+    est = memory.estimate(recipe, plan)
+    assert est.compute.params_total == counts.total and est.compute.params_active == counts.active
+    assert est.experts is not None and est.experts.expert_params == counts.experts
+    # the weights item is counted from all 30.5 B parameters, not the 3.3 B active ones
+    assert est.item("weights") * 2**30 > counts.total * 2 / plan.layout.dp_size
+
+
+def test_the_bundle_s_mfu_uses_the_plan_s_active_flops(tmp_path: Path) -> None:
+    result = run(
+        "build", "model=qwen3_30b_a3b", "parallel=zero3", "hw=h100", "cluster.nodes=2", "-o", str(tmp_path / "b")
+    )
+    assert result.exit_code == 0, result.output
+    saved = yaml.safe_load((tmp_path / "b" / "recipe.yaml").read_text())
+    flops = saved["plan"]["flops"]
+    assert flops["params_active"] < flops["params_total"]
+    from types import SimpleNamespace
+
+    from recipekit.runtime.session.callbacks import ThroughputCallback
+
+    callback = ThroughputCallback.from_plan(SimpleNamespace(**flops), world_size=16)
+    assert callback.model_flops == flops["model_per_token"]
+    text = (tmp_path / "b" / "plan.md").read_text()
+    assert "active per token" in text and "MFU basis" in text and "mixture of experts" in text
+
+
+def test_expert_parallelism_is_analysed_and_refused_by_build(tmp_path: Path) -> None:
+    from recipekit import memory
+    from recipekit.bundle.build import resolve
+
+    resolved = resolve(
+        ["model=qwen3_30b_a3b", "parallel=zero2", "hw=h100", "cluster.nodes=2", "parallel.expert_parallel=8"],
+        analysis_only=True,
+    )
+    recipe, plan = resolved.recipe, resolved.plan
+    est = memory.estimate(recipe, plan)
+    assert est.experts is not None and est.experts.expert_parallel == 8 and not est.experts.buildable
+    assert est.experts.saved_gib > 40 and est.experts.dp_gb_with_ep < est.experts.dp_gb
+    assert "all-to-all" in est.experts.note
+    out = tmp_path / "b"
+    built = run(
+        "build", "model=qwen3_30b_a3b", "hw=h100", "cluster.nodes=2", "parallel.expert_parallel=8", "-o", str(out)
+    )
+    assert built.exit_code == 2 and "parallel.expert_parallel" in built.output and "analysis only" in built.output
+    dense = run("build", "model=tiny_llama", "parallel.expert_parallel=2", "-o", str(out))
+    assert dense.exit_code == 2 and "a dense model" in dense.output
+    tp = run("build", "model=qwen3_30b_a3b", "hw=h100", "parallel=zero2", "parallel.tensor_parallel=2", "-o", str(out))
+    assert tp.exit_code == 2 and "fused 3-D" in tp.output
+
+
+def test_build_says_when_the_image_s_transformers_is_too_old(tmp_path: Path) -> None:
+    result = run("build", "model=qwen3_8b", "model.min_transformers=9.1.0", "-o", str(tmp_path / "b"))
+    assert result.exit_code == 2
+    assert "needs transformers >= 9.1.0" in result.output and "pins transformers 5.24.0" in result.output
+
+
+# ------------------------------------------------------------------------------------------------ runtime and twins
+def test_router_settings_pass_through_to_the_model_config() -> None:
+    from recipekit.runtime.model.loader import router_settings
+
+    assert router_settings(option("qwen3_8b")) == {}
+    moe = option("mixtral_8x7b")
+    assert router_settings(moe) == {"output_router_logits": True, "router_aux_loss_coef": 0.02}
+
+
+def _twin(name: str):
+    """The option's tiny twin (same family, random init), built with its own architecture class."""
+    from recipekit.runtime.model.twin import architecture_config, causal_lm_class
+    from recipekit.validate.dryrun.workdir.workcopy import find_twin
+
+    spec = option(name)
+    twin = find_twin(spec.family)
+    assert twin is not None, f"no tiny twin for family {spec.family}"
+    torch.manual_seed(0)
+    return spec, twin, causal_lm_class(twin.family)(architecture_config(twin))
+
+
+@pytest.mark.parametrize("name", sorted(group_options("model")))
+def test_every_model_option_s_twin_trains_a_step_and_its_counts_match(name: str) -> None:
+    from recipekit.runtime.model.twin import architecture_config, causal_lm_class
+
+    spec, twin, model = _twin(name)
+    assert type(model).__name__ == (spec.architecture or type(model).__name__)
+    ids = torch.randint(0, twin.vocab_size, (2, 16))
+    out = model(input_ids=ids, labels=ids)
+    out.loss.backward()
+    assert torch.isfinite(out.loss)
+    assert all(p.grad is not None for n, p in model.named_parameters() if "experts" not in n)
+    if twin.moe:  # the load-balancing loss is part of the loss the twin trains on
+        assert out.aux_loss is not None and torch.isfinite(out.aux_loss)
+    with torch.device("meta"):
+        full = causal_lm_class(spec.family)(architecture_config(spec))
+    assert count_params(spec).total == sum(p.numel() for p in full.parameters())
+
+
+def test_zero3_marks_the_moe_blocks_as_leaves() -> None:
+    from deepspeed.utils import get_z3_leaf_modules
+
+    from recipekit.runtime.model.loader import MOE_BLOCK_CLASSES, mark_moe_leaves
+
+    for name in ("tiny_qwen3_moe", "tiny_mixtral"):
+        _, _, model = _twin(name)
+        assert mark_moe_leaves(model, zero_stage=2) == []
+        marked = mark_moe_leaves(model, zero_stage=3)
+        assert marked and set(marked) <= set(MOE_BLOCK_CLASSES)
+        assert {type(m).__name__ for m in get_z3_leaf_modules(model)} == set(marked)
+    for family in ("qwen3_moe", "mixtral", "qwen2_moe", "glm4_moe"):  # the names exist in the pinned transformers
+        import importlib
+
+        module = importlib.import_module(f"transformers.models.{family}.modeling_{family}")
+        assert any(hasattr(module, cls) for cls in MOE_BLOCK_CLASSES), family
+
+
+@pytest.mark.parametrize("name", ["qwen3_8b", "qwen3_30b_a3b", "mixtral_8x7b"])
+@pytest.mark.parametrize("stage", [2, 3])
+def test_plan_memory_of_dense_and_moe_models_matches_deepspeed_s_estimator(name: str, stage: int) -> None:
+    """The plan's model states per device (from the option's stored total and largest module) within 2% of
+    DeepSpeed's own estimators, called with the same counts transformers gives."""
+    from recipekit import memory
+
+    recipe, plan = _plan(f"model={name}", "mode=sft", f"parallel=zero{stage}", "hw=h100", "cluster.nodes=4")
+    est = memory.estimate(recipe, plan)
+    ours = sum(est.item(item) for item in ("weights", "gradients", "optimizer states")) * 2**30
+    counts = recipe.model.params
+    assert counts is not None
+    gpus, nodes = plan.layout.devices_per_pod, plan.layout.nodes
+    if stage == 2:
+        from deepspeed.runtime.zero.stage_1_and_2 import estimate_zero2_model_states_mem_needs
+
+        _, theirs = estimate_zero2_model_states_mem_needs(counts.total, gpus, nodes, cpu_offload=False)
+    else:
+        from deepspeed.runtime.zero.stage3 import estimate_zero3_model_states_mem_needs
+
+        _, theirs, _ = estimate_zero3_model_states_mem_needs(
+            counts.total, counts.largest_module, gpus, nodes, cpu_offload=False, cpu_offload_params=False
+        )
+    assert ours == pytest.approx(theirs, rel=0.02)
+
+
+@pytest.mark.parametrize("name", sorted(n for n in group_options("model") if n.startswith("tiny_")))
+def test_lora_parameter_count_is_peft_s_live_adapters(name: str) -> None:
+    """PEFT's all-linear adapters on each family's twin, fused MLPs and MoE experts included."""
+    from peft import LoraConfig, get_peft_model
+
+    from recipekit.plan.modelsize import lora_params
+    from recipekit.recipe.sections import LoraSpec
+    from recipekit.runtime.model.twin import architecture_config, causal_lm_class
+
+    spec = option(name)
+    model = causal_lm_class(spec.family)(architecture_config(spec))
+    wrapped = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, target_modules="all-linear", task_type="CAUSAL_LM"))
+    live = sum(p.numel() for p in wrapped.parameters() if p.requires_grad)
+    assert lora_params(spec, LoraSpec(r=8)) == live
+
+
+def test_moe_lora_with_dropout_is_refused_with_the_fix(tmp_path: Path) -> None:
+    """PEFT's adapter for fused experts refuses dropout: found by the preset's dry run, refused at build."""
+    refused = run("build", "model=qwen3_30b_a3b", "mode=lora", "parallel=zero3", "-o", str(tmp_path / "a"))
+    assert refused.exit_code == 2 and "mode.lora.dropout" in refused.output and "ParamWrapper" in refused.output
+    fixed = ["model=qwen3_30b_a3b", "mode=lora", "parallel=zero3", "mode.lora.dropout=0", "-o", str(tmp_path / "b")]
+    assert run("build", *fixed).exit_code == 0
+    named = ["model=qwen3_30b_a3b", "mode=lora", "parallel=zero3", "mode.lora.target_modules=[q_proj,v_proj]"]
+    assert run("build", *named, "-o", str(tmp_path / "c")).exit_code == 0

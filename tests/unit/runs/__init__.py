@@ -1,0 +1,1 @@
+"""Stage runs: reports, comparisons and recovery history of a run directory."""

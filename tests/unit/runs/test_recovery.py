@@ -1,0 +1,80 @@
+"""MTTR in production: the runtime's recovery records, their history, and `recipekit runs history`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from recipekit.cli import main
+from recipekit.runtime.volume import recovery
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _attempt(out: Path, clock: Clock, steps: range, resume: int | None, launched: float, done: bool = False):
+    log = recovery.RecoveryLog(out, enabled=True, clock=clock, environ={recovery.LAUNCH_TIME_ENV: str(launched)})
+    log.started(resume, f"{out}/checkpoint-{resume}" if resume else None)
+    clock.now += 5
+    log.loaded(resume or 0)
+    for step in steps:
+        clock.now += 1
+        log.step(step)
+    if done:
+        log.done(steps[-1])
+
+
+def test_a_kill_and_a_restart_make_one_recovery_with_its_mttr_and_steps_lost(tmp_path: Path) -> None:
+    clock = Clock()
+    _attempt(tmp_path, clock, range(1, 7), None, launched=990.0)  # killed after step 6 at t=1011
+    clock.now = 1040.0
+    _attempt(tmp_path, clock, range(5, 9), 4, launched=1030.0, done=True)  # resumes at 4, first step 5 at t=1046
+    found = recovery.history(recovery.read(tmp_path))
+    assert len(found) == 1
+    r = found[0]
+    assert (r.interrupted_step, r.interrupted_time, r.restart_time) == (6, 1011.0, 1030.0)
+    assert (r.resume_step, r.loaded_time, r.first_step, r.first_step_time) == (4, 1045.0, 5, 1046.0)
+    assert r.mttr_s == 35.0 and r.steps_lost == 2
+    assert recovery.summary(found) == {"restarts": 1, "steps_lost": 2, "mttr_s": 35.0, "last_mttr_s": 35.0}
+    # a start after a finished run is no interruption
+    clock.now = 2000.0
+    _attempt(tmp_path, clock, range(9, 9), 8, launched=1999.0)
+    assert len(recovery.history(recovery.read(tmp_path))) == 1
+
+
+def test_a_restart_without_a_step_yet_has_no_mttr(tmp_path: Path) -> None:
+    clock = Clock()
+    _attempt(tmp_path, clock, range(1, 3), None, launched=999.0)
+    log = recovery.RecoveryLog(tmp_path, enabled=True, clock=clock, environ={})
+    log.started(None, None)
+    (r,) = recovery.history(recovery.read(tmp_path))
+    assert r.mttr_s is None and r.first_step is None and r.restart_time == clock.now  # no launcher: its own start
+
+
+def test_other_ranks_write_nothing(tmp_path: Path) -> None:
+    log = recovery.RecoveryLog(tmp_path, enabled=False)
+    log.started(None, None)
+    log.step(1)
+    assert not list(tmp_path.iterdir())
+
+
+def test_runs_history_prints_the_same_mttr(tmp_path: Path) -> None:
+    clock = Clock()
+    _attempt(tmp_path, clock, range(1, 7), None, launched=990.0)
+    clock.now = 1040.0
+    _attempt(tmp_path, clock, range(5, 9), 4, launched=1030.0, done=True)
+    result = CliRunner().invoke(main, ["runs", "history", str(tmp_path), "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["mttr_s"] == 35.0 and data["recoveries"][0]["steps_lost"] == 2
+    text = CliRunner().invoke(main, ["runs", "history", str(tmp_path)])
+    assert "interrupted after step 6" in text.output and "MTTR 35.0 s" in text.output
+    missing = CliRunner().invoke(main, ["runs", "history", str(tmp_path / "nope")])
+    assert missing.exit_code == 2 and "not found" in missing.output

@@ -1,0 +1,1 @@
+"""The runtime shipped in every bundle, piece by piece."""

@@ -1,0 +1,218 @@
+"""The pod side of a bundle: run.sh and runtime/launch.py under a simulated Volcano pod, with a fake torchrun.
+
+Each test starts the bundle's own run.sh the way the pod's container does (a clean environment holding only what
+Volcano's env and svc plugins inject), with a ``torchrun`` first on PATH that prints the argv and environment it was
+given as JSON and exits: what would have launched training is checked byte for byte, and nothing trains.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from recipekit.base.paths import RECIPES_DIR
+from recipekit.bundle.build import build, resolve
+from recipekit.runtime import launch
+
+FAKE_TORCHRUN = """#!{python}
+import json, os, sys
+print(json.dumps({{"argv": sys.argv[1:], "env": dict(os.environ)}}))
+"""
+
+
+@pytest.fixture(scope="module")
+def fake_bin(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    directory = tmp_path_factory.mktemp("bin")
+    torchrun = directory / "torchrun"
+    torchrun.write_text(FAKE_TORCHRUN.format(python=sys.executable))
+    torchrun.chmod(0o755)
+    (directory / "python3").symlink_to(sys.executable)
+    return directory
+
+
+def pod_env(fake_bin: Path, index: int, hosts: list[str], task: str = "WORKER", **extra: str) -> dict[str, str]:
+    """What a pod's container starts with: Volcano's variables, a PATH, nothing of this test process."""
+    return {
+        "PATH": f"{fake_bin}:/usr/bin:/bin",
+        "HOME": "/tmp",
+        "VC_TASK_INDEX": str(index),
+        "VK_TASK_INDEX": str(index),
+        f"VC_{task}_HOSTS": ",".join(hosts),
+        f"VC_{task}_NUM": str(len(hosts)),
+        **extra,
+    }
+
+
+def run_pod(bundle: Path, env: dict[str, str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["bash", str(bundle / "run.sh")], env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def set_launch(bundle: Path, **changes: object) -> None:
+    path = bundle / "launch.json"
+    data = json.loads(path.read_text())
+    data.update(changes)
+    path.write_text(json.dumps(data))
+
+
+PAYLOADS = ["$(touch pwned)", "`touch pwned`", "a; touch pwned", "x}y", "'\"\\", "a\tb", "${HOME}", "$((1+1))"]
+
+
+def test_every_env_value_reaches_torchrun_byte_for_byte_and_nothing_runs(tmp_path: Path, fake_bin: Path) -> None:
+    """A team's hardware option with shell payloads in its env: the values are data in launch.json, never shell."""
+    env_values = {f"PAYLOAD_{i}": value for i, value in enumerate(PAYLOADS)}
+    team = tmp_path / "team" / "hw"
+    team.mkdir(parents=True)
+    cpu = yaml.safe_load((RECIPES_DIR / "hw" / "cpu.yaml").read_text())
+    # OmegaConf reads ${...} as an interpolation; a literal one is written \${...} in a recipe
+    escaped = {k: v.replace("${", "\\${") for k, v in env_values.items()}
+    (team / "payload.yaml").write_text(yaml.safe_dump({**cpu, "name": "payload", "env": escaped}))
+    bundle = build(["recipe=tiny_sft", "hw=payload", "cluster.nodes=2"], tmp_path / "bundle", extra_dirs=[team.parent])
+    proc = run_pod(bundle.path, pod_env(fake_bin, 1, ["127.0.0.1", "127.0.0.1"]), timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    seen = json.loads(proc.stdout.strip().splitlines()[-1])
+    for key, value in env_values.items():
+        assert seen["env"][key] == value, key
+    assert not list(tmp_path.rglob("pwned")) and not Path("pwned").exists()
+    argv = seen["argv"]
+    assert "--nnodes=2" in argv and "--node_rank=1" in argv and "--master_addr=127.0.0.1" in argv
+    assert argv[argv.index("-m") + 1] == "runtime.train"
+    assert argv[argv.index("--recipe") + 1] == str(bundle.path / "recipe.yaml")
+    # the launcher's defaults never override what the pod spec set
+    proc = run_pod(bundle.path, pod_env(fake_bin, 0, ["127.0.0.1", "127.0.0.1"], PAYLOAD_0="from the pod spec"))
+    assert json.loads(proc.stdout.strip().splitlines()[-1])["env"]["PAYLOAD_0"] == "from the pod spec"
+
+
+def test_missing_volcano_variables_name_the_plugin(tmp_path: Path, fake_bin: Path) -> None:
+    bundle = build(["recipe=tiny_sft"], tmp_path / "bundle").path
+    env = pod_env(fake_bin, 0, ["127.0.0.1"])
+    del env["VC_TASK_INDEX"], env["VK_TASK_INDEX"]
+    proc = run_pod(bundle, env)
+    assert proc.returncode == 2 and "env plugin" in proc.stderr and "Traceback" not in proc.stderr
+    env = pod_env(fake_bin, 0, ["127.0.0.1"])
+    del env["VC_WORKER_HOSTS"]
+    proc = run_pod(bundle, env)
+    assert proc.returncode == 2 and "svc plugin" in proc.stderr
+
+
+def test_a_pod_count_the_bundle_was_not_built_for_is_refused(tmp_path: Path, fake_bin: Path) -> None:
+    bundle = build(["recipe=tiny_sft"], tmp_path / "bundle").path
+    proc = run_pod(bundle, pod_env(fake_bin, 0, ["127.0.0.1"] * 3))
+    assert proc.returncode == 2 and "rebuild with cluster.nodes=3" in proc.stderr
+
+
+def test_a_master_that_never_resolves_fails_the_pod_with_its_reason(tmp_path: Path, fake_bin: Path) -> None:
+    bundle = build(["recipe=tiny_sft", "cluster.nodes=2"], tmp_path / "bundle").path
+    set_launch(bundle, master_dns_wait_s=1)
+    hosts = ["nowhere-0.invalid", "nowhere-1.invalid"]
+    proc = run_pod(bundle, pod_env(fake_bin, 1, hosts), timeout=60)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "the master nowhere-0.invalid did not resolve within 1 s" in proc.stderr
+    assert proc.stdout == ""  # torchrun never started
+
+
+def test_an_npu_image_without_cann_fails_with_its_reason(tmp_path: Path, fake_bin: Path) -> None:
+    bundle = build(["recipe=llama3_8b_sft", "hw=ascend910b"], tmp_path / "bundle").path
+    proc = run_pod(bundle, pod_env(fake_bin, 0, ["127.0.0.1"]))
+    assert proc.returncode == 2
+    assert "no CANN environment script found" in proc.stderr and proc.stdout == ""
+
+
+def test_a_cann_script_that_fails_is_reported_not_fatal_in_silence(tmp_path: Path, fake_bin: Path) -> None:
+    """set_env.sh returning non-zero under `set -e` must not kill run.sh without a word."""
+    bundle = build(["recipe=llama3_8b_sft", "hw=ascend910b"], tmp_path / "bundle").path
+    broken = tmp_path / "set_env.sh"
+    broken.write_text("echo sourcing\nfalse\n")
+    script = (bundle / "run.sh").read_text().replace("/usr/local/Ascend/ascend-toolkit/set_env.sh", str(broken), 1)
+    (bundle / "run.sh").write_text(script)
+    proc = run_pod(bundle, pod_env(fake_bin, 0, ["127.0.0.1"]))
+    assert proc.returncode == 2 and f"{broken} failed with exit 1" in proc.stderr
+
+
+def test_cann_is_sourced_before_the_launcher_runs(tmp_path: Path, fake_bin: Path) -> None:
+    bundle = build(["recipe=llama3_8b_sft", "hw=ascend910b"], tmp_path / "bundle").path
+    good = tmp_path / "set_env.sh"
+    good.write_text("export ASCEND_TOOLKIT_HOME=/opt/cann\n")
+    script = (bundle / "run.sh").read_text().replace("/usr/local/Ascend/ascend-toolkit/set_env.sh", str(good), 1)
+    (bundle / "run.sh").write_text(script)
+    proc = run_pod(bundle, pod_env(fake_bin, 0, ["127.0.0.1"]))
+    assert proc.returncode == 0, proc.stderr
+    seen = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert seen["env"]["ASCEND_TOOLKIT_HOME"] == "/opt/cann"
+    assert seen["env"]["DS_ACCELERATOR"] == "npu" and "--nproc_per_node=8" in seen["argv"]
+
+
+def test_the_svc_plugins_host_file_stands_in_for_the_variable(tmp_path: Path) -> None:
+    (tmp_path / "worker.host").write_text("pod-0.job\npod-1.job\n")
+    spec = {"task_name": "worker", "task_env": "WORKER", "nodes": 2}
+    topo = launch.topology(spec, {"VC_TASK_INDEX": "1"}, hosts_dir=tmp_path)
+    assert (topo.node_rank, topo.nodes, topo.master) == (1, 2, "pod-0.job")
+
+
+def test_waiting_for_the_master_gives_up_at_the_deadline() -> None:
+    clock = iter(range(0, 1000, 2))
+    with pytest.raises(launch.LaunchError) as info:
+        launch.wait_for_master(
+            "x",
+            5,
+            resolve=lambda host: (_ for _ in ()).throw(OSError("no")),
+            sleep=lambda s: None,
+            clock=lambda: next(clock),
+        )
+    assert info.value.code == 1 and "did not resolve within 5 s" in str(info.value)
+
+
+# ------------------------------------------------------------------------------------------------ run identity
+def names(*overrides: str) -> tuple[str, str]:
+    plan = resolve(["recipe=llama3_8b_sft", *overrides]).plan
+    return plan.job_name, plan.output_dir
+
+
+def test_a_run_keeps_its_name_across_rebuilds_and_placement_changes() -> None:
+    same = names()
+    assert names() == same
+    assert names("cluster.queue=other", "cluster.namespace=team-b") == same  # placement is not identity
+    assert names("train.save_steps=50", "train.logging_steps=1") == same  # bookkeeping is not identity
+    assert same[0].startswith("llama3-8b-sft-") and same[1].endswith("/" + same[0])
+
+
+@pytest.mark.parametrize(
+    "override",
+    [
+        "model=qwen2.5_7b",
+        "train.global_batch_size=256",
+        "parallel=zero2",
+        "train.learning_rate=3e-5",
+        "data.max_len=1024",
+    ],
+)
+def test_a_run_defining_change_gets_its_own_job_and_directory(override: str) -> None:
+    job, output = names()
+    other_job, other_output = names(override)
+    assert other_job != job and other_output != output
+
+
+def test_the_same_global_batch_on_other_nodes_is_the_same_run_another_global_batch_is_not() -> None:
+    """The identity is keyed on the global batch, not its factors: a run may continue on fewer nodes (rescale)."""
+    assert names("cluster.nodes=2") == names()  # global batch 128 kept, accumulation halved
+    fixed = ("train.global_batch_size=null", "train.gradient_accumulation_steps=4")
+    assert names(*fixed, "cluster.nodes=2") != names(*fixed)  # accumulation kept: the global batch doubles
+
+
+def test_runs_of_different_presets_never_share_a_directory() -> None:
+    assert len({names(f"model={m}")[1] for m in ("llama3_8b", "qwen2.5_7b", "qwen2.5_14b")}) == 3
+
+
+@pytest.fixture(autouse=True)
+def _no_stray_files(tmp_path: Path):
+    yield
+    shutil.rmtree(tmp_path / "pwned", ignore_errors=True)
+    if os.path.exists("pwned"):  # pragma: no cover - would mean a payload ran in the test's cwd
+        os.remove("pwned")
+        raise AssertionError("a payload ran")

@@ -1,0 +1,1 @@
+"""Stage validate: the static checks and the dry run's pieces."""
