@@ -21,7 +21,7 @@ def _no_team_layers_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> Ite
 
 def render_files(overrides: Sequence[str], *, allow_oom: bool = False) -> dict[str, bytes]:
     """The files `recipekit build` would write for ``overrides``, in memory."""
-    return compile_bundle(resolve(overrides), allow_oom=allow_oom)[0]
+    return compile_bundle(resolve(overrides), allow_oom=allow_oom).files
 
 
 def documents_of(resolved: Resolved) -> Documents:

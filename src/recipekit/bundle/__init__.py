@@ -1,3 +1,4 @@
-"""Stage 5, the bundle: its documents (ds_config, Job, monitoring), the plan report, rendering and the atomic
-write. ``build`` runs the stages in order and is the only caller of them all.
+"""Stage 5, the bundle: its documents (ds_config, Job, launch data, recipe.yaml's operations section, monitoring),
+the plan's terminal view, rendering into files, the atomic write, sweeps and rescales. ``build`` runs the stages in
+order and hands the compiled record on.
 """

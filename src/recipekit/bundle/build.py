@@ -14,16 +14,16 @@ from typing import Any
 from recipekit import memory
 from recipekit.base.errors import Problem, RecipeError
 from recipekit.base.paths import GROUPS
-from recipekit.bundle.documents import make_documents
+from recipekit.bundle.documents import Documents, make_documents
 from recipekit.bundle.render import render
 from recipekit.bundle.write import write_bundle
 from recipekit.image.matrix import ImageMatrix, load_images
-from recipekit.memory.operations import operations
+from recipekit.memory.operations import Operations, operations
 from recipekit.plan.plan import Plan, make_plan
 from recipekit.recipe.compose import Composed, PartialComposition, compose, group_options
-from recipekit.recipe.overrides import slips
+from recipekit.recipe.overrides import slips, unknown_override_keys
 from recipekit.recipe.paralleloptions import load_parallel_options
-from recipekit.recipe.sections import Recipe, parse_recipe, unknown_override_keys
+from recipekit.recipe.sections import Recipe, parse_recipe
 
 #: Where bundles go when no -o is given: ./bundles/<recipe name>.
 DEFAULT_OUTPUT_ROOT = Path("bundles")
@@ -89,11 +89,40 @@ def _schema_problems(composed: Composed, refused: set[str]) -> list[Problem]:
 
 
 @dataclass(frozen=True)
-class Built:
+class Compiled:
+    """A bundle in memory: the resolved recipe, the estimate, the operations numbers and the documents it was made
+    of, and its files (the manifest last). What ``build`` writes and what the dry run reads its re-planned numbers
+    from, so that no one parses the bundle's own bytes back."""
+
     resolved: Resolved
-    path: Path
-    files: dict[str, bytes]
     estimate: memory.Estimate
+    operations: Operations
+    documents: Documents
+    files: dict[str, bytes]
+
+    @property
+    def plan(self) -> Plan:
+        return self.resolved.plan
+
+
+@dataclass(frozen=True)
+class Built:
+    """A bundle written to ``path``."""
+
+    compiled: Compiled
+    path: Path
+
+    @property
+    def resolved(self) -> Resolved:
+        return self.compiled.resolved
+
+    @property
+    def files(self) -> dict[str, bytes]:
+        return self.compiled.files
+
+    @property
+    def estimate(self) -> memory.Estimate:
+        return self.compiled.estimate
 
 
 def build(
@@ -133,12 +162,12 @@ def build_resolved(
         origin = detect_origin(resolved.extra_dirs)
     if origin:
         resolved = replace(resolved, composed=replace(resolved.composed, origin=tuple(origin)))
-    files, estimate = compile_bundle(resolved, allow_oom=allow_oom)
+    compiled = compile_bundle(resolved, allow_oom=allow_oom)
     target = output if output is not None else DEFAULT_OUTPUT_ROOT / resolved.recipe.name
-    return Built(resolved, write_bundle(files, target, force=force), files, estimate)
+    return Built(compiled, write_bundle(compiled.files, target, force=force))
 
 
-def compile_bundle(resolved: Resolved, *, allow_oom: bool = False) -> tuple[dict[str, bytes], memory.Estimate]:
+def compile_bundle(resolved: Resolved, *, allow_oom: bool = False) -> Compiled:
     """The bundle's files in memory, after the memory check ``build`` applies; writes nothing.
 
     The operations layer's numbers follow the estimate (the hang watchdog's timeout is a multiple of the planned step
@@ -153,4 +182,5 @@ def compile_bundle(resolved: Resolved, *, allow_oom: bool = False) -> tuple[dict
             raise RecipeError([problem])
     ops = operations(resolved.recipe, resolved.plan, estimate)
     documents = make_documents(resolved.recipe, resolved.plan, ops)
-    return render(resolved.recipe, resolved.plan, documents, resolved.composed, estimate, ops), estimate
+    files = render(resolved.recipe, resolved.plan, documents, resolved.composed, estimate, ops)
+    return Compiled(resolved, estimate, ops, documents, files)

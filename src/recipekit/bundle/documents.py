@@ -14,14 +14,24 @@ from typing import Any
 from recipekit import __version__
 from recipekit.bundle.files import DS_CONFIG, RUN, TRAIN_MODULE, WORKDIR
 from recipekit.image.matrix import ARCH_LABEL, ImageFamily
-from recipekit.memory.operations import Operations, metrics_port_names
+from recipekit.memory.operations import Operations
 from recipekit.plan.layout import Layout
 from recipekit.plan.parallelism import STAGE3_PREFETCH_FACTOR
 from recipekit.plan.plan import Plan, Precision
 from recipekit.recipe import mindcluster
 from recipekit.recipe.k8snames import host_volume_name
+from recipekit.recipe.schema import to_data
 from recipekit.recipe.sections import Recipe
 from recipekit.runtime.boundary import contract
+from recipekit.runtime.boundary.recipeview import (
+    AlertsView,
+    FaultsView,
+    MetricsView,
+    OperationsView,
+    PreflightView,
+    WatchdogView,
+    read_section,
+)
 from recipekit.runtime.volume import trust
 
 #: Seconds Kubernetes waits after SIGTERM before SIGKILL: time for train.py to write its last checkpoint.
@@ -33,6 +43,8 @@ MASTER_DNS_WAIT_S = 120
 #: Pod annotation that keeps service meshes out: a sidecar would hold the rendezvous port's traffic and keep pods
 #: alive after training ends.
 NO_SIDECAR = {"sidecar.istio.io/inject": "false"}
+#: The prefix of every metrics port's name (a Kubernetes port name: at most 15 characters).
+METRICS_PORT_NAME = "metrics"
 
 
 @dataclass(frozen=True)
@@ -45,17 +57,16 @@ class Documents:
     ds_config: dict[str, Any] | None  # None: the bundle does not run DeepSpeed (Plan.uses_deepspeed)
     launch: dict[str, Any]
     job: dict[str, Any]
+    #: recipe.yaml's ``operations`` section, in the very type the runtime reads it as (runtime/boundary/recipeview.py)
+    operations: OperationsView
 
 
-def make_documents(recipe: Recipe, plan: Plan, ops: Operations | None = None) -> Documents:
-    """The documents of ``recipe`` laid out as ``plan``; with the operations layer's numbers (``ops``), its collective
-    timeouts join the environment (a key the runtime or ``hw.env`` sets keeps its value) and the metrics ports the
-    Job's container."""
+def make_documents(recipe: Recipe, plan: Plan, ops: Operations) -> Documents:
+    """The documents of ``recipe`` laid out as ``plan`` with the operations layer's numbers (``ops``): its collective
+    timeouts join the environment (a key the runtime or ``hw.env`` sets keeps its value), its metrics ports the
+    Job's container, and its thresholds recipe.yaml's ``operations`` section."""
     deepspeed = plan.uses_deepspeed
-    env = runtime_env(recipe, deepspeed)
-    if ops is not None:
-        env = dict(sorted({**ops.env, **env}.items()))
-    metrics_ports = ops.metrics_ports if ops is not None and ops.metrics else ()
+    env = dict(sorted({**ops.env, **runtime_env(recipe, deepspeed)}.items()))
     return Documents(
         env=env,
         pip_packages=pip_packages(recipe, plan.family, deepspeed),
@@ -64,8 +75,52 @@ def make_documents(recipe: Recipe, plan: Plan, ops: Operations | None = None) ->
         ),
         ds_config=deepspeed_config(recipe, plan.layout, plan.precision) if deepspeed else None,
         launch=launch_spec(recipe, plan, env),
-        job=volcano_job(recipe, plan, metrics_ports),
+        job=volcano_job(recipe, plan, ops.metrics_ports),
+        operations=operations_view(recipe, plan, ops),
     )
+
+
+def operations_view(recipe: Recipe, plan: Plan, ops: Operations) -> OperationsView:
+    """recipe.yaml's ``operations``: what the runtime's preflight, watchdog, alerts, exporter and fault injection
+    read, built as the runtime's own view types so that the two sides cannot disagree on a key."""
+    spec = recipe.ops
+    return OperationsView(
+        preflight=PreflightView(
+            enabled=spec.preflight,
+            timeout_s=spec.preflight_timeout_s,
+            allreduce_sizes_mb=list(spec.allreduce_sizes_mb),
+            allreduce_iterations=spec.allreduce_iterations,
+            link=ops.link,
+            link_gbps=ops.link_gbps,
+            bandwidth_warn_gbps=round(ops.bandwidth_warn_gbps, 3),
+            devices_per_pod=plan.layout.devices_per_pod,
+            expected_versions=ops.expected_versions,
+            checkpoint_bytes=ops.checkpoint_bytes,
+            storage_needed_bytes=ops.storage_needed_bytes,
+            collective_hint=ops.collective_hint,
+        ),
+        watchdog=WatchdogView(
+            startup_timeout_s=ops.startup_timeout_s,
+            stall_timeout_s=ops.stall_timeout_s,
+            steady_timeout_s=ops.steady_timeout_s,
+        ),
+        metrics=MetricsView(ports=list(ops.metrics_ports), ranks=spec.metrics_ranks, bind=spec.metrics_bind),
+        alerts=AlertsView(
+            loss_spike_ratio=spec.loss_spike_ratio,
+            grad_norm_jump_ratio=spec.grad_norm_jump_ratio,
+            mfu_target=round(ops.mfu_target, 6),
+            mfu_low_steps=spec.mfu_low_steps,
+            checkpoint_save_limit_s=spec.checkpoint_save_limit_s,
+            device_utilisation_min=spec.device_utilisation_min,
+            nonfinite_loss=spec.nonfinite_loss,
+        ),
+        testing=read_section(FaultsView, to_data(spec.testing), "ops.testing"),
+    )
+
+
+def metrics_port_names(ports: tuple[int, ...]) -> list[str]:
+    """The container port name of each metrics port, as the Job declares and the PodMonitor scrapes them."""
+    return [f"{METRICS_PORT_NAME}-{i}" for i in range(len(ports))]
 
 
 def deepspeed_config(recipe: Recipe, layout: Layout, precision: Precision) -> dict[str, Any]:
@@ -280,15 +335,18 @@ def job_labels(plan: Plan) -> dict[str, str]:
 def volcano_job(recipe: Recipe, plan: Plan, metrics_ports: tuple[int, ...] = ()) -> dict[str, Any]:
     """The ``batch.volcano.sh/v1alpha1`` Job: gang-scheduled, env+svc plugins, restart on eviction or failure; the
     trainer container declares the rendezvous port and the metrics ports (``ops.metrics_port``)."""
-    hw, cl = recipe.hw, recipe.cluster
-    labels = job_labels(plan)
-    resources: dict[str, Any] = {"cpu": str(plan.pod_cpus), "memory": f"{plan.pod_memory_gib}Gi"}
-    if hw.device_resource:
-        resources[hw.device_resource] = str(plan.layout.devices_per_pod)
+    return {
+        "apiVersion": "batch.volcano.sh/v1alpha1",
+        "kind": "Job",
+        "metadata": _job_metadata(recipe, plan),
+        "spec": _job_spec(recipe, plan, _pod_spec(recipe, plan, metrics_ports)),
+    }
 
-    annotations = dict(NO_SIDECAR)
-    if plan.superpod_block is not None:
-        annotations["sp-block"] = str(plan.superpod_block)
+
+def _pod_storage(recipe: Recipe) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The pod's volumes and the trainer's mounts of them: /dev/shm, the shared volume, the run key, the host paths
+    the hardware needs, and the NVMe scratch directory of an NVMe offload."""
+    hw, cl, par = recipe.hw, recipe.cluster, recipe.parallel
     volumes: list[dict[str, Any]] = [
         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{cl.shm_gib}Gi"}},
         {"name": "shared", "persistentVolumeClaim": {"claimName": cl.pvc_claim}},
@@ -304,11 +362,20 @@ def volcano_job(recipe: Recipe, plan: Plan, metrics_ports: tuple[int, ...] = ())
         name = host_volume_name(path)
         volumes.append({"name": name, "hostPath": {"path": path, "type": kind}})
         mounts.append({"name": name, "mountPath": path, "readOnly": True})
-    par = recipe.parallel
     if par.nvme_path and "nvme" in (par.offload_optimizer, par.offload_param):
         volumes.append({"name": "nvme", "hostPath": {"path": par.nvme_path, "type": "DirectoryOrCreate"}})
         mounts.append({"name": "nvme", "mountPath": par.nvme_path})
+    return volumes, mounts
 
+
+def _trainer_container(
+    recipe: Recipe, plan: Plan, mounts: list[dict[str, Any]], metrics_ports: tuple[int, ...]
+) -> dict[str, Any]:
+    """The one container of every pod: run.sh in the image's bundle, its ports, its devices and memory."""
+    hw = recipe.hw
+    resources: dict[str, Any] = {"cpu": str(plan.pod_cpus), "memory": f"{plan.pod_memory_gib}Gi"}
+    if hw.device_resource:
+        resources[hw.device_resource] = str(plan.layout.devices_per_pod)
     container = {
         "name": "trainer",
         "image": plan.image,
@@ -330,18 +397,33 @@ def volcano_job(recipe: Recipe, plan: Plan, metrics_ports: tuple[int, ...] = ())
             {"name": name, "valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{annotation}']"}}}
             for name, annotation in sorted(hw.device_env_from_annotation.items())
         ]
+    return container
+
+
+def _pod_spec(recipe: Recipe, plan: Plan, metrics_ports: tuple[int, ...]) -> dict[str, Any]:
+    """The pods' spec: no kubelet restarts, a grace period for the last checkpoint, the image's architecture."""
+    hw, cl = recipe.hw, recipe.cluster
+    volumes, mounts = _pod_storage(recipe)
     pod_spec: dict[str, Any] = {
         # Volcano, not the kubelet, restarts: a lone restarted rank could never rejoin a static rendezvous.
         "restartPolicy": "Never",
         "terminationGracePeriodSeconds": TERMINATION_GRACE_S,
-        "containers": [container],
+        "containers": [_trainer_container(recipe, plan, mounts, metrics_ports)],
         "volumes": volumes,
     }
     # The image is built for one CPU architecture: a pod on a node of another fails with "exec format error".
     pod_spec["nodeSelector"] = {**hw.node_selector, ARCH_LABEL: hw.arch, **hw.arch_node_selector.get(hw.arch, {})}
     if cl.priority_class:
         pod_spec["priorityClassName"] = cl.priority_class
+    return pod_spec
 
+
+def _job_spec(recipe: Recipe, plan: Plan, pod_spec: dict[str, Any]) -> dict[str, Any]:
+    """The Job's spec: Volcano's scheduler, the gang, the plugins the launcher reads, the lifecycle policies."""
+    hw, cl = recipe.hw, recipe.cluster
+    annotations = dict(NO_SIDECAR)
+    if plan.superpod_block is not None:
+        annotations["sp-block"] = str(plan.superpod_block)
     spec: dict[str, Any] = {
         "schedulerName": "volcano",
         "minAvailable": plan.layout.nodes,
@@ -361,7 +443,7 @@ def volcano_job(recipe: Recipe, plan: Plan, metrics_ports: tuple[int, ...] = ())
                 "name": plan.task_name,
                 "replicas": plan.layout.nodes,
                 "template": {
-                    "metadata": {"labels": {**labels, **hw.pod_labels}, "annotations": annotations},
+                    "metadata": {"labels": {**job_labels(plan), **hw.pod_labels}, "annotations": annotations},
                     "spec": pod_spec,
                 },
             }
@@ -369,13 +451,17 @@ def volcano_job(recipe: Recipe, plan: Plan, metrics_ports: tuple[int, ...] = ())
     }
     if cl.priority_class:
         spec["priorityClassName"] = cl.priority_class
+    return spec
+
+
+def _job_metadata(recipe: Recipe, plan: Plan) -> dict[str, Any]:
+    """The Job's name, namespace and labels (MindCluster reads the device labels on the Job as well as its pods)."""
     metadata: dict[str, Any] = {
         "name": plan.job_name,
-        "namespace": cl.namespace,
-        # MindCluster reads the device labels on the Job as well as on its pods
+        "namespace": recipe.cluster.namespace,
         "labels": {
-            **labels,
-            **hw.pod_labels,
+            **job_labels(plan),
+            **recipe.hw.pod_labels,
             "recipekit.io/version": __version__,
             "recipekit.io/run": plan.run_id,
             # MindCluster's fault rescheduling (cluster.mindcluster; none by default), read from the PodGroup, which
@@ -385,4 +471,4 @@ def volcano_job(recipe: Recipe, plan: Plan, metrics_ports: tuple[int, ...] = ())
     }
     if plan.superpod_block is not None:
         metadata["annotations"] = {"sp-block": str(plan.superpod_block)}
-    return {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "metadata": metadata, "spec": spec}
+    return metadata

@@ -12,8 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from recipekit.bundle import devicetelemetry
-from recipekit.bundle.documents import job_labels
-from recipekit.memory.operations import Operations, metrics_port_names
+from recipekit.bundle.documents import job_labels, metrics_port_names
+from recipekit.memory.operations import Operations
 from recipekit.plan.plan import Plan
 from recipekit.recipe.sections import Recipe
 from recipekit.runtime.boundary import metricnames

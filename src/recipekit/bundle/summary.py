@@ -20,10 +20,16 @@ def _counted(number: int, noun: str) -> str:
 
 
 def parallelism(plan: Plan) -> str:
-    """DDP, or the ZeRO stage (as the build's own summary line says it)."""
+    """How the run is split, in one phrase: DDP, or DeepSpeed's ZeRO stage, with AutoTP's TP × DP when it
+    tensor-parallelises. The build's line, the bundle README and validate's verdict all say it this way."""
     if plan.zero_stage:
-        return f"DeepSpeed ZeRO-{plan.zero_stage}"
-    return "DeepSpeed ZeRO-0" if plan.uses_deepspeed else "DDP (no DeepSpeed)"
+        phrase = f"DeepSpeed ZeRO-{plan.zero_stage}"
+    else:
+        phrase = "DeepSpeed ZeRO-0" if plan.uses_deepspeed else "DDP (no DeepSpeed)"
+    layout = plan.layout
+    if layout.tensor_parallel > 1:
+        phrase += f" + AutoTP tensor parallelism: TP {layout.tensor_parallel} × DP {layout.dp_size}"
+    return phrase
 
 
 def describe(recipe: Recipe, plan: Plan) -> str:
@@ -35,8 +41,6 @@ def describe(recipe: Recipe, plan: Plan) -> str:
         f"× {_counted(layout.devices_per_pod, recipe.hw.name + ' device')} (world size {layout.world_size})",
         parallelism(plan),
     ]
-    if layout.tensor_parallel > 1:
-        parts.append(f"tensor parallel {layout.tensor_parallel} × data parallel {layout.dp_size}")
     if par.offload_optimizer != "none":
         parts.append(f"optimizer offloaded to {par.offload_optimizer}")
     if par.offload_param != "none":

@@ -29,6 +29,7 @@ from typing import Any
 from recipekit.base.errors import Problem, RecipeError
 from recipekit.bundle.build import DEFAULT_OUTPUT_ROOT, build_resolved, resolve
 from recipekit.recipe.compose import Composed, compose, compose_variants, expand_sweep, preload
+from recipekit.recipe.overrides import Override
 
 #: Processes that build in parallel: the 2 cores of the build machines recipekit is sized for.
 JOBS = 2
@@ -79,8 +80,8 @@ def combinations(arguments: Sequence[str], extra_dirs: Sequence[Path] = ()) -> l
     for index, overrides in enumerate(sweep.combinations):
         parts, recipe_option = [], None
         for position, override in enumerate(overrides):
-            key, _, value = override.partition("=")
-            bare = key.lstrip("+~")
+            parsed = Override.parse(override)
+            bare, value = parsed.key, parsed.value or ""
             if bare == "recipe" and sweep.swept[position]:
                 recipe_option = value
             elif sweep.swept[position] and bare != "name":

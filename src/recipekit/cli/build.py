@@ -56,6 +56,7 @@ def build(
         _build_matrix(overrides, output, force, allow_oom, extra_dirs)
         return
     from recipekit.bundle.build import build as build_bundle
+    from recipekit.bundle.summary import parallelism
 
     built = build_bundle(overrides, output, extra_dirs=extra_dirs, force=force, allow_oom=allow_oom)
     plan = built.resolved.plan
@@ -67,8 +68,7 @@ def build(
     click.echo(
         f"{click.style('built', fg='green')} {built.path} ({len(built.files)} files): {plan.layout.nodes} pod(s) × "
         f"{plan.layout.devices_per_pod} device(s), global batch {plan.layout.global_batch_size}, {plan.precision}, "
-        f"{'ZeRO-' + str(plan.zero_stage) if plan.zero_stage else 'DDP' if not plan.uses_deepspeed else 'ZeRO-0'}"
-        + (f", TP {plan.layout.tensor_parallel} × DP {plan.layout.dp_size}" if plan.layout.tensor_parallel > 1 else "")
+        f"{parallelism(plan)}"
     )
 
 

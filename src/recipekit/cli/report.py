@@ -16,9 +16,8 @@ from typing import Any
 import click
 
 from recipekit.base.errors import Problem, RecipeError
+from recipekit.cli.common import SETTINGS
 from recipekit.cli.common import user_errors as _user_errors
-
-_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 110}
 
 
 def _need_matplotlib() -> None:
@@ -144,7 +143,7 @@ def report_html(run: Any, doc: dict[str, Any], plots: Sequence[Any]) -> str:
     return h.page(f"Run report: {run.label}", parts)
 
 
-@click.command("report", context_settings=_SETTINGS)
+@click.command("report", context_settings=SETTINGS)
 @click.argument("run_dir", type=click.Path(path_type=Path))
 @click.option("--volume", type=click.Path(path_type=Path), help="Where the bundle's shared volume is mounted here.")
 @click.option(
@@ -297,7 +296,7 @@ def compare_html(result: Any, plots: Sequence[Any]) -> str:
     return h.page("Run comparison", parts)
 
 
-@click.command("compare", context_settings=_SETTINGS)
+@click.command("compare", context_settings=SETTINGS)
 @click.argument("runs", nargs=-1, type=click.Path(path_type=Path))
 @click.option(
     "--baseline",

@@ -19,7 +19,7 @@ from click.core import ParameterSource
 from recipekit.cli.common import SETTINGS, fail
 from recipekit.cli.terminal import plain
 from recipekit.runtime.boundary.contract import DEVICE_TARGETS as TARGETS
-from recipekit.validate.shared.results import Report, Result, Status
+from recipekit.validate.shared.results import Result, Status, Verdict
 
 _DRY_RUN_ONLY = (
     "pods",
@@ -173,7 +173,7 @@ def validate_command(
     if as_json:
         click.echo(json.dumps(report.to_json(), indent=2, default=str))
     else:
-        print_report(report)
+        print_verdict(report)
     ctx.exit(report.exit_code)
 
 
@@ -215,7 +215,7 @@ def _details(result: Result) -> str:
     return result.reason
 
 
-def print_report(report: Report) -> None:
+def print_verdict(report: Verdict) -> None:
     """The table of checks, then substitutions, log tails, warnings and the verdict, at the terminal's width
     (80 columns when piped). Text that is not recipekit's own is printed as written (:mod:`recipekit.cli.terminal`)."""
     from rich.table import Column, Table
@@ -268,11 +268,3 @@ def print_report(report: Report) -> None:
 def _value(value: object, limit: int = 48) -> str:
     text = value if isinstance(value, str) else json.dumps(value, default=str)
     return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def main() -> None:  # pragma: no cover - `python -m recipekit.cli.validate` before cli.py registers it
-    validate_command(prog_name="recipekit validate")
-
-
-if __name__ == "__main__":  # pragma: no cover
-    main()

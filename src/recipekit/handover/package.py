@@ -141,7 +141,7 @@ def rebuild(overrides: Sequence[str], layers: Sequence[Path], origin: Sequence[M
 
     resolved = resolve(overrides, layers)
     resolved = replace(resolved, composed=replace(resolved.composed, origin=tuple(dict(o) for o in origin)))
-    return compile_bundle(resolved, allow_oom=True)[0]
+    return compile_bundle(resolved, allow_oom=True).files
 
 
 def _layer_label(entry: Mapping[str, Any], index: int) -> str:

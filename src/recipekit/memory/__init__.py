@@ -1,13 +1,16 @@
-"""Memory, compute, time and cost of a recipe's plan, and the layouts that fit.
+"""Stage 4, memory: the memory, compute, time and cost of a recipe's plan, the layouts that fit, and the operations
+layer's numbers that follow the estimate.
 
 Everything here is arithmetic on the recipe's architecture numbers and the plan's layout, so ``recipekit plan`` can
-answer "does it fit, how long, how much" before anything is downloaded or scheduled. Three modules, one job each:
+answer "does it fit, how long, how much" before anything is downloaded or scheduled. Four modules, one job each:
 
 * :mod:`~recipekit.memory.formulas`: constants with their sources and pure functions of numbers and specs (model
   states, activations, buffers, traffic, offload), with the one precision/ZeRO :class:`Regime` of byte widths;
 * :mod:`~recipekit.memory.estimate`: the :class:`Estimate` of one recipe under one plan;
 * :mod:`~recipekit.memory.advise`: variations that fit (:func:`fixes`, :func:`fit_problem`, :func:`advise`), trying
-  the parallel options the caller passes in (:func:`recipekit.recipe.paralleloptions.load_parallel_options` reads them).
+  the parallel options the caller passes in (:func:`recipekit.recipe.paralleloptions.load_parallel_options` reads them);
+* :mod:`~recipekit.memory.operations`: the operations layer's timeouts, thresholds, checkpoint sizes and metrics
+  ports (numbers only: the documents made of them are the bundle's).
 
 Nothing here reads from disk. The package's ``estimate`` and ``advise`` are the functions (they hide the modules of
 the same name as attributes): reach a module's other names with ``from recipekit.memory.estimate import ...``.

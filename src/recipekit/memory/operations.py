@@ -26,19 +26,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
 from recipekit.memory import Estimate
 from recipekit.memory.formulas import HALF, regime
-from recipekit.plan.plan import Plan, metrics_ports, steady_timeout_floor_s
-from recipekit.recipe.schema import to_data
+from recipekit.plan.ops import metrics_ports, steady_timeout_floor_s
+from recipekit.plan.plan import Plan
 from recipekit.recipe.sections import Recipe
 from recipekit.runtime.boundary import contract
 
 #: Free space preflight wants beyond the checkpoints and the final model (logs, metrics, traces, the data cache).
 STORAGE_MARGIN = 1.1
-#: The process name prefix of every metrics port (a Kubernetes port name: at most 15 characters).
-METRICS_PORT_NAME = "metrics"
 
 
 @dataclass(frozen=True)
@@ -64,43 +61,6 @@ class Operations:
     @property
     def metrics(self) -> bool:
         return bool(self.metrics_ports)
-
-    def runtime_section(self, recipe: Recipe, plan: Plan) -> dict[str, Any]:
-        """recipe.yaml's ``operations``: what the runtime's preflight, watchdog, alerts and exporter read."""
-        ops = recipe.ops
-        return {
-            "preflight": {
-                "enabled": ops.preflight,
-                "timeout_s": ops.preflight_timeout_s,
-                "allreduce_sizes_mb": list(ops.allreduce_sizes_mb),
-                "allreduce_iterations": ops.allreduce_iterations,
-                "link": self.link,
-                "link_gbps": self.link_gbps,
-                "bandwidth_warn_gbps": round(self.bandwidth_warn_gbps, 3),
-                "devices_per_pod": plan.layout.devices_per_pod,
-                "expected_versions": self.expected_versions,
-                "checkpoint_bytes": self.checkpoint_bytes,
-                "storage_needed_bytes": self.storage_needed_bytes,
-                "collective_hint": self.collective_hint,
-            },
-            "watchdog": {
-                "planned_step_time_s": round(self.planned_step_time_s, 3),
-                "startup_timeout_s": self.startup_timeout_s,
-                "stall_timeout_s": self.stall_timeout_s,
-                "steady_timeout_s": self.steady_timeout_s,
-            },
-            "metrics": {"ports": list(self.metrics_ports), "ranks": ops.metrics_ranks, "bind": ops.metrics_bind},
-            "alerts": {
-                "loss_spike_ratio": ops.loss_spike_ratio,
-                "grad_norm_jump_ratio": ops.grad_norm_jump_ratio,
-                "mfu_target": round(self.mfu_target, 6),
-                "mfu_low_steps": ops.mfu_low_steps,
-                "checkpoint_save_limit_s": ops.checkpoint_save_limit_s,
-                "device_utilisation_min": ops.device_utilisation_min,
-                "nonfinite_loss": ops.nonfinite_loss,
-            },
-            "testing": to_data(ops.testing),
-        }
 
 
 # ----------------------------------------------------------------------------------------------------- numbers
@@ -138,8 +98,7 @@ def collective_hint(recipe: Recipe, plan: Plan) -> str:
     """What to check when a collective does not complete: the bundle README's advice in one line (preflight prints
     it when its all-reduce times out; the README renders the same text)."""
     hw, cl = recipe.hw, recipe.cluster
-    master = f"{plan.job_name}-{plan.task_name}-0.{plan.job_name}"
-    common = f"check that {master} resolves from every pod and port {plan.master_port} is reachable"
+    common = f"check that {plan.master_host} resolves from every pod and port {plan.master_port} is reachable"
     if hw.comm_backend == "hccl":
         return (
             f"{common}, that HCCL's ports 60000-60015 are open between nodes, that `npu-smi info` lists this pod's "
@@ -196,8 +155,3 @@ def operations(recipe: Recipe, plan: Plan, estimate: Estimate) -> Operations:
         expected_versions=expected_versions(recipe, plan),
         collective_hint=collective_hint(recipe, plan),
     )
-
-
-def metrics_port_names(ports: tuple[int, ...]) -> list[str]:
-    """The container port name of each metrics port, as the Job declares and the PodMonitor scrapes them."""
-    return [f"{METRICS_PORT_NAME}-{i}" for i in range(len(ports))]

@@ -62,8 +62,17 @@ def model_parallel_problems(recipe: Recipe, layout: Layout, *, tp_across_pods: b
     every layer and must stay on the intra-node link; ``tp_across_pods`` lifts this for the dry run, whose pods are
     processes of one machine) and the attention and key/value heads (AutoTP gives each rank whole heads).
     """
+    problems = _unbuilt_problems(recipe, layout)
+    tp = layout.tensor_parallel
+    if tp == 1:
+        return problems
+    return problems + _tensor_parallel_problems(recipe, layout, tp_across_pods)
+
+
+def _unbuilt_problems(recipe: Recipe, layout: Layout) -> list[Problem]:
+    """Pipeline and expert parallelism: analysed by ``plan``, not built into a bundle yet."""
     problems: list[Problem] = []
-    tp, pp = layout.tensor_parallel, layout.pipeline_parallel
+    pp = layout.pipeline_parallel
     if pp > 1:
         problems.append(
             Problem(
@@ -80,8 +89,13 @@ def model_parallel_problems(recipe: Recipe, layout: Layout, *, tp_across_pods: b
                 hint="set parallel.expert_parallel=1 to build; `recipekit plan` still analyses it",
             )
         )
-    if tp == 1:
-        return problems
+    return problems
+
+
+def _tensor_parallel_problems(recipe: Recipe, layout: Layout, tp_across_pods: bool) -> list[Problem]:
+    """What AutoTP cannot run: MoE experts, LoRA adapters, ZeRO-3, a TP across pods, heads it cannot split."""
+    problems: list[Problem] = []
+    tp = layout.tensor_parallel
     par, model, hw = recipe.parallel, recipe.model, recipe.hw
     if model.moe:
         problems.append(

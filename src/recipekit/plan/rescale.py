@@ -4,8 +4,8 @@ A node that will not come back leaves a run two choices: wait, or continue on th
 is the same run when every step still consumes the same samples in the same order, and it does when the global
 batch is kept: the order is a keyed permutation of positions (runtime/boundary/order.py) and step *s* takes positions
 [(s-1)·G, s·G) whatever the data-parallel size, so only which rank sees which sample of a step changes. The run
-identity is keyed on the global batch, not on its factors (plan.TRAJECTORY_LAYOUT_KEYS), so the rescaled bundle
-has the same run id, Job name and output directory, and its first start resumes the old checkpoints (re-sharding
+identity is keyed on the global batch, not on its factors (plan/identity.py TRAJECTORY_LAYOUT_KEYS), so the rescaled
+bundle has the same run id, Job name and output directory, and its first start resumes the old checkpoints (re-sharding
 ZeRO partitions first, runtime/volume/reshard.py).
 
 This module says what to change (overrides) and why it cannot be done (problems with the arithmetic). It is pure:

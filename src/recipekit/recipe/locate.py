@@ -20,6 +20,7 @@ import yaml
 from recipekit.base.errors import Problem, RecipeError
 from recipekit.base.paths import GROUPS
 from recipekit.recipe.compose import ConfigFile, loaded_configs
+from recipekit.recipe.overrides import override_key
 
 _PART = re.compile(r"[^.\[\]]+|\[\d+\]")
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -36,7 +37,7 @@ def locate(problems: Sequence[Problem], overrides: Sequence[str], extra_dirs: Se
     if not any(f.layer > 0 for f in files):
         return list(problems)
     # value overrides only: `cluster=team` chooses the file, it does not set cluster.queue
-    on_command_line = {key for key in map(_override_key, overrides) if key not in GROUPS}
+    on_command_line = {key for key in map(override_key, overrides) if key not in GROUPS}
     cache: dict[Path, yaml.Node | None] = {}
     located = []
     for problem in problems:
@@ -51,10 +52,6 @@ def _file_hint(problem: Problem) -> str:
     if problem.hint.startswith(prefix):
         return f"quote it to keep it as text: {_PART.findall(problem.key)[-1]}: {problem.hint[len(prefix) :]}"
     return problem.hint
-
-
-def _override_key(override: str) -> str:
-    return override.split("=", 1)[0].lstrip("+~")
 
 
 def _set_on_command_line(key: str, keys: set[str]) -> bool:

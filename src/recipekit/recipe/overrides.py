@@ -1,4 +1,5 @@
-"""Command-line overrides as a person types them: slips said plainly, and override lists merged key by key.
+"""Command-line overrides as a person types them: each split once, slips said plainly, keys no section has named,
+and override lists merged key by key.
 
 Hydra's parser answers a ``--nodes 2`` with ``LexerNoViableAltException`` and a bare ``llama3_8b_sft`` with
 ``missing EQUAL at '<EOF>'``: true, but not what the user meant. :func:`slips` finds those arguments before Hydra
@@ -10,11 +11,29 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from functools import cache
+from typing import Any
 
 from recipekit.base.errors import Problem
 
 _BARE_WORD = re.compile(r"^[A-Za-z0-9_.\-]+$")
+
+
+@dataclass(frozen=True)
+class Override:
+    """One override in Hydra's grammar, ``[+|++|~]key[=value]``, split once: every reader of an override's key or
+    value asks here."""
+
+    prefix: str  # "", "+" (add), "++" (add or set) or "~" (delete)
+    key: str  # the key it sets, adds or deletes: ``++a.b=1``, ``~a.b`` and ``a.b=2`` all name ``a.b``
+    value: str | None  # None without "=": a deletion (``~key``) or a bare word
+
+    @classmethod
+    def parse(cls, text: str) -> Override:
+        head, sep, value = text.partition("=")
+        key = head.lstrip("+~")
+        return cls(head[: len(head) - len(key)], key, value if sep else None)
 
 
 @cache
@@ -91,7 +110,7 @@ def _word_problem(word: str, options_of: Callable[[str], Iterable[str]], groups:
 
 def override_key(override: str) -> str:
     """The key an override sets or deletes: ``++a.b=1``, ``~a.b`` and ``a.b=2`` all name ``a.b``."""
-    return override.partition("=")[0].lstrip("+~")
+    return Override.parse(override).key
 
 
 def merge(*lists: Sequence[str]) -> list[str]:
@@ -105,3 +124,39 @@ def merge(*lists: Sequence[str]) -> list[str]:
         for override in overrides:
             merged[override_key(override)] = override
     return list(merged.values())
+
+
+def _section_fields(path: list[str]) -> set[str] | None:
+    """The keys the section at ``path`` accepts (for ``mode``, those of every kind); None past a leaf or a dict."""
+    from recipekit.recipe.schema import field_types, sections_in
+    from recipekit.recipe.sections import Recipe
+
+    sections: list[Any] = [Recipe]
+    for part in path:
+        found = [field_types(section)[part] for section in sections if part in field_types(section)]
+        sections = [inner for annotation in found for inner in sections_in(annotation)]
+        if not sections:
+            return None
+    return {name for section in sections for name in field_types(section)}
+
+
+def unknown_override_keys(overrides: Sequence[str], groups: Sequence[str]) -> list[tuple[str, Problem]]:
+    """(override, problem) for each plain ``key=value`` override whose key no recipe section has.
+
+    Checked against the schema before composing, so a typo is reported with the keys that section does accept, and
+    all typos cost no extra composition. ``+key`` (add) and ``~key`` (delete) are left to Hydra and the model, as
+    are group choices.
+    """
+    from recipekit.recipe.schema import unknown_key_hint
+
+    found = []
+    for override in overrides:
+        parsed = Override.parse(override)
+        key = parsed.key
+        if parsed.value is None or parsed.prefix or key in groups or re.split(r"[./]", key)[0] == "hydra":
+            continue
+        path = key.split(".")
+        fields = _section_fields(path[:-1])
+        if fields is not None and path[-1] not in fields:
+            found.append((override, Problem(key, "unknown key", hint=unknown_key_hint(path[-1], list(fields)))))
+    return found

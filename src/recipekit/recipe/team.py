@@ -8,7 +8,7 @@ A team keeps its recipes in a checked-in repo whose root holds ``recipekit.toml`
 
 The layers, earliest first, are recipekit's built-in recipes, the ``search_path`` of the ``recipekit.toml`` found in
 the current directory or its nearest parent, each ``--recipes DIR``, then each entry of ``RECIPEKIT_RECIPES``
-(``os.pathsep``-separated). A later layer overrides an earlier one (see ``compose._hydra_session``): a team's
+(``os.pathsep``-separated). A later layer overrides an earlier one (see ``compose.composition.hydra_session``): a team's
 ``cluster/default.yaml`` replaces the built-in one. Discovery lives here, in the CLI's reach only: the library
 (``build``, ``verify``'s rebuild) composes exactly the layers it is given, whatever the current directory or the
 environment say.

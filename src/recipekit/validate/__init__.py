@@ -3,7 +3,7 @@
 Public API:
 
 * :func:`validate` — run the checks on a bundle directory and return a
-:class:`~recipekit.validate.shared.results.Report`.
+:class:`~recipekit.validate.shared.results.Verdict`.
 * :func:`recipekit.validate.shared.loader.load_bundle` and
   :func:`recipekit.validate.static.checks.run_static` — the static part; :data:`recipekit.validate.static.checks.CHECKS`
   lists the checks in report order.
@@ -21,23 +21,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from recipekit.validate.shared.results import Finding, Report, Result, Status
+from recipekit.validate.shared.results import Finding, Result, Status, Verdict
 
 if TYPE_CHECKING:
     from recipekit.validate.dryrun.options import DryRunOptions
-    from recipekit.validate.shared.loader import BundleUnusable
 
-__all__ = ["BundleUnusable", "Finding", "Report", "Result", "Status", "validate"]
-
-
-def __getattr__(name: str) -> object:
-    # Lazily, so that importing a leaf of this package (the library check's child process does, with -m) does not
-    # import the loader and, through it, the recipe and plan modules.
-    if name == "BundleUnusable":
-        from recipekit.validate.shared.loader import BundleUnusable
-
-        return BundleUnusable
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__all__ = ["Finding", "Result", "Status", "Verdict", "validate"]
 
 
 def validate(
@@ -46,10 +35,10 @@ def validate(
     dry_run: DryRunOptions | None = None,
     libraries: bool = True,
     progress: Callable[[str], None] = lambda message: None,
-) -> Report:
+) -> Verdict:
     """Validate ``bundle_dir``: every static check, then (with ``dry_run`` options) the dry run.
 
-    Raises :class:`BundleUnusable` when the path is not a bundle, and
+    Raises :class:`recipekit.validate.shared.loader.BundleUnusable` when the path is not a bundle, and
     :class:`recipekit.validate.dryrun.options.DryRunUsageError` for dry-run options that cannot work.
     """
     from recipekit.validate.shared.loader import load_bundle
@@ -60,10 +49,10 @@ def validate(
     bundle = load_bundle(Path(bundle_dir))
     from recipekit.validate.static.memoryfit import fit_warnings
 
-    report = Report(str(bundle.path), warnings=fit_warnings(bundle))
-    report.extend(run_static(bundle, libraries=libraries, on_check=lambda name: progress(f"static check: {name}")))
+    verdict = Verdict(str(bundle.path), warnings=fit_warnings(bundle))
+    verdict.extend(run_static(bundle, libraries=libraries, on_check=lambda name: progress(f"static check: {name}")))
     if dry_run is not None:
         from recipekit.validate.dryrun.run import run_dry_run
 
-        report.extend(run_dry_run(bundle, dry_run, progress))
-    return report
+        verdict.extend(run_dry_run(bundle, dry_run, progress))
+    return verdict

@@ -30,8 +30,8 @@ from recipekit.bundle.write import is_bundle, manifest_problem, write_bundle
 @pytest.fixture(scope="module")
 def versions() -> tuple[dict[str, bytes], dict[str, bytes]]:
     """Two bundles with the same file names and different contents (a reader cannot mistake one for the other)."""
-    first = compile_bundle(resolve(["recipe=tiny_sft", "train.seed=1"]))[0]
-    second = compile_bundle(resolve(["recipe=tiny_sft", "train.seed=2"]))[0]
+    first = compile_bundle(resolve(["recipe=tiny_sft", "train.seed=1"])).files
+    second = compile_bundle(resolve(["recipe=tiny_sft", "train.seed=2"])).files
     assert set(first) == set(second) and first[MANIFEST] != second[MANIFEST]
     return first, second
 
@@ -175,7 +175,7 @@ KILLER = textwrap.dedent(
     from pathlib import Path
     from recipekit.bundle.build import compile_bundle, resolve
     from recipekit.bundle.write import write_bundle
-    versions = [compile_bundle(resolve(["recipe=tiny_sft", f"train.seed={s}"]))[0] for s in (1, 2)]
+    versions = [compile_bundle(resolve(["recipe=tiny_sft", f"train.seed={s}"])).files for s in (1, 2)]
     target = Path(sys.argv[1])
     print("ready", flush=True)
     index = 0

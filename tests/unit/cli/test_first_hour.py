@@ -127,11 +127,11 @@ def test_validate_warns_about_an_oom_bundle(tmp_path: Path) -> None:
 
 
 def test_validate_verdict_line_carries_the_warning(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from recipekit.cli.validate import print_report
-    from recipekit.validate.shared.results import Report
+    from recipekit.cli.validate import print_verdict
+    from recipekit.validate.shared.results import Verdict
 
-    report = Report("b", warnings=["does not fit: 74.5 GiB per device predicted"])
-    print_report(report)
+    report = Verdict("b", warnings=["does not fit: 74.5 GiB per device predicted"])
+    print_verdict(report)
     out = capsys.readouterr().out
     assert "warning: does not fit: 74.5 GiB per device predicted" in out
 

@@ -43,15 +43,15 @@ def test_dry_run_progress_shows_a_bracketed_log_line_as_written_at_80_columns() 
 
 def test_the_report_fits_80_columns_and_prints_foreign_text_verbatim(tmp_path: Path) -> None:
     code = f"""
-        from recipekit.validate.shared.results import Report, Result, Status
-        report = Report("bundles/[/odd]")
+        from recipekit.validate.shared.results import Verdict, Result, Status
+        report = Verdict("bundles/[/odd]")
         failed = Result("dryrun.pods", "pods ran")
         failed.status = Status.FAIL
         failed.reason = {GLOO!r}
         failed.details["log_tails"] = {{"pod-[/0].log": {GLOO!r}}}
         report.extend([failed, Result("bundle.files", "files are all there " * 8)])
-        from recipekit.cli.validate import print_report
-        print_report(report)
+        from recipekit.cli.validate import print_verdict
+        print_verdict(report)
         """
     run = run_in_terminal(_python(code), columns=80)
     assert "MarkupError" not in run.output and run.returncode == 0, run.output[-3000:]

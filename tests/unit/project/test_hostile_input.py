@@ -29,13 +29,13 @@ from click.testing import CliRunner
 
 from recipekit.base.errors import RecipeError
 from recipekit.base.paths import RECIPES_DIR
-from recipekit.bundle.documents import make_documents
+from recipekit.bundle.build import Resolved, compile_bundle
 from recipekit.bundle.files import JOB, LAUNCH, MANIFEST, README, RECIPE, RUN
-from recipekit.bundle.render import markdown_code, render
+from recipekit.bundle.render import markdown_code
 from recipekit.cli import main
 from recipekit.image.matrix import load_images
 from recipekit.plan.plan import make_plan
-from recipekit.recipe.compose import compose
+from recipekit.recipe.compose import Composed, compose
 from recipekit.recipe.schema import field_types, sections_in, to_data
 from recipekit.recipe.sections import Recipe, parse_recipe
 from recipekit.runtime.launch import Topology, environment
@@ -578,8 +578,8 @@ def test_injection_payload_arrives_byte_for_byte_or_is_refused(base_raw, field: 
         return
     # accepted: it must arrive byte for byte wherever it lands, and never in run.sh
     assert not any(c in text for c in "\n\x00\u202e"), "a control character was accepted"
-    documents = make_documents(recipe, plan)
-    files = render(recipe, plan, documents)
+    compiled = compile_bundle(Resolved(Composed(raw, {}, []), recipe, plan, images), allow_oom=True)
+    documents, files = compiled.documents, compiled.files
     document = yaml.safe_load(files[RECIPE])
     assert _get(document["recipe"], key) == value
     assert yaml.safe_load(files[JOB]) == documents.job
@@ -817,7 +817,7 @@ def test_every_number_at_its_bound_plans_estimates_and_renders(base_raw) -> None
             assert math.isfinite(estimate.total_gib), key
             if plan.layout.model_parallel == 1:
                 full = make_plan(recipe, images)
-                render(recipe, full, make_documents(recipe, full), None, estimate)
+                compile_bundle(Resolved(Composed(raw, {}, []), recipe, full, images), allow_oom=True)
             checked += 1
     assert checked > 20
 

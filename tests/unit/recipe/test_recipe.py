@@ -78,7 +78,7 @@ def _value_for(name: str) -> str:
 
 def test_override_typos_are_caught_against_the_schema_before_composing() -> None:
     from recipekit.base.paths import GROUPS
-    from recipekit.recipe.sections import unknown_override_keys
+    from recipekit.recipe.overrides import unknown_override_keys
 
     overrides = [
         "train.micro_bach_size=2",

@@ -26,6 +26,17 @@ class RunConfig:
     bundle_dir: Path
     operations: OperationsView
 
+    @property
+    def uses_deepspeed(self) -> bool:
+        """Whether this run trains under DeepSpeed: the bundle's Trainer arguments name its ds_config (recipekit's
+        Plan.uses_deepspeed decided it: ZeRO, or AutoTP at any stage). The one answer on the runtime's side."""
+        return bool(self.training_arguments.get("deepspeed"))
+
+    @property
+    def zero_stage(self) -> int:
+        """The ZeRO stage this run partitions at: the plan's under DeepSpeed, 0 without it."""
+        return self.plan.zero_stage if self.uses_deepspeed else 0
+
 
 def load_run_config(path: Path) -> RunConfig:
     """Read the bundle's recipe.yaml; a missing or foreign file, or a key the runtime needs and it lacks, is a

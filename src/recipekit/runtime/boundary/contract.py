@@ -71,6 +71,12 @@ class RunPlan:
         return cls(**values, flops=PlanFlops(**{f.name: float(flops[f.name]) for f in fields(PlanFlops)}))
 
 
+def data_parallel_size(world_size: int, model_parallel: int = 1) -> int:
+    """How many ranks see different data: the world over the ranks of one model replica (TP × PP). The one
+    definition: the plan's layout, the runtime's global batch, the dry run's sample count and the Trainer's check."""
+    return max(1, world_size // max(1, model_parallel))
+
+
 def plan_keys() -> tuple[str, ...]:
     """The dotted keys of recipe.yaml's ``plan`` the runtime reads (``plan.flops.model_per_token``, ...)."""
     flat = [f"plan.{f.name}" for f in fields(RunPlan) if f.name != "flops"]

@@ -63,9 +63,9 @@ def training_arguments(run: RunConfig, device: Device, universal: bool = False) 
     if universal and isinstance(kwargs.get("deepspeed"), dict):
         kwargs["deepspeed"] = ds_config_for_universal(kwargs["deepspeed"])
         notes.append("resuming a checkpoint re-sharded for this world size: checkpoint.load_universal for this start")
-    prepare_environment(bool(kwargs.get("deepspeed")), run.recipe.hw.ds_accelerator, notes)
+    prepare_environment(run.uses_deepspeed, run.recipe.hw.ds_accelerator, notes)
     args = make_training_arguments(kwargs)
-    if kwargs.get("deepspeed") and args.world_size > 1:
+    if run.uses_deepspeed and args.world_size > 1:
         join_deepspeed_group(args.ddp_backend or run.plan.comm_backend)
     return args, notes
 
@@ -77,7 +77,7 @@ def world_layout(run: RunConfig, zero_stage: int) -> contract.WorldLayout:
     micro, accumulation = arguments.get("per_device_train_batch_size"), arguments.get("gradient_accumulation_steps")
     batch = None
     if isinstance(micro, int) and isinstance(accumulation, int):
-        batch = micro * accumulation * max(1, size // tensor_parallel(run))
+        batch = micro * accumulation * contract.data_parallel_size(size, tensor_parallel(run))
     return contract.WorldLayout(size, zero_stage, batch, streaming=run.recipe.data.streaming)
 
 
@@ -135,9 +135,9 @@ def summary_lines(
     """The startup block rank 0 logs: what runs where, and how big it is."""
     recipe, trainable, total = run.recipe, *counts
     data = recipe.data
-    zero = run.plan.zero_stage if args.deepspeed else 0
+    zero = run.zero_stage
     tp = tensor_parallel(run)
-    dp = max(1, args.world_size // tp)
+    dp = contract.data_parallel_size(args.world_size, tp)
     batch = args.per_device_train_batch_size * args.gradient_accumulation_steps * dp
     if data.format == "text":
         rows, packing = "blocks", "documents concatenated into blocks"
@@ -193,7 +193,7 @@ def run_training(run: RunConfig, device: Device, resume: str) -> int:
     output_dir = Path(run.training_arguments["output_dir"])
     make_output_dir(output_dir)
     records = Records(output_dir, rank() == 0)
-    zero = plan.zero_stage if run.training_arguments.get("deepspeed") else 0
+    zero = run.zero_stage
     key = run_key()
     # Before any data or model is loaded: a checkpoint of another run, or one this run cannot prove it wrote (its
     # signed record, checkpoints.py), is refused in seconds and before any of its bytes is parsed.

@@ -151,13 +151,12 @@ def run_dry_run(bundle: Bundle, options: DryRunOptions, progress: Progress = lam
     if operations.fault is not None and options.kill_pod is not None:
         raise DryRunUsageError(f"--kill-pod and an injected {operations.fault} (ops.testing): one fault per dry run")
     checks = _ops_results(operations, options, results)
-    world, tp = copy.plan.get("world_size"), copy.plan.get("tensor_parallel")
     expect = training.Expectation(
         steps=options.steps,
         save_steps=options.save_steps,
-        world_size=world if isinstance(world, int) else None,
+        world_size=work.plan.layout.world_size,
         killed=options.kill_pod is not None,
-        tensor_parallel=tp if isinstance(tp, int) else None,
+        tensor_parallel=work.plan.layout.tensor_parallel,
     )
     run = DryRun(work, options, progress, deadline)
     with run.podset:

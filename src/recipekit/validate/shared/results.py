@@ -2,7 +2,7 @@
 
 A finding names the bundle file and the field inside it (``volcano-job.yaml spec.tasks[0].minAvailable``), so a
 failure points at the line to fix. A check that cannot run here (a linter not installed, a library missing) is
-*skipped with a reason*, never silently passed. The :class:`Report` turns results into the exit code and the
+*skipped with a reason*, never silently passed. The :class:`Verdict` turns results into the exit code and the
 ``--json`` document.
 """
 
@@ -81,8 +81,8 @@ class Result:
 
 
 @dataclass
-class Report:
-    """Every result of one ``recipekit validate`` run."""
+class Verdict:
+    """Every result of one ``recipekit validate`` run, and the verdict they add up to (its exit code)."""
 
     bundle: str
     results: list[Result] = field(default_factory=list)

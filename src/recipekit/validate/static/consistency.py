@@ -7,6 +7,8 @@ rendering) that makes them disagree is caught before a cluster is. Findings name
 
 from __future__ import annotations
 
+from typing import Any
+
 from recipekit.bundle.files import DS_CONFIG as DS
 from recipekit.bundle.files import JOB, LAUNCH, RECIPE
 from recipekit.plan.plan import resolve_precision
@@ -192,6 +194,29 @@ def check_batch(bundle: Bundle) -> Result:
     plan, args, ds = bundle.plan, bundle.args, bundle.ds_config
     micro, accum = args.get("per_device_train_batch_size"), args.get("gradient_accumulation_steps")
     world = plan.get("dp_size") or plan.get("world_size")
+    _plan_against_arguments(result, bundle, world)
+    uses_ds = bool(args.get("deepspeed"))
+    if not uses_ds or ds is None:
+        if uses_ds:
+            result.fail(DS, "", "training_arguments.deepspeed names it, but it is missing or unparseable")
+        elif result.status is Status.PASS:
+            result.reason = f"DDP: micro {micro} × accumulation {accum} × {world} = {plan.get('global_batch_size')}"
+        return result
+    _ds_config_against_arguments(result, bundle, world)
+    if result.status is Status.PASS:
+        tbs = ds.get("train_batch_size")
+        total = tbs if isinstance(tbs, int) else plan.get("global_batch_size")
+        result.reason = (
+            f"micro {micro} × accumulation {accum} × data-parallel {world} = {total}, {plan.get('precision')}, "
+            f"ZeRO-{plan.get('zero_stage')}"
+        )
+    return result
+
+
+def _plan_against_arguments(result: Result, bundle: Bundle, world: Any) -> None:
+    """recipe.yaml's plan against its Trainer arguments: micro-batch, accumulation, global batch, precision, ZeRO."""
+    plan, args = bundle.plan, bundle.args
+    micro, accum = args.get("per_device_train_batch_size"), args.get("gradient_accumulation_steps")
     for key, arg in (
         ("micro_batch_size", "per_device_train_batch_size"),
         ("gradient_accumulation_steps", "gradient_accumulation_steps"),
@@ -225,13 +250,14 @@ def check_batch(bundle: Bundle) -> Result:
         result.fail(RECIPE, "training_arguments.deepspeed", f"not set, but plan.zero_stage = {zero}")
     if uses_ds and args.get("deepspeed") != DS:
         result.fail(RECIPE, "training_arguments.deepspeed", f"{args.get('deepspeed')!r}: the bundle's config is {DS}")
-    if not uses_ds or ds is None:
-        if uses_ds:
-            result.fail(DS, "", "training_arguments.deepspeed names it, but it is missing or unparseable")
-        elif result.status is Status.PASS:
-            result.reason = f"DDP: micro {micro} × accumulation {accum} × {world} = {plan.get('global_batch_size')}"
-        return result
 
+
+def _ds_config_against_arguments(result: Result, bundle: Bundle, world: Any) -> None:
+    """ds_config against the Trainer arguments and the plan: the values the Trainer compares (it refuses to start
+    on a mismatch), the batch DeepSpeed derives, precision, the ZeRO stage and its offload devices."""
+    plan, args, ds = bundle.plan, bundle.args, bundle.ds_config
+    micro, accum = args.get("per_device_train_batch_size"), args.get("gradient_accumulation_steps")
+    precision, zero = plan.get("precision"), plan.get("zero_stage")
     for key, want, source in (
         ("train_micro_batch_size_per_gpu", micro, "training_arguments.per_device_train_batch_size"),
         ("gradient_accumulation_steps", accum, "training_arguments.gradient_accumulation_steps"),
@@ -269,12 +295,6 @@ def check_batch(bundle: Bundle) -> Result:
             device = (zero_cfg.get(key) or {}).get("device", "none") if isinstance(zero_cfg.get(key), dict) else "none"
             if device != where:
                 result.fail(DS, f"zero_optimization.{key}.device", f"{device}, but recipe.parallel.{key} = {where}")
-    if result.status is Status.PASS:
-        total = tbs if isinstance(tbs, int) else plan.get("global_batch_size")
-        result.reason = (
-            f"micro {micro} × accumulation {accum} × data-parallel {world} = {total}, {precision}, ZeRO-{zero}"
-        )
-    return result
 
 
 def check_precision(bundle: Bundle) -> Result:

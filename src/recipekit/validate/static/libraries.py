@@ -44,6 +44,7 @@ from typing import Any
 
 from recipekit.base.paths import cache_dir
 from recipekit.validate.shared.childpython import python_argv, safe_env
+from recipekit.validate.shared.ports import free_port
 from recipekit.validate.shared.results import Result
 
 TIMEOUT_S = 240
@@ -134,6 +135,10 @@ def start(bundle: Any) -> Pending:
         "PYTHONWARNINGS": "ignore",
         # transformers' own switch: its Kubeflow probe answers False, as the child's stand-in does (see librarychild).
         "DISABLE_KUBEFLOW_INTEGRATION": "TRUE",
+        # TrainingArguments with a ds_config forms a one-process group: on a port of its own, never torch's fixed
+        # default, which a training run or another check on this machine may hold
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(free_port()),
     }
     # Files, not pipes: the child's chatter can exceed a pipe buffer while this process is busy with other checks.
     pending.workdir = Path(tempfile.mkdtemp(prefix="recipekit-libcheck-"))

@@ -215,111 +215,128 @@ def _int(value: Any, default: int = 0) -> int:
 
 def webhook_findings(job: Any) -> list[Finding]:
     """The admission rules of ``validatejob.volcano.sh`` that can be checked without a cluster."""
-    out: list[Finding] = []
     if not isinstance(job, dict) or not isinstance(job.get("spec"), dict):
         return [Finding(FILE, "spec", "no Job spec to admit")]
     spec = job["spec"]
     meta = job.get("metadata") if isinstance(job.get("metadata"), dict) else {}
     name = str(meta.get("name", ""))
-
-    if not is_dns_label(name):
+    tasks = spec.get("tasks") if isinstance(spec.get("tasks"), list) else []
+    out = _name_findings(name, spec) + _count_findings(spec)
+    if not tasks:
+        out.append(Finding(FILE, "spec.tasks", "no task specified: the webhook rejects a Job without tasks"))
+    seen: set[str] = set()
+    for i, task in enumerate(tasks):
+        if isinstance(task, dict):
+            out += _task_findings(task, f"spec.tasks[{i}]", name, seen)
+    total = sum(_int(t.get("replicas")) for t in tasks if isinstance(t, dict))
+    job_min = _int(spec.get("minAvailable"))
+    if tasks and job_min > total:
         out.append(
-            Finding(FILE, "metadata.name", f"{name!r} is not a valid name (lower-case DNS label, ≤ 63 characters)")
+            Finding(FILE, "spec.minAvailable", f"{job_min} is greater than the total replicas of all tasks ({total})")
         )
-    elif "svc" in (spec.get("plugins") or {}) and not _DNS1035_LABEL.match(name):
-        out.append(
+    out += policy_findings(spec.get("policies"), "spec.policies")
+    out += _plugin_findings(spec.get("plugins"), seen) + _volume_findings(spec.get("volumes"))
+    if any(isinstance(t, dict) and t.get("dependsOn") for t in tasks) and not _is_dag(tasks):
+        out.append(Finding(FILE, "spec.tasks", "dependsOn between tasks does not form a directed acyclic graph"))
+    return out
+
+
+def _name_findings(name: str, spec: dict[str, Any]) -> list[Finding]:
+    """The Job's name: a DNS label, and with the svc plugin a DNS-1035 label (its Service is named after it)."""
+    if not is_dns_label(name):
+        return [Finding(FILE, "metadata.name", f"{name!r} is not a valid name (lower-case DNS label, ≤ 63 characters)")]
+    if "svc" in (spec.get("plugins") or {}) and not _DNS1035_LABEL.match(name):
+        return [
             Finding(
                 FILE,
                 "metadata.name",
                 f"{name!r}: the svc plugin creates a Service named after the Job, "
                 "which must start with a letter (DNS-1035 label)",
             )
-        )
-    for key in ("minAvailable", "maxRetry", "ttlSecondsAfterFinished"):
-        if _int(spec.get(key)) < 0:
-            out.append(Finding(FILE, f"spec.{key}", f"must be ≥ 0 (got {spec.get(key)})"))
+        ]
+    return []
+
+
+def _count_findings(spec: dict[str, Any]) -> list[Finding]:
+    """The Job's counts the webhook bounds: none negative, minSuccess at least 1."""
+    out = [
+        Finding(FILE, f"spec.{key}", f"must be ≥ 0 (got {spec.get(key)})")
+        for key in ("minAvailable", "maxRetry", "ttlSecondsAfterFinished")
+        if _int(spec.get(key)) < 0
+    ]
     if "minSuccess" in spec and _int(spec.get("minSuccess"), 1) < 1:
         out.append(Finding(FILE, "spec.minSuccess", f"must be ≥ 1 (got {spec.get('minSuccess')})"))
+    return out
 
-    tasks = spec.get("tasks") if isinstance(spec.get("tasks"), list) else []
-    if not tasks:
-        out.append(Finding(FILE, "spec.tasks", "no task specified: the webhook rejects a Job without tasks"))
-    seen: set[str] = set()
-    total = 0
-    for i, task in enumerate(tasks):
-        where = f"spec.tasks[{i}]"
-        if not isinstance(task, dict):
-            continue
-        tname = str(task.get("name", ""))
-        replicas = _int(task.get("replicas"))
-        total += replicas
-        if replicas < 0:
-            out.append(Finding(FILE, f"{where}.replicas", f"must be ≥ 0 (got {replicas})"))
-        if "minAvailable" in task:
-            task_min = _int(task.get("minAvailable"))
-            if task_min < 0:
-                out.append(Finding(FILE, f"{where}.minAvailable", f"must be ≥ 0 (got {task_min})"))
-            elif task_min > replicas:
-                out.append(
-                    Finding(
-                        FILE, f"{where}.minAvailable", f"{task_min} is greater than the task's replicas ({replicas})"
-                    )
-                )
-        if not is_dns_label(tname):
-            out.append(Finding(FILE, f"{where}.name", f"{tname!r} is not a DNS-1123 label"))
-        if tname in seen:
-            out.append(Finding(FILE, f"{where}.name", f"duplicated task name {tname!r}"))
-        seen.add(tname)
-        last = pod_name(name, tname, max(replicas - 1, 0))
-        if not is_dns_label(last):
-            out.append(
-                Finding(
-                    FILE,
-                    f"{where}.name",
-                    f"pod name {last!r} ({len(last)} characters) is not a DNS label of at most 63 characters",
-                    hint="shorten the job or task name",
-                )
-            )
-        out.extend(policy_findings(task.get("policies"), f"{where}.policies"))
-        policy = task.get("topologyPolicy")
-        if policy is not None and policy not in TOPOLOGY_POLICIES:
-            out.append(
-                Finding(FILE, f"{where}.topologyPolicy", f"{policy!r} is not one of {', '.join(TOPOLOGY_POLICIES)}")
-            )
-        depends = task.get("dependsOn")
-        if isinstance(depends, dict) and depends.get("iteration") not in (None, "any", "all"):
-            out.append(Finding(FILE, f"{where}.dependsOn.iteration", f"{depends.get('iteration')!r} is not any or all"))
 
-    job_min = _int(spec.get("minAvailable"))
-    if tasks and job_min > total:
+def _task_findings(task: dict[str, Any], where: str, job: str, seen: set[str]) -> list[Finding]:
+    """One task: its replicas and minAvailable, a unique DNS-label name whose last pod's name fits, its policies,
+    topology policy and dependencies. ``seen`` collects the task names."""
+    out: list[Finding] = []
+    tname = str(task.get("name", ""))
+    replicas = _int(task.get("replicas"))
+    if replicas < 0:
+        out.append(Finding(FILE, f"{where}.replicas", f"must be ≥ 0 (got {replicas})"))
+    if "minAvailable" in task:
+        task_min = _int(task.get("minAvailable"))
+        if task_min < 0:
+            out.append(Finding(FILE, f"{where}.minAvailable", f"must be ≥ 0 (got {task_min})"))
+        elif task_min > replicas:
+            message = f"{task_min} is greater than the task's replicas ({replicas})"
+            out.append(Finding(FILE, f"{where}.minAvailable", message))
+    if not is_dns_label(tname):
+        out.append(Finding(FILE, f"{where}.name", f"{tname!r} is not a DNS-1123 label"))
+    if tname in seen:
+        out.append(Finding(FILE, f"{where}.name", f"duplicated task name {tname!r}"))
+    seen.add(tname)
+    last = pod_name(job, tname, max(replicas - 1, 0))
+    if not is_dns_label(last):
         out.append(
-            Finding(FILE, "spec.minAvailable", f"{job_min} is greater than the total replicas of all tasks ({total})")
+            Finding(
+                FILE,
+                f"{where}.name",
+                f"pod name {last!r} ({len(last)} characters) is not a DNS label of at most 63 characters",
+                hint="shorten the job or task name",
+            )
         )
-    out.extend(policy_findings(spec.get("policies"), "spec.policies"))
+    out.extend(policy_findings(task.get("policies"), f"{where}.policies"))
+    policy = task.get("topologyPolicy")
+    if policy is not None and policy not in TOPOLOGY_POLICIES:
+        out.append(Finding(FILE, f"{where}.topologyPolicy", f"{policy!r} is not one of {', '.join(TOPOLOGY_POLICIES)}"))
+    depends = task.get("dependsOn")
+    if isinstance(depends, dict) and depends.get("iteration") not in (None, "any", "all"):
+        out.append(Finding(FILE, f"{where}.dependsOn.iteration", f"{depends.get('iteration')!r} is not any or all"))
+    return out
 
-    plugins = spec.get("plugins")
-    if isinstance(plugins, dict):
-        for plugin in plugins:
-            if plugin not in KNOWN_PLUGINS:
-                out.append(
-                    Finding(
-                        FILE,
-                        f"spec.plugins.{plugin}",
-                        f"unknown job plugin {plugin!r}",
-                        hint="known: " + ", ".join(KNOWN_PLUGINS),
-                    )
-                )
-        if "mpi" in plugins:
-            args = plugins.get("mpi") or []
-            master = next((a.split("=", 1)[1] for a in args if str(a).startswith("--master=")), "master")
-            worker = next((a.split("=", 1)[1] for a in args if str(a).startswith("--worker=")), "worker")
-            for role in (master, worker):
-                if role not in seen:
-                    out.append(Finding(FILE, "spec.plugins.mpi", f"the mpi plugin needs a task named {role!r}"))
 
+def _plugin_findings(plugins: Any, tasks: set[str]) -> list[Finding]:
+    """Known job plugins only; the mpi plugin's master and worker tasks must exist."""
+    if not isinstance(plugins, dict):
+        return []
+    out = [
+        Finding(
+            FILE, f"spec.plugins.{plugin}", f"unknown job plugin {plugin!r}", hint="known: " + ", ".join(KNOWN_PLUGINS)
+        )
+        for plugin in plugins
+        if plugin not in KNOWN_PLUGINS
+    ]
+    if "mpi" in plugins:
+        args = plugins.get("mpi") or []
+        master = next((a.split("=", 1)[1] for a in args if str(a).startswith("--master=")), "master")
+        worker = next((a.split("=", 1)[1] for a in args if str(a).startswith("--worker=")), "worker")
+        out += [
+            Finding(FILE, "spec.plugins.mpi", f"the mpi plugin needs a task named {role!r}")
+            for role in (master, worker)
+            if role not in tasks
+        ]
+    return out
+
+
+def _volume_findings(volumes: Any) -> list[Finding]:
+    """The Job-level volumes: a unique mountPath each, and exactly one of volumeClaim and volumeClaimName."""
+    out: list[Finding] = []
     mounts: set[str] = set()
-    volumes = spec.get("volumes") if isinstance(spec.get("volumes"), list) else []
-    for i, volume in enumerate(volumes):
+    for i, volume in enumerate(volumes if isinstance(volumes, list) else []):
         where = f"spec.volumes[{i}]"
         if not isinstance(volume, dict):
             continue
@@ -333,9 +350,6 @@ def webhook_findings(job: Any) -> list[Finding]:
             out.append(Finding(FILE, where, "either volumeClaim or volumeClaimName must be specified"))
         elif volume.get("volumeClaim") and volume.get("volumeClaimName"):
             out.append(Finding(FILE, where, "volumeClaim and volumeClaimName together: give only one"))
-
-    if any(isinstance(t, dict) and t.get("dependsOn") for t in tasks) and not _is_dag(tasks):
-        out.append(Finding(FILE, "spec.tasks", "dependsOn between tasks does not form a directed acyclic graph"))
     return out
 
 

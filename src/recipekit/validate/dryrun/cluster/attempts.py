@@ -29,12 +29,13 @@ from recipekit.runtime.boundary.metricnames import PORT_ENV as METRICS_PORT_ENV
 from recipekit.runtime.volume import trust
 from recipekit.runtime.volume.rowledger import ledger_sizes
 from recipekit.validate.dryrun.cluster.attemptlog import Attempt, MetricsTail
-from recipekit.validate.dryrun.cluster.pods import Pod, PodSet, free_port, loopback_interface
+from recipekit.validate.dryrun.cluster.pods import Pod, PodSet, loopback_interface
 from recipekit.validate.dryrun.cluster.scrape import metric_ports, scrape_pods
 from recipekit.validate.dryrun.cluster.startup import PhaseReporter
 from recipekit.validate.dryrun.options import DryRunOptions
 from recipekit.validate.dryrun.workdir.extensions import extensions_dir
 from recipekit.validate.dryrun.workdir.workcopy import WorkCopy, set_master_port
+from recipekit.validate.shared.ports import free_port
 
 #: How often the pods' process trees and logs are looked at (metrics.jsonl is read every loop).
 LOOK_EVERY_S = 0.5

@@ -183,19 +183,6 @@ def _raise_interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
-def free_port(avoid: set[int] | None = None) -> int:
-    """A TCP port nobody listens on now (bound and released), not one of ``avoid``."""
-    import socket
-
-    for _ in range(50):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
-        if not avoid or port not in avoid:
-            return port
-    raise RuntimeError("no free TCP port found")
-
-
 def loopback_interface() -> str | None:
     """The loopback NIC's name for GLOO_SOCKET_IFNAME (Linux ``lo``, macOS ``lo0``), if there is one."""
     try:

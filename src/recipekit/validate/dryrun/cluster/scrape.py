@@ -12,8 +12,8 @@ import urllib.request
 from typing import Any
 
 from recipekit.bundle.files import RECIPE
-from recipekit.validate.dryrun.cluster.pods import free_port
 from recipekit.validate.dryrun.workdir.workcopy import WorkCopy
+from recipekit.validate.shared.ports import free_port
 
 
 def metric_ports(work: WorkCopy, pods: int) -> tuple[list[int] | None, list[int]]:

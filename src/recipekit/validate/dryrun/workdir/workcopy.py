@@ -37,7 +37,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -47,9 +47,14 @@ from recipekit.bundle.files import DS_CONFIG, LAUNCH, RECIPE, RUN
 from recipekit.recipe.compose import Composed, group_options
 from recipekit.recipe.schema import to_data, validate
 from recipekit.recipe.sections import HardwareSpec, ModelSpec, Recipe
+from recipekit.runtime.boundary import contract
 from recipekit.validate.dryrun.options import DryRunOptions, DryRunUsageError
 from recipekit.validate.shared.childpython import python_argv, safe_env
 from recipekit.validate.shared.loader import Bundle, rehash_manifest
+
+if TYPE_CHECKING:
+    from recipekit.bundle.build import Compiled
+    from recipekit.plan.plan import Plan
 
 MARKER = ".recipekit-dryrun"
 DRY_MAX_LEN = 128
@@ -103,6 +108,8 @@ class WorkCopy:
     output_dir: Path
     task_env: str
     run_id: str
+    #: the work copy's own plan, as it was compiled (re-planned by a rescale)
+    plan: Plan
     substitutions: list[Substitution] = field(default_factory=list)
     deepspeed_extensions: list[str] = field(default_factory=list)
     records_rows: bool = False  # the pods write the row ledger (ops.testing.record_rows, prepared data)
@@ -235,7 +242,7 @@ def substitute(recipe: Recipe, options: DryRunOptions, root: Path) -> tuple[Reci
     micro = recipe.train.micro_batch_size
     accum = min(_accumulation(recipe), MAX_ACCUMULATION)
     # samples follow the data-parallel ranks, so a TP run and a run without TP at the same DP see the same data
-    dp = max(1, options.pods * procs // tp)
+    dp = contract.data_parallel_size(options.pods * procs, tp)
     samples = max(64, min(2000, options.steps * micro * accum * dp * 2))
     data_path = write_tiny_dataset(recipe.data.format, _tiny_data_path(recipe.data.path, mount, shared), n=samples)
     dry = sub.section(
@@ -425,10 +432,9 @@ def prepare(bundle: Bundle, options: DryRunOptions) -> WorkCopy:
     assert bundle.recipe is not None
     dry, subs = substitute(bundle.recipe, options, root)
     copy_dir = root / "bundle"
-    plan, files, explicit = _compile_into(copy_dir, dry, bundle.manifest)
-    ds = json.loads(files[DS_CONFIG]) if DS_CONFIG in files else None
-
-    derived = file_differences(bundle.raw, files, covered={s.field for s in explicit})
+    compiled, explicit = _compile_into(copy_dir, dry, bundle.manifest)
+    plan = compiled.plan
+    derived = file_differences(bundle.raw, compiled.files, covered={s.field for s in explicit})
     work = WorkCopy(
         root=root,
         bundle=copy_dir,
@@ -438,7 +444,8 @@ def prepare(bundle: Bundle, options: DryRunOptions) -> WorkCopy:
         task_env=plan.task_env,
         run_id=plan.run_id,
         substitutions=subs + explicit + derived,
-        deepspeed_extensions=deepspeed_extensions(ds, options.device),
+        plan=plan,
+        deepspeed_extensions=deepspeed_extensions(compiled.documents.ds_config, options.device),
         records_rows=dry.ops.testing.record_rows and not dry.data.streaming,
     )
     write_substitutions(work)
@@ -448,10 +455,11 @@ def prepare(bundle: Bundle, options: DryRunOptions) -> WorkCopy:
     return work
 
 
-def _compile_into(copy_dir: Path, dry: Recipe, manifest: dict[str, Any]) -> tuple[Any, dict[str, bytes], list[Any]]:
-    """Plan and render ``dry`` with the code that built the bundle, apply this machine's explicit edits, write the
-    files into ``copy_dir``; returns the plan, the files and the explicit edits (Substitutions)."""
+def _compile_into(copy_dir: Path, dry: Recipe, manifest: dict[str, Any]) -> tuple[Compiled, list[Substitution]]:
+    """Plan and render ``dry`` with the code that built the bundle, with this machine's explicit edits to its
+    documents, and write the files into ``copy_dir``; returns the compiled bundle and the explicit edits."""
     from recipekit.bundle.build import Resolved, compile_bundle
+    from recipekit.bundle.render import render
     from recipekit.image.matrix import load_images
     from recipekit.plan.plan import make_plan
 
@@ -463,33 +471,30 @@ def _compile_into(copy_dir: Path, dry: Recipe, manifest: dict[str, Any]) -> tupl
     composed = Composed(
         raw={}, choices=dict(manifest.get("choices") or {}), overrides=list(manifest.get("overrides") or [])
     )
-    files, _ = compile_bundle(Resolved(composed, dry, plan, images), allow_oom=True)
-
-    ds = json.loads(files[DS_CONFIG]) if DS_CONFIG in files else None
-    explicit: list[Substitution] = []
-    zero = (ds or {}).get("zero_optimization") or {}
-    if zero.get("stage") == 3 and zero.get("stage3_param_persistence_threshold") != 0:
-        old = zero["stage3_param_persistence_threshold"]
-        zero["stage3_param_persistence_threshold"] = 0
-        explicit.append(
-            Substitution(
-                DS_CONFIG,
-                "zero_optimization.stage3_param_persistence_threshold",
-                old,
-                0,
-                "else ZeRO-3 partitions no parameter of a tiny model",
-            )
-        )
-        files[DS_CONFIG] = (json.dumps(ds, indent=2, ensure_ascii=False) + "\n").encode()
-
-    for name, data in files.items():
+    compiled = compile_bundle(Resolved(composed, dry, plan, images), allow_oom=True)
+    ds_config, explicit = _tiny_model_ds_config(compiled.documents.ds_config)
+    if explicit:
+        documents = replace(compiled.documents, ds_config=ds_config)
+        files = render(dry, plan, documents, composed, compiled.estimate, compiled.operations)
+        compiled = replace(compiled, documents=documents, files=files)
+    for name, data in compiled.files.items():
         path = copy_dir / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data)
     (copy_dir / RUN).chmod(0o755)
-    if explicit:
-        rehash_manifest(copy_dir)
-    return plan, files, explicit
+    return compiled, explicit
+
+
+def _tiny_model_ds_config(ds: dict[str, Any] | None) -> tuple[dict[str, Any] | None, list[Substitution]]:
+    """The ds_config a tiny twin needs: ZeRO-3 must partition its parameters, which are all below the persistence
+    threshold a real model's bundle sets."""
+    zero = (ds or {}).get("zero_optimization") or {}
+    if ds is None or zero.get("stage") != 3 or zero.get("stage3_param_persistence_threshold") == 0:
+        return ds, []
+    old = zero["stage3_param_persistence_threshold"]
+    why = "else ZeRO-3 partitions no parameter of a tiny model"
+    change = Substitution(DS_CONFIG, "zero_optimization.stage3_param_persistence_threshold", old, 0, why)
+    return {**ds, "zero_optimization": {**zero, "stage3_param_persistence_threshold": 0}}, [change]
 
 
 def rescaled_or_refused(recipe: Recipe, pods: int) -> Recipe:
@@ -513,7 +518,8 @@ def rescale_work_copy(work: WorkCopy, pods: int) -> Substitution:
     assert copy.recipe is not None
     before = copy.recipe.cluster.nodes
     target = rescaled_or_refused(copy.recipe, pods)
-    plan, _, _ = _compile_into(work.bundle, target, copy.manifest)
+    compiled, _ = _compile_into(work.bundle, target, copy.manifest)
+    plan = work.plan = compiled.plan
     if plan.run_id != work.run_id:
         raise DryRunUsageError(f"--resume-pods {pods}: the rescaled work copy is run {plan.run_id}, not {work.run_id}")
     change = Substitution(

@@ -1,0 +1,209 @@
+"""The plan's rules across recipe sections, one function each: every problem of a layout, of ZeRO and offload, of the
+data against the model and the mode, of pipelines, experts, streaming and the pod's volumes, with its arithmetic.
+
+:func:`recipekit.plan.plan.make_plan` runs them all before giving up, so a recipe's problems are reported at once.
+"""
+
+from __future__ import annotations
+
+from recipekit.base.errors import Problem
+from recipekit.plan.layout import Layout
+from recipekit.plan.parallelism import model_parallel_problems
+from recipekit.recipe.sections import Recipe
+from recipekit.recipe.volumes import off_volumes
+from recipekit.runtime.boundary import contract
+
+
+def layout_problems(recipe: Recipe, layout: Layout, *, analysis_only: bool, tp_across_pods: bool) -> list[Problem]:
+    """Devices a node does not have, and (for a bundle, not a ``plan`` analysis) the model-parallel layouts the
+    backend cannot run (:mod:`recipekit.plan.parallelism`)."""
+    hw, problems = recipe.hw, []
+    if layout.devices_per_pod > hw.devices_per_node:
+        problems.append(
+            Problem(
+                "cluster.devices_per_pod",
+                f"{layout.devices_per_pod} devices per pod, but a {hw.name} node has {hw.devices_per_node}",
+                hint=f"at most {hw.devices_per_node}; add nodes instead",
+            )
+        )
+    if (layout.model_parallel > 1 or recipe.parallel.expert_parallel > 1) and not analysis_only:
+        problems.extend(model_parallel_problems(recipe, layout, tp_across_pods=tp_across_pods))
+    return problems
+
+
+def zero_problems(recipe: Recipe) -> list[Problem]:
+    """Offload needs ZeRO (parameters need stage 3, NVMe a path); QLoRA's 4-bit base cannot be ZeRO-3 partitioned."""
+    par, problems = recipe.parallel, []
+    zero = par.zero_stage
+    if zero == 0 and (par.offload_optimizer != "none" or par.offload_param != "none"):
+        problems.append(
+            Problem(
+                "parallel.offload_optimizer", "offload needs DeepSpeed ZeRO (zero_stage ≥ 1)", hint="zero_stage: 2 or 3"
+            )
+        )
+    if par.offload_param != "none" and zero != 3:
+        problems.append(Problem("parallel.offload_param", f"parameter offload needs zero_stage 3 (got {zero})"))
+    if "nvme" in (par.offload_optimizer, par.offload_param) and not par.nvme_path:
+        problems.append(
+            Problem(
+                "parallel.nvme_path", "nvme offload without a path", hint="a local NVMe directory, e.g. /local_nvme"
+            )
+        )
+    if recipe.mode.kind == "qlora" and zero == 3:
+        problems.append(
+            Problem(
+                "parallel.zero_stage",
+                "qlora with ZeRO-3 is not supported by this backend",
+                hint="use parallel=ddp, zero1 or zero2 (the 4-bit base is small)",
+            )
+        )
+    return problems
+
+
+def data_problems(recipe: Recipe) -> list[Problem]:
+    """The data's format against the mode (pretraining reads raw text, the others instructions), and its sequence
+    length against the model's."""
+    mode, data, model, problems = recipe.mode, recipe.data, recipe.model, []
+    if mode.kind == "pretrain" and data.format != "text":
+        problems.append(Problem("data.format", f"pretrain trains on raw text, got {data.format!r}", hint="data=text"))
+    if mode.kind != "pretrain" and data.format == "text":
+        problems.append(
+            Problem("data.format", f"{mode.kind} needs instruction data, got raw text", hint="data=alpaca or data=chat")
+        )
+    if data.max_len > model.max_position_embeddings:
+        problems.append(
+            Problem(
+                "data.max_len",
+                f"{data.max_len} exceeds {model.name}'s max_position_embeddings ({model.max_position_embeddings})",
+            )
+        )
+    return problems
+
+
+def pipeline_problems(recipe: Recipe) -> list[Problem]:
+    """A pipeline stage holds at least one decoder layer: more stages than layers leave some with nothing to run."""
+    stages, layers = recipe.parallel.pipeline_parallel, recipe.model.num_layers
+    if stages <= layers:
+        return []
+    return [
+        Problem(
+            "parallel.pipeline_parallel",
+            f"{stages} pipeline stages for {recipe.model.name}'s {layers} layers: a stage needs at least one layer",
+            hint=f"at most {layers}",
+        )
+    ]
+
+
+def moe_lora_problems(recipe: Recipe) -> list[Problem]:
+    """PEFT adapts an MoE layer's fused 3-D experts with its ParamWrapper, which refuses LoRA dropout (PEFT 0.21:
+    "lora.ParamWrapper does not work with lora_dropout != 0"); found by dry-running the Qwen3-MoE LoRA preset."""
+    mode = recipe.mode
+    if not contract.trains_adapter(mode.kind) or not recipe.model.moe:
+        return []
+    lora = mode.lora  # type: ignore[union-attr]
+    if lora.target_modules != "all-linear" or lora.dropout == 0:
+        return []
+    return [
+        Problem(
+            "mode.lora.dropout",
+            f"LoRA dropout {lora.dropout:g} on the MoE model {recipe.model.name} with all-linear targets: PEFT adapts "
+            "the fused experts with its ParamWrapper, which works only without dropout",
+            hint="mode.lora.dropout=0, or name the attention projections in mode.lora.target_modules",
+        )
+    ]
+
+
+def expert_problems(recipe: Recipe, layout: Layout) -> list[Problem]:
+    """Expert parallelism splits an MoE model's experts evenly over EP ranks drawn from the data-parallel ranks."""
+    ep, model = recipe.parallel.expert_parallel, recipe.model
+    if ep == 1:
+        return []
+    if not model.moe:
+        return [Problem("parallel.expert_parallel", f"EP {ep} for {model.name}, a dense model: it has no experts")]
+    problems = []
+    if model.num_experts % ep:
+        fits = [d for d in range(2, model.num_experts + 1) if model.num_experts % d == 0 and layout.dp_size % d == 0]
+        problems.append(
+            Problem(
+                "parallel.expert_parallel",
+                f"EP {ep} does not divide {model.name}'s {model.num_experts} experts "
+                f"({model.num_experts} / {ep} = {model.num_experts / ep:g})",
+                hint="EP " + ", ".join(map(str, fits[:6])) if fits else "EP 1",
+            )
+        )
+    if layout.dp_size % ep:
+        problems.append(
+            Problem(
+                "parallel.expert_parallel",
+                f"EP {ep} does not divide the {layout.dp_size} data-parallel ranks: expert groups are made of them",
+            )
+        )
+    return problems
+
+
+def streaming_problems(recipe: Recipe, layout: Layout, total_steps: int | None) -> list[Problem]:
+    """What ``data.streaming`` cannot do. An iterable dataset has no length, so the Trainer needs the step count up
+    front; no split can be held out without preparing the rows first; and a tensor-parallel group must see one
+    batch on all its ranks, which the stream's reading (every rank keeps its share of the rows) does not give."""
+    data = recipe.data
+    if not data.streaming:
+        return []
+    problems = []
+    if total_steps is None:
+        problems.append(
+            Problem(
+                "data.streaming",
+                "a streamed dataset has no length, so the run needs its step count up front, and none is known",
+                hint="set train.max_steps, or data.num_samples (estimate) or data.num_rows (exact)",
+            )
+        )
+    if data.eval_fraction > 0:
+        problems.append(
+            Problem(
+                "data.eval_fraction",
+                f"{data.eval_fraction} with data.streaming: no split can be held out without preparing the data",
+                hint="0 under streaming; or prepare the data (data.streaming=false) for an eval split",
+            )
+        )
+    if layout.tensor_parallel > 1:
+        problems.append(
+            Problem(
+                "data.streaming",
+                f"streaming with parallel.tensor_parallel {layout.tensor_parallel}: the ranks of a TP group must "
+                "train on the same rows, and the stream gives each rank its own share",
+                hint="parallel.tensor_parallel=1 with streaming, or prepare the data (data.streaming=false)",
+            )
+        )
+    return problems
+
+
+def volume_problems(recipe: Recipe) -> list[Problem]:
+    """The model and data must be on the pod's shared volume (or in the image): a path on no volume is a file the
+    pods never see (:mod:`recipekit.recipe.volumes`, the rule validate applies to a built Job too)."""
+    mount = recipe.cluster.mount_path
+    paths = {"model.name_or_path": recipe.model.name_or_path, "data.path": recipe.data.path}
+    return [
+        Problem(
+            key,
+            f"{path} is on no volume of the pod: the shared volume is mounted at {mount} (cluster.mount_path)",
+            hint=f"put it under {mount}",
+        )
+        for key, path in off_volumes(paths, [mount])
+    ]
+
+
+def mount_problems(recipe: Recipe) -> list[Problem]:
+    """Every volume of the pod gets its own mount path: Kubernetes rejects a pod that mounts two volumes at one path
+    (a host mount at the PVC's mount path, or at the NVMe scratch directory)."""
+    par = recipe.parallel
+    claimed = {recipe.cluster.mount_path.rstrip("/"): "cluster.mount_path"}
+    if par.nvme_path and "nvme" in (par.offload_optimizer, par.offload_param):
+        nvme = par.nvme_path.rstrip("/")
+        if nvme in claimed:
+            return [Problem("parallel.nvme_path", f"{par.nvme_path} is also {claimed[nvme]}", "a local NVMe directory")]
+        claimed[nvme] = "parallel.nvme_path"
+    return [
+        Problem("hw.host_mounts", f"{path} is also {claimed[path.rstrip('/')]}", hint="mount paths must differ")
+        for path in recipe.hw.host_mounts
+        if path.rstrip("/") in claimed
+    ]

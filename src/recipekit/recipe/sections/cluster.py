@@ -1,0 +1,121 @@
+"""The ``cluster`` section: where the Volcano Job runs (nodes, queue, namespace, volume, registry) and MindCluster's
+fault rescheduling.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from recipekit.recipe.domains import (
+    ABSOLUTE_PATH,
+    DNS_LABEL,
+    DNS_SUBDOMAIN,
+    IFNAMES,
+    IMAGE_REGISTRY,
+    INDEX_URL,
+    MOUNT_PATH,
+    SHORT_NAME,
+)
+from recipekit.recipe.schema import Section, spec
+
+
+# ------------------------------------------------------------------------------------------------------- cluster
+class MindClusterSpec(Section):
+    """Huawei MindCluster's fault rescheduling on Ascend (its Volcano plugin, device plugin, NodeD, ClusterD): the
+    vcjob labels that switch it on. Off by default: a cluster without MindCluster gets none of them. What each label
+    does, with its source, is in docs/faults.md."""
+
+    fault_scheduling: Literal["off", "grace", "force"] = spec(
+        "off",
+        description="Job-level fault rescheduling (vcjob label fault-scheduling): grace deletes the job's pods "
+        "gracefully (SIGTERM: train.py saves a checkpoint within the pod's grace period) before rescheduling them "
+        "away from the faulty NPU or node; force deletes them at once (resume from the last periodic checkpoint); "
+        "off emits no label.",
+    )
+    fault_retry_times: int | None = spec(
+        None,
+        ge=0,
+        le=100,
+        description="vcjob label fault-retry-times: how often MindCluster reschedules the job after a service-plane "
+        "(software) fault. It retries any non-zero exit, a configuration error too: unset (default) leaves those to "
+        "the Job's exit-code policies.",
+    )
+
+
+class ClusterSpec(Section):
+    """Where the Job runs: Volcano queue, namespace, nodes, image registry and shared volume."""
+
+    name: str = spec(domain=SHORT_NAME, description="Short name (the option's file name).")
+    description: str = spec("", description="One line shown by `recipekit list cluster`.")
+    namespace: str = spec("default", domain=DNS_LABEL, description="Kubernetes namespace of the Job (DNS-1123 label).")
+    queue: str = spec(
+        "default", domain=DNS_SUBDOMAIN, description="Volcano queue (must exist and be open; DNS-1123 subdomain)."
+    )
+    nodes: int = spec(1, gt=0, le=4096, description="Pods, one per node.")
+    devices_per_pod: int | None = spec(
+        None, gt=0, le=64, description="Devices each pod asks for (default: a whole node)."
+    )
+    image_registry: str = spec(
+        domain=IMAGE_REGISTRY, description="Registry host[:port]/path the bundle's image is pushed to."
+    )
+    pvc_claim: str = spec(
+        domain=DNS_SUBDOMAIN,
+        description="PersistentVolumeClaim with models, data and checkpoints (DNS-1123 subdomain).",
+    )
+    mount_path: str = spec(
+        "/mnt/shared",
+        domain=MOUNT_PATH,
+        description="Where the claim is mounted in each pod: absolute, clear of /workspace, /dev/shm and system dirs.",
+    )
+    output_dir: str = spec(
+        domain=ABSOLUTE_PATH, description="Checkpoints and final model: an absolute path under mount_path."
+    )
+    priority_class: str | None = spec(
+        None, domain=DNS_SUBDOMAIN, description="Kubernetes PriorityClass of the pods (DNS-1123 subdomain)."
+    )
+    task_name: str = spec(
+        "worker", domain=DNS_LABEL, description="Volcano task name (DNS-1123 label); pods read VC_<TASK>_HOSTS."
+    )
+    master_port: int = spec(29500, ge=1024, le=65535, description="Fixed rendezvous port on the first pod.")
+    max_retry: int = spec(3, ge=1, le=1000, description="Job restarts Volcano allows before failing the Job.")
+    mindcluster: MindClusterSpec = spec(
+        default_factory=MindClusterSpec, description="MindCluster fault rescheduling on Ascend (off by default)."
+    )
+    shm_gib: int = spec(64, gt=0, le=65_536, description="Size of the /dev/shm memory volume per pod.")
+    cpu_per_pod: int | None = spec(
+        None,
+        gt=0,
+        le=65_536,
+        description="CPU cores requested per pod (default: the pod's share of hw.node_cpus, 90%).",
+    )
+    memory_gib_per_pod: int | None = spec(
+        None,
+        gt=0,
+        le=1_048_576,
+        description="Host memory requested per pod, GiB (default: the pod's share of hw.node_memory_gib, 85%).",
+    )
+    socket_ifname: str | None = spec(
+        None, domain=IFNAMES, description="NIC(s) for HCCL/NCCL/gloo bootstrap: eth0, or a list eth0,eth1."
+    )
+    connect_timeout_s: int = spec(1800, ge=120, le=7200, description="Collective connect timeout, seconds.")
+    pip_index_url: str = spec(
+        "https://pypi.org/simple",
+        domain=INDEX_URL,
+        description="Package index the image's pip uses (a PyPI mirror; build arg).",
+    )
+    pip_extra_index_url: str | None = spec(
+        None, domain=INDEX_URL, description="Extra package index for the image's pip (build arg)."
+    )
+    torch_index_url: str | None = spec(
+        None,
+        domain=INDEX_URL,
+        description=(
+            "Index torch comes from (Ascend, CPU): the PyTorch CPU index or a mirror of it, never a PyPI mirror "
+            "(no +cpu build on x86_64, only the CUDA build on aarch64); None: the image family's."
+        ),
+    )
+    base_image_registry: str | None = spec(
+        None,
+        domain=IMAGE_REGISTRY,
+        description="Registry (and path) mirroring the base image's registry: FROM becomes <this>/<repository>:<tag>.",
+    )

@@ -1,0 +1,152 @@
+"""The ``model`` section: the architecture numbers the plan and the twin need, and the exact parameter counts."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from recipekit.recipe.domains import (
+    LOCATION,
+    MODULE_NAME,
+    SHORT_NAME,
+)
+from recipekit.recipe.schema import Section, spec
+
+#: Upper bounds that keep every derived number meaningful (and far above any real model, cluster or schedule).
+MAX_DIM = 2**24
+MAX_COUNT = 10**12
+
+
+# --------------------------------------------------------------------------------------------------------- model
+class ParamCountsSpec(Section):
+    """Exact parameter counts of a model, per part, as transformers builds it (written by `recipekit model import`
+    from the model instantiated on the meta device). Stored so the planner uses them without importing torch."""
+
+    embedding: int = spec(ge=0, le=MAX_COUNT, description="Input embedding (a tied head is counted here, once).")
+    attention: int = spec(ge=0, le=MAX_COUNT, description="q/k/v/o projections and their biases, all layers.")
+    mlp: int = spec(ge=0, le=MAX_COUNT, description="Dense MLPs and shared experts, all layers.")
+    experts: int = spec(0, ge=0, le=MAX_COUNT, description="Routed experts, all layers (MoE).")
+    router: int = spec(0, ge=0, le=MAX_COUNT, description="Router (gate) weights, all layers (MoE).")
+    norms: int = spec(ge=0, le=MAX_COUNT, description="Every norm weight, the final norm included.")
+    head: int = spec(0, ge=0, le=MAX_COUNT, description="Output head; 0 when tied to the embedding.")
+    other: int = spec(0, ge=0, le=MAX_COUNT, description="Parameters in none of the parts above.")
+    total: int = spec(gt=0, le=MAX_COUNT, description="All parameters: what memory is counted from.")
+    active: int = spec(
+        gt=0,
+        le=MAX_COUNT,
+        description="Parameters one token uses (routed experts × top-k / "
+        "experts): what FLOPs and MFU are counted from; equals total for a dense model.",
+    )
+    linear: int = spec(
+        ge=0,
+        le=MAX_COUNT,
+        description="Weights of the decoder layers' nn.Linear modules (what LoRA can adapt and QLoRA quantizes).",
+    )
+    largest_module: int = spec(
+        gt=0,
+        le=MAX_COUNT,
+        description="Parameters of the biggest single module (its own, not its children's): ZeRO-3 gathers it whole.",
+    )
+
+    def rules(self) -> list[str | tuple[str, str]]:
+        parts = self.embedding + self.attention + self.mlp + self.experts + self.router + self.norms + self.head
+        broken: list[str | tuple[str, str]] = []
+        if parts + self.other != self.total:
+            broken.append(("total", f"the parts add up to {parts + self.other}, not {self.total}"))
+        if self.active > self.total:
+            broken.append(("active", f"{self.active} active parameters exceed the {self.total} in total"))
+        return broken
+
+
+#: Architecture families (transformers' ``model_type``) recipekit can plan and dry-run: each has a tiny twin.
+FAMILIES = ("llama", "qwen2", "qwen3", "qwen3_moe", "mixtral", "glm4")
+
+
+class ModelSpec(Section):
+    """A decoder-only transformer, described by its architecture numbers so that no download is ever needed."""
+
+    name: str = spec(domain=SHORT_NAME, description="Short name, used in bundle and job names.")
+    description: str = spec("", description="One line shown by `recipekit list model`.")
+    family: Literal["llama", "qwen2", "qwen3", "qwen3_moe", "mixtral", "glm4"] = spec(
+        description="Architecture family (transformers' model_type); the tiny twin shares it."
+    )
+    architecture: str = spec(
+        "", domain=MODULE_NAME, description="transformers model class, e.g. Qwen3MoeForCausalLM ('' = the family's)."
+    )
+    name_or_path: str = spec(
+        domain=LOCATION, description="Weights and tokenizer: a path on the shared volume (or a hub id); one line."
+    )
+    init: Literal["pretrained", "random"] = spec(
+        "pretrained",
+        description="random: build from these numbers with random weights and a locally trained tokenizer.",
+    )
+    num_layers: int = spec(gt=0, le=10_000, description="Decoder layers (num_hidden_layers).")
+    hidden_size: int = spec(gt=0, le=MAX_DIM, description="Model width.")
+    num_attention_heads: int = spec(gt=0, le=65_536, description="Query heads.")
+    num_kv_heads: int = spec(gt=0, le=65_536, description="Key/value heads (grouped-query attention).")
+    head_dim_override: int = spec(
+        0,
+        ge=0,
+        le=65_536,
+        description="Width of one head where it is not hidden_size / heads (Qwen3: 128); 0 = derived.",
+    )
+    qk_norm: bool = spec(False, description="RMSNorm on each head's queries and keys (Qwen3).")
+    intermediate_size: int = spec(gt=0, le=MAX_DIM, description="SwiGLU MLP width (dense layers).")
+    vocab_size: int = spec(gt=0, le=MAX_DIM, description="Tokenizer vocabulary (embedding rows).")
+    max_position_embeddings: int = spec(gt=0, le=MAX_DIM, description="Longest sequence the model was trained for.")
+    tie_word_embeddings: bool = spec(False, description="Output head shares the input embedding.")
+    rope_theta: float = spec(500000.0, gt=0, le=1e12, description="RoPE base.")
+    rms_norm_eps: float = spec(1e-5, ge=1e-12, le=1, description="RMSNorm epsilon.")
+    attention_bias: bool = spec(False, description="q/k/v projections carry a bias (Qwen2 does).")
+    num_experts: int = spec(0, ge=0, le=65_536, description="Routed experts per MoE layer; 0 = a dense model.")
+    experts_per_token: int = spec(0, ge=0, le=65_536, description="Experts each token is routed to (top-k).")
+    moe_intermediate_size: int = spec(0, ge=0, le=MAX_DIM, description="One routed expert's SwiGLU width.")
+    shared_expert_intermediate_size: int = spec(
+        0, ge=0, le=MAX_DIM, description="Width of the always-on shared expert (Qwen2-MoE style); 0 = none."
+    )
+    router_aux_loss_coef: float = spec(
+        0.001, ge=0, le=100, description="Weight of the router's load-balancing loss, added to the loss in training."
+    )
+    router_aux_loss: bool = spec(
+        True, description="Train with the load-balancing loss (transformers' output_router_logits) on MoE models."
+    )
+    min_transformers: str = spec(
+        "", pattern=r"(\d+(\.\d+){0,2})?", description="Oldest transformers release with this architecture."
+    )
+    params: ParamCountsSpec | None = spec(
+        None, description="Exact counts from `recipekit model import`; None: counted from the numbers above."
+    )
+    trust_remote_code: bool = spec(False, description="Allow model code from the checkpoint; off unless needed.")
+
+    def rules(self) -> list[str | tuple[str, str]]:
+        broken: list[str | tuple[str, str]] = []
+        if not self.head_dim_override and self.hidden_size % self.num_attention_heads:
+            broken.append(
+                f"hidden_size ({self.hidden_size}) must be divisible by "
+                f"num_attention_heads ({self.num_attention_heads})"
+            )
+        if self.num_attention_heads % self.num_kv_heads:
+            broken.append(
+                f"num_attention_heads ({self.num_attention_heads}) must be divisible by "
+                f"num_kv_heads ({self.num_kv_heads})"
+            )
+        if self.num_experts:
+            if not 0 < self.experts_per_token <= self.num_experts:
+                broken.append(
+                    (
+                        "experts_per_token",
+                        f"must be 1..num_experts ({self.num_experts}) for an MoE model (got {self.experts_per_token})",
+                    )
+                )
+            if not self.moe_intermediate_size:
+                broken.append(("moe_intermediate_size", "must be set for an MoE model (num_experts > 0)"))
+        elif self.experts_per_token or self.moe_intermediate_size:
+            broken.append(("num_experts", "is 0 (a dense model) but experts_per_token/moe_intermediate_size are set"))
+        return broken
+
+    @property
+    def head_dim(self) -> int:
+        return self.head_dim_override or self.hidden_size // self.num_attention_heads
+
+    @property
+    def moe(self) -> bool:
+        return self.num_experts > 0

@@ -1,0 +1,143 @@
+"""The ``ops`` section: preflight, the hang watchdog, metrics and alerts, and (testing only) injected faults."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from recipekit.recipe.domains import (
+    IP_ADDRESS,
+)
+from recipekit.recipe.schema import Section, spec
+
+
+# ----------------------------------------------------------------------------------------------------------- ops
+class OpsTestingSpec(Section):
+    """Fault injection — TESTING ONLY. Each switch breaks the run on purpose, once per output directory (a marker
+    file there keeps the restarted job from breaking again), so that a drill or the dry run can prove that the
+    operations layer notices and recovers. Never set these in a production recipe: ``build`` warns when any is set.
+    """
+
+    stall_rank: int = spec(0, ge=0, description="TESTING ONLY: the global rank that stalls (with stall_at_step).")
+    stall_at_step: int | None = spec(
+        None,
+        ge=2,
+        description="TESTING ONLY: stall_rank blocks forever when it begins this optimizer step (from 2: step 1 "
+        "is covered by the startup timeouts), so the hang watchdog must detect it and the job restart.",
+    )
+    nan_at_step: int | None = spec(
+        None, ge=1, description="TESTING ONLY: the loss of this optimizer step becomes NaN on every rank."
+    )
+    device_count: int | None = spec(
+        None,
+        ge=0,
+        description="TESTING ONLY: preflight's device check sees this many devices instead of asking the driver "
+        "(simulates a pod given the wrong number of devices; also on CPU).",
+    )
+    device_count_pod: int | None = spec(
+        None,
+        ge=0,
+        description="TESTING ONLY: with device_count, only this pod (its Volcano task index) sees the wrong count, "
+        "and only once per output directory: one faulty node, healed by a restart elsewhere (exit code preflight).",
+    )
+    user_error_pod: int | None = spec(
+        None,
+        ge=0,
+        description="TESTING ONLY: this pod's processes stop before training with the configuration-error exit code "
+        "(user_error), as a pod given a broken configuration would; never healed, so the Job must end unretried.",
+    )
+    record_rows: bool = spec(
+        False,
+        description="TESTING ONLY: every rank writes the row indices of each micro-batch it trains on to "
+        "<output_dir>/rows/rank-R.jsonl, so a resume (also at another world size) can be checked sample by sample. "
+        "Prepared data only (not data.streaming).",
+    )
+
+
+class OpsSpec(Section):
+    """The operations layer every bundle carries: preflight checks, the hang watchdog and collective timeouts,
+    metrics for Prometheus, and alert thresholds. Defaults are the operators' own; derived numbers (stall and
+    collective timeouts, checkpoint sizes, bandwidth floors) are computed by recipekit.memory.operations from these."""
+
+    preflight: bool = spec(
+        True, description="Check devices, versions, shared storage and the collective on every pod before training."
+    )
+    preflight_timeout_s: int = spec(
+        120, ge=10, le=3600, description="Preflight's collectives must finish within this; past it the pod fails."
+    )
+    allreduce_sizes_mb: list[float] = spec(
+        default_factory=lambda: [1.0, 16.0, 256.0],
+        description="Message sizes (MB) of preflight's all-reduce bandwidth test; the largest is held to the floor.",
+    )
+    allreduce_iterations: int = spec(10, ge=1, le=1000, description="Timed all-reduces per size (after 2 warm-ups).")
+    bandwidth_warn_fraction: float = spec(
+        0.5,
+        gt=0,
+        le=1,
+        description="Warn when the all-reduce bus bandwidth is below this fraction of the hardware's link bandwidth "
+        "(hw.inter_node_gbps across nodes, hw.intra_node_gbps within one).",
+    )
+    stall_timeout_floor_s: int = spec(
+        300, ge=10, description="The hang watchdog's timeout is never shorter than this, seconds."
+    )
+    stall_timeout_factor: float = spec(
+        10.0,
+        ge=1,
+        description="The hang watchdog fires when no optimizer step completes within this many planned step times "
+        "(the plan's estimate), or the floor, whichever is longer.",
+    )
+    metrics_port: int | None = spec(
+        9400,
+        ge=1024,
+        le=65535,
+        description="Serve Prometheus metrics on this port (a process with local rank i uses port + i); null: off.",
+    )
+    metrics_bind: str = spec(
+        "0.0.0.0",
+        domain=IP_ADDRESS,
+        description="Address the metrics endpoint listens on. 0.0.0.0 (every interface of the pod's own network "
+        "namespace) is what Prometheus needs: it scrapes the pod IP. Choose 127.0.0.1 where the host's network is "
+        "shared (hostNetwork, a bare-metal run) and a local agent scrapes; :: for IPv6.",
+    )
+    metrics_ranks: Literal["rank0", "all"] = spec(
+        "all", description="Which processes serve metrics: global rank 0 only, or every rank (per-device figures)."
+    )
+    monitor_labels: dict[str, str] = spec(
+        default_factory=dict,
+        description="Labels on the PodMonitor and PrometheusRule, for the Prometheus that selects them "
+        "(kube-prometheus-stack: release: <its release name>).",
+    )
+    loss_spike_ratio: float = spec(
+        0.3, gt=0, description="Warn when the loss rises by more than this fraction from one logged step to the next."
+    )
+    grad_norm_jump_ratio: float = spec(
+        0.3,
+        gt=0,
+        description="Warn when the gradient norm changes by more than this fraction, either way, in one logged step.",
+    )
+    mfu_target: float | None = spec(
+        None,
+        gt=0,
+        le=1,
+        description="Warn when MFU stays below this for mfu_low_steps; null: the MFU the plan assumes "
+        "(hw.assumed_mfu, counted without recomputation).",
+    )
+    mfu_low_steps: int = spec(20, ge=1, description="Logged steps in a row below mfu_target before the warning.")
+    checkpoint_save_limit_s: int = spec(
+        600, gt=0, description="Warn when saving a checkpoint takes longer, seconds (twice this is a hang)."
+    )
+    device_utilisation_min: float = spec(
+        0.5, ge=0, le=1, description="Warn when the device's utilisation (driver's figure) stays below this."
+    )
+    nonfinite_loss: Literal["stop", "warn"] = spec(
+        "stop",
+        description="A NaN/inf loss: stop (no checkpoint of the broken weights; the offending batch and a report "
+        "are saved; non-zero exit) or only warn.",
+    )
+    testing: OpsTestingSpec = spec(default_factory=OpsTestingSpec, description="Fault injection: TESTING ONLY.")
+
+    def rules(self) -> list[str]:
+        broken = []
+        sizes = self.allreduce_sizes_mb
+        if not sizes or any(size <= 0 or size > 16384 for size in sizes):
+            broken.append(f"allreduce_sizes_mb {sizes}: one or more sizes, each above 0 and at most 16384 MB")
+        return broken
