@@ -100,6 +100,7 @@ def operations_view(recipe: Recipe, plan: Plan, ops: Operations) -> OperationsVi
             collective_hint=ops.collective_hint,
         ),
         watchdog=WatchdogView(
+            planned_step_time_s=round(ops.planned_step_time_s, 3),
             startup_timeout_s=ops.startup_timeout_s,
             stall_timeout_s=ops.stall_timeout_s,
             steady_timeout_s=ops.steady_timeout_s,

@@ -172,8 +172,9 @@ class PreflightView:
 
 @dataclass(frozen=True, slots=True)
 class WatchdogView:
-    """``operations.watchdog``: the hang watchdog's timeouts per phase."""
+    """``operations.watchdog``: the hang watchdog's timeouts per phase, and the step time the plan expects."""
 
+    planned_step_time_s: float
     startup_timeout_s: float
     stall_timeout_s: float
     steady_timeout_s: float

@@ -230,6 +230,14 @@ class WatchdogCallback(TrainerCallback):
         self.steady_set = False
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if state.is_world_process_zero:
+            LOG.info(
+                "hang watchdog: %d s to the first step, then %d s a step (the plan expects %.3g s) and %d s a save",
+                self.t.startup_timeout_s,
+                self.t.stall_timeout_s,
+                self.t.planned_step_time_s,
+                self.t.steady_timeout_s,
+            )
         self.watchdog.arm("the first step", float(self.t.startup_timeout_s), state.global_step)
 
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
