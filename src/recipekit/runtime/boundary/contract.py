@@ -99,6 +99,11 @@ POD_WORKDIR = "/workspace"
 
 #: What train.py writes into the run's output directory.
 METRICS_FILE = "metrics.jsonl"
+#: metrics.jsonl's measured memory of each logged step, GiB, the largest over ranks: the device's peak allocated
+#: tensors since the last log (torch's own counter, what the plan's memory per device estimates; absent on a CPU) and
+#: the process's peak resident memory (the high-water mark of the whole run so far: what a CPU dry run measures).
+PEAK_DEVICE_MEMORY_KEY = "peak_device_memory_gib"
+PEAK_HOST_MEMORY_KEY = "peak_rss_gib"
 RANDOM_INIT_DIR = "random-init"
 CHECKPOINT_PREFIX = "checkpoint-"
 #: The Trainer writes this last into a checkpoint; its absence marks an interrupted save.

@@ -1,8 +1,11 @@
-"""Trainer callbacks: throughput (tokens/s, TFLOPS, MFU, HFU), the metrics file, and SIGTERM → checkpoint → stop."""
+"""Trainer callbacks: throughput (tokens/s, TFLOPS, MFU, HFU), measured peak memory, the metrics file, and SIGTERM →
+checkpoint → stop."""
 
 from __future__ import annotations
 
+import resource
 import signal
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -62,6 +65,51 @@ class ThroughputCallback(TrainerCallback):
             mfu=_significant(contract.utilisation(per_device, self.model_flops, self.peak_tflops)),
             hfu=_significant(contract.utilisation(per_device, self.hardware_flops, self.peak_tflops)),
         )
+
+
+GIB = 1024**3
+
+
+class PeakMemoryCallback(TrainerCallback):
+    """Adds each logged step's measured memory to the training log, the largest over ranks: the device's peak
+    allocated bytes since the last log (torch's own counter for the device, ``max_memory_allocated``, reset after
+    each read) and the process's peak resident memory. The plan's memory per device is an estimate of the first;
+    ``recipekit report`` puts the two side by side.
+
+    Every rank logs the same steps (the Trainer gathers the loss for each log), so the maximum over ranks is one
+    all-reduce at a step every rank reaches. It must run before the reporting callbacks, as the throughput does.
+    """
+
+    def __init__(self, device_kind: str):
+        self.kind = device_kind
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: dict | None = None, **kwargs: Any) -> None:
+        if logs is None or "loss" not in logs:
+            return
+        device = self._device_peak_bytes()
+        values = torch.tensor([float(device or 0), float(peak_rss_bytes())], dtype=torch.float64)
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            values = values.to(args.device)
+            torch.distributed.all_reduce(values, op=torch.distributed.ReduceOp.MAX)
+        device_peak, rss_peak = (float(v) for v in values.cpu())
+        if device is not None:
+            logs[contract.PEAK_DEVICE_MEMORY_KEY] = round(device_peak / GIB, 4)
+        logs[contract.PEAK_HOST_MEMORY_KEY] = round(rss_peak / GIB, 4)
+
+    def _device_peak_bytes(self) -> int | None:
+        """This process's device peak since the last read (None without a device: a CPU run), then reset."""
+        backend = getattr(torch, self.kind, None) if self.kind in ("cuda", "npu") else None
+        if backend is None or not backend.is_available():
+            return None
+        peak = int(backend.max_memory_allocated())
+        backend.reset_peak_memory_stats()
+        return peak
+
+
+def peak_rss_bytes() -> int:
+    """This process's peak resident set size so far (``getrusage``: kilobytes on Linux, bytes on macOS)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak if sys.platform == "darwin" else peak * 1024)
 
 
 class MetricsFileCallback(TrainerCallback):

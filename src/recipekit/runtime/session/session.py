@@ -29,7 +29,7 @@ from ..ops.preflight import make_output_dir
 from ..volume.reshard import ds_config_for_universal, reshard_refusal
 from ..volume.rowledger import RowIndexed, RowLedger
 from .arguments import make_training_arguments, trainer_kwargs
-from .callbacks import MetricsFileCallback, PreemptionCallback, ThroughputCallback
+from .callbacks import MetricsFileCallback, PeakMemoryCallback, PreemptionCallback, ThroughputCallback
 from .checkpoints import RunRecordCallback, choose_resume, resharded, run_key
 from .distributed import join_deepspeed_group, launched, leave_process_group, prepare_environment
 from .rundata import prepare_for_run, world
@@ -98,9 +98,11 @@ def make_trainer(
     tokenizer: Any,
     train_set: Any,
     eval_set: Any,
+    device_kind: str,
 ) -> tuple[SessionTrainer, PreemptionCallback]:
-    """The Trainer (drawing rows in the resumable order, sampler.py) with recipekit's callbacks: throughput first
-    (reporters run in list order and must see its figures), then metrics.jsonl and SIGTERM handling. The run
+    """The Trainer (drawing rows in the resumable order, sampler.py) with recipekit's callbacks: throughput and
+    measured memory first (reporters run in list order and must see their figures), then metrics.jsonl and SIGTERM
+    handling. The run
     record's callback is added last of all (run_training), so that it signs every file the others wrote."""
     preemption = PreemptionCallback()
     trainer = SessionTrainer(
@@ -117,6 +119,7 @@ def make_trainer(
     )
     throughput = ThroughputCallback.from_plan(run.plan.flops, args.world_size, tensor_parallel(run))
     trainer.callback_handler.callbacks.insert(0, throughput)
+    trainer.callback_handler.callbacks.insert(1, PeakMemoryCallback(device_kind))
     if isinstance(train_set, StreamDataset):  # each checkpoint keeps the stream's chunk counts, for an exact resume
         trainer.add_callback(StreamStateCallback(train_set))
     return trainer, preemption
@@ -246,7 +249,7 @@ def run_training(run: RunConfig, device: Device, resume: str) -> int:
         gradient_accumulation_steps=args.gradient_accumulation_steps,
         recipe=recipe.name,
     )
-    trainer, preemption = make_trainer(run, args, model, tokenizer, train_set, eval_set)
+    trainer, preemption = make_trainer(run, args, model, tokenizer, train_set, eval_set, device.kind)
     ops.install(trainer, records)
     if isinstance(train_set, RowIndexed):
         trainer.ledger = RowLedger(output_dir, args.process_index, args.world_size, tensor_parallel(run))
