@@ -61,7 +61,7 @@ def test_the_tour_runs_as_written(tmp_path: Path) -> None:
     for marker in ("DOES NOT FIT:", "to fit:"):
         line = next(line for line in said if line.startswith(marker))
         assert line in outputs["plan"], f"the tour quotes {line!r}; plan printed:\n{outputs['plan']}"
-    assert "global batch 128, bf16, ZeRO-3" in outputs["build"]
+    assert "global batch 128, bf16, DeepSpeed ZeRO-3" in outputs["build"]
     assert "bundle OK" in outputs["validate"] and " 0 failed" in outputs["validate"]
     assert "verified" in outputs["verify"]
     assert list(tmp_path.glob("handover/qwen2.5_14b_sft-*.tar.gz"))

@@ -1,4 +1,5 @@
-"""The build pipeline, end to end: overrides → compose → Recipe → Plan → files → bundle on disk.
+"""The build pipeline, end to end: overrides → compose → Recipe → Plan → estimate → operations → documents → files
+(a Compiled record) → bundle on disk.
 
 Each step lives in its own module; this one only strings them together, so the CLI and the tests drive exactly
 the same path. Nothing here imports torch, transformers or deepspeed.
