@@ -403,7 +403,7 @@ def test_sigterm_requests_a_checkpoint_and_a_stop():
 _LEAVE_SCRIPT = f"""
 import os, time
 import torch.distributed as dist
-from {RUNTIME} import distributed
+from {RUNTIME}.session import distributed
 dist.init_process_group("gloo")
 if dist.get_rank() == 1:
     time.sleep(1.5)  # the slow rank, still busy after rank 0 is done
