@@ -32,7 +32,7 @@ import yaml
 
 from recipekit.bundle.build import build
 from recipekit.bundle.files import TRAIN_MODULE
-from recipekit.runtime.boundary import contract
+from recipekit.runtime.boundary import filenames, metricslog
 from recipekit.validate.dryrun.workdir.tinydata import tiny_records, write_tiny_dataset
 
 os.environ["TOKENIZERS_PARALLELISM"] = "false"
@@ -129,15 +129,15 @@ def first_step_s(bundle: Path) -> float:
     beside it), so the in-process path tokenises again instead of finding its Arrow cache."""
     out = output_dir(bundle)
     for entry in out.iterdir():
-        if entry.name != contract.RANDOM_INIT_DIR:
+        if entry.name != filenames.RANDOM_INIT_DIR:
             shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
-    metrics = out / contract.METRICS_FILE
+    metrics = out / filenames.METRICS_FILE
     command = [sys.executable, "-m", TRAIN_MODULE, "--recipe", str(bundle / "recipe.yaml"), "--resume", "none"]
     started = time.monotonic()
     process = subprocess.Popen(
         command, env={**ENV, "PYTHONPATH": str(bundle)}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
     )
-    while not any("loss" in r for r in contract.read_records(metrics)):
+    while not any("loss" in r for r in metricslog.read_records(metrics)):
         if process.poll() is not None:
             raise SystemExit(f"train.py exited {process.returncode}: {process.stderr.read()[-3000:]}")
         time.sleep(0.05)
@@ -182,8 +182,8 @@ def first_steps(root: Path, records: int, revision: str | None, runs: int) -> No
         bundles[scale, "prepared"] = prepared
         if revision:
             today = bundle_for(root, data, f"inprocess-{scale}x")
-            twin = output_dir(prepared) / contract.RANDOM_INIT_DIR
-            shutil.copytree(twin, output_dir(today) / contract.RANDOM_INIT_DIR)
+            twin = output_dir(prepared) / filenames.RANDOM_INIT_DIR
+            shutil.copytree(twin, output_dir(today) / filenames.RANDOM_INIT_DIR)
             if baseline_runtime(revision, today):
                 bundles[scale, "in-process"] = today
     best: dict[tuple[int, str], float] = {}

@@ -31,7 +31,7 @@ REFERENCE = ROOT / "docs" / "reference"
 REFRESH = "python scripts/gen_reference.py"
 
 #: Where the pods' exit codes are defined: the runtime contract's ``EXIT_CODES`` table (name, code, meaning, action).
-EXIT_CODES_MODULE = "recipekit.runtime.boundary.contract"
+EXIT_CODES_MODULE = "recipekit.runtime.boundary.exitcodes"
 #: The module whose docstring states the command line's own exit codes (a paragraph starting "Exit codes").
 CLI_MODULE = "recipekit.cli"
 #: The click group of the ``recipekit`` command, as "module:attribute".
@@ -340,11 +340,11 @@ def _docstring_paragraph(module_name: str, start: str) -> str:
 
 
 def exit_codes_page() -> str:
-    from recipekit.runtime.boundary import contract
+    from recipekit.runtime.boundary import exitcodes
 
     rows = [
         [str(c.code), _code(c.name), c.meaning, c.action or ("-" if c.code == 0 else "PodFailed → RestartJob")]
-        for c in sorted(contract.EXIT_CODES, key=lambda c: c.code)
+        for c in sorted(exitcodes.EXIT_CODES, key=lambda c: c.code)
     ]
     return "".join(
         [

@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from recipekit.cli import main
-from recipekit.runtime.boundary import contract
+from recipekit.runtime.boundary import filenames, metricslog
 from recipekit.runtime.volume import manifest, trust
 
 pytest.importorskip("transformers")
@@ -48,11 +48,11 @@ def test_prepare_ahead_then_the_job_reuses_the_shards(tmp_path: Path) -> None:
     assert directory.parent == tmp_path / "runs" / "prepared" and done["manifest"] == str(directory / "manifest.json")
     found = manifest.read_manifest(directory)
     assert manifest.split_counts(found) == (done["train_rows"], done["train_tokens"])
-    assert (output_dir(bundle) / contract.RANDOM_INIT_DIR / "tokenizer.json").is_file()  # the twin, made here
+    assert (output_dir(bundle) / filenames.RANDOM_INIT_DIR / "tokenizer.json").is_file()  # the twin, made here
 
     trained = run_train(bundle)
     assert succeeded(trained)
-    (data,) = records(output_dir(bundle), contract.EVENT_DATA)
+    (data,) = records(output_dir(bundle), metricslog.EVENT_DATA)
     assert data["reused"] is True and data["fingerprint"] == done["fingerprint"]
 
     again = CliRunner().invoke(main, ["data", "prepare", str(bundle), "--workers", "1"], env=KEYED)

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from recipekit.bundle.build import build
 from recipekit.cli import main
-from recipekit.runtime.boundary import contract
+from recipekit.runtime.boundary import filenames
 from recipekit.validate.dryrun.options import DryRunOptions
 from recipekit.validate.dryrun.run import run_dry_run
 from recipekit.validate.shared.loader import load_bundle
@@ -33,7 +33,7 @@ def test_runs_history_prints_the_dry_runs_mttr_for_the_same_kill(tmp_path: Path)
     assert processes_under(tmp_path / "work") == []
     resume = results["dryrun.resume"]
     assert resume.status is Status.PASS, _explain(results.values())
-    recipe = yaml.safe_load((tmp_path / "work" / "bundle" / contract.RECIPE_FILE).read_text())
+    recipe = yaml.safe_load((tmp_path / "work" / "bundle" / filenames.RECIPE_FILE).read_text())
     output_dir = recipe["training_arguments"]["output_dir"]
     printed = CliRunner().invoke(main, ["runs", "history", output_dir, "--json"])
     assert printed.exit_code == 0, printed.output

@@ -24,7 +24,7 @@ from click.testing import CliRunner
 
 from recipekit.bundle.build import build
 from recipekit.cli.validate import validate_command
-from recipekit.runtime.boundary import contract
+from recipekit.runtime.boundary import filenames, metricslog
 from recipekit.validate.dryrun.options import DryRunOptions
 from recipekit.validate.dryrun.run import run_dry_run
 from recipekit.validate.shared.loader import load_bundle
@@ -49,7 +49,7 @@ def dry_run(tmp_path: Path, *overrides: str) -> dict:
 
 def output_dir(tmp_path: Path) -> Path:
     """The run's output directory: the work copy's recipe says where it is (runs/ also holds prepared/)."""
-    recipe = yaml.safe_load((tmp_path / "work" / "bundle" / contract.RECIPE_FILE).read_text(encoding="utf-8"))
+    recipe = yaml.safe_load((tmp_path / "work" / "bundle" / filenames.RECIPE_FILE).read_text(encoding="utf-8"))
     return Path(recipe["training_arguments"]["output_dir"])
 
 
@@ -58,8 +58,8 @@ def test_preflight_metrics_and_the_profiling_window(tmp_path: Path) -> None:
     assert all(r.status is not Status.FAIL for r in results.values()), _explain(results.values())
     pre = results["dryrun.preflight"]
     assert pre.status is Status.PASS and pre.details["ok"] is True
-    assert [c["check"] for c in pre.details["checks"]] == list(contract.PREFLIGHT_CHECKS)
-    report = json.loads((output_dir(tmp_path) / contract.CLUSTER_CHECK_FILE).read_text())
+    assert [c["check"] for c in pre.details["checks"]] == list(filenames.PREFLIGHT_CHECKS)
+    report = json.loads((output_dir(tmp_path) / filenames.CLUSTER_CHECK_FILE).read_text())
     assert report["pods"] == 2 and report["world_size"] == 2
     checks = {c["check"]: c for c in report["checks"]}
     assert checks["devices"]["status"] == "skip" and "cpu" in checks["devices"]["detail"]
@@ -92,9 +92,9 @@ def test_a_pod_with_the_wrong_device_count_fails_preflight_and_trains_nothing(tm
     assert checks["dryrun.train"]["status"] == "fail" and checks["dryrun.metrics"]["status"] == "skipped"
     out = output_dir(tmp_path)
     assert not list(out.glob("checkpoint-*"))
-    records = contract.read_records(out / contract.METRICS_FILE)
-    assert not contract.events(records, contract.EVENT_START) and not [r for r in records if "loss" in r]
-    assert json.loads((out / contract.CLUSTER_CHECK_FILE).read_text())["ok"] is False
+    records = metricslog.read_records(out / filenames.METRICS_FILE)
+    assert not metricslog.events(records, metricslog.EVENT_START) and not [r for r in records if "loss" in r]
+    assert json.loads((out / filenames.CLUSTER_CHECK_FILE).read_text())["ok"] is False
     assert "train.py: preflight failed: devices:" in (tmp_path / "work" / "logs" / "pod-0.log").read_text()
 
 

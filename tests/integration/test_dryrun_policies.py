@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from recipekit.bundle.build import build
-from recipekit.runtime.boundary import contract
+from recipekit.runtime.boundary import exitcodes
 from recipekit.validate.dryrun.options import DryRunOptions
 from recipekit.validate.dryrun.run import run_dry_run
 from recipekit.validate.shared.loader import load_bundle
@@ -43,7 +43,7 @@ def test_a_configuration_error_on_one_pod_ends_the_job_without_a_retry(tmp_path:
     results = dry_run(tmp_path, "ops.testing.user_error_pod=1")
     policy = results["dryrun.policy"]
     assert policy.status is Status.PASS, _explain(results.values())
-    assert policy.details["first_failure"] == [1, contract.EXIT_USER_ERROR]
+    assert policy.details["first_failure"] == [1, exitcodes.EXIT_USER_ERROR]
     assert policy.details["action"] == "TerminateJob" and policy.details["attempts"] == 1
     assert policy.details["steps_trained"] == []
     assert results["dryrun.train"].status is Status.SKIP
@@ -54,7 +54,7 @@ def test_a_preflight_failure_on_one_pod_restarts_the_job(tmp_path: Path) -> None
     results = dry_run(tmp_path, "ops.testing.device_count=3", "ops.testing.device_count_pod=0")
     policy = results["dryrun.policy"]
     assert policy.status is Status.PASS, _explain(results.values())
-    assert policy.details["first_failure"][1] == contract.EXIT_PREFLIGHT
+    assert policy.details["first_failure"][1] == exitcodes.EXIT_PREFLIGHT
     assert policy.details["action"] == "RestartJob" and policy.details["attempts"] == 2
     assert results["dryrun.train"].status is Status.PASS, _explain(results.values())
     assert results["dryrun.preflight"].status is Status.PASS  # the restart's preflight

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 from recipekit.bundle.build import build
 from recipekit.cli.validate import validate_command
-from recipekit.runtime.boundary import contract
+from recipekit.runtime.boundary import filenames
 
 pytestmark = pytest.mark.slow
 
@@ -44,6 +44,6 @@ def test_a_streaming_bundle_trains_and_resumes_at_the_exact_row_after_a_pod_is_k
     runs = workdir / "shared" / "runs"
     assert not (runs / "prepared").exists()
     (output,) = [p for p in runs.iterdir() if p.is_dir()]
-    state = json.loads((output / "checkpoint-4" / contract.STREAM_STATE_FILE).read_text())
+    state = json.loads((output / "checkpoint-4" / filenames.STREAM_STATE_FILE).read_text())
     assert sum(entry["rows"] for entry in state["known"].values()) >= 16
     assert "attempt 1: train.py streams the data" in result.stderr and "from row 16" in result.stderr

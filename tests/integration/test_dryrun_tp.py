@@ -25,7 +25,7 @@ from click.testing import CliRunner
 
 from recipekit.bundle.build import build
 from recipekit.cli.validate import validate_command
-from recipekit.runtime.boundary import contract
+from recipekit.runtime.boundary import filenames
 from recipekit.validate.dryrun.options import DryRunOptions
 from recipekit.validate.dryrun.run import run_dry_run
 from recipekit.validate.shared.loader import load_bundle
@@ -69,7 +69,7 @@ def dry_run(bundle: Path, workdir: Path, *, pods: int, procs: int = 1) -> dict:
 
 def losses(workdir: Path) -> dict[int, float]:
     """Each step's loss from train.py's metrics.jsonl (the last value of a step trained twice)."""
-    (metrics,) = workdir.glob(f"shared/runs/*/{contract.METRICS_FILE}")
+    (metrics,) = workdir.glob(f"shared/runs/*/{filenames.METRICS_FILE}")
     found = {}
     for line in metrics.read_text().splitlines():
         record = json.loads(line)

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from recipekit.bundle.build import build
-from recipekit.runtime.boundary import contract
+from recipekit.runtime.boundary import filenames, metricslog, resumechoice
 from recipekit.runtime.volume import trust
 from recipekit.validate.dryrun.cluster.attempts import DryRun, pod_environment
 from recipekit.validate.dryrun.options import DryRunOptions
@@ -50,14 +50,14 @@ class Payload:
 def plant(output_dir: Path, own: Path, step: int, marker: Path) -> Path:
     """checkpoint-<step>: a copy of the run's own checkpoint whose .pt files are pickle payloads, re-signed with a
     key that is not the run's."""
-    planted = output_dir / f"{contract.CHECKPOINT_PREFIX}{step}"
+    planted = output_dir / f"{filenames.CHECKPOINT_PREFIX}{step}"
     shutil.copytree(own, planted)
     payload = pickle.dumps(Payload(marker))
     for file in planted.rglob("*.pt"):
         file.write_bytes(payload)
-    excluded = frozenset({contract.RUN_FILE})
-    record = dict(contract.read_run_record(own) or {}, step=step)
-    contract.write_run_record(planted, trust.sign(record, b"guessed-" * 4, trust.digests(planted, excluded)))
+    excluded = frozenset({filenames.RUN_FILE})
+    record = dict(resumechoice.read_run_record(own) or {}, step=step)
+    resumechoice.write_run_record(planted, trust.sign(record, b"guessed-" * 4, trust.digests(planted, excluded)))
     return planted
 
 
@@ -88,7 +88,7 @@ def test_a_planted_checkpoint_is_refused_and_the_runs_own_resumes(tmp_path: Path
         first = run.attempt(kill_at=5)
         assert first.outcome == "killed", pod_lines(run, 0)[-3000:]
         own = work.output_dir / "checkpoint-4"
-        assert contract.read_run_record(own)["hmac"], "the run's own checkpoint is signed"
+        assert resumechoice.read_run_record(own)["hmac"], "the run's own checkpoint is signed"
 
         planted = plant(work.output_dir, own, 9, marker)
         forged = run.attempt(kill_at=None)
@@ -97,11 +97,11 @@ def test_a_planted_checkpoint_is_refused_and_the_runs_own_resumes(tmp_path: Path
         assert "train.py: refusing to resume: checkpoint-9: its record's signature does not verify" in logs
         assert "/runtime/" not in traceback_frames(logs) and not marker.exists()  # torchrun's own traceback only
 
-        (planted / contract.RUN_FILE).unlink()
+        (planted / filenames.RUN_FILE).unlink()
         unsigned = run.attempt(kill_at=None)
         logs = pod_lines(run, 2)
         assert unsigned.outcome == "failed", logs[-3000:]
-        assert f"train.py: checkpoint-9 has no readable {contract.RUN_FILE}" in logs
+        assert f"train.py: checkpoint-9 has no readable {filenames.RUN_FILE}" in logs
         assert not marker.exists()
 
         shutil.rmtree(planted)
@@ -109,7 +109,7 @@ def test_a_planted_checkpoint_is_refused_and_the_runs_own_resumes(tmp_path: Path
         logs = pod_lines(run, 3)
         assert resumed.outcome == "completed", logs[-3000:]
         assert "checkpoint-4: signed record and file digests verified" in logs
-        start = resumed.last(contract.EVENT_START)
+        start = resumed.last(metricslog.EVENT_START)
         assert start is not None and start["resume_step"] == 4
         assert not marker.exists()
     run.podset.kill_all()

@@ -26,7 +26,7 @@ import yaml
 
 from recipekit.bundle.build import build
 from recipekit.bundle.files import TRAIN_MODULE
-from recipekit.runtime.boundary import contract
+from recipekit.runtime.boundary import exitcodes, filenames, flopcount, metricslog, resumechoice
 from recipekit.runtime.volume import trust
 from recipekit.validate.dryrun.workdir.extensions import extensions_dir
 from recipekit.validate.dryrun.workdir.tinydata import write_tiny_dataset
@@ -138,12 +138,12 @@ def succeeded(result: subprocess.CompletedProcess) -> bool:
 
 def training_logs(out: Path) -> list[dict]:
     """metrics.jsonl's training entries (one per logging step)."""
-    return [entry for entry in contract.read_records(out / contract.METRICS_FILE) if "loss" in entry]
+    return [entry for entry in metricslog.read_records(out / filenames.METRICS_FILE) if "loss" in entry]
 
 
 def records(out: Path, kind: str) -> list[dict]:
-    """metrics.jsonl's structured records of one kind (contract.EVENT_*)."""
-    return contract.events(contract.read_records(out / contract.METRICS_FILE), kind)
+    """metrics.jsonl's structured records of one kind (metricslog.EVENT_*)."""
+    return metricslog.events(metricslog.read_records(out / filenames.METRICS_FILE), kind)
 
 
 def global_step(checkpoint: Path) -> int:
@@ -173,22 +173,22 @@ def test_sft_learns_the_tiny_set_and_reports_throughput(tmp_path):
     flops = recipe_yaml(bundle)["plan"]["flops"]
     for entry in logs[1:]:  # one MFU definition: the callback's figure is the contract's, from the plan's numbers
         tokens = entry["tokens_per_second_per_device"]
-        expected = contract.utilisation(tokens, flops["model_per_token"], flops["peak_tflops"])
+        expected = flopcount.utilisation(tokens, flops["model_per_token"], flops["peak_tflops"])
         assert entry["mfu"] == pytest.approx(expected, rel=1e-3)
     assert "world size 1 | device cpu | backend gloo | precision bf16 | ZeRO 0" in result.stderr
-    (start,) = records(out, contract.EVENT_START)
+    (start,) = records(out, metricslog.EVENT_START)
     assert start["run_id"] == recipe_yaml(bundle)["plan"]["run_id"] and start["device"] == "cpu"
     assert start["parameters_total"] == flops["params_total"] == start["parameters_trainable"]
     assert (start["world_size"], start["precision"], start["zero_stage"]) == (1, "bf16", 0)
     assert start["resume_from"] is None and start["resume_step"] is None
-    (done,) = records(out, contract.EVENT_DONE)
+    (done,) = records(out, metricslog.EVENT_DONE)
     assert done["step"] == 60 and done["output"] == str(out)
-    assert contract.read_run_record(out)["run_id"] == start["run_id"]
-    checkpoint_record = contract.read_run_record(out / "checkpoint-30")
+    assert resumechoice.read_run_record(out)["run_id"] == start["run_id"]
+    checkpoint_record = resumechoice.read_run_record(out / "checkpoint-30")
     signature = {key: checkpoint_record.pop(key) for key in ("files", "hmac")}
-    assert checkpoint_record == {**contract.read_run_record(out), "step": 30}
+    assert checkpoint_record == {**resumechoice.read_run_record(out), "step": 30}
     assert "model.safetensors" in signature["files"] and signature["hmac"]  # signed with the run key: resumable
-    (data,) = records(out, contract.EVENT_DATA)  # prepared by this run, eval drawn per sample (about 1/8)
+    (data,) = records(out, metricslog.EVENT_DATA)  # prepared by this run, eval drawn per sample (about 1/8)
     assert data["train_rows"] + data["eval_rows"] == 64 and 4 <= data["eval_rows"] <= 14 and not data["reused"]
     assert f"{data['train_rows']} train samples, {data['eval_rows']} eval" in result.stderr
     evaluations = [e for e in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()) if "eval_loss" in e]
@@ -263,7 +263,7 @@ def test_resume_continues_from_the_contracts_choice_and_refuses_another_run(tmp_
     sharded.mkdir()
     (sharded / "trainer_state.json").write_text('{"global_step": 8}')
     (sharded / "pytorch_model.bin.index.json").write_text(json.dumps({"weight_map": {"w": "pytorch_model-1.bin"}}))
-    expected = contract.resume_choice(out, run_id)
+    expected = resumechoice.resume_choice(out, run_id)
     assert expected.step == 4 and [name for name, _ in expected.skipped] == ["checkpoint-8", "checkpoint-6"]
 
     result = run_train(bundle, "--resume", "auto")
@@ -271,16 +271,16 @@ def test_resume_continues_from_the_contracts_choice_and_refuses_another_run(tmp_
     assert "skipping checkpoint-6: model.safetensors truncated" in result.stderr
     assert "skipping checkpoint-8: shard pytorch_model-1.bin missing" in result.stderr
     assert f"resume from {out / 'checkpoint-4'}" in result.stderr
-    start = records(out, contract.EVENT_START)[-1]
+    start = records(out, metricslog.EVENT_START)[-1]
     assert (start["resume_from"], start["resume_step"]) == (str(expected.path), 4)
     assert [s["checkpoint"] for s in start["skipped"]] == ["checkpoint-8", "checkpoint-6"]
     second_run = [e["step"] for e in training_logs(out)][6:]
     assert second_run == [5, 6] and global_step(out / "checkpoint-6") == 6  # the Trainer was given checkpoint-4
 
     shutil.rmtree(sharded)
-    contract.write_run_record(out / "checkpoint-6", contract.run_record("0a0a0a", world_size=1, zero_stage=0))
+    resumechoice.write_run_record(out / "checkpoint-6", resumechoice.run_record("0a0a0a", world_size=1, zero_stage=0))
     refused = run_train(bundle, "--resume", "auto")
-    assert refused.returncode == contract.EXIT_USER_ERROR and "Traceback" not in refused.stderr
+    assert refused.returncode == exitcodes.EXIT_USER_ERROR and "Traceback" not in refused.stderr
     last = refused.stderr.strip().splitlines()[-1]
     assert last.startswith("train.py: checkpoint-6 belongs to run '0a0a0a'") and f"'{run_id}'" in last
 
@@ -293,9 +293,9 @@ def test_sigterm_saves_a_loadable_checkpoint_and_exits_143(tmp_path):
     assert "Traceback" not in stderr
     (checkpoint,) = out.glob("checkpoint-*")
     assert global_step(checkpoint) >= 3 and f"SIGTERM: saved {checkpoint.name}" in stderr
-    assert [r["step"] for r in records(out, contract.EVENT_PREEMPTED)] == [global_step(checkpoint)]
-    assert contract.read_run_record(checkpoint)["step"] == global_step(checkpoint)
-    assert not records(out, contract.EVENT_DONE)
+    assert [r["step"] for r in records(out, metricslog.EVENT_PREEMPTED)] == [global_step(checkpoint)]
+    assert resumechoice.read_run_record(checkpoint)["step"] == global_step(checkpoint)
+    assert not records(out, metricslog.EVENT_DONE)
     assert transformers.AutoModelForCausalLM.from_pretrained(checkpoint).config.num_hidden_layers == 2
     assert not (out / "model.safetensors").exists()  # an interrupted run does not pose as a finished one
 
@@ -325,7 +325,7 @@ def test_two_processes_with_gloo_under_torchrun(tmp_path):
     assert [e["step"] for e in training_logs(out)] == list(range(1, 7))
     assert global_step(out / "checkpoint-6") == 6
     transformers.AutoModelForCausalLM.from_pretrained(out)
-    (data,) = records(out, contract.EVENT_DATA)
+    (data,) = records(out, metricslog.EVENT_DATA)
     assert data["workers"] == 2 and data["chunks"] >= 3 and not data["reused"] and data["records"]["read"] == 64
     directory = Path(data["directory"])
     assert directory.parent == tmp_path / "runs" / "prepared" and (directory / "manifest.json").is_file()
@@ -334,7 +334,7 @@ def test_two_processes_with_gloo_under_torchrun(tmp_path):
 
     again = run_train(bundle, "--resume", "none", processes=2)
     assert succeeded(again)
-    assert records(out, contract.EVENT_DATA)[-1]["reused"] is True
+    assert records(out, metricslog.EVENT_DATA)[-1]["reused"] is True
 
 
 def test_sigterm_to_torchrun_stops_every_rank_at_the_same_step(tmp_path):
@@ -345,7 +345,7 @@ def test_sigterm_to_torchrun_stops_every_rank_at_the_same_step(tmp_path):
     (checkpoint,) = out.glob("checkpoint-*")
     assert f"SIGTERM: saved {checkpoint.name}" in stderr
     assert {p.name for p in checkpoint.glob("rng_state_*.pth")} == {"rng_state_0.pth", "rng_state_1.pth"}
-    assert [r["step"] for r in records(out, contract.EVENT_PREEMPTED)] == [global_step(checkpoint)]
+    assert [r["step"] for r in records(out, metricslog.EVENT_PREEMPTED)] == [global_step(checkpoint)]
     assert global_step(checkpoint) == int(checkpoint.name.split("-")[1])
 
 
@@ -360,8 +360,8 @@ def test_zero2_with_deepspeed_on_cpu(tmp_path):
     assert "world size 2 | device cpu | backend gloo | precision bf16 | ZeRO 2" in result.stderr
     assert (out / "checkpoint-4" / "global_step4").is_dir()  # DeepSpeed's partitioned optimizer states
     assert global_step(out / "checkpoint-4") == 4
-    record = contract.read_run_record(out / "checkpoint-4")
+    record = resumechoice.read_run_record(out / "checkpoint-4")
     assert (record["world_size"], record["zero_stage"], record["step"]) == (2, 2, 4)
-    (start,) = records(out, contract.EVENT_START)  # rank 0 alone writes the records
-    assert (start["world_size"], start["zero_stage"]) == (2, 2) and not records(out, contract.EVENT_ADAPTED)
+    (start,) = records(out, metricslog.EVENT_START)  # rank 0 alone writes the records
+    assert (start["world_size"], start["zero_stage"]) == (2, 2) and not records(out, metricslog.EVENT_ADAPTED)
     transformers.AutoModelForCausalLM.from_pretrained(out)

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from recipekit.runtime.boundary import contract
+from recipekit.runtime.boundary import filenames
 
 #: A plan.json's fields the report reads: 1024 tokens per step on 2 devices in 0.5 s → 1024 tokens/s per device.
 PLAN: dict[str, Any] = {
@@ -82,14 +82,14 @@ def write_run(
     records.append({"step": len(values), "train_runtime": 9.0, "train_loss": 5.8, "time": at})
     records.append({"event": "done", "step": len(values), "output": str(path), "time": at})
     lines = [json.dumps(r) for r in records] + list(extra_lines)
-    (path / contract.METRICS_FILE).write_text("\n".join(lines) + "\n", encoding="utf-8")
-    (path / contract.RUN_FILE).write_text(json.dumps({"run_id": "abc123", "world_size": 2, "zero_stage": 2}))
+    (path / filenames.METRICS_FILE).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    (path / filenames.RUN_FILE).write_text(json.dumps({"run_id": "abc123", "world_size": 2, "zero_stage": 2}))
     results = [
         {"size_mb": 1.0, "algbw_gbps": 0.5, "busbw_gbps": 0.5},
         {"size_mb": 4.0, "algbw_gbps": 0.9, "busbw_gbps": 0.9},
     ]
     check = {"ok": True, "checks": [{"check": "allreduce", "status": "pass", "results": results}]}
-    (path / contract.CLUSTER_CHECK_FILE).write_text(json.dumps(check))
+    (path / filenames.CLUSTER_CHECK_FILE).write_text(json.dumps(check))
     return path
 
 

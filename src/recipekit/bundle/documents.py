@@ -22,7 +22,7 @@ from recipekit.recipe import mindcluster
 from recipekit.recipe.k8snames import host_volume_name
 from recipekit.recipe.schema import to_data
 from recipekit.recipe.sections import Recipe
-from recipekit.runtime.boundary import contract
+from recipekit.runtime.boundary import exitcodes, recipeview
 from recipekit.runtime.boundary.recipeview import (
     AlertsView,
     FaultsView,
@@ -292,7 +292,7 @@ def pip_packages(recipe: Recipe, family: ImageFamily, deepspeed: bool) -> list[s
     wanted = dict(family.packages)
     if not deepspeed:
         wanted.pop("deepspeed", None)
-    if not contract.trains_adapter(recipe.mode.kind):
+    if not recipeview.trains_adapter(recipe.mode.kind):
         wanted.pop("peft", None)
     if "tensorboard" not in recipe.train.report_to:
         wanted.pop("tensorboard", None)
@@ -434,7 +434,7 @@ def _job_spec(recipe: Recipe, plan: Plan, pod_spec: dict[str, Any]) -> dict[str,
         "plugins": {"env": [], "svc": ["--publish-not-ready-addresses"]},
         # The first matching policy wins: the exitCode policies (the runtime contract's table) before PodFailed's.
         "policies": [
-            *contract.exit_code_policies(),
+            *exitcodes.exit_code_policies(),
             {"event": "PodEvicted", "action": "RestartJob"},
             {"event": "PodFailed", "action": "RestartJob"},
             {"event": "TaskCompleted", "action": "CompleteJob"},

@@ -11,15 +11,15 @@ from pathlib import Path
 
 from recipekit.base.limits import BUNDLE_FILE, read_regular
 from recipekit.base.paths import RUNTIME_DIR
-from recipekit.runtime.boundary import contract
+from recipekit.runtime.boundary import filenames
 
 #: Where the bundle lives inside the image and the pods (the Dockerfile's WORKDIR, the Job's workingDir).
-WORKDIR = contract.POD_WORKDIR
+WORKDIR = filenames.POD_WORKDIR
 
 MANIFEST = "manifest.json"
-RECIPE = contract.RECIPE_FILE
-LAUNCH = contract.LAUNCH_FILE
-DS_CONFIG = contract.DS_CONFIG_FILE
+RECIPE = filenames.RECIPE_FILE
+LAUNCH = filenames.LAUNCH_FILE
+DS_CONFIG = filenames.DS_CONFIG_FILE
 RUN = "run.sh"
 DOCKERFILE = "Dockerfile"
 JOB = "volcano-job.yaml"
@@ -31,7 +31,7 @@ PODMONITOR = "podmonitor.yaml"
 PROMETHEUS_RULE = "prometheusrule.yaml"
 DASHBOARD = "grafana-dashboard.json"
 #: The runtime package: src/recipekit/runtime/**/*.py, copied verbatim under this directory.
-RUNTIME = contract.RUNTIME_PACKAGE
+RUNTIME = filenames.RUNTIME_PACKAGE
 #: The module torchrun starts in each process (``torchrun ... -m runtime.train``).
 TRAIN_MODULE = f"{RUNTIME}.train"
 
@@ -45,7 +45,7 @@ REQUIRED = (
     DOCKERFILE,
     README,
     f"{RUNTIME}/train.py",
-    f"{RUNTIME}/{contract.CONTRACT_MODULE}",
+    f"{RUNTIME}/{filenames.FILENAMES_MODULE}",
 )
 
 

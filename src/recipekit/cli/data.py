@@ -32,7 +32,7 @@ from recipekit.base import yamlfile
 from recipekit.bundle.files import RECIPE, RUNTIME
 from recipekit.cli.common import SETTINGS, fail
 from recipekit.recipe.volumes import under
-from recipekit.runtime.boundary import contract
+from recipekit.runtime.boundary import exitcodes
 from recipekit.runtime.volume.manifest import ManifestError
 from recipekit.validate.shared.childpython import python_argv, safe_env
 
@@ -158,7 +158,7 @@ def verify_command(bundle: Path | None, prepared: Path | None, volume: Path | No
         process = subprocess.run(command, env=_child_env(bundle), stdout=subprocess.PIPE, text=True)
         verified = _last_event(process.stdout, "verified")
         if verified is None:
-            sys.exit(2 if process.returncode == contract.EXIT_USER_ERROR else 1)
+            sys.exit(2 if process.returncode == exitcodes.EXIT_USER_ERROR else 1)
         report = verified
     if as_json:
         click.echo(json.dumps(report, indent=2))
@@ -267,8 +267,8 @@ def _run(command: list[str], env: dict[str, str]) -> dict[str, Any] | None:
             elif event.get("event") == "done":
                 done = event
         code = process.wait()
-    if code != contract.EXIT_OK:
-        sys.exit(2 if code == contract.EXIT_USER_ERROR else 1)
+    if code != exitcodes.EXIT_OK:
+        sys.exit(2 if code == exitcodes.EXIT_USER_ERROR else 1)
     return done
 
 

@@ -39,7 +39,7 @@ from recipekit.plan.modelsize import LORA_MODULES, ParamCounts, count_params, te
 from recipekit.plan.parallelism import EXPERTS_NEED, PIPELINE_NEEDS, model_parallel_problems
 from recipekit.plan.plan import Plan
 from recipekit.recipe.sections import ModelSpec, ParallelSpec, Recipe, adapter_of
-from recipekit.runtime.boundary import contract
+from recipekit.runtime.boundary import recipeview
 
 
 # --------------------------------------------------------------------------------------------------------- records
@@ -479,7 +479,7 @@ EP_ALLTOALLS = 4
 def _expert_state_bytes(recipe: Recipe, reg: Regime, expert_params: int, dp: int, ep: int) -> float:
     """Device bytes of the experts' model states with ``ep``-way expert parallelism (1: none)."""
     share = expert_params / ep
-    full = not contract.trains_adapter(recipe.mode.kind)  # PEFT does not adapt fused experts: they stay frozen
+    full = not recipeview.trains_adapter(recipe.mode.kind)  # PEFT does not adapt fused experts: they stay frozen
     states = model_states(
         share,
         reg,
@@ -496,7 +496,7 @@ def _expert_traffic_gb(recipe: Recipe, reg: Regime, layout: Layout, expert_param
     dp = max(1, layout.dp_size // ep)
     if dp == 1:
         return 0.0
-    full = not contract.trains_adapter(recipe.mode.kind)
+    full = not recipeview.trains_adapter(recipe.mode.kind)
     share = expert_params / ep
     traffic = dp_traffic(
         reg,

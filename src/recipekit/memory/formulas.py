@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from recipekit.plan.modelsize import ParamCounts, linear_shapes, lora_targets
 from recipekit.plan.parallelism import STAGE3_PREFETCH_FACTOR
 from recipekit.recipe.sections import LoraSpec, ModelSpec
-from recipekit.runtime.boundary import contract
+from recipekit.runtime.boundary import recipeview
 
 GIB = 2**30
 GB = 1e9
@@ -116,7 +116,7 @@ class Regime:
     def weight_words(self, kind: str) -> str:
         """The weights' dtypes as the basis text names them (``kind`` is the mode: LoRA has a base and adapters)."""
         copy = f" + {dtype_name(self.autocast_copy)} autocast copy" if self.autocast else ""
-        if contract.trains_adapter(kind):
+        if recipeview.trains_adapter(kind):
             base = "NF4" if kind == "qlora" else dtype_name(self.frozen_weight)
             return f"{base} base + {dtype_name(self.weight)} adapter{copy}"
         return dtype_name(self.weight) + copy

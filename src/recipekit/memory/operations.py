@@ -32,7 +32,7 @@ from recipekit.memory.formulas import HALF, regime
 from recipekit.plan.ops import metrics_ports, steady_timeout_floor_s
 from recipekit.plan.plan import Plan
 from recipekit.recipe.sections import Recipe
-from recipekit.runtime.boundary import contract
+from recipekit.runtime.boundary import recipeview
 
 #: Free space preflight wants beyond the checkpoints and the final model (logs, metrics, traces, the data cache).
 STORAGE_MARGIN = 1.1
@@ -89,7 +89,7 @@ def expected_versions(recipe: Recipe, plan: Plan) -> dict[str, str]:
     if family.cann:
         versions["cann"] = family.cann
     wanted = ["transformers"] + (["deepspeed"] if plan.uses_deepspeed else [])
-    wanted += ["peft"] if contract.trains_adapter(recipe.mode.kind) else []
+    wanted += ["peft"] if recipeview.trains_adapter(recipe.mode.kind) else []
     versions.update({name: family.packages[name] for name in wanted if name in family.packages})
     return versions
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 
 from recipekit.base.errors import Problem
 from recipekit.recipe.sections import Recipe
-from recipekit.runtime.boundary import contract
+from recipekit.runtime.boundary import recipeview
 
 
 @dataclass(frozen=True)
@@ -39,7 +39,7 @@ class Layout:
 
     @property
     def dp_size(self) -> int:
-        return contract.data_parallel_size(self.world_size, self.model_parallel)
+        return recipeview.data_parallel_size(self.world_size, self.model_parallel)
 
     @property
     def global_batch_size(self) -> int:

@@ -21,7 +21,7 @@ from __future__ import annotations
 from recipekit.base.errors import Problem
 from recipekit.plan.layout import Layout
 from recipekit.recipe.sections import Recipe
-from recipekit.runtime.boundary import contract
+from recipekit.runtime.boundary import recipeview
 
 #: ZeRO stages AutoTP trains with through the Trainer. ZeRO-3 is not among them: transformers loads a ZeRO-3 model
 #: under ``deepspeed.zero.Init`` and that path raises NotImplementedError for a ds_config with ``tensor_parallel``
@@ -106,7 +106,7 @@ def _tensor_parallel_problems(recipe: Recipe, layout: Layout, tp_across_pods: bo
                 hint="parallel.tensor_parallel=1 (ZeRO-3 partitions the experts over the data-parallel ranks)",
             )
         )
-    if contract.trains_adapter(recipe.mode.kind):
+    if recipeview.trains_adapter(recipe.mode.kind):
         problems.append(
             Problem(
                 "parallel.tensor_parallel",

@@ -41,7 +41,7 @@ from recipekit.plan.rules import (
 from recipekit.recipe import mindcluster
 from recipekit.recipe.k8snames import task_env_name
 from recipekit.recipe.sections import HardwareSpec, Recipe
-from recipekit.runtime.boundary import contract
+from recipekit.runtime.boundary import flopcount, recipeview
 
 Precision = Literal["bf16", "fp16", "fp32"]
 
@@ -87,7 +87,7 @@ def recipe_flops(recipe: Recipe, precision: Precision) -> Flops:
     them. The runtime's MFU divides by these very numbers (recipe.yaml ``plan.flops``): one definition for both."""
     model, mode, hw = recipe.model, recipe.mode, recipe.hw
     counts = count_params(model)
-    full = not contract.trains_adapter(mode.kind)
+    full = not recipeview.trains_adapter(mode.kind)
     trainable = counts.total if full else lora_params(model, mode.lora)  # type: ignore[union-attr]
     shape: dict[str, Any] = dict(
         matmul_params=counts.matmul,
@@ -101,9 +101,9 @@ def recipe_flops(recipe: Recipe, precision: Precision) -> Flops:
         params_total=counts.total,
         params_active=counts.active,
         params_trainable=trainable,
-        model_per_token=contract.flops_per_token(**shape),
-        hardware_per_token=contract.flops_per_token(**shape, recompute=recipe.parallel.gradient_checkpointing),
-        peak_tflops=contract.peak_tflops(precision, bf16=hw.peak_tflops_bf16, fp16=hw.peak_tflops_fp16),
+        model_per_token=flopcount.flops_per_token(**shape),
+        hardware_per_token=flopcount.flops_per_token(**shape, recompute=recipe.parallel.gradient_checkpointing),
+        peak_tflops=flopcount.peak_tflops(precision, bf16=hw.peak_tflops_bf16, fp16=hw.peak_tflops_fp16),
     )
 
 

@@ -21,7 +21,7 @@ from recipekit.base.errors import Problem
 from recipekit.plan.layout import Layout, derive_layout, recipe_layout
 from recipekit.recipe.overrides import merge
 from recipekit.recipe.sections import Recipe
-from recipekit.runtime.boundary import contract
+from recipekit.runtime.boundary import resumechoice
 from recipekit.runtime.volume.reshard import reshard_refusal
 
 
@@ -71,7 +71,7 @@ def rescale_problems(layout: Layout, nodes: int, *, streaming: bool, states: Sta
         problems.append(
             Problem(
                 "parallel.tensor_parallel",
-                contract.TP_RESIZE_REFUSAL,
+                resumechoice.TP_RESIZE_REFUSAL,
                 hint="continue on the node count it was saved with",
             )
         )

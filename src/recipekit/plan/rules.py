@@ -11,7 +11,7 @@ from recipekit.plan.layout import Layout
 from recipekit.plan.parallelism import model_parallel_problems
 from recipekit.recipe.sections import Recipe
 from recipekit.recipe.volumes import off_volumes
-from recipekit.runtime.boundary import contract
+from recipekit.runtime.boundary import recipeview
 
 
 def layout_problems(recipe: Recipe, layout: Layout, *, analysis_only: bool, tp_across_pods: bool) -> list[Problem]:
@@ -98,7 +98,7 @@ def moe_lora_problems(recipe: Recipe) -> list[Problem]:
     """PEFT adapts an MoE layer's fused 3-D experts with its ParamWrapper, which refuses LoRA dropout (PEFT 0.21:
     "lora.ParamWrapper does not work with lora_dropout != 0"); found by dry-running the Qwen3-MoE LoRA preset."""
     mode = recipe.mode
-    if not contract.trains_adapter(mode.kind) or not recipe.model.moe:
+    if not recipeview.trains_adapter(mode.kind) or not recipe.model.moe:
         return []
     lora = mode.lora  # type: ignore[union-attr]
     if lora.target_modules != "all-linear" or lora.dropout == 0:

@@ -19,7 +19,7 @@ import posixpath
 import re
 
 from recipekit.recipe.schema import Domain, pattern_domain
-from recipekit.runtime.boundary.contract import POD_WORKDIR
+from recipekit.runtime.boundary.filenames import POD_WORKDIR
 
 _LABEL = r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?"
 

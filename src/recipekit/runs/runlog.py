@@ -24,7 +24,7 @@ import yaml
 
 from recipekit.base import yamlfile
 from recipekit.base.errors import Problem, RecipeError
-from recipekit.runtime.boundary import contract
+from recipekit.runtime.boundary import filenames, metricslog
 
 #: metrics.jsonl is read up to this many bytes (a month-long run logging every step stays far below).
 MAX_METRICS_BYTES = 256 * 1024 * 1024
@@ -53,16 +53,16 @@ TRAIN_KEYS = (
 EVAL_KEYS = ("eval_loss",)
 #: Event records worth keeping in a baseline (the rest are about the run's machinery, not its numbers).
 _BASELINE_EVENTS = (
-    contract.EVENT_START,
-    contract.EVENT_DONE,
-    contract.EVENT_PREEMPTED,
-    contract.EVENT_CHECKPOINT,
-    contract.EVENT_PREFLIGHT,
-    contract.EVENT_DATA,
+    metricslog.EVENT_START,
+    metricslog.EVENT_DONE,
+    metricslog.EVENT_PREEMPTED,
+    metricslog.EVENT_CHECKPOINT,
+    metricslog.EVENT_PREFLIGHT,
+    metricslog.EVENT_DATA,
 )
 
 #: Records a restarted attempt writes before its start record: they end no earlier attempt (its downtime includes them).
-_BEFORE_START = (contract.EVENT_PHASE, contract.EVENT_DATA, contract.EVENT_PREFLIGHT, contract.EVENT_ADAPTED)
+_BEFORE_START = (metricslog.EVENT_PHASE, metricslog.EVENT_DATA, metricslog.EVENT_PREFLIGHT, metricslog.EVENT_ADAPTED)
 
 Series = list[tuple[int, float]]
 
@@ -212,22 +212,22 @@ def from_records(label: str, records: list[dict[str, Any]]) -> RunLog:
     for record in records:
         at = _number(record.get("time"))
         kind = record.get("event")
-        if kind == contract.EVENT_START:
+        if kind == metricslog.EVENT_START:
             attempts.append({"start": record, "started": at, "ended": at, "steps": [], "times": {}, "pre": False})
             run.start = record
         elif kind is not None:
-            if kind == contract.EVENT_CHECKPOINT and _step(record.get("step")) is not None:
+            if kind == metricslog.EVENT_CHECKPOINT and _step(record.get("step")) is not None:
                 seconds, size = _number(record.get("seconds")), _number(record.get("bytes"))
                 checkpoints[record["step"]] = {
                     "step": float(record["step"]),
                     "seconds": seconds if seconds is not None else math.nan,
                     "bytes": size if size is not None else math.nan,
                 }
-            elif kind == contract.EVENT_DONE:
+            elif kind == metricslog.EVENT_DONE:
                 run.done = record
-            elif kind == contract.EVENT_PREFLIGHT:
+            elif kind == metricslog.EVENT_PREFLIGHT:
                 run.preflight = run.preflight or record
-            elif kind == contract.EVENT_PREEMPTED and attempts:
+            elif kind == metricslog.EVENT_PREEMPTED and attempts:
                 attempts[-1]["pre"] = True
         step = _step(record.get("step"))
         if kind is None and step is not None:
@@ -293,15 +293,15 @@ def _bundle_info(bundle: Path, run: RunLog) -> Path:
     manifest = _json_file(bundle / "manifest.json")
     if isinstance(manifest, dict):
         run.manifest = {k: v for k, v in manifest.items() if k != "files"}
-        digest = (manifest.get("files") or {}).get(contract.RECIPE_FILE)
+        digest = (manifest.get("files") or {}).get(filenames.RECIPE_FILE)
         run.recipe_digest = digest if isinstance(digest, str) else None
     if run.recipe_digest is None:
-        run.recipe_digest = hashlib.sha256((bundle / contract.RECIPE_FILE).read_bytes()).hexdigest()
+        run.recipe_digest = hashlib.sha256((bundle / filenames.RECIPE_FILE).read_bytes()).hexdigest()
     image = (resolved.get("plan") or {}).get("image")
     run.image = str(image) if image else None
     output = (resolved.get("training_arguments") or {}).get("output_dir")
     if not output:
-        raise RecipeError([Problem(str(bundle / contract.RECIPE_FILE), "no training_arguments.output_dir")])
+        raise RecipeError([Problem(str(bundle / filenames.RECIPE_FILE), "no training_arguments.output_dir")])
     return Path(str(output))
 
 
@@ -318,7 +318,7 @@ def _relocated(value: Any, prefix: str, name: str) -> Any:
 
 def _recipe_yaml(bundle: Path) -> dict[str, Any]:
     """The bundle's resolved recipe.yaml, read as recipekit reads any YAML (size, alias and tag checks first)."""
-    path = bundle / contract.RECIPE_FILE
+    path = bundle / filenames.RECIPE_FILE
     try:
         resolved = yamlfile.read(path) or {}
     except yaml.YAMLError as exc:
@@ -345,23 +345,23 @@ def load_run(path: Path, volume: Path | None = None, plan: Path | None = None, l
         run = load_baseline(path, name)
     elif not path.is_dir():
         raise RecipeError([Problem(str(path), "no such run directory, bundle or baseline file")])
-    elif (path / DRYRUN_MARKER).is_file() and (path / "bundle" / contract.RECIPE_FILE).is_file():
+    elif (path / DRYRUN_MARKER).is_file() and (path / "bundle" / filenames.RECIPE_FILE).is_file():
         run = RunLog(name)
         output = _bundle_info(path / "bundle", run)  # the twin's own plan; its output_dir is a local path
         run = _with_output(run, output)
         if run.manifest:  # the work directory's own location is no difference between two dry runs
             run.manifest = _relocated(run.manifest, str(path.resolve()), "<dry-run workdir>")
-    elif (path / contract.RECIPE_FILE).is_file() and (path / "manifest.json").is_file():
+    elif (path / filenames.RECIPE_FILE).is_file() and (path / "manifest.json").is_file():
         run = RunLog(name)
         output = _bundle_info(path, run)
         run = _with_output(run, on_volume(str(output), _mount(path), volume))
-    elif (path / contract.METRICS_FILE).is_file():
+    elif (path / filenames.METRICS_FILE).is_file():
         run = _with_output(RunLog(name), path)
     else:
         raise RecipeError(
             [
                 Problem(
-                    str(path), f"neither a run's output directory (no {contract.METRICS_FILE}), a bundle nor a dry run"
+                    str(path), f"neither a run's output directory (no {filenames.METRICS_FILE}), a bundle nor a dry run"
                 )
             ]
         )
@@ -375,10 +375,10 @@ def load_run(path: Path, volume: Path | None = None, plan: Path | None = None, l
 
 
 def _with_output(run: RunLog, output: Path) -> RunLog:
-    metrics = output / contract.METRICS_FILE
+    metrics = output / filenames.METRICS_FILE
     if not metrics.is_file():
         raise RecipeError(
-            [Problem(str(output), f"no {contract.METRICS_FILE} here (has the run started? is --volume right?)")]
+            [Problem(str(output), f"no {filenames.METRICS_FILE} here (has the run started? is --volume right?)")]
         )
     records, warnings = read_metrics(metrics)
     found = from_records(run.label, records)
@@ -386,10 +386,10 @@ def _with_output(run: RunLog, output: Path) -> RunLog:
         setattr(found, name, getattr(run, name))
     found.output_dir = output
     found.warnings = warnings
-    check = _json_file(output / contract.CLUSTER_CHECK_FILE)
+    check = _json_file(output / filenames.CLUSTER_CHECK_FILE)
     if isinstance(check, dict):
         found.preflight = check
-    record = _json_file(output / contract.RUN_FILE) if (output / contract.RUN_FILE).is_file() else None
+    record = _json_file(output / filenames.RUN_FILE) if (output / filenames.RUN_FILE).is_file() else None
     found.run_record = record if isinstance(record, dict) else None
     return found
 

@@ -3,7 +3,7 @@
 The predictions come from the bundle's plan.json (recipekit.bundle.planview.estimate_dict) and follow its arithmetic:
 the predicted step time is ``time.step_s``; tokens/s per device is the step's tokens over that time and the world size;
 MFU and HFU are those tokens/s through the runtime contract's own
-:func:`~recipekit.runtime.boundary.contract.utilisation` (model FLOPs, then × the recomputation factor for HFU), so
+:func:`~recipekit.runtime.boundary.flopcount.utilisation` (model FLOPs, then × the recomputation factor for HFU), so
 planner and runtime cannot mean different things. The measured value of each is the median over the logged steps after
 the first (the first step pays for warm-up), so one slow step (a checkpoint, a restart) does not move it. Pure
 functions, no I/O.
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from recipekit.runs.runlog import RunLog
-from recipekit.runtime.boundary import contract
+from recipekit.runtime.boundary import flopcount
 
 #: A measured figure more than this fraction away from the plan's (ratio outside [1/(1+m), 1+m]) is a deviation.
 DEFAULT_MARGIN = 0.5
@@ -63,7 +63,7 @@ def predictions(plan: dict[str, Any] | None) -> dict[str, float | None]:
     peak = _num(_get(plan, "compute", "peak_tflops"))
     recompute = _num(_get(plan, "compute", "recompute_factor")) or 1.0
     tps = tokens / step_s / world if step_s and tokens and world else None
-    mfu = contract.utilisation(tps, flops, peak) if tps is not None and flops and peak else None
+    mfu = flopcount.utilisation(tps, flops, peak) if tps is not None and flops and peak else None
     return {
         "step_time_s": step_s,
         "tokens_per_second_per_device": tps,

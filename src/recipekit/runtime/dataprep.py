@@ -26,7 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .boundary import contract
+from .boundary import exitcodes, filenames
 from .boundary.common import LOG, RunError
 from .boundary.config import load_run_config
 from .data.sources import find_files
@@ -47,7 +47,7 @@ from .volume.verify import check, lines
 # ----------------------------------------------------------------------------------------------- ahead of time
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="Prepare a bundle's training data into shards ahead of the run.")
-    parser.add_argument("--recipe", type=Path, default=Path(contract.RECIPE_FILE), help="the bundle's recipe.yaml")
+    parser.add_argument("--recipe", type=Path, default=Path(filenames.RECIPE_FILE), help="the bundle's recipe.yaml")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="local worker processes")
     parser.add_argument("--volume", type=Path, help="where the recipe's cluster.mount_path is mounted here")
     parser.add_argument("--progress", choices=("json", "text"), default="text", help="progress on stdout as JSON")
@@ -76,7 +76,7 @@ def locate(options: argparse.Namespace, make_twin: bool) -> tuple[Job, str, Any]
     settings = settings_of(recipe.data, seed)
     files = find_files(on_volume(str(recipe.data.path), mount, options.volume), recipe.data.format)
     output_dir = Path(on_volume(str(run.training_arguments["output_dir"]), mount, options.volume))
-    twin = output_dir / contract.RANDOM_INIT_DIR
+    twin = output_dir / filenames.RANDOM_INIT_DIR
     if recipe.model.init == "random" and not make_twin and not (twin / "config.json").is_file():
         raise RunError(f"no random twin in {twin}, so nothing was prepared for it: run recipekit data prepare first")
     model_path = model_source(recipe, settings, files, output_dir, seed, maker=make_twin)
@@ -150,10 +150,10 @@ def _worker(job: Job, tokenizer: Any, me: int, workers: int) -> None:
     except RunError as exc:
         if job.failure() != str(exc):  # a reason failed.json holds is the parent's to say, once
             print(f"dataprep: worker {me}: " + " ".join(str(exc).split()), file=sys.stderr, flush=True)
-        sys.exit(contract.EXIT_USER_ERROR)
+        sys.exit(exitcodes.EXIT_USER_ERROR)
     except Exception:  # a bug: keep the traceback
         traceback.print_exc()
-        sys.exit(contract.EXIT_FAILED)
+        sys.exit(exitcodes.EXIT_FAILED)
 
 
 #: Seconds between progress lines of ``--progress text`` (the JSON form goes out every second, for a progress bar).
@@ -184,9 +184,9 @@ def verify_main(options: argparse.Namespace) -> int:
         report = verify_ahead(options)
     except RunError as exc:
         print("dataprep: " + " ".join(str(exc).split()), file=sys.stderr)
-        return contract.EXIT_USER_ERROR
+        return exitcodes.EXIT_USER_ERROR
     print(json.dumps(report) if options.progress == "json" else "\n".join(lines(report)), flush=True)
-    return contract.EXIT_OK if report["ok"] else contract.EXIT_FAILED
+    return exitcodes.EXIT_OK if report["ok"] else exitcodes.EXIT_FAILED
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -205,16 +205,16 @@ def main(argv: list[str] | None = None) -> int:
         done = prepare_ahead(options, emit)
     except RunError as exc:
         print("dataprep: " + " ".join(str(exc).split()), file=sys.stderr)
-        return contract.EXIT_USER_ERROR
+        return exitcodes.EXIT_USER_ERROR
     except Exception as exc:  # a bug or an environment failure
         LOG.exception("preparing the data failed")
         print(f"dataprep: failed: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return contract.EXIT_FAILED
+        return exitcodes.EXIT_FAILED
     if options.progress == "json":
         emit(done)
     else:
         print(json.dumps(done, indent=2))
-    return contract.EXIT_OK
+    return exitcodes.EXIT_OK
 
 
 if __name__ == "__main__":

@@ -13,9 +13,9 @@ What it checks, each failure a one-line reason and a non-zero exit so Volcano's 
   past that, exit 1: a restart may land on healthier nodes).
 
 Then it exports launch.json's ``env`` (a value already set in the pod spec wins), MASTER_ADDR and MASTER_PORT, and
-runs torchrun as its child. The pod's exit status is the run's own code (``contract.EXIT_CODES``), because the Job's
+runs torchrun as its child. The pod's exit status is the run's own code (``exitcodes.EXIT_CODES``), because the Job's
 exitCode policies act on it: torchrun exits 1 whatever its worker's code, so each worker writes its code into a
-directory the launcher names (``contract.EXIT_DIR_ENV``) and the launcher exits with the first failure's. SIGTERM
+directory the launcher names (``exitcodes.EXIT_DIR_ENV``) and the launcher exits with the first failure's. SIGTERM
 and SIGINT are passed on to torchrun (which passes them to train.py, which saves a checkpoint); once torchrun has
 ended, the launcher ends by the same signal, so a signal stays a signal.
 """
@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .boundary import contract  # the package is ``runtime`` in a bundle, ``recipekit.runtime`` in recipekit
+from .boundary import exitcodes, filenames  # the package is ``runtime`` in a bundle, ``recipekit.runtime`` in recipekit
 from .volume import recovery
 
 #: Where the svc plugin also writes each task's hosts, one per line.
@@ -48,7 +48,7 @@ DNS_RETRY_S = 2.0
 class LaunchError(Exception):
     """A reason not to start torchrun, with the exit code it deserves."""
 
-    def __init__(self, message: str, code: int = contract.EXIT_USER_ERROR):
+    def __init__(self, message: str, code: int = exitcodes.EXIT_USER_ERROR):
         super().__init__(message)
         self.code = code
 
@@ -129,7 +129,7 @@ def wait_for_master(
                 raise LaunchError(
                     f"the master {host} did not resolve within {timeout_s:g} s ({exc}): check the svc plugin's "
                     "headless Service and the cluster DNS",
-                    code=contract.EXIT_FAILED,
+                    code=exitcodes.EXIT_FAILED,
                 ) from None
         sleep(DNS_RETRY_S)
 
@@ -146,7 +146,7 @@ def torchrun_argv(spec: Mapping[str, Any], topo: Topology, bundle_dir: Path) -> 
         "-m",
         str(spec["module"]),
         "--recipe",
-        str(bundle_dir / contract.RECIPE_FILE),
+        str(bundle_dir / filenames.RECIPE_FILE),
         *[str(a) for a in spec["args"]],
     ]
 
@@ -162,7 +162,7 @@ def environment(spec: Mapping[str, Any], topo: Topology, environ: Mapping[str, s
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    path = Path(args[0] if args else contract.LAUNCH_FILE).resolve()
+    path = Path(args[0] if args else filenames.LAUNCH_FILE).resolve()
     try:
         spec = read_spec(path)
         topo = topology(spec, os.environ)
@@ -179,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     env = environment(spec, topo, os.environ)
     exit_dir = tempfile.mkdtemp(prefix="recipekit-exit-")
-    env[contract.EXIT_DIR_ENV] = exit_dir
+    env[exitcodes.EXIT_DIR_ENV] = exit_dir
     env.setdefault(recovery.LAUNCH_TIME_ENV, str(time.time()))  # when this attempt of the pod began (MTTR)
     try:
         return supervise(argv_out, env, Path(exit_dir))
@@ -214,12 +214,12 @@ def supervise(argv: list[str], env: dict[str, str], exit_dir: Path) -> int:
         code = child.wait()
     except OSError as exc:
         print(f"launch: cannot start {argv[0]}: {exc}", file=sys.stderr)
-        return contract.EXIT_FAILED
+        return exitcodes.EXIT_FAILED
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
-    result = pod_exit_code(code, contract.worker_exit_code(exit_dir), received[0] if received else None)
-    name = contract.exit_code_name(result)
+    result = pod_exit_code(code, exitcodes.worker_exit_code(exit_dir), received[0] if received else None)
+    name = exitcodes.exit_code_name(result)
     print(f"launch: torchrun exited {code}; the pod exits {name} ({result})", file=sys.stderr)
     sys.stderr.flush()
     if received:
@@ -236,7 +236,7 @@ def pod_exit_code(torchrun_code: int, worker_code: int | None, signum: int | Non
     if signum is not None:
         return 128 + signum
     if torchrun_code == 0:
-        return contract.EXIT_OK
+        return exitcodes.EXIT_OK
     if worker_code is not None:
         return worker_code
     return 128 - torchrun_code if torchrun_code < 0 else torchrun_code

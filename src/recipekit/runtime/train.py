@@ -12,15 +12,15 @@ torch_npu is reported in one line), how the data is read, validated, tokenised, 
 shards once for every run that needs it (sources.py, data.py, chat.py, samples.py, prepare.py, shards.py,
 workers.py, dataprep.py), the order rows are drawn in (sampler.py), how the model is built (model.py; twin.py for
 a random twin with a tokenizer trained here), which checkpoint to resume from and whether it belongs to this run
-(checkpoints.py, contract.py), and what to do on SIGTERM (callbacks.py). session.py strings these together; this
-module parses the command line, maps failures to exit codes and starts the session once the device is known to
-work.
+(checkpoints.py; boundary/resumechoice.py), and what to do on SIGTERM (callbacks.py). session.py strings these
+together; this module parses the command line, maps failures to exit codes and starts the session once the device is
+known to work.
 
 Outputs in ``training_arguments.output_dir``:
   checkpoint-N/     Trainer checkpoints (save_steps, save_total_limit), each with the run record
-                    (``contract.RUN_FILE``); one more on SIGTERM
+                    (``filenames.RUN_FILE``); one more on SIGTERM
   metrics.jsonl     one JSON object per logging step (loss, learning_rate, tokens/s, TFLOPS, MFU, HFU, ...) and the
-                    structured records ``contract.EVENT_*`` (start, adapted, preempted, done): the file tests and dry
+                    structured records ``metricslog.EVENT_*`` (start, adapted, preempted, done): the file tests and dry
                     runs read; trainer_state.json's log_history lacks the throughput figures
   random-init/      the random twin's initial weights and tokenizer (``model.init: random`` only), so that resume,
                     adapters and merges all refer to one base
@@ -35,8 +35,8 @@ The training data is prepared into memory-mapped shards under ``plan.prepared_di
 shared by every run whose data, tokenizer and row settings are equal; each rank prepares its share before the
 process group forms, or reuses what an earlier run (or ``recipekit data prepare``) left there.
 
-Exit codes: ``contract.EXIT_CODES`` is the one table (name, code, meaning, the Job's policy for it). Each process
-also writes its code where the launcher reads it (``contract.record_exit``), since torchrun exits 1 whatever its
+Exit codes: ``exitcodes.EXIT_CODES`` is the one table (name, code, meaning, the Job's policy for it). Each process
+also writes its code where the launcher reads it (``exitcodes.record_exit``), since torchrun exits 1 whatever its
 workers' codes are and the pod must exit with the run's own code for the Job's exitCode policies to act on it.
 """
 
@@ -47,7 +47,7 @@ import logging
 import sys
 from pathlib import Path
 
-from .boundary import contract
+from .boundary import exitcodes, filenames
 from .boundary.common import LOG, RunError, rank
 from .boundary.config import load_run_config
 from .ops.device import detect
@@ -55,7 +55,7 @@ from .ops.device import detect
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="Train from a recipekit bundle's recipe.yaml with the HF Trainer.")
-    parser.add_argument("--recipe", type=Path, default=Path(contract.RECIPE_FILE), help="the bundle's recipe.yaml")
+    parser.add_argument("--recipe", type=Path, default=Path(filenames.RECIPE_FILE), help="the bundle's recipe.yaml")
     parser.add_argument(
         "--resume",
         default="auto",
@@ -89,11 +89,11 @@ def main(argv: list[str] | None = None) -> int:
         return train(options)
     except RunError as exc:  # one line; a subclass may carry its own exit code (preflight: EXIT_PREFLIGHT)
         print("train.py: " + " ".join(str(exc).split()), file=sys.stderr)
-        return getattr(exc, "code", contract.EXIT_USER_ERROR)
+        return getattr(exc, "code", exitcodes.EXIT_USER_ERROR)
     except Exception as exc:  # a bug or an environment failure: keep the traceback, end with one line
         LOG.exception("training failed")
         print(f"train.py: failed: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return contract.EXIT_FAILED
+        return exitcodes.EXIT_FAILED
     # A rank that failed on its own does not destroy the process group: that is collective, and with its peers
     # blocked in a collective it would hang (NCCL/HCCL) instead of exiting. Exiting non-zero lets torchrun stop
     # the pod's other workers and Volcano restart the job.
@@ -101,5 +101,5 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     code = main()
-    contract.record_exit(code)  # torchrun exits 1 whatever this code is: the launcher reads it from here
+    exitcodes.record_exit(code)  # torchrun exits 1 whatever this code is: the launcher reads it from here
     sys.exit(code)

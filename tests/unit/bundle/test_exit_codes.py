@@ -16,7 +16,7 @@ import yaml
 
 from recipekit.bundle.build import build
 from recipekit.runtime import launch
-from recipekit.runtime.boundary import contract
+from recipekit.runtime.boundary import exitcodes
 from recipekit.validate.shared import controller
 from recipekit.validate.static.volcano import policy_findings, webhook_findings
 
@@ -71,35 +71,35 @@ def _job(bundle: Path) -> dict:
 
 # ------------------------------------------------------------------------------------------------- the table
 def test_one_table_with_unique_codes_and_the_constants_read_from_it() -> None:
-    codes = [c.code for c in contract.EXIT_CODES]
-    assert len(codes) == len(set(codes)) and len({c.name for c in contract.EXIT_CODES}) == len(codes)
-    assert contract.EXIT_USER_ERROR == contract.exit_code("user_error") == 2
-    assert contract.EXIT_PREEMPTED == 128 + signal.SIGTERM
+    codes = [c.code for c in exitcodes.EXIT_CODES]
+    assert len(codes) == len(set(codes)) and len({c.name for c in exitcodes.EXIT_CODES}) == len(codes)
+    assert exitcodes.EXIT_USER_ERROR == exitcodes.exit_code("user_error") == 2
+    assert exitcodes.EXIT_PREEMPTED == 128 + signal.SIGTERM
     with pytest.raises(KeyError):
-        contract.exit_code("no_such_code")
-    assert contract.exit_code_name(137) == "signal 9"
+        exitcodes.exit_code("no_such_code")
+    assert exitcodes.exit_code_name(137) == "signal 9"
 
 
 def test_the_first_failure_is_the_cause_not_the_sigterms_it_caused(tmp_path: Path) -> None:
     def write(rank: int, code: int, at: float) -> None:
         (tmp_path / f"rank-{rank}.json").write_text(json.dumps({"code": code, "time": at, "rank": rank}))
 
-    assert contract.worker_exit_code(tmp_path) is None
+    assert exitcodes.worker_exit_code(tmp_path) is None
     write(0, 0, 1.0)
-    assert contract.worker_exit_code(tmp_path) is None
-    write(1, contract.EXIT_PREEMPTED, 2.0)
-    assert contract.worker_exit_code(tmp_path) == contract.EXIT_PREEMPTED
-    write(2, contract.EXIT_PREFLIGHT, 3.0)  # later, but the SIGTERM was torchrun's answer to it
-    write(3, contract.EXIT_STALLED, 4.0)
-    assert contract.worker_exit_code(tmp_path) == contract.EXIT_PREFLIGHT
+    assert exitcodes.worker_exit_code(tmp_path) is None
+    write(1, exitcodes.EXIT_PREEMPTED, 2.0)
+    assert exitcodes.worker_exit_code(tmp_path) == exitcodes.EXIT_PREEMPTED
+    write(2, exitcodes.EXIT_PREFLIGHT, 3.0)  # later, but the SIGTERM was torchrun's answer to it
+    write(3, exitcodes.EXIT_STALLED, 4.0)
+    assert exitcodes.worker_exit_code(tmp_path) == exitcodes.EXIT_PREFLIGHT
     (tmp_path / "rank-4.json").write_text("{cut")
-    assert contract.worker_exit_code(tmp_path) == contract.EXIT_PREFLIGHT
+    assert exitcodes.worker_exit_code(tmp_path) == exitcodes.EXIT_PREFLIGHT
 
 
 def test_record_exit_writes_only_under_the_launcher(tmp_path: Path) -> None:
-    contract.record_exit(3, {"RANK": "5"})
+    exitcodes.record_exit(3, {"RANK": "5"})
     assert not list(tmp_path.iterdir())
-    contract.record_exit(3, {"RANK": "5", contract.EXIT_DIR_ENV: str(tmp_path)})
+    exitcodes.record_exit(3, {"RANK": "5", exitcodes.EXIT_DIR_ENV: str(tmp_path)})
     assert json.loads((tmp_path / "rank-5.json").read_text())["code"] == 3
 
 
@@ -112,7 +112,7 @@ def test_pod_exit_code_keeps_signals_and_the_workers_code() -> None:
 
 
 # ------------------------------------------------------------------------------------------------ the launcher
-@pytest.mark.parametrize("code", [contract.EXIT_USER_ERROR, contract.EXIT_PREFLIGHT, contract.EXIT_STALLED, 0])
+@pytest.mark.parametrize("code", [exitcodes.EXIT_USER_ERROR, exitcodes.EXIT_PREFLIGHT, exitcodes.EXIT_STALLED, 0])
 def test_the_pod_exits_with_the_workers_code_although_torchrun_exits_1(bundle: Path, fake_bin: Path, code: int) -> None:
     proc = subprocess.run(
         ["bash", str(bundle / "run.sh")],
@@ -123,7 +123,7 @@ def test_the_pod_exits_with_the_workers_code_although_torchrun_exits_1(bundle: P
     )
     assert proc.returncode == code, proc.stderr
     if code:
-        assert f"torchrun exited 1; the pod exits {contract.exit_code_name(code)} ({code})" in proc.stderr
+        assert f"torchrun exited 1; the pod exits {exitcodes.exit_code_name(code)} ({code})" in proc.stderr
 
 
 def test_sigterm_reaches_torchrun_and_the_pod_ends_by_the_signal(bundle: Path, fake_bin: Path) -> None:
@@ -147,11 +147,11 @@ def test_sigterm_reaches_torchrun_and_the_pod_ends_by_the_signal(bundle: Path, f
 def test_the_jobs_exit_code_policies_come_from_the_table_and_pass_the_webhook(bundle: Path) -> None:
     job = _job(bundle)
     policies = job["spec"]["policies"]
-    assert policies[: len(contract.exit_code_policies())] == contract.exit_code_policies()
+    assert policies[: len(exitcodes.exit_code_policies())] == exitcodes.exit_code_policies()
     assert {p["exitCode"]: p["action"] for p in policies if "exitCode" in p} == {
-        contract.EXIT_USER_ERROR: "TerminateJob",
-        contract.EXIT_PREFLIGHT: "RestartJob",
-        contract.EXIT_STALLED: "RestartJob",
+        exitcodes.EXIT_USER_ERROR: "TerminateJob",
+        exitcodes.EXIT_PREFLIGHT: "RestartJob",
+        exitcodes.EXIT_STALLED: "RestartJob",
     }
     assert webhook_findings(job) == []
     assert controller.unreachable_policy_findings(job) == []
@@ -170,13 +170,13 @@ def test_the_webhook_rules_refuse_bad_exit_code_policies() -> None:
 def test_the_simulated_controller_applies_the_jobs_own_policies(bundle: Path) -> None:
     job = _job(bundle)
     task = job["spec"]["tasks"][0]["name"]
-    assert controller.pod_failed_action(job, contract.EXIT_USER_ERROR, task) == "TerminateJob"
-    assert controller.pod_failed_action(job, contract.EXIT_PREFLIGHT, task) == "RestartJob"
-    assert controller.pod_failed_action(job, contract.EXIT_FAILED, task) == "RestartJob"  # PodFailed
+    assert controller.pod_failed_action(job, exitcodes.EXIT_USER_ERROR, task) == "TerminateJob"
+    assert controller.pod_failed_action(job, exitcodes.EXIT_PREFLIGHT, task) == "RestartJob"
+    assert controller.pod_failed_action(job, exitcodes.EXIT_FAILED, task) == "RestartJob"  # PodFailed
     assert controller.action_for(job, event="PodEvicted", task=task) == "RestartJob"
     # a task policy comes first
-    job["spec"]["tasks"][0]["policies"] = [{"exitCode": contract.EXIT_FAILED, "action": "AbortJob"}]
-    assert controller.pod_failed_action(job, contract.EXIT_FAILED, task) == "AbortJob"
+    job["spec"]["tasks"][0]["policies"] = [{"exitCode": exitcodes.EXIT_FAILED, "action": "AbortJob"}]
+    assert controller.pod_failed_action(job, exitcodes.EXIT_FAILED, task) == "AbortJob"
 
 
 def test_an_exit_code_policy_after_pod_failed_is_reported_as_never_firing(bundle: Path) -> None:
@@ -184,9 +184,9 @@ def test_an_exit_code_policy_after_pod_failed_is_reported_as_never_firing(bundle
     policies = job["spec"]["policies"]
     job["spec"]["policies"] = [p for p in policies if "event" in p] + [p for p in policies if "exitCode" in p]
     task = job["spec"]["tasks"][0]["name"]
-    assert controller.pod_failed_action(job, contract.EXIT_USER_ERROR, task) == "RestartJob"  # shadowed
+    assert controller.pod_failed_action(job, exitcodes.EXIT_USER_ERROR, task) == "RestartJob"  # shadowed
     unreachable = [str(f) for f in controller.unreachable_policy_findings(job)]
-    assert len(unreachable) == len(contract.exit_code_policies()) and "never fires" in unreachable[0]
+    assert len(unreachable) == len(exitcodes.exit_code_policies()) and "never fires" in unreachable[0]
     contract_findings = [str(f) for f in controller.contract_policy_findings(job)]
     assert any(
         "exiting 2 (user_error) gets RestartJob, the runtime contract says TerminateJob" in f for f in contract_findings
@@ -195,16 +195,16 @@ def test_an_exit_code_policy_after_pod_failed_is_reported_as_never_firing(bundle
 
 def test_run_sh_and_the_readme_read_the_table(bundle: Path) -> None:
     readme = (bundle / "README.md").read_text()
-    for entry in contract.EXIT_CODES:
+    for entry in exitcodes.EXIT_CODES:
         assert f"| {entry.code} | {entry.name} |" in readme
     run_sh = build(["recipe=llama3_8b_sft", "hw=ascend910b"], bundle.parent / "npu").path / "run.sh"
-    assert f"exit {contract.EXIT_USER_ERROR}" in run_sh.read_text()
+    assert f"exit {exitcodes.EXIT_USER_ERROR}" in run_sh.read_text()
     template = (Path(__file__).parents[3] / "templates" / "run.sh.j2").read_text()
     assert "exit 2" not in template and "exit {{ exit.user_error }}" in template
 
 
 def test_the_docs_list_the_table() -> None:
     docs = (Path(__file__).parents[3] / "docs" / "faults.md").read_text()
-    for entry in contract.EXIT_CODES:
+    for entry in exitcodes.EXIT_CODES:
         action = entry.action or ("none (success)" if entry.code == 0 else "RestartJob (PodFailed)")
         assert f"| {entry.code} | {entry.name} | {entry.meaning} | {action} |" in docs

@@ -43,10 +43,10 @@ def test_the_adapter_modes_are_one_list() -> None:
 
     from recipekit.recipe.schema import field_types, sections_in
     from recipekit.recipe.sections import ModeSpec, adapter_of
-    from recipekit.runtime.boundary import contract
+    from recipekit.runtime.boundary import recipeview
 
     modes = sections_in(ModeSpec)
     with_adapter = {get_args(field_types(mode)["kind"])[0] for mode in modes if "lora" in field_types(mode)}
-    assert with_adapter == set(contract.ADAPTER_MODES)
+    assert with_adapter == set(recipeview.ADAPTER_MODES)
     assert adapter_of(resolve(["recipe=tiny_sft"]).recipe.mode) is None
     assert adapter_of(resolve(["recipe=tiny_sft", "mode=lora"]).recipe.mode) is not None

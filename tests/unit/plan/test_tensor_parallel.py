@@ -264,12 +264,12 @@ def test_throughput_counts_each_token_once_under_tp() -> None:
 
 
 def test_judge_checks_the_tp_degree_train_py_started_with(tmp_path: Path) -> None:
-    from recipekit.runtime.boundary import contract
+    from recipekit.runtime.boundary import metricslog
     from recipekit.validate.dryrun.cluster.attemptlog import Attempt
     from recipekit.validate.dryrun.judges import training
 
     attempt = Attempt(number=0, port=29500, started=0.0)
-    attempt.records.append(contract.event(contract.EVENT_START, world_size=2, tensor_parallel=1))
+    attempt.records.append(metricslog.event(metricslog.EVENT_START, world_size=2, tensor_parallel=1))
     result = Result("dryrun.train", "t")
     training.judge_start(result, attempt, 2, 2)
     assert result.failed and "started with TP 1, but the work copy plans TP 2" in str(result.findings[0])

@@ -62,9 +62,9 @@ def copied_with(tmp_path: Path, module: str, line: str) -> Path:
 
 
 def test_the_runtime_may_not_import_recipekit(tmp_path: Path) -> None:
-    result = lint(copied_with(tmp_path, "runtime/boundary/contract.py", "from recipekit.base import errors"))
+    result = lint(copied_with(tmp_path, "runtime/boundary/exitcodes.py", "from recipekit.base import errors"))
     assert result.returncode != 0
-    assert "recipekit.runtime.boundary.contract -> recipekit.base.errors" in result.stdout
+    assert "recipekit.runtime.boundary.exitcodes -> recipekit.base.errors" in result.stdout
 
 
 def test_an_upward_import_inside_the_runtime_breaks_its_contract(tmp_path: Path) -> None:

@@ -54,14 +54,14 @@ def test_a_stale_page_is_reported(tmp_path: Path) -> None:
 def test_the_pages_hold_what_the_code_defines() -> None:
     """Spot checks that the generator reads the sources, not a copy: a key, an option, a flag, an exit code."""
     pages = GEN.generate()
-    from recipekit.runtime.boundary import contract
+    from recipekit.runtime.boundary import exitcodes
 
     assert "`train.micro_batch_size`" in pages["recipe-keys.md"]
     assert "`mode.quant.double_quant`" in pages["recipe-keys.md"]
     assert "`ascend910b` *" in pages["groups.md"]
     assert "--allow-oom" in pages["cli.md"] and "## recipekit data prepare" in pages["cli.md"]
     assert (
-        f"| {contract.EXIT_STALLED} | `stalled` |" in pages["exit-codes.md"]
+        f"| {exitcodes.EXIT_STALLED} | `stalled` |" in pages["exit-codes.md"]
         and "| TerminateJob |" in pages["exit-codes.md"]
     )
     assert "`qwen2.5_14b`" in pages["models.md"]

@@ -1249,15 +1249,17 @@ def test_data_surface(probe: Probe, tmp_path: Path) -> None:
 
 def test_a_fifo_as_trainer_state_is_an_incomplete_checkpoint_not_a_hang(tmp_path: Path) -> None:
     """What resume reads from the shared volume is opened without blocking: a planted FIFO is refused at once."""
-    from recipekit.runtime.boundary import contract
+    from recipekit.runtime.boundary import checkpointdirs, filenames, resumechoice
 
     checkpoint = tmp_path / "checkpoint-3"
     checkpoint.mkdir()
-    os.mkfifo(checkpoint / contract.TRAINER_STATE_FILE)
-    os.mkfifo(checkpoint / contract.RUN_FILE)
-    assert "not a regular file" in (contract.checkpoint_problem(checkpoint) or "")
-    assert contract.read_run_record(checkpoint) is None
-    assert contract.resume_choice(tmp_path, "r").skipped == (("checkpoint-3", contract.checkpoint_problem(checkpoint)),)
+    os.mkfifo(checkpoint / filenames.TRAINER_STATE_FILE)
+    os.mkfifo(checkpoint / filenames.RUN_FILE)
+    assert "not a regular file" in (checkpointdirs.checkpoint_problem(checkpoint) or "")
+    assert resumechoice.read_run_record(checkpoint) is None
+    assert resumechoice.resume_choice(tmp_path, "r").skipped == (
+        ("checkpoint-3", checkpointdirs.checkpoint_problem(checkpoint)),
+    )
 
 
 # ------------------------------------------------------------------------------------------------------ paths

@@ -169,12 +169,12 @@ def _plan(*overrides: str):
 
 def test_moe_flops_count_active_parameters_and_memory_counts_all(tmp_path: Path) -> None:
     from recipekit import memory
-    from recipekit.runtime.boundary import contract
+    from recipekit.runtime.boundary import flopcount
 
     recipe, plan = _plan("model=qwen3_30b_a3b", "parallel=zero3", "hw=h100", "cluster.nodes=2")
     counts = count_params(recipe.model)
     assert plan.flops.params_total == counts.total > 9 * plan.flops.params_active == 9 * counts.active
-    expected = contract.flops_per_token(
+    expected = flopcount.flops_per_token(
         matmul_params=counts.active - counts.embedding,
         trainable_params=counts.total,
         full_training=True,

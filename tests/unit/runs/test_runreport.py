@@ -14,7 +14,7 @@ from recipekit.cli import main
 from recipekit.runs.compare import Tolerances, align, compare
 from recipekit.runs.runlog import MAX_LINE_BYTES, from_records, load_run, on_volume, read_metrics
 from recipekit.runs.runplan import DEFAULT_MARGIN, predictions, rows
-from recipekit.runtime.boundary import contract
+from recipekit.runtime.boundary import filenames, flopcount
 from tests.unit.runfixtures import PLAN, losses, write_plan, write_run
 
 matplotlib = pytest.importorskip("matplotlib")
@@ -53,7 +53,7 @@ def test_replayed_steps_keep_the_later_attempts_value() -> None:
 def test_bad_long_and_non_object_lines_are_skipped_and_said(tmp_path: Path) -> None:
     long = '{"x": "' + "y" * MAX_LINE_BYTES + '"}'
     out = write_run(tmp_path / "out", losses(), extra_lines=["{not json", "[1, 2]", long])
-    records, warnings = read_metrics(out / contract.METRICS_FILE)
+    records, warnings = read_metrics(out / filenames.METRICS_FILE)
     assert records and all(isinstance(r, dict) for r in records)
     assert any("2 line(s) were not JSON objects" in w for w in warnings)
     assert any("1 line(s) longer than" in w for w in warnings)
@@ -87,7 +87,7 @@ def test_predictions_follow_the_plans_arithmetic() -> None:
     p = predictions(PLAN)
     assert p["step_time_s"] == 0.5
     assert p["tokens_per_second_per_device"] == pytest.approx(1024 / 0.5 / 2)
-    assert p["mfu"] == pytest.approx(contract.utilisation(1024.0, 1e9, 10.0))
+    assert p["mfu"] == pytest.approx(flopcount.utilisation(1024.0, 1e9, 10.0))
     assert p["hfu"] == pytest.approx(p["mfu"] * 1.5)
     assert predictions(None)["step_time_s"] is None
 

@@ -18,7 +18,7 @@ from recipekit.validate.dryrun.workdir.tinydata import tiny_records, write_tiny_
 
 torch = pytest.importorskip("torch")
 
-from recipekit.runtime.boundary import contract  # noqa: E402
+from recipekit.runtime.boundary import filenames  # noqa: E402
 from recipekit.runtime.boundary.common import RunError  # noqa: E402
 from recipekit.runtime.data import workers  # noqa: E402
 from recipekit.runtime.data.samples import SequenceCollator  # noqa: E402
@@ -137,7 +137,7 @@ def test_the_stream_state_travels_in_the_checkpoint(tmp_path, tokenizer):
     data = write_tiny_dataset("alpaca", tmp_path / "data.jsonl", n=300)
     stream = stream_of(data, tokenizer)
     take(stream, 50)
-    checkpoint = tmp_path / "out" / f"{contract.CHECKPOINT_PREFIX}3"
+    checkpoint = tmp_path / "out" / f"{filenames.CHECKPOINT_PREFIX}3"
     checkpoint.mkdir(parents=True)
 
     class Args:
@@ -147,7 +147,7 @@ def test_the_stream_state_travels_in_the_checkpoint(tmp_path, tokenizer):
         is_world_process_zero, global_step = True, 3
 
     StreamStateCallback(stream).on_save(Args(), State(), None)
-    assert (checkpoint / contract.STREAM_STATE_FILE).is_file()
+    assert (checkpoint / filenames.STREAM_STATE_FILE).is_file()
     assert known_chunks(checkpoint, len(stream.chunks)) == stream.known
     assert known_chunks(checkpoint, len(stream.chunks) + 1) is None  # another input: not used
     assert known_chunks(tmp_path, len(stream.chunks)) is None

@@ -9,7 +9,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from recipekit.runtime.boundary import contract  # noqa: E402
+from recipekit.runtime.boundary import metricslog  # noqa: E402
 from recipekit.runtime.session.callbacks import GIB, PeakMemoryCallback, peak_rss_bytes  # noqa: E402
 
 ARGS = SimpleNamespace(device=torch.device("cpu"))
@@ -18,8 +18,8 @@ ARGS = SimpleNamespace(device=torch.device("cpu"))
 def test_a_cpu_run_logs_its_peak_rss_and_no_device_memory() -> None:
     logs = {"loss": 1.0}
     PeakMemoryCallback("cpu").on_log(ARGS, None, None, logs=logs)
-    assert contract.PEAK_DEVICE_MEMORY_KEY not in logs
-    rss = logs[contract.PEAK_HOST_MEMORY_KEY]
+    assert metricslog.PEAK_DEVICE_MEMORY_KEY not in logs
+    rss = logs[metricslog.PEAK_HOST_MEMORY_KEY]
     assert 0 < rss <= peak_rss_bytes() / GIB + 1e-3  # this process: a test runner holds tens of MiB at least
     assert rss > 10 / 1024  # more than 10 MiB: an interpreter with torch imported
 
@@ -43,6 +43,6 @@ def test_the_device_peak_is_read_through_torchs_counter_and_reset_each_log(monke
     first, second = {"loss": 1.0}, {"loss": 0.9}
     callback.on_log(ARGS, None, None, logs=first)
     callback.on_log(ARGS, None, None, logs=second)
-    assert first[contract.PEAK_DEVICE_MEMORY_KEY] == 3.0
-    assert second[contract.PEAK_DEVICE_MEMORY_KEY] == 0.5  # the peak since the last log, not of the whole run
+    assert first[metricslog.PEAK_DEVICE_MEMORY_KEY] == 3.0
+    assert second[metricslog.PEAK_DEVICE_MEMORY_KEY] == 0.5  # the peak since the last log, not of the whole run
     assert len(resets) == 2

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from recipekit.runtime.boundary import contract
+from recipekit.runtime.boundary import filenames, resumechoice
 from recipekit.runtime.boundary.common import RunError
 from recipekit.runtime.session import checkpoints
 from recipekit.runtime.volume import reshard, trust
@@ -37,8 +37,8 @@ def zero_checkpoint(root: Path, step: int = 4, world_size: int = 2) -> Path:
         (path / f"global_step{step}" / f"zero_pp_rank_{rank}_mp_rank_00_optim_states.pt").write_bytes(b"x" * 8)
     (path / "latest").write_text(f"global_step{step}")
     (path / "trainer_state.json").write_text(json.dumps({"global_step": step}))
-    record = contract.run_record("abc123", world_size=world_size, zero_stage=2, global_batch_size=4)
-    contract.write_run_record(path, trust.sign(record, KEY, trust.digests(path, checkpoints.RECORD_EXCLUDED)))
+    record = resumechoice.run_record("abc123", world_size=world_size, zero_stage=2, global_batch_size=4)
+    resumechoice.write_run_record(path, trust.sign(record, KEY, trust.digests(path, checkpoints.RECORD_EXCLUDED)))
     return path
 
 
@@ -54,8 +54,8 @@ def fake_universal_copy(calls: list[Path]):
     return convert
 
 
-def choice(path: Path) -> contract.ResumeChoice:
-    return contract.ResumeChoice(path, reshard=True, saved_world_size=2)
+def choice(path: Path) -> resumechoice.ResumeChoice:
+    return resumechoice.ResumeChoice(path, reshard=True, saved_world_size=2)
 
 
 def test_rank_0_converts_signs_and_every_rank_then_verifies_the_copy(keyed: Path, monkeypatch) -> None:
@@ -64,7 +64,7 @@ def test_rank_0_converts_signs_and_every_rank_then_verifies_the_copy(keyed: Path
     monkeypatch.setattr(reshard, "universal_copy", fake_universal_copy(calls))
     target = checkpoints.resharded(choice(source), keyed, 1, rank=0, refusal=None)
     assert target == keyed / checkpoints.RESHARD_DIR / "checkpoint-4-world1" and calls == [source]
-    record = contract.read_run_record(target)
+    record = resumechoice.read_run_record(target)
     assert record["world_size"] == 1 and record["resharded_from"] == "checkpoint-4"
     trust.verify_directory(target, record, KEY, checkpoints.RECORD_EXCLUDED, "copy")  # signed with the run key
     assert checkpoints.resharded(choice(source), keyed, 1, rank=1, refusal=None) == target  # another rank reuses it
@@ -72,7 +72,7 @@ def test_rank_0_converts_signs_and_every_rank_then_verifies_the_copy(keyed: Path
     assert sorted(p.name for p in source.iterdir()) == [
         "global_step4",
         "latest",
-        contract.RUN_FILE,
+        filenames.RUN_FILE,
         "trainer_state.json",
     ]
 
@@ -99,8 +99,8 @@ def test_a_tampered_copy_is_refused_and_a_planted_one_is_rebuilt(keyed: Path, mo
     (target / "global_step4_universal" / "zero" / "w.pt").write_bytes(b"pickle payload")
     with pytest.raises(RunError, match="refusing to resume.*w.pt was changed after this run signed it"):
         checkpoints.resharded(choice(source), keyed, 1, rank=1, refusal=None)
-    record = contract.read_run_record(target)
-    contract.write_run_record(target, {**record, "hmac": "0" * 64})  # a forged record is not reused: rebuilt
+    record = resumechoice.read_run_record(target)
+    resumechoice.write_run_record(target, {**record, "hmac": "0" * 64})  # a forged record is not reused: rebuilt
     checkpoints.resharded(choice(source), keyed, 1, rank=0, refusal=None)
     assert len(calls) == 2
 
@@ -122,7 +122,7 @@ def test_the_copy_is_removed_once_the_run_saves_its_own_checkpoint(keyed: Path, 
     checkpoints.resharded(choice(source), keyed, 1, rank=0, refusal=None)
     (keyed / "checkpoint-6").mkdir()
     (keyed / "checkpoint-6" / "trainer_state.json").write_text("{}")
-    callback = checkpoints.RunRecordCallback(contract.run_record("abc123", world_size=1, zero_stage=2), KEY)
+    callback = checkpoints.RunRecordCallback(resumechoice.run_record("abc123", world_size=1, zero_stage=2), KEY)
     callback.on_save(
         SimpleNamespace(output_dir=str(keyed)), SimpleNamespace(global_step=6, is_world_process_zero=True), None
     )

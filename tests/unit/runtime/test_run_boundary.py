@@ -1,4 +1,4 @@
-"""recipe.yaml is one contract: the keys the runtime reads (runtime/contract.RunPlan, runtime/recipeview's views) are
+"""recipe.yaml is one contract: the keys the runtime reads (runtime/boundary/recipeview's RunPlan and views) are
 keys recipekit writes, with the types the runtime expects, for every preset; a key it lacks is a one-line error."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import yaml
 
 from recipekit.bundle.build import resolve
 from recipekit.bundle.files import RECIPE
-from recipekit.runtime.boundary import contract
+from recipekit.runtime.boundary import recipeview
 from recipekit.runtime.boundary.common import RunError
 from recipekit.runtime.boundary.config import RunConfig, load_run_config
 from recipekit.runtime.boundary.recipeview import OperationsView, RecipeView
@@ -28,18 +28,18 @@ from tests.golden.cases import cases
 def test_the_plan_recipekit_writes_is_the_plan_the_runtime_reads(name: str) -> None:
     overrides = cases()[name]
     summary = resolve(overrides).plan.summary()
-    assert {f.name for f in fields(contract.RunPlan)} <= set(summary)
-    assert {f.name for f in fields(contract.PlanFlops)} <= set(summary["flops"])
+    assert {f.name for f in fields(recipeview.RunPlan)} <= set(summary)
+    assert {f.name for f in fields(recipeview.PlanFlops)} <= set(summary["flops"])
     written = yaml.safe_load(render_files(overrides)[RECIPE])["plan"]
-    plan = contract.RunPlan.from_dict(written)
+    plan = recipeview.RunPlan.from_dict(written)
     assert plan.run_id == summary["run_id"] and plan.flops.peak_tflops == summary["flops"]["peak_tflops"]
-    for field in fields(contract.RunPlan):
+    for field in fields(recipeview.RunPlan):
         if field.name != "flops":
             assert type(getattr(plan, field.name)).__name__ == field.type, field.name
 
 
 def test_plan_keys_name_every_field() -> None:
-    keys = contract.plan_keys()
+    keys = recipeview.plan_keys()
     assert "plan.run_id" in keys and "plan.flops.model_per_token" in keys and "plan.flops" not in keys
 
 
@@ -80,7 +80,7 @@ def test_every_preset_recipe_yaml_loads_into_the_typed_views(name: str, tmp_path
     assert run.recipe.data.shard_mib == float(raw["recipe"]["data"]["shard_mib"])
     assert run.operations.metrics.ports == raw["operations"]["metrics"]["ports"]
     assert run.operations.preflight.expected_versions == raw["operations"]["preflight"]["expected_versions"]
-    assert (run.recipe.mode.lora is not None) == contract.trains_adapter(raw["recipe"]["mode"]["kind"])
+    assert (run.recipe.mode.lora is not None) == recipeview.trains_adapter(raw["recipe"]["mode"]["kind"])
     with pytest.raises(dataclasses.FrozenInstanceError):
         run.recipe.name = "other"  # type: ignore[misc]
     assert not hasattr(run.recipe, "__dict__")  # slotted: no attribute can be added by accident

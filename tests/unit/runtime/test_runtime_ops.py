@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from recipekit.runtime.boundary import contract, metricnames
+from recipekit.runtime.boundary import exitcodes, filenames, metricnames, metricslog
 from recipekit.validate.dryrun.cluster.scrape import parse_exposition
 
 torch = pytest.importorskip("torch")
@@ -137,13 +137,13 @@ def test_preflight_runs_on_one_gloo_rank_and_writes_its_report(tmp_path: Path, m
             torch_device=torch.device("cpu"),
             simulated_devices=None,
             runtime_context_gib=0.0,
-            metrics_file=out / contract.METRICS_FILE,
+            metrics_file=out / filenames.METRICS_FILE,
         )
-        assert report["ok"] and [c["check"] for c in report["checks"]] == list(contract.PREFLIGHT_CHECKS)
-        assert (out / contract.CLUSTER_CHECK_FILE).is_file()
-        (record,) = contract.events(contract.read_records(out / contract.METRICS_FILE), contract.EVENT_PREFLIGHT)
+        assert report["ok"] and [c["check"] for c in report["checks"]] == list(filenames.PREFLIGHT_CHECKS)
+        assert (out / filenames.CLUSTER_CHECK_FILE).is_file()
+        (record,) = metricslog.events(metricslog.read_records(out / filenames.METRICS_FILE), metricslog.EVENT_PREFLIGHT)
         assert record["ok"] is True and len(record["checks"]) == 4
-        assert not list((out / contract.PREFLIGHT_DIR).iterdir())  # the markers are removed
+        assert not list((out / filenames.PREFLIGHT_DIR).iterdir())  # the markers are removed
         with pytest.raises(preflight.PreflightFailed, match="preflight failed: devices: pod 0 .* sees 2 cpu"):
             preflight.run_preflight(
                 settings,
@@ -153,9 +153,9 @@ def test_preflight_runs_on_one_gloo_rank_and_writes_its_report(tmp_path: Path, m
                 torch_device=torch.device("cpu"),
                 simulated_devices=2,
                 runtime_context_gib=0.0,
-                metrics_file=out / contract.METRICS_FILE,
+                metrics_file=out / filenames.METRICS_FILE,
             )
-        assert preflight.PreflightFailed("x").code == contract.EXIT_PREFLIGHT
+        assert preflight.PreflightFailed("x").code == exitcodes.EXIT_PREFLIGHT
     finally:
         torch.distributed.destroy_process_group()
 
@@ -168,9 +168,9 @@ def test_the_watchdog_dumps_stacks_records_and_exits(tmp_path: Path) -> None:
     deadline = time.monotonic() + 10
     while not codes and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert codes == [contract.EXIT_STALLED]
-    (record,) = contract.read_records(tmp_path / "metrics.jsonl")
-    assert record["event"] == contract.EVENT_STALLED and record["rank"] == 3 and record["step"] == 6
+    assert codes == [exitcodes.EXIT_STALLED]
+    (record,) = metricslog.read_records(tmp_path / "metrics.jsonl")
+    assert record["event"] == metricslog.EVENT_STALLED and record["rank"] == 3 and record["step"] == 6
     assert record["timeout_s"] == 0.2 and record["waited_s"] >= 0.2
     stacks = Path(record["stacks"]).read_text()
     assert Path(record["stacks"]).name == "stall-step-6-rank-3.txt"
@@ -229,9 +229,9 @@ def test_a_fault_fires_once_per_output_directory(tmp_path: Path) -> None:
     rank0, rank1 = Faults(testing, tmp_path, 0), Faults(testing, tmp_path, 1)
     assert rank0.stall_at is None and rank1.stall_at == 5  # only the chosen rank stalls
     assert not rank0.poison_loss(2) and rank0.poison_loss(3) and rank1.poison_loss(3)
-    assert (tmp_path / contract.FAULTS_DIR / "nan-at-step-3").is_file()
+    assert (tmp_path / filenames.FAULTS_DIR / "nan-at-step-3").is_file()
     assert Faults(testing, tmp_path, 0).nan_at is None  # the restarted job runs clean
-    (tmp_path / contract.FAULTS_DIR / "stall-at-step-5").write_text("")
+    (tmp_path / filenames.FAULTS_DIR / "stall-at-step-5").write_text("")
     assert Faults(testing, tmp_path, 1).stall_at is None
 
 
@@ -275,10 +275,10 @@ def test_records_from_several_writers_stay_whole_lines(tmp_path: Path) -> None:
         pid = os.fork()
         if pid == 0:
             for i in range(200):
-                contract.append_record(path, {"event": "x", "writer": writer, "i": i, "pad": "y" * 200})
+                metricslog.append_record(path, {"event": "x", "writer": writer, "i": i, "pad": "y" * 200})
             os._exit(0)
         pids.append(pid)
     for pid in pids:
         os.waitpid(pid, 0)
-    records = contract.read_records(path)
+    records = metricslog.read_records(path)
     assert len(records) == 800 and len(path.read_text().splitlines()) == 800

@@ -27,7 +27,7 @@ from recipekit.bundle.files import RUNTIME, runtime_files
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from recipekit.runtime.boundary import common, config, contract  # noqa: E402
+from recipekit.runtime.boundary import common, config, exitcodes, filenames, flopcount, resumechoice  # noqa: E402
 from recipekit.runtime.boundary.recipeview import LoraView, ModeView, QuantView  # noqa: E402
 from recipekit.runtime.model import loader, twin  # noqa: E402
 from recipekit.runtime.ops import device  # noqa: E402
@@ -156,7 +156,7 @@ def test_a_broken_torch_npu_is_one_line_and_exit_2_without_a_traceback(tmp_path)
         'raise ImportError("libhccl.so: cannot open shared object file: No such file or directory")\n'
     )
     result = run_module(root, "--recipe", str(root / "recipe.yaml"), pythonpath=(fake,))
-    assert result.returncode == contract.EXIT_USER_ERROR, result.stderr
+    assert result.returncode == exitcodes.EXIT_USER_ERROR, result.stderr
     assert "Traceback" not in result.stderr
     (line,) = result.stderr.strip().splitlines()
     assert line.startswith("train.py: this bundle targets Ascend NPUs (ascend910b) but torch_npu does not load")
@@ -284,9 +284,9 @@ def _checkpoint(root: Path, step: int, run_id: str | None = "abc123", *, weights
     if weights:
         save_file({"w": torch.ones(64, 64)}, str(path / "model.safetensors"))
     if run_id:
-        record = contract.run_record(run_id, world_size=1, zero_stage=0)
-        record = trust.sign(record, RUN_KEY, trust.digests(path, frozenset({contract.RUN_FILE})))
-        contract.write_run_record(path, record)
+        record = resumechoice.run_record(run_id, world_size=1, zero_stage=0)
+        record = trust.sign(record, RUN_KEY, trust.digests(path, frozenset({filenames.RUN_FILE})))
+        resumechoice.write_run_record(path, record)
     return path
 
 
@@ -303,7 +303,7 @@ def test_resume_logs_what_it_skips_and_refuses_another_runs_checkpoint(tmp_path,
     os.truncate(truncated / "model.safetensors", 5000)
     _checkpoint(tmp_path, 6, weights=False)
     caplog.set_level("INFO", logger="train")
-    choice = checkpoints.choose_resume(tmp_path, "auto", "abc123", contract.WorldLayout(1, 0))
+    choice = checkpoints.choose_resume(tmp_path, "auto", "abc123", resumechoice.WorldLayout(1, 0))
     assert choice.path == tmp_path / "checkpoint-2" and choice.step == 2
     assert "skipping checkpoint-6: no model weights" in caplog.text
     assert "skipping checkpoint-4: model.safetensors truncated" in caplog.text
@@ -311,25 +311,25 @@ def test_resume_logs_what_it_skips_and_refuses_another_runs_checkpoint(tmp_path,
     with pytest.raises(
         common.RunError, match="checkpoint-8 belongs to run 'fff000'.*not to this bundle's run 'abc123'"
     ):
-        checkpoints.choose_resume(tmp_path, "auto", "abc123", contract.WorldLayout(1, 0))
+        checkpoints.choose_resume(tmp_path, "auto", "abc123", resumechoice.WorldLayout(1, 0))
 
 
 def test_every_saved_checkpoint_gets_the_signed_run_record(tmp_path):
-    record = contract.run_record("abc123", world_size=2, zero_stage=2, recipe="tiny_sft")
+    record = resumechoice.run_record("abc123", world_size=2, zero_stage=2, recipe="tiny_sft")
     callback = checkpoints.RunRecordCallback(record, RUN_KEY)
     (tmp_path / "checkpoint-4").mkdir()
     (tmp_path / "checkpoint-4" / "trainer_state.json").write_text("{}")
     args = SimpleNamespace(output_dir=str(tmp_path))
     callback.on_save(args, SimpleNamespace(global_step=4, is_world_process_zero=False), None)
-    assert contract.read_run_record(tmp_path / "checkpoint-4") is None  # rank 0 writes it
+    assert resumechoice.read_run_record(tmp_path / "checkpoint-4") is None  # rank 0 writes it
     callback.on_save(args, SimpleNamespace(global_step=4, is_world_process_zero=True), None)
-    written = contract.read_run_record(tmp_path / "checkpoint-4")
+    written = resumechoice.read_run_record(tmp_path / "checkpoint-4")
     assert {k: written[k] for k in record} == record and written["step"] == 4
     assert list(written["files"]) == ["trainer_state.json"]
-    trust.verify_directory(tmp_path / "checkpoint-4", written, RUN_KEY, frozenset({contract.RUN_FILE}), "c")
+    trust.verify_directory(tmp_path / "checkpoint-4", written, RUN_KEY, frozenset({filenames.RUN_FILE}), "c")
     unsigned = checkpoints.RunRecordCallback(record, None)  # a run started by hand, without the Secret
     unsigned.on_save(args, SimpleNamespace(global_step=4, is_world_process_zero=True), None)
-    assert "hmac" not in contract.read_run_record(tmp_path / "checkpoint-4")
+    assert "hmac" not in resumechoice.read_run_record(tmp_path / "checkpoint-4")
 
 
 # -------------------------------------------------------------------------------------------- throughput
@@ -373,9 +373,9 @@ def test_throughput_reports_mfu_and_hfu_with_the_plans_flops(tiny_sft, monkeypat
     callback.on_log(None, state, None, logs=logs)
     assert logs["tokens_per_second_per_device"] == 2000.0
     assert logs["tflops_per_device"] == pytest.approx(2000 * flops.model_per_token / 1e12, abs=1e-4)
-    assert logs["mfu"] == pytest.approx(contract.utilisation(2000, flops.model_per_token, flops.peak_tflops), rel=1e-5)
+    assert logs["mfu"] == pytest.approx(flopcount.utilisation(2000, flops.model_per_token, flops.peak_tflops), rel=1e-5)
     assert logs["hfu"] == pytest.approx(
-        contract.utilisation(2000, flops.hardware_per_token, flops.peak_tflops), rel=1e-5
+        flopcount.utilisation(2000, flops.hardware_per_token, flops.peak_tflops), rel=1e-5
     )
     assert logs["hfu"] > logs["mfu"]  # tiny_sft checkpoints activations: the hardware recomputes the forward pass
     summary = {"train_runtime": 3.0}

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from recipekit.runtime.boundary import contract
+from recipekit.runtime.boundary import filenames, resumechoice
 from recipekit.runtime.volume import trust
 
 KEY = b"k" * 32
-EXCLUDED = frozenset({contract.RUN_FILE})
+EXCLUDED = frozenset({filenames.RUN_FILE})
 
 
 def signed_checkpoint(root: Path, key: bytes = KEY) -> Path:
@@ -25,18 +25,18 @@ def signed_checkpoint(root: Path, key: bytes = KEY) -> Path:
     (path / "trainer_state.json").write_text('{"global_step": 4}')
     (path / "global_step4" / "mp_rank_00_model_states.pt").write_bytes(b"\x80\x04weights")
     record = trust.sign({"run_id": "r1", "step": 4}, key, trust.digests(path, EXCLUDED))
-    contract.write_run_record(path, record)
+    resumechoice.write_run_record(path, record)
     return path
 
 
 def verify(path: Path, key: bytes = KEY) -> None:
-    trust.verify_directory(path, contract.read_run_record(path), key, EXCLUDED, path.name)
+    trust.verify_directory(path, resumechoice.read_run_record(path), key, EXCLUDED, path.name)
 
 
 def test_a_signed_directory_verifies_and_lists_every_file(tmp_path: Path) -> None:
     path = signed_checkpoint(tmp_path)
     verify(path)
-    record = contract.read_run_record(path)
+    record = resumechoice.read_run_record(path)
     assert sorted(record["files"]) == ["global_step4/mp_rank_00_model_states.pt", "trainer_state.json"]
     assert len(record["hmac"]) == 64
 
@@ -44,7 +44,7 @@ def test_a_signed_directory_verifies_and_lists_every_file(tmp_path: Path) -> Non
 @pytest.mark.parametrize(
     ("tamper", "message"),
     [
-        (lambda p: (p / contract.RUN_FILE).unlink(), "no signed record"),
+        (lambda p: (p / filenames.RUN_FILE).unlink(), "no signed record"),
         (lambda p: _edit_record(p, step=5), "signature does not verify"),
         (lambda p: _edit_record(p, hmac="0" * 64), "signature does not verify"),
         (lambda p: (p / "trainer_state.json").write_text('{"global_step": 5}'), "trainer_state.json was changed"),
@@ -67,7 +67,7 @@ def test_a_record_with_updated_digests_but_no_key_does_not_verify(tmp_path: Path
     path = signed_checkpoint(tmp_path)
     (path / "trainer_state.json").write_text('{"global_step": 99}')
     forged = trust.sign({"run_id": "r1", "step": 4}, b"g" * 32, trust.digests(path, EXCLUDED))
-    contract.write_run_record(path, forged)
+    resumechoice.write_run_record(path, forged)
     with pytest.raises(trust.Untrusted, match="signature does not verify"):
         verify(path)
     verify(path, b"g" * 32)  # the guessed key signs for itself only
@@ -108,9 +108,9 @@ def test_train_refuses_before_parsing_and_says_so_in_one_line(tmp_path: Path, mo
 
 
 def _edit_record(path: Path, **changes: object) -> None:
-    record = json.loads((path / contract.RUN_FILE).read_text())
+    record = json.loads((path / filenames.RUN_FILE).read_text())
     record.update(changes)
-    (path / contract.RUN_FILE).write_text(json.dumps(record))
+    (path / filenames.RUN_FILE).write_text(json.dumps(record))
 
 
 def _swap_for_symlink(file: Path) -> None:

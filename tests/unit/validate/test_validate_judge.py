@@ -2,7 +2,7 @@
 
 The dry run reads what train.py did from its structured records in metrics.jsonl and decides where a restart must
 resume with the runtime contract's own rule; these tests pin both: the expected resume step is the checkpoint
-``contract.latest_complete_checkpoint`` (train.py's ``--resume auto``) picks, incomplete checkpoints of every kind
+``checkpointdirs.latest_complete_checkpoint`` (train.py's ``--resume auto``) picks, incomplete checkpoints of every kind
 included, and each judging rule passes a good attempt and fails the one breakage it exists for.
 """
 
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from recipekit.runtime.boundary import contract
+from recipekit.runtime.boundary import checkpointdirs, filenames, metricslog
 from recipekit.validate.dryrun.cluster.attemptlog import Attempt, MetricsTail, Step
 from recipekit.validate.dryrun.cluster.startup import PhaseReporter, announcement, describe, workers
 from recipekit.validate.dryrun.judges import training
@@ -33,7 +33,7 @@ def checkpoint(output: Path, step: int, layout: str) -> Path:
     """checkpoint-<step> with the Trainer's state and weights in ``layout``."""
     path = output / f"checkpoint-{step}"
     path.mkdir(parents=True)
-    (path / contract.TRAINER_STATE_FILE).write_text(json.dumps({"global_step": step}))
+    (path / filenames.TRAINER_STATE_FILE).write_text(json.dumps({"global_step": step}))
     if layout == "safetensors":
         safetensors(path / "model.safetensors")
     elif layout == "truncated-safetensors":
@@ -46,10 +46,10 @@ def checkpoint(output: Path, step: int, layout: str) -> Path:
             (path / shard).write_bytes(b"weights")
     elif layout == "marked-incomplete":
         safetensors(path / "model.safetensors")
-        (path / contract.INCOMPLETE_MARKER).write_text("")
+        (path / filenames.INCOMPLETE_MARKER).write_text("")
     elif layout == "no-trainer-state":
         safetensors(path / "model.safetensors")
-        (path / contract.TRAINER_STATE_FILE).unlink()
+        (path / filenames.TRAINER_STATE_FILE).unlink()
     else:
         raise AssertionError(layout)
     return path
@@ -73,9 +73,9 @@ def test_expected_resume_step_is_the_checkpoint_the_runtime_picks(
 ) -> None:
     for step, layout in layouts.items():
         checkpoint(tmp_path, step, layout)
-    picked = contract.latest_complete_checkpoint(tmp_path)
+    picked = checkpointdirs.latest_complete_checkpoint(tmp_path)
     assert training.expected_resume_step(tmp_path) == expected
-    assert (contract.checkpoint_step(picked) if picked else None) == expected  # the same answer train.py gets
+    assert (checkpointdirs.checkpoint_step(picked) if picked else None) == expected  # the same answer train.py gets
     complete = [step for step, layout in sorted(layouts.items()) if layout in ("safetensors", "bin-index")]
     assert training.complete_checkpoints(tmp_path) == complete
 
@@ -83,7 +83,7 @@ def test_expected_resume_step_is_the_checkpoint_the_runtime_picks(
 # ------------------------------------------------------------------------------------------------- the records
 def record_file(path: Path, records: list[dict]) -> None:
     for record in records:
-        contract.append_record(path, record)
+        metricslog.append_record(path, record)
 
 
 def observed(path: Path, number: int = 0, started: float = 100.0) -> Attempt:
@@ -95,20 +95,22 @@ def observed(path: Path, number: int = 0, started: float = 100.0) -> Attempt:
 
 
 def test_metrics_tail_keeps_records_apart_from_steps_and_waits_for_whole_lines(tmp_path: Path) -> None:
-    metrics = tmp_path / contract.METRICS_FILE
+    metrics = tmp_path / filenames.METRICS_FILE
     tail = MetricsTail(metrics)
     assert tail.read() == []  # no file yet
-    start = contract.event(contract.EVENT_START, world_size=2, resume_from=None, resume_step=None)
+    start = metricslog.event(metricslog.EVENT_START, world_size=2, resume_from=None, resume_step=None)
     record_file(metrics, [start, {"step": 1, "loss": 2.5}])
     with metrics.open("a") as handle:
         handle.write('{"step": 2, "lo')  # rank 0 is mid-write
     attempt = Attempt(0, 1, 0.0)
     for record in tail.read():
         attempt.observe(record, 1.0)
-    assert [s.step for s in attempt.steps] == [1] and attempt.last(contract.EVENT_START) == start
+    assert [s.step for s in attempt.steps] == [1] and attempt.last(metricslog.EVENT_START) == start
     with metrics.open("a") as handle:
         handle.write('ss": 2.25}\nnot json\n')
-    record_file(metrics, [contract.event(contract.EVENT_DONE, step=2, output="/out"), {"step": 2, "train_runtime": 3}])
+    record_file(
+        metrics, [metricslog.event(metricslog.EVENT_DONE, step=2, output="/out"), {"step": 2, "train_runtime": 3}]
+    )
     for record in tail.read():
         attempt.observe(record, 2.0)
     assert [(s.step, s.loss) for s in attempt.steps] == [(1, 2.5), (2, 2.25)]  # a done record has a step: no step
@@ -116,12 +118,12 @@ def test_metrics_tail_keeps_records_apart_from_steps_and_waits_for_whole_lines(t
 
 
 def test_judge_start_needs_the_record_at_the_planned_world_size(tmp_path: Path) -> None:
-    metrics = tmp_path / contract.METRICS_FILE
+    metrics = tmp_path / filenames.METRICS_FILE
     result = Result("dryrun.train", "t")
     assert training.judge_start(result, observed(metrics), 2) is None
     assert result.failed and "wrote no 'start' record" in result.findings[0].message
 
-    record_file(metrics, [contract.event(contract.EVENT_START, world_size=1, resume_from=None, resume_step=None)])
+    record_file(metrics, [metricslog.event(metricslog.EVENT_START, world_size=1, resume_from=None, resume_step=None)])
     result = Result("dryrun.train", "t")
     training.judge_start(result, observed(metrics), 2)
     assert result.failed and "world size 1, but the work copy plans 2" in result.findings[0].message
@@ -132,11 +134,11 @@ def test_judge_start_needs_the_record_at_the_planned_world_size(tmp_path: Path) 
 
 
 def test_first_attempt_details_come_from_the_records(tmp_path: Path) -> None:
-    metrics = tmp_path / contract.METRICS_FILE
-    start = contract.event(
-        contract.EVENT_START, world_size=2, device="cpu", precision="bf16", resume_from=None, resume_step=None
+    metrics = tmp_path / filenames.METRICS_FILE
+    start = metricslog.event(
+        metricslog.EVENT_START, world_size=2, device="cpu", precision="bf16", resume_from=None, resume_step=None
     )
-    adapted = [contract.event(contract.EVENT_ADAPTED, note=note) for note in ("optim → adamw_torch", "no tf32")]
+    adapted = [metricslog.event(metricslog.EVENT_ADAPTED, note=note) for note in ("optim → adamw_torch", "no tf32")]
     record_file(metrics, [start, *adapted, {"step": 1, "loss": 3.0}, {"step": 3, "loss": 2.0}])
     details = training.first_attempt_details(observed(metrics), pods=2)
     assert details["started"]["world_size"] == 2 and "event" not in details["started"]
@@ -150,18 +152,18 @@ def finished_output(output: Path, steps: int = 8) -> None:
     checkpoint(output, 4, "safetensors")
     checkpoint(output, steps, "safetensors")
     safetensors(output / "model.safetensors")
-    (output / contract.TRAINER_STATE_FILE).write_text(json.dumps({"global_step": steps}))
+    (output / filenames.TRAINER_STATE_FILE).write_text(json.dumps({"global_step": steps}))
 
 
 EXPECT = training.Expectation(steps=8, save_steps=4, world_size=2)
 
 
 def completed(tmp_path: Path, losses: list[float], done_step: int | None = 8) -> Attempt:
-    metrics = tmp_path / "metrics" / contract.METRICS_FILE
+    metrics = tmp_path / "metrics" / filenames.METRICS_FILE
     metrics.parent.mkdir(exist_ok=True)
     records: list[dict] = [{"step": i + 1, "loss": loss} for i, loss in enumerate(losses)]
     if done_step is not None:
-        records.append(contract.event(contract.EVENT_DONE, step=done_step, output=str(tmp_path)))
+        records.append(metricslog.event(metricslog.EVENT_DONE, step=done_step, output=str(tmp_path)))
     record_file(metrics, records)
     attempt = observed(metrics)
     attempt.outcome, attempt.exit_codes = "completed", {0: 0, 1: 0}
@@ -203,11 +205,11 @@ def test_judge_completion_catches(tmp_path: Path, breakage: str, message: str) -
     elif breakage == "nan-loss":
         losses[3] = math.nan
     elif breakage == "short-run":
-        (output / contract.TRAINER_STATE_FILE).write_text(json.dumps({"global_step": 6}))
+        (output / filenames.TRAINER_STATE_FILE).write_text(json.dumps({"global_step": 6}))
     elif breakage == "truncated-final-checkpoint":
         safetensors(output / "checkpoint-8" / "model.safetensors", truncate=1)
     elif breakage == "no-midway-checkpoint":
-        (output / "checkpoint-4" / contract.INCOMPLETE_MARKER).write_text("")
+        (output / "checkpoint-4" / filenames.INCOMPLETE_MARKER).write_text("")
     elif breakage == "no-final-weights":
         (output / "model.safetensors").unlink()
     train = Result("dryrun.train", "t")
@@ -224,7 +226,7 @@ def killed_attempt(losses: dict[int, float]) -> Attempt:
 
 
 def restarted(tmp_path: Path, start: dict | None, losses: dict[int, float], outcome: str = "completed") -> Attempt:
-    metrics = tmp_path / "restart" / contract.METRICS_FILE
+    metrics = tmp_path / "restart" / filenames.METRICS_FILE
     metrics.parent.mkdir(exist_ok=True)
     record_file(metrics, ([start] if start else []) + [{"step": s, "loss": v} for s, v in losses.items()])
     second = observed(metrics, number=1, started=20.0)
@@ -234,8 +236,8 @@ def restarted(tmp_path: Path, start: dict | None, losses: dict[int, float], outc
 
 def start_at(output: Path, step: int | None, with_step: bool = True) -> dict:
     where = str(output / f"checkpoint-{step}") if step is not None else None
-    return contract.event(
-        contract.EVENT_START, world_size=2, resume_from=where, resume_step=step if with_step else None
+    return metricslog.event(
+        metricslog.EVENT_START, world_size=2, resume_from=where, resume_step=step if with_step else None
     )
 
 
@@ -322,10 +324,10 @@ def test_workers_counts_torchrun_children_running_the_module_not_torchrun() -> N
 
 
 def test_describe_gives_one_line_per_record_kind() -> None:
-    phase = contract.event(contract.EVENT_PHASE, phase="load data", rank=0, rows=128)
+    phase = metricslog.event(metricslog.EVENT_PHASE, phase="load data", rank=0, rows=128)
     assert describe(phase) == "train.py rank 0: load data (rows 128)"
-    start = contract.event(
-        contract.EVENT_START,
+    start = metricslog.event(
+        metricslog.EVENT_START,
         world_size=2,
         device="cpu",
         precision="bf16",
@@ -339,9 +341,11 @@ def test_describe_gives_one_line_per_record_kind() -> None:
         "train.py started: world size 2, cpu, bf16, ZeRO 2, 1,000 of 2,000 parameters trainable; "
         "resuming from /out/checkpoint-4"
     )
-    assert describe(contract.event(contract.EVENT_ADAPTED, note="x")) == "train.py adapted: x"
-    assert "step 6" in (describe(contract.event(contract.EVENT_PREEMPTED, step=6)) or "")
-    assert describe(contract.event(contract.EVENT_DONE, step=8, output="/o")) == "train.py done at step 8; model in /o"
+    assert describe(metricslog.event(metricslog.EVENT_ADAPTED, note="x")) == "train.py adapted: x"
+    assert "step 6" in (describe(metricslog.event(metricslog.EVENT_PREEMPTED, step=6)) or "")
+    assert (
+        describe(metricslog.event(metricslog.EVENT_DONE, step=8, output="/o")) == "train.py done at step 8; model in /o"
+    )
     assert describe({"event": "unknown"}) is None
 
 
@@ -360,7 +364,7 @@ def test_phase_reporter_says_each_phase_once_per_pod(tmp_path: Path) -> None:
     trees[0] = [["python", "/bin/torchrun", "-m", "runtime.train"], ["python", "-u", "-m", "runtime.train"]]
     reporter.poll()
     reporter.poll()
-    reporter.record(contract.event(contract.EVENT_PHASE, phase="build model", rank=0))
+    reporter.record(metricslog.event(metricslog.EVENT_PHASE, phase="build model", rank=0))
     reporter.record({"step": 1, "loss": 2.0})  # not a record kind that is described
     assert said == [
         "attempt 1: pod 0: launch: pod 0/2 of job; master 127.0.0.1:5; 1 processes per pod",

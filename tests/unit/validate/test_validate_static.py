@@ -22,7 +22,7 @@ from click.testing import CliRunner
 
 from recipekit.bundle.build import build
 from recipekit.cli.validate import validate_command
-from recipekit.runtime.boundary import contract
+from recipekit.runtime.boundary import exitcodes
 from recipekit.validate import validate
 from recipekit.validate.shared.loader import BundleUnusable, load_bundle, rehash_manifest
 from recipekit.validate.shared.results import Status
@@ -30,7 +30,7 @@ from recipekit.validate.static.checks import run_static
 from recipekit.validate.static.volcano import policy_findings, schema_findings, webhook_findings
 
 #: The Job's first event policy comes after the runtime contract's exitCode policies.
-E = len(contract.exit_code_policies())
+E = len(exitcodes.exit_code_policies())
 
 BUNDLES = {
     "tiny": ["recipe=tiny_sft"],

@@ -13,7 +13,7 @@ from recipekit.recipe.domains import (
     SHORT_NAME,
 )
 from recipekit.recipe.schema import Allow, Section, spec
-from recipekit.runtime.boundary.contract import DEVICE_TARGETS
+from recipekit.runtime.boundary.recipeview import DEVICE_TARGETS
 
 
 # ------------------------------------------------------------------------------------------------------ hardware

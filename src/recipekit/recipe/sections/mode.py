@@ -67,5 +67,5 @@ ModeSpec = Annotated[PretrainMode | SftMode | LoraMode | QloraMode, Tagged("kind
 
 def adapter_of(mode: PretrainMode | SftMode | LoraMode | QloraMode) -> LoraSpec | None:
     """The LoRA adapter a mode trains, or None when it trains every parameter (the modes of
-    ``contract.ADAPTER_MODES``: a test holds the two together)."""
+    ``recipeview.ADAPTER_MODES``: a test holds the two together)."""
     return mode.lora if isinstance(mode, (LoraMode, QloraMode)) else None

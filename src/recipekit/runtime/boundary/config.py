@@ -9,8 +9,7 @@ from typing import Any
 import yaml
 
 from .common import RunError
-from .contract import RunPlan
-from .recipeview import MissingKey, OperationsView, RecipeView, read_section
+from .recipeview import MissingKey, OperationsView, RecipeView, RunPlan, read_section
 
 #: The sections the runtime reads; recipekit writes every one of them into every bundle's recipe.yaml.
 SECTIONS = ("recipe", "plan", "training_arguments", "operations")

@@ -1,5 +1,5 @@
-"""recipe.yaml's ``recipe`` and ``operations`` sections, as the runtime reads them: frozen dataclasses holding exactly
-the keys some runtime module reads, nothing more.
+"""recipe.yaml's ``recipe``, ``plan`` and ``operations`` sections, as the runtime reads them: frozen dataclasses
+holding exactly the keys some runtime module reads, nothing more, and the recipe values both sides act on.
 
 recipekit writes recipe.yaml from its typed Recipe in the same build that copies this module into the bundle, so the
 two always ship together: every key named here is present, and a recipe.yaml that lacks one was not written by this
@@ -12,14 +12,71 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
-from dataclasses import dataclass
-from typing import TypeVar, Union
+from dataclasses import dataclass, fields
+from typing import Any, TypeVar, Union
 
-from .contract import trains_adapter
+# ---------------------------------------------------------------------------------------------- recipe values
+#: The modes that train a LoRA adapter on a frozen base (QLoRA: a 4-bit base). recipekit plans, sizes and pins them
+#: by this; the runtime wraps the model in peft by it.
+ADAPTER_MODES = ("lora", "qlora")
+
+
+def trains_adapter(mode_kind: str) -> bool:
+    """Whether a recipe's ``mode.kind`` trains a LoRA adapter (and not every parameter)."""
+    return mode_kind in ADAPTER_MODES
+
+
+#: The devices a bundle can target (``recipe.hw.torch_device``), which train.py finds or refuses before training.
+DEVICE_TARGETS = ("npu", "cuda", "cpu")
 
 
 class MissingKey(ValueError):
     """A key the runtime reads is absent from recipe.yaml, or holds a value of another shape."""
+
+
+# -------------------------------------------------------------------------------------------------------- plan
+@dataclass(frozen=True, slots=True)
+class PlanFlops:
+    """recipe.yaml ``plan.flops``: the FLOPs per token the run's MFU is measured against."""
+
+    model_per_token: float
+    hardware_per_token: float
+    peak_tflops: float
+
+
+@dataclass(frozen=True, slots=True)
+class RunPlan:
+    """recipe.yaml's ``plan``, as the runtime reads it: the plan's numbers a run needs. recipekit writes these keys
+    (``Plan.summary()``, which also carries numbers for people; a test holds the two together)."""
+
+    job_name: str
+    run_id: str
+    prepared_dir: str
+    world_size: int
+    global_batch_size: int
+    tensor_parallel: int
+    zero_stage: int
+    comm_backend: str
+    flops: PlanFlops
+
+    @classmethod
+    def from_dict(cls, plan: dict[str, Any]) -> RunPlan:
+        """The typed plan; a missing key is a KeyError naming it (:func:`plan_keys` lists them all up front)."""
+        values = {f.name: plan[f.name] for f in fields(cls) if f.name != "flops"}
+        flops = plan["flops"]
+        return cls(**values, flops=PlanFlops(**{f.name: float(flops[f.name]) for f in fields(PlanFlops)}))
+
+
+def data_parallel_size(world_size: int, model_parallel: int = 1) -> int:
+    """How many ranks see different data: the world over the ranks of one model replica (TP × PP). The one
+    definition: the plan's layout, the runtime's global batch, the dry run's sample count and the Trainer's check."""
+    return max(1, world_size // max(1, model_parallel))
+
+
+def plan_keys() -> tuple[str, ...]:
+    """The dotted keys of recipe.yaml's ``plan`` the runtime reads (``plan.flops.model_per_token``, ...)."""
+    flat = [f"plan.{f.name}" for f in fields(RunPlan) if f.name != "flops"]
+    return (*flat, *(f"plan.flops.{f.name}" for f in fields(PlanFlops)))
 
 
 # ------------------------------------------------------------------------------------------------------ recipe

@@ -15,7 +15,7 @@ and yields them as the collator takes them. It never ends: the Trainer stops at 
   either way one process's tokenising rate bounds the whole job's. No DataLoader workers: each would read the whole
   stream again (the plan renders ``dataloader_num_workers: 0``).
 * **Resumption.** The rows a chunk yields are a function of the chunk alone, so each chunk's count is recorded once
-  known, and rank 0 writes the counts into every checkpoint (``contract.STREAM_STATE_FILE``, by
+  known, and rank 0 writes the counts into every checkpoint (``filenames.STREAM_STATE_FILE``, by
   :class:`StreamStateCallback`). A resumed run starts at row ``step × rows per step``: whole chunks are skipped by
   their recorded counts, and only the chunk the row falls in is tokenised again. The Trainer's own skip, which
   would read the stream from its start, is off (``ignore_data_skip``).
@@ -34,7 +34,7 @@ import numpy as np
 import torch
 from transformers import TrainerCallback
 
-from ..boundary import contract
+from ..boundary import filenames
 from ..boundary.common import RunError
 from ..boundary.order import Permutation
 from ..volume import manifest
@@ -139,7 +139,7 @@ def known_chunks(checkpoint: Path | None, chunks: int) -> dict[int, dict[str, An
     """The chunk entries a checkpoint recorded, or None when it has none usable (of another input, or older)."""
     if checkpoint is None:
         return None
-    state = manifest.read_json(checkpoint / contract.STREAM_STATE_FILE)
+    state = manifest.read_json(checkpoint / filenames.STREAM_STATE_FILE)
     if not state or state.get("format") != STATE_FORMAT or state.get("chunks") != chunks:
         return None
     return {int(index): entry for index, entry in (state.get("known") or {}).items()}
@@ -154,9 +154,9 @@ class StreamStateCallback(TrainerCallback):
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if not state.is_world_process_zero:
             return
-        checkpoint = Path(args.output_dir) / f"{contract.CHECKPOINT_PREFIX}{state.global_step}"
+        checkpoint = Path(args.output_dir) / f"{filenames.CHECKPOINT_PREFIX}{state.global_step}"
         if checkpoint.is_dir():
-            manifest.write_json(checkpoint / contract.STREAM_STATE_FILE, self.dataset.state())
+            manifest.write_json(checkpoint / filenames.STREAM_STATE_FILE, self.dataset.state())
 
 
 class ResumeRandomState(TrainerCallback):

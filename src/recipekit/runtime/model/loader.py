@@ -13,8 +13,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from ..boundary.common import RunError, log0, precision
-from ..boundary.contract import trains_adapter
-from ..boundary.recipeview import ModelView, ModeView, RecipeView
+from ..boundary.recipeview import ModelView, ModeView, RecipeView, trains_adapter
 from ..data.chat import CHAT_TEMPLATE
 
 #: The recipe's 16-bit precisions as torch dtypes (fp32 is everything else).

@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass
 
 from ..boundary.common import RunError
-from ..boundary.contract import DEVICE_TARGETS as TARGETS
+from ..boundary.recipeview import DEVICE_TARGETS as TARGETS
 from ..boundary.recipeview import HardwareView
 
 

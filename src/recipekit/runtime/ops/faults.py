@@ -20,7 +20,7 @@ import logging
 import threading
 from pathlib import Path
 
-from ..boundary import contract
+from ..boundary import exitcodes, filenames
 from ..boundary.common import LOG, RunError
 from ..boundary.recipeview import FaultsView
 
@@ -28,14 +28,14 @@ from ..boundary.recipeview import FaultsView
 class InjectedUserError(RunError):
     """ops.testing.user_error_pod: a configuration error on purpose (exit ``user_error``)."""
 
-    code = contract.EXIT_USER_ERROR
+    code = exitcodes.EXIT_USER_ERROR
 
 
 class Faults:
     """The faults still armed in this process, from recipe.yaml's ``operations.testing``."""
 
     def __init__(self, testing: FaultsView, output_dir: Path, rank: int, pod: int = 0):
-        self.dir = Path(output_dir) / contract.FAULTS_DIR
+        self.dir = Path(output_dir) / filenames.FAULTS_DIR
         self.pod = pod
         self.user_error = testing.user_error_pod == pod
         self.device_count = testing.device_count

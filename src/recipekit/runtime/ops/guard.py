@@ -8,7 +8,7 @@ all-reduces the flags once per step, so every rank stops at the same step.
 
 With ``ops.nonfinite_loss: stop`` the step's checkpoint is not saved (its weights took the non-finite update), the
 run stops, and train.py writes ``nonfinite-step-N/`` (a report naming the last good checkpoint, each rank's
-offending batch) and exits ``contract.EXIT_NONFINITE``: Volcano restarts from the last good checkpoint, and a
+offending batch) and exits ``exitcodes.EXIT_NONFINITE``: Volcano restarts from the last good checkpoint, and a
 divergence that comes back fails the job after ``maxRetry`` restarts. With ``warn`` it is a warning with the step.
 
 OpsTrainer also times the wait for each step's batches (the dataloader wait share the metrics report).
@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from transformers import Trainer, TrainerCallback
 
-from ..boundary import contract
+from ..boundary import checkpointdirs, filenames
 from ..boundary.common import LOG
 from ..volume.rowledger import ROWS_KEY, RowLedger
 from .faults import Faults
@@ -135,13 +135,13 @@ def nonfinite_report(guard: LossGuard, output_dir: Path, rank: int, log_history:
     """Write what can be saved of a stopped run into ``nonfinite-step-N/``: each rank its offending batch, rank 0
     the report (the step, the ranks, the last good checkpoint, the recent logs). Returns the directory."""
     step = guard.stopped_at or 0
-    where = output_dir / f"{contract.NONFINITE_PREFIX}{step}"
+    where = output_dir / f"{filenames.NONFINITE_PREFIX}{step}"
     where.mkdir(parents=True, exist_ok=True)
     if guard.batch is not None:
         batch = {k: v.tolist() for k, v in guard.batch.items() if isinstance(v, torch.Tensor)}
         (where / f"batch-rank-{rank}.json").write_text(json.dumps(batch) + "\n", encoding="utf-8")
     if rank == 0:
-        last_good = contract.latest_complete_checkpoint(output_dir)
+        last_good = checkpointdirs.latest_complete_checkpoint(output_dir)
         report = {
             "step": step,
             "ranks": guard.ranks,

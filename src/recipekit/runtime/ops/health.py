@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from transformers import TrainerCallback
 
-from ..boundary import contract
+from ..boundary import filenames, metricslog
 from ..boundary import metricnames as names
 from ..boundary.common import LOG
 from ..boundary.recipeview import AlertsView, WatchdogView
@@ -145,7 +145,7 @@ class HealthCallback(TrainerCallback):
     def raise_alert(self, alert: str, step: int, message: str) -> None:
         """One alert: a warning on rank 0's log, an ``alert`` record, and the exporter's counter."""
         LOG.warning("alert %s: %s", alert, message)
-        self.records.add(contract.EVENT_ALERT, alert=alert, step=step, message=message)
+        self.records.add(metricslog.EVENT_ALERT, alert=alert, step=step, message=message)
         self.exporter.alert(alert)
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -208,10 +208,10 @@ class HealthCallback(TrainerCallback):
         self.exporter.set(names.CHECKPOINT_SECONDS, seconds)
         if not state.is_world_process_zero:
             return
-        path = Path(args.output_dir) / f"{contract.CHECKPOINT_PREFIX}{step}"
+        path = Path(args.output_dir) / f"{filenames.CHECKPOINT_PREFIX}{step}"
         size = directory_bytes(path) if path.is_dir() else 0
         self.exporter.set(names.CHECKPOINT_BYTES, size)
-        self.records.add(contract.EVENT_CHECKPOINT, step=step, seconds=round(seconds, 3), bytes=size)
+        self.records.add(metricslog.EVENT_CHECKPOINT, step=step, seconds=round(seconds, 3), bytes=size)
         for alert, message in self.alerts.on_checkpoint(step, seconds):
             self.raise_alert(alert, step, message)
 

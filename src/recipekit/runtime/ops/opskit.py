@@ -15,7 +15,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from ..boundary import contract
+from ..boundary import checkpointdirs, exitcodes, filenames, metricslog
 from ..boundary.common import LOG
 from ..boundary.config import RunConfig
 from ..volume.recovery import RecoveryLog
@@ -38,7 +38,7 @@ class OpsLayer:
         self.operations = run.operations
         self.output_dir = Path(args.output_dir)
         self.rank = args.process_index
-        self.metrics_file = self.output_dir / contract.METRICS_FILE
+        self.metrics_file = self.output_dir / filenames.METRICS_FILE
         self.faults = Faults(self.operations.testing, self.output_dir, self.rank, pod_index())
         self.guard = LossGuard()
         self.exporter: Any = None
@@ -94,7 +94,7 @@ class OpsLayer:
         if step is None:
             return None
         where = nonfinite_report(self.guard, self.output_dir, self.rank, list(trainer.state.log_history))
-        last_good = contract.latest_complete_checkpoint(self.output_dir)
+        last_good = checkpointdirs.latest_complete_checkpoint(self.output_dir)
         message = (
             f"loss is not finite at step {step} (ranks {', '.join(map(str, self.guard.ranks))}): stopped without "
             f"saving the poisoned weights; the last good checkpoint is {last_good.name if last_good else 'none'}; "
@@ -103,7 +103,7 @@ class OpsLayer:
         )
         LOG.error(message)
         records.add(
-            contract.EVENT_NONFINITE,
+            metricslog.EVENT_NONFINITE,
             step=step,
             ranks=self.guard.ranks,
             stopped=True,
@@ -111,7 +111,7 @@ class OpsLayer:
             report=str(where),
             message=message,
         )
-        return contract.EXIT_NONFINITE
+        return exitcodes.EXIT_NONFINITE
 
     def close(self) -> None:
         if self.exporter is not None:

@@ -24,7 +24,7 @@ The checks (``recipe.yaml`` ``operations.preflight`` holds every threshold, comp
 Every rank gathers every pod's findings and reaches the same verdict, so all ranks stop together (none is left
 waiting in a collective). Rank 0 writes the cluster check report (``cluster-check.json``) into the output directory,
 a table into the log, and a ``preflight`` record into metrics.jsonl. A failed check raises :class:`PreflightFailed`:
-train.py prints its one-line reason and exits ``contract.EXIT_PREFLIGHT``; no training starts.
+train.py prints its one-line reason and exits ``exitcodes.EXIT_PREFLIGHT``; no training starts.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ..boundary import contract
+from ..boundary import exitcodes, filenames, metricslog
 from ..boundary.common import LOG, RunError, version
 from .watchdog import Watchdog
 
@@ -53,13 +53,13 @@ HELD_SLACK_GIB = 1.0
 #: Warm-up all-reduces per size before timing.
 WARMUP = 2
 PASS, WARN, FAIL, SKIP = "pass", "warn", "fail", "skip"
-CHECKS = contract.PREFLIGHT_CHECKS
+CHECKS = filenames.PREFLIGHT_CHECKS
 
 
 class PreflightFailed(RunError):
-    """A check failed: one line, exit ``contract.EXIT_PREFLIGHT``."""
+    """A check failed: one line, exit ``exitcodes.EXIT_PREFLIGHT``."""
 
-    code = contract.EXIT_PREFLIGHT
+    code = exitcodes.EXIT_PREFLIGHT
 
 
 # --------------------------------------------------------------------------------------------------- local facts
@@ -189,7 +189,7 @@ def _npu_smi() -> dict[str, Any]:
 
 def storage_write(output_dir: Path, pod: int, token: str) -> dict[str, Any]:
     """Create the output directory if needed and write this pod's marker into it; the marker's path or the error."""
-    marker = output_dir / contract.PREFLIGHT_DIR / f"pod-{pod}.{token}"
+    marker = output_dir / filenames.PREFLIGHT_DIR / f"pod-{pod}.{token}"
     try:
         if output_dir.exists() and not output_dir.is_dir():
             return {"error": f"{output_dir} is not a directory"}
@@ -215,7 +215,7 @@ def make_output_dir(output_dir: Path) -> None:
 
 def storage_read(output_dir: Path, pods: int, token: str) -> list[int]:
     """The pods whose marker this pod cannot see."""
-    base = output_dir / contract.PREFLIGHT_DIR
+    base = output_dir / filenames.PREFLIGHT_DIR
     return [pod for pod in range(pods) if not (base / f"pod-{pod}.{token}").is_file()]
 
 
@@ -409,7 +409,7 @@ def run_preflight(
     started = time.monotonic()
     world, rank = (dist.get_world_size(), dist.get_rank()) if _grouped() else (1, 0)
     pods = max(1, world // int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1))
-    watchdog = Watchdog(output_dir=output_dir, rank=rank, metrics_file=None, code=contract.EXIT_PREFLIGHT, poll_s=0.5)
+    watchdog = Watchdog(output_dir=output_dir, rank=rank, metrics_file=None, code=exitcodes.EXIT_PREFLIGHT, poll_s=0.5)
     timeout = float(settings["timeout_s"])
 
     def reason(phase: str, waited: float, limit: float) -> str:
@@ -495,16 +495,16 @@ def _publish(report: dict[str, Any], output_dir: Path, metrics_file: Path) -> No
     for line in table(report):
         LOG.info(line) if report["ok"] else LOG.error(line)
     try:
-        (output_dir / contract.CLUSTER_CHECK_FILE).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-        contract.append_record(
+        (output_dir / filenames.CLUSTER_CHECK_FILE).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+        metricslog.append_record(
             metrics_file,
-            contract.event(
-                contract.EVENT_PREFLIGHT,
+            metricslog.event(
+                metricslog.EVENT_PREFLIGHT,
                 ok=report["ok"],
                 checks=[{k: c[k] for k in ("check", "status", "detail")} for c in report["checks"]],
                 seconds=report["seconds"],
                 reason=report["reason"],
-                report=str(output_dir / contract.CLUSTER_CHECK_FILE),
+                report=str(output_dir / filenames.CLUSTER_CHECK_FILE),
             ),
         )
     except OSError as exc:

@@ -14,12 +14,12 @@ from typing import Any
 import torch
 from transformers import TrainerCallback
 
-from ..boundary import contract
+from ..boundary import filenames, metricslog
 from ..boundary.common import LOG
 
 
 def trace_dir(output_dir: Path, first: int, last: int) -> Path:
-    return Path(output_dir) / contract.PROFILE_DIR / f"steps-{first}-{last}"
+    return Path(output_dir) / filenames.PROFILE_DIR / f"steps-{first}-{last}"
 
 
 class ProfilerCallback(TrainerCallback):
@@ -69,7 +69,7 @@ class ProfilerCallback(TrainerCallback):
             self.profiler.export_chrome_trace(str(self.written))
         self.profiler = None
         LOG.info("profiler: steps %d-%d traced into %s", self.first, self.last, self.dir)
-        self.records.add(contract.EVENT_PROFILE, steps=[self.first, self.last], path=str(self.dir))
+        self.records.add(metricslog.EVENT_PROFILE, steps=[self.first, self.last], path=str(self.dir))
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self.profiler is not None:  # training ended inside the window

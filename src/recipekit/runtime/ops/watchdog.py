@@ -26,7 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..boundary import contract
+from ..boundary import exitcodes, filenames, metricslog
 
 #: The longest the thread sleeps between looks at the deadline, seconds.
 MAX_POLL_S = 2.0
@@ -46,7 +46,7 @@ class Watchdog:
         output_dir: Path,
         rank: int,
         metrics_file: Path | None,
-        code: int = contract.EXIT_STALLED,
+        code: int = exitcodes.EXIT_STALLED,
         exit: Callable[[int], Any] = os._exit,
         clock: Callable[[], float] = time.monotonic,
         poll_s: float = MAX_POLL_S,
@@ -104,7 +104,7 @@ class Watchdog:
                 "the last checkpoint"
             )
         )
-        dump = self.output_dir / contract.HANG_DIR / f"stall-step-{step}-rank-{self.rank}.txt"
+        dump = self.output_dir / filenames.HANG_DIR / f"stall-step-{step}-rank-{self.rank}.txt"
         print(f"rank {self.rank}: {message}", file=sys.stderr, flush=True)
         faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
         try:
@@ -116,8 +116,8 @@ class Watchdog:
         except OSError as exc:
             print(f"rank {self.rank}: watchdog: cannot write {dump}: {exc}", file=sys.stderr, flush=True)
             dump = None  # type: ignore[assignment]
-        self.fired = contract.event(
-            contract.EVENT_STALLED,
+        self.fired = metricslog.event(
+            metricslog.EVENT_STALLED,
             rank=self.rank,
             phase=phase,
             step=step,
@@ -129,9 +129,9 @@ class Watchdog:
         )
         if self.metrics_file is not None:
             try:
-                contract.append_record(self.metrics_file, self.fired)
+                metricslog.append_record(self.metrics_file, self.fired)
             except OSError:
                 pass
         sys.stderr.flush()
-        contract.record_exit(self.code)  # os._exit skips train.py's own record
+        exitcodes.record_exit(self.code)  # os._exit skips train.py's own record
         self._exit(self.code)

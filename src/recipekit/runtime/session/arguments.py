@@ -5,7 +5,7 @@ precision), and train.py has already checked that this process reaches that devi
 those choices. What remains is what only the running process knows: where the bundle lies (ds_config.json is named
 relative to recipe.yaml) and how it was launched. A run started without torchrun is one process: it needs no
 process group, and its global batch follows a world size of one. Each such change is returned as a note, which
-train.py logs and records in metrics.jsonl (``contract.EVENT_ADAPTED``).
+train.py logs and records in metrics.jsonl (``metricslog.EVENT_ADAPTED``).
 """
 
 from __future__ import annotations

@@ -13,9 +13,9 @@ from typing import Any
 import torch
 from transformers import TrainerCallback
 
-from ..boundary import contract
+from ..boundary import flopcount, metricslog
 
-#: Significant digits of the utilisation figures: enough to compare with contract.utilisation to 1e-5.
+#: Significant digits of the utilisation figures: enough to compare with flopcount.utilisation to 1e-5.
 _DIGITS = 6
 
 
@@ -27,8 +27,8 @@ class ThroughputCallback(TrainerCallback):
     """Adds tokens/s, achieved TFLOP/s, MFU and HFU per device to every training log, over the interval since the last.
 
     The FLOPs per token and the peak are the plan's (recipe.yaml ``plan.flops``), counted once by recipekit with
-    ``contract.flops_per_token`` from the architecture and the recipe's precision: MFU counts the model's FLOPs, HFU
-    adds the recomputation activation checkpointing runs, both against the same peak (``contract.utilisation``).
+    ``flopcount.flops_per_token`` from the architecture and the recipe's precision: MFU counts the model's FLOPs, HFU
+    adds the recomputation activation checkpointing runs, both against the same peak (``flopcount.utilisation``).
     ``tflops_per_device`` is the model FLOPs achieved. Tokens are the Trainer's ``num_input_tokens_seen`` (all
     tokens, padding included: the device computed them), summed over processes; the figures are per device. Under
     tensor parallelism every rank of a TP group sees the same batch, so that sum counts each token ``replicas``
@@ -62,8 +62,8 @@ class ThroughputCallback(TrainerCallback):
         logs.update(
             tokens_per_second_per_device=round(per_device, 1),
             tflops_per_device=round(per_device * self.model_flops / 1e12, 4),
-            mfu=_significant(contract.utilisation(per_device, self.model_flops, self.peak_tflops)),
-            hfu=_significant(contract.utilisation(per_device, self.hardware_flops, self.peak_tflops)),
+            mfu=_significant(flopcount.utilisation(per_device, self.model_flops, self.peak_tflops)),
+            hfu=_significant(flopcount.utilisation(per_device, self.hardware_flops, self.peak_tflops)),
         )
 
 
@@ -93,8 +93,8 @@ class PeakMemoryCallback(TrainerCallback):
             torch.distributed.all_reduce(values, op=torch.distributed.ReduceOp.MAX)
         device_peak, rss_peak = (float(v) for v in values.cpu())
         if device is not None:
-            logs[contract.PEAK_DEVICE_MEMORY_KEY] = round(device_peak / GIB, 4)
-        logs[contract.PEAK_HOST_MEMORY_KEY] = round(rss_peak / GIB, 4)
+            logs[metricslog.PEAK_DEVICE_MEMORY_KEY] = round(device_peak / GIB, 4)
+        logs[metricslog.PEAK_HOST_MEMORY_KEY] = round(rss_peak / GIB, 4)
 
     def _device_peak_bytes(self) -> int | None:
         """This process's device peak since the last read (None without a device: a CPU run), then reset."""
@@ -122,7 +122,7 @@ class MetricsFileCallback(TrainerCallback):
 
     def on_log(self, args: Any, state: Any, control: Any, logs: dict | None = None, **kwargs: Any) -> None:
         if logs and state.is_world_process_zero:
-            contract.append_record(self.path, contract.stamped({"step": state.global_step, **logs}))
+            metricslog.append_record(self.path, metricslog.stamped({"step": state.global_step, **logs}))
 
 
 class PreemptionCallback(TrainerCallback):

@@ -1,8 +1,8 @@
 """Checkpoints and the run they belong to: the run record each save carries, and the resume decision.
 
 The rules live in the contract (stdlib only, shared with recipekit's dry run): when a checkpoint is complete, and
-:func:`contract.resume_choice`, which picks the checkpoint to continue from and refuses one of another run. This
-module applies them inside a run: it stamps every checkpoint with the run record (``contract.RUN_FILE``: the plan's
+:func:`resumechoice.resume_choice`, which picks the checkpoint to continue from and refuses one of another run. This
+module applies them inside a run: it stamps every checkpoint with the run record (``filenames.RUN_FILE``: the plan's
 run fingerprint and the world layout that wrote its states) and turns the choice into log lines and a RunError.
 
 The record is signed (trust.py): the sha256 of every file of the checkpoint and an HMAC over them with the run key
@@ -21,16 +21,19 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from ..boundary import contract
+from ..boundary import filenames, resumechoice
 from ..boundary.common import RunError, log0
 from ..volume import reshard, trust
 
 
-def choose_resume(output_dir: Path, resume: str, run_id: str, layout: contract.WorldLayout) -> contract.ResumeChoice:
-    """``contract.resume_choice``, logged: each skipped checkpoint and why, each warning; a refusal is a RunError."""
+def choose_resume(
+    output_dir: Path, resume: str, run_id: str, layout: resumechoice.WorldLayout
+) -> resumechoice.ResumeChoice:
+    """``resumechoice.resume_choice``, logged: each skipped checkpoint and why, each warning; a refusal is a
+    RunError."""
     try:
-        choice = contract.resume_choice(output_dir, run_id, resume, layout=layout)
-    except contract.ResumeRefused as exc:
+        choice = resumechoice.resume_choice(output_dir, run_id, resume, layout=layout)
+    except resumechoice.ResumeRefused as exc:
         raise RunError(str(exc)) from None
     for name, reason in choice.skipped:
         log0("skipping %s: %s", name, reason)
@@ -51,7 +54,7 @@ def verify_checkpoint(path: Path) -> None:
                 f"cannot prove {path.name} was written by this run: no run key ({trust.KEY_ENV} is unset; the Job "
                 "mounts it from its Secret, see docs/trust.md); start over with --resume none"
             )
-        trust.verify_directory(path, contract.read_run_record(path), key, RECORD_EXCLUDED, path.name)
+        trust.verify_directory(path, resumechoice.read_run_record(path), key, RECORD_EXCLUDED, path.name)
     except trust.Untrusted as exc:
         raise RunError(f"refusing to resume: {exc}") from None
     log0("%s: signed record and %s verified", path.name, "file digests")
@@ -80,7 +83,9 @@ RESHARD_WAIT_S = 6 * 3600.0
 RESHARD_POLL_S = 2.0
 
 
-def resharded(choice: contract.ResumeChoice, output_dir: Path, world_size: int, rank: int, refusal: str | None) -> Path:
+def resharded(
+    choice: resumechoice.ResumeChoice, output_dir: Path, world_size: int, rank: int, refusal: str | None
+) -> Path:
     """The chosen ZeRO checkpoint as a universal copy for ``world_size`` (reshard.py), signed like a checkpoint:
     global rank 0 converts it while the other ranks wait for it to appear, then every rank verifies it. Runs before
     the process group forms, since converting takes longer than a collective's timeout. ``refusal`` (reshard.py's
@@ -108,9 +113,9 @@ def resharded(choice: contract.ResumeChoice, output_dir: Path, world_size: int, 
             raise RunError(f"cannot re-shard {name}: {exc}") from None
         key = trust.load_key()
         assert key is not None  # the source verified under it (choose_resume)
-        record = {**(contract.read_run_record(source) or {}), "world_size": world_size, "resharded_from": name}
+        record = {**(resumechoice.read_run_record(source) or {}), "world_size": world_size, "resharded_from": name}
         record["source_signature"] = _signature(source)
-        contract.write_run_record(target, trust.sign(record, key, trust.digests(target, RECORD_EXCLUDED)))
+        resumechoice.write_run_record(target, trust.sign(record, key, trust.digests(target, RECORD_EXCLUDED)))
         log0("%s re-sharded in %.0f s, into %s", name, time.monotonic() - started, target)
     else:
         deadline = time.monotonic() + RESHARD_WAIT_S
@@ -123,13 +128,13 @@ def resharded(choice: contract.ResumeChoice, output_dir: Path, world_size: int, 
 
 
 def _signature(checkpoint: Path) -> Any:
-    return (contract.read_run_record(checkpoint) or {}).get(trust.HMAC_FIELD)
+    return (resumechoice.read_run_record(checkpoint) or {}).get(trust.HMAC_FIELD)
 
 
 def _usable(target: Path, source: Path) -> bool:
     """A complete re-sharded copy of ``source`` as it is now (an earlier attempt's, or rank 0's of this one), whose
     record this run signed (its files are checked by :func:`verify_checkpoint` after)."""
-    record = contract.read_run_record(target)
+    record = resumechoice.read_run_record(target)
     key = trust.load_key()
     if record is None or key is None or record.get("resharded_from") != source.name:
         return False
@@ -146,7 +151,7 @@ def drop_resharded(output_dir: Path) -> None:
 
 
 #: Not covered by the digests: the record itself.
-RECORD_EXCLUDED = frozenset({contract.RUN_FILE})
+RECORD_EXCLUDED = frozenset({filenames.RUN_FILE})
 
 
 class RunRecordCallback(TrainerCallback):
@@ -165,12 +170,12 @@ class RunRecordCallback(TrainerCallback):
         _barrier()  # every rank's files (DeepSpeed partitions, rng states) are written before they are hashed
         if not state.is_world_process_zero:
             return
-        checkpoint = Path(args.output_dir) / f"{contract.CHECKPOINT_PREFIX}{state.global_step}"
+        checkpoint = Path(args.output_dir) / f"{filenames.CHECKPOINT_PREFIX}{state.global_step}"
         if checkpoint.is_dir():
             record = {**self.record, "step": state.global_step}
             if self.key is not None:
                 record = trust.sign(record, self.key, trust.digests(checkpoint, RECORD_EXCLUDED))
-            contract.write_run_record(checkpoint, record)
+            resumechoice.write_run_record(checkpoint, record)
             drop_resharded(Path(args.output_dir))
 
 

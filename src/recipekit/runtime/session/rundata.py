@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..boundary import contract
+from ..boundary import filenames, metricslog
 from ..boundary.common import log0, rank
 from ..boundary.config import RunConfig
 from ..boundary.recipeview import DataView, RecipeView
@@ -106,7 +106,7 @@ def model_source(
         return str(recipe.model.name_or_path)
     from ..model.twin import TOKENIZER_SAMPLE_LIMIT, corpus_texts, create_random_init
 
-    destination = output_dir / contract.RANDOM_INIT_DIR
+    destination = output_dir / filenames.RANDOM_INIT_DIR
     if maker:
         chunks = plan_chunks(files, settings.chunk_bytes)
         records = first_records(files, chunks, settings.format, TOKENIZER_SAMPLE_LIMIT)
@@ -174,7 +174,7 @@ def prepare_for_run(
     tokenizer = load_tokenizer(model_path, recipe.model.trust_remote_code)
     if recipe.data.streaming:
         streamed = stream_for_run(run, settings, files, model_path, tokenizer, resume, started)
-        record(contract.EVENT_DATA, **streamed.summary(size))
+        record(metricslog.EVENT_DATA, **streamed.summary(size))
         return streamed
     job = describe_job(settings, files, tokenizer, Path(run.plan.prepared_dir))
     found = job.existing()
@@ -189,7 +189,7 @@ def prepare_for_run(
             size,
             job.directory,
         )
-        record(contract.EVENT_PHASE, phase="prepare data", rank=me, chunks=len(job.chunks), workers=size)
+        record(metricslog.EVENT_PHASE, phase="prepare data", rank=me, chunks=len(job.chunks), workers=size)
         report = _log_progress(job, size, started) if me == 0 else (lambda: None)
         work(job, tokenizer, me, size, report)
         found = collect(job, merger=me == 0, report=report)
@@ -199,7 +199,7 @@ def prepare_for_run(
     seconds = time.monotonic() - started
     prepared = PreparedData(model_path, tokenizer, train, evaluation, found, job.directory, reused, seconds)
     _warn_about(found)
-    record(contract.EVENT_DATA, **prepared.summary(size))
+    record(metricslog.EVENT_DATA, **prepared.summary(size))
     return prepared
 
 
@@ -222,7 +222,7 @@ def stream_for_run(
     if step and known is None:
         log0(
             "the checkpoint holds no stream counts (%s): reading the input again up to row %d",
-            contract.STREAM_STATE_FILE,
+            filenames.STREAM_STATE_FILE,
             start_row,
             level=logging.WARNING,
         )

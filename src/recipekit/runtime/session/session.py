@@ -4,7 +4,7 @@ train.py imports this module only after it has found the target device (see devi
 imports the training stack: transformers, datasets, tokenizers, peft when LoRA is used.
 
 Every rank runs the same code and reaches the same decisions; rank 0 alone writes the structured records of
-metrics.jsonl (``contract.EVENT_*``) and logs the human-readable lines next to them.
+metrics.jsonl (``metricslog.EVENT_*``) and logs the human-readable lines next to them.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..boundary import contract
+from ..boundary import exitcodes, filenames, metricslog, recipeview, resumechoice
 from ..boundary.common import RunError, log0, precision, rank
 from ..boundary.config import RunConfig
 from ..boundary.recipeview import RecipeView
@@ -39,11 +39,11 @@ class Records:
     """metrics.jsonl's structured records, appended by rank 0 only."""
 
     def __init__(self, output_dir: Path, writer: bool):
-        self.path, self.writer = output_dir / contract.METRICS_FILE, writer
+        self.path, self.writer = output_dir / filenames.METRICS_FILE, writer
 
     def add(self, kind: str, **fields: Any) -> None:
         if self.writer:
-            contract.append_record(self.path, contract.stamped(contract.event(kind, **fields)))
+            metricslog.append_record(self.path, metricslog.stamped(metricslog.event(kind, **fields)))
 
 
 def training_arguments(run: RunConfig, device: Device, universal: bool = False) -> tuple[Any, list[str]]:
@@ -70,15 +70,15 @@ def training_arguments(run: RunConfig, device: Device, universal: bool = False) 
     return args, notes
 
 
-def world_layout(run: RunConfig, zero_stage: int) -> contract.WorldLayout:
+def world_layout(run: RunConfig, zero_stage: int) -> resumechoice.WorldLayout:
     """This process's world, ZeRO stage and global batch (micro × accumulation × data-parallel size), known before
     the process group forms: what a checkpoint's run record is compared with."""
     size, arguments = world(), run.training_arguments
     micro, accumulation = arguments.get("per_device_train_batch_size"), arguments.get("gradient_accumulation_steps")
     batch = None
     if isinstance(micro, int) and isinstance(accumulation, int):
-        batch = micro * accumulation * contract.data_parallel_size(size, tensor_parallel(run))
-    return contract.WorldLayout(size, zero_stage, batch, streaming=run.recipe.data.streaming)
+        batch = micro * accumulation * recipeview.data_parallel_size(size, tensor_parallel(run))
+    return resumechoice.WorldLayout(size, zero_stage, batch, streaming=run.recipe.data.streaming)
 
 
 def tensor_parallel(run: RunConfig) -> int:
@@ -113,7 +113,7 @@ def make_trainer(
         data_collator=SequenceCollator(tokenizer.pad_token_id),
         processing_class=tokenizer,
         callbacks=[
-            MetricsFileCallback(Path(args.output_dir) / contract.METRICS_FILE),
+            MetricsFileCallback(Path(args.output_dir) / filenames.METRICS_FILE),
             preemption,
         ],
     )
@@ -140,7 +140,7 @@ def summary_lines(
     data = recipe.data
     zero = run.zero_stage
     tp = tensor_parallel(run)
-    dp = contract.data_parallel_size(args.world_size, tp)
+    dp = recipeview.data_parallel_size(args.world_size, tp)
     batch = args.per_device_train_batch_size * args.gradient_accumulation_steps * dp
     if data.format == "text":
         rows, packing = "blocks", "documents concatenated into blocks"
@@ -179,7 +179,7 @@ def save_results(
     trainer.save_model(str(output_dir))
     trainer.save_state()
     if args.process_index == 0:
-        contract.write_run_record(output_dir, {**identity, "step": trainer.state.global_step})
+        resumechoice.write_run_record(output_dir, {**identity, "step": trainer.state.global_step})
     lora = recipe.mode.lora
     merge_here = lora is not None and lora.merge_on_save and args.process_index == 0
     leave_process_group()
@@ -209,7 +209,7 @@ def run_training(run: RunConfig, device: Device, resume: str) -> int:
         name, saved = choice.path.name if choice.path else "the checkpoint", choice.saved_world_size
         raise RunError(
             f"{name} was saved at world size {saved}, this run has {layout.world_size}: "
-            f"{contract.TP_RESIZE_REFUSAL}; run it at world size {saved}, or start over with --resume none"
+            f"{resumechoice.TP_RESIZE_REFUSAL}; run it at world size {saved}, or start over with --resume none"
         )
     if choice.reshard:
         parallel = recipe.parallel
@@ -230,7 +230,7 @@ def run_training(run: RunConfig, device: Device, resume: str) -> int:
     args, notes = training_arguments(run, device, universal=choice.reshard)  # joins the process group
     for note in notes:
         log0("adapted: %s", note)
-        records.add(contract.EVENT_ADAPTED, note=note)
+        records.add(metricslog.EVENT_ADAPTED, note=note)
     ops = OpsLayer(run, args, device)
     ops.preflight()  # every pod checks devices, versions, storage and the collective before the model is loaded
     model = load_model(model_path, recipe, args, device.kind)
@@ -241,7 +241,7 @@ def run_training(run: RunConfig, device: Device, resume: str) -> int:
             level=logging.WARNING,
         )
     trainable, total = parameter_counts(model)
-    identity = contract.run_record(
+    identity = resumechoice.run_record(
         plan.run_id,
         world_size=args.world_size,
         zero_stage=zero,
@@ -259,7 +259,7 @@ def run_training(run: RunConfig, device: Device, resume: str) -> int:
     for line in summary_lines(run, args, device, model_path, (trainable, total), train_set, eval_set, resume_from):
         log0(line)
     records.add(
-        contract.EVENT_START,
+        metricslog.EVENT_START,
         run_id=plan.run_id,
         world_size=args.world_size,
         tensor_parallel=tensor_parallel(run),
@@ -290,14 +290,14 @@ def run_training(run: RunConfig, device: Device, resume: str) -> int:
         log0(
             "SIGTERM: saved checkpoint-%d; exiting %d so the job restarts and resumes from it",
             preemption.stopped_at,
-            contract.EXIT_PREEMPTED,
+            exitcodes.EXIT_PREEMPTED,
         )
-        records.add(contract.EVENT_PREEMPTED, step=preemption.stopped_at)
+        records.add(metricslog.EVENT_PREEMPTED, step=preemption.stopped_at)
         leave_process_group()
-        return contract.EXIT_PREEMPTED
+        return exitcodes.EXIT_PREEMPTED
     merged = save_results(trainer, recipe, args, model_path, tokenizer, identity)
     step = trainer.state.global_step
     ops.recovery.done(step)
-    records.add(contract.EVENT_DONE, step=step, output=str(output_dir), merged=str(merged) if merged else None)
+    records.add(metricslog.EVENT_DONE, step=step, output=str(output_dir), merged=str(merged) if merged else None)
     log0("done: %d steps; model in %s", step, output_dir)
-    return contract.EXIT_OK
+    return exitcodes.EXIT_OK

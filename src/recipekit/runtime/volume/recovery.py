@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..boundary import contract
+from ..boundary import metricslog
 
 RECOVERY_FILE = "recovery.jsonl"
 PROGRESS_FILE = "recipekit-progress.json"
@@ -113,7 +113,7 @@ def history(records: list[dict[str, Any]]) -> list[Recovery]:
 
 def read(output_dir: Path) -> list[dict[str, Any]]:
     """The records of a run's ``recovery.jsonl`` (empty when it has none)."""
-    return contract.read_records(Path(output_dir) / RECOVERY_FILE)
+    return metricslog.read_records(Path(output_dir) / RECOVERY_FILE)
 
 
 def summary(recoveries: list[Recovery]) -> dict[str, Any]:
@@ -146,7 +146,7 @@ class RecoveryLog:
         self.records.append(record)
         try:
             self.dir.mkdir(parents=True, exist_ok=True)
-            contract.append_record(self.dir / RECOVERY_FILE, record)
+            metricslog.append_record(self.dir / RECOVERY_FILE, record)
         except OSError:
             pass  # never stop training for a record
 
@@ -164,7 +164,7 @@ class RecoveryLog:
         if progress is not None and not progress.get("done"):
             interrupted = {"step": progress.get("step"), "time": progress.get("time")}
         self._append(
-            contract.event(
+            metricslog.event(
                 "start",
                 time=self.clock(),
                 launch_time=launched,
@@ -176,7 +176,7 @@ class RecoveryLog:
 
     def loaded(self, step: int) -> None:
         if self.enabled:
-            self._append(contract.event("loaded", step=step, time=self.clock()))
+            self._append(metricslog.event("loaded", step=step, time=self.clock()))
 
     def step(self, step: int) -> None:
         """An optimizer step completed: the progress file moves on; the first one after the start is recorded."""
@@ -185,12 +185,12 @@ class RecoveryLog:
         now = self.clock()
         if not self.first_step_seen:
             self.first_step_seen = True
-            self._append(contract.event("first_step", step=step, time=now))
+            self._append(metricslog.event("first_step", step=step, time=now))
         self._write_progress({"step": step, "time": now})
 
     def done(self, step: int) -> None:
         if self.enabled:
-            self._append(contract.event("done", step=step, time=self.clock()))
+            self._append(metricslog.event("done", step=step, time=self.clock()))
             self._write_progress({"step": step, "time": self.clock(), "done": True})
 
     def _progress(self) -> dict[str, Any] | None:

@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..boundary import contract
+from ..boundary import metricslog
 
 #: Where the ledger goes, below the output directory: one file per global rank.
 LEDGER_DIR = "rows"
@@ -61,7 +61,7 @@ class RowLedger:
         line: dict[str, Any] = {"step": step, "rank": self.rank, "world_size": self.world_size, "rows": rows}
         if sampler is not None:
             line.update(epoch=sampler.epoch, seed=sampler.seed, size=sampler.size)
-        contract.append_record(self.path, line)
+        metricslog.append_record(self.path, line)
 
 
 def ledger_sizes(directory: Path) -> dict[str, int]:

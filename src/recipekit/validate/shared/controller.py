@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from recipekit.bundle.files import JOB
-from recipekit.runtime.boundary import contract
+from recipekit.runtime.boundary import exitcodes
 from recipekit.validate.shared.results import Finding
 
 POD_FAILED = "PodFailed"
@@ -102,18 +102,18 @@ def contract_policy_findings(job: Any) -> list[Finding]:
         if isinstance(p, dict) and p.get("exitCode") is not None
     }
     out = []
-    for entry in contract.exit_code_policies():
+    for entry in exitcodes.exit_code_policies():
         code, action = entry["exitCode"], entry["action"]
         got = pod_failed_action(job, code, first_task(spec))
         if got != action:
-            name = contract.exit_code_name(code)
+            name = exitcodes.exit_code_name(code)
             out.append(
                 Finding(
                     JOB,
                     "spec.policies",
                     f"a pod exiting {code} ({name}) gets {got}, the runtime contract says {action}"
                     + ("" if code in have else f": no exitCode {code} policy"),
-                    hint="rebuild the bundle: the policies come from runtime/boundary/contract.py's EXIT_CODES",
+                    hint="rebuild the bundle: the policies come from runtime/boundary/exitcodes.py's EXIT_CODES",
                 )
             )
     return out

@@ -33,7 +33,7 @@ import time
 import types
 from typing import Any
 
-from recipekit.runtime.boundary import contract
+from recipekit.runtime.boundary import recipeview
 from recipekit.validate.shared.results import Finding
 
 _MISMATCH = re.compile(r"^- ds (?P<ds>\S+)=(?P<dv>.*) vs hf (?P<hf>.+?)=(?P<hv>.*)$")
@@ -122,7 +122,7 @@ def _check_transformers(payload: dict[str, Any]) -> tuple[dict[str, Any], Any]:
     if parsed is not None:
         findings += _global_batch_findings(parsed, world, tp, payload.get("global_batch_size"))
     reason = f"transformers {transformers.__version__}, world size {world}" + (
-        f" = TP {tp} × DP {contract.data_parallel_size(world, tp)}" if tp > 1 else ""
+        f" = TP {tp} × DP {recipeview.data_parallel_size(world, tp)}" if tp > 1 else ""
     )
     return {
         "status": "fail" if findings else "pass",
@@ -151,7 +151,7 @@ def _global_batch_findings(args: Any, world: int, tp: int, planned: Any) -> list
                 f"{tp} does not divide the world size {world}: DeepSpeed cannot form TP groups",
             )
         ]
-    dp = contract.data_parallel_size(world, tp)
+    dp = recipeview.data_parallel_size(world, tp)
     counted = args.per_device_train_batch_size * args.gradient_accumulation_steps * dp
     if isinstance(planned, int) and counted != planned:
         return [
