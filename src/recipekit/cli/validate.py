@@ -18,7 +18,7 @@ from click.core import ParameterSource
 
 from recipekit.cli.common import SETTINGS, fail
 from recipekit.cli.terminal import plain
-from recipekit.runtime.boundary.contract import DEVICE_TARGETS as TARGETS
+from recipekit.runtime.boundary.recipeview import DEVICE_TARGETS as TARGETS
 from recipekit.validate.shared.results import Result, Status, Verdict
 
 _DRY_RUN_ONLY = (

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from recipekit.runtime.boundary.contract import DEVICE_TARGETS as TARGETS
+from recipekit.runtime.boundary.recipeview import DEVICE_TARGETS as TARGETS
 
 
 class DryRunUsageError(Exception):

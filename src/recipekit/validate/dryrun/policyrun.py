@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from recipekit.runtime.boundary import contract
+from recipekit.runtime.boundary import exitcodes
 from recipekit.validate.dryrun.cluster.attemptlog import Attempt
 from recipekit.validate.dryrun.judges import training
 from recipekit.validate.shared import controller
@@ -25,7 +25,7 @@ RESTARTS = ("RestartJob", "RestartTask", "RestartPod")
 
 def expected_code(fault: str) -> int:
     """The exit code the injected one-pod fault must produce."""
-    return contract.EXIT_USER_ERROR if fault == "user_error" else contract.EXIT_PREFLIGHT
+    return exitcodes.EXIT_USER_ERROR if fault == "user_error" else exitcodes.EXIT_PREFLIGHT
 
 
 def judge_first_failure(result: Result, fault: str, pod: int | None, first: Attempt, job: dict[str, Any]) -> str:
@@ -44,14 +44,14 @@ def judge_first_failure(result: Result, fault: str, pod: int | None, first: Atte
         return controller.NO_POLICY
     failed_pod, code = failure
     action = controller.pod_failed_action(job, code, task)
-    table = next((c.action for c in contract.EXIT_CODES if c.code == code), None) or "RestartJob"
-    result.details.update(exit_name=contract.exit_code_name(code), action=action, contract_action=table)
+    table = next((c.action for c in exitcodes.EXIT_CODES if c.code == code), None) or "RestartJob"
+    result.details.update(exit_name=exitcodes.exit_code_name(code), action=action, contract_action=table)
     if code != want:
         result.fail(
             WHERE,
             "exit code",
-            f"pod {failed_pod} exited {code} ({contract.exit_code_name(code)}), expected {want} "
-            f"({contract.exit_code_name(want)}): the pod's exit status is not the run's own code",
+            f"pod {failed_pod} exited {code} ({exitcodes.exit_code_name(code)}), expected {want} "
+            f"({exitcodes.exit_code_name(want)}): the pod's exit status is not the run's own code",
         )
     # preflight's verdict is agreed by every pod, so any of them may fail first; a configuration error is the pod's own
     if fault == "user_error" and pod is not None and failed_pod != pod:
@@ -86,7 +86,7 @@ def run_policy_fault(
         if steps:
             result.fail(WHERE, "steps", f"training ran steps {steps} although pod {pod} failed before training")
         result.reason = (
-            f"pod {pod} exited {code} ({contract.exit_code_name(code)}); the Job's policy: {action}, the Job ends "
+            f"pod {pod} exited {code} ({exitcodes.exit_code_name(code)}); the Job's policy: {action}, the Job ends "
             "without a retry"
         )
         train.skip(f"the Job ended by its own policy ({action} on exit {code}), as the test intends")
@@ -102,7 +102,7 @@ def run_policy_fault(
     losses = [s.loss for s in second.steps if s.loss is not None]
     training.judge_completion(train, second, losses, output_dir, expect, attempts=2)
     result.reason = (
-        f"pod {pod} exited {code} ({contract.exit_code_name(code)}); the Job's policy: {action}; the restarted Job "
+        f"pod {pod} exited {code} ({exitcodes.exit_code_name(code)}); the Job's policy: {action}; the restarted Job "
         f"trained {expect.steps} steps"
     )
     return second

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 
-from recipekit.runtime.boundary import contract
+from recipekit.runtime.boundary import filenames, metricslog, recipeview
 from recipekit.runtime.volume.rowledger import read_ledger
 from recipekit.validate.dryrun import policyrun
 from recipekit.validate.dryrun.cluster.attemptlog import Attempt
@@ -43,7 +43,7 @@ from recipekit.validate.shared.loader import Bundle, load_bundle
 from recipekit.validate.shared.results import Result
 from recipekit.validate.static.consistency import check_batch
 
-METRICS_FILE = contract.METRICS_FILE
+METRICS_FILE = filenames.METRICS_FILE
 Progress = Callable[[str], None]
 
 
@@ -52,7 +52,7 @@ def _missing_modules(bundle: Bundle) -> list[str]:
     needed = ["torch", "transformers", "datasets", "tokenizers", "psutil"]
     if bundle.ds_config is not None:  # the bundle's own answer: it has a ds_config when it runs DeepSpeed
         needed.append("deepspeed")
-    if bundle.recipe is not None and contract.trains_adapter(bundle.recipe.mode.kind):
+    if bundle.recipe is not None and recipeview.trains_adapter(bundle.recipe.mode.kind):
         needed.append("peft")
     return [name for name in needed if importlib.util.find_spec(name) is None]
 
@@ -250,7 +250,7 @@ def _train(
             if "profile" in checks and operations.profile_steps:
                 judge_profile(checks["profile"], work.output_dir, operations.profile_steps, run.attempts)
         return
-    timed_out = first.outcome == "timeout" and first.last(contract.EVENT_PREFLIGHT) is None
+    timed_out = first.outcome == "timeout" and first.last(metricslog.EVENT_PREFLIGHT) is None
     if "preflight" in checks and timed_out:
         checks["preflight"].skip("the first attempt timed out before preflight reported")
     elif "preflight" in checks and not judge_preflight(checks["preflight"], first):
@@ -375,7 +375,7 @@ def _attempts(
                 read_ledger(work.output_dir, first.ledger_from, first.ledger_to),
                 read_ledger(work.output_dir, second.ledger_from, second.ledger_to),
             )
-            batch = (first.last(contract.EVENT_START) or {}).get("global_batch_size")
+            batch = (first.last(metricslog.EVENT_START) or {}).get("global_batch_size")
             if isinstance(batch, int):
                 judge_rows(resume, *ledger, resumed_at=expected or 0, global_batch=batch)
             else:

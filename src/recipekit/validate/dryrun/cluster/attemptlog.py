@@ -1,7 +1,7 @@
 """What the dry run saw of one attempt: training steps, the runtime's structured records, exit codes, the kill.
 
 train.py appends to ``metrics.jsonl`` (the runtime contract's
-:data:`~recipekit.runtime.boundary.contract.METRICS_FILE`): training logs carry ``step`` and ``loss``; structured
+:data:`~recipekit.runtime.boundary.filenames.METRICS_FILE`): training logs carry ``step`` and ``loss``; structured
 records carry ``event`` (start, adapted, preempted, done, phase) and are never steps. :class:`MetricsTail` follows the
 file while the pods run, and the attempt keeps both kinds apart, so judging
 (:mod:`recipekit.validate.dryrun.judges.training`) reads records, never log text.
@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from recipekit.runtime.boundary import contract
+from recipekit.runtime.boundary import metricslog
 
 
 @dataclass
@@ -49,7 +49,7 @@ class Attempt:
 
     def events(self, kind: str) -> list[dict[str, Any]]:
         """This attempt's records of one kind, in file order."""
-        return contract.events(self.records, kind)
+        return metricslog.events(self.records, kind)
 
     def last(self, kind: str) -> dict[str, Any] | None:
         """The newest record of ``kind`` (train.py writes start and done once per run; a restart writes again)."""
@@ -93,4 +93,4 @@ class MetricsTail:
         self.offset = size
         lines = (self.partial + chunk).split(b"\n")
         self.partial = lines.pop()
-        return contract.parse_records(lines)
+        return metricslog.parse_records(lines)

@@ -24,7 +24,7 @@ import psutil
 import yaml
 
 from recipekit.bundle.files import JOB, LAUNCH, RUN, TRAIN_MODULE
-from recipekit.runtime.boundary import contract
+from recipekit.runtime.boundary import filenames, metricslog
 from recipekit.runtime.boundary.metricnames import PORT_ENV as METRICS_PORT_ENV
 from recipekit.runtime.volume import trust
 from recipekit.runtime.volume.rowledger import ledger_sizes
@@ -111,7 +111,7 @@ class DryRun:
         #: which pods serve (all, or pod 0 for ``ops.metrics_ranks: rank0``).
         self.pods: list[Pod] = []
         self.resize(options.pods)
-        self.metrics = MetricsTail(work.output_dir / contract.METRICS_FILE)
+        self.metrics = MetricsTail(work.output_dir / filenames.METRICS_FILE)
         self.attempts: list[Attempt] = []
         self.ports: set[int] = set()
         try:
@@ -215,7 +215,7 @@ class DryRun:
                 )
             elif "event" in record:
                 phases.record(record)
-                if record.get("event") == contract.EVENT_CHECKPOINT:
+                if record.get("event") == metricslog.EVENT_CHECKPOINT:
                     self._scrape(attempt, int(record.get("step") or 0) + 1)
 
     def _scrape(self, attempt: Attempt, step: int) -> None:

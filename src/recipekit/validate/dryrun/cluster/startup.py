@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from recipekit.runtime.boundary import contract
+from recipekit.runtime.boundary import metricslog
 
 #: Log lines the runtime prints in its own name (each file prefixes what it says with its name).
 ANNOUNCERS = ("run.sh:", "launch:", "train.py:")
@@ -73,11 +73,11 @@ def workers(cmdlines: Iterable[list[str]], module: str) -> int:
 def describe(record: dict[str, Any]) -> str | None:
     """One line for a structured record of train.py, or None for a kind not shown."""
     kind = record.get("event")
-    if kind == contract.EVENT_PHASE:
+    if kind == metricslog.EVENT_PHASE:
         extra = ", ".join(f"{k} {v}" for k, v in record.items() if k not in _PLAIN_FIELDS)
         rank = f" rank {record['rank']}" if "rank" in record else ""
         return f"train.py{rank}: {record.get('phase')}" + (f" ({extra})" if extra else "")
-    if kind == contract.EVENT_START:
+    if kind == metricslog.EVENT_START:
         trainable, total = record.get("parameters_trainable"), record.get("parameters_total")
         params = (
             f"{trainable:,} of {total:,} parameters trainable"
@@ -90,12 +90,12 @@ def describe(record: dict[str, Any]) -> str | None:
             f"{record.get('precision')}, ZeRO {record.get('zero_stage')}, {params}; "
             + (f"resuming from {where}" if where else "from scratch")
         )
-    if kind == contract.EVENT_DATA and record.get("streaming"):
+    if kind == metricslog.EVENT_DATA and record.get("streaming"):
         return (
             f"train.py streams the data: {record.get('files')} file(s), {record.get('chunks')} chunks "
             f"({record.get('row_kind')}), from row {record.get('start_row')}"
         )
-    if kind == contract.EVENT_DATA:
+    if kind == metricslog.EVENT_DATA:
         how = (
             "reused prepared data"
             if record.get("reused")
@@ -105,31 +105,31 @@ def describe(record: dict[str, Any]) -> str | None:
             f"train.py {how}: {record.get('chunks')} chunks, {record.get('train_rows')} train rows, "
             f"{record.get('train_tokens')} tokens ({record.get('row_kind')}) in {record.get('directory')}"
         )
-    if kind == contract.EVENT_ADAPTED:
+    if kind == metricslog.EVENT_ADAPTED:
         return f"train.py adapted: {record.get('note')}"
-    if kind == contract.EVENT_PREEMPTED:
+    if kind == metricslog.EVENT_PREEMPTED:
         return f"train.py preempted: checkpoint saved at step {record.get('step')}"
-    if kind == contract.EVENT_DONE:
+    if kind == metricslog.EVENT_DONE:
         return f"train.py done at step {record.get('step')}; model in {record.get('output')}"
     return _describe_operations(kind, record)
 
 
 def _describe_operations(kind: Any, record: dict[str, Any]) -> str | None:
     """The operations layer's records: preflight's verdict, a hang, a non-finite loss, an alert, a trace."""
-    if kind == contract.EVENT_PREFLIGHT:
+    if kind == metricslog.EVENT_PREFLIGHT:
         checks = ", ".join(f"{c.get('check')} {c.get('status')}" for c in record.get("checks") or [])
         verdict = "passed" if record.get("ok") else f"FAILED: {record.get('reason')}"
         return f"train.py preflight {verdict} ({checks}; {record.get('seconds')} s)"
-    if kind == contract.EVENT_STALLED:
+    if kind == metricslog.EVENT_STALLED:
         return (
             f"train.py rank {record.get('rank')}: watchdog fired after {record.get('waited_s')} s in "
             f"{record.get('phase')}; stacks in {record.get('stacks')}"
         )
-    if kind == contract.EVENT_NONFINITE:
+    if kind == metricslog.EVENT_NONFINITE:
         return f"train.py: {record.get('message')}"
-    if kind == contract.EVENT_ALERT:
+    if kind == metricslog.EVENT_ALERT:
         return f"train.py alert {record.get('alert')}: {record.get('message')}"
-    if kind == contract.EVENT_PROFILE:
+    if kind == metricslog.EVENT_PROFILE:
         return f"train.py profiled steps {record.get('steps')} into {record.get('path')}"
     return None
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from recipekit.runtime.boundary import contract, metricnames
+from recipekit.runtime.boundary import filenames, metricnames, metricslog
 from recipekit.validate.dryrun.cluster.attemptlog import Attempt
 from recipekit.validate.dryrun.judges.training import judge_recorded_recovery, resumed_step
 from recipekit.validate.shared.results import Result
@@ -72,14 +72,14 @@ class OpsExpectation:
 def judge_preflight(result: Result, attempt: Attempt) -> bool:
     """The ``preflight`` record of ``attempt``: present, listing every check, and its verdict. A failed preflight is
     a failed result with its reason, and then no training may have started. Returns whether preflight passed."""
-    record = attempt.last(contract.EVENT_PREFLIGHT)
-    started = attempt.last(contract.EVENT_START) is not None or bool(attempt.steps)
+    record = attempt.last(metricslog.EVENT_PREFLIGHT)
+    started = attempt.last(metricslog.EVENT_START) is not None or bool(attempt.steps)
     result.details["training_started"] = started
     if record is None:
         result.fail(
             WHERE,
-            contract.METRICS_FILE,
-            f"attempt {attempt.number}: no {contract.EVENT_PREFLIGHT!r} record"
+            filenames.METRICS_FILE,
+            f"attempt {attempt.number}: no {metricslog.EVENT_PREFLIGHT!r} record"
             + (" although training started" if started else " (the pods' log tails show why)"),
         )
         return False
@@ -87,12 +87,12 @@ def judge_preflight(result: Result, attempt: Attempt) -> bool:
     result.details.update(
         checks=list(checks.values()), seconds=record.get("seconds"), report=record.get("report"), ok=record.get("ok")
     )
-    missing = [name for name in contract.PREFLIGHT_CHECKS if name not in checks]
+    missing = [name for name in filenames.PREFLIGHT_CHECKS if name not in checks]
     if missing:
-        result.fail(WHERE, contract.CLUSTER_CHECK_FILE, f"the report lacks check(s) {', '.join(missing)}")
+        result.fail(WHERE, filenames.CLUSTER_CHECK_FILE, f"the report lacks check(s) {', '.join(missing)}")
     report = Path(str(record.get("report") or ""))
     if record.get("report") and not report.is_file():
-        result.fail(WHERE, contract.CLUSTER_CHECK_FILE, f"{report} was not written")
+        result.fail(WHERE, filenames.CLUSTER_CHECK_FILE, f"{report} was not written")
     if not record.get("ok"):
         result.fail(WHERE, "preflight", f"preflight failed: {record.get('reason')}")
         if started:
@@ -170,16 +170,16 @@ def judge_metrics(result: Result, attempts: list[Attempt]) -> None:
 
 # ---------------------------------------------------------------------------------------------------- profile
 def judge_profile(result: Result, output_dir: Path, steps: tuple[int, int], attempts: list[Attempt]) -> None:
-    where = output_dir / contract.PROFILE_DIR / f"steps-{steps[0]}-{steps[1]}"
+    where = output_dir / filenames.PROFILE_DIR / f"steps-{steps[0]}-{steps[1]}"
     traces = sorted(p for p in where.rglob("*") if p.is_file()) if where.is_dir() else []
-    records = [r for a in attempts for r in a.events(contract.EVENT_PROFILE)]
+    records = [r for a in attempts for r in a.events(metricslog.EVENT_PROFILE)]
     result.details.update(traces=[str(p) for p in traces], records=records)
     if not traces:
-        result.fail(WHERE, contract.PROFILE_DIR, f"no trace in {where}")
+        result.fail(WHERE, filenames.PROFILE_DIR, f"no trace in {where}")
     elif not any(p.stat().st_size for p in traces):
-        result.fail(WHERE, contract.PROFILE_DIR, f"the traces in {where} are empty")
+        result.fail(WHERE, filenames.PROFILE_DIR, f"the traces in {where} are empty")
     if not records:
-        result.fail(WHERE, contract.METRICS_FILE, f"no {contract.EVENT_PROFILE!r} record")
+        result.fail(WHERE, filenames.METRICS_FILE, f"no {metricslog.EVENT_PROFILE!r} record")
     if not result.failed:
         size = sum(p.stat().st_size for p in traces)
         result.reason = f"steps {steps[0]}-{steps[1]} traced: {len(traces)} file(s), {size / 1e6:.1f} MB in {where}"
@@ -224,7 +224,7 @@ def judge_fault(
 
 
 def _judge_stall(result: Result, expect: OpsExpectation, first: Attempt) -> float | None:
-    stalled = first.events(contract.EVENT_STALLED)
+    stalled = first.events(metricslog.EVENT_STALLED)
     stacks = [str(r.get("stacks")) for r in stalled if r.get("stacks")]
     present = [s for s in stacks if Path(s).is_file() and "File " in Path(s).read_text(errors="replace")]
     waited = [float(r.get("waited_s") or 0) for r in stalled]
@@ -237,12 +237,12 @@ def _judge_stall(result: Result, expect: OpsExpectation, first: Attempt) -> floa
         last_step_before=first.steps[-1].step if first.steps else None,
     )
     if not stalled:
-        result.fail(WHERE, contract.METRICS_FILE, f"no {contract.EVENT_STALLED!r} record: the hang was not detected")
+        result.fail(WHERE, filenames.METRICS_FILE, f"no {metricslog.EVENT_STALLED!r} record: the hang was not detected")
         return None
     if expect.stall_rank not in result.details["stalled_ranks"]:
         result.fail(WHERE, "watchdog", f"rank {expect.stall_rank} stalled but its watchdog did not report it")
     if not present:
-        result.fail(WHERE, contract.HANG_DIR, f"no stack dump with Python frames: {stacks or 'none written'}")
+        result.fail(WHERE, filenames.HANG_DIR, f"no stack dump with Python frames: {stacks or 'none written'}")
     if first.steps and first.steps[-1].step >= (expect.stall_at or 0):
         result.fail(WHERE, "steps", f"step {first.steps[-1].step} completed although rank {expect.stall_rank} stalled")
     # The hang began when the last step before it was seen.
@@ -250,10 +250,10 @@ def _judge_stall(result: Result, expect: OpsExpectation, first: Attempt) -> floa
 
 
 def _judge_nonfinite(result: Result, expect: OpsExpectation, first: Attempt) -> float | None:
-    record = first.last(contract.EVENT_NONFINITE)
+    record = first.last(metricslog.EVENT_NONFINITE)
     result.details["nonfinite"] = record
     if record is None:
-        result.fail(WHERE, contract.METRICS_FILE, f"no {contract.EVENT_NONFINITE!r} record: the NaN loss went on")
+        result.fail(WHERE, filenames.METRICS_FILE, f"no {metricslog.EVENT_NONFINITE!r} record: the NaN loss went on")
         return None
     if record.get("step") != expect.nan_at:
         result.fail(
@@ -261,7 +261,7 @@ def _judge_nonfinite(result: Result, expect: OpsExpectation, first: Attempt) -> 
         )
     if not record.get("message"):
         result.fail(WHERE, "loss guard", "the record carries no message")
-    if first.last(contract.EVENT_DONE) is not None:
+    if first.last(metricslog.EVENT_DONE) is not None:
         result.fail(WHERE, "loss guard", "training reported done after a NaN loss")
     at = next((s.at for s in first.steps if s.step == expect.nan_at), None)
     return at if at is not None else (first.steps[-1].at if first.steps else None)
@@ -275,7 +275,7 @@ def _judge_restart(
     noticed_at: float | None,
     output_dir: Path | None = None,
 ) -> None:
-    start = second.last(contract.EVENT_START)
+    start = second.last(metricslog.EVENT_START)
     step = resumed_step(start) if start else None
     first_new = second.steps[0] if second.steps else None
     result.details.update(

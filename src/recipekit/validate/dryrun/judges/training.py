@@ -6,7 +6,7 @@ nothing starts a process, and no log text is read. So each rule is unit-tested w
 checkpoint directories.
 
 Where training must resume is decided by the runtime contract's own rule —
-:func:`~recipekit.runtime.boundary.contract.latest_complete_checkpoint`, the function train.py's ``--resume auto`` calls
+:func:`~recipekit.runtime.boundary.checkpointdirs.latest_complete_checkpoint`, which train.py's ``--resume auto`` calls
 — so the expectation and the runtime cannot disagree about what "complete" means (a truncated safetensors file, a
 sharded index whose shard is missing, an interrupted save). Where it did resume is what train.py says in its ``start``
 record (``resume_step``, ``resume_from``), not a line of its log.
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from recipekit.runtime.boundary import contract
+from recipekit.runtime.boundary import checkpointdirs, filenames, metricslog
 from recipekit.runtime.volume import recovery
 from recipekit.validate.dryrun.cluster.attemptlog import Attempt, Step
 from recipekit.validate.shared.results import Result
@@ -42,20 +42,20 @@ class Expectation:
 # ----------------------------------------------------------------------------------------------- the output dir
 def complete_checkpoints(output_dir: Path) -> list[int]:
     """Steps of the checkpoints a restart can resume from, oldest first (the runtime contract's rule)."""
-    return sorted(step for step, _, problem in contract.checkpoints(output_dir) if problem is None)
+    return sorted(step for step, _, problem in checkpointdirs.checkpoints(output_dir) if problem is None)
 
 
 def expected_resume_step(output_dir: Path) -> int | None:
     """The step a restarted train.py (``--resume auto``) must continue from: its newest complete checkpoint, chosen
     by the same contract function train.py calls; None when it must start from scratch."""
-    path = contract.latest_complete_checkpoint(output_dir)
-    return contract.checkpoint_step(path) if path is not None else None
+    path = checkpointdirs.latest_complete_checkpoint(output_dir)
+    return checkpointdirs.checkpoint_step(path) if path is not None else None
 
 
 def final_global_step(output_dir: Path) -> int | None:
     """The Trainer's final ``global_step`` (trainer_state.json at the top of the output directory)."""
     try:
-        state = json.loads((output_dir / contract.TRAINER_STATE_FILE).read_text(encoding="utf-8"))
+        state = json.loads((output_dir / filenames.TRAINER_STATE_FILE).read_text(encoding="utf-8"))
         return int(state["global_step"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
@@ -79,7 +79,7 @@ def resumed_step(start: dict[str, Any]) -> int | None:
     if isinstance(step, int) and not isinstance(step, bool):
         return step
     where = start.get("resume_from")
-    return contract.checkpoint_step(Path(str(where))) if where else None
+    return checkpointdirs.checkpoint_step(Path(str(where))) if where else None
 
 
 def judge_start(
@@ -87,27 +87,27 @@ def judge_start(
 ) -> dict[str, Any] | None:
     """train.py's start record of ``attempt``: present, at the planned world size (torchrun formed the world the
     work copy plans: every pod joined) and the planned TP degree."""
-    start = attempt.last(contract.EVENT_START)
+    start = attempt.last(metricslog.EVENT_START)
     if start is None:
         result.fail(
             WHERE,
-            contract.METRICS_FILE,
-            f"attempt {attempt.number}: train.py wrote no {contract.EVENT_START!r} record, so where it started "
+            filenames.METRICS_FILE,
+            f"attempt {attempt.number}: train.py wrote no {metricslog.EVENT_START!r} record, so where it started "
             "(world size, resume point) is unknown",
-            hint="train.py must append contract.event('start', ...) before training",
+            hint="train.py must append metricslog.event('start', ...) before training",
         )
         return None
     if world_size is not None and start.get("world_size") != world_size:
         result.fail(
             WHERE,
-            f"{contract.METRICS_FILE} start.world_size",
+            f"{filenames.METRICS_FILE} start.world_size",
             f"attempt {attempt.number}: train.py started at world size {start.get('world_size')}, but the work "
             f"copy plans {world_size} (pods × processes per pod)",
         )
     if tensor_parallel is not None and start.get("tensor_parallel", 1) != tensor_parallel:
         result.fail(
             WHERE,
-            f"{contract.METRICS_FILE} start.tensor_parallel",
+            f"{filenames.METRICS_FILE} start.tensor_parallel",
             f"attempt {attempt.number}: train.py started with TP {start.get('tensor_parallel', 1)}, but the work "
             f"copy plans TP {tensor_parallel}",
         )
@@ -117,7 +117,7 @@ def judge_start(
 def first_attempt_details(attempt: Attempt, pods: int) -> dict[str, Any]:
     """The figures of the first attempt: time to the first step, steps/s, first loss, and train.py's own account."""
     losses = [s.loss for s in attempt.steps if s.loss is not None]
-    start = attempt.last(contract.EVENT_START)
+    start = attempt.last(metricslog.EVENT_START)
     return {
         "pods": pods,
         "exit_codes": attempt.exit_codes,
@@ -126,14 +126,14 @@ def first_attempt_details(attempt: Attempt, pods: int) -> dict[str, Any]:
         "first_loss": losses[0] if losses else None,
         "started": {k: v for k, v in start.items() if k != "event"} if start else None,
         "data": data_details(attempt),
-        "adapted_by_train_py": [str(r.get("note")) for r in attempt.events(contract.EVENT_ADAPTED)],
+        "adapted_by_train_py": [str(r.get("note")) for r in attempt.events(metricslog.EVENT_ADAPTED)],
     }
 
 
 def data_details(attempt: Attempt) -> dict[str, Any] | None:
     """train.py's account of the training data in ``attempt``: prepared by the pods (how many workers, chunks, rows)
     or reused from an earlier attempt."""
-    record = attempt.last(contract.EVENT_DATA)
+    record = attempt.last(metricslog.EVENT_DATA)
     return {k: v for k, v in record.items() if k != "event"} if record else None
 
 
@@ -145,9 +145,9 @@ def judge_completion(
     and train.py's done record agrees."""
     final_step = final_global_step(output_dir)
     checkpoints = complete_checkpoints(output_dir)
-    weights = [name for name in contract.WEIGHT_FILES if (output_dir / name).is_file()]
+    weights = [name for name in filenames.WEIGHT_FILES if (output_dir / name).is_file()]
     finite = [loss for loss in losses if isinstance(loss, (int, float)) and math.isfinite(loss)]
-    done = last.last(contract.EVENT_DONE)
+    done = last.last(metricslog.EVENT_DONE)
     train.details.update(
         final_step=final_step,
         checkpoints=checkpoints,
@@ -157,11 +157,11 @@ def judge_completion(
         done={k: v for k, v in done.items() if k != "event"} if done else None,
     )
     if final_step != expect.steps:
-        train.fail(WHERE, contract.TRAINER_STATE_FILE, f"final global_step {final_step}, expected {expect.steps}")
+        train.fail(WHERE, filenames.TRAINER_STATE_FILE, f"final global_step {final_step}, expected {expect.steps}")
     if done is None:
-        train.fail(WHERE, contract.METRICS_FILE, f"train.py exited 0 but wrote no {contract.EVENT_DONE!r} record")
+        train.fail(WHERE, filenames.METRICS_FILE, f"train.py exited 0 but wrote no {metricslog.EVENT_DONE!r} record")
     elif done.get("step") != expect.steps:
-        train.fail(WHERE, f"{contract.METRICS_FILE} done.step", f"{done.get('step')}, expected {expect.steps} steps")
+        train.fail(WHERE, f"{filenames.METRICS_FILE} done.step", f"{done.get('step')}, expected {expect.steps} steps")
     if expect.save_steps not in checkpoints and not expect.killed:
         train.fail(
             WHERE, "checkpoints", f"no complete checkpoint-{expect.save_steps} (complete: {checkpoints or 'none'})"
@@ -237,11 +237,11 @@ def judge_resume(
         killed_processes=first.killed_processes,
         complete_checkpoints_at_restart=checkpoints_at_restart,
         expected_resume_step=expected,
-        preempted=[{k: v for k, v in r.items() if k != "event"} for r in first.events(contract.EVENT_PREEMPTED)],
+        preempted=[{k: v for k, v in r.items() if k != "event"} for r in first.events(metricslog.EVENT_PREEMPTED)],
         teardown_s=round(second.started - first.killed_at, 2),
         survivor_exit_codes={i: c for i, c in first.exit_codes.items() if i != first.killed_pod},
     )
-    start = second.last(contract.EVENT_START)
+    start = second.last(metricslog.EVENT_START)
     step = resumed_step(start) if start else None
     first_new = second.steps[0] if second.steps else None
     observed = round(first_new.at - first.killed_at, 2) if first_new else None
@@ -264,8 +264,8 @@ def judge_resume(
     if start is None:
         resume.fail(
             WHERE,
-            contract.METRICS_FILE,
-            f"the restarted train.py wrote no {contract.EVENT_START!r} record: where it resumed is unknown",
+            filenames.METRICS_FILE,
+            f"the restarted train.py wrote no {metricslog.EVENT_START!r} record: where it resumed is unknown",
         )
     elif step != expected:
         resume.fail(
@@ -305,7 +305,7 @@ RESCALE_LOSS_TOLERANCE = 0.02
 def judge_rescale(resume: Result, first: Attempt, second: Attempt, world_size: int) -> None:
     """After continuing on fewer (or more) pods: train.py ran at the new world size and the old global batch, said
     which world the checkpoint was saved at, and the steps it trained again kept their losses within tolerance."""
-    before, after = first.last(contract.EVENT_START) or {}, second.last(contract.EVENT_START) or {}
+    before, after = first.last(metricslog.EVENT_START) or {}, second.last(metricslog.EVENT_START) or {}
     resume.details.update(
         world_size_before=before.get("world_size"),
         world_size_after=after.get("world_size"),

@@ -47,7 +47,7 @@ from recipekit.bundle.files import DS_CONFIG, LAUNCH, RECIPE, RUN
 from recipekit.recipe.compose import Composed, group_options
 from recipekit.recipe.schema import to_data, validate
 from recipekit.recipe.sections import HardwareSpec, ModelSpec, Recipe
-from recipekit.runtime.boundary import contract
+from recipekit.runtime.boundary import recipeview
 from recipekit.validate.dryrun.options import DryRunOptions, DryRunUsageError
 from recipekit.validate.shared.childpython import python_argv, safe_env
 from recipekit.validate.shared.loader import Bundle, rehash_manifest
@@ -242,7 +242,7 @@ def substitute(recipe: Recipe, options: DryRunOptions, root: Path) -> tuple[Reci
     micro = recipe.train.micro_batch_size
     accum = min(_accumulation(recipe), MAX_ACCUMULATION)
     # samples follow the data-parallel ranks, so a TP run and a run without TP at the same DP see the same data
-    dp = contract.data_parallel_size(options.pods * procs, tp)
+    dp = recipeview.data_parallel_size(options.pods * procs, tp)
     samples = max(64, min(2000, options.steps * micro * accum * dp * 2))
     data_path = write_tiny_dataset(recipe.data.format, _tiny_data_path(recipe.data.path, mount, shared), n=samples)
     dry = sub.section(
