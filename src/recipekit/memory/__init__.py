@@ -2,10 +2,12 @@
 layer's numbers that follow the estimate.
 
 Everything here is arithmetic on the recipe's architecture numbers and the plan's layout, so ``recipekit plan`` can
-answer "does it fit, how long, how much" before anything is downloaded or scheduled. Four modules, one job each:
+answer "does it fit, how long, how much" before anything is downloaded or scheduled. Five modules, one job each:
 
 * :mod:`~recipekit.memory.formulas`: constants with their sources and pure functions of numbers and specs (model
   states, activations, buffers, traffic, offload), with the one precision/ZeRO :class:`Regime` of byte widths;
+* :mod:`~recipekit.memory.breakdown`: what one device holds, item by item (:class:`MemoryItem`), with how each
+  was counted;
 * :mod:`~recipekit.memory.estimate`: the :class:`Estimate` of one recipe under one plan;
 * :mod:`~recipekit.memory.advise`: variations that fit (:func:`fixes`, :func:`fit_problem`, :func:`advise`), trying
   the parallel options the caller passes in (:func:`recipekit.recipe.paralleloptions.load_parallel_options` reads them);
@@ -17,11 +19,11 @@ the same name as attributes): reach a module's other names with ``from recipekit
 """
 
 from recipekit.memory.advise import Advice, Candidate, advise, candidate, fit_problem, fixes
+from recipekit.memory.breakdown import MemoryItem
 from recipekit.memory.estimate import (
     Communication,
     Compute,
     Estimate,
-    MemoryItem,
     Offload,
     ThreeD,
     dp_group_crosses_nodes,

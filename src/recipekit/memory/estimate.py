@@ -10,48 +10,31 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from recipekit.memory.breakdown import DeviceShare, MemoryItem, device_share, memory_items
 from recipekit.memory.formulas import (
-    ALLOCATOR_ALLOWANCE_GIB,
     GB,
     GIB,
     HOST_BUFFER_FACTOR,
-    LOGITS_PEAK_BYTES,
-    LOGITS_SAVED_BYTES,
     Regime,
-    activation_bytes,
     bubble_fraction,
     dp_traffic,
-    dtype_name,
     model_states,
     offload_seconds,
-    pipeline_stage,
-    qlora_base_bytes,
     regime,
     tp_allreduce_bytes_per_layer,
     tp_allreduce_count,
     tp_head_bytes,
     tp_inside_node,
-    vocab_parallel_logits,
-    zero_buffers,
 )
 from recipekit.plan.layout import Layout
-from recipekit.plan.modelsize import LORA_MODULES, ParamCounts, count_params, tensor_parallel_share
+from recipekit.plan.modelsize import LORA_MODULES, ParamCounts, count_params
 from recipekit.plan.parallelism import EXPERTS_NEED, PIPELINE_NEEDS, model_parallel_problems
 from recipekit.plan.plan import Plan
-from recipekit.recipe.sections import ModelSpec, ParallelSpec, Recipe, adapter_of
+from recipekit.recipe.sections import ParallelSpec, Recipe, adapter_of
 from recipekit.runtime.boundary import recipeview
 
 
 # --------------------------------------------------------------------------------------------------------- records
-@dataclass(frozen=True)
-class MemoryItem:
-    """One named share of a device's memory and how it was counted."""
-
-    name: str
-    gib: float
-    basis: str
-
-
 @dataclass(frozen=True)
 class Compute:
     """FLOPs and the step's compute time at the assumed utilisation."""
@@ -201,130 +184,24 @@ def estimate(recipe: Recipe, plan: Plan, *, price_per_device_hour: float | None 
 
     ``price_per_device_hour`` defaults to ``recipe.hw.price_per_device_hour``; without either there is no cost.
     """
-    model, hw, par, mode = recipe.model, recipe.hw, recipe.parallel, recipe.mode
-    layout, seq = plan.layout, recipe.data.max_len
-    tp, pp, dp = layout.tensor_parallel, layout.pipeline_parallel, layout.dp_size
-    micro, accum = layout.micro_batch_size, layout.gradient_accumulation_steps
+    model, hw, layout = recipe.model, recipe.hw, plan.layout
+    tp, pp = layout.tensor_parallel, layout.pipeline_parallel
     reg = regime(plan.precision, plan.zero_stage, deepspeed=plan.uses_deepspeed)
     counts = count_params(model)
-    lora = adapter_of(mode)
-    full_training = lora is None
-    notes: list[str] = []
-
-    # --- what one device holds of the model: the heaviest pipeline stage of its TP share (AutoTP's shapes)
-    share = tensor_parallel_share(model, tp)
-    stage_layers, params_dev = pipeline_stage(share, pp)
-    stage_share = pipeline_stage(counts, pp)[1] / counts.total
-    trainable_dev = params_dev if full_training else plan.flops.params_trainable * stage_share / tp
-    frozen_b: float | None = None
-    if mode.kind == "qlora":
-        base = qlora_base_bytes(counts, double_quant=mode.quant.double_quant, other_bytes=reg.frozen_weight)
-        frozen_b = base / counts.total
-    states = model_states(
-        params_dev + (0 if full_training else trainable_dev),
-        reg,
-        dp=dp,
-        trainable=trainable_dev,
-        frozen_weight_bytes=frozen_b,
-        offload_optimizer=par.offload_optimizer,
-        offload_param=par.offload_param,
-        largest_layer=share.largest_module,
-    )
-
-    # --- activations
-    acts = activation_bytes(
-        model,
-        reg,
-        micro_batch=micro,
-        seq_len=seq,
-        full_training=full_training,
-        checkpointing=par.gradient_checkpointing,
-        lora=lora,
-        tp=tp,
-        layers=stage_layers,
-        in_flight=min(pp, accum) if pp > 1 else 1,
-    )
-    logits_peak = acts.logits_saved * LOGITS_PEAK_BYTES / LOGITS_SAVED_BYTES
-    if lora is not None and isinstance(lora.target_modules, list):
-        unknown = sorted(set(lora.target_modules) - set(LORA_MODULES))
-        if unknown:
-            notes.append(f"LoRA targets {', '.join(unknown)} are not projections recipekit knows; not counted")
-
-    # --- buffers and overhead
-    buffers, buffer_basis = zero_buffers(
-        reg,
-        reduce_bucket=par.reduce_bucket_size,
-        overlap_comm=par.overlap_comm,
-        trainable=trainable_dev,
-        hidden=model.hidden_size,
-    )
-    overhead = ALLOCATOR_ALLOWANCE_GIB + hw.runtime_context_gib
-
-    shard = _shard_words(tp, pp)
-    memory = (
-        MemoryItem("weights", states.weights / GIB, _weights_basis(mode.kind, params_dev, reg, par, shard)),
-        MemoryItem("gradients", states.gradients / GIB, _gradients_basis(trainable_dev, reg, par, dp)),
-        MemoryItem("optimizer states", states.optimizer / GIB, _optimizer_basis(trainable_dev, reg, par, dp)),
-        MemoryItem(
-            "activations",
-            (acts.layers + acts.recomputed + acts.head) / GIB,
-            _activation_basis(par.gradient_checkpointing, micro, seq, stage_layers, pp, accum),
-        ),
-        MemoryItem(
-            "logits (loss)",
-            logits_peak / GIB,
-            f"{micro} × {seq} tokens × {model.vocab_size} vocab × {LOGITS_PEAK_BYTES} B fp32"
-            + (_logits_tp_words(model, tp) if tp > 1 else ""),
-        ),
-        MemoryItem("ZeRO buffers", buffers / GIB, buffer_basis),
-        MemoryItem(
-            "framework overhead",
-            overhead,
-            f"{ALLOCATOR_ALLOWANCE_GIB:g} GiB allocator/workspaces + {hw.runtime_context_gib:g} GiB "
-            f"{hw.vendor} runtime context",
-        ),
-    )
+    share = device_share(recipe, plan, reg, counts)
+    memory = memory_items(recipe, plan, reg, share)
     total = sum(item.gib for item in memory)
+    notes = _lora_target_notes(recipe)
+    offload = _offload(recipe, plan, reg, share)
 
-    # --- offload
-    per_node = layout.devices_per_pod
-    offload_s = offload_seconds(
-        reg,
-        offload_optimizer=par.offload_optimizer,
-        offload_param=par.offload_param,
-        checkpointing=par.gradient_checkpointing,
-        dp=dp,
-        accum=accum,
-        devices_per_node=per_node,
-        params=params_dev,
-        trainable=trainable_dev,
-    )
-    offload = Offload(
-        host_gib_per_node=states.host * per_node * HOST_BUFFER_FACTOR / GIB,
-        host_limit_gib=float(plan.pod_memory_gib),
-        nvme_gib_per_node=states.nvme * per_node / GIB,
-        time_s=offload_s,
-    )
-
-    # --- compute, communication, time and cost
     compute = _compute(recipe, plan)
-    comm = _dp_communication(recipe, plan, reg, params_dev, trainable_dev, compute.time_s)
-    three_d = _three_d(recipe, plan, reg, stage_layers) if tp * pp > 1 else None
+    comm = _dp_communication(recipe, plan, reg, share.params, share.trainable, compute.time_s)
+    three_d = _three_d(recipe, plan, reg, share.layers) if tp * pp > 1 else None
     if three_d is not None:
         notes.append(three_d.note)
-    step = compute.time_s + comm.exposed_s + offload_s + (three_d.tp_time_s if three_d else 0.0)
+    step = compute.time_s + comm.exposed_s + offload.time_s + (three_d.tp_time_s if three_d else 0.0)
+    notes += _token_notes(recipe, plan, compute)
 
-    if plan.data.tokens_from == "data.num_tokens":
-        notes.append(
-            f"tokens per step: {compute.tokens_per_step / layout.global_batch_size:,.0f} per row, the mean of "
-            f"data.num_tokens over {plan.data.rows:,} rows ({plan.data.rows_from})"
-            + ("; padding to a micro batch's longest row adds to it" if not recipe.data.packing else "")
-        )
-    elif not recipe.data.packing:
-        notes.append(
-            f"tokens per step assume every sequence is data.max_len = {seq} tokens long (an upper bound "
-            "without packing)"
-        )
     price = hw.price_per_device_hour if price_per_device_hour is None else price_per_device_hour
     total_steps = plan.total_steps
     total_time = step * total_steps if total_steps else None
@@ -336,8 +213,8 @@ def estimate(recipe: Recipe, plan: Plan, *, price_per_device_hour: float | None 
         model_name=model.name,
         hw_name=hw.name,
         layout=layout,
-        parallel=par,
-        seq_len=seq,
+        parallel=recipe.parallel,
+        seq_len=recipe.data.max_len,
         precision=plan.precision,
         memory=memory,
         total_gib=total,
@@ -360,55 +237,51 @@ def estimate(recipe: Recipe, plan: Plan, *, price_per_device_hour: float | None 
     )
 
 
-# --------------------------------------------------------------------------------------------------- the bases
-def _shard_words(tp: int, pp: int) -> str:
-    parts = [f"TP {tp}"] if tp > 1 else []
-    parts += [f"PP {pp} (heaviest stage)"] if pp > 1 else []
-    return ", ".join(parts)
+def _lora_target_notes(recipe: Recipe) -> list[str]:
+    """A note for LoRA targets that are not projections recipekit counts (their adapters are left out)."""
+    lora = adapter_of(recipe.mode)
+    if lora is None or not isinstance(lora.target_modules, list):
+        return []
+    unknown = sorted(set(lora.target_modules) - set(LORA_MODULES))
+    return [f"LoRA targets {', '.join(unknown)} are not projections recipekit knows; not counted"] if unknown else []
 
 
-def _spread(where: str, dp: int) -> str:
-    """Where a ZeRO-partitioned state lives: offloaded, or split over the data-parallel ranks."""
-    return f"offloaded to {where}" if where != "none" else f"partitioned over {dp} ranks"
+def _offload(recipe: Recipe, plan: Plan, reg: Regime, share: DeviceShare) -> Offload:
+    """Host and NVMe memory per node of what offload moved off the devices, and the step time it adds."""
+    par, per_node = recipe.parallel, plan.layout.devices_per_pod
+    time_s = offload_seconds(
+        reg,
+        offload_optimizer=par.offload_optimizer,
+        offload_param=par.offload_param,
+        checkpointing=par.gradient_checkpointing,
+        dp=plan.layout.dp_size,
+        accum=plan.layout.gradient_accumulation_steps,
+        devices_per_node=per_node,
+        params=share.params,
+        trainable=share.trainable,
+    )
+    return Offload(
+        host_gib_per_node=share.states.host * per_node * HOST_BUFFER_FACTOR / GIB,
+        host_limit_gib=float(plan.pod_memory_gib),
+        nvme_gib_per_node=share.states.nvme * per_node / GIB,
+        time_s=time_s,
+    )
 
 
-def _weights_basis(kind: str, params_dev: float, reg: Regime, par: ParallelSpec, shard: str) -> str:
-    if par.offload_param != "none":
-        where = "on host/NVMe"
-    else:
-        where = "partitioned over dp + largest layer gathered" if reg.zero_stage == 3 else "replicated"
-    return f"{params_dev / 1e9:.2f} B params, {reg.weight_words(kind)}, {where}" + (f"; {shard}" if shard else "")
-
-
-def _gradients_basis(trainable: float, reg: Regime, par: ParallelSpec, dp: int) -> str:
-    head = f"{trainable / 1e9:.3g} B trainable, {reg.gradient_words}"
-    if reg.zero_stage == 0:
-        return head + (" + DDP bucket copy" if reg.ddp and dp > 1 else "") + ", replicated"
-    spread = _spread(par.offload_optimizer, dp)
-    if reg.zero_stage >= 2:
-        where = spread
-    elif reg.fp32_gradient:
-        where = f"{dtype_name(reg.gradient)} replicated, fp32 copy {spread}"
-    else:
-        where = "replicated"
-    return f"{head}, {where}" + (" + largest layer gathered" if reg.zero_stage == 3 else "")
-
-
-def _optimizer_basis(trainable: float, reg: Regime, par: ParallelSpec, dp: int) -> str:
-    where = "replicated" if reg.zero_stage == 0 else _spread(par.offload_optimizer, dp)
-    return f"{trainable / 1e9:.3g} B trainable, {reg.optimizer_words}, {where}"
-
-
-def _logits_tp_words(model: ModelSpec, tp: int) -> str:
-    if vocab_parallel_logits(model):
-        return f" / TP {tp} (tied head: vocabulary-parallel)"
-    return f", whole on each of the TP {tp} ranks (untied head: AutoTP gathers its output)"
-
-
-def _activation_basis(checkpointing: bool, micro: int, seq: int, layers: int, pp: int, accum: int) -> str:
-    kept = "layer inputs + one recomputed layer" if checkpointing else "all layers, no recomputation"
-    flight = f", {min(pp, accum)} micro-batches in flight" if pp > 1 else ""
-    return f"micro {micro} × seq {seq}, {layers} layers: {kept}{flight}"
+def _token_notes(recipe: Recipe, plan: Plan, compute: Compute) -> list[str]:
+    """What the tokens per step assume: the mean row of data.num_tokens, or every row at data.max_len."""
+    if plan.data.tokens_from == "data.num_tokens":
+        return [
+            f"tokens per step: {compute.tokens_per_step / plan.layout.global_batch_size:,.0f} per row, the mean of "
+            f"data.num_tokens over {plan.data.rows:,} rows ({plan.data.rows_from})"
+            + ("; padding to a micro batch's longest row adds to it" if not recipe.data.packing else "")
+        ]
+    if not recipe.data.packing:
+        return [
+            f"tokens per step assume every sequence is data.max_len = {recipe.data.max_len} tokens long (an upper "
+            "bound without packing)"
+        ]
+    return []
 
 
 # ------------------------------------------------------------------------------------------- compute and traffic
