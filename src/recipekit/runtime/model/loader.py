@@ -13,6 +13,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from ..boundary.common import RunError, log0, precision
+from ..boundary.config import RunConfig
 from ..boundary.recipeview import ModelView, ModeView, RecipeView, trains_adapter
 from ..data.chat import CHAT_TEMPLATE
 
@@ -100,10 +101,11 @@ def quantization_config(mode: ModeView, device_kind: str, compute_dtype: torch.d
     )
 
 
-def load_model(path: str, recipe: RecipeView, args: Any, device_kind: str) -> Any:
+def load_model(path: str, run: RunConfig, args: Any, device_kind: str) -> Any:
     """The model to train: loaded, optionally quantised, and wrapped in a LoRA adapter for lora/qlora."""
+    recipe = run.recipe
     mode = recipe.mode
-    dtype = weight_dtype(precision(args), mode.kind, bool(args.deepspeed))
+    dtype = weight_dtype(precision(args), mode.kind, run.uses_deepspeed)
     quant = quantization_config(mode, device_kind, dtype)
     extra = {"quantization_config": quant, "device_map": {"": args.device}} if quant else {}
     extra.update(router_settings(recipe.model))
@@ -111,7 +113,7 @@ def load_model(path: str, recipe: RecipeView, args: Any, device_kind: str) -> An
         path, dtype=dtype, trust_remote_code=recipe.model.trust_remote_code, **extra
     )
     model.config.use_cache = False  # a KV cache in training would also disable the packed-sequence mask
-    mark_moe_leaves(model, int(recipe.parallel.zero_stage) if args.deepspeed else 0)
+    mark_moe_leaves(model, run.zero_stage)
     if not trains_adapter(mode.kind):
         return model
     from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training

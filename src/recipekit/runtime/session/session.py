@@ -198,28 +198,8 @@ def run_training(run: RunConfig, device: Device, resume: str) -> int:
     records = Records(output_dir, rank() == 0)
     zero = run.zero_stage
     key = run_key()
-    # Before any data or model is loaded: a checkpoint of another run, or one this run cannot prove it wrote (its
-    # signed record, checkpoints.py), is refused in seconds and before any of its bytes is parsed.
-    layout = world_layout(run, zero)
-    choice = choose_resume(output_dir, resume, plan.run_id, layout)
+    layout, choice, load_from = resume_point(run, output_dir, resume)
     resume_from = str(choice.path) if choice.path is not None else None
-    load_from = resume_from  # what the Trainer loads: the checkpoint, or its copy re-sharded for this world
-    resized = choice.saved_world_size not in (None, layout.world_size)
-    if resized and tensor_parallel(run) > 1:
-        name, saved = choice.path.name if choice.path else "the checkpoint", choice.saved_world_size
-        raise RunError(
-            f"{name} was saved at world size {saved}, this run has {layout.world_size}: "
-            f"{resumechoice.TP_RESIZE_REFUSAL}; run it at world size {saved}, or start over with --resume none"
-        )
-    if choice.reshard:
-        parallel = recipe.parallel
-        refusal = reshard_refusal(
-            zero,
-            offload_optimizer=parallel.offload_optimizer,
-            offload_param=parallel.offload_param,
-            tensor_parallel=tensor_parallel(run),
-        )
-        load_from = str(resharded(choice, output_dir, layout.world_size, rank(), refusal))
     # The data before the process group: preparing a corpus takes as long as it takes, and no collective (with its
     # ddp_timeout) may be waiting meanwhile. Every rank prepares its share, or all reuse what is there (dataprep.py).
     data = prepare_for_run(run, output_dir, records.add, resume=choice)
@@ -233,7 +213,7 @@ def run_training(run: RunConfig, device: Device, resume: str) -> int:
         records.add(metricslog.EVENT_ADAPTED, note=note)
     ops = OpsLayer(run, args, device)
     ops.preflight()  # every pod checks devices, versions, storage and the collective before the model is loaded
-    model = load_model(model_path, recipe, args, device.kind)
+    model = load_model(model_path, run, args, device.kind)
     if recipe.data.packing and recipe.model.trust_remote_code:
         log0(
             "packing with remote model code: samples stay apart only if that code masks by position_ids as "
@@ -258,23 +238,7 @@ def run_training(run: RunConfig, device: Device, resume: str) -> int:
     trainer.add_callback(RunRecordCallback(identity, key))  # last: it signs what every other callback wrote
     for line in summary_lines(run, args, device, model_path, (trainable, total), train_set, eval_set, resume_from):
         log0(line)
-    records.add(
-        metricslog.EVENT_START,
-        run_id=plan.run_id,
-        world_size=args.world_size,
-        tensor_parallel=tensor_parallel(run),
-        device=device.kind,
-        precision=precision(args),
-        zero_stage=zero,
-        parameters_total=total,
-        parameters_trainable=trainable,
-        resume_from=resume_from,
-        resume_step=choice.step,
-        global_batch_size=layout.global_batch_size,
-        gradient_accumulation_steps=args.gradient_accumulation_steps,
-        saved_world_size=choice.saved_world_size,
-        skipped=[{"checkpoint": name, "reason": reason} for name, reason in choice.skipped],
-    )
+    records.add(metricslog.EVENT_START, **start_fields(run, args, device, layout, choice, (trainable, total)))
     ops.recovery.started(choice.step, resume_from)  # recovery.jsonl: where the previous attempt stopped, if it did
 
     preemption.install()
@@ -287,17 +251,81 @@ def run_training(run: RunConfig, device: Device, resume: str) -> int:
         leave_process_group()
         return code
     if preemption.stopped_at is not None:  # every rank stopped at this step (the flag is all-reduced)
-        log0(
-            "SIGTERM: saved checkpoint-%d; exiting %d so the job restarts and resumes from it",
-            preemption.stopped_at,
-            exitcodes.EXIT_PREEMPTED,
-        )
-        records.add(metricslog.EVENT_PREEMPTED, step=preemption.stopped_at)
-        leave_process_group()
-        return exitcodes.EXIT_PREEMPTED
+        return preempted(preemption.stopped_at, records)
     merged = save_results(trainer, recipe, args, model_path, tokenizer, identity)
     step = trainer.state.global_step
     ops.recovery.done(step)
     records.add(metricslog.EVENT_DONE, step=step, output=str(output_dir), merged=str(merged) if merged else None)
     log0("done: %d steps; model in %s", step, output_dir)
     return exitcodes.EXIT_OK
+
+
+def resume_point(
+    run: RunConfig, output_dir: Path, resume: str
+) -> tuple[resumechoice.WorldLayout, resumechoice.ResumeChoice, str | None]:
+    """This process's layout, the checkpoint the run continues from, and what the Trainer loads: that checkpoint, or
+    its copy re-sharded for this world.
+
+    Called before any data or model is loaded: a checkpoint of another run, or one this run cannot prove it wrote (its
+    signed record, checkpoints.py), is refused in seconds and before any of its bytes is parsed.
+    """
+    layout = world_layout(run, run.zero_stage)
+    choice = choose_resume(output_dir, resume, run.plan.run_id, layout)
+    load_from = str(choice.path) if choice.path is not None else None
+    resized = choice.saved_world_size not in (None, layout.world_size)
+    if resized and tensor_parallel(run) > 1:
+        name, saved = choice.path.name if choice.path else "the checkpoint", choice.saved_world_size
+        raise RunError(
+            f"{name} was saved at world size {saved}, this run has {layout.world_size}: "
+            f"{resumechoice.TP_RESIZE_REFUSAL}; run it at world size {saved}, or start over with --resume none"
+        )
+    if choice.reshard:
+        parallel = run.recipe.parallel
+        refusal = reshard_refusal(
+            run.zero_stage,
+            offload_optimizer=parallel.offload_optimizer,
+            offload_param=parallel.offload_param,
+            tensor_parallel=tensor_parallel(run),
+        )
+        load_from = str(resharded(choice, output_dir, layout.world_size, rank(), refusal))
+    return layout, choice, load_from
+
+
+def start_fields(
+    run: RunConfig,
+    args: Any,
+    device: Device,
+    layout: resumechoice.WorldLayout,
+    choice: resumechoice.ResumeChoice,
+    parameters: tuple[int, int],
+) -> dict[str, Any]:
+    """The ``start`` record's fields (metricslog.EVENT_START), in the order metrics.jsonl has always listed them."""
+    trainable, total = parameters
+    return {
+        "run_id": run.plan.run_id,
+        "world_size": args.world_size,
+        "tensor_parallel": tensor_parallel(run),
+        "device": device.kind,
+        "precision": precision(args),
+        "zero_stage": run.zero_stage,
+        "parameters_total": total,
+        "parameters_trainable": trainable,
+        "resume_from": str(choice.path) if choice.path is not None else None,
+        "resume_step": choice.step,
+        "global_batch_size": layout.global_batch_size,
+        "gradient_accumulation_steps": args.gradient_accumulation_steps,
+        "saved_world_size": choice.saved_world_size,
+        "skipped": [{"checkpoint": name, "reason": reason} for name, reason in choice.skipped],
+    }
+
+
+def preempted(step: int, records: Records) -> int:
+    """A SIGTERM stopped every rank at ``step`` after its checkpoint: say so, leave the group, exit for a restart."""
+    log0(
+        "SIGTERM: saved checkpoint-%d; exiting %d so the job restarts and resumes from it",
+        step,
+        exitcodes.EXIT_PREEMPTED,
+    )
+    records.add(metricslog.EVENT_PREEMPTED, step=step)
+    leave_process_group()
+    return exitcodes.EXIT_PREEMPTED
