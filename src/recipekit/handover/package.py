@@ -35,6 +35,7 @@ from recipekit.base.errors import Problem, RecipeError
 from recipekit.base.limits import PACKAGE_FILE, read_regular
 from recipekit.bundle.files import EXECUTABLE, MANIFEST, read_files
 from recipekit.handover.archive import read_targz, write_targz
+from recipekit.recipe.overrides import Override
 from recipekit.runtime.boundary import jsonfile
 
 FORMAT = "recipekit-package/1"
@@ -245,7 +246,7 @@ def verify(archive: Path) -> Verified:
         raise RecipeError(problems)
     overrides = [str(o) for o in index["overrides"]]
     for override in overrides:  # a package configures its recipe, never Hydra (search path, launchers, ...)
-        if override.lstrip("+~").startswith("hydra"):
+        if Override.parse(override).key.startswith("hydra"):
             problems.append(Problem(f"{what}: {INDEX}", f"override {override!r} is not allowed in a package"))
     if any(p.key == f"{what}: {INDEX}" for p in problems):
         raise RecipeError(problems)
