@@ -1,9 +1,9 @@
 """The bundle's documents and numbers → its files as ``{name: bytes}``, the manifest last. Writes nothing.
 
-Structured files (ds_config.json, volcano-job.yaml, recipe.yaml, manifest.json) are serialised from the dicts the
-plan built; only the files that really are text (Dockerfile, run.sh, README.md) come from Jinja templates, which
-are strict (an undefined variable is an error naming the template and line). Output is deterministic: sorted or
-insertion-ordered keys, no timestamps, LF line endings.
+Structured files (ds_config.json, volcano-job.yaml, recipe.yaml, manifest.json) are serialised from the dicts
+bundle/documents.py built; only the files that really are text (Dockerfile, run.sh, README.md) come from Jinja
+templates, which are strict (an undefined variable is an error naming the template and line). Output is
+deterministic: sorted or insertion-ordered keys, no timestamps, LF line endings.
 """
 
 from __future__ import annotations
