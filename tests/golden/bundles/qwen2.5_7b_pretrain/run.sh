@@ -3,7 +3,7 @@
 #
 # One copy runs in each pod of the Volcano Job and hands over to the launcher (runtime/launch.py), which reads
 # launch.json, checks what Volcano injected (VC_TASK_INDEX, VC_<TASK>_HOSTS, VC_<TASK>_NUM), runs torchrun
-# and exits with the run's own code (runtime/boundary/contract.py EXIT_CODES), which the Job's policies act on.
+# and exits with the run's own code (runtime/boundary/exitcodes.py EXIT_CODES), which the Job's policies act on.
 # This script holds no recipe value: it only prepares the process environment, which a launcher cannot do for itself.
 set -euo pipefail
 
