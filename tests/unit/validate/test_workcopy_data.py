@@ -8,7 +8,7 @@ from pathlib import Path
 from recipekit.bundle.build import resolve
 from recipekit.runtime.data.sources import find_files, plan_chunks
 from recipekit.validate.dryrun.options import DryRunOptions
-from recipekit.validate.dryrun.workdir.workcopy import substitute
+from recipekit.validate.dryrun.workdir.substitutions import substitute
 
 
 def substituted(tmp_path: Path, *overrides: str):
