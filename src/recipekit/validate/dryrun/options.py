@@ -77,7 +77,7 @@ class DryRunOptions:
     device: str = _flag(
         "cpu",
         "Run on real devices (--procs-per-pod per pod) instead of CPU (skipped with a reason where there are too few).",
-        choices=tuple(TARGETS),
+        choices=("cpu", *(t for t in TARGETS if t != "cpu")),
     )
     workdir: Path | None = _flag(
         None, "Work directory for the dry run (default: <bundle>/../.dryrun/<name>); logs stay there."
