@@ -188,17 +188,8 @@ def print_verdict(report: Verdict) -> None:
     for result in report.results:
         subs = result.details.get("substitutions")
         if subs and not result.failed:
-            console.print(styled(("dry-run substitutions", "bold"), f" ({result.details.get('workdir')}):"))
-            derived: dict[str, int] = {}
-            for sub in subs:
-                if sub.get("derived"):
-                    derived[sub["file"]] = derived.get(sub["file"], 0) + 1
-                else:
-                    where = sub["field"] if sub["file"] == "recipe.yaml" else f"{sub['file']} {sub['field']}"
-                    console.print(Text(f"  {where}: {_value(sub['old'])} → {_value(sub['new'])} ({sub['why']})"))
-            if derived:
-                counted = ", ".join(f"{file} {count}" for file, count in derived.items())
-                console.print(Text(f"  and what follows from them when re-planned: {counted} (substitutions.json)"))
+            for line in substitution_lines(subs, str(result.details.get("workdir") or "")):
+                console.print(Text(line))
         for name, tail in (result.details.get("log_tails") or {}).items():
             console.print(plain(f"{result.id}: last lines of {name}", style="bold red"))
             console.print(Text(tail))
@@ -209,6 +200,42 @@ def print_verdict(report: Verdict) -> None:
     console.print(styled(f"{counts['pass']} passed, {counts['fail']} failed, {counts['skipped']} skipped: ", verdict))
 
 
-def _value(value: object, limit: int = 48) -> str:
+def substitution_lines(subs: list[dict[str, Any]], workdir: str) -> list[str]:
+    """The dry run's substitutions, short and true: one line per reason with the recipe keys it changed, then the
+    count of file values that follow from them (every one is in substitutions.json). A path in the work directory is
+    shown relative to it; a value too long for a line is left out, never cut."""
+    explicit = [s for s in subs if not s.get("derived")]
+    derived: dict[str, int] = {}
+    for sub in subs:
+        if sub.get("derived"):
+            derived[str(sub.get("file"))] = derived.get(str(sub.get("file")), 0) + 1
+    reasons: dict[str, list[str]] = {}
+    for sub in explicit:
+        reasons.setdefault(str(sub.get("why")), []).append(_change(sub, workdir))
+    lines = [
+        f"dry-run substitutions, {len(explicit)} in the recipe (paths relative to {workdir}; every value in "
+        "substitutions.json there):"
+    ]
+    lines += [f"  {', '.join(changes)}: {why}" for why, changes in reasons.items()]
+    if derived:
+        files = ", ".join(f"{file} {count}" for file, count in derived.items())
+        lines.append(f"  and {sum(derived.values())} values that follow from them when re-planned ({files})")
+    return lines
+
+
+def _change(sub: dict[str, Any], workdir: str) -> str:
+    key = str(sub.get("field") or "").removeprefix("recipe.")
+    if sub.get("file") not in ("recipe.yaml", None):
+        key = f"{sub['file']} {key}"
+    old, new = _value(sub.get("old"), workdir), _value(sub.get("new"), workdir)
+    if old is None or new is None:
+        return key
+    return f"{key} {old} → {new}"
+
+
+def _value(value: object, workdir: str, limit: int = 32) -> str | None:
+    """``value`` as the substitution list shows it, or None when it does not fit (it is in substitutions.json)."""
     text = value if isinstance(value, str) else json.dumps(value, default=str)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    if workdir and text.startswith(workdir + "/"):
+        text = "./" + text[len(workdir) + 1 :]
+    return text if len(text) <= limit else None

@@ -56,3 +56,31 @@ def test_the_cli_refuses_a_nan_timeout_in_one_line(tmp_path) -> None:
     result = CliRunner().invoke(validate_command, [str(tmp_path), "--dry-run", "--timeout", "nan"])
     assert result.exit_code == 2 and "--timeout: nan is not a number" in result.output
     assert "Traceback" not in result.output
+
+
+def test_the_substitution_list_is_short_and_its_counts_are_true() -> None:
+    from recipekit.cli.validate import substitution_lines
+
+    work = "/tmp/some/rather/long/work/directory/of/a/dry/run"
+
+    def sub(field: str, old: object, new: object, why: str, derived: bool = False, file: str = "recipe.yaml"):
+        return {"file": file, "field": field, "old": old, "new": new, "why": why, "derived": derived}
+
+    subs = [
+        sub("recipe.cluster.mount_path", "/mnt/shared", f"{work}/shared", "the PVC is a directory here"),
+        sub("recipe.cluster.output_dir", "/mnt/shared/runs", f"{work}/shared/runs", "the PVC is a directory here"),
+        sub("recipe.train.max_steps", 1000, 8, "a few steps"),
+        sub("recipe.data.path", "/mnt/shared/" + "x" * 60 + ".jsonl", f"{work}/shared/data/tiny.jsonl", "tiny data"),
+        *(sub(f"zero_optimization.k{i}", i, i + 1, "follows", True, "ds_config.json") for i in range(5)),
+        *(sub(f"nodes{i}", i, i + 1, "follows", True, "launch.json") for i in range(2)),
+    ]
+    lines = substitution_lines(subs, work)
+    assert lines[0].startswith("dry-run substitutions, 4 in the recipe (paths relative to " + work)
+    assert lines[1] == (
+        "  cluster.mount_path /mnt/shared → ./shared, cluster.output_dir /mnt/shared/runs → ./shared/runs: "
+        "the PVC is a directory here"
+    )
+    assert lines[2] == "  train.max_steps 1000 → 8: a few steps"
+    assert lines[3] == "  data.path: tiny data", "a value too long for the line is left out, not cut"
+    assert lines[4] == "  and 7 values that follow from them when re-planned (ds_config.json 5, launch.json 2)"
+    assert len(lines) == 5 and not any("…" in line for line in lines)

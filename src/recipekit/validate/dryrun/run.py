@@ -176,7 +176,11 @@ def _judge_work_copy(work: WorkCopy, prep: Result, options: DryRunOptions, secon
     """The work copy as a bundle, its substitutions recorded in ``prep`` and checked for consistency."""
     prep.seconds = seconds
     prep.details = {"workdir": str(work.root), "substitutions": [s.to_json() for s in work.substitutions]}
-    prep.reason = f"{len(work.substitutions)} substitutions, listed in {work.root / 'substitutions.json'}"
+    derived = sum(1 for s in work.substitutions if s.derived)
+    prep.reason = (
+        f"{len(work.substitutions) - derived} substitutions in the recipe and {derived} values that follow from them, "
+        f"in {work.root / 'substitutions.json'}"
+    )
     copy = load_bundle(work.bundle)
     for finding in check_batch(copy).findings:  # the substitutions themselves must leave a consistent bundle
         prep.fail(finding.file, finding.field, "work copy: " + finding.message, finding.hint)

@@ -189,6 +189,7 @@ class DryRun:
                 last_look = now
             self._read_metrics(attempt, phases, now)
             if kill_at is not None and attempt.steps and attempt.steps[-1].step >= kill_at:
+                phases.expected = (int(self.options.kill_pod or 0), f"pod {self.options.kill_pod} was killed")
                 self._kill(attempt)
                 break
             codes = {pod.index: pod.poll() for pod in self.pods}
