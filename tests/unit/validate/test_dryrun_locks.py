@@ -26,7 +26,7 @@ from recipekit.validate.dryrun.workdir.extensions import (
     is_built,
     lock_cache,
 )
-from recipekit.validate.dryrun.workdir.locks import claim_workdir
+from recipekit.validate.dryrun.workdir.locks import FileLock, claim_workdir
 
 OP = "deepspeed_shm_comm"
 
@@ -52,10 +52,12 @@ def _holder(path: Path, mode: str) -> subprocess.Popen[str]:
         "import fcntl, os, sys, time\n"
         f"fd = os.open({str(path)!r}, os.O_RDWR | os.O_CREAT)\n"
         f"fcntl.flock(fd, fcntl.LOCK_{mode.upper()})\n"
+        "if sys.argv[1] == 'ex':\n"
+        "    os.write(fd, f'PID {os.getpid()}, started now; a build'.encode())\n"
         "print('held', flush=True)\n"
         "time.sleep(120)\n"
     )
-    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, "-c", code, mode], stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
     return proc
 
@@ -90,7 +92,7 @@ def test_a_baton_is_left_alone_while_a_dry_runs_pods_live_and_cleared_once_they_
         said: list[str] = []
         lock, _ = lock_cache(cache, [OP], said.append, deadline=time.monotonic() + 1.5)
         assert lock is None and (cache / OP / BATON).exists()
-        assert any(line.startswith("waiting for the dry runs using DeepSpeed's ops") for line in said), said
+        assert any(line.startswith("waiting for the other dry runs using DeepSpeed's ops") for line in said), said
     finally:
         pods.kill()
         pods.wait()
@@ -115,7 +117,8 @@ def test_a_build_in_progress_is_waited_for_and_its_holder_named(cache: Path) -> 
         said: list[str] = []
         lock, _ = lock_cache(cache, [OP], said.append, deadline=time.monotonic() + 1)
         assert lock is None
-        assert any(line.startswith("waiting for another dry run building") for line in said), said
+        waiting = [line for line in said if line.startswith("waiting for the other dry runs using DeepSpeed's ops")]
+        assert waiting and f"PID {builder.pid}, started now" in waiting[0], said
     finally:
         builder.kill()
         builder.wait()
@@ -160,3 +163,23 @@ def test_a_second_dry_run_of_a_bundle_is_refused_in_one_line_before_any_pod(tmp_
     error = [line for line in result.output.splitlines() if line.startswith("error:")]
     assert len(error) == 1 and f"PID {os.getpid()}" in error[0] and "--workdir" in error[0], result.output
     assert "Traceback" not in result.output and not (workdir / "bundle").exists()
+
+
+def test_two_runs_that_both_find_a_dead_baton_do_not_wait_for_each_other(cache: Path) -> None:
+    """Each holds the cache shared and wants it alone: the shared hold is let go first, so one clears the baton
+    and the other then finds it gone."""
+    _built(cache)
+    (cache / OP / BATON).write_text("")
+    other = FileLock.open(cache / CACHE_LOCK)
+    assert other.try_lock(shared=True)  # the other run, still looking
+    said: list[str] = []
+    try:
+        lock, _ = lock_cache(cache, [OP], said.append, deadline=time.monotonic() + 1.5)
+        assert lock is None, "it waits while the other holds the cache"
+        other.unlock()  # the other run let go to wait for the exclusive lock
+        lock, missing = lock_cache(cache, [OP], said.append, deadline=time.monotonic() + 10)
+        assert lock is not None and lock.shared and missing == [] and not (cache / OP / BATON).exists()
+        assert other.try_lock(shared=True), "and the other then holds it shared beside it"
+        lock.close()
+    finally:
+        other.close()

@@ -117,44 +117,49 @@ def clear_dead_builds(directory: Path, ops: list[str], progress: Callable[[str],
     return cleared
 
 
-def _wait_for(lock: FileLock, shared: bool, deadline: float, progress: Callable[[str], None], why: str) -> bool:
-    """Take ``lock`` (shared or exclusive), saying once whom it waits for; False at ``deadline``."""
-    if lock.try_lock(shared):
-        return True
-    holder = lock.holder()
-    progress(f"waiting for {why} ({holder or 'holder unknown'}; the lock is {lock.path})")
-    while time.monotonic() < deadline:
-        time.sleep(0.2)
-        if lock.try_lock(shared):
-            return True
-    return False
+def _ready(directory: Path, ops: list[str]) -> bool:
+    """Under the shared lock: whether every op is built and no baton is left (a live pod of another dry run
+    holds one for a moment while it loads the op)."""
+    grace = time.monotonic() + BATON_GRACE_S
+    while batons(directory, ops) and time.monotonic() < grace:
+        time.sleep(0.1)
+    return not batons(directory, ops) and all(is_built(directory, op) for op in ops)
 
 
 def lock_cache(
     directory: Path, ops: list[str], progress: Callable[[str], None], deadline: float
 ) -> tuple[FileLock | None, list[str]]:
     """Hold the cache for this dry run: returns the lock, held shared (None at ``deadline``), and the ops still to
-    build, which the caller builds while the lock is held exclusively (it is left exclusive then)."""
+    build, which the caller builds while the lock is held exclusively (it is left exclusive then).
+
+    The shared lock is let go before the exclusive one is waited for (two runs each holding it shared and each
+    waiting to hold it alone would wait for ever), and whoever waits looks again under the shared lock each time:
+    another run may have built the ops or cleared the batons meanwhile."""
     directory.mkdir(parents=True, exist_ok=True)
     lock = FileLock.open(directory / CACHE_LOCK)
-    if not _wait_for(lock, True, deadline, progress, "another dry run building DeepSpeed's ops"):
-        lock.close()
-        return None, ops
-    grace = time.monotonic() + BATON_GRACE_S
-    while batons(directory, ops) and time.monotonic() < grace:  # a live pod loading an op holds it a moment
-        time.sleep(0.1)
-    missing = [op for op in ops if not is_built(directory, op)]
-    if not missing and not batons(directory, ops):
-        return lock, []
-    if not _wait_for(lock, False, deadline, progress, "the dry runs using DeepSpeed's ops here to finish"):
-        lock.close()
-        return None, missing
-    lock.write_holder("a dry run building DeepSpeed's ops")
-    clear_dead_builds(directory, ops, progress)
-    missing = [op for op in ops if not is_built(directory, op)]
-    if not missing:
-        lock.lock(shared=True)
-    return lock, missing
+    said = False
+    while time.monotonic() < deadline:
+        if lock.try_lock(shared=True):
+            if _ready(directory, ops):
+                return lock, []
+            lock.unlock()
+            if lock.try_lock(shared=False):
+                lock.write_holder("a dry run building DeepSpeed's ops")
+                clear_dead_builds(directory, ops, progress)
+                missing = [op for op in ops if not is_built(directory, op)]
+                if not missing:
+                    lock.lock(shared=True)
+                return lock, missing
+        if not said:
+            holder = lock.holder()
+            progress(
+                "waiting for the other dry runs using DeepSpeed's ops here to finish "
+                f"({holder or 'holder unknown'}; the lock is {lock.path})"
+            )
+            said = True
+        time.sleep(0.5)
+    lock.close()
+    return None, ops
 
 
 # ---------------------------------------------------------------------------------------------- the extensions

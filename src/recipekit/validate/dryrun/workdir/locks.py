@@ -54,6 +54,10 @@ class FileLock:
         fcntl.flock(self.fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
         self.shared = shared
 
+    def unlock(self) -> None:
+        """Let go of the lock, keeping the file open (to take it again)."""
+        fcntl.flock(self.fd, fcntl.LOCK_UN)
+
     def write_holder(self, what: str) -> None:
         """Name this process as the holder (its PID and start time, then ``what``), replacing the line before."""
         line = f"PID {os.getpid()}, started {time.strftime('%Y-%m-%d %H:%M:%S %Z')}; {what}\n"
