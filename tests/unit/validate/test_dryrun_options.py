@@ -84,3 +84,13 @@ def test_the_substitution_list_is_short_and_its_counts_are_true() -> None:
     assert lines[3] == "  data.path: tiny data", "a value too long for the line is left out, not cut"
     assert lines[4] == "  and 7 values that follow from them when re-planned (ds_config.json 5, launch.json 2)"
     assert len(lines) == 5 and not any("…" in line for line in lines)
+
+
+def test_the_op_builds_progress_only_moves_the_spinner() -> None:
+    """The build's progress is one line a terminal rewrites: its messages never stay on screen one by one."""
+    from recipekit.cli.validate import _transient
+    from recipekit.validate.dryrun.options import BUILD_PROGRESS
+
+    assert _transient(f"{BUILD_PROGRESS} deepspeed_shm_comm [1/3], 12 s")
+    assert _transient("attempt 0: step 3/8, loss 5.1")
+    assert not _transient("building DeepSpeed's C++ ops (deepspeed_shm_comm) with g++ into /x — once per machine")

@@ -329,7 +329,7 @@ def test_after_a_kill_on_purpose_the_other_pods_errors_are_one_plain_line(tmp_pa
     phases.poll()
     assert said == [
         "attempt 0: pod 0: stopped, as expected once pod 1 was killed (its peers' collectives fail); the error is "
-        "in its log"
+        "in pod-0.log"
     ]
 
 

@@ -181,7 +181,8 @@ class PhaseReporter:
         victim, what = self.expected or (-1, "")
         if index == victim or not text.startswith(("train.py:", "launch: torchrun exited")):
             return text
-        return f"stopped, as expected once {what} (its peers' collectives fail); the error is in its log"
+        log = self.followers[index].path.name
+        return f"stopped, as expected once {what} (its peers' collectives fail); the error is in {log}"
 
     def record(self, record: dict[str, Any]) -> None:
         """Report one structured record of train.py."""
