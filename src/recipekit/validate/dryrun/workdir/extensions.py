@@ -188,10 +188,11 @@ def build_extensions(
         return lock
     try:
         _build(work, env, result, progress, deadline, lock)
-    finally:
-        if result.failed:
-            lock.close()
+    except BaseException:  # Ctrl-C, SIGTERM: this process lets go at once (a live builder child keeps its hold)
+        lock.close()
+        raise
     if result.failed:
+        lock.close()
         return None
     for op in result.details.get("ops", []):
         if op.get("status") in ("built", "cached"):
