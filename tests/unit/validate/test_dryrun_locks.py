@@ -27,6 +27,7 @@ from recipekit.validate.dryrun.workdir.extensions import (
     lock_cache,
 )
 from recipekit.validate.dryrun.workdir.locks import FileLock, claim_workdir
+from recipekit.validate.dryrun.workdir.workcopy import MARKER
 
 OP = "deepspeed_shm_comm"
 
@@ -130,7 +131,7 @@ def test_a_work_directory_is_held_by_one_run_and_free_when_it_dies(tmp_path: Pat
         "import sys, time\n"
         "from pathlib import Path\n"
         "from recipekit.validate.dryrun.workdir.locks import claim_workdir\n"
-        f"lock = claim_workdir(Path({str(root)!r}), '.recipekit-dryrun')\n"
+        f"lock = claim_workdir(Path({str(root)!r}), {MARKER!r})\n"
         "print('held', flush=True)\n"
         "time.sleep(120)\n"
     )
@@ -138,13 +139,13 @@ def test_a_work_directory_is_held_by_one_run_and_free_when_it_dies(tmp_path: Pat
     try:
         assert other.stdout is not None and other.stdout.readline().strip() == "held"
         with pytest.raises(DryRunUsageError) as refused:
-            claim_workdir(root, ".recipekit-dryrun")
+            claim_workdir(root, MARKER)
         message = str(refused.value)
         assert f"PID {other.pid}, started " in message and "--workdir" in message and "\n" not in message
     finally:
         os.kill(other.pid, signal.SIGKILL)
         other.wait()
-    claim_workdir(root, ".recipekit-dryrun").close()  # its holder died: the directory is free
+    claim_workdir(root, MARKER).close()  # its holder died: the directory is free
 
 
 def test_a_second_dry_run_of_a_bundle_is_refused_in_one_line_before_any_pod(tmp_path: Path) -> None:
@@ -154,7 +155,7 @@ def test_a_second_dry_run_of_a_bundle_is_refused_in_one_line_before_any_pod(tmp_
 
     bundle = build(["recipe=tiny_sft"], tmp_path / "bundle", force=True).path
     workdir = tmp_path / "work"
-    held = claim_workdir(workdir, ".recipekit-dryrun")  # the first run, preparing its work copy
+    held = claim_workdir(workdir, MARKER)  # the first run, preparing its work copy
     try:
         result = CliRunner().invoke(validate_command, [str(bundle), "--dry-run", "--workdir", str(workdir)])
     finally:
