@@ -97,8 +97,8 @@ def claim_workdir(root: Path, marker: str) -> FileLock:
         holder = lock.holder() or "its PID unknown"
         lock.close()
         raise DryRunUsageError(
-            f"--workdir {root} is in use by another dry run ({holder}): wait for it to end, or give this one its "
-            "own --workdir"
+            f"--workdir {root} is in use by another dry run ({holder}, or pods it left running): wait for it to "
+            "end, or give this one its own --workdir"
         )
     lock.write_holder("recipekit validate --dry-run (this directory is safe to delete when no dry run uses it)")
     return lock
