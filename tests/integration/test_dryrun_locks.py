@@ -3,7 +3,8 @@
 The first test builds DeepSpeed's op in a cache of its own, kills the dry run's whole process group while g++ runs
 (torch's FileBaton ``lock`` is left behind, as a Ctrl-C, --timeout or a killed test left it), and then runs another
 dry run: it must say that it cleared the dead build's lock, build the op again and pass. The second keeps both
-cores busy while a kill dry run runs: the pods hold at the step boundary until the kill, so it lands at step 6.
+cores busy while a kill dry run runs: the pods hold at the step boundary until the kill, so it lands at step 6. The
+third starts two dry runs of one bundle side by side: the second is refused in one line, before any pod starts.
 Slow (minutes: the first one builds the op twice with g++).
 """
 
@@ -116,3 +117,37 @@ def test_a_kill_lands_at_its_step_with_every_core_busy(tmp_path: Path) -> None:
     resume = checks["dryrun.resume"]["details"]
     assert resume["killed_at_step"] == 6 and resume["kill_requested_at_step"] == 6
     assert resume["resumed_step"] == 4 and checks["dryrun.train"]["details"]["final_step"] == 8
+
+
+def test_two_dry_runs_of_one_bundle_one_runs_the_other_says_why_not(tmp_path: Path) -> None:
+    """Two real `validate --dry-run` of one bundle and one work directory, side by side: the second stops at once, in
+    one line naming the first's PID and start time and --workdir; the first is not disturbed."""
+    from click.testing import CliRunner
+
+    from recipekit.cli.validate import validate_command
+    from recipekit.validate.dryrun.workdir.workcopy import MARKER
+
+    bundle = build(["recipe=tiny_sft"], tmp_path / "bundle", force=True).path
+    workdir = tmp_path / "work"
+    first = subprocess.Popen(
+        _validate(bundle, workdir, dict(os.environ)),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        until = time.monotonic() + 300
+        while first.poll() is None and time.monotonic() < until:
+            if f"PID {first.pid}," in ((workdir / MARKER).read_text() if (workdir / MARKER).is_file() else ""):
+                break
+            time.sleep(0.2)
+        second = CliRunner().invoke(validate_command, [str(bundle), "--dry-run", "--workdir", str(workdir)])
+        assert first.poll() is None, "the first run is still running"
+    finally:
+        first.send_signal(signal.SIGTERM)  # as Ctrl-C would: every pod stopped
+        _, stderr = first.communicate(timeout=120)
+    assert second.exit_code == 2, second.output
+    errors = [line for line in second.output.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and f"PID {first.pid}, started " in errors[0] and "--workdir" in errors[0], second.output
+    assert first.returncode == 130 and "interrupted: every pod process was stopped" in stderr
