@@ -184,3 +184,35 @@ def test_two_runs_that_both_find_a_dead_baton_do_not_wait_for_each_other(cache: 
         lock.close()
     finally:
         other.close()
+
+
+def test_the_build_shows_its_progress_as_one_line_and_marks_what_it_finished(
+    cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The build runs in a child (here a stand-in that prints what torch and ninja print); its progress is one
+    rewritten line with the op, ninja's step and the seconds so far; a finished op gets its marker."""
+    from types import SimpleNamespace
+
+    from recipekit.validate.shared.results import Result
+
+    def builder(builders: list[str], directory: Path) -> str:
+        return (
+            "import json, time\n"
+            f"print('building {OP}', flush=True)\n"
+            "print('[1/3] c++ -c shm.cpp', flush=True)\n"
+            "time.sleep(2.5)\n"
+            f"open({str(cache / OP / (OP + '.so'))!r}, 'wb').write(b'ELF')\n"
+            f"print({extensions._OPS_LINE!r} + json.dumps([{{'op': {OP!r}, 'status': 'built', 'seconds': 2.5}}]))\n"
+        )
+
+    monkeypatch.setattr(extensions, "_builder_code", builder)
+    work = SimpleNamespace(deepspeed_extensions=["ShareMemCommBuilder"], logs=tmp_path / "logs")
+    said: list[str] = []
+    result = Result("dryrun.ops", "ops")
+    lock = extensions.build_extensions(work, dict(os.environ), result, said.append, time.monotonic() + 60)  # type: ignore[arg-type]
+    assert lock is not None and lock.shared and not result.failed, result.reason
+    assert said[0].startswith(f"building DeepSpeed's C++ ops ({OP}) with g++")
+    ticks = [line for line in said[1:] if line.startswith(extensions.BUILD_PROGRESS)]
+    assert ticks and f"{extensions.BUILD_PROGRESS} {OP} [1/3], " in ticks[-1], said
+    assert is_built(cache, OP) and result.reason.startswith(f"built {OP} in ")
+    lock.close()

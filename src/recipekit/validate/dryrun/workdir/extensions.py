@@ -258,23 +258,32 @@ def _build(
     timer = threading.Timer(max(30.0, deadline - time.monotonic()), too_late)
     timer.start()
     lines: list[str] = []
-    op = names[0]
+    state = {"op": names[0], "step": ""}
+    done = threading.Event()
+
+    def tick() -> None:  # the one line, rewritten every second with the op, ninja's step and the time so far
+        while not done.wait(1.0):
+            progress(f"{BUILD_PROGRESS} {state['op']}{state['step']}, {time.monotonic() - start:.0f} s")
+
+    ticker = threading.Thread(target=tick, daemon=True)
+    ticker.start()
     try:
         assert proc.stdout is not None
         for line in proc.stdout:
             lines.append(line[:2000])
             if line.startswith("building "):
-                op = line.split()[-1][:60]
+                state["op"] = line.split()[-1][:60]
             step = _NINJA_STEP.match(line)
-            progress(
-                f"{BUILD_PROGRESS} {op}{f' [{step[1]}/{step[2]}]' if step else ''}, {time.monotonic() - start:.0f} s"
-            )
+            if step:
+                state["step"] = f" [{step[1]}/{step[2]}]"
         proc.wait()
     finally:
+        done.set()
         timer.cancel()
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+        ticker.join()
     log.write_text("".join(lines[-5000:]), encoding="utf-8")
     result.seconds = time.monotonic() - start
     if late.is_set():
