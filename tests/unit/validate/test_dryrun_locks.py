@@ -216,3 +216,15 @@ def test_the_build_shows_its_progress_as_one_line_and_marks_what_it_finished(
     assert ticks and f"{extensions.BUILD_PROGRESS} {OP} [1/3], " in ticks[-1], said
     assert is_built(cache, OP) and result.reason.startswith(f"built {OP} in ")
     lock.close()
+
+
+def test_a_lock_file_that_is_a_link_or_a_fifo_is_refused(tmp_path: Path) -> None:
+    root = tmp_path / "work"
+    root.mkdir()
+    (root / MARKER).symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(DryRunUsageError, match="cannot open"):
+        claim_workdir(root, MARKER)
+    assert not (tmp_path / "elsewhere").exists(), "nothing is created through the link"
+    os.mkfifo(tmp_path / "fifo")
+    with pytest.raises(OSError, match="not a regular file"):
+        FileLock.open(tmp_path / "fifo")
