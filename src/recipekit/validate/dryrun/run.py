@@ -153,9 +153,10 @@ def run_dry_run(bundle: Bundle, options: DryRunOptions, progress: Progress = lam
     if why is not None:
         return [r.skip(why) for r in results.all()]
     progress(f"preparing the work copy of {bundle.path}")
+    preparing = time.monotonic()
     work = prepare(bundle, options)
     try:
-        copy = _judge_work_copy(work, results.prep, options, time.monotonic() - started)
+        copy = _judge_work_copy(work, results.prep, options, time.monotonic() - preparing)
         cache = build_extensions(
             work, pod_environment(work, 0, options), results.extensions, progress, started + options.timeout
         )
