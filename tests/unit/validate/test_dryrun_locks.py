@@ -88,12 +88,14 @@ def test_an_interrupted_build_is_cleared_and_built_again(cache: Path) -> None:
 def test_a_baton_is_left_alone_while_a_dry_runs_pods_live_and_cleared_once_they_die(cache: Path) -> None:
     _built(cache)
     (cache / OP / BATON).write_text("")
+    (cache / CACHE_LOCK).write_text("PID 4194000, started long ago; a dry run building DeepSpeed's ops\n")
     pods = _holder(cache / CACHE_LOCK, "sh")  # another dry run's pods: one may be inside the baton right now
     try:
         said: list[str] = []
         lock, _ = lock_cache(cache, [OP], said.append, deadline=time.monotonic() + 1.5)
         assert lock is None and (cache / OP / BATON).exists()
-        assert any(line.startswith("waiting for the other dry runs using DeepSpeed's ops") for line in said), said
+        waiting = [line for line in said if line.startswith("waiting for the other dry runs using DeepSpeed's ops")]
+        assert waiting and "4194000" not in waiting[0], "a dead builder is not named as the one waited for"
     finally:
         pods.kill()
         pods.wait()

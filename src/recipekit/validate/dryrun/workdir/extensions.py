@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -151,15 +152,29 @@ def lock_cache(
                     lock.lock(shared=True)
                 return lock, missing
         if not said:
-            holder = lock.holder()
+            holder = lock.holder()  # the last builder: named only while it lives (pods holding it are not named)
+            named = f"the last builder: {holder}; " if _alive(holder) else ""
             progress(
-                "waiting for the other dry runs using DeepSpeed's ops here to finish "
-                f"({holder or 'holder unknown'}; the lock is {lock.path})"
+                f"waiting for the other dry runs using DeepSpeed's ops here to finish ({named}the lock is {lock.path})"
             )
             said = True
         time.sleep(0.5)
     lock.close()
     return None, ops
+
+
+def _alive(holder: str) -> bool:
+    """Whether the process a holder line names ("PID n, started ...") is alive."""
+    found = re.match(r"PID (\d+),", holder)
+    if found is None:
+        return False
+    try:
+        os.kill(int(found[1]), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, another user's
+        return True
+    return True
 
 
 # ---------------------------------------------------------------------------------------------- the extensions
