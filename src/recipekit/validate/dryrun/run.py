@@ -146,7 +146,7 @@ def run_dry_run(bundle: Bundle, options: DryRunOptions, progress: Progress = lam
 
     The work directory is held (a lock, workdir/locks.py) from its preparation to the end, by this process and by
     the pods, so a second dry run of it is refused at once; the extension cache likewise, shared."""
-    options = options.resolved()
+    options = options.resolved()  # resolved options come back unchanged (validate() resolves them first)
     started = time.monotonic()
     results = _Results.of(options)
     why = _unrunnable(bundle, options)
