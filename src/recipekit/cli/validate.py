@@ -18,22 +18,47 @@ from click.core import ParameterSource
 
 from recipekit.cli.common import SETTINGS, fail
 from recipekit.cli.terminal import plain
-from recipekit.runtime.boundary.recipeview import DEVICE_TARGETS as TARGETS
+from recipekit.validate.dryrun.options import BUILD_PROGRESS, DryRunOptions, DryRunUsageError, Flag, flag_name, flags
 from recipekit.validate.shared.results import Result, Status, Verdict
 
-_DRY_RUN_ONLY = (
-    "pods",
-    "procs_per_pod",
-    "kill_pod",
-    "at_step",
-    "resume_pods",
-    "device",
-    "workdir",
-    "steps",
-    "timeout",
-)
 _STYLE = {Status.PASS: "green", Status.FAIL: "bold red", Status.SKIP: "yellow"}
 _STEP_LINE = re.compile(r"attempt \d+: step \d+")
+
+
+def _click_type(annotation: str, flag: Flag) -> Any:
+    """The click type of a :class:`DryRunOptions` field, from its annotation and its flag's range or choices."""
+    base = annotation.split(" | ")[0]
+    if flag.choices:
+        return click.Choice(flag.choices)
+    if base == "Path":
+        return click.Path(path_type=Path)
+    if base == "float":
+        return click.FloatRange(flag.low, flag.high)
+    if flag.low is None or flag.high is None:
+        return int
+    return click.IntRange(int(flag.low), int(flag.high))
+
+
+def dry_run_flags(command: Any) -> Any:
+    """Add one click option per :class:`DryRunOptions` flag, from the field's default and metadata (its one home)."""
+    for option in reversed(flags()):
+        flag: Flag = option.metadata["flag"]
+        name = flag_name(option.name)
+
+        def allowed(ctx: click.Context, param: Any, value: Any, flag: Flag = flag, name: str = name) -> Any:
+            problem = flag.problem(name, value)
+            return ctx.fail(problem) if problem else value
+
+        command = click.option(
+            "--" + name,
+            option.name,
+            type=_click_type(str(option.type), flag),
+            default=option.default,
+            show_default=option.default is not None,
+            callback=allowed,
+            help=flag.help,
+        )(command)
+    return command
 
 
 @click.command("validate", context_settings=SETTINGS)
@@ -44,82 +69,10 @@ _STEP_LINE = re.compile(r"attempt \d+: step \d+")
     help="Also run the bundle's run.sh/train.py as simulated Volcano pods on "
     "this machine (tiny twin model, generated data).",
 )
-@click.option(
-    "--pods", type=click.IntRange(1, 16), default=2, show_default=True, help="Simulated pods (--procs-per-pod each)."
-)
-@click.option(
-    "--procs-per-pod",
-    type=click.IntRange(1, 8),
-    default=1,
-    show_default=True,
-    help="Training processes (devices) per simulated pod, e.g. 2 pods of 2 for TP 2 × DP 2.",
-)
-@click.option(
-    "--kill-pod",
-    type=int,
-    default=None,
-    help="Kill this pod (its whole process tree) during the run, "
-    "restart all pods as Volcano's RestartJob does, check resume.",
-)
-@click.option(
-    "--at-step",
-    type=int,
-    default=None,
-    help="Training step at which --kill-pod strikes (default: between the midway checkpoint and the end).",
-)
-@click.option(
-    "--resume-pods",
-    type=click.IntRange(1, 16),
-    default=None,
-    help="After --kill-pod, continue on this many pods (a node lost for good): the work copy is rebuilt at the "
-    "same global batch as `recipekit rescale` does, and the resume is checked row by row.",
-)
-@click.option(
-    "--device",
-    type=click.Choice(["cpu", *(t for t in TARGETS if t != "cpu")]),
-    default="cpu",
-    show_default=True,
-    help="Run on real devices (--procs-per-pod per pod) instead of CPU (skipped with a reason where there are too "
-    "few).",
-)
-@click.option(
-    "--steps",
-    type=click.IntRange(2, 10_000),
-    default=8,
-    show_default=True,
-    help="Optimizer steps of the dry run (checkpoint at half).",
-)
-@click.option(
-    "--workdir",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="Work directory for the dry run (default: <bundle>/../.dryrun/<name>); logs stay there.",
-)
-@click.option(
-    "--timeout",
-    type=click.FloatRange(10, 24 * 3600),
-    callback=lambda ctx, param, value: value if value == value else ctx.fail("--timeout: nan is not a number"),
-    default=900.0,
-    show_default=True,
-    help="Seconds the whole dry run may take; pods are killed past it.",
-)
+@dry_run_flags
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document (checks, findings, figures).")
 @click.pass_context
-def validate_command(
-    ctx: click.Context,
-    bundle: Path,
-    dry_run: bool,
-    pods: int,
-    procs_per_pod: int,
-    kill_pod: int | None,
-    at_step: int | None,
-    resume_pods: int | None,
-    device: str,
-    steps: int,
-    workdir: Path | None,
-    timeout: float,
-    as_json: bool,
-) -> None:
+def validate_command(ctx: click.Context, bundle: Path, dry_run: bool, as_json: bool, **dry_flags: Any) -> None:
     """Check a built bundle: files, hashes, the Volcano Job, cross-file consistency, linters; optionally a dry run.
 
     \b
@@ -133,30 +86,15 @@ def validate_command(
       recipekit validate bundles/tiny_sft --json
     """
     from recipekit.validate import validate
-    from recipekit.validate.dryrun.options import DryRunOptions, DryRunUsageError
     from recipekit.validate.shared.loader import BundleUnusable
 
     if not dry_run:
-        given = [name for name in _DRY_RUN_ONLY if ctx.get_parameter_source(name) is not ParameterSource.DEFAULT]
+        given = [name for name in dry_flags if ctx.get_parameter_source(name) is not ParameterSource.DEFAULT]
         if given:
-            flags = ", ".join("--" + name.replace("_", "-") for name in given)
+            names = ", ".join("--" + flag_name(name) for name in given)
             verb = "makes" if len(given) == 1 else "make"
-            raise click.UsageError(f"{flags} only {verb} sense with --dry-run")
-    options = (
-        DryRunOptions(
-            pods=pods,
-            procs_per_pod=procs_per_pod,
-            steps=steps,
-            kill_pod=kill_pod,
-            at_step=at_step,
-            resume_pods=resume_pods,
-            device=device,
-            workdir=workdir,
-            timeout=timeout,
-        )
-        if dry_run
-        else None
-    )
+            raise click.UsageError(f"{names} only {verb} sense with --dry-run")
+    options = DryRunOptions(**dry_flags) if dry_run else None
 
     progress = _Progress(dry_run)
     try:
@@ -203,10 +141,16 @@ class _Progress:
             self.status.update(plain(message))  # a pod's line may hold "[/...]": never markup
             # Steps and static checks only move the spinner; a phase (pod launched, torchrun up, train.py started,
             # a kill, a restart) stays on screen, one line each.
-            if not message.startswith("static check:") and not _STEP_LINE.match(message):
+            if not _transient(message):
                 self.console.log(plain(message))
-        elif self.dry_run and not message.startswith("static check:"):
+        elif self.dry_run and not message.startswith(("static check:", BUILD_PROGRESS)):
             click.echo(message, err=True)
+
+
+def _transient(message: str) -> bool:
+    """Whether ``message`` only moves the spinner (a step, a static check, the op build's progress) rather than
+    staying on screen."""
+    return message.startswith(("static check:", BUILD_PROGRESS)) or bool(_STEP_LINE.match(message))
 
 
 def _details(result: Result) -> str:
@@ -244,17 +188,8 @@ def print_verdict(report: Verdict) -> None:
     for result in report.results:
         subs = result.details.get("substitutions")
         if subs and not result.failed:
-            console.print(styled(("dry-run substitutions", "bold"), f" ({result.details.get('workdir')}):"))
-            derived: dict[str, int] = {}
-            for sub in subs:
-                if sub.get("derived"):
-                    derived[sub["file"]] = derived.get(sub["file"], 0) + 1
-                else:
-                    where = sub["field"] if sub["file"] == "recipe.yaml" else f"{sub['file']} {sub['field']}"
-                    console.print(Text(f"  {where}: {_value(sub['old'])} → {_value(sub['new'])} ({sub['why']})"))
-            if derived:
-                counted = ", ".join(f"{file} {count}" for file, count in derived.items())
-                console.print(Text(f"  and what follows from them when re-planned: {counted} (substitutions.json)"))
+            for line in substitution_lines(subs, str(result.details.get("workdir") or "")):
+                console.print(Text(line))
         for name, tail in (result.details.get("log_tails") or {}).items():
             console.print(plain(f"{result.id}: last lines of {name}", style="bold red"))
             console.print(Text(tail))
@@ -265,6 +200,42 @@ def print_verdict(report: Verdict) -> None:
     console.print(styled(f"{counts['pass']} passed, {counts['fail']} failed, {counts['skipped']} skipped: ", verdict))
 
 
-def _value(value: object, limit: int = 48) -> str:
+def substitution_lines(subs: list[dict[str, Any]], workdir: str) -> list[str]:
+    """The dry run's substitutions, short and true: one line per reason with the recipe keys it changed, then the
+    count of file values that follow from them (every one is in substitutions.json). A path in the work directory is
+    shown relative to it; a value too long for a line is left out, never cut."""
+    explicit = [s for s in subs if not s.get("derived")]
+    derived: dict[str, int] = {}
+    for sub in subs:
+        if sub.get("derived"):
+            derived[str(sub.get("file"))] = derived.get(str(sub.get("file")), 0) + 1
+    reasons: dict[str, list[str]] = {}
+    for sub in explicit:
+        reasons.setdefault(str(sub.get("why")), []).append(_change(sub, workdir))
+    lines = [
+        f"dry-run substitutions, {len(explicit)} in the recipe (paths relative to {workdir}; every value in "
+        "substitutions.json there):"
+    ]
+    lines += [f"  {', '.join(changes)}: {why}" for why, changes in reasons.items()]
+    if derived:
+        files = ", ".join(f"{file} {count}" for file, count in derived.items())
+        lines.append(f"  and {sum(derived.values())} values that follow from them when re-planned ({files})")
+    return lines
+
+
+def _change(sub: dict[str, Any], workdir: str) -> str:
+    key = str(sub.get("field") or "").removeprefix("recipe.")
+    if sub.get("file") not in ("recipe.yaml", None):
+        key = f"{sub['file']} {key}"
+    old, new = _value(sub.get("old"), workdir), _value(sub.get("new"), workdir)
+    if old is None or new is None:
+        return key
+    return f"{key} {old} → {new}"
+
+
+def _value(value: object, workdir: str, limit: int = 32) -> str | None:
+    """``value`` as the substitution list shows it, or None when it does not fit (it is in substitutions.json)."""
     text = value if isinstance(value, str) else json.dumps(value, default=str)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    if workdir and text.startswith(workdir + "/"):
+        text = "./" + text[len(workdir) + 1 :]
+    return text if len(text) <= limit else None

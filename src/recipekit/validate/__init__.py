@@ -45,7 +45,7 @@ def validate(
     from recipekit.validate.static.checks import run_static
 
     if dry_run is not None:
-        dry_run.check()  # bad flags are reported before any work
+        dry_run = dry_run.resolved()  # bad flags are reported before any work; the kill step is settled here, once
     bundle = load_bundle(Path(bundle_dir))
     from recipekit.validate.static.memoryfit import fit_warnings
 

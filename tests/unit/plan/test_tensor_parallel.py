@@ -18,7 +18,7 @@ from recipekit.runtime.boundary.common import RunError
 from recipekit.runtime.session import arguments
 from recipekit.runtime.session.callbacks import ThroughputCallback
 from recipekit.validate.dryrun.options import DryRunOptions
-from recipekit.validate.dryrun.workdir.workcopy import substitute
+from recipekit.validate.dryrun.workdir.substitutions import substitute
 from recipekit.validate.shared.loader import load_bundle, rehash_manifest
 from recipekit.validate.shared.results import Result, Status
 from recipekit.validate.static.checks import run_static

@@ -250,7 +250,7 @@ def test_router_settings_pass_through_to_the_model_config() -> None:
 def _twin(name: str):
     """The option's tiny twin (same family, random init), built with its own architecture class."""
     from recipekit.runtime.model.twin import architecture_config, causal_lm_class
-    from recipekit.validate.dryrun.workdir.workcopy import find_twin
+    from recipekit.validate.dryrun.workdir.substitutions import find_twin
 
     spec = option(name)
     twin = find_twin(spec.family)

@@ -312,7 +312,27 @@ def test_announcements_are_the_runtime_speaking_in_its_own_name() -> None:
     assert announcement("2026 INFO [rank 0] train: world size 2") is None  # a log line: not a phase
     assert announcement("Generating train split: 128 examples") is None
     long = announcement("train.py: failed: RuntimeError: " + "x" * 500) or ""
-    assert len(long) == 200 and long.endswith("…")  # the whole message is in the pod's log
+    assert len(long) <= 200 and long.endswith(" …")  # the whole message is in the pod's log
+    words = announcement("train.py: failed: DistBackendError: " + "Connection closed by peer " * 20) or ""
+    assert len(words) <= 200 and words.endswith(" …")
+    assert words[:-2].split()[-1] in ("Connection", "closed", "by", "peer"), "never cut mid-word"
+
+
+def test_after_a_kill_on_purpose_the_other_pods_errors_are_one_plain_line(tmp_path: Path) -> None:
+    """The expected kill printed the surviving pod's raw gloo error, cut mid-word: now one plain line per pod."""
+    logs = {i: tmp_path / f"pod-{i}.log" for i in (0, 1)}
+    for path in logs.values():
+        path.write_text("")
+    said: list[str] = []
+    phases = PhaseReporter(0, {i: (p, 0) for i, p in logs.items()}, "runtime.train", 1, lambda i: [], said.append)
+    phases.expected = (1, "pod 1 was killed")
+    gloo = "train.py: failed: DistBackendError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed"
+    logs[0].write_text(gloo + " by peer [127.0.0.1]:12345\nlaunch: torchrun exited 1; the pod exits 1 (failed)\n")
+    phases.poll()
+    assert said == [
+        "attempt 0: pod 0: stopped, as expected once pod 1 was killed (its peers' collectives fail); the error is "
+        "in pod-0.log"
+    ]
 
 
 def test_workers_counts_torchrun_children_running_the_module_not_torchrun() -> None:

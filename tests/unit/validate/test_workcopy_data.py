@@ -8,7 +8,7 @@ from pathlib import Path
 from recipekit.bundle.build import resolve
 from recipekit.runtime.data.sources import find_files, plan_chunks
 from recipekit.validate.dryrun.options import DryRunOptions
-from recipekit.validate.dryrun.workdir.workcopy import substitute
+from recipekit.validate.dryrun.workdir.substitutions import substitute
 
 
 def substituted(tmp_path: Path, *overrides: str):
@@ -37,3 +37,12 @@ def test_a_glob_becomes_a_directory_of_generated_files_and_prepared_dir_moves_to
     assert len(find_files(dry.data.path, "alpaca")) == 3
     assert dry.data.prepared_dir == str(tmp_path / "shared" / "cache" / "prepared")
     assert subs["recipe.data.prepared_dir"].old == "/mnt/shared/cache/prepared"
+
+
+def test_the_grad_norm_alert_is_lifted_above_a_tiny_twins_noise_and_said_so(tmp_path):
+    """A passing default dry run raised grad_norm_jump alerts (a tiny twin's per-step norm moves by a third by
+    noise): the work copy lifts the limit to a 3× change, as a listed substitution with its reason."""
+    dry, subs = substituted(tmp_path)
+    change = subs["recipe.ops.grad_norm_jump_ratio"]
+    assert change.old == 0.3 and change.new == dry.ops.grad_norm_jump_ratio == 3.0
+    assert "noise" in change.why

@@ -112,6 +112,9 @@ EXIT_NONFINITE = exit_code("nonfinite")
 #: Where each training process writes the code it exits with (set by the launcher for torchrun's workers):
 #: torchrun itself exits 1 whatever its worker's code, so the launcher reads the workers' codes from here.
 EXIT_DIR_ENV = "RECIPEKIT_EXIT_DIR"
+#: TESTING ONLY (the dry run's --kill-pod): every rank holds before the step after this one until it is killed, so
+#: the simulated node failure lands at exactly that step whatever the machine's load (session/callbacks.py).
+HOLD_AT_STEP_ENV = "RECIPEKIT_TESTING_HOLD_AT_STEP"
 
 
 def record_exit(code: int, environ: Any = None) -> None:

@@ -3,6 +3,7 @@ checkpoint → stop."""
 
 from __future__ import annotations
 
+import os
 import resource
 import signal
 import sys
@@ -13,7 +14,7 @@ from typing import Any
 import torch
 from transformers import TrainerCallback
 
-from ..boundary import flopcount, metricslog
+from ..boundary import exitcodes, flopcount, metricslog
 
 #: Significant digits of the utilisation figures: enough to compare with flopcount.utilisation to 1e-5.
 _DIGITS = 6
@@ -153,3 +154,31 @@ class PreemptionCallback(TrainerCallback):
         if self.stopped_at is None and self._agreed(args):
             control.should_save = control.should_training_stop = True
             self.stopped_at = state.global_step
+
+
+class HoldAtStepCallback(TrainerCallback):
+    """TESTING ONLY: with ``exitcodes.HOLD_AT_STEP_ENV`` = S (set by the dry run for an attempt it kills at step S),
+    every rank waits before beginning step S + 1, after step S is logged and saved, until the dry run has killed
+    its pod: the kill lands at step S however slowly the dry run reads metrics.jsonl on a loaded machine.
+
+    SIGTERM (the other pods deleted as RestartJob does) ends the wait, and so does ``limit_s`` (a dry run that never
+    kills, e.g. one killed itself), after which the run goes on as if nothing was asked.
+    """
+
+    def __init__(self, step: int, preemption: PreemptionCallback, limit_s: float = 300.0):
+        self.step, self.preemption, self.limit_s = step, preemption, limit_s
+        self.held = False
+
+    @classmethod
+    def from_env(cls, preemption: PreemptionCallback, environ: Any = None) -> HoldAtStepCallback | None:
+        value = (os.environ if environ is None else environ).get(exitcodes.HOLD_AT_STEP_ENV, "")
+        return cls(int(value), preemption) if value.isdigit() else None
+
+    def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self.held or state.global_step != self.step:
+            return
+        self.held = True
+        print(f"TESTING: holding after step {self.step} until this pod is killed", file=sys.stderr, flush=True)
+        until = time.monotonic() + self.limit_s
+        while time.monotonic() < until and not self.preemption.requested:
+            time.sleep(0.05)

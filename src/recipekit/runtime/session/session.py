@@ -29,7 +29,13 @@ from ..ops.preflight import make_output_dir
 from ..volume.reshard import ds_config_for_universal, reshard_refusal
 from ..volume.rowledger import RowIndexed, RowLedger
 from .arguments import make_training_arguments, trainer_kwargs
-from .callbacks import MetricsFileCallback, PeakMemoryCallback, PreemptionCallback, ThroughputCallback
+from .callbacks import (
+    HoldAtStepCallback,
+    MetricsFileCallback,
+    PeakMemoryCallback,
+    PreemptionCallback,
+    ThroughputCallback,
+)
 from .checkpoints import RunRecordCallback, choose_resume, resharded, run_key
 from .distributed import join_deepspeed_group, launched, leave_process_group, prepare_environment
 from .rundata import prepare_for_run, world
@@ -122,6 +128,9 @@ def make_trainer(
     trainer.callback_handler.callbacks.insert(1, PeakMemoryCallback(device_kind))
     if isinstance(train_set, StreamDataset):  # each checkpoint keeps the stream's chunk counts, for an exact resume
         trainer.add_callback(StreamStateCallback(train_set))
+    hold = HoldAtStepCallback.from_env(preemption)  # testing only: the dry run's kill at an exact step
+    if hold is not None:
+        trainer.add_callback(hold)
     return trainer, preemption
 
 

@@ -19,7 +19,7 @@ import shutil
 import subprocess
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from recipekit.runtime.boundary import filenames, metricslog, recipeview
 from recipekit.runtime.volume.rowledger import read_ledger
@@ -37,7 +37,8 @@ from recipekit.validate.dryrun.judges.operations import (
 from recipekit.validate.dryrun.judges.rows import judge_rows
 from recipekit.validate.dryrun.options import DryRunOptions, DryRunUsageError
 from recipekit.validate.dryrun.workdir.extensions import build_extensions
-from recipekit.validate.dryrun.workdir.workcopy import prepare, rescale_work_copy, rescaled_or_refused
+from recipekit.validate.dryrun.workdir.locks import FileLock
+from recipekit.validate.dryrun.workdir.workcopy import WorkCopy, prepare, rescale_work_copy, rescaled_or_refused
 from recipekit.validate.shared.childpython import python_argv, safe_env
 from recipekit.validate.shared.loader import Bundle, load_bundle
 from recipekit.validate.shared.results import Result
@@ -77,80 +78,139 @@ def _devices(kind: str) -> tuple[int, str]:
 
 
 # ------------------------------------------------------------------------------------------------ the dry run
-def run_dry_run(bundle: Bundle, options: DryRunOptions, progress: Progress = lambda message: None) -> list[Result]:
-    """Prepare the work copy, build DeepSpeed's ops, run the pods (kill and restart them), and report."""
-    options.check()
-    started = time.monotonic()
-    deadline = started + options.timeout
-    prep = Result("dryrun.prepare", "dry run: work copy of the bundle with the laptop substitutions")
-    extensions = Result("dryrun.ops", "dry run: DeepSpeed C++ ops (built once, cached)")
-    train = Result(
-        "dryrun.train",
-        f"dry run: {options.pods} pod(s) × run.sh → train.py ({options.procs_per_pod} process(es) each), "
-        f"{options.steps} steps, "
-        f"checkpoint at {options.save_steps}",
-    )
-    results = [prep, extensions, train]
-    resume = None
-    if options.kill_pod is not None:
-        where = (
-            f"continue on {options.resume_pods} pod(s) at the same global batch (rescale)"
-            if options.resume_pods is not None
-            else "RestartJob"
-        )
-        resume = Result(
-            "dryrun.resume",
-            f"dry run: kill pod {options.kill_pod} at step {options.at_step}, {where}, "
-            "resume from the last complete checkpoint",
-        )
-        results.append(resume)
+@dataclass
+class _Results:
+    """The dry run's own results, in the order they are reported (the operations layer's are added after)."""
 
-    def skip_all(reason: str) -> list[Result]:
-        return [r.skip(reason) for r in results]
+    prep: Result
+    extensions: Result
+    train: Result
+    resume: Result | None
 
+    @classmethod
+    def of(cls, options: DryRunOptions) -> _Results:
+        train = Result(
+            "dryrun.train",
+            f"dry run: {options.pods} pod(s) × run.sh → train.py ({options.procs_per_pod} process(es) each), "
+            f"{options.steps} steps, checkpoint at {options.save_steps}",
+        )
+        resume = None
+        if options.kill_pod is not None:
+            where = (
+                f"continue on {options.resume_pods} pod(s) at the same global batch (rescale)"
+                if options.resume_pods is not None
+                else "RestartJob"
+            )
+            resume = Result(
+                "dryrun.resume",
+                f"dry run: kill pod {options.kill_pod} at step {options.at_step}, {where}, "
+                "resume from the last complete checkpoint",
+            )
+        return cls(
+            Result("dryrun.prepare", "dry run: work copy of the bundle with the laptop substitutions"),
+            Result("dryrun.ops", "dry run: DeepSpeed C++ ops (built once, cached)"),
+            train,
+            resume,
+        )
+
+    def all(self) -> list[Result]:
+        return [self.prep, self.extensions, self.train, *([self.resume] if self.resume else [])]
+
+
+def _unrunnable(bundle: Bundle, options: DryRunOptions) -> str | None:
+    """Why this machine cannot dry-run ``bundle`` (every result is skipped with it), or None."""
     if bundle.doc is None or bundle.recipe is None or bundle.run_sh is None or "runtime/train.py" not in bundle.raw:
-        return skip_all("needs a parseable recipe.yaml, run.sh and train.py (see files.parse)")
+        return "needs a parseable recipe.yaml, run.sh and train.py (see files.parse)"
     if bundle.args.get("deepspeed") and bundle.ds_config is None:
-        return skip_all("a DeepSpeed bundle without a parseable ds_config.json (see files.parse)")
+        return "a DeepSpeed bundle without a parseable ds_config.json (see files.parse)"
     missing = _missing_modules(bundle)
     if missing:
-        return skip_all(f"{', '.join(missing)} not installed here (pip install 'recipekit[train]')")
+        return f"{', '.join(missing)} not installed here (pip install 'recipekit[train]')"
     if shutil.which("bash") is None:
-        return skip_all("bash not found")
+        return "bash not found"
     if options.device != "cpu":
         count, why = _devices(options.device)
         if count == 0:
-            return skip_all(why or f"no {options.device} device here")
+            return why or f"no {options.device} device here"
         wanted = options.pods * options.procs_per_pod
         if count < wanted:
-            return skip_all(
+            return (
                 f"{options.pods} pods × {options.procs_per_pod} process(es) need {wanted} {options.device} devices; "
                 f"found {count}"
             )
+    return None
 
+
+def run_dry_run(bundle: Bundle, options: DryRunOptions, progress: Progress = lambda message: None) -> list[Result]:
+    """Prepare the work copy, build DeepSpeed's ops, run the pods (kill and restart them), and report.
+
+    The work directory is held (a lock, workdir/locks.py) from its preparation to the end, by this process and by
+    the pods, so a second dry run of it is refused at once; the extension cache likewise, shared."""
+    options = options.resolved()  # resolved options come back unchanged (validate() resolves them first)
+    started = time.monotonic()
+    results = _Results.of(options)
+    why = _unrunnable(bundle, options)
+    if why is not None:
+        return [r.skip(why) for r in results.all()]
     progress(f"preparing the work copy of {bundle.path}")
-    start = time.monotonic()
+    preparing = time.monotonic()
     work = prepare(bundle, options)
-    prep.seconds = time.monotonic() - start
+    try:
+        copy = _judge_work_copy(work, results.prep, options, time.monotonic() - preparing)
+        cache = build_extensions(
+            work, pod_environment(work, 0, options), results.extensions, progress, started + options.timeout
+        )
+        try:
+            found = _run_pods(work, copy, options, results, progress, started, cache)
+        finally:
+            if cache is not None:
+                cache.close()
+    finally:
+        work.release()
+    (work.root / "report.json").write_text(
+        json.dumps([r.to_json() for r in found], indent=2, default=str) + "\n", encoding="utf-8"
+    )
+    return found
+
+
+def _judge_work_copy(work: WorkCopy, prep: Result, options: DryRunOptions, seconds: float) -> Bundle:
+    """The work copy as a bundle, its substitutions recorded in ``prep`` and checked for consistency."""
+    prep.seconds = seconds
     prep.details = {"workdir": str(work.root), "substitutions": [s.to_json() for s in work.substitutions]}
-    prep.reason = f"{len(work.substitutions)} substitutions, listed in {work.root / 'substitutions.json'}"
+    derived = sum(1 for s in work.substitutions if s.derived)
+    prep.reason = (
+        f"{len(work.substitutions) - derived} substitutions in the recipe and {derived} values that follow from them, "
+        f"in {work.root / 'substitutions.json'}"
+    )
     copy = load_bundle(work.bundle)
     for finding in check_batch(copy).findings:  # the substitutions themselves must leave a consistent bundle
         prep.fail(finding.file, finding.field, "work copy: " + finding.message, finding.hint)
     if options.resume_pods is not None and copy.recipe is not None:  # refused before any pod starts
         rescaled_or_refused(copy.recipe, options.resume_pods)
+    return copy
 
-    build_extensions(work, pod_environment(work, 0, options), extensions, progress, deadline)
-    if extensions.failed:
-        train.skip("the DeepSpeed ops could not be built")
-        if resume:
-            resume.skip("the DeepSpeed ops could not be built")
-        return results
 
+def _run_pods(
+    work: WorkCopy,
+    copy: Bundle,
+    options: DryRunOptions,
+    results: _Results,
+    progress: Progress,
+    started: float,
+    cache: FileLock | None,
+) -> list[Result]:
+    """The attempts, once the ops are there: every result of the dry run, the operations layer's included."""
+    train, resume = results.train, results.resume
+    found = results.all()
+    if results.extensions.failed:
+        for result in (train, resume):
+            if result is not None:
+                result.skip("the DeepSpeed ops could not be built")
+        return found
     operations = OpsExpectation.from_doc(copy.doc, options.device)
     if operations.fault is not None and options.kill_pod is not None:
         raise DryRunUsageError(f"--kill-pod and an injected {operations.fault} (ops.testing): one fault per dry run")
-    checks = _ops_results(operations, options, results)
+    checks = _ops_results(operations, options, found)
     expect = training.Expectation(
         steps=options.steps,
         save_steps=options.save_steps,
@@ -158,7 +218,8 @@ def run_dry_run(bundle: Bundle, options: DryRunOptions, progress: Progress = lam
         killed=options.kill_pod is not None,
         tensor_parallel=work.plan.layout.tensor_parallel,
     )
-    run = DryRun(work, options, progress, deadline)
+    held = tuple(lock.fd for lock in (work.lock, cache) if lock is not None)
+    run = DryRun(work, options, progress, started + options.timeout, held=held)
     with run.podset:
         try:
             _train(run, expect, train, resume, operations, checks)
@@ -168,10 +229,7 @@ def run_dry_run(bundle: Bundle, options: DryRunOptions, progress: Progress = lam
             if left:
                 train.fail("<dry run>", "processes", f"processes still alive after cleanup: {left}")
     train.details.update(wall_s=round(time.monotonic() - started, 1), workdir=str(work.root))
-    (work.root / "report.json").write_text(
-        json.dumps([r.to_json() for r in results], indent=2, default=str) + "\n", encoding="utf-8"
-    )
-    return results
+    return found
 
 
 def _ops_results(operations: OpsExpectation, options: DryRunOptions, results: list[Result]) -> dict[str, Result]:

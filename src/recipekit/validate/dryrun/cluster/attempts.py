@@ -24,7 +24,7 @@ import psutil
 import yaml
 
 from recipekit.bundle.files import JOB, LAUNCH, RUN, TRAIN_MODULE
-from recipekit.runtime.boundary import filenames, metricslog
+from recipekit.runtime.boundary import exitcodes, filenames, metricslog
 from recipekit.runtime.boundary.metricnames import PORT_ENV as METRICS_PORT_ENV
 from recipekit.runtime.volume import trust
 from recipekit.runtime.volume.rowledger import ledger_sizes
@@ -104,8 +104,17 @@ def pod_environment(
 class DryRun:
     """One dry run of a prepared work copy: attempts of N pods, an optional kill, what each attempt observed."""
 
-    def __init__(self, work: WorkCopy, options: DryRunOptions, progress: Callable[[str], None], deadline: float):
+    def __init__(
+        self,
+        work: WorkCopy,
+        options: DryRunOptions,
+        progress: Callable[[str], None],
+        deadline: float,
+        held: tuple[int, ...] = (),
+    ):
         self.work, self.options, self.progress, self.deadline = work, options, progress, deadline
+        #: lock descriptors every pod inherits, so the locks stay held while a pod lives (even past recipekit)
+        self.held = held
         self.podset = PodSet()
         #: Each pod's first metrics port (rank 0 is pod 0's local rank 0), or None: the bundle serves no metrics;
         #: which pods serve (all, or pod 0 for ``ops.metrics_ranks: rank0``).
@@ -138,6 +147,7 @@ class DryRun:
                     self.work.bundle,
                     pod_environment(self.work, i, self.options, self.metrics_ports[i] if self.metrics_ports else None),
                     self.work.logs / f"pod-{i}.log",
+                    pass_fds=self.held,
                 )
             )
             for i in range(pods)
@@ -153,9 +163,11 @@ class DryRun:
         attempt.ledger_from = ledger_sizes(self.work.output_dir)
         self.attempts.append(attempt)
         label = "first start" if number == 0 else "restart (Volcano RestartJob)"
+        # With a kill at step S every rank holds after step S until the kill: it lands at S whatever the load.
+        hold = {exitcodes.HOLD_AT_STEP_ENV: str(kill_at)} if kill_at is not None else {}
         for pod in self.pods:
             attempt.log_offsets[pod.index] = pod.log_path.stat().st_size if pod.log_path.exists() else 0
-            pod.start(header=f"attempt {number}: {label}, master port {port}")
+            pod.start(header=f"attempt {number}: {label}, master port {port}", env=hold)
         self.progress(
             f"attempt {number}: {len(self.pods)} pod(s) running run.sh (master 127.0.0.1:{port}); "
             f"logs in {self.work.logs}"
@@ -177,6 +189,7 @@ class DryRun:
                 last_look = now
             self._read_metrics(attempt, phases, now)
             if kill_at is not None and attempt.steps and attempt.steps[-1].step >= kill_at:
+                phases.expected = (int(self.options.kill_pod or 0), f"pod {self.options.kill_pod} was killed")
                 self._kill(attempt)
                 break
             codes = {pod.index: pod.poll() for pod in self.pods}

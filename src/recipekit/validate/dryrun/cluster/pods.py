@@ -35,11 +35,14 @@ class Pod:
     cwd: Path
     env: dict[str, str]
     log_path: Path
+    #: descriptors the pod inherits: the locks it holds while any of its processes lives (workdir/locks.py)
+    pass_fds: tuple[int, ...] = ()
     proc: subprocess.Popen[bytes] | None = None
     seen: dict[int, psutil.Process] = field(default_factory=dict)
     killed: bool = False
 
-    def start(self, header: str = "") -> None:
+    def start(self, header: str = "", env: dict[str, str] | None = None) -> None:
+        """Start ``bash run.sh`` (with ``env`` added to the pod's environment for this start only)."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
             if header:
@@ -48,7 +51,8 @@ class Pod:
             self.proc = subprocess.Popen(
                 self.command,
                 cwd=self.cwd,
-                env=self.env,
+                env={**self.env, **(env or {})},
+                pass_fds=self.pass_fds,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,

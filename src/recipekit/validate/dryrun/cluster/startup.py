@@ -55,7 +55,7 @@ def announcement(line: str) -> str | None:
     for segment in reversed(line.split("\r")):
         text = segment.strip()
         if text.startswith(ANNOUNCERS):
-            return text if len(text) <= MAX_CHARS else text[: MAX_CHARS - 1] + "…"
+            return text if len(text) <= MAX_CHARS else text[: MAX_CHARS - 2].rsplit(" ", 1)[0] + " …"
     return None
 
 
@@ -155,12 +155,16 @@ class PhaseReporter:
         self.module, self.nproc, self.cmdlines, self.progress = module, max(1, nproc), cmdlines, progress
         self.torchrun_up: set[int] = set()
         self.said: set[tuple[int, str]] = set()
+        #: set when the dry run killed a pod on purpose: (that pod, what happened); the others' failures follow
+        self.expected: tuple[int, str] | None = None
 
     def poll(self) -> None:
         """Read the pods' new log lines and look at their process trees."""
         for index, follower in self.followers.items():
             for line in follower.lines():
                 text = announcement(line)
+                if text is not None and self.expected is not None:
+                    text = self._as_expected(index, text)
                 if text is not None and (index, text) not in self.said:
                     self.said.add((index, text))
                     self.progress(f"{self.prefix}pod {index}: {text}")
@@ -169,6 +173,16 @@ class PhaseReporter:
                 if count >= self.nproc:
                     self.torchrun_up.add(index)
                     self.progress(f"{self.prefix}pod {index}: torchrun started {count} worker process(es)")
+
+    def _as_expected(self, index: int, text: str) -> str | None:
+        """After a kill on purpose, the other pods' errors (a peer's collective failing: gloo's "Connection closed by
+        peer", torchrun's exit) are what a node failure does: said once per pod, plainly, the raw text left to the
+        pod's log."""
+        victim, what = self.expected or (-1, "")
+        if index == victim or not text.startswith(("train.py:", "launch: torchrun exited")):
+            return text
+        log = self.followers[index].path.name
+        return f"stopped, as expected once {what} (its peers' collectives fail); the error is in {log}"
 
     def record(self, record: dict[str, Any]) -> None:
         """Report one structured record of train.py."""

@@ -1,0 +1,397 @@
+"""The dry run's substitutions: what a laptop must change in the bundle's recipe, each change with its reason.
+
+Only what cannot be the same on this machine is substituted, *in the typed recipe* (the work copy is then planned
+and rendered from it, :mod:`~recipekit.validate.dryrun.workdir.workcopy`): the model by its tiny twin (with whole
+heads per rank under TP), the data by a small generated dataset on the work copy's volume, the PVC by a local
+directory, the schedule by a few steps with a checkpoint midway, the world by the simulated pods, and on CPU the
+hardware by the ``cpu`` option, with the operations layer's tests made quick.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import json
+import math
+import os
+import subprocess
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from recipekit.base import yamlfile
+from recipekit.bundle.files import RECIPE
+from recipekit.recipe.compose import group_options
+from recipekit.recipe.schema import to_data, validate
+from recipekit.recipe.sections import HardwareSpec, ModelSpec, Recipe
+from recipekit.runtime.boundary import recipeview
+from recipekit.validate.dryrun.options import DryRunOptions, DryRunUsageError
+from recipekit.validate.shared.childpython import python_argv, safe_env
+
+DRY_MAX_LEN = 128
+MAX_ACCUMULATION = 2
+#: The generated data is cut into about this many prepare chunks per pod, each at least DRY_MIN_CHUNK bytes.
+DRY_CHUNKS_PER_POD = 4
+DRY_MIN_CHUNK = 1024
+
+
+@dataclass
+class Substitution:
+    """One difference between the bundle and its work copy: a recipe substitution (with its reason) or a file
+    value that follows from them."""
+
+    file: str
+    field: str
+    old: Any
+    new: Any
+    why: str
+    derived: bool = False  # a consequence of the substitutions, found by comparing the two bundles
+
+    def __str__(self) -> str:
+        return f"{self.file} {self.field}: {_short(self.old)} → {_short(self.new)} ({self.why})"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "file": self.file,
+            "field": self.field,
+            "old": self.old,
+            "new": self.new,
+            "why": self.why,
+            "derived": self.derived,
+        }
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = json.dumps(value, default=str) if not isinstance(value, str) else value
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def find_twin(family: str) -> ModelSpec | None:
+    """The tiny twin of ``family`` among the model options (random init, same family), tiny_<family> preferred."""
+    found = []
+    for name, path in group_options("model").items():
+        try:
+            data = yamlfile.read(path) or {}
+        except (OSError, yaml.YAMLError):
+            continue
+        if isinstance(data, dict) and data.get("family") == family and data.get("init") == "random":
+            found.append((name != f"tiny_{family}", name, data))
+    if not found:
+        return None
+    return validate(ModelSpec, sorted(found, key=lambda item: item[:2])[0][2], root="model")
+
+
+def cpu_hardware() -> HardwareSpec:
+    """The ``cpu`` hardware option: what a laptop is, in the recipe's own terms."""
+    return validate(HardwareSpec, yamlfile.read(group_options("hw")["cpu"]), root="hw")
+
+
+def _on_volume(path: str, mount: str, shared: Path, fallback: str) -> Path:
+    """Where ``path`` (a path in the pod) lives in the work copy: below ``shared`` when it is on the PVC."""
+    mount = mount.rstrip("/")
+    if path == mount or path.startswith(mount + "/"):
+        relative = path[len(mount) :].lstrip("/")
+        return shared / relative if relative else shared
+    return shared / fallback / Path(path).name
+
+
+@functools.cache
+def async_io_compatible() -> bool:
+    """Whether DeepSpeed's async_io op (NVMe offload) can be built here (needs libaio), asked in a child."""
+    code = (
+        "from deepspeed.accelerator import get_accelerator as g; b = g().create_op_builder('AsyncIOBuilder'); "
+        "print(bool(b and b.is_compatible(verbose=False)))"
+    )
+    try:
+        proc = subprocess.run(
+            python_argv("-c", code),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=safe_env({**os.environ, "DS_ACCELERATOR": "cpu"}),
+        )
+    except subprocess.TimeoutExpired:
+        return False
+    return proc.stdout.strip().endswith("True")
+
+
+class _Substituter:
+    """Collects recipe substitutions, each with its reason, as dotted recipe keys."""
+
+    def __init__(self) -> None:
+        self.found: list[Substitution] = []
+
+    def section(self, recipe: Recipe, name: str, why: str, **changes: Any) -> Recipe:
+        """``recipe`` with ``changes`` applied to section ``name``, each change that changes something recorded."""
+        old = getattr(recipe, name)
+        real = {k: v for k, v in changes.items() if getattr(old, k) != v}
+        for key, value in real.items():
+            self.found.append(
+                Substitution(RECIPE, f"recipe.{name}.{key}", _plain(getattr(old, key)), _plain(value), why)
+            )
+        return replace(recipe, **{name: replace(old, **real)}) if real else recipe
+
+    def whole(self, recipe: Recipe, name: str, new: Any, why: str) -> Recipe:
+        old = getattr(recipe, name)
+        if old == new:
+            return recipe
+        self.found.append(Substitution(RECIPE, f"recipe.{name}", old.name, new.name, why))
+        return replace(recipe, **{name: new})
+
+
+def _plain(value: Any) -> Any:
+    return to_data(value) if hasattr(value, "__dataclass_fields__") else value
+
+
+def substitute(recipe: Recipe, options: DryRunOptions, root: Path) -> tuple[Recipe, list[Substitution]]:
+    """The dry-run recipe: ``recipe`` with only what a laptop must change, and why each change was made."""
+    sub = _Substituter()
+    dry = _model(sub, recipe, options)
+    dry = _data_and_world(sub, dry, recipe, options, root)
+    dry = _schedule(sub, dry, recipe, options)
+    dry = _machine(sub, dry, recipe, options, root)
+    return dry, sub.found
+
+
+def _model(sub: _Substituter, recipe: Recipe, options: DryRunOptions) -> Recipe:
+    """The tiny twin of the recipe's family, with whole heads per rank under the recipe's TP."""
+    twin = find_twin(recipe.model.family)
+    if twin is None:
+        raise DryRunUsageError(
+            f"no tiny twin of model family {recipe.model.family!r} in recipes/model (a model option with "
+            f"family: {recipe.model.family} and init: random)"
+        )
+    dry = sub.whole(
+        recipe, "model", twin, f"the tiny {recipe.model.family} twin: random weights, tokenizer trained on the data"
+    )
+    procs = options.procs_per_pod
+    tp = recipe.parallel.tensor_parallel
+    if (options.pods * procs) % tp:
+        raise DryRunUsageError(
+            f"TP {tp} needs a simulated world that is a multiple of {tp}, got --pods {options.pods} × "
+            f"--procs-per-pod {procs} = {options.pods * procs} processes (e.g. --pods 2 --procs-per-pod "
+            f"{max(1, tp // 2)})"
+        )
+    heads = _twin_heads(twin, tp)
+    if heads is not None:
+        attention, kv, hidden = heads
+        dry = sub.section(
+            dry,
+            "model",
+            f"TP {tp} gives each rank whole heads: the twin gets {attention} attention and {kv} key/value heads",
+            num_attention_heads=attention,
+            num_kv_heads=kv,
+            hidden_size=hidden,
+            params=None,  # the stored counts were the twin's own shape: count the new one from its numbers
+        )
+    return dry
+
+
+def _data_and_world(sub: _Substituter, dry: Recipe, recipe: Recipe, options: DryRunOptions, root: Path) -> Recipe:
+    """Generated data on the work copy's volume (the PVC is a local directory), and the simulated pods."""
+    from recipekit.validate.dryrun.workdir.tinydata import write_tiny_dataset
+
+    procs = options.procs_per_pod
+    tp = recipe.parallel.tensor_parallel
+    shared = root / "shared"
+    mount = recipe.cluster.mount_path
+    micro = recipe.train.micro_batch_size
+    accum = min(_accumulation(recipe), MAX_ACCUMULATION)
+    # samples follow the data-parallel ranks, so a TP run and a run without TP at the same DP see the same data
+    dp = recipeview.data_parallel_size(options.pods * procs, tp)
+    samples = max(64, min(2000, options.steps * micro * accum * dp * 2))
+    data_path = write_tiny_dataset(recipe.data.format, _tiny_data_path(recipe.data.path, mount, shared), n=samples)
+    dry = sub.section(
+        dry,
+        "data",
+        f"{samples} generated {recipe.data.format} samples on the work copy's volume",
+        path=str(data_path),
+        num_samples=samples,
+        num_rows=None,
+        num_tokens=None,
+    )
+    dry = sub.section(
+        dry,
+        "data",
+        "small chunks, so that the stream crosses several"
+        if recipe.data.streaming
+        else "small chunks, so that every pod prepares a share of the generated data",
+        shard_mib=dry_shard_mib(data_path, options.pods),
+    )
+    if recipe.data.prepared_dir:
+        prepared = _on_volume(recipe.data.prepared_dir, mount, shared, "prepared")
+        dry = sub.section(dry, "data", f"the PVC {mount} is {shared} here", prepared_dir=str(prepared))
+    if recipe.data.max_len > DRY_MAX_LEN:
+        dry = sub.section(dry, "data", "short sequences for a CPU run", max_len=DRY_MAX_LEN)
+    dry = sub.section(
+        dry,
+        "cluster",
+        f"the PVC {mount} is {shared} here",
+        mount_path=str(shared),
+        output_dir=str(_on_volume(recipe.cluster.output_dir, mount, shared, "runs")),
+    )
+    dry = sub.section(
+        dry,
+        "cluster",
+        f"{options.pods} simulated pods of {procs} process{'es' if procs > 1 else ''} each",
+        nodes=options.pods,
+        devices_per_pod=procs,
+    )
+    return dry
+
+
+def _schedule(sub: _Substituter, dry: Recipe, recipe: Recipe, options: DryRunOptions) -> Recipe:
+    """A few steps, a checkpoint midway, every step logged, at most two micro-steps per step."""
+    accum = min(_accumulation(recipe), MAX_ACCUMULATION)
+    report_to = list(recipe.train.report_to)
+    if "tensorboard" in report_to and importlib.util.find_spec("tensorboard") is None:
+        report_to = [r for r in report_to if r != "tensorboard"] or ["none"]
+    dry = sub.section(
+        dry,
+        "train",
+        "a few steps, a checkpoint midway, every step in metrics.jsonl, no DataLoader workers",
+        max_steps=options.steps,
+        save_steps=options.save_steps,
+        logging_steps=1,
+        dataloader_workers=0,
+    )
+    dry = sub.section(
+        dry,
+        "train",
+        f"at most {MAX_ACCUMULATION} micro-steps per step on a small machine",
+        gradient_accumulation_steps=accum,
+        global_batch_size=None,
+    )
+    dry = sub.section(dry, "train", "tensorboard is not installed here", report_to=report_to)
+
+    return dry
+
+
+def _machine(sub: _Substituter, dry: Recipe, recipe: Recipe, options: DryRunOptions, root: Path) -> Recipe:
+    """This machine's hardware (the ``cpu`` option on CPU), quick operations tests, rows recorded for the resume
+    check, offload a laptop can do, and TP across the simulated pods (said so)."""
+    procs = options.procs_per_pod
+    tp = recipe.parallel.tensor_parallel
+    if options.device == "cpu":
+        dry = sub.whole(dry, "hw", cpu_hardware(), "this machine's CPU: gloo, CPU AdamW, DeepSpeed's CPU accelerator")
+        if procs > dry.hw.devices_per_node:
+            dry = sub.section(dry, "hw", f"a CPU 'node' runs {procs} processes per pod", devices_per_node=procs)
+        if dry.train.precision == "fp16":
+            dry = sub.section(dry, "train", "CPUs have no fp16", precision="bf16")
+    dry = _operations(sub, dry, options)
+    if not dry.data.streaming and not dry.ops.testing.record_rows:
+        testing = replace(dry.ops.testing, record_rows=True)
+        dry = replace(dry, ops=replace(dry.ops, testing=testing))
+        sub.found.append(
+            Substitution(
+                RECIPE,
+                "recipe.ops.testing.record_rows",
+                False,
+                True,
+                "every rank records the rows of each micro-batch, so a resume is checked row by row",
+            )
+        )
+    par = dry.parallel
+    if "nvme" in (par.offload_optimizer, par.offload_param):
+        if options.device == "cpu" and not async_io_compatible():
+            moved = {k: "cpu" for k in ("offload_optimizer", "offload_param") if getattr(par, k) == "nvme"}
+            dry = sub.section(
+                dry, "parallel", "NVMe offload needs DeepSpeed's async_io op (libaio), not buildable here", **moved
+            )
+        else:
+            (root / "nvme").mkdir(parents=True, exist_ok=True)
+            dry = sub.section(dry, "parallel", "a local directory for NVMe offload", nvme_path=str(root / "nvme"))
+    if tp > 1 and procs % tp:
+        sub.found.append(
+            Substitution(
+                RECIPE,
+                "plan.tensor_parallel",
+                f"TP {tp} inside a pod",
+                f"TP {tp} across {tp // math.gcd(tp, procs)} simulated pods",
+                "on one machine every link is local; the bundle keeps each TP group inside a node",
+            )
+        )
+    return dry
+
+
+def _tiny_data_path(path: str, mount: str, shared: Path) -> Path:
+    """Where the generated data goes: the recipe's path on the work copy's volume; for a glob, a directory of
+    several files below the pattern's fixed part."""
+    if not any(mark in path for mark in "*?["):
+        return _on_volume(path, mount, shared, "data")
+    parts = Path(path).parts
+    fixed = parts[: next(i for i, part in enumerate(parts) if any(mark in part for mark in "*?["))]
+    return _on_volume(str(Path(*fixed)) if fixed else mount, mount, shared, "data") / "tiny"
+
+
+def dry_shard_mib(data: Path, pods: int) -> float:
+    """Input MiB per chunk for about four chunks per pod of the generated data (at least 1 KiB each)."""
+    files = [data] if data.is_file() else [p for p in data.rglob("*") if p.is_file()]
+    size = sum(p.stat().st_size for p in files)
+    return round(max(DRY_MIN_CHUNK, size // (DRY_CHUNKS_PER_POD * pods)) / 2**20, 6)
+
+
+def _twin_heads(twin: ModelSpec, tp: int) -> tuple[int, int, int] | None:
+    """(attention heads, key/value heads, hidden size) for the twin under TP ``tp``, or None when its own divide:
+    the fewest heads that TP divides (and the key/value heads divide), at least 8 dimensions per head."""
+    if twin.num_attention_heads % tp == 0 and twin.num_kv_heads % tp == 0:
+        return None
+    kv = math.lcm(twin.num_kv_heads, tp)
+    attention = math.lcm(twin.num_attention_heads, kv)
+    hidden = max(twin.hidden_size, 8 * attention)
+    return attention, kv, hidden + (-hidden % attention)
+
+
+#: The dry run's all-reduce test on CPU: small messages (gloo on one host measures memory copies, not a link).
+DRY_ALLREDUCE_SIZES_MB = [1.0, 4.0]
+#: The hang watchdog's floor when the recipe injects a stall: detected in half a minute, not the bundle's minutes.
+DRY_STALL_TIMEOUT_S = 30
+#: The grad-norm alert's limit in a dry run: each logged step there is one step of a random tiny twin on a batch of a
+#: few samples, whose gradient norm moves by a third from one step to the next by noise alone (a passing default dry
+#: run of tiny_sft: 6.1, 4.9, 3.8, 4.3, 4.7, 3.1, 2.2, 4.5 — alerts at -34% and +104%). The bundle's limit is for real
+#: batches; here only a change past 3× (a blow-up, not noise) is one.
+DRY_GRAD_NORM_JUMP = 3.0
+
+
+def _operations(sub: _Substituter, dry: Recipe, options: DryRunOptions) -> Recipe:
+    """The operations layer on a laptop: a quick bandwidth test on CPU, and a fault injected by the recipe
+    (``ops.testing``) within the dry run's steps and detected quickly."""
+    if options.device == "cpu":
+        dry = sub.section(
+            dry,
+            "ops",
+            "a short all-reduce test: gloo on one host copies memory, it measures no link",
+            allreduce_sizes_mb=DRY_ALLREDUCE_SIZES_MB,
+            allreduce_iterations=5,
+        )
+    if dry.ops.grad_norm_jump_ratio < DRY_GRAD_NORM_JUMP:
+        dry = sub.section(
+            dry,
+            "ops",
+            "a random tiny twin's grad norm on a few samples moves by a third a step by noise alone: only a 3× "
+            "change is an alert here",
+            grad_norm_jump_ratio=DRY_GRAD_NORM_JUMP,
+        )
+    testing = dry.ops.testing
+    for name in ("stall_at_step", "nan_at_step"):
+        step = getattr(testing, name)
+        if step is not None and step >= options.steps:
+            raise DryRunUsageError(
+                f"ops.testing.{name} is {step}, past the dry run's {options.steps} steps: use --steps {step + 2}"
+            )
+    if testing.stall_at_step is not None and dry.ops.stall_timeout_floor_s > DRY_STALL_TIMEOUT_S:
+        dry = sub.section(
+            dry,
+            "ops",
+            "the injected stall is detected in seconds (the bundle's floor is for real steps)",
+            stall_timeout_floor_s=DRY_STALL_TIMEOUT_S,
+        )
+    return dry
+
+
+def _accumulation(recipe: Recipe) -> int:
+    from recipekit.plan.layout import recipe_layout
+
+    return recipe_layout(recipe)[0].gradient_accumulation_steps
