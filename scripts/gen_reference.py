@@ -390,7 +390,7 @@ def models_page() -> str:
                 str(model.intermediate_size),
                 str(model.vocab_size),
                 "yes" if model.tie_word_embeddings else "no",
-                f"{model_flops(model).train_at(FLOPS_AT) / 1e9:,.1f}",
+                f"{model_flops(model).train_at(FLOPS_AT) / 1e9:.3g}",
             ]
         )
     head = ["option", "description", "family", "parameters", "layers", "hidden", "heads / kv", "MLP", "vocab", "tied"]
