@@ -35,7 +35,7 @@ class Sample:
 
     seq_len: int
     train: int  # forward + backward, every weight training
-    frozen: int  # forward + backward with the weights frozen and the embedding output requiring grad
+    frozen: int  # forward + the activation gradients down to the embedding output, no weight gradient
     recompute: int  # forward of the decoder layers alone
 
 
@@ -57,38 +57,36 @@ def _solve(s1: int, total1: int, s2: int, total2: int) -> tuple[int, int]:
 
 
 def sample(model: Any, seq_len: int) -> Sample:
-    """Count one training step's FLOPs over a sequence of ``seq_len`` tokens, then the frozen-weights step."""
-    import torch
+    """Count one training step's FLOPs over a sequence of ``seq_len`` tokens (batch 1) under the counter.
 
-    train, recompute = _count(model, seq_len)
-    was = {name: p.requires_grad for name, p in model.named_parameters()}
-    model.requires_grad_(False)
-    hook = model.get_input_embeddings().register_forward_hook(lambda _m, _i, out: out.requires_grad_(True))
-    try:
-        frozen, _ = _count(model, seq_len)
-    finally:
-        hook.remove()
-        for name, parameter in model.named_parameters():
-            parameter.requires_grad_(was[name])
-    with torch.no_grad():
-        model.zero_grad(set_to_none=True)
-    return Sample(seq_len=seq_len, train=train, frozen=frozen, recompute=recompute)
-
-
-def _count(model: Any, seq_len: int) -> tuple[int, int]:
-    """(forward + backward FLOPs, the decoder layers' forward FLOPs) of one sequence, under the counter."""
+    One forward pass serves both backward passes: first the gradients of the embedding output alone (autograd then
+    skips every weight gradient: the frozen base of a LoRA run, as PEFT runs it under checkpointing, which makes the
+    embedding output require grad), then the full backward pass of full training."""
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
     model.train()
+    embedded: list[Any] = []
+    hook = model.get_input_embeddings().register_forward_hook(lambda _m, _i, out: embedded.append(out))
     ids = torch.zeros((1, seq_len), dtype=torch.long, device="meta")
-    forward, backward = FlopCounterMode(display=False), FlopCounterMode(display=False)
-    with forward:
-        loss = model(input_ids=ids, labels=ids).loss
+    forward, frozen, backward = (FlopCounterMode(display=False) for _ in range(3))
+    try:
+        with forward:
+            loss = model(input_ids=ids, labels=ids).loss
+    finally:
+        hook.remove()
+    with frozen:
+        torch.autograd.grad(loss, embedded, retain_graph=True)
     with backward:
         loss.backward()
     model.zero_grad(set_to_none=True)
-    return forward.get_total_flops() + backward.get_total_flops(), _layers_forward(model, forward)
+    ahead = forward.get_total_flops()
+    return Sample(
+        seq_len=seq_len,
+        train=ahead + backward.get_total_flops(),
+        frozen=ahead + frozen.get_total_flops(),
+        recompute=_layers_forward(model, forward),
+    )
 
 
 def _layers_forward(model: Any, counter: Any) -> int:
