@@ -235,6 +235,7 @@ def substitute(recipe: Recipe, options: DryRunOptions, root: Path) -> tuple[Reci
             num_kv_heads=kv,
             hidden_size=hidden,
             params=None,  # the stored counts were the twin's own shape: count the new one from its numbers
+            flops=None,  # and its FLOPs, in the counter's convention (plan.modelsize.model_flops)
         )
 
     shared = root / "shared"
