@@ -362,9 +362,13 @@ def exit_codes_page() -> str:
 
 
 # ------------------------------------------------------------------------------------------------------- models
+#: The sequence length the models page quotes training FLOPs per token at.
+FLOPS_AT = 4096
+
+
 def models_page() -> str:
     from recipekit.base import yamlfile
-    from recipekit.plan.modelsize import count_params
+    from recipekit.plan.modelsize import count_params, model_flops
     from recipekit.recipe.compose import group_options
     from recipekit.recipe.schema import validate
     from recipekit.recipe.sections import ModelSpec
@@ -386,15 +390,19 @@ def models_page() -> str:
                 str(model.intermediate_size),
                 str(model.vocab_size),
                 "yes" if model.tie_word_embeddings else "no",
+                f"{model_flops(model).train_at(FLOPS_AT) / 1e9:.3g}",
             ]
         )
     head = ["option", "description", "family", "parameters", "layers", "hidden", "heads / kv", "MLP", "vocab", "tied"]
+    head.append(f"GFLOP/token at {FLOPS_AT}")
     return "".join(
         [
             "# Models\n\n",
             _header(),
             "The model options of `recipes/model/`. Parameters are counted from the architecture numbers "
-            f"(`{count_params.__module__}`), as the planner counts them; no checkpoint is read.\n\n",
+            f"(`{count_params.__module__}`), as the planner counts them; no checkpoint is read. The training FLOPs "
+            f"per token (forward + backward, no recomputation) at {FLOPS_AT} tokens a sequence are torch's FLOP "
+            "counter's, measured by `recipekit model import` (the option's `flops`).\n\n",
             _table(head, rows),
         ]
     )

@@ -101,14 +101,19 @@ def _verdict(est: Estimate) -> str:
     )
 
 
+def _experts_words(c: Any) -> str:
+    return ", top-k experts" if c.params_active != c.params_total else ""
+
+
 def _timing_rows(est: Estimate) -> list[tuple[str, str]]:
     c, comm, off = est.compute, est.communication, est.offload
     rows = [
         ("parameters", _params_words(est)),
         (
             "MFU basis",
-            f"the {'active ' if c.params_active != c.params_total else ''}matmul parameters' training FLOPs "
-            "(6 N; LoRA 4 N + 6 × adapters) + attention per token, no recomputation (PaLM's model FLOPs); "
+            "torch's FLOP counter over one forward + backward of the model (model.flops: the head counted even "
+            f"when tied, attention dense S×S over heads × head_dim{_experts_words(c)}; "
+            "LoRA: the frozen base + 6 × adapters), no recomputation; "
             "metrics.jsonl's mfu divides by this same plan.flops.model_per_token",
         ),
         (

@@ -5,8 +5,9 @@ the meta device with transformers and writes a model option with its architectur
 counts (:mod:`recipekit.recipe.modelimport`). Inside a team repo (a ``recipekit.toml`` above the working directory) the
 option goes to the repo's first recipe tree, ``<search_path[0]>/model/<name>.yaml``; elsewhere ``-o`` says where.
 
-Exit codes: 0 written; 2 the config was refused (remote code, an unknown or unsupported architecture, a config
-transformers cannot build) or the destination is unusable (one line, no traceback).
+Exit codes: 0 written; 2 the config was refused (remote code, an encoder-decoder, encoder-only or multimodal model
+without a causal text model, an unknown or unsupported architecture, a config transformers cannot build) or the
+destination is unusable (one line, no traceback).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 import click
 
 from recipekit.cli.common import SETTINGS, fail
+from recipekit.recipe.schema import printable
 
 
 @click.group("model", context_settings=SETTINGS)
@@ -114,5 +116,10 @@ def import_command(
         target.write_text(text, encoding="utf-8")
     except OSError as exc:
         fail(f"cannot write {target}: {exc.strerror or exc}")
-    counts = imported.option["params"]
-    click.echo(f"{target}: {imported.architecture}, {counts.total:,} parameters ({counts.active:,} active)")
+    counts, flops = imported.option["params"], imported.option["flops"]
+    for note in imported.notes:
+        click.echo(f"note: {printable(note)}")
+    click.echo(
+        f"{target}: {imported.architecture}, {counts.total:,} parameters ({counts.active:,} active), "
+        f"{flops.train_at(4096) / 1e9:,.2f} GFLOP per training token at 4096 tokens ({flops.counted_by})"
+    )

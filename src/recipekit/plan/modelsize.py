@@ -1,6 +1,6 @@
 """How many parameters a model has, from its architecture numbers alone.
 
-The plan needs these counts for the FLOPs it renders into the bundle, the memory estimate for every byte it
+The plan needs these counts for the FLOPs of a model without measured ones, the memory estimate for every byte it
 predicts; both sides import them from here, so a model's size is counted one way. Pure arithmetic on
 :class:`recipekit.recipe.sections.ModelSpec`, checked against transformers' own modules
 (tests/unit/memory/test_memory.py).
@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from recipekit.recipe.sections import LoraSpec, ModelSpec
+from recipekit.recipe import modelflops
+from recipekit.recipe.sections import FlopsSpec, LoraSpec, ModelSpec
 
 #: LoRA target names recipekit knows the shape of; "all-linear" is every one of them (PEFT leaves lm_head out).
 LORA_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -43,11 +44,6 @@ class ParamCounts:
         """Parameters one token runs through: the MoE's top-k experts, not all of them. FLOPs and MFU count these;
         memory counts :attr:`total`."""
         return self.total - self.inactive
-
-    @property
-    def matmul(self) -> int:
-        """Parameters that cost FLOPs: the active ones but the input embedding (a lookup)."""
-        return self.active - self.embedding
 
 
 def mlp_width(model: ModelSpec) -> int:
@@ -137,6 +133,23 @@ def count_params(model: ModelSpec) -> ParamCounts:
         largest_module=stored.largest_module,
         inactive=stored.total - stored.active,
         experts=stored.experts,
+    )
+
+
+def model_flops(model: ModelSpec) -> FlopsSpec:
+    """The model's training FLOPs per token: the numbers `recipekit model import` measured with torch's FLOP counter,
+    else (an option written by hand, a twin reshaped for TP) the same convention counted from the parameter counts:
+    the active weights with the head (tied or not), without the embedding lookup, and attention over heads ×
+    head_dim (:func:`recipekit.recipe.modelflops.analytic`)."""
+    if model.flops is not None:
+        return model.flops
+    counts = count_params(model)
+    head = model.vocab_size * model.hidden_size
+    return modelflops.analytic(
+        matmul_params=counts.active - counts.embedding - counts.head + head,
+        head_params=head,
+        layers=model.num_layers,
+        attention_width=2 * model.num_attention_heads * model.head_dim,
     )
 
 

@@ -24,7 +24,7 @@ from recipekit.plan.datasize import DataSize, data_size
 from recipekit.plan.datasize import steps_per_epoch as steps_per_epoch_of
 from recipekit.plan.identity import image_tag, run_names
 from recipekit.plan.layout import Layout, recipe_layout
-from recipekit.plan.modelsize import count_params, lora_params
+from recipekit.plan.modelsize import count_params, lora_params, model_flops
 from recipekit.plan.ops import operations_problems
 from recipekit.plan.placement import host_volume_problems, pod_resources, superpod_block_size
 from recipekit.plan.rules import (
@@ -38,7 +38,7 @@ from recipekit.plan.rules import (
     volume_problems,
     zero_problems,
 )
-from recipekit.recipe import mindcluster
+from recipekit.recipe import mindcluster, modelflops
 from recipekit.recipe.k8snames import task_env_name
 from recipekit.recipe.sections import HardwareSpec, Recipe
 from recipekit.runtime.boundary import flopcount, recipeview
@@ -70,7 +70,7 @@ def resolve_precision(requested: str, hw: HardwareSpec) -> tuple[Precision, list
 # ---------------------------------------------------------------------------------------------------------- FLOPs
 @dataclass(frozen=True)
 class Flops:
-    """What one training token costs and the peak it is measured against (definitions: runtime contract)."""
+    """What one training token costs and the peak it is measured against (definitions: runtime.boundary.flopcount)."""
 
     params_total: int  # what memory is counted from
     params_active: int  # what one token runs through (MoE: top-k experts): what the FLOPs are counted from
@@ -81,28 +81,30 @@ class Flops:
 
 
 def recipe_flops(recipe: Recipe, precision: Precision) -> Flops:
-    """FLOPs per token at ``data.max_len`` tokens, counted from the architecture numbers.
+    """FLOPs per token at ``data.max_len`` tokens: the model option's counter-measured numbers (``model.flops``).
 
-    An MoE model's FLOPs count its active parameters (the top-k experts a token is routed to), its memory all of
-    them. The runtime's MFU divides by these very numbers (recipe.yaml ``plan.flops``): one definition for both."""
+    Full training counts the forward and backward pass with every weight training; LoRA the frozen base's forward
+    and activation gradients plus 6 × the adapters (their forward and both gradients, what the counter counts for a
+    linear layer); HFU adds the decoder layers' forward (and the adapters') that activation checkpointing runs again.
+    An MoE model's FLOPs are its top-k experts', its memory all of them. The runtime's MFU divides by these very
+    numbers (recipe.yaml ``plan.flops``) and the report reads them from plan.json: one definition for all three."""
     model, mode, hw = recipe.model, recipe.mode, recipe.hw
     counts = count_params(model)
     full = not recipeview.trains_adapter(mode.kind)
     trainable = counts.total if full else lora_params(model, mode.lora)  # type: ignore[union-attr]
-    shape: dict[str, Any] = dict(
-        matmul_params=counts.matmul,
-        trainable_params=trainable,
-        full_training=full,
-        layers=model.num_layers,
-        hidden=model.hidden_size,
-        seq_len=recipe.data.max_len,
-    )
+    measured, seq = model_flops(model), recipe.data.max_len
+    if full:
+        per_token, recomputed = measured.train_at(seq), measured.recompute_at(seq)
+    else:
+        adapters = modelflops.FORWARD_PER_PARAM + modelflops.INPUT_GRAD_PER_PARAM + modelflops.WEIGHT_GRAD_PER_PARAM
+        per_token = measured.frozen_at(seq) + adapters * trainable
+        recomputed = measured.recompute_at(seq) + modelflops.FORWARD_PER_PARAM * trainable
     return Flops(
         params_total=counts.total,
         params_active=counts.active,
         params_trainable=trainable,
-        model_per_token=flopcount.flops_per_token(**shape),
-        hardware_per_token=flopcount.flops_per_token(**shape, recompute=recipe.parallel.gradient_checkpointing),
+        model_per_token=float(per_token),
+        hardware_per_token=float(per_token + (recomputed if recipe.parallel.gradient_checkpointing else 0)),
         peak_tflops=flopcount.peak_tflops(precision, bf16=hw.peak_tflops_bf16, fp16=hw.peak_tflops_fp16),
     )
 

@@ -5,9 +5,13 @@ memory, no weights) and every parameter is put in one part by its name (embeddin
 router, norms, head). A tied head is the embedding's own tensor and is counted once. The option stores them, so
 ``build`` plans from them without importing torch.
 
-Only local files are read and no model code from the checkpoint runs: a config with ``auto_map`` (remote code) or a
-``model_type`` transformers does not know is refused with the reason, and so is one recipekit has no tiny twin for.
-torch and transformers are imported inside the functions that need them.
+The training FLOPs per token are torch's FLOP counter's over one forward and backward pass of that same meta model
+(:mod:`recipekit.recipe.modelflops`), stored as numbers too.
+
+Only local files are read and no model code from the checkpoint runs: what is not a decoder-only text model, or is an
+architecture transformers does not ship (``auto_map``), is refused with the reason
+(:mod:`recipekit.recipe.modelkind`), and so is one recipekit has no tiny twin for. torch and transformers are
+imported inside the functions that need them.
 """
 
 from __future__ import annotations
@@ -18,8 +22,9 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, cast
 
+from recipekit.recipe import modelflops, modelkind
 from recipekit.recipe.schema import validate
-from recipekit.recipe.sections import FAMILIES, ModelSpec, ParamCountsSpec
+from recipekit.recipe.sections import FAMILIES, FlopsSpec, ModelSpec, ParamCountsSpec
 
 CONFIG_NAME = "config.json"
 
@@ -47,6 +52,7 @@ class Imported:
 
     option: dict[str, Any]
     architecture: str
+    notes: tuple[str, ...] = ()  # what the import decided on the way (a native class for auto_map, a text model)
 
 
 def config_path(given: Path) -> Path:
@@ -65,12 +71,6 @@ def read_raw(path: Path) -> dict[str, Any]:
         raise ImportProblem(f"{path}: not a readable JSON config ({exc})") from None
     if not isinstance(raw, dict):
         raise ImportProblem(f"{path}: a config.json holds a JSON object")
-    if "auto_map" in raw:
-        raise ImportProblem(
-            f"{path}: the config's auto_map names model code shipped with the checkpoint "
-            f"({', '.join(sorted(raw['auto_map']))}); recipekit imports only architectures transformers has built in "
-            "(it does not run remote code)"
-        )
     model_type = raw.get("model_type")
     if not isinstance(model_type, str):
         raise ImportProblem(f"{path}: no model_type: transformers cannot tell which architecture this is")
@@ -86,11 +86,6 @@ def load_config(path: Path) -> Any:
     model_type = raw["model_type"]
     if model_type not in CONFIG_MAPPING_NAMES:
         raise ImportProblem(f"{path}: transformers does not know model_type {model_type!r} (and remote code is off)")
-    if model_type not in FAMILIES:
-        raise ImportProblem(
-            f"{path}: model_type {model_type!r} is a transformers architecture recipekit has no planner formulas "
-            f"and tiny twin for; supported: {', '.join(FAMILIES)}"
-        )
     try:
         return AutoConfig.from_pretrained(str(path), trust_remote_code=False, local_files_only=True)
     except Exception as exc:  # transformers raises many kinds for a config it cannot read
@@ -108,7 +103,10 @@ def meta_model(config: Any) -> Any:
 
     try:
         with torch.device("meta"):
-            return AutoModelForCausalLM.from_config(config, trust_remote_code=False)
+            # batched_mm gathers each token's top-k experts: it runs on meta, and the FLOP counter sees what one uses
+            return AutoModelForCausalLM.from_config(
+                config, trust_remote_code=False, experts_implementation="batched_mm"
+            )
     except Exception as exc:
         raise ImportProblem(f"transformers cannot build a model from this config ({_one_line(exc)})") from None
 
@@ -226,10 +224,47 @@ def import_config(path: Path) -> Imported:
     """Read ``path`` (a config.json or a model directory), build its model on the meta device and count it."""
     path = config_path(path)
     raw = read_raw(path)
-    config = load_config(path)
-    counts = count_parts(meta_model(config), config)
+    try:
+        native = modelkind.remote_code_note(path, raw)
+        decoder = modelkind.decoder_text_model(path, load_config(path), raw)
+    except modelkind.KindProblem as exc:
+        raise ImportProblem(str(exc)) from None
+    config, raw = decoder.config, decoder.raw
+    check_family(path, raw["model_type"])
+    model = meta_model(config)
+    counts = count_parts(model, config)
     option = option_fields(config, raw, counts)
-    return Imported(option=option, architecture=option["architecture"])
+    option["flops"] = model_flops(model, config, counts)
+    notes = ((native,) if native else ()) + decoder.notes
+    return Imported(option=option, architecture=option["architecture"], notes=notes)
+
+
+def check_family(path: Path, model_type: str) -> None:
+    """Refuses a decoder-only architecture recipekit has no tiny twin (and twin config keys) for yet."""
+    if model_type not in FAMILIES:
+        raise ImportProblem(
+            f"{path}: model_type {model_type!r} is a transformers architecture recipekit has no tiny twin for; "
+            f"supported: {', '.join(FAMILIES)}"
+        )
+
+
+def model_flops(model: Any, config: Any, counts: ParamCountsSpec) -> FlopsSpec:
+    """The counter's FLOPs per token of the meta ``model``; where a module cannot run on meta, the same convention
+    counted from ``counts`` (the option's ``flops.counted_by`` says which)."""
+    try:
+        return modelflops.measure(model)
+    except Exception:  # a module with data-dependent control flow or an op without a meta kernel
+        pass
+    head = model.get_output_embeddings()
+    head_params = int(head.weight.numel()) if head is not None else 0
+    heads = int(config.num_attention_heads)
+    head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // heads)
+    return modelflops.analytic(
+        matmul_params=counts.active - counts.embedding - counts.norms - counts.head + head_params,
+        head_params=head_params,
+        layers=int(config.num_hidden_layers),
+        attention_width=heads * 2 * head_dim,
+    )
 
 
 def describe(option: dict[str, Any], title: str) -> str:
@@ -260,9 +295,9 @@ def option_yaml(option: dict[str, Any]) -> str:
         value = option[f.name]
         if f.name != "name" and value == f.default:
             continue
-        if f.name == "params":
-            lines.append("params:")
-            lines += [f"  {key}: {number}" for key, number in to_data(value).items()]
+        if f.name in ("params", "flops"):
+            lines.append(f"{f.name}:")
+            lines += [f"  {key}: {_scalar(number)}" for key, number in to_data(value).items()]
             continue
         lines.append(f"{f.name}: {_scalar(value)}")
     return "\n".join(lines) + "\n"

@@ -57,6 +57,55 @@ class ParamCountsSpec(Section):
         return broken
 
 
+#: Upper bound of a FLOP count per token (far above any model: 10**15 is a 100-trillion-parameter model's).
+MAX_FLOPS = 10**15
+
+
+class FlopsSpec(Section):
+    """Training FLOPs per token as torch's FLOP counter counts them (``torch.utils.flop_counter.FlopCounterMode``)
+    over the real transformers module, written by `recipekit model import`. The one FLOPs definition of recipekit:
+    the plan's FLOPs per token, the runtime's MFU and HFU and the report's ratios all come from these numbers.
+
+    Each count is linear in the sequence length S: ``X + X_per_position × S`` FLOPs per token, where
+    ``X_per_position`` is the attention term (scores and weighted sum, dense S×S as the counter counts scaled
+    dot-product attention, causal or not) and ``X`` everything else (every matmul, the output head included even when
+    tied to the embedding; an MoE layer's top-k experts). The import measures two sequence lengths and solves for
+    both, so every other length follows exactly. Recomputation is kept apart: MFU counts ``train``, HFU adds
+    ``recompute`` when activation checkpointing is on.
+    """
+
+    counted_by: Literal["counter", "analytic"] = spec(
+        description="counter: measured with FlopCounterMode on the meta device; analytic: the same convention "
+        "computed from the module tree where a module cannot run on meta."
+    )
+    train: int = spec(ge=0, le=MAX_FLOPS, description="Forward + backward, every weight training: FLOPs per token.")
+    train_per_position: int = spec(ge=0, le=MAX_FLOPS, description="Its attention term: FLOPs per token per position.")
+    frozen: int = spec(
+        ge=0,
+        le=MAX_FLOPS,
+        description="Forward + activation gradients, weights frozen (a LoRA run's base model): FLOPs per token.",
+    )
+    frozen_per_position: int = spec(ge=0, le=MAX_FLOPS, description="Its attention term, per position.")
+    recompute: int = spec(
+        ge=0,
+        le=MAX_FLOPS,
+        description="Forward of the decoder layers: what activation checkpointing runs again (HFU adds it).",
+    )
+    recompute_per_position: int = spec(ge=0, le=MAX_FLOPS, description="Its attention term, per position.")
+
+    def train_at(self, seq_len: int) -> int:
+        """Training FLOPs per token at ``seq_len`` tokens a sequence."""
+        return self.train + self.train_per_position * seq_len
+
+    def frozen_at(self, seq_len: int) -> int:
+        """FLOPs per token of the frozen base (forward + activation gradients) at ``seq_len``."""
+        return self.frozen + self.frozen_per_position * seq_len
+
+    def recompute_at(self, seq_len: int) -> int:
+        """FLOPs per token activation checkpointing adds at ``seq_len``."""
+        return self.recompute + self.recompute_per_position * seq_len
+
+
 #: Architecture families (transformers' ``model_type``) recipekit can plan and dry-run: each has a tiny twin.
 FAMILIES = ("llama", "qwen2", "qwen3", "qwen3_moe", "mixtral", "glm4")
 
@@ -114,6 +163,11 @@ class ModelSpec(Section):
     )
     params: ParamCountsSpec | None = spec(
         None, description="Exact counts from `recipekit model import`; None: counted from the numbers above."
+    )
+    flops: FlopsSpec | None = spec(
+        None,
+        description="Training FLOPs per token from `recipekit model import` (torch's FLOP counter); None: computed "
+        "from the counts in the counter's convention.",
     )
     trust_remote_code: bool = spec(False, description="Allow model code from the checkpoint; off unless needed.")
 

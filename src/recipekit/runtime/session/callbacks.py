@@ -27,9 +27,10 @@ def _significant(value: float, digits: int = _DIGITS) -> float:
 class ThroughputCallback(TrainerCallback):
     """Adds tokens/s, achieved TFLOP/s, MFU and HFU per device to every training log, over the interval since the last.
 
-    The FLOPs per token and the peak are the plan's (recipe.yaml ``plan.flops``), counted once by recipekit with
-    ``flopcount.flops_per_token`` from the architecture and the recipe's precision: MFU counts the model's FLOPs, HFU
-    adds the recomputation activation checkpointing runs, both against the same peak (``flopcount.utilisation``).
+    The FLOPs per token and the peak are the plan's (recipe.yaml ``plan.flops``): torch's FLOP counter over the
+    model, measured once by ``recipekit model import``, at the recipe's sequence length and precision: MFU counts
+    the model's FLOPs, HFU adds the recomputation activation checkpointing runs, both against the same peak
+    (``flopcount.utilisation``).
     ``tflops_per_device`` is the model FLOPs achieved. Tokens are the Trainer's ``num_input_tokens_seen`` (all
     tokens, padding included: the device computed them), summed over processes; the figures are per device. Under
     tensor parallelism every rank of a TP group sees the same batch, so that sum counts each token ``replicas``

@@ -185,6 +185,7 @@ def _model(sub: _Substituter, recipe: Recipe, options: DryRunOptions) -> Recipe:
             num_kv_heads=kv,
             hidden_size=hidden,
             params=None,  # the stored counts were the twin's own shape: count the new one from its numbers
+            flops=None,  # and its FLOPs, in the counter's convention (plan.modelsize.model_flops)
         )
     return dry
 

@@ -1,0 +1,120 @@
+"""Training FLOPs per token, measured with torch's FLOP counter over the real transformers module on the meta device.
+
+recipekit has one FLOPs definition: what ``torch.utils.flop_counter.FlopCounterMode`` counts over one forward and
+backward pass of the model transformers builds. Every matmul counts (the output head too when it is tied to the
+embedding: it is a matmul, only the embedding lookup is free); attention is what the counter counts for scaled
+dot-product attention, dense S×S whatever the mask, over heads × head_dim; an MoE layer's experts run through
+transformers' ``batched_mm`` experts implementation, which gathers each token's top-k experts and so counts exactly
+the FLOPs a token routes through (and runs on the meta device). Recomputation is kept apart.
+
+Counts per token are linear in the sequence length S (``X + X_per_position × S``): :func:`measure` runs the model
+at two lengths and solves for both terms (:class:`~recipekit.recipe.sections.FlopsSpec`). Where a module cannot run
+on the meta device, :func:`analytic` gives the same convention from the parameter counts, and the option says so.
+torch is imported inside the functions that need it: the plan reads the stored numbers only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+from recipekit.recipe.schema import validate
+from recipekit.recipe.sections import FlopsSpec
+
+#: The two sequence lengths the import measures at (any two give the same numbers: the counts are linear in S).
+SEQUENCES = (1024, 4096)
+#: What the counter counts per matmul parameter per token: 2 forward; 2 more for the input gradient and 2 for the
+#: weight gradient in backward (the analytic count uses these; the counter finds them on its own).
+FORWARD_PER_PARAM, INPUT_GRAD_PER_PARAM, WEIGHT_GRAD_PER_PARAM = 2, 2, 2
+
+
+@dataclass(frozen=True)
+class Sample:
+    """FLOPs of one sequence of ``seq_len`` tokens (batch 1), as the counter counts them."""
+
+    seq_len: int
+    train: int  # forward + backward, every weight training
+    frozen: int  # forward + the activation gradients down to the embedding output, no weight gradient
+    recompute: int  # forward of the decoder layers alone
+
+
+def measure(model: Any, sequences: tuple[int, int] = SEQUENCES) -> FlopsSpec:
+    """The counter's FLOPs per token of ``model`` (a causal LM on the meta device), solved from two lengths."""
+    first, second = (sample(model, seq_len) for seq_len in sequences)
+    numbers: dict[str, Any] = {"counted_by": "counter"}
+    for kind in ("train", "frozen", "recompute"):
+        constant, per_position = _solve(first.seq_len, getattr(first, kind), second.seq_len, getattr(second, kind))
+        numbers[kind], numbers[f"{kind}_per_position"] = constant, per_position
+    return validate(FlopsSpec, numbers, root="model.flops")
+
+
+def _solve(s1: int, total1: int, s2: int, total2: int) -> tuple[int, int]:
+    """(X, X_per_position) of per-token counts X + X_per_position × S through two measured sequences."""
+    per_token1, per_token2 = Fraction(total1, s1), Fraction(total2, s2)
+    per_position = (per_token2 - per_token1) / (s2 - s1)
+    return round(per_token1 - per_position * s1), round(per_position)
+
+
+def sample(model: Any, seq_len: int) -> Sample:
+    """Count one training step's FLOPs over a sequence of ``seq_len`` tokens (batch 1) under the counter.
+
+    One forward pass serves both backward passes: first the gradients of the embedding output alone (autograd then
+    skips every weight gradient: the frozen base of a LoRA run, as PEFT runs it under checkpointing, which makes the
+    embedding output require grad), then the full backward pass of full training."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    model.train()
+    embedded: list[Any] = []
+    hook = model.get_input_embeddings().register_forward_hook(lambda _m, _i, out: embedded.append(out))
+    ids = torch.zeros((1, seq_len), dtype=torch.long, device="meta")
+    forward, frozen, backward = (FlopCounterMode(display=False) for _ in range(3))
+    try:
+        with forward:
+            loss = model(input_ids=ids, labels=ids).loss
+    finally:
+        hook.remove()
+    with frozen:
+        torch.autograd.grad(loss, embedded, retain_graph=True)
+    with backward:
+        loss.backward()
+    model.zero_grad(set_to_none=True)
+    ahead = forward.get_total_flops()
+    return Sample(
+        seq_len=seq_len,
+        train=ahead + backward.get_total_flops(),
+        frozen=ahead + frozen.get_total_flops(),
+        recompute=_layers_forward(model, forward),
+    )
+
+
+def _layers_forward(model: Any, counter: Any) -> int:
+    """The forward FLOPs of the modules transformers' gradient checkpointing wraps (its decoder layers)."""
+    from transformers.modeling_layers import GradientCheckpointingLayer
+
+    per_module = {name.partition(".")[2]: sum(ops.values()) for name, ops in counter.get_flop_counts().items()}
+    layers = [name for name, module in model.named_modules() if isinstance(module, GradientCheckpointingLayer)]
+    return sum(per_module.get(name, 0) for name in layers)
+
+
+def analytic(*, matmul_params: int, head_params: int, layers: int, attention_width: int) -> FlopsSpec:
+    """The counter's convention as arithmetic, for a model the counter cannot run.
+
+    ``matmul_params``: the weights one token multiplies with (the active ones, the head included even when tied, not
+    the embedding lookup, not norms); ``head_params`` of them the output head's (not recomputed: checkpointing
+    wraps the decoder layers); ``attention_width``: one layer's query heads × (query-key head_dim + value head_dim).
+    Attention's two S×S products cost 2 × S × ``attention_width`` per token forward and twice that backward.
+    """
+    forward, backward = FORWARD_PER_PARAM, INPUT_GRAD_PER_PARAM + WEIGHT_GRAD_PER_PARAM
+    attention = 2 * layers * attention_width
+    numbers = {
+        "counted_by": "analytic",
+        "train": (forward + backward) * matmul_params,
+        "train_per_position": 3 * attention,
+        "frozen": (forward + INPUT_GRAD_PER_PARAM) * matmul_params,
+        "frozen_per_position": 3 * attention,
+        "recompute": forward * (matmul_params - head_params),
+        "recompute_per_position": attention,
+    }
+    return validate(FlopsSpec, numbers, root="model.flops")

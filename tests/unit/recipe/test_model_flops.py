@@ -1,0 +1,180 @@
+"""One FLOPs definition: torch's FLOP counter over the real transformers module, for the plan, MFU/HFU and the report.
+
+The catalog's FLOPs per token are checked against ``torch.utils.flop_counter.FlopCounterMode`` over one forward and
+backward pass of the model transformers builds from each catalog config.json, at sequence lengths other than the two
+the import measured at (so the stored form, a constant plus an attention term per position, is checked too). The
+per-family formula this replaced was 0.67× the counter for Qwen3-0.6B (tied head dropped, attention sized by
+hidden_size instead of heads × head_dim).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from recipekit.plan.modelsize import count_params, lora_params, model_flops
+from recipekit.recipe import modelflops
+from recipekit.recipe.compose import group_options
+from recipekit.recipe.schema import validate
+from recipekit.recipe.sections import LoraSpec, ModelSpec
+
+ROOT = Path(__file__).resolve().parents[3]
+CONFIGS = ROOT / "tests" / "data" / "model_configs"
+#: Sequence lengths the test counts at: neither is one the import measured at (modelflops.SEQUENCES).
+CHECKED_LENGTHS = (512, 2048)
+
+torch = pytest.importorskip("torch")
+
+
+def option(name: str) -> ModelSpec:
+    return validate(ModelSpec, yaml.safe_load(group_options("model")[name].read_text()), root="model")
+
+
+def _plan_flops(*overrides: str):
+    from recipekit.bundle.build import resolve
+
+    return resolve(list(overrides), analysis_only=True).plan.flops
+
+
+def _counter_per_token(name: str, seq_len: int) -> float:
+    """FlopCounterMode over forward + backward of transformers' own module from the catalog's config.json."""
+    from torch.utils.flop_counter import FlopCounterMode
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    raw = json.loads((CONFIGS / name / "config.json").read_text())
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(AutoConfig.for_model(**raw), experts_implementation="batched_mm")
+    ids = torch.zeros((1, seq_len), dtype=torch.long, device="meta")
+    with FlopCounterMode(display=False) as counter:
+        model(input_ids=ids, labels=ids).loss.backward()
+    return counter.get_total_flops() / seq_len
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(group_options("model")))
+def test_the_plan_s_flops_per_token_are_the_counter_s(name: str) -> None:
+    """Every catalog model, full training, at two sequence lengths: the plan's FLOPs per token (what the bundle's
+    MFU divides by) within 2% of torch's FLOP counter over the real module."""
+    assert option(name).flops is not None and option(name).flops.counted_by == "counter"  # type: ignore[union-attr]
+    for seq_len in CHECKED_LENGTHS:
+        planned = _plan_flops(f"model={name}", "mode=sft", f"data.max_len={seq_len}").model_per_token
+        assert planned == pytest.approx(_counter_per_token(name, seq_len), rel=0.02), (name, seq_len)
+
+
+def test_the_stored_form_solves_the_two_measured_lengths_exactly() -> None:
+    """The import measures twice and solves X + X_per_position × S; a third length follows (tiny twin: fast)."""
+    from recipekit.recipe.modelimport import meta_model
+
+    model = meta_model(_config("tiny_qwen3"))
+    measured = modelflops.measure(model)
+    third = modelflops.sample(model, 3000)
+    assert measured.train_at(3000) * 3000 == third.train
+    assert measured.frozen_at(3000) * 3000 == third.frozen
+    assert measured.recompute_at(3000) * 3000 == third.recompute
+    # backward is twice forward for every counted op, and the frozen base skips the weight gradients
+    assert measured.train_per_position == measured.frozen_per_position == 3 * measured.recompute_per_position
+    assert measured.frozen < measured.train
+
+
+def _config(name: str):
+    from transformers import AutoConfig
+
+    return AutoConfig.for_model(**json.loads((CONFIGS / name / "config.json").read_text()))
+
+
+@pytest.mark.parametrize("name", ["qwen3_0.6b", "qwen3_30b_a3b", "llama3.1_8b", "glm4_9b"])
+def test_the_analytic_count_is_the_counter_s_convention(name: str) -> None:
+    """An option without measured FLOPs (hand-written, a twin reshaped for TP) is counted from its numbers in the
+    counter's convention: within 1% of what the counter measured for the catalog option."""
+    spec = option(name)
+    analytic = model_flops(dataclasses.replace(spec, flops=None))
+    measured = spec.flops
+    assert measured is not None and analytic.counted_by == "analytic"
+    for seq_len in CHECKED_LENGTHS:
+        assert analytic.train_at(seq_len) == pytest.approx(measured.train_at(seq_len), rel=0.01)
+        assert analytic.frozen_at(seq_len) == pytest.approx(measured.frozen_at(seq_len), rel=0.01)
+        assert analytic.recompute_at(seq_len) == pytest.approx(measured.recompute_at(seq_len), rel=0.01)
+
+
+def test_a_tied_head_costs_flops() -> None:
+    """Qwen3-0.6B ties its head to the embedding; the head's matmul (2 × vocab × hidden forward) still counts."""
+    spec = option("qwen3_0.6b")
+    assert spec.tie_word_embeddings and spec.flops is not None
+    counts = count_params(spec)
+    head = spec.vocab_size * spec.hidden_size
+    assert spec.flops.train >= 6 * (counts.total - counts.embedding + head) * 0.999
+    attention = 2 * spec.num_attention_heads * spec.head_dim  # heads × (qk + v head dims), not hidden_size
+    assert spec.flops.train_per_position == 6 * spec.num_layers * attention
+
+
+def test_lora_mfu_and_hfu_use_the_frozen_base_and_the_recomputation() -> None:
+    spec = option("qwen3_8b")
+    assert spec.flops is not None
+    seq = 2048
+    lora = _plan_flops("model=qwen3_8b", "mode=lora", f"data.max_len={seq}", "parallel.gradient_checkpointing=true")
+    mode = _plan_lora()
+    adapters = lora_params(spec, mode)
+    assert lora.model_per_token == spec.flops.frozen_at(seq) + 6 * adapters
+    assert lora.hardware_per_token == lora.model_per_token + spec.flops.recompute_at(seq) + 2 * adapters
+    full = _plan_flops("model=qwen3_8b", "mode=sft", f"data.max_len={seq}", "parallel.gradient_checkpointing=false")
+    assert full.model_per_token == full.hardware_per_token == spec.flops.train_at(seq)
+
+
+def _plan_lora() -> LoraSpec:
+    from recipekit.bundle.build import resolve
+
+    lora = resolve(["model=qwen3_8b", "mode=lora"], analysis_only=True).recipe.mode.lora
+    assert lora is not None
+    return lora
+
+
+def test_the_bundle_the_metrics_and_the_report_read_one_number(tmp_path: Path) -> None:
+    """recipe.yaml's plan.flops.model_per_token (the runtime's MFU) and plan.json's compute.flops_per_token (the
+    report's) are the option's counter-measured training FLOPs at data.max_len."""
+    from click.testing import CliRunner
+
+    from recipekit.cli import main
+
+    out = tmp_path / "b"
+    result = CliRunner().invoke(main, ["build", "model=tiny_qwen3", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    recipe = yaml.safe_load((out / "recipe.yaml").read_text())
+    plan = json.loads((out / "plan.json").read_text())
+    spec = option("tiny_qwen3")
+    assert spec.flops is not None
+    expected = spec.flops.train_at(recipe["recipe"]["data"]["max_len"])
+    assert recipe["plan"]["flops"]["model_per_token"] == expected
+    assert plan["compute"]["flops_per_token"] == pytest.approx(expected, rel=1e-3)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["qwen3_0.6b", "qwen3_8b", "llama3.1_8b"])
+def test_lora_flops_per_token_are_the_counter_s_over_peft_s_model(name: str) -> None:
+    """LoRA's model FLOPs (the frozen base's forward and activation gradients + 6 × adapters) against the counter over
+    PEFT's own LoRA model on the meta device: within 2% (the plan also counts the first layer's input gradients,
+    which PEFT computes only under gradient checkpointing)."""
+    from peft import LoraConfig, get_peft_model
+    from torch.utils.flop_counter import FlopCounterMode
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from recipekit.bundle.build import resolve
+
+    seq_len = 2048
+    resolved = resolve([f"model={name}", "mode=lora", f"data.max_len={seq_len}"], analysis_only=True)
+    lora = resolved.recipe.mode.lora
+    assert lora is not None
+    raw = json.loads((CONFIGS / name / "config.json").read_text())
+    with torch.device("meta"):
+        base = AutoModelForCausalLM.from_config(AutoConfig.for_model(**raw))
+        adapted = get_peft_model(
+            base, LoraConfig(r=lora.r, lora_alpha=lora.alpha, target_modules=lora.target_modules, lora_dropout=0.0)
+        )
+    ids = torch.zeros((1, seq_len), dtype=torch.long, device="meta")
+    with FlopCounterMode(display=False) as counter:
+        adapted(input_ids=ids, labels=ids).loss.backward()
+    counted = counter.get_total_flops() / seq_len
+    assert resolved.plan.flops.model_per_token == pytest.approx(counted, rel=0.02)
