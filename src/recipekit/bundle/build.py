@@ -165,7 +165,8 @@ def build_resolved(
         resolved = replace(resolved, composed=replace(resolved.composed, origin=tuple(origin)))
     compiled = compile_bundle(resolved, allow_oom=allow_oom)
     target = output if output is not None else DEFAULT_OUTPUT_ROOT / resolved.recipe.name
-    return Built(compiled, write_bundle(compiled.files, target, force=force))
+    hardware = resolved.recipe.hw.name
+    return Built(compiled, write_bundle(compiled.files, target, force=force, hardware=hardware))
 
 
 def compile_bundle(resolved: Resolved, *, allow_oom: bool = False) -> Compiled:

@@ -47,9 +47,9 @@ def build(
       recipekit build recipe=llama3_8b_sft hw=ascend910b
       recipekit build recipe=qwen2.5_14b_sft cluster.nodes=4 parallel=zero3 train.micro_batch_size=2
       recipekit build model=qwen2.5_7b mode=lora hw=h100 -o out/qwen-lora
-      recipekit build --recipes ./team-recipes recipe=our_llama_sft
+      recipekit build --recipes ./team-recipes/recipes recipe=our_qwen_sft    # a tree `recipekit init` made
       recipekit build -m recipe=llama3_8b_sft,qwen2.5_7b_pretrain hw=ascend910b,h100
-      recipekit build -m 'recipe=glob(*)' train.seed=range(1,4) -o out/matrix
+      recipekit build -m 'recipe=glob(*)' 'train.seed=range(1,4)' -o out/matrix
     """
     extra_dirs = layers(extra_dirs)
     if multirun:
@@ -66,7 +66,8 @@ def build(
 
         warn([not_fit(built.estimate.total_gib, built.estimate.device_gib)])
     click.echo(
-        f"{click.style('built', fg='green')} {built.path} ({len(built.files)} files): {plan.layout.nodes} pod(s) × "
+        f"{click.style('built', fg='green')} {built.path} ({len(built.files)} files) for {built.resolved.recipe.hw.name}: "
+        f"{plan.layout.nodes} pod(s) × "
         f"{plan.layout.devices_per_pod} device(s), global batch {plan.layout.global_batch_size}, {plan.precision}, "
         f"{parallelism(plan)}"
     )
@@ -177,7 +178,7 @@ def plan(
       recipekit plan recipe=llama3_8b_lora hw=a100_80g --json
       recipekit plan recipe=qwen2.5_72b_sft hw=ascend910b --advise
       recipekit plan recipe=llama3_70b_sft parallel.tensor_parallel=8 parallel.pipeline_parallel=2 --price 2.5
-      recipekit plan recipe=qwen2.5_7b_pretrain --data /mnt/shared/runs/prepared/4f2a.../manifest.json
+      recipekit plan recipe=qwen2.5_7b_pretrain --data /mnt/shared/runs/prepared/4f2a.../manifest.json  # cluster volume
     """
     from recipekit import memory
     from recipekit.bundle import planview

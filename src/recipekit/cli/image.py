@@ -20,7 +20,7 @@ def image_group() -> None:
     """Build and push a bundle's image.
 
     \b
-    Examples:
+    Examples (each needs an engine):
       recipekit image build bundles/llama3_8b_sft --push
     """
 
@@ -41,7 +41,7 @@ def build_command(
     runs `name@sha256:...`, so a moved tag can never change what the pods run.
 
     \b
-    Examples:
+    Examples (each needs an engine):
       recipekit image build bundles/llama3_8b_sft --push
       recipekit image build bundles/llama3_8b_sft --build-arg PIP_INDEX_URL=https://pypi.mirror.internal/simple
       recipekit image build bundles/llama3_8b_sft --engine unix:///run/podman/podman.sock --tag harbor.internal/llm/a:1

@@ -140,7 +140,7 @@ def list_(group: str | None, extra_dirs: tuple[Path, ...]) -> None:
       recipekit list
       recipekit list hw
       recipekit list recipe
-      recipekit list cluster --recipes ./team-recipes
+      recipekit list cluster --recipes ./team-recipes/recipes    # a tree `recipekit init` made
     """
     from rich.table import Table
     from rich.text import Text

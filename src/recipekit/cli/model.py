@@ -25,7 +25,7 @@ def model_group() -> None:
 
     \b
     Examples:
-      recipekit model import /mnt/shared/models/Qwen3-8B/config.json -o recipes/model/qwen3_8b.yaml
+      recipekit model import /mnt/shared/models/Qwen3-8B/config.json -o recipes/model/qwen3_8b.yaml  # cluster volume
       recipekit model import config.json -o recipes/model/my_model.yaml --name my_model
     """
 
@@ -78,7 +78,7 @@ def import_command(
 
     \b
     Examples:
-      recipekit model import /mnt/shared/models/Qwen3-30B-A3B
+      cd team-recipes && recipekit model import /mnt/shared/models/Qwen3-30B-A3B    # cluster volume
       recipekit model import ./Mixtral-8x7B-v0.1/config.json -o recipes/model/mixtral_8x7b.yaml
     """
     from recipekit.base.errors import RecipeError

@@ -23,7 +23,7 @@ def runs_group() -> None:
 
     \b
     Examples:
-      recipekit runs history /mnt/shared/runs/llama3-8b-sft-5891d6
+      recipekit runs history /mnt/shared/runs/llama3-8b-sft-5891d6    # cluster volume
       recipekit runs history ./runs/tiny-sft-a970ef --json
     """
 
@@ -45,7 +45,7 @@ def history_command(output_dir: Path, as_json: bool) -> None:
 
     \b
     Examples:
-      recipekit runs history /mnt/shared/runs/llama3-8b-sft-5891d6
+      recipekit runs history /mnt/shared/runs/llama3-8b-sft-5891d6    # cluster volume
       recipekit runs history ./runs/tiny-sft-a970ef --json
     """
     path = output_dir / recovery.RECOVERY_FILE
