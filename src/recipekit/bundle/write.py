@@ -148,9 +148,7 @@ def _protected(target: Path) -> str | None:
 
 
 # ------------------------------------------------------------------------------------------------------- writing
-def write_bundle(
-    files: dict[str, bytes], target: Path, *, force: bool = False, hardware: str | None = None
-) -> Path:
+def write_bundle(files: dict[str, bytes], target: Path, *, force: bool = False, hardware: str | None = None) -> Path:
     """Write ``files`` as the directory ``target``, atomically (see the module's docstring); return its real path.
 
     Raises :class:`RecipeError` — and leaves the file system as it was — when ``target`` is not a directory, is a

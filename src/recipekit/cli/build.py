@@ -59,16 +59,16 @@ def build(
     from recipekit.bundle.summary import parallelism
 
     built = build_bundle(overrides, output, extra_dirs=extra_dirs, force=force, allow_oom=allow_oom)
-    plan = built.resolved.plan
+    plan, recipe = built.resolved.plan, built.resolved.recipe
     warn(plan.warnings)
     if not built.estimate.fits:
         from recipekit.bundle.summary import not_fit
 
         warn([not_fit(built.estimate.total_gib, built.estimate.device_gib)])
     click.echo(
-        f"{click.style('built', fg='green')} {built.path} ({len(built.files)} files) for {built.resolved.recipe.hw.name}: "
-        f"{plan.layout.nodes} pod(s) × "
-        f"{plan.layout.devices_per_pod} device(s), global batch {plan.layout.global_batch_size}, {plan.precision}, "
+        f"{click.style('built', fg='green')} {built.path} ({len(built.files)} files) for {recipe.hw.name}: "
+        f"{plan.layout.nodes} pod(s) × {plan.layout.devices_per_pod} device(s), "
+        f"global batch {plan.layout.global_batch_size}, {plan.precision}, "
         f"{parallelism(plan)}"
     )
 

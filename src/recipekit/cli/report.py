@@ -359,7 +359,7 @@ def compare_command(
     \b
     Examples:
       recipekit compare runs/cuda-a100 runs/ascend-910b
-      recipekit compare bundles/llama3_8b_sft@old bundles/llama3_8b_sft --volume /mnt/pvc --html compare/   # cluster volume
+      recipekit compare bundles/llama3_8b_sft@old bundles/llama3_8b_sft --volume /mnt/pvc --html cmp/  # cluster volume
       recipekit report runs/cuda-a100 --export-baseline b.json && recipekit compare runs/ascend-910b --baseline b.json
     """
     from recipekit.runs.compare import Tolerances, compare
