@@ -2,7 +2,8 @@
 
 Thin commands: :mod:`recipekit.runs.runlog` reads, :mod:`runplan`, :mod:`runsummary` and :mod:`compare` decide,
 :mod:`runplots` draws, :mod:`runhtml` writes the page. matplotlib and rich are imported inside the commands only.
-Exit codes: 0 done (compare: aligned), 1 compare: not aligned, 2 unusable input (one line each, no traceback).
+Exit codes: 0 done (compare: ALIGNED), 1 compare: NOT ALIGNED, 2 unusable input (one line each, no traceback),
+3 compare: INCONCLUSIVE (the runs cannot tell: :func:`recipekit.runs.compare.cannot_tell`).
 """
 
 from __future__ import annotations
@@ -240,7 +241,7 @@ def compare_html(result: Any, plots: Sequence[Any]) -> str:
     from recipekit.runs import runhtml as h
 
     doc = result.to_json()
-    verdict = "ALIGNED" if result.aligned else "NOT ALIGNED"
+    verdict = result.verdict.value
     parts = [
         h.heading("Verdict"),
         h.paragraph(f"{verdict} (A: {result.a}; B: {result.b})", "good" if result.aligned else "bad"),
@@ -251,7 +252,7 @@ def compare_html(result: Any, plots: Sequence[Any]) -> str:
     parts.append(
         h.paragraph(
             f"Tolerances: loss {t['loss_rtol']:g} relative over a {t['window']}-step window, grad norm "
-            f"{t['grad_norm_rtol']:g}, eval loss {t['eval_rtol']:g}."
+            f"{t['grad_norm_rtol']:g}, eval loss {t['eval_rtol']:g}; at least {t['min_steps']} common steps."
         )
     )
     parts += [
@@ -333,6 +334,13 @@ def compare_html(result: Any, plots: Sequence[Any]) -> str:
     help="Largest relative difference of an evaluation's loss.",
 )
 @click.option(
+    "--min-steps",
+    type=click.IntRange(min=1),
+    default=6,
+    show_default=True,
+    help="Fewest common steps that can tell (fewer: INCONCLUSIVE, exit 3).",
+)
+@click.option(
     "--html",
     "html_out",
     type=click.Path(path_type=Path),
@@ -348,10 +356,13 @@ def compare_command(
     window: int,
     grad_norm_rtol: float,
     eval_rtol: float,
+    min_steps: int,
     html_out: Path | None,
     as_json: bool,
 ) -> None:
-    """Is run B aligned with run A? Loss, grad norm and eval loss step by step; exit 0 aligned, 1 not.
+    """Is run B aligned with run A? Loss, grad norm and eval loss step by step; exit 0 ALIGNED, 1 NOT ALIGNED,
+    3 INCONCLUSIVE: within the tolerances, but the runs cannot tell (too few common steps, the learning rate still
+    warming up, a loss that moved less than the tolerance, noise larger than it).
 
     RUN_A and RUN_B are output directories, bundles (with --volume), dry-run work directories or baseline files.
     With --baseline, give one RUN: it is compared against the stored baseline (a team's CI regression gate).
@@ -380,7 +391,7 @@ def compare_command(
     if html_out is not None:
         _need_matplotlib()
     a, b = (load_run(p, volume) for p in paths)
-    result = compare(a, b, Tolerances(loss_rtol, window, grad_norm_rtol, eval_rtol))
+    result = compare(a, b, Tolerances(loss_rtol, window, grad_norm_rtol, eval_rtol, min_steps))
     doc = result.to_json()
     if html_out is not None:
         from recipekit.runs.runplots import compare_plots
@@ -392,7 +403,7 @@ def compare_command(
         click.echo(json.dumps(doc, indent=2, default=str))
     else:
         _print_comparison(result, doc)
-    raise SystemExit(0 if result.aligned else 1)
+    raise SystemExit(result.verdict.exit_code)
 
 
 def _print_comparison(result: Any, doc: dict[str, Any]) -> None:
@@ -433,6 +444,5 @@ def _print_comparison(result: Any, doc: dict[str, Any]) -> None:
         console.print(line, markup=False)
     if "files" in doc:
         console.print(f"comparison: {doc['files'][0]}", markup=False)
-    console.print(
-        "ALIGNED" if result.aligned else "NOT ALIGNED", markup=False, style="green" if result.aligned else "red"
-    )
+    colour = {"ALIGNED": "green", "NOT ALIGNED": "red"}.get(result.verdict.value, "yellow")
+    console.print(result.verdict.value, markup=False, style=colour)
