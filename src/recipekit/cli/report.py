@@ -51,17 +51,40 @@ def _progress(enabled: bool) -> Iterator[Callable[[str], None]]:
         yield lambda title: progress.update(task, description=f"drawing: {title}")
 
 
-def _text_table(title: str, rows: Sequence[Sequence[object]], headers: Sequence[str] = ()) -> Any:
-    """A rich table whose cells are Text: foreign strings are never read as markup."""
+def _text_table(title: str, rows: Sequence[Sequence[object]], headers: Sequence[str]) -> Any:
+    """A rich table whose cells are Text: foreign strings are never read as markup. Each column is at least as wide
+    as its longest word, so a narrow terminal wraps cells between words, never inside a number or a name."""
     from rich.table import Table
     from rich.text import Text
 
-    table = Table(title=Text(title), show_header=bool(headers), title_justify="left")
-    for header in headers or [""] * (len(rows[0]) if rows else 1):
-        table.add_column(Text(str(header)), overflow="fold")
-    for row in rows:
-        table.add_row(*(Text("" if cell is None else str(cell)) for cell in row))
+    table = Table(title=Text(title), title_justify="left")
+    cells = [["" if cell is None else str(cell) for cell in row] for row in rows]
+    for i, header in enumerate(headers):
+        words = [w for text in [header, *(row[i] for row in cells)] for w in text.split()]
+        table.add_column(Text(header), overflow="fold", min_width=max(map(len, words), default=1))
+    for row in cells:
+        table.add_row(*(Text(cell) for cell in row))
     return table
+
+
+def _pairs(console: Any, title: str, rows: Sequence[tuple[str, str]]) -> None:
+    """A titled list of ``name  value`` lines, not a table: a run directory or an image reference stays one token
+    on one line (the terminal may wrap it, a table cell would cut it), and copies whole."""
+    console.print(title, markup=False, style="bold")
+    width = max((len(name) for name, _ in rows), default=0)
+    for name, value in rows:
+        console.print(f"  {name:<{width}}  {value}", markup=False, highlight=False)
+
+
+def _titled(row: dict[str, Any]) -> str:
+    """A plan row's figure with its unit (a ratio of peak, such as MFU, says so), unless the title names it."""
+    unit = row["unit"] or "fraction of peak"
+    return row["title"] if unit in row["title"] else f"{row['title']} ({unit})"
+
+
+def _percent(value: Any) -> str:
+    """A relative difference (a fraction) in percent, its unit in the cell."""
+    return "n/a" if value is None else f"{100 * value:.3g} %"
 
 
 def _fmt(value: Any) -> str:
@@ -98,16 +121,24 @@ def report_html(run: Any, doc: dict[str, Any], plots: Sequence[Any]) -> str:
             h.paragraph(f"Deviations from the plan beyond ×{1 + margin:g} either way:", "bad"),
             h.items(doc["deviations"]),
         ]
+    elif doc["expected_deviations"]:
+        parts += [
+            h.paragraph(f"Beyond ×{1 + margin:g} of {doc['plan_source']}, as expected of a CPU twin:"),
+            h.items(doc["expected_deviations"]),
+        ]
     elif run.plan:
         parts.append(h.paragraph(f"Every measured figure is within ×{1 + margin:g} of the plan.", "good"))
     parts += [
         h.heading("Plan vs measured"),
-        h.paragraph("Measured: median over the logged steps after the first. Ratio: measured / predicted."),
+        h.paragraph(
+            f"Predicted: {doc['plan_source']}. Measured: median over the logged steps after the first. "
+            "Ratio: measured / predicted."
+        ),
         h.table(
             ["figure", "predicted", "measured", "ratio", "note"],
             [
                 [
-                    f"{r['title']}{' (' + r['unit'] + ')' if r['unit'] else ''}",
+                    _titled(r),
                     _fmt(r["predicted"]),
                     _fmt(r["measured"]),
                     _fmt(r["ratio"]),
@@ -220,17 +251,20 @@ def report_command(
 
     console = make_console(soft_wrap=True)
     console.print(f"run: {run.label}", markup=False)
-    console.print(_text_table("What ran", doc["what_ran"]))
-    console.print(_text_table("How it went", doc["how_it_went"]))
+    _pairs(console, "What ran", doc["what_ran"])
+    _pairs(console, "How it went", doc["how_it_went"])
     console.print(
         _text_table(
             "Plan vs measured (median after the first step)",
-            [[r["title"], _fmt(r["predicted"]), _fmt(r["measured"]), _fmt(r["ratio"]), r["note"]] for r in doc["plan"]],
-            ["figure", "predicted", "measured", "ratio", "note"],
+            [[_titled(r), _fmt(r["predicted"]), _fmt(r["measured"]), _fmt(r["ratio"]), r["note"]] for r in doc["plan"]],
+            ["figure (unit)", "plan", "measured", "measured / plan", "note"],
         )
     )
+    console.print(f"plan: {doc['plan_source']}", markup=False)
     for line in doc["deviations"]:
         console.print(f"deviation (beyond ×{1 + margin:g}): {line}", markup=False, style="yellow")
+    for line in doc["expected_deviations"]:
+        console.print(f"expected of a CPU twin (beyond ×{1 + margin:g}): {line}", markup=False)
     for line in doc["warnings"]:
         console.print(f"warning: {line}", markup=False, style="yellow")
     console.print(f"report: {files[0]} ({len(plots)} plots)", markup=False)
@@ -419,21 +453,21 @@ def _print_comparison(result: Any, doc: dict[str, Any]) -> None:
                     key,
                     len(doc[key]["steps"]),
                     _fmt(doc[key]["max_abs_diff"]),
-                    _fmt(doc[key]["max_rel_diff"]),
-                    _fmt(doc[key]["max_window_rel_diff"]),
-                    _fmt(doc[key]["rtol"]),
+                    _percent(doc[key]["max_rel_diff"]),
+                    _percent(doc[key]["max_window_rel_diff"]),
+                    _percent(doc[key]["rtol"]),
                     doc[key]["first_divergence"] if doc[key]["first_divergence"] is not None else "none",
                 ]
                 for key in ("loss", "grad_norm", "eval_loss")
             ],
-            ["series", "steps", "max |B−A|", "max rel", "max windowed rel", "tolerance", "first divergence"],
+            ["series", "steps", "max |B−A|", "max rel", "max window rel", "tolerance", "diverges at step"],
         )
     )
     console.print(
         _text_table(
             "Throughput and MFU",
             [[r["title"], _fmt(r["a"]), _fmt(r["b"]), _fmt(r["ratio"])] for r in doc["throughput"]],
-            ["figure", "A", "B", "B / A"],
+            ["figure (unit)", "A", "B", "B / A"],
         )
     )
     for line in doc["recipe_changes"]:

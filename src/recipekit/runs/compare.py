@@ -284,8 +284,8 @@ def _throughput(a: RunLog, b: RunLog) -> list[dict[str, Any]]:
     for key, title in (
         ("step_time_s", "step time (s)"),
         ("tokens_per_second_per_device", "tokens/s per device"),
-        ("mfu", "MFU"),
-        ("hfu", "HFU"),
+        ("mfu", "MFU (fraction of peak)"),
+        ("hfu", "HFU (fraction of peak)"),
     ):
         va, vb = steady(a.values(key)), steady(b.values(key))
         rows.append({"key": key, "title": title, "a": va, "b": vb, "ratio": vb / va if va and vb is not None else None})
