@@ -181,7 +181,7 @@ def compile_bundle(resolved: Resolved, *, allow_oom: bool = False) -> Compiled:
         options = load_parallel_options(resolved.extra_dirs)
         problem = memory.fit_problem(estimate, images=resolved.images, parallel_options=options)
         if problem is not None:
-            raise RecipeError([problem])
+            raise RecipeError([replace(problem, hint=f"{problem.hint}; or build it anyway with --allow-oom")])
     ops = operations(resolved.recipe, resolved.plan, estimate)
     documents = make_documents(resolved.recipe, resolved.plan, ops)
     files = render(resolved.recipe, resolved.plan, documents, resolved.composed, estimate, ops)

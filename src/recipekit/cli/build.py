@@ -172,6 +172,8 @@ def plan(
 ) -> None:
     """Estimate memory per device, compute, time and cost of a recipe, before anything is submitted.
 
+    Exit 0 when it fits, 1 when it does not (DOES NOT FIT, with the cheapest change that fits), 2 unusable input.
+
     \b
     Examples:
       recipekit plan recipe=llama3_70b_sft hw=ascend910b cluster.nodes=8
@@ -210,7 +212,7 @@ def plan(
         if advise:
             output["advice"] = planview.advice_dict(advices)
         click.echo(json.dumps(output, indent=2))
-        return
+        sys.exit(0 if estimate.fits else 1)
     console = rich_console()
     console.print(planview.render_estimate(estimate))
     if not estimate.fits:
@@ -228,3 +230,5 @@ def plan(
             console.print(f"paste: recipekit build {' '.join(merge(overrides, buildable[0].overrides))}")
         elif advices:
             console.print("no layout above builds (pipeline parallelism is analysis only): nothing to paste")
+    if not estimate.fits:
+        sys.exit(1)

@@ -58,7 +58,7 @@ def destination(name: str, output: Path | None) -> Path:
     "name_or_path",
     help="Weights in the pod (default: ${cluster.mount_path}/models/<directory name>, on the pods' volume).",
 )
-@click.option("--description", help="Title for the option's description line (default: the directory name).")
+@click.option("--description", help="Title of the option's description line (default: --name, else the directory).")
 @click.option("--random", "random_init", is_flag=True, help="init: random (a tiny twin: random weights, no files).")
 @click.option("--force", is_flag=True, help="Replace an existing option file.")
 def import_command(
@@ -87,6 +87,7 @@ def import_command(
     from recipekit.recipe.sections import ModelSpec
 
     label = config.name if config.is_dir() else config.resolve().parent.name
+    title = description or name or label  # the name the user chose is the one `recipekit list model` should show
     name = name or default_name(config)
     target = destination(name, output)
     if target.exists() and not force:
@@ -97,7 +98,7 @@ def import_command(
         fail(str(exc))
     option = {
         "name": name,
-        "description": describe(imported.option, description or label),
+        "description": describe(imported.option, title),
         "name_or_path": name_or_path or "${cluster.mount_path}/models/" + label,
         "init": "random" if random_init else "pretrained",
         **imported.option,
