@@ -11,9 +11,9 @@ a new command's examples are run the day it gets them. Each example line runs in
 * ``config.json`` and ``<Model>/config.json``: a Hugging Face config from ``tests/data/model_configs``.
 
 What an example must do is its text's: exit 0; ``# exit N: ...`` exits N; ``# cluster volume`` (a path on the
-cluster's volume, absent here) exits 2 with one error naming the ``/mnt`` path; an example under "Examples (each needs
-an engine)" exits 2 saying no Docker-API engine is reachable (when one is, it is skipped: building the image is
-test_image_build's). Dry runs (``--dry-run``) are slow tests.
+cluster's volume, absent here) exits 2 with one error naming the ``/mnt`` path; an example of a command whose help
+says it "needs a Docker-API engine" (or whose comment does) exits 2 saying none is reachable (when one is, it is
+skipped: building the image is test_image_build's). Dry runs (``--dry-run``) are slow tests.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ MODEL_CONFIGS = {"config.json": "llama3_8b", "Mixtral-8x7B-v0.1/config.json": "m
 class Example:
     command: str  # "recipekit data prepare"
     line: str  # the shell line, comment included
-    header: str  # the "Examples ...:" line above it
+    text: str  # the command's whole help text
 
     @property
     def comment(self) -> str:
@@ -74,7 +74,7 @@ def discover() -> list[Example]:
             elif header and not text:
                 header = ""
             elif header and text != "\b":
-                examples.setdefault(text, Example(name, text, header))
+                examples.setdefault(text, Example(name, text, command.help or ""))
     return list(examples.values())
 
 
@@ -166,7 +166,7 @@ def test_help_example_runs(example: Example, tmp_path: Path) -> None:
     stage(tmp_path, example.line)
     result = _run(["bash", "-c", example.line], tmp_path)
     said = f"{example.command}: {example.line}\nexit {result.returncode}\n{result.stdout[-2000:]}{result.stderr}"
-    if "needs an engine" in example.header or "needs an engine" in example.comment:
+    if "needs a Docker-API engine" in example.text or "needs a Docker-API engine" in example.comment:
         if result.returncode == 0:
             pytest.skip("a Docker-API engine is reachable here: the image build is test_image_build's")
         assert result.returncode == 2 and "no Docker-API engine reachable" in result.stderr, said

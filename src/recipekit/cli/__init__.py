@@ -74,7 +74,7 @@ def main() -> None:
       recipekit build recipe=llama3_8b_sft hw=ascend910b
       recipekit plan recipe=llama3_70b_sft cluster.nodes=8 --advise
       recipekit validate bundles/llama3_8b_sft --dry-run
-      recipekit image build bundles/llama3_8b_sft --push    # needs an engine
+      recipekit image build bundles/llama3_8b_sft --push    # needs a Docker-API engine
     """
 
 

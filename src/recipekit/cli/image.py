@@ -17,10 +17,10 @@ from recipekit.cli.common import SETTINGS, exit_with_problems
 
 @click.group("image", context_settings=SETTINGS)
 def image_group() -> None:
-    """Build and push a bundle's image.
+    """Build and push a bundle's image. It needs a Docker-API engine (without one: exit 2, naming it).
 
     \b
-    Examples (each needs an engine):
+    Examples:
       recipekit image build bundles/llama3_8b_sft --push
     """
 
@@ -38,10 +38,11 @@ def build_command(
     """Build BUNDLE's image through a Docker-API engine (Docker, or `podman system service`); record it in the bundle.
 
     The build is streamed step by step. After --push the registry's digest goes into manifest.json and the Job
-    runs `name@sha256:...`, so a moved tag can never change what the pods run.
+    runs `name@sha256:...`, so a moved tag can never change what the pods run. It needs a Docker-API engine
+    (without one: exit 2, naming it).
 
     \b
-    Examples (each needs an engine):
+    Examples:
       recipekit image build bundles/llama3_8b_sft --push
       recipekit image build bundles/llama3_8b_sft --build-arg PIP_INDEX_URL=https://pypi.mirror.internal/simple
       recipekit image build bundles/llama3_8b_sft --engine unix:///run/podman/podman.sock --tag harbor.internal/llm/a:1

@@ -52,19 +52,11 @@ def _progress(enabled: bool) -> Iterator[Callable[[str], None]]:
 
 
 def _text_table(title: str, rows: Sequence[Sequence[object]], headers: Sequence[str]) -> Any:
-    """A rich table whose cells are Text: foreign strings are never read as markup. Each column is at least as wide
-    as its longest word, so a narrow terminal wraps cells between words, never inside a number or a name."""
-    from rich.table import Table
-    from rich.text import Text
+    """A rich table of plain text that wraps cells between words only (:func:`recipekit.cli.terminal.word_table`)."""
+    from recipekit.cli.terminal import word_table
 
-    table = Table(title=Text(title), title_justify="left")
     cells = [["" if cell is None else str(cell) for cell in row] for row in rows]
-    for i, header in enumerate(headers):
-        words = [w for text in [header, *(row[i] for row in cells)] for w in text.split()]
-        table.add_column(Text(header), overflow="fold", min_width=max(map(len, words), default=1))
-    for row in cells:
-        table.add_row(*(Text(cell) for cell in row))
-    return table
+    return word_table(list(headers), cells, title=title)
 
 
 def _pairs(console: Any, title: str, rows: Sequence[tuple[str, str]]) -> None:
@@ -368,13 +360,6 @@ def compare_html(result: Any, plots: Sequence[Any]) -> str:
     help="Largest relative difference of an evaluation's loss.",
 )
 @click.option(
-    "--min-steps",
-    type=click.IntRange(min=1),
-    default=6,
-    show_default=True,
-    help="Fewest common steps that can tell (fewer: INCONCLUSIVE, exit 3).",
-)
-@click.option(
     "--html",
     "html_out",
     type=click.Path(path_type=Path),
@@ -390,7 +375,6 @@ def compare_command(
     window: int,
     grad_norm_rtol: float,
     eval_rtol: float,
-    min_steps: int,
     html_out: Path | None,
     as_json: bool,
 ) -> None:
@@ -425,7 +409,7 @@ def compare_command(
     if html_out is not None:
         _need_matplotlib()
     a, b = (load_run(p, volume) for p in paths)
-    result = compare(a, b, Tolerances(loss_rtol, window, grad_norm_rtol, eval_rtol, min_steps))
+    result = compare(a, b, Tolerances(loss_rtol, window, grad_norm_rtol, eval_rtol))
     doc = result.to_json()
     if html_out is not None:
         from recipekit.runs.runplots import compare_plots

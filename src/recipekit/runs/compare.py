@@ -214,7 +214,7 @@ def align(key: str, a: Series, b: Series, rtol: float, window: int) -> Alignment
 def cannot_tell(loss: Alignment, a_lr: Series, b_lr: Series, t: Tolerances) -> list[str]:
     """Why a loss comparison within its tolerance could not have seen a different training (empty: it could).
 
-    * too few common steps (fewer than ``t.min_steps``);
+    * too few common steps (fewer than ``t.min_steps``, two windows of the default 3);
     * the learning rate still warming up at the last common step (either run's: rising, its highest yet): the
       updates so far are a fraction of the recipe's, and a ×10 learning rate has barely begun to differ;
     * the loss moved less than the tolerance between the first and the last window (either run): two runs from
@@ -230,7 +230,7 @@ def cannot_tell(loss: Alignment, a_lr: Series, b_lr: Series, t: Tolerances) -> l
     found = []
     window = max(1, t.window)
     if len(steps) < t.min_steps:
-        found.append(f"only {len(steps)} common steps, fewer than --min-steps {t.min_steps}: too few to tell")
+        found.append(f"only {len(steps)} common steps, fewer than {t.min_steps}: too few to tell (train longer)")
     last = steps[-1].step
     for name, lr in (("A", a_lr), ("B", b_lr)):
         rates = [value for step, value in lr if step <= last]

@@ -69,3 +69,24 @@ def test_model_import_describes_the_option_by_its_name(tmp_path: Path) -> None:
     option = yaml.safe_load(target.read_text())
     assert option["name"] == "my_model" and option["description"].startswith("my_model ("), option["description"]
     assert option["name_or_path"].endswith("/models/llama3_8b")  # the weights keep the directory's name
+
+
+def test_list_shows_every_option_name_whole_in_80_columns() -> None:
+    """`recipekit list` cut `deepseek_r1_distill_qwen_7b` to `deepseek_r1_distill_qwen…` at 80 columns."""
+    import os
+    import subprocess
+    import sys
+
+    from recipekit.base.paths import GROUPS
+    from recipekit.cli.listing import option_rows
+
+    env = {**os.environ, "COLUMNS": "80"}
+    env.pop("RECIPEKIT_RECIPES", None)
+    shown = subprocess.run(
+        [sys.executable, "-m", "recipekit.cli", "list"], capture_output=True, text=True, env=env, check=True
+    ).stdout
+    lines = shown.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    names = {cell.strip().removesuffix(" *") for line in lines for cell in line.strip("│").split("│")[1:2]}
+    for row in option_rows(GROUPS, []):
+        assert row.option in names, row.option
