@@ -55,8 +55,9 @@ def word_table(
     table = Table(title=plain(title) if title else None, caption=caption, title_justify="left")
     for i, header in enumerate(headers):
         words = [word for text in [header, *(row[i] for row in rows)] for word in text.split()]
-        widest = max(map(len, words), default=1) if whole is None or i in whole else None
-        table.add_column(plain(header), overflow="fold", min_width=widest, no_wrap=bool(whole) and i in whole)
+        kept = whole is None or i in whole  # no word of this column is cut
+        widest = max(map(len, words), default=1) if kept else None
+        table.add_column(plain(header), overflow="fold", min_width=widest, no_wrap=whole is not None and kept)
     for row in rows:
         table.add_row(*(plain(cell) for cell in row))
     return table
