@@ -145,7 +145,15 @@ def report_html(run: Any, doc: dict[str, Any], plots: Sequence[Any]) -> str:
         parts += [
             h.heading("Interruptions and recovery"),
             h.table(
-                ["attempt", "interrupted after step", "resumed from", "replayed steps", "down (s)", "recovery (s)"],
+                [
+                    "attempt",
+                    "interrupted after step",
+                    "resumed from",
+                    "replayed steps",
+                    "down (s)",
+                    "back past (s)",
+                    "MTTR (s)",
+                ],  # fmt: skip
                 [
                     [
                         r["attempt"],
@@ -154,10 +162,11 @@ def report_html(run: Any, doc: dict[str, Any], plots: Sequence[Any]) -> str:
                         r["replayed_steps"],
                         _fmt(r["downtime_s"]),
                         _fmt(r["recovery_s"]),
+                        "n/a" if r["mttr_s"] is None else f"{r['mttr_s']:.2f}",
                     ]
                     for r in doc["restarts"]
                 ],
-                numeric=(0, 1, 2, 3, 4, 5),
+                numeric=(0, 1, 2, 3, 4, 5, 6),
             ),
         ]
     if doc["warnings"]:

@@ -90,3 +90,51 @@ def test_list_shows_every_option_name_whole_in_80_columns() -> None:
     names = {cell.strip().removesuffix(" *") for line in lines for cell in line.strip("│").split("│")[1:2]}
     for row in option_rows(GROUPS, []):
         assert row.option in names, row.option
+
+
+def _killed_run(path: Path) -> Path:
+    """A run killed after step 6 and resumed at 4 (metrics), with the runtime's recovery.jsonl: the last step before
+    the kill at t=1006, the first step after the restart at t=1039.14 (MTTR 33.14 s)."""
+    from tests.unit.runfixtures import losses, write_run
+
+    write_run(path, losses(), kill_after=6, resume_step=4, downtime=30.0)
+    records = [
+        {"event": "start", "time": 1000.0, "resume_step": 0, "interrupted": None},
+        {"event": "first_step", "step": 1, "time": 1001.0},
+        {"event": "start", "time": 1036.0, "resume_step": 4, "interrupted": {"step": 6, "time": 1006.0}},
+        {"event": "first_step", "step": 5, "time": 1039.14},
+    ]
+    (path / "recovery.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+def test_one_recovery_is_told_one_way_by_report_and_runs_history(tmp_path: Path) -> None:
+    """Issue 32: MTTR 33.14 s (runs history), 34.0 s (report), 33.97: the report states the runtime's MTTR."""
+    pytest.importorskip("matplotlib")
+    run = _killed_run(tmp_path / "out")
+    history = CliRunner().invoke(main, ["runs", "history", str(run)])
+    report = CliRunner().invoke(main, ["report", str(run), "-o", str(tmp_path / "r")])
+    assert history.exit_code == 0 and report.exit_code == 0, history.output + report.output
+    assert "MTTR 33.14 s" in history.output and "MTTR 33.14 s" in report.output, report.output
+    doc = json.loads((tmp_path / "r" / "report.json").read_text())
+    assert doc["restarts"][0]["mttr_s"] == 33.14
+    assert "<td>33.14</td>" in (tmp_path / "r" / "report.html").read_text().replace(' class="num"', "")
+
+
+def test_runs_history_takes_a_dry_runs_work_directory(tmp_path: Path) -> None:
+    """As report and compare do: the work directory's output directory is found through its bundle."""
+    from recipekit.bundle.build import build
+    from recipekit.runs.runlog import DRYRUN_MARKER
+
+    workdir = tmp_path / "work"
+    shared = workdir / "shared"
+    overrides = ["recipe=tiny_sft", f"cluster.mount_path={shared}", f"cluster.output_dir={shared}/out"]
+    bundle = build([*overrides, f"data.path={shared}/data/tiny.jsonl"], workdir / "bundle").path
+    (workdir / DRYRUN_MARKER).write_text("")
+    output = yaml.safe_load((bundle / "recipe.yaml").read_text())["training_arguments"]["output_dir"]
+    _killed_run(Path(output))
+    result = CliRunner().invoke(main, ["runs", "history", str(workdir)])
+    assert result.exit_code == 0, result.output
+    assert "1 recovery(ies)" in result.output and "MTTR 33.14 s" in result.output
+    missing = CliRunner().invoke(main, ["runs", "history", str(tmp_path)])
+    assert missing.exit_code == 2 and "not a run's output directory" in missing.output
