@@ -279,7 +279,7 @@ def compare_html(result: Any, plots: Sequence[Any]) -> str:
     verdict = result.verdict.value
     parts = [
         h.heading("Verdict"),
-        h.paragraph(f"{verdict} (A: {result.a}; B: {result.b})", "good" if result.aligned else "bad"),
+        h.paragraph(f"{verdict} (A: {result.a}; B: {result.b})", {"ALIGNED": "good", "NOT ALIGNED": "bad"}.get(verdict, "")),
     ]
     if result.reasons:
         parts.append(h.items(result.reasons))
