@@ -272,6 +272,10 @@ def report_command(
 
 
 # ------------------------------------------------------------------------------------------------------ compare
+#: How the page draws each verdict: INCONCLUSIVE is neither a pass nor a failure.
+_VERDICT_CSS = {"ALIGNED": "good", "NOT ALIGNED": "bad"}
+
+
 def compare_html(result: Any, plots: Sequence[Any]) -> str:
     from recipekit.runs import runhtml as h
 
@@ -279,7 +283,7 @@ def compare_html(result: Any, plots: Sequence[Any]) -> str:
     verdict = result.verdict.value
     parts = [
         h.heading("Verdict"),
-        h.paragraph(f"{verdict} (A: {result.a}; B: {result.b})", {"ALIGNED": "good", "NOT ALIGNED": "bad"}.get(verdict, "")),
+        h.paragraph(f"{verdict} (A: {result.a}; B: {result.b})", _VERDICT_CSS.get(verdict, "")),
     ]
     if result.reasons:
         parts.append(h.items(result.reasons))
