@@ -261,13 +261,13 @@ def report_command(
             ["figure (unit)", "plan", "measured", "measured / plan", "note"],
         )
     )
-    console.print(f"plan: {doc['plan_source']}", markup=False)
+    console.print(f"plan: {doc['plan_source']}", markup=False, soft_wrap=False)
     for line in doc["deviations"]:
-        console.print(f"deviation (beyond ×{1 + margin:g}): {line}", markup=False, style="yellow")
+        console.print(f"deviation (beyond ×{1 + margin:g}): {line}", markup=False, style="yellow", soft_wrap=False)
     for line in doc["expected_deviations"]:
-        console.print(f"expected of a CPU twin (beyond ×{1 + margin:g}): {line}", markup=False)
+        console.print(f"expected of a CPU twin (beyond ×{1 + margin:g}): {line}", markup=False, soft_wrap=False)
     for line in doc["warnings"]:
-        console.print(f"warning: {line}", markup=False, style="yellow")
+        console.print(f"warning: {line}", markup=False, style="yellow", soft_wrap=False)
     console.print(f"report: {files[0]} ({len(plots)} plots)", markup=False)
 
 
@@ -471,8 +471,8 @@ def _print_comparison(result: Any, doc: dict[str, Any]) -> None:
         console.print(f"recipe: {line}", markup=False)
     for line in doc["version_changes"]:
         console.print(f"version: {line}", markup=False)
-    for line in [*doc["notes"], *result.reasons]:
-        console.print(line, markup=False)
+    for line in [*doc["notes"], *result.reasons]:  # prose: wrapped between words (soft_wrap=False)
+        console.print(line, markup=False, soft_wrap=False)
     if "files" in doc:
         console.print(f"comparison: {doc['files'][0]}", markup=False)
     colour = {"ALIGNED": "green", "NOT ALIGNED": "red"}.get(result.verdict.value, "yellow")

@@ -244,14 +244,14 @@ def cannot_tell(loss: Alignment, a_lr: Series, b_lr: Series, t: Tolerances) -> l
                 _relative(_mean([d.b for d in steps[:window]]), _mean([d.b for d in steps[-window:]])))  # fmt: skip
     if moved < loss.rtol:
         found.append(
-            f"the loss moved {moved:.2%} over the common steps, less than the tolerance {loss.rtol:g}: the runs "
-            "cannot yet be that far apart whatever differs (train longer: --steps)"
+            f"the loss moved {moved:.2%} over the common steps, less than the tolerance {loss.rtol:.2%}: the runs "
+            "cannot yet be that far apart whatever differs (train longer)"
         )
     noise = _window_noise([(d.b - d.a) / max(abs(d.a), abs(d.b), 1e-12) for d in steps], window)
     if noise is not None and noise > loss.rtol:
         found.append(
             f"the difference's step-to-step noise over a {window}-step window (±{noise:.2%}) is larger than the "
-            f"tolerance {loss.rtol:g}: widen --window or train longer"
+            f"tolerance {loss.rtol:.2%}: widen --window or train longer"
         )
     return found
 
