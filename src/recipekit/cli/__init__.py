@@ -3,7 +3,7 @@
 Exit codes: 0 success; 1 a check failed (validate: a check failed; plan: DOES NOT FIT; compare: NOT ALIGNED; diff:
 the bundles differ); 2 the input (recipe, overrides, bundle path) is unusable — with one line per problem and never a
 traceback; 3 `compare` could not tell (INCONCLUSIVE: too few common steps, the learning rate still warming up, a loss
-that moved less than the tolerance, or noise larger than it); 130 interrupted (Ctrl-C), with nothing half-written.
+that moved less than the tolerance, or noise larger than it); 130 interrupted (Ctrl-C).
 """
 
 from __future__ import annotations
