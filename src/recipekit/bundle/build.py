@@ -165,7 +165,8 @@ def build_resolved(
         resolved = replace(resolved, composed=replace(resolved.composed, origin=tuple(origin)))
     compiled = compile_bundle(resolved, allow_oom=allow_oom)
     target = output if output is not None else DEFAULT_OUTPUT_ROOT / resolved.recipe.name
-    return Built(compiled, write_bundle(compiled.files, target, force=force))
+    hardware = resolved.recipe.hw.name
+    return Built(compiled, write_bundle(compiled.files, target, force=force, hardware=hardware))
 
 
 def compile_bundle(resolved: Resolved, *, allow_oom: bool = False) -> Compiled:
@@ -180,7 +181,7 @@ def compile_bundle(resolved: Resolved, *, allow_oom: bool = False) -> Compiled:
         options = load_parallel_options(resolved.extra_dirs)
         problem = memory.fit_problem(estimate, images=resolved.images, parallel_options=options)
         if problem is not None:
-            raise RecipeError([problem])
+            raise RecipeError([replace(problem, hint=f"{problem.hint}; or build it anyway with --allow-oom")])
     ops = operations(resolved.recipe, resolved.plan, estimate)
     documents = make_documents(resolved.recipe, resolved.plan, ops)
     files = render(resolved.recipe, resolved.plan, documents, resolved.composed, estimate, ops)

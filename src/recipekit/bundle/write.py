@@ -100,6 +100,22 @@ def manifest_problem(directory: Path) -> str | None:
     return None
 
 
+def built_for(directory: Path) -> str | None:
+    """The hardware (the recipe's ``hw.name``) the bundle in ``directory`` was built for; None when it is no bundle or
+    its manifest does not say (a bundle from before the hardware was recorded is not refused for it)."""
+    if manifest_problem(directory) is not None:
+        return None
+    try:
+        with open(Path(directory) / MANIFEST, "rb") as handle:
+            manifest: Any = json.loads(handle.read(_MAX_MANIFEST_BYTES).decode("utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return None
+    recipe = manifest.get("recipe")
+    hw = recipe.get("hw") if isinstance(recipe, dict) else None
+    hardware = hw.get("name") if isinstance(hw, dict) else None
+    return hardware if isinstance(hardware, str) and hardware else None
+
+
 def is_bundle(directory: Path) -> bool:
     """A directory recipekit wrote: its manifest validates (:func:`manifest_problem`)."""
     return manifest_problem(directory) is None
@@ -132,11 +148,13 @@ def _protected(target: Path) -> str | None:
 
 
 # ------------------------------------------------------------------------------------------------------- writing
-def write_bundle(files: dict[str, bytes], target: Path, *, force: bool = False) -> Path:
+def write_bundle(files: dict[str, bytes], target: Path, *, force: bool = False, hardware: str | None = None) -> Path:
     """Write ``files`` as the directory ``target``, atomically (see the module's docstring); return its real path.
 
     Raises :class:`RecipeError` — and leaves the file system as it was — when ``target`` is not a directory, is a
-    directory that is neither empty nor a bundle (without ``force``), or the operating system refuses any step.
+    directory that is neither empty nor a bundle (without ``force``), holds a bundle built for other ``hardware``
+    than this one (without ``force``: a second target's build must not silently replace the first's), or the
+    operating system refuses any step.
     """
     given = str(target)
     created: list[Path] = []
@@ -144,6 +162,7 @@ def write_bundle(files: dict[str, bytes], target: Path, *, force: bool = False) 
     try:
         target = Path(os.path.realpath(target))
         _check_target(target, given, force)
+        _check_hardware(target, given, force, hardware)
         created = _make_parents(target.parent)
         staging = Path(tempfile.mkdtemp(prefix=f".{target.name[:100]}.recipekit-new-", dir=target.parent))
         try:
@@ -176,6 +195,23 @@ def _check_target(target: Path, given: str, force: bool) -> None:
     reason = _replaceable(target)
     if reason is not None and not force:
         raise RecipeError([Problem(given, reason, "choose another -o directory, or pass --force to replace it")])
+
+
+def _check_hardware(target: Path, given: str, force: bool, hardware: str | None) -> None:
+    """Refuse to replace a bundle built for other hardware (``ascend910b`` by ``h100``) unless ``force``."""
+    if force or hardware is None or not target.is_dir():
+        return
+    before = built_for(target)
+    if before is not None and before != hardware:
+        raise RecipeError(
+            [
+                Problem(
+                    given,
+                    f"holds the bundle built for {before}; this build is for {hardware}",
+                    "pass --force to replace it, or --output DIR to keep both",
+                )
+            ]
+        )
 
 
 def _make_parents(parent: Path) -> list[Path]:

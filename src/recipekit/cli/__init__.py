@@ -1,12 +1,15 @@
 """The ``recipekit`` command: parse arguments, call one library function, print. No decisions live here.
 
-Exit codes: 0 success; 1 a validation check failed; 2 the input (recipe, overrides, bundle path) is unusable —
-with one line per problem and never a traceback.
+Exit codes: 0 success; 1 a check failed (validate: a check failed; plan: DOES NOT FIT; compare: NOT ALIGNED; diff:
+the bundles differ); 2 the input (recipe, overrides, bundle path) is unusable — with one line per problem and never a
+traceback; 3 `compare` could not tell (INCONCLUSIVE: too few common steps, the learning rate still warming up, a loss
+that moved less than the tolerance, or noise larger than it); 130 interrupted (Ctrl-C).
 """
 
 from __future__ import annotations
 
 import gc
+import sys
 
 import click
 
@@ -39,6 +42,15 @@ class _Commands(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*super().list_commands(ctx), *self.lazy})
 
+    def invoke(self, ctx: click.Context) -> object:
+        """Ctrl-C ends any command with 130 (128 + SIGINT) and one line, as a shell expects, not click's
+        "Aborted!" and 1, which reads as a failed check."""
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            click.echo("interrupted", err=True)
+            sys.exit(130)
+
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         if name in self.lazy and name not in self.commands:
             import importlib
@@ -62,7 +74,7 @@ def main() -> None:
       recipekit build recipe=llama3_8b_sft hw=ascend910b
       recipekit plan recipe=llama3_70b_sft cluster.nodes=8 --advise
       recipekit validate bundles/llama3_8b_sft --dry-run
-      recipekit image build bundles/llama3_8b_sft --push
+      recipekit image build bundles/llama3_8b_sft --push    # needs a Docker-API engine
     """
 
 

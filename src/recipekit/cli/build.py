@@ -47,9 +47,9 @@ def build(
       recipekit build recipe=llama3_8b_sft hw=ascend910b
       recipekit build recipe=qwen2.5_14b_sft cluster.nodes=4 parallel=zero3 train.micro_batch_size=2
       recipekit build model=qwen2.5_7b mode=lora hw=h100 -o out/qwen-lora
-      recipekit build --recipes ./team-recipes recipe=our_llama_sft
+      recipekit build --recipes ./team-recipes/recipes recipe=our_qwen_sft    # a tree `recipekit init` made
       recipekit build -m recipe=llama3_8b_sft,qwen2.5_7b_pretrain hw=ascend910b,h100
-      recipekit build -m 'recipe=glob(*)' train.seed=range(1,4) -o out/matrix
+      recipekit build -m 'recipe=glob(*)' 'train.seed=range(1,4)' -o out/matrix
     """
     extra_dirs = layers(extra_dirs)
     if multirun:
@@ -59,15 +59,16 @@ def build(
     from recipekit.bundle.summary import parallelism
 
     built = build_bundle(overrides, output, extra_dirs=extra_dirs, force=force, allow_oom=allow_oom)
-    plan = built.resolved.plan
+    plan, recipe = built.resolved.plan, built.resolved.recipe
     warn(plan.warnings)
     if not built.estimate.fits:
         from recipekit.bundle.summary import not_fit
 
         warn([not_fit(built.estimate.total_gib, built.estimate.device_gib)])
     click.echo(
-        f"{click.style('built', fg='green')} {built.path} ({len(built.files)} files): {plan.layout.nodes} pod(s) × "
-        f"{plan.layout.devices_per_pod} device(s), global batch {plan.layout.global_batch_size}, {plan.precision}, "
+        f"{click.style('built', fg='green')} {built.path} ({len(built.files)} files) for {recipe.hw.name}: "
+        f"{plan.layout.nodes} pod(s) × {plan.layout.devices_per_pod} device(s), "
+        f"global batch {plan.layout.global_batch_size}, {plan.precision}, "
         f"{parallelism(plan)}"
     )
 
@@ -171,13 +172,15 @@ def plan(
 ) -> None:
     """Estimate memory per device, compute, time and cost of a recipe, before anything is submitted.
 
+    Exit 0 when it fits, 1 when it does not (DOES NOT FIT, with the cheapest change that fits), 2 unusable input.
+
     \b
     Examples:
       recipekit plan recipe=llama3_70b_sft hw=ascend910b cluster.nodes=8
       recipekit plan recipe=llama3_8b_lora hw=a100_80g --json
       recipekit plan recipe=qwen2.5_72b_sft hw=ascend910b --advise
       recipekit plan recipe=llama3_70b_sft parallel.tensor_parallel=8 parallel.pipeline_parallel=2 --price 2.5
-      recipekit plan recipe=qwen2.5_7b_pretrain --data /mnt/shared/runs/prepared/4f2a.../manifest.json
+      recipekit plan recipe=qwen2.5_7b_pretrain --data /mnt/shared/runs/prepared/4f2a.../manifest.json  # cluster volume
     """
     from recipekit import memory
     from recipekit.bundle import planview
@@ -209,7 +212,7 @@ def plan(
         if advise:
             output["advice"] = planview.advice_dict(advices)
         click.echo(json.dumps(output, indent=2))
-        return
+        sys.exit(0 if estimate.fits else 1)
     console = rich_console()
     console.print(planview.render_estimate(estimate))
     if not estimate.fits:
@@ -227,3 +230,5 @@ def plan(
             console.print(f"paste: recipekit build {' '.join(merge(overrides, buildable[0].overrides))}")
         elif advices:
             console.print("no layout above builds (pipeline parallelism is analysis only): nothing to paste")
+    if not estimate.fits:
+        sys.exit(1)

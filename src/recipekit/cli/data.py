@@ -57,8 +57,8 @@ def data_group() -> None:
 
     \b
     Examples:
-      recipekit data prepare bundles/qwen2.5_7b_pretrain --workers 32
-      recipekit data verify bundles/qwen2.5_7b_pretrain
+      recipekit data prepare bundles/qwen2.5_7b_pretrain --workers 32    # cluster volume
+      recipekit data verify bundles/qwen2.5_7b_pretrain    # cluster volume
     """
 
 
@@ -83,9 +83,9 @@ def prepare_command(bundle: Path, workers: int, volume: Path | None, as_json: bo
 
     \b
     Examples:
-      recipekit data prepare bundles/qwen2.5_7b_pretrain --workers 32
-      recipekit data prepare bundles/llama3_8b_sft --volume /mnt/pvc-llm-shared
-      recipekit data prepare bundles/tiny_sft --workers 2 --json
+      recipekit data prepare bundles/qwen2.5_7b_pretrain --workers 32    # cluster volume
+      recipekit data prepare bundles/llama3_8b_sft --volume /mnt/pvc-llm-shared    # cluster volume
+      recipekit data prepare bundles/tiny_sft --workers 2 --json    # cluster volume
     """
     problem = _unusable(bundle) or (_off_this_machine(bundle) if volume is None else None)
     if problem:
@@ -131,9 +131,9 @@ def verify_command(bundle: Path | None, prepared: Path | None, volume: Path | No
 
     \b
     Examples:
-      recipekit data verify bundles/qwen2.5_7b_pretrain --volume /mnt/pvc-llm
-      recipekit data verify --prepared /mnt/pvc-llm/runs/prepared/4f2a9c0e1b7d3a5f6e80
-      recipekit data verify bundles/tiny_sft --json
+      recipekit data verify bundles/qwen2.5_7b_pretrain --volume /mnt/pvc-llm    # cluster volume
+      recipekit data verify --prepared /mnt/pvc-llm/runs/prepared/4f2a9c0e1b7d3a5f6e80    # cluster volume
+      recipekit data verify bundles/tiny_sft --json    # cluster volume
     """
     from recipekit.runtime.volume import trust, verify
 

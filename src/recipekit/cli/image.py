@@ -17,7 +17,7 @@ from recipekit.cli.common import SETTINGS, exit_with_problems
 
 @click.group("image", context_settings=SETTINGS)
 def image_group() -> None:
-    """Build and push a bundle's image.
+    """Build and push a bundle's image. It needs a Docker-API engine (without one: exit 2, naming it).
 
     \b
     Examples:
@@ -38,7 +38,8 @@ def build_command(
     """Build BUNDLE's image through a Docker-API engine (Docker, or `podman system service`); record it in the bundle.
 
     The build is streamed step by step. After --push the registry's digest goes into manifest.json and the Job
-    runs `name@sha256:...`, so a moved tag can never change what the pods run.
+    runs `name@sha256:...`, so a moved tag can never change what the pods run. It needs a Docker-API engine
+    (without one: exit 2, naming it).
 
     \b
     Examples:

@@ -140,11 +140,8 @@ def list_(group: str | None, extra_dirs: tuple[Path, ...]) -> None:
       recipekit list
       recipekit list hw
       recipekit list recipe
-      recipekit list cluster --recipes ./team-recipes
+      recipekit list cluster --recipes ./team-recipes/recipes    # a tree `recipekit init` made
     """
-    from rich.table import Table
-    from rich.text import Text
-
     from recipekit.base.errors import Problem
     from recipekit.base.paths import GROUPS
     from recipekit.recipe.compose import check_team_trees
@@ -156,11 +153,15 @@ def list_(group: str | None, extra_dirs: tuple[Path, ...]) -> None:
     problems = check_team_trees([layer.path for layer in layers])
     if problems:
         raise RecipeError(problems)
-    table = Table("group", "option", "from", "description", caption="* the group's default")
+    from recipekit.cli.terminal import word_table
+
+    cells = []
     for row in option_rows([group] if group else GROUPS, layers):
         origin = row.origin + (f" (shadows {', '.join(row.shadows)})" if row.shadows else "")
-        # Text, not str: a team's names and descriptions show as written, never read as rich markup ("[/x]" raises)
         note = unsupported_note(row)
         description = row.description + (f" ({note})" if note else "")
-        table.add_row(row.group, Text(row.option + (" *" if row.default else "")), Text(origin), Text(description))
-    rich_console().print(table)
+        cells.append([row.group, row.option + (" *" if row.default else ""), origin, description])
+    # plain text: a team's names and descriptions show as written, never read as rich markup ("[/x]" raises); an
+    # option name is never cut, whatever the terminal's width (it is what `build group=option` takes)
+    headers = ["group", "option", "from", "description"]
+    rich_console().print(word_table(headers, cells, caption="* the group's default", whole=(0, 1, 2)))

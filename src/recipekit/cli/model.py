@@ -27,7 +27,7 @@ def model_group() -> None:
 
     \b
     Examples:
-      recipekit model import /mnt/shared/models/Qwen3-8B/config.json -o recipes/model/qwen3_8b.yaml
+      recipekit model import /mnt/shared/models/Qwen3-8B/config.json -o recipes/model/qwen3_8b.yaml  # cluster volume
       recipekit model import config.json -o recipes/model/my_model.yaml --name my_model
     """
 
@@ -60,7 +60,7 @@ def destination(name: str, output: Path | None) -> Path:
     "name_or_path",
     help="Weights in the pod (default: ${cluster.mount_path}/models/<directory name>, on the pods' volume).",
 )
-@click.option("--description", help="Title for the option's description line (default: the directory name).")
+@click.option("--description", help="Title of the option's description line (default: --name, else the directory).")
 @click.option("--random", "random_init", is_flag=True, help="init: random (a tiny twin: random weights, no files).")
 @click.option("--force", is_flag=True, help="Replace an existing option file.")
 def import_command(
@@ -80,7 +80,7 @@ def import_command(
 
     \b
     Examples:
-      recipekit model import /mnt/shared/models/Qwen3-30B-A3B
+      cd team-recipes && recipekit model import /mnt/shared/models/Qwen3-30B-A3B    # cluster volume
       recipekit model import ./Mixtral-8x7B-v0.1/config.json -o recipes/model/mixtral_8x7b.yaml
     """
     from recipekit.base.errors import RecipeError
@@ -89,6 +89,7 @@ def import_command(
     from recipekit.recipe.sections import ModelSpec
 
     label = config.name if config.is_dir() else config.resolve().parent.name
+    title = description or name or label  # the name the user chose is the one `recipekit list model` should show
     name = name or default_name(config)
     target = destination(name, output)
     if target.exists() and not force:
@@ -99,7 +100,7 @@ def import_command(
         fail(str(exc))
     option = {
         "name": name,
-        "description": describe(imported.option, description or label),
+        "description": describe(imported.option, title),
         "name_or_path": name_or_path or "${cluster.mount_path}/models/" + label,
         "init": "random" if random_init else "pretrained",
         **imported.option,

@@ -2,7 +2,8 @@
 
 Thin commands: :mod:`recipekit.runs.runlog` reads, :mod:`runplan`, :mod:`runsummary` and :mod:`compare` decide,
 :mod:`runplots` draws, :mod:`runhtml` writes the page. matplotlib and rich are imported inside the commands only.
-Exit codes: 0 done (compare: aligned), 1 compare: not aligned, 2 unusable input (one line each, no traceback).
+Exit codes: 0 done (compare: ALIGNED), 1 compare: NOT ALIGNED, 2 unusable input (one line each, no traceback),
+3 compare: INCONCLUSIVE (the runs cannot tell: :func:`recipekit.runs.compare.cannot_tell`).
 """
 
 from __future__ import annotations
@@ -50,17 +51,32 @@ def _progress(enabled: bool) -> Iterator[Callable[[str], None]]:
         yield lambda title: progress.update(task, description=f"drawing: {title}")
 
 
-def _text_table(title: str, rows: Sequence[Sequence[object]], headers: Sequence[str] = ()) -> Any:
-    """A rich table whose cells are Text: foreign strings are never read as markup."""
-    from rich.table import Table
-    from rich.text import Text
+def _text_table(title: str, rows: Sequence[Sequence[object]], headers: Sequence[str]) -> Any:
+    """A rich table of plain text that wraps cells between words only (:func:`recipekit.cli.terminal.word_table`)."""
+    from recipekit.cli.terminal import word_table
 
-    table = Table(title=Text(title), show_header=bool(headers), title_justify="left")
-    for header in headers or [""] * (len(rows[0]) if rows else 1):
-        table.add_column(Text(str(header)), overflow="fold")
-    for row in rows:
-        table.add_row(*(Text("" if cell is None else str(cell)) for cell in row))
-    return table
+    cells = [["" if cell is None else str(cell) for cell in row] for row in rows]
+    return word_table(list(headers), cells, title=title)
+
+
+def _pairs(console: Any, title: str, rows: Sequence[tuple[str, str]]) -> None:
+    """A titled list of ``name  value`` lines, not a table: a run directory or an image reference stays one token
+    on one line (the terminal may wrap it, a table cell would cut it), and copies whole."""
+    console.print(title, markup=False, style="bold")
+    width = max((len(name) for name, _ in rows), default=0)
+    for name, value in rows:
+        console.print(f"  {name:<{width}}  {value}", markup=False, highlight=False)
+
+
+def _titled(row: dict[str, Any]) -> str:
+    """A plan row's figure with its unit (a ratio of peak, such as MFU, says so), unless the title names it."""
+    unit = row["unit"] or "fraction of peak"
+    return row["title"] if unit in row["title"] else f"{row['title']} ({unit})"
+
+
+def _percent(value: Any) -> str:
+    """A relative difference (a fraction) in percent, its unit in the cell."""
+    return "n/a" if value is None else f"{100 * value:.3g} %"
 
 
 def _fmt(value: Any) -> str:
@@ -97,16 +113,24 @@ def report_html(run: Any, doc: dict[str, Any], plots: Sequence[Any]) -> str:
             h.paragraph(f"Deviations from the plan beyond ×{1 + margin:g} either way:", "bad"),
             h.items(doc["deviations"]),
         ]
+    elif doc["expected_deviations"]:
+        parts += [
+            h.paragraph(f"Beyond ×{1 + margin:g} of {doc['plan_source']}, as expected of a CPU twin:"),
+            h.items(doc["expected_deviations"]),
+        ]
     elif run.plan:
         parts.append(h.paragraph(f"Every measured figure is within ×{1 + margin:g} of the plan.", "good"))
     parts += [
         h.heading("Plan vs measured"),
-        h.paragraph("Measured: median over the logged steps after the first. Ratio: measured / predicted."),
+        h.paragraph(
+            f"Predicted: {doc['plan_source']}. Measured: median over the logged steps after the first. "
+            "Ratio: measured / predicted."
+        ),
         h.table(
             ["figure", "predicted", "measured", "ratio", "note"],
             [
                 [
-                    f"{r['title']}{' (' + r['unit'] + ')' if r['unit'] else ''}",
+                    _titled(r),
                     _fmt(r["predicted"]),
                     _fmt(r["measured"]),
                     _fmt(r["ratio"]),
@@ -121,7 +145,15 @@ def report_html(run: Any, doc: dict[str, Any], plots: Sequence[Any]) -> str:
         parts += [
             h.heading("Interruptions and recovery"),
             h.table(
-                ["attempt", "interrupted after step", "resumed from", "replayed steps", "down (s)", "recovery (s)"],
+                [
+                    "attempt",
+                    "interrupted after step",
+                    "resumed from",
+                    "replayed steps",
+                    "down (s)",
+                    "back past (s)",
+                    "MTTR (s)",
+                ],  # fmt: skip
                 [
                     [
                         r["attempt"],
@@ -130,10 +162,11 @@ def report_html(run: Any, doc: dict[str, Any], plots: Sequence[Any]) -> str:
                         r["replayed_steps"],
                         _fmt(r["downtime_s"]),
                         _fmt(r["recovery_s"]),
+                        "n/a" if r["mttr_s"] is None else f"{r['mttr_s']:.2f}",
                     ]
                     for r in doc["restarts"]
                 ],
-                numeric=(0, 1, 2, 3, 4, 5),
+                numeric=(0, 1, 2, 3, 4, 5, 6),
             ),
         ]
     if doc["warnings"]:
@@ -191,10 +224,10 @@ def report_command(
 
     \b
     Examples:
-      recipekit report bundles/llama3_8b_sft --volume /mnt/pvc-llm-shared -o report/
-      recipekit report .dryrun/work --json
-      recipekit report /mnt/shared/runs/llama3-8b-sft-5891d6 --plan bundles/llama3_8b_sft/plan.json
-      recipekit report bundles/llama3_8b_sft --volume /mnt/pvc --export-baseline baseline.json
+      recipekit report bundles/llama3_8b_sft --volume /mnt/pvc-llm-shared -o report/    # cluster volume
+      recipekit report runs/tiny-sft-a970ef --json
+      recipekit report /mnt/shared/runs/llama3-8b-sft-5891d6 --plan bundles/llama3_8b_sft/plan.json    # cluster volume
+      recipekit report runs/tiny-sft-a970ef -o report/ --export-baseline baseline.json
     """
     from recipekit.runs.runlog import baseline, load_run
     from recipekit.runs.runsummary import summary
@@ -219,31 +252,38 @@ def report_command(
 
     console = make_console(soft_wrap=True)
     console.print(f"run: {run.label}", markup=False)
-    console.print(_text_table("What ran", doc["what_ran"]))
-    console.print(_text_table("How it went", doc["how_it_went"]))
+    _pairs(console, "What ran", doc["what_ran"])
+    _pairs(console, "How it went", doc["how_it_went"])
     console.print(
         _text_table(
             "Plan vs measured (median after the first step)",
-            [[r["title"], _fmt(r["predicted"]), _fmt(r["measured"]), _fmt(r["ratio"]), r["note"]] for r in doc["plan"]],
-            ["figure", "predicted", "measured", "ratio", "note"],
+            [[_titled(r), _fmt(r["predicted"]), _fmt(r["measured"]), _fmt(r["ratio"]), r["note"]] for r in doc["plan"]],
+            ["figure (unit)", "plan", "measured", "measured / plan", "note"],
         )
     )
+    console.print(f"plan: {doc['plan_source']}", markup=False, soft_wrap=False)
     for line in doc["deviations"]:
-        console.print(f"deviation (beyond ×{1 + margin:g}): {line}", markup=False, style="yellow")
+        console.print(f"deviation (beyond ×{1 + margin:g}): {line}", markup=False, style="yellow", soft_wrap=False)
+    for line in doc["expected_deviations"]:
+        console.print(f"expected of a CPU twin (beyond ×{1 + margin:g}): {line}", markup=False, soft_wrap=False)
     for line in doc["warnings"]:
-        console.print(f"warning: {line}", markup=False, style="yellow")
+        console.print(f"warning: {line}", markup=False, style="yellow", soft_wrap=False)
     console.print(f"report: {files[0]} ({len(plots)} plots)", markup=False)
 
 
 # ------------------------------------------------------------------------------------------------------ compare
+#: How the page draws each verdict: INCONCLUSIVE is neither a pass nor a failure.
+_VERDICT_CSS = {"ALIGNED": "good", "NOT ALIGNED": "bad"}
+
+
 def compare_html(result: Any, plots: Sequence[Any]) -> str:
     from recipekit.runs import runhtml as h
 
     doc = result.to_json()
-    verdict = "ALIGNED" if result.aligned else "NOT ALIGNED"
+    verdict = result.verdict.value
     parts = [
         h.heading("Verdict"),
-        h.paragraph(f"{verdict} (A: {result.a}; B: {result.b})", "good" if result.aligned else "bad"),
+        h.paragraph(f"{verdict} (A: {result.a}; B: {result.b})", _VERDICT_CSS.get(verdict, "")),
     ]
     if result.reasons:
         parts.append(h.items(result.reasons))
@@ -251,7 +291,7 @@ def compare_html(result: Any, plots: Sequence[Any]) -> str:
     parts.append(
         h.paragraph(
             f"Tolerances: loss {t['loss_rtol']:g} relative over a {t['window']}-step window, grad norm "
-            f"{t['grad_norm_rtol']:g}, eval loss {t['eval_rtol']:g}."
+            f"{t['grad_norm_rtol']:g}, eval loss {t['eval_rtol']:g}; at least {t['min_steps']} common steps."
         )
     )
     parts += [
@@ -351,7 +391,9 @@ def compare_command(
     html_out: Path | None,
     as_json: bool,
 ) -> None:
-    """Is run B aligned with run A? Loss, grad norm and eval loss step by step; exit 0 aligned, 1 not.
+    """Is run B aligned with run A? Loss, grad norm and eval loss step by step; exit 0 ALIGNED, 1 NOT ALIGNED,
+    3 INCONCLUSIVE: within the tolerances, but the runs cannot tell (too few common steps, the learning rate still
+    warming up, a loss that moved less than the tolerance, noise larger than it).
 
     RUN_A and RUN_B are output directories, bundles (with --volume), dry-run work directories or baseline files.
     With --baseline, give one RUN: it is compared against the stored baseline (a team's CI regression gate).
@@ -359,8 +401,8 @@ def compare_command(
     \b
     Examples:
       recipekit compare runs/cuda-a100 runs/ascend-910b
-      recipekit compare bundles/llama3_8b_sft@old bundles/llama3_8b_sft --volume /mnt/pvc --html compare/
-      recipekit compare .dryrun/work --baseline tests/baselines/tiny_sft.json --json
+      recipekit compare bundles/llama3_8b_sft@old bundles/llama3_8b_sft --volume /mnt/pvc --html cmp/  # cluster volume
+      recipekit report runs/cuda-a100 --export-baseline b.json && recipekit compare runs/ascend-910b --baseline b.json
     """
     from recipekit.runs.compare import Tolerances, compare
     from recipekit.runs.runlog import load_run
@@ -392,7 +434,7 @@ def compare_command(
         click.echo(json.dumps(doc, indent=2, default=str))
     else:
         _print_comparison(result, doc)
-    raise SystemExit(0 if result.aligned else 1)
+    raise SystemExit(result.verdict.exit_code)
 
 
 def _print_comparison(result: Any, doc: dict[str, Any]) -> None:
@@ -408,31 +450,30 @@ def _print_comparison(result: Any, doc: dict[str, Any]) -> None:
                     key,
                     len(doc[key]["steps"]),
                     _fmt(doc[key]["max_abs_diff"]),
-                    _fmt(doc[key]["max_rel_diff"]),
-                    _fmt(doc[key]["max_window_rel_diff"]),
-                    _fmt(doc[key]["rtol"]),
+                    _percent(doc[key]["max_rel_diff"]),
+                    _percent(doc[key]["max_window_rel_diff"]),
+                    _percent(doc[key]["rtol"]),
                     doc[key]["first_divergence"] if doc[key]["first_divergence"] is not None else "none",
                 ]
                 for key in ("loss", "grad_norm", "eval_loss")
             ],
-            ["series", "steps", "max |B−A|", "max rel", "max windowed rel", "tolerance", "first divergence"],
+            ["series", "steps", "max |B−A|", "max rel", "max window rel", "tolerance", "diverges at step"],
         )
     )
     console.print(
         _text_table(
             "Throughput and MFU",
             [[r["title"], _fmt(r["a"]), _fmt(r["b"]), _fmt(r["ratio"])] for r in doc["throughput"]],
-            ["figure", "A", "B", "B / A"],
+            ["figure (unit)", "A", "B", "B / A"],
         )
     )
     for line in doc["recipe_changes"]:
         console.print(f"recipe: {line}", markup=False)
     for line in doc["version_changes"]:
         console.print(f"version: {line}", markup=False)
-    for line in [*doc["notes"], *result.reasons]:
-        console.print(line, markup=False)
+    for line in [*doc["notes"], *result.reasons]:  # prose: wrapped between words (soft_wrap=False)
+        console.print(line, markup=False, soft_wrap=False)
     if "files" in doc:
         console.print(f"comparison: {doc['files'][0]}", markup=False)
-    console.print(
-        "ALIGNED" if result.aligned else "NOT ALIGNED", markup=False, style="green" if result.aligned else "red"
-    )
+    colour = {"ALIGNED": "green", "NOT ALIGNED": "red"}.get(result.verdict.value, "yellow")
+    console.print(result.verdict.value, markup=False, style=colour)

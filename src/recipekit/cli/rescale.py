@@ -30,9 +30,9 @@ def rescale_command(bundle: Path, nodes: int, output: Path | None, force: bool, 
 
     \b
     Examples:
-      recipekit rescale bundles/llama3_8b_sft --nodes 1
-      recipekit rescale bundles/qwen2.5_72b_sft --nodes 6 -o bundles/qwen72b-6nodes
-      recipekit rescale bundles/our_sft --nodes 3 --recipes ./team-recipes
+      recipekit rescale bundles/llama3_8b_sft --nodes 2
+      recipekit rescale bundles/qwen2.5_72b_sft --nodes 4 -o bundles/qwen72b-4nodes
+      recipekit rescale bundles/our_qwen_sft --nodes 2 --recipes ./team-recipes/recipes    # a team preset's bundle
     """
     from recipekit.bundle.rescale import rescale
 

@@ -2,7 +2,9 @@
 
 It reads ``recovery.jsonl`` with runtime/volume/recovery.py, the code train.py writes it with and the dry run's judge
 computes its MTTR with: one definition of MTTR (last step before the interruption → first step after the restart).
-Standard library and click only; the directory may be a copy of the cluster's volume.
+Standard library and click for a run's output directory (it may be a copy of the cluster's volume); a dry run's work
+directory or a bundle is resolved to its output directory the way ``report`` and ``compare`` do (runs/runlog).
+MTTR is printed as the report prints it (:func:`recipekit.runs.runsummary.mttr_text`).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ def runs_group() -> None:
 
     \b
     Examples:
-      recipekit runs history /mnt/shared/runs/llama3-8b-sft-5891d6
+      recipekit runs history /mnt/shared/runs/llama3-8b-sft-5891d6    # cluster volume
       recipekit runs history ./runs/tiny-sft-a970ef --json
     """
 
@@ -34,20 +36,41 @@ def _when(seconds: float | None) -> str:
     return dt.datetime.fromtimestamp(seconds, tz=dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
 
 
+def _output_dir(given: Path) -> Path:
+    """``given`` when it holds recovery.jsonl; else the output directory of the dry run's work directory or bundle
+    it is, found as ``report`` finds it (a run that has not started yet has none)."""
+    if (given / recovery.RECOVERY_FILE).is_file() or not given.is_dir():
+        return given
+    from recipekit.base.errors import RecipeError
+    from recipekit.runs.runlog import load_run
+
+    try:
+        found = load_run(given).output_dir
+    except RecipeError as err:
+        fail(f"{given}: not a run's output directory, a dry run's work directory or a bundle ({err.problems[0]})")
+    return found if found is not None else given
+
+
 @runs_group.command("history")
 @click.argument("output_dir", type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print the history as one JSON document.")
 def history_command(output_dir: Path, as_json: bool) -> None:
     """Each interruption of the run in OUTPUT_DIR and how it recovered, with the MTTR.
 
+    OUTPUT_DIR is a run's output directory, a dry run's work directory (validate --dry-run --workdir) or a bundle
+    whose output directory is on this machine, as for `recipekit report`.
+
     MTTR = first step after the restart − last step completed before the interruption (detection, rescheduling,
     start-up and loading included); steps lost = that last step − the checkpoint step resumed from.
 
     \b
     Examples:
-      recipekit runs history /mnt/shared/runs/llama3-8b-sft-5891d6
+      recipekit runs history /mnt/shared/runs/llama3-8b-sft-5891d6    # cluster volume
       recipekit runs history ./runs/tiny-sft-a970ef --json
     """
+    from recipekit.runs.runsummary import mttr_text
+
+    output_dir = _output_dir(output_dir)
     path = output_dir / recovery.RECOVERY_FILE
     if not path.is_file():
         fail(f"{path} not found: not a run's output directory, or written by an older bundle")
@@ -60,11 +83,11 @@ def history_command(output_dir: Path, as_json: bool) -> None:
     starts = sum(1 for r in records if r.get("event") == "start")
     click.echo(f"{output_dir}: {starts} start(s), {figures['restarts']} recovery(ies)")
     for i, r in enumerate(found, 1):
-        mttr = f"{r.mttr_s} s" if r.mttr_s is not None else "not recovered yet (no step since the restart)"
+        mttr = mttr_text(r.mttr_s) if r.mttr_s is not None else "not recovered yet (no step since the restart)"
         click.echo(
             f"  {i}. interrupted after step {r.interrupted_step} ({_when(r.interrupted_time)} UTC); restarted "
             f"{_when(r.restart_time)}; resumed at step {r.resume_step}; first step {r.first_step or '-'} at "
             f"{_when(r.first_step_time)}; steps lost {r.steps_lost}; MTTR {mttr}"
         )
     if figures["mttr_s"] is not None:
-        click.echo(f"MTTR {figures['mttr_s']} s (mean of {len(found)}); steps lost {figures['steps_lost']}")
+        click.echo(f"MTTR {mttr_text(figures['mttr_s'])} (mean of {len(found)}); steps lost {figures['steps_lost']}")

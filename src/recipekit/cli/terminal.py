@@ -36,3 +36,28 @@ def console(*, stderr: bool = False, **options: Any) -> Console:
 
     settings: dict[str, Any] = {"highlight": False, "markup": False, "emoji": False, "log_path": False}
     return Console(stderr=stderr, **{**settings, **options})
+
+
+def word_table(
+    headers: list[str],
+    rows: list[list[str]],
+    *,
+    title: str | None = None,
+    caption: str | None = None,
+    whole: tuple[int, ...] | None = None,
+) -> Any:
+    """A table whose cells wrap between words: each column in ``whole`` (default: all) is at least as wide as its
+    longest word (an option name, a run directory, an image reference, a number), so none is cut; in the others a
+    word wider than the column is folded, never hidden behind an ellipsis. Every cell is plain text (:func:`plain`).
+    """
+    from rich.table import Table
+
+    table = Table(title=plain(title) if title else None, caption=caption, title_justify="left")
+    for i, header in enumerate(headers):
+        words = [word for text in [header, *(row[i] for row in rows)] for word in text.split()]
+        kept = whole is None or i in whole  # no word of this column is cut
+        widest = max(map(len, words), default=1) if kept else None
+        table.add_column(plain(header), overflow="fold", min_width=widest, no_wrap=whole is not None and kept)
+    for row in rows:
+        table.add_row(*(plain(cell) for cell in row))
+    return table

@@ -236,19 +236,41 @@ def _bandwidth(run: RunLog) -> list[dict[str, float]]:
 
 
 def _bandwidth_plot(run: RunLog) -> bytes:
+    return _png(bandwidth_figure(run))
+
+
+def bandwidth_figure(run: RunLog) -> Any:
+    """The preflight's all-reduce bandwidth over message size, the size axis logarithmic with plain numbers.
+
+    matplotlib's log axis labels its ticks in TeX (``$\\mathdefault{10^{0}}$``), which prints raw with
+    ``text.parse_math`` off (:func:`_figure`): the ticks get a plain number formatter instead. On 2 ranks the bus
+    bandwidth equals the algorithm bandwidth (busbw = algbw × 2(n−1)/n), so the two lines differ by marker and
+    style and a note says why only one seems drawn.
+    """
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
     figure, (axis,) = _figure()
     results = _bandwidth(run)
     sizes = [r["size_mb"] for r in results]
-    for i, key in enumerate(("algbw_gbps", "busbw_gbps")):
+    drawn = []
+    for i, (key, style, marker) in enumerate((("algbw_gbps", "-", "o"), ("busbw_gbps", "--", "s"))):
         values = [float(r.get(key) or 0.0) for r in results]
-        axis.plot(sizes, values, marker="o", color=COLOURS[i], label=key.replace("_gbps", " (GB/s)"))
+        drawn.append(values)
+        label = key.replace("_gbps", " (GB/s)")
+        axis.plot(sizes, values, marker=marker, linestyle=style, color=COLOURS[i], fillstyle="none", label=label)
+    if results and drawn[0] == drawn[1]:
+        axis.annotate("busbw = algbw here (2 ranks: busbw = algbw × 2(n−1)/n)", (0.01, 0.02),
+                      xycoords="axes fraction", fontsize=8)  # fmt: skip
     axis.set_xscale("log")
+    for ticks in (axis.xaxis, axis.yaxis):
+        ticks.set_major_formatter(FuncFormatter(lambda value, position: f"{value:g}"))
+    axis.xaxis.set_minor_formatter(NullFormatter())
     figure.suptitle("Preflight all-reduce bandwidth")
     axis.set_xlabel("message size (MB)")
     axis.set_ylabel("GB/s")
     axis.grid(True, alpha=0.3)
     axis.legend(fontsize=8)
-    return _png(figure)
+    return figure
 
 
 # -------------------------------------------------------------------------------------------------- comparisons

@@ -19,6 +19,26 @@ def _seconds(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.1f} s"
 
 
+def mttr_text(value: float | None) -> str:
+    """An MTTR as every command prints it: the runtime's figure (recovery.py, rounded to 0.01 s), two decimals."""
+    return "n/a" if value is None else f"{value:.2f} s"
+
+
+def recoveries(run: RunLog) -> dict[int, float | None]:
+    """The MTTR of each recovery in the run's recovery.jsonl, by the step the interrupted attempt had reached: the
+    runtime's one definition (last step before the interruption → first step after the restart), which ``runs
+    history`` and the dry run's judge print too. Empty for a run without the file (an older bundle, a baseline)."""
+    if run.output_dir is None:
+        return {}
+    from recipekit.runtime.volume import recovery
+
+    try:
+        found = recovery.history(recovery.read(run.output_dir))
+    except (OSError, ValueError, TypeError, KeyError):
+        return {}
+    return {r.interrupted_step: r.mttr_s for r in found}
+
+
 def what_ran(run: RunLog) -> list[tuple[str, str]]:
     start, manifest, plan = run.start or {}, run.manifest or {}, run.plan or {}
     layout = plan.get("layout") or {}
@@ -43,13 +63,21 @@ def what_ran(run: RunLog) -> list[tuple[str, str]]:
     return found
 
 
-def restart_line(restart: Restart) -> str:
+def restart_line(restart: Restart, mttrs: dict[int, float | None] | None = None) -> str:
+    """One restart in words; its MTTR as ``runs history`` states it when the run recorded one (recovery.jsonl),
+    else the time back past the interrupted step from the metrics alone, named as such."""
     why = "preempted (SIGTERM, checkpoint saved)" if restart.preempted else "interrupted"
+    step = restart.interrupted_at_step
+    mttr = (mttrs or {}).get(step) if step is not None else None
+    back = (
+        f"MTTR {mttr_text(mttr)}"
+        if mttr is not None
+        else f"back past the interrupted step after {_seconds(restart.recovery_s)}"
+    )
     return (
-        f"attempt {restart.attempt}: {why} after step {restart.interrupted_at_step}, resumed from "
+        f"attempt {restart.attempt}: {why} after step {step}, resumed from "
         f"{'checkpoint-' + str(restart.resumed_step) if restart.resumed_step is not None else 'scratch'} "
-        f"({restart.replayed_steps} step(s) replayed); down {_seconds(restart.downtime_s)}, back past the "
-        f"interrupted step after {_seconds(restart.recovery_s)}"
+        f"({restart.replayed_steps} step(s) replayed); down {_seconds(restart.downtime_s)}, {back}"
     )
 
 
@@ -67,7 +95,8 @@ def how_it_went(run: RunLog) -> list[tuple[str, str]]:
         ("loss", f"{losses[0]:.4f} → {losses[-1]:.4f}" if losses else "none logged"),
         ("attempts", f"{len(run.attempts)} ({len(run.restarts)} restart(s))"),
     ]
-    found += [("restart", restart_line(r)) for r in run.restarts]
+    mttrs = recoveries(run)
+    found += [("restart", restart_line(r, mttrs)) for r in run.restarts]
     if run.summary and isinstance(run.summary.get("train_runtime"), (int, float)):
         found.append(("train runtime", _seconds(run.summary["train_runtime"]) + " (the last attempt's)"))
     if run.checkpoints:
@@ -81,14 +110,38 @@ def how_it_went(run: RunLog) -> list[tuple[str, str]]:
     return found
 
 
+def cpu_twin(run: RunLog) -> bool:
+    """The run trained on CPU (a dry run's twin, or the cpu hardware profile): its plan's figures are the profile's
+    nominal ones (a peak of 1 TFLOP/s), which a CPU is expected to miss by orders of magnitude — not a deviation."""
+    return (run.start or {}).get("device") == "cpu" or (run.plan or {}).get("hw") == "cpu"
+
+
+def plan_source(run: RunLog) -> str:
+    """What the plan column holds: the plan of the hardware the bundle was planned for, named."""
+    hardware = (run.plan or {}).get("hw")
+    named = f"the plan for {hardware}" if isinstance(hardware, str) and hardware else "the plan"
+    if cpu_twin(run):
+        return f"{named} (a CPU twin: the hardware profile's nominal figures, not a prediction for this machine)"
+    return named
+
+
 def summary(run: RunLog, margin: float) -> dict[str, Any]:
-    """Everything the report says in words and numbers (the ``--json`` document's body)."""
+    """Everything the report says in words and numbers (the ``--json`` document's body).
+
+    ``deviations`` are the figures beyond the margin that mean something; a CPU twin's (:func:`cpu_twin`) are
+    ``expected_deviations`` instead: said, never shown as a failure.
+    """
     table: list[Row] = rows(run)
+    beyond = deviations(table, margin) if run.plan else []
+    mttrs = recoveries(run)
+    twin = cpu_twin(run)
     return {
         "label": run.label,
         "what_ran": what_ran(run),
         "how_it_went": how_it_went(run),
         "margin": margin,
+        "plan_source": plan_source(run),
+        "cpu_twin": twin,
         "plan": [
             {
                 "key": r.key,
@@ -102,7 +155,8 @@ def summary(run: RunLog, margin: float) -> dict[str, Any]:
             }
             for r in table
         ],
-        "deviations": deviations(table, margin) if run.plan else [],
+        "deviations": [] if twin else beyond,
+        "expected_deviations": beyond if twin else [],
         "restarts": [
             {
                 "attempt": r.attempt,
@@ -112,6 +166,7 @@ def summary(run: RunLog, margin: float) -> dict[str, Any]:
                 "preempted": r.preempted,
                 "downtime_s": r.downtime_s,
                 "recovery_s": r.recovery_s,
+                "mttr_s": mttrs.get(r.interrupted_at_step) if r.interrupted_at_step is not None else None,
             }
             for r in run.restarts
         ],

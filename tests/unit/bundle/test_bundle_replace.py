@@ -331,3 +331,30 @@ def test_an_os_error_mid_build_writes_nothing(versions, tmp_path: Path, monkeypa
         write_bundle(versions[0], tmp_path / "a" / "b" / "bundle")
     assert "No space left on device" in str(info.value) and "\n" not in str(info.value)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_bundle_for_other_hardware_is_not_replaced_without_force(tmp_path: Path, monkeypatch) -> None:
+    """Issue 32: ``build recipe=llama3_8b_sft hw=ascend910b`` then ``hw=h100`` both default to
+    bundles/llama3_8b_sft; the second refuses (exit 2, one problem naming both and the ways out), leaving the Ascend
+    bundle whole; the same hardware rebuilds, and --force replaces. The built line names the hardware."""
+    from click.testing import CliRunner
+
+    from recipekit.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    runner = CliRunner()
+    first = runner.invoke(main, ["build", "recipe=llama3_8b_sft", "hw=ascend910b"])
+    assert first.exit_code == 0 and " for ascend910b: " in first.output, first.output
+    before = contents(tmp_path / "bundles" / "llama3_8b_sft")
+    second = runner.invoke(main, ["build", "recipe=llama3_8b_sft", "hw=h100"])
+    assert second.exit_code == 2, second.output
+    problems = [line for line in second.output.splitlines() if line.startswith("  - ")]
+    assert len(problems) == 1 and "ascend910b" in problems[0] and "h100" in problems[0], second.output
+    assert "--force" in problems[0] and "--output DIR" in problems[0], second.output
+    assert contents(tmp_path / "bundles" / "llama3_8b_sft") == before
+    assert bundle.built_for(tmp_path / "bundles" / "llama3_8b_sft") == "ascend910b"
+    again = runner.invoke(main, ["build", "recipe=llama3_8b_sft", "hw=ascend910b", "train.seed=7"])
+    assert again.exit_code == 0, again.output
+    forced = runner.invoke(main, ["build", "recipe=llama3_8b_sft", "hw=h100", "--force"])
+    assert forced.exit_code == 0 and " for h100: " in forced.output, forced.output
+    assert bundle.built_for(tmp_path / "bundles" / "llama3_8b_sft") == "h100"

@@ -75,6 +75,6 @@ def test_runs_history_prints_the_same_mttr(tmp_path: Path) -> None:
     data = json.loads(result.output)
     assert data["mttr_s"] == 35.0 and data["recoveries"][0]["steps_lost"] == 2
     text = CliRunner().invoke(main, ["runs", "history", str(tmp_path)])
-    assert "interrupted after step 6" in text.output and "MTTR 35.0 s" in text.output
+    assert "interrupted after step 6" in text.output and "MTTR 35.00 s" in text.output
     missing = CliRunner().invoke(main, ["runs", "history", str(tmp_path / "nope")])
     assert missing.exit_code == 2 and "not found" in missing.output

@@ -147,7 +147,9 @@ def test_compare_cli_exit_codes_json_and_html(tmp_path: Path) -> None:
     assert off.exit_code == 1 and "NOT ALIGNED" in off.output and "loss diverges at step 3" in off.output
     html = (tmp_path / "cmp" / "report.html").read_text()
     assert html.count("data:image/png;base64,") == 4 and "Loss: both runs" in html  # no eval loss logged
-    assert invoke("compare", a, b, "--loss-rtol", "0.2", "--grad-norm-rtol", "1").exit_code == 0
+    # within a 20 % tolerance, but the loss moved 6 % in all: no difference that large could have shown
+    loose = invoke("compare", a, b, "--loss-rtol", "0.2", "--grad-norm-rtol", "1")
+    assert loose.exit_code == 3 and "INCONCLUSIVE" in loose.output and "the loss moved" in loose.output
 
 
 def test_a_baseline_file_gates_a_run(tmp_path: Path) -> None:
