@@ -5,7 +5,8 @@ a new command's examples are run the day it gets them. Each example line runs in
 ``bash`` with the venv's ``recipekit`` on ``PATH``, after the stand-ins the line names are put there:
 
 * ``bundles/<preset>`` (or ``bundles/<preset>@<hw>``): that preset built (for that hardware); ``bundles/our_*``: a
-  team preset of ``team-recipes/``, built with ``--recipes``;
+  team preset of ``team-recipes/``, built with ``--recipes``; any other ``bundles/<name>``: the help example that
+  builds it with ``-o bundles/<name>``, run first;
 * ``team-recipes/`` or ``team-nlp-recipes``: what ``recipekit init`` makes;
 * ``runs/<name>``: a finished run's output directory (metrics and one recovery, synthetic);
 * ``config.json`` and ``<Model>/config.json``: a Hugging Face config from ``tests/data/model_configs``.
@@ -101,6 +102,11 @@ def _team(scratch: Path, name: str = "team-recipes") -> None:
 
 def _bundle(scratch: Path, name: str) -> None:
     if (scratch / "bundles" / name).exists():
+        return
+    maker = next((e.line for e in EXAMPLES if re.search(rf"-o bundles/{re.escape(name)}(\s|$)", e.line)), None)
+    if maker is not None:
+        result = _run(["bash", "-c", maker], scratch)
+        assert result.returncode == 0, result.stderr
         return
     preset, _, hardware = name.partition("@")
     args = ["recipekit", "build", f"recipe={preset}", "-o", f"bundles/{name}"]

@@ -47,6 +47,7 @@ def build(
       recipekit build recipe=llama3_8b_sft hw=ascend910b
       recipekit build recipe=qwen2.5_14b_sft cluster.nodes=4 parallel=zero3 train.micro_batch_size=2
       recipekit build model=qwen2.5_7b mode=lora hw=h100 -o out/qwen-lora
+      recipekit build recipe=llama3_8b_sft parallel=zero2 parallel.tensor_parallel=2 -o bundles/llama3_8b_tp2
       recipekit build --recipes ./team-recipes/recipes recipe=our_qwen_sft    # a tree `recipekit init` made
       recipekit build -m recipe=llama3_8b_sft,qwen2.5_7b_pretrain hw=ascend910b,h100
       recipekit build -m 'recipe=glob(*)' 'train.seed=range(1,4)' -o out/matrix
