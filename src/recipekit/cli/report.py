@@ -71,6 +71,11 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
+def _titled(row: dict[str, Any]) -> str:
+    """A plan row's title with its unit: ``memory per device (peak) (GiB)``."""
+    return f"{row['title']}{' (' + row['unit'] + ')' if row['unit'] else ''}"
+
+
 def _write_files(out: Path, html: str, plots: Sequence[Any], document: dict[str, Any]) -> list[str]:
     out.mkdir(parents=True, exist_ok=True)
     written = []
@@ -106,7 +111,7 @@ def report_html(run: Any, doc: dict[str, Any], plots: Sequence[Any]) -> str:
             ["figure", "predicted", "measured", "ratio", "note"],
             [
                 [
-                    f"{r['title']}{' (' + r['unit'] + ')' if r['unit'] else ''}",
+                    _titled(r),
                     _fmt(r["predicted"]),
                     _fmt(r["measured"]),
                     _fmt(r["ratio"]),
@@ -224,7 +229,7 @@ def report_command(
     console.print(
         _text_table(
             "Plan vs measured (median after the first step)",
-            [[r["title"], _fmt(r["predicted"]), _fmt(r["measured"]), _fmt(r["ratio"]), r["note"]] for r in doc["plan"]],
+            [[_titled(r), _fmt(r["predicted"]), _fmt(r["measured"]), _fmt(r["ratio"]), r["note"]] for r in doc["plan"]],
             ["figure", "predicted", "measured", "ratio", "note"],
         )
     )
