@@ -275,7 +275,9 @@ def run_training(run: RunConfig, device: Device, resume: str) -> int:
         saved_world_size=choice.saved_world_size,
         skipped=[{"checkpoint": name, "reason": reason} for name, reason in choice.skipped],
     )
-    ops.recovery.started(choice.step, resume_from)  # recovery.jsonl: where the previous attempt stopped, if it did
+    ops.recovery.started(
+        choice.step, resume_from, args.world_size
+    )  # recovery.jsonl: where the previous attempt stopped, if it did
 
     preemption.install()
     try:
