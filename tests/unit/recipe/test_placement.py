@@ -151,3 +151,10 @@ def test_the_validator_holds_a_job_to_its_release() -> None:
     assert any("not a known Volcano release" in f.message for f in schema_findings(edited))
     del edited["metadata"]["annotations"]
     assert any("older clusters" in (f.hint or "") for f in schema_findings(edited))
+
+
+def test_the_bundle_readme_says_what_the_placement_needs_only_when_set() -> None:
+    assert "HyperNode" not in render_files(ASCEND)["README.md"].decode()
+    readme = render_files(["recipe=llama3_8b_sft", "cluster=ascend_hypernode"])["README.md"].decode()
+    assert "written for Volcano 1.14" in readme and "`kubectl get hypernodes`" in readme
+    assert "needs 4 distinct nodes whose taints the pods tolerate" in readme
