@@ -34,8 +34,9 @@ def end(out: Path, rank: int, code: int, at: float, step: int | None = 6) -> Non
     path.write_text("\n".join([*lines[:-1], json.dumps(record)]) + "\n")
 
 
-def start(out: Path, at: float, interrupted: dict | None = None, world: int = 2) -> None:
+def start(out: Path, at: float, interrupted: dict | None = None, world: int = 2, per_pod: int | None = None) -> None:
     record = {"event": "start", "time": at, "launch_time": at, "interrupted": interrupted, "world_size": world}
+    record |= {"ranks_per_pod": per_pod} if per_pod else {}
     contract.append_record(out / recovery.RECOVERY_FILE, record)
 
 
@@ -79,14 +80,16 @@ def test_the_cause_is_the_first_failure_not_the_sigterms_it_caused(tmp_path: Pat
 
 
 def test_a_user_error_ends_the_job_and_a_killed_pod_is_named_by_its_missing_record(tmp_path: Path) -> None:
-    start(tmp_path, 100.0)
+    start(tmp_path, 100.0, per_pod=1)
     end(tmp_path, 0, contract.EXIT_PREEMPTED, 150.0)  # pod 1 was SIGKILLed: no record of its own
     start(tmp_path, 200.0, interrupted={"step": 6, "time": 149.0})
     end(tmp_path, 1, contract.EXIT_USER_ERROR, 210.0)
     first, second = attemptends.by_attempt(recovery.read(tmp_path), attemptends.read_ends(tmp_path))
-    assert "exit 143 preempted (SIGTERM)" in first["why"]
-    assert "rank(s) 1 left no record (killed outright" in first["why"] and "RestartJob (PodFailed)" in first["why"]
-    assert "exit 2 user_error" in second["why"] and "the Job: TerminateJob" in second["why"]
+    assert first["why"].startswith("pod(s) 1 (rank(s) 1) left no record: killed outright (SIGKILL")
+    assert "; then rank 0 (pod 0, host " in first["why"] and "exit 143 preempted (SIGTERM)" in first["why"]
+    assert first["why"].endswith("the Job: RestartJob (PodFailed)")
+    assert second["why"].startswith("rank 1 (pod 1, host ") and "exit 2 user_error" in second["why"]
+    assert "rank(s) 0 left no record" in second["why"] and second["why"].endswith("the Job: TerminateJob")
 
 
 def test_runs_history_says_why_each_attempt_ended(tmp_path: Path) -> None:
@@ -97,7 +100,7 @@ def test_runs_history_says_why_each_attempt_ended(tmp_path: Path) -> None:
     end(tmp_path, 0, contract.EXIT_STALLED, 300.0)
     text = CliRunner().invoke(main, ["runs", "history", str(tmp_path)]).output
     assert "interrupted after step 6" in text
-    assert "     ended: rank 0 (pod 0, host " in text and "rank(s) 1 left no record" in text
+    assert "     ended: rank(s) 1 left no record: killed outright" in text and "; then rank 0 (pod 0, host " in text
     assert "the last attempt ended: rank 0" in text and "exit 4 stalled" in text and "RestartJob" in text
     data = json.loads(CliRunner().invoke(main, ["runs", "history", str(tmp_path), "--json"]).output)
     assert "rank(s) 1 left no record" in data["recoveries"][0]["ended"]

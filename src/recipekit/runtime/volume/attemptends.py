@@ -160,21 +160,27 @@ def describe(end: dict[str, Any]) -> str:
     return f"rank {end['rank']} (pod {end['pod']}, host {end['host']}): {how}{after}"
 
 
-def explain(ends: list[dict[str, Any]], world_size: int | None) -> str:
-    """Why an attempt ended, in one line: its cause, the ranks that left no record, and what the Job did."""
+def explain(ends: list[dict[str, Any]], world_size: int | None, per_pod: int | None = None) -> str:
+    """Why an attempt ended, in one line, and what the Job did. A recorded failure with a meaning of its own (a code
+    other than ``failed`` and ``preempted``) is the cause; otherwise ranks that left no record come first: killed
+    outright, they are the likely cause, and the others' failures are lost peers and the teardown's SIGTERMs."""
     missing = sorted(set(range(world_size)) - {e["rank"] for e in ends}) if world_size else []
     first = cause(ends)
-    parts = [describe(first)] if first is not None else []
+    telling = first is not None and first["code"] not in (contract.EXIT_FAILED, contract.EXIT_PREEMPTED)
+    lost = ""
     if missing:
-        parts.append(
-            f"rank(s) {', '.join(map(str, missing))} left no record (killed outright: SIGKILL, the OOM killer or a "
-            "lost node)"
-        )
-    if first is not None and first["code"] != contract.EXIT_PREEMPTED:
-        parts.append(f"the Job: {job_action(first['code'])}")
-    elif missing:
-        parts.append("the Job: RestartJob (PodFailed)")
-    return "; ".join(parts) or "no end recorded"
+        pods = sorted({rank // per_pod for rank in missing}) if per_pod else []
+        ranks = ", ".join(map(str, missing))
+        named = f"pod(s) {', '.join(map(str, pods))} (rank(s) {ranks})" if pods else f"rank(s) {ranks}"
+        lost = f"{named} left no record: killed outright (SIGKILL, the OOM killer or a lost node)"
+    if first is None:
+        return f"{lost}; the Job: RestartJob (PodFailed)" if lost else "no end recorded"
+    if telling or not lost:
+        parts = [describe(first), *([lost] if lost else [])]
+        action = job_action(first["code"]) if first["code"] != contract.EXIT_PREEMPTED else "RestartJob (PodEvicted)"
+    else:
+        parts, action = [lost, "then " + describe(first)], "RestartJob (PodFailed)"
+    return "; ".join([*parts, f"the Job: {action}"])
 
 
 def by_attempt(records: list[dict[str, Any]], ends: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -188,7 +194,8 @@ def by_attempt(records: list[dict[str, Any]], ends: list[dict[str, Any]]) -> lis
         found.append(
             {
                 "launched": launched if isinstance(launched, (int, float)) else None,
-                "world_size": record.get("world_size") if isinstance(record.get("world_size"), int) else None,
+                "world_size": _count(record.get("world_size")),
+                "ranks_per_pod": _count(record.get("ranks_per_pod")),
                 "resumed_after_interruption": isinstance(record.get("interrupted"), dict),
                 "ends": [],
             }
@@ -201,5 +208,10 @@ def by_attempt(records: list[dict[str, Any]], ends: list[dict[str, Any]]) -> lis
     for i, attempt in enumerate(found):
         interrupted = i + 1 < len(found) and found[i + 1]["resumed_after_interruption"]
         ended = attempt["ends"] or interrupted
-        attempt["why"] = explain(attempt["ends"], attempt["world_size"]) if ended else None
+        why = explain(attempt["ends"], attempt["world_size"], attempt["ranks_per_pod"])
+        attempt["why"] = why if ended else None
     return found
+
+
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None

@@ -175,6 +175,7 @@ class RecoveryLog:
                 resume_step=resume_step or 0,
                 interrupted=interrupted,
                 world_size=world_size,
+                ranks_per_pod=_int_or_none(self.environ.get("LOCAL_WORLD_SIZE")),  # torchrun's processes per pod
             )
         )
 
@@ -213,3 +214,10 @@ class RecoveryLog:
             os.replace(staging, target)
         except OSError:
             pass
+
+
+def _int_or_none(text: str | None) -> int | None:
+    try:
+        return int(text) if text else None
+    except ValueError:
+        return None
