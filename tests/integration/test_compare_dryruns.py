@@ -99,6 +99,10 @@ def test_plan_vs_measured_uses_the_twins_own_plan(runs: dict[str, Path], tmp_pat
     assert tokens["predicted"] == pytest.approx(plan["compute"]["tokens_per_step"] / plan["time"]["step_s"] / world)
     for row in (step, tokens):
         assert row["measured"] > 0 and row["ratio"] == pytest.approx(row["measured"] / row["predicted"])
+    # memory: the plan's per device beside the measured peak (a CPU run's is the process's peak RSS), with the ratio
+    memory = rows["memory_gib"]
+    assert memory["predicted"] == plan["memory_gib"]["total"] and memory["measured"] > 0 and "RSS" in memory["note"]
+    assert memory["ratio"] == pytest.approx(memory["measured"] / memory["predicted"]) and not memory["deviates"]
 
 
 def test_the_report_of_a_killed_run_shows_the_interruption_and_recovery(runs: dict[str, Path], tmp_path: Path) -> None:

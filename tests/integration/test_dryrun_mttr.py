@@ -44,5 +44,8 @@ def test_runs_history_prints_the_dry_runs_mttr_for_the_same_kill(tmp_path: Path)
     assert recovered["resume_step"] == resume.details["resumed_step"] == 3
     assert recovered["interrupted_step"] >= 4 and recovered["steps_lost"] == recovered["interrupted_step"] - 3
     assert recovered["first_step"] == 4
+    # why the attempt ended: the killed pod left no record (its processes were SIGKILLed); the Job restarted
+    assert recovered["ended"].startswith("pod(s) 1 (rank(s) 1) left no record: killed outright")
+    assert recovered["ended"].endswith("the Job: RestartJob (PodFailed)")
     # the dry run's own observation (kill → first step seen) agrees within the time it takes to notice a step
     assert abs(resume.details["mttr_observed_s"] - resume.details["mttr_s"]) < 2.0

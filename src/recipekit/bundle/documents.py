@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from recipekit import __version__
+from recipekit.bundle import placement
 from recipekit.bundle.files import DS_CONFIG, RUN, TRAIN_MODULE, WORKDIR
 from recipekit.image.matrix import ARCH_LABEL, ImageFamily
 from recipekit.memory.operations import Operations
@@ -414,6 +415,8 @@ def _pod_spec(recipe: Recipe, plan: Plan, metrics_ports: tuple[int, ...]) -> dic
     }
     # The image is built for one CPU architecture: a pod on a node of another fails with "exec format error".
     pod_spec["nodeSelector"] = {**hw.node_selector, ARCH_LABEL: hw.arch, **hw.arch_node_selector.get(hw.arch, {})}
+    # cluster.placement: tolerations, node affinity, one pod per node (nothing when unset)
+    pod_spec.update(placement.pod_placement(recipe, job_labels(plan)))
     if cl.priority_class:
         pod_spec["priorityClassName"] = cl.priority_class
     return pod_spec
@@ -447,8 +450,10 @@ def _job_spec(recipe: Recipe, plan: Plan, pod_spec: dict[str, Any]) -> dict[str,
                     "metadata": {"labels": {**job_labels(plan), **hw.pod_labels}, "annotations": annotations},
                     "spec": pod_spec,
                 },
+                **placement.task_partition_policy(cl.placement, plan.layout.nodes),
             }
         ],
+        **placement.job_network_topology(cl.placement),
     }
     if cl.priority_class:
         spec["priorityClassName"] = cl.priority_class
@@ -470,6 +475,9 @@ def _job_metadata(recipe: Recipe, plan: Plan) -> dict[str, Any]:
             **mindcluster.job_labels(recipe),
         },
     }
+    annotations = placement.job_annotations(recipe.cluster.placement)
     if plan.superpod_block is not None:
-        metadata["annotations"] = {"sp-block": str(plan.superpod_block)}
+        annotations = {"sp-block": str(plan.superpod_block), **annotations}
+    if annotations:
+        metadata["annotations"] = annotations
     return metadata

@@ -16,7 +16,7 @@ from pathlib import Path
 import click
 
 from recipekit.cli.common import SETTINGS, fail
-from recipekit.runtime.volume import recovery
+from recipekit.runtime.volume import attemptends, recovery
 
 
 @click.group("runs", context_settings=SETTINGS)
@@ -77,11 +77,14 @@ def history_command(output_dir: Path, as_json: bool) -> None:
     records = recovery.read(output_dir)
     found = recovery.history(records)
     figures = recovery.summary(found)
+    attempts = attemptends.by_attempt(records, attemptends.read_ends(output_dir))
+    # the attempt each recovery followed: the one before each start that found an interruption
+    ended = [a for i, a in enumerate(attempts[:-1]) if attempts[i + 1]["resumed_after_interruption"]]
     if as_json:
-        click.echo(json.dumps({"recoveries": [r.to_json() for r in found], **figures}, indent=2))
+        recoveries = [{**r.to_json(), "ended": a["why"]} for r, a in zip(found, ended)]
+        click.echo(json.dumps({"recoveries": recoveries, "attempts": attempts, **figures}, indent=2))
         return
-    starts = sum(1 for r in records if r.get("event") == "start")
-    click.echo(f"{output_dir}: {starts} start(s), {figures['restarts']} recovery(ies)")
+    click.echo(f"{output_dir}: {len(attempts)} start(s), {figures['restarts']} recovery(ies)")
     for i, r in enumerate(found, 1):
         mttr = mttr_text(r.mttr_s) if r.mttr_s is not None else "not recovered yet (no step since the restart)"
         click.echo(
@@ -89,5 +92,9 @@ def history_command(output_dir: Path, as_json: bool) -> None:
             f"{_when(r.restart_time)}; resumed at step {r.resume_step}; first step {r.first_step or '-'} at "
             f"{_when(r.first_step_time)}; steps lost {r.steps_lost}; MTTR {mttr}"
         )
+        if i <= len(ended) and ended[i - 1]["why"]:
+            click.echo(f"     ended: {ended[i - 1]['why']}")
+    if attempts and attempts[-1]["why"] and not any(r.get("event") == "done" for r in records):
+        click.echo(f"  the last attempt ended: {attempts[-1]['why']}")
     if figures["mttr_s"] is not None:
         click.echo(f"MTTR {mttr_text(figures['mttr_s'])} (mean of {len(found)}); steps lost {figures['steps_lost']}")

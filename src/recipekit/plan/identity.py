@@ -31,8 +31,11 @@ def _digest(data: Any) -> str:
 
 def recipe_digest(recipe: Recipe, family: ImageFamily) -> str:
     """A short hash of what goes into the image (recipe, pins, recipekit version): the image tag, so a change forces
-    a rebuild and two recipes never share a tag."""
-    return _digest({"recipekit": __version__, "recipe": to_data(recipe), "image": to_data(family)})[:12]
+    a rebuild and two recipes never share a tag. ``cluster.placement`` is left out: where the pods run is not in the
+    image (and a recipe that gains the section's defaults keeps its tag)."""
+    data = to_data(recipe)
+    del data["cluster"]["placement"]
+    return _digest({"recipekit": __version__, "recipe": data, "image": to_data(family)})[:12]
 
 
 #: The training settings that change a run's trajectory; bookkeeping (save/log cadence, trackers, workers) does not.

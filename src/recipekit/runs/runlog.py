@@ -37,7 +37,8 @@ BASELINE_FORMAT = "recipekit-baseline/1"
 #: The dry run's work directory marker (validate/workcopy.py writes it).
 DRYRUN_MARKER = ".recipekit-dryrun"
 
-#: The per-step figures a training log carries (callbacks.py and health.py add the last six).
+#: The per-step figures a training log carries (callbacks.py and health.py add all after the first three; the last two
+#: are the measured peak memory, GiB).
 TRAIN_KEYS = (
     "loss",
     "learning_rate",
@@ -48,6 +49,8 @@ TRAIN_KEYS = (
     "hfu",
     "step_time_s",
     "dataloader_wait_fraction",
+    metricslog.PEAK_DEVICE_MEMORY_KEY,
+    metricslog.PEAK_HOST_MEMORY_KEY,
 )
 #: The per-step figures an evaluation log carries.
 EVAL_KEYS = ("eval_loss",)

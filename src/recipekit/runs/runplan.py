@@ -2,7 +2,7 @@
 
 The predictions come from the bundle's plan.json (recipekit.bundle.planview.estimate_dict) and follow its arithmetic:
 the predicted step time is ``time.step_s``; tokens/s per device is the step's tokens over that time and the world size;
-MFU and HFU are those tokens/s through the runtime contract's own
+MFU and HFU are those tokens/s through the runtime boundary's own
 :func:`~recipekit.runtime.boundary.flopcount.utilisation` (model FLOPs, then × the recomputation factor for HFU), so
 planner and runtime cannot mean different things. The measured value of each is the median over the logged steps after
 the first (the first step pays for warm-up), so one slow step (a checkpoint, a restart) does not move it. Pure
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from recipekit.runs.runlog import RunLog
-from recipekit.runtime.boundary import flopcount
+from recipekit.runtime.boundary import flopcount, metricslog
 
 #: A measured figure more than this fraction away from the plan's (ratio outside [1/(1+m), 1+m]) is a deviation.
 DEFAULT_MARGIN = 0.5
@@ -24,7 +24,9 @@ DEFAULT_MARGIN = 0.5
 
 @dataclass(frozen=True)
 class Row:
-    """One prediction and its measurement; ``ratio`` is measured / predicted."""
+    """One prediction and its measurement; ``ratio`` is measured / predicted. ``held`` False: the measurement is not
+    the quantity predicted (a CPU process's RSS beside the plan's device memory), so its ratio is shown but never a
+    deviation."""
 
     key: str
     title: str
@@ -32,6 +34,7 @@ class Row:
     predicted: float | None
     measured: float | None
     note: str = ""
+    held: bool = True
 
     @property
     def ratio(self) -> float | None:
@@ -41,7 +44,7 @@ class Row:
 
     def deviates(self, margin: float) -> bool:
         ratio = self.ratio
-        return ratio is not None and not (1 / (1 + margin) <= ratio <= 1 + margin)
+        return self.held and ratio is not None and not (1 / (1 + margin) <= ratio <= 1 + margin)
 
 
 def _get(data: Any, *keys: str) -> Any:
@@ -83,7 +86,6 @@ def steady(values: list[float]) -> float | None:
 def rows(run: RunLog) -> list[Row]:
     """Every prediction beside its measurement; a figure the run did not record is measured None with a note."""
     plan = predictions(run.plan)
-    memory_peak = run.values("peak_memory_gib")
     return [
         Row("step_time_s", "step time", "s", plan["step_time_s"], steady(run.values("step_time_s"))),
         Row(
@@ -95,15 +97,22 @@ def rows(run: RunLog) -> list[Row]:
         ),
         Row("mfu", "MFU", "", plan["mfu"], steady(run.values("mfu"))),
         Row("hfu", "HFU", "", plan["hfu"], steady(run.values("hfu"))),
-        Row(
-            "memory_gib",
-            "memory per device",
-            "GiB",
-            plan["memory_gib"],
-            max(memory_peak) if memory_peak else None,
-            "" if memory_peak else "the runtime records no peak device memory",
-        ),
+        memory_row(run, plan["memory_gib"]),
     ]
+
+
+def memory_row(run: RunLog, predicted: float | None) -> Row:
+    """The plan's memory per device beside the run's peak: the device's peak allocated memory (the largest over
+    ranks and logged steps: what the plan estimates), or on a run without a device (a CPU dry run) the peak RSS of a
+    process, shown with its ratio but not held to the margin (it counts the interpreter and libraries too)."""
+    device = run.values(metricslog.PEAK_DEVICE_MEMORY_KEY)
+    if device:
+        return Row("memory_gib", "memory per device (peak)", "GiB", predicted, max(device), "peak allocated, all ranks")
+    host = run.values(metricslog.PEAK_HOST_MEMORY_KEY)
+    if host:
+        note = "peak RSS of a process (no device memory on this run): includes the interpreter and libraries"
+        return Row("memory_gib", "memory per device (peak)", "GiB", predicted, max(host), note, held=False)
+    return Row("memory_gib", "memory per device (peak)", "GiB", predicted, None, "the run logged no peak memory")
 
 
 def deviations(table: list[Row], margin: float) -> list[str]:

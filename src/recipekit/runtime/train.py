@@ -51,6 +51,7 @@ from .boundary import exitcodes, filenames
 from .boundary.common import LOG, RunError, rank
 from .boundary.config import load_run_config
 from .ops.device import detect
+from .volume import attemptends
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -102,4 +103,5 @@ def main(argv: list[str] | None = None) -> int:
 if __name__ == "__main__":
     code = main()
     exitcodes.record_exit(code)  # torchrun exits 1 whatever this code is: the launcher reads it from here
+    attemptends.record_end(code)  # and why this attempt ended stays in the run's directory (runs history)
     sys.exit(code)

@@ -502,8 +502,9 @@ def text_fields() -> list[str]:
             inner = [a for a in get_args(annotation) if a is not type(None)] if get_origin(annotation) else []
             if annotation is str or inner == [str]:
                 found.append(key)
+            listed = get_origin(annotation) is list  # a list of records: the payload goes into its first item
             for sub in sections_in(annotation):
-                walk(sub, key + ".")
+                walk(sub, key + (".0." if listed else "."))
 
     walk(Recipe, "")
     return sorted(set(found))
@@ -542,11 +543,21 @@ def _get(data: dict[str, Any], dotted: str) -> Any:
     return data
 
 
-def _set(data: dict[str, Any], dotted: str, value: Any) -> None:
+def _set(data: Any, dotted: str, value: Any) -> None:
+    """``value`` at ``dotted``; a numeric part (``tolerations.0.key``) is an item of a list made there."""
     *parents, last = dotted.split(".")
-    for part in parents:
-        data = data.setdefault(part, {})
-    data[last] = value
+    for part, after in zip(parents, [*parents[1:], last]):
+        empty: Any = [] if after.isdigit() else {}
+        if part.isdigit():
+            while len(data) <= int(part):
+                data.append(empty)
+            data = data[int(part)]
+        else:
+            data = data.setdefault(part, empty)
+    if last.isdigit():
+        data.append(value)
+    else:
+        data[last] = value
 
 
 INJECTIONS = [(field, name) for field in text_fields() for name in PAYLOADS] + [
@@ -572,7 +583,8 @@ def test_injection_payload_arrives_byte_for_byte_or_is_refused(base_raw, field: 
         recipe = parse_recipe(raw)
         plan = make_plan(recipe, images)
     except RecipeError as err:
-        assert any(p.key.startswith(key) for p in err.problems), f"{key} not named: {err}"
+        named = re.sub(r"\.(\d+)\.", r"[\1].", key)  # the problems index list items: tolerations[0].key
+        assert any(p.key.startswith(named) for p in err.problems), f"{named} not named: {err}"
         for problem in err.problems:
             assert "\n" not in str(problem) and "\x00" not in str(problem) and "\u202e" not in str(problem)
         return

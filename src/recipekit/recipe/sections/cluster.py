@@ -17,6 +17,7 @@ from recipekit.recipe.domains import (
     SHORT_NAME,
 )
 from recipekit.recipe.schema import Section, spec
+from recipekit.recipe.sections.placement import PlacementSpec
 
 
 # ------------------------------------------------------------------------------------------------------- cluster
@@ -81,6 +82,10 @@ class ClusterSpec(Section):
     mindcluster: MindClusterSpec = spec(
         default_factory=MindClusterSpec, description="MindCluster fault rescheduling on Ascend (off by default)."
     )
+    placement: PlacementSpec = spec(
+        default_factory=PlacementSpec,
+        description="Tolerations, node affinity, one pod per node, Volcano network topology (all off by default).",
+    )
     shm_gib: int = spec(64, gt=0, le=65_536, description="Size of the /dev/shm memory volume per pod.")
     cpu_per_pod: int | None = spec(
         None,
@@ -119,3 +124,16 @@ class ClusterSpec(Section):
         domain=IMAGE_REGISTRY,
         description="Registry (and path) mirroring the base image's registry: FROM becomes <this>/<repository>:<tag>.",
     )
+
+    def rules(self) -> list[str | tuple[str, str]]:
+        topology = self.placement.network_topology
+        partition = topology.partition if topology is not None else None
+        if partition is not None and self.nodes % partition.pods:
+            return [
+                (
+                    "placement.network_topology.partition.pods",
+                    f"{partition.pods} pods per partition do not divide the {self.nodes} nodes "
+                    "(Volcano needs replicas = partitions × pods)",
+                )
+            ]
+        return []

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ..boundary import exitcodes, filenames, metricslog
+from ..volume import attemptends
 
 #: The longest the thread sleeps between looks at the deadline, seconds.
 MAX_POLL_S = 2.0
@@ -134,4 +135,5 @@ class Watchdog:
                 pass
         sys.stderr.flush()
         exitcodes.record_exit(self.code)  # os._exit skips train.py's own record
+        attemptends.record_end(self.code)
         self._exit(self.code)

@@ -248,7 +248,9 @@ def run_training(run: RunConfig, device: Device, resume: str) -> int:
     for line in summary_lines(run, args, device, model_path, (trainable, total), train_set, eval_set, resume_from):
         log0(line)
     records.add(metricslog.EVENT_START, **start_fields(run, args, device, layout, choice, (trainable, total)))
-    ops.recovery.started(choice.step, resume_from)  # recovery.jsonl: where the previous attempt stopped, if it did
+    ops.recovery.started(
+        choice.step, resume_from, args.world_size
+    )  # recovery.jsonl: where the previous attempt stopped, if it did
 
     preemption.install()
     try:

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from ..boundary import metricslog
+from . import attemptends
 
 RECOVERY_FILE = "recovery.jsonl"
 PROGRESS_FILE = "recipekit-progress.json"
@@ -141,6 +142,7 @@ class RecoveryLog:
         self.environ = os.environ if environ is None else environ
         self.first_step_seen = False
         self.records: list[dict[str, Any]] = []
+        attemptends.watch(self.dir)  # every rank: a non-zero exit of this process is recorded there
 
     def _append(self, record: dict[str, Any]) -> None:
         self.records.append(record)
@@ -150,8 +152,9 @@ class RecoveryLog:
         except OSError:
             pass  # never stop training for a record
 
-    def started(self, resume_step: int | None, resume_from: str | None) -> None:
-        """This attempt began (resuming ``resume_from`` at ``resume_step``, or from scratch)."""
+    def started(self, resume_step: int | None, resume_from: str | None, world_size: int | None = None) -> None:
+        """This attempt began (resuming ``resume_from`` at ``resume_step``, or from scratch) on ``world_size`` ranks
+        (``runs history`` names the ranks that left no end record)."""
         if not self.enabled:
             return
         launch = self.environ.get(LAUNCH_TIME_ENV, "")
@@ -171,6 +174,8 @@ class RecoveryLog:
                 resume_from=resume_from,
                 resume_step=resume_step or 0,
                 interrupted=interrupted,
+                world_size=world_size,
+                ranks_per_pod=_int_or_none(self.environ.get("LOCAL_WORLD_SIZE")),  # torchrun's processes per pod
             )
         )
 
@@ -180,6 +185,7 @@ class RecoveryLog:
 
     def step(self, step: int) -> None:
         """An optimizer step completed: the progress file moves on; the first one after the start is recorded."""
+        attemptends.stepped(step)
         if not self.enabled:
             return
         now = self.clock()
@@ -208,3 +214,10 @@ class RecoveryLog:
             os.replace(staging, target)
         except OSError:
             pass
+
+
+def _int_or_none(text: str | None) -> int | None:
+    try:
+        return int(text) if text else None
+    except ValueError:
+        return None

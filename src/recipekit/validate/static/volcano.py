@@ -24,7 +24,9 @@ from typing import Any
 
 from recipekit.recipe.k8snames import is_dns_label
 from recipekit.validate.shared.results import Finding
+from recipekit.validate.static import volcanotopology
 from recipekit.validate.static.toolpackages import install_hint
+from recipekit.validate.static.volcanotopology import Constrained
 
 FILE = "volcano-job.yaml"
 API_VERSION = "batch.volcano.sh/v1alpha1"
@@ -98,11 +100,13 @@ JOB: dict[str, Spec] = {
     "metadata!": OBJECT_META,
     "spec!": JOB_SPEC,
 }
-#: Fields newer Volcano releases define that older clusters reject: the bundle emits only the core fields.
+#: Fields newer Volcano releases define that older clusters reject: a Job that names no release
+#: (``cluster.placement.network_topology.volcano``) holds only the core fields.
 NEWER_FIELDS = {"networkTopology": "spec", "partitionPolicy": "spec.tasks[]"}
 
 _SCALARS: dict[str, Callable[[Any], bool]] = {
     "string": lambda v: isinstance(v, str),
+    "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
     "int32": lambda v: isinstance(v, int) and not isinstance(v, bool) and _INT32[0] <= v <= _INT32[1],
     "bool": lambda v: isinstance(v, bool),
     "object": lambda v: isinstance(v, dict),
@@ -110,6 +114,7 @@ _SCALARS: dict[str, Callable[[Any], bool]] = {
 }
 _SCALAR_WORDS = {
     "string": "a string",
+    "integer": "an integer",
     "int32": "a 32-bit integer",
     "bool": "true or false",
     "object": "an object",
@@ -131,10 +136,18 @@ def _join(path: str, key: str) -> str:
     return f"{path}.{key}" if path else key
 
 
+def job_schema(release: str | None) -> dict[str, Spec]:
+    """The Job's fields in Volcano ``release`` (None: the core fields every release accepts)."""
+    job_extra, task_extra = volcanotopology.release_fields(release)
+    spec = {**JOB_SPEC, **job_extra, "tasks": ("list", {**TASK_SPEC, **task_extra})}
+    return {**JOB, "spec!": spec}
+
+
 def schema_findings(job: Any) -> list[Finding]:
-    """Every field of ``job`` that the v1alpha1 Job does not define, or that has the wrong JSON type."""
-    out: list[Finding] = []
-    _walk(job, JOB, "", out)
+    """Every field of ``job`` that the v1alpha1 Job of its Volcano release (the core fields when it names none) does
+    not define, or that has the wrong JSON type or a value its CRD refuses."""
+    release, out = volcanotopology.job_release(job)
+    _walk(job, job_schema(release), "", out, release)
     if isinstance(job, dict):
         if job.get("apiVersion") not in (None, API_VERSION):
             out.append(Finding(FILE, "apiVersion", f"{job.get('apiVersion')!r} is not {API_VERSION}"))
@@ -143,7 +156,13 @@ def schema_findings(job: Any) -> list[Finding]:
     return out
 
 
-def _walk(value: Any, spec: Spec, path: str, out: list[Finding]) -> None:
+def _walk(value: Any, spec: Spec, path: str, out: list[Finding], release: str | None = None) -> None:
+    if isinstance(spec, Constrained):
+        _walk(value, spec.kind, path, out)
+        wrong = spec.problem(value) if _SCALARS[spec.kind](value) else None
+        if wrong is not None:
+            out.append(Finding(FILE, path, wrong[:200]))
+        return
     if isinstance(spec, str):
         if not _SCALARS[spec](value):
             out.append(
@@ -159,7 +178,7 @@ def _walk(value: Any, spec: Spec, path: str, out: list[Finding]) -> None:
                 out.append(Finding(FILE, path, f"must be a list, got {_kind(value)}"))
                 return
             for i, element in enumerate(value):
-                _walk(element, item, f"{path}[{i}]", out)
+                _walk(element, item, f"{path}[{i}]", out, release)
         else:
             if not isinstance(value, dict):
                 out.append(Finding(FILE, path, f"must be a map, got {_kind(value)}"))
@@ -167,7 +186,7 @@ def _walk(value: Any, spec: Spec, path: str, out: list[Finding]) -> None:
             for key, element in value.items():
                 if not isinstance(key, str):
                     out.append(Finding(FILE, path, f"map key {key!r} must be a string"))
-                _walk(element, item, f"{path}.{key}", out)
+                _walk(element, item, f"{path}.{key}", out, release)
         return
     if not isinstance(value, dict):
         out.append(Finding(FILE, path or "<document>", f"must be an object, got {_kind(value)}"))
@@ -178,14 +197,19 @@ def _walk(value: Any, spec: Spec, path: str, out: list[Finding]) -> None:
             out.append(Finding(FILE, _join(path, name[:-1]), "required field is missing"))
     for key, element in value.items():
         if key in fields:
-            _walk(element, fields[key], _join(path, key), out)
+            _walk(element, fields[key], _join(path, key), out, release)
         elif key == "status" and path == "":
             continue  # written by the controller; harmless in a manifest
         else:
             close = _close(key, fields)
             hint = f"did you mean {close!r}?" if close else ""
-            if key in NEWER_FIELDS:
-                hint = "a newer Volcano field that older clusters reject: the bundle emits only the core fields"
+            if key in NEWER_FIELDS and release is None:
+                hint = (
+                    "a newer Volcano field that older clusters reject: name the cluster's release "
+                    "(cluster.placement.network_topology.volcano) or leave it out"
+                )
+            elif key in NEWER_FIELDS or key == "highestTierName":
+                hint = f"not in Volcano {release}'s Job CRD"
             out.append(
                 Finding(
                     FILE,
@@ -235,6 +259,7 @@ def webhook_findings(job: Any) -> list[Finding]:
             Finding(FILE, "spec.minAvailable", f"{job_min} is greater than the total replicas of all tasks ({total})")
         )
     out += policy_findings(spec.get("policies"), "spec.policies")
+    out += volcanotopology.webhook_findings(job)
     out += _plugin_findings(spec.get("plugins"), seen) + _volume_findings(spec.get("volumes"))
     if any(isinstance(t, dict) and t.get("dependsOn") for t in tasks) and not _is_dag(tasks):
         out.append(Finding(FILE, "spec.tasks", "dependsOn between tasks does not form a directed acyclic graph"))
