@@ -119,13 +119,21 @@ def test_a_non_ascii_signature_is_refused_not_a_type_error(tmp_path: Path) -> No
         choose(tmp_path)
 
 
-@pytest.mark.parametrize("name", ["checkpoint-²", "checkpoint-٣", "checkpoint-" + "9" * 40, "checkpoint-"])
-def test_a_name_that_is_not_ascii_digits_is_no_checkpoint(tmp_path: Path, name: str) -> None:
+@pytest.mark.parametrize("name", ["checkpoint-²", "checkpoint-٣", "checkpoint-" + "9" * 40])
+def test_a_name_that_only_looks_like_a_step_is_refused_not_a_crash(tmp_path: Path, name: str) -> None:
     checkpoint(tmp_path, 4)
     (tmp_path / name).mkdir()
     assert contract.checkpoint_step(tmp_path / name) is None
+    assert [step for step, _, _ in contract.checkpoints(tmp_path)] == [4]  # the dry run's judge: no crash either
+    with pytest.raises(trust.Untrusted, match="looks like a checkpoint but its step is not 18 ASCII digits"):
+        choose(tmp_path)
+
+
+def test_other_names_are_not_checkpoints(tmp_path: Path) -> None:
+    checkpoint(tmp_path, 4)
+    for name in ("checkpoint-", "checkpoint-best", "tmp-checkpoint-9"):
+        (tmp_path / name).mkdir()
     assert choose(tmp_path).step == 4
-    assert [step for step, _, _ in contract.checkpoints(tmp_path)] == [4]
 
 
 def test_a_lower_step_after_a_higher_one_resumed_is_a_rollback(tmp_path: Path) -> None:

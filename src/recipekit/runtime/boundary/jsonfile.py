@@ -88,7 +88,11 @@ def read(path: Path, max_bytes: int = MAX_BYTES, max_depth: int = MAX_DEPTH) -> 
     with os.fdopen(fd, "rb") as handle:
         if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
             raise OSError(f"{path} is not a regular file")
-        data = handle.read(max_bytes + 1)
+        parts, total = [], 0  # a MiB at a time: memory follows the file, not the bound
+        while total <= max_bytes and (block := handle.read(min(1 << 20, max_bytes + 1 - total))):
+            parts.append(block)
+            total += len(block)
+        data = b"".join(parts)
     if len(data) > max_bytes:
         raise UntrustedJSON(str(path), f"larger than {max_bytes} bytes, the most recipekit reads of a JSON file")
     return loads(data, str(path), max_depth)

@@ -36,16 +36,22 @@ RECORD_EXCLUDED = frozenset({contract.RUN_FILE})
 
 def candidates(output_dir: Path) -> list[tuple[int, Path]]:
     """(step, path) of every entry named ``checkpoint-N`` (N in ASCII digits), newest first; links included, so
-    that they are refused rather than passed over."""
+    that they are refused rather than passed over. A name that only looks like one (digits of another script, a
+    superscript, more digits than a step has) is :class:`trust.Untrusted`: no run writes it, someone planted it."""
     try:
         names = os.listdir(output_dir)
     except OSError:
         return []
     found = []
-    for name in names:
+    for name in sorted(names):
         step = contract.checkpoint_step(Path(name))
         if step is not None:
             found.append((step, Path(output_dir) / name))
+        elif name.startswith(contract.CHECKPOINT_PREFIX) and name[len(contract.CHECKPOINT_PREFIX) :].isdigit():
+            raise trust.Untrusted(
+                f"{ascii(name)[1:-1]} looks like a checkpoint but its step is not {contract.MAX_STEP_DIGITS} ASCII "
+                "digits or fewer: no run wrote it; remove it"
+            )
     return sorted(found, reverse=True)
 
 
