@@ -9,11 +9,13 @@ case's directory, wall time and peak RSS under the bounds of tests/unit/project/
 from __future__ import annotations
 
 import dataclasses
+import json
 import tracemalloc
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from recipekit.base import limits
 from recipekit.base.errors import RecipeError
@@ -127,3 +129,54 @@ def test_the_pods_data_limits_are_parsed_as_strictly(value: str, monkeypatch) ->
         record_limit()
     monkeypatch.setenv("RECIPEKIT_LIMIT_RECORD_MIB", "128")
     assert record_limit() == 128 << 20
+
+
+# ---------------------------------------------------------------------------------------------------- rescale
+def _bundle(case: Path) -> Path:
+    from recipekit.bundle.build import build
+
+    return build(["recipe=tiny_sft"], case / "b", force=True).path
+
+
+def _edited_plan(**values: Any):
+    def setup(case: Path) -> list[str]:
+        bundle = _bundle(case)
+        doc = yaml.safe_load((bundle / "recipe.yaml").read_text())
+        doc["plan"].update(values)
+        (bundle / "recipe.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+        return ["rescale", str(bundle), "--nodes", "1", "-o", "{case}/out"]
+
+    return setup
+
+
+def _manifest(content: bytes):
+    def setup(case: Path) -> list[str]:
+        bundle = _bundle(case)
+        (bundle / "manifest.json").write_bytes(content)
+        return ["rescale", str(bundle), "--nodes", "1", "-o", "{case}/out"]
+
+    return setup
+
+
+def _moved_output(case: Path) -> list[str]:
+    bundle = _bundle(case)
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    manifest["overrides"].append("cluster.output_dir=/mnt/shared/elsewhere")
+    (bundle / "manifest.json").write_text(json.dumps(manifest))
+    return ["rescale", str(bundle), "--nodes", "1", "-o", "{case}/out"]
+
+
+RESCALE_SURFACE = [
+    Probe("plan.nodes 10**12", _edited_plan(nodes=10**12), "plan.nodes: 1000000000000: expected a whole number"),
+    Probe("plan.tensor_parallel '8'", _edited_plan(tensor_parallel="8"), "plan.tensor_parallel: '8': expected"),
+    Probe("plan.micro_batch_size true", _edited_plan(micro_batch_size=True), "plan.micro_batch_size: True"),
+    Probe("plan.zero_stage 'fast'", _edited_plan(zero_stage="fast"), "plan.zero_stage: 'fast': expected 0 to 3"),
+    Probe("manifest.json nested 100,000 deep", _manifest(b"[" * 100_000), "JSON nested more than 64 levels deep"),
+    Probe("manifest.json not UTF-8", _manifest(b'{"overrides": ["\xff"]}'), "not UTF-8"),
+    Probe("manifest overrides move cluster.output_dir", _moved_output, "the rebuild's recipe.cluster.output_dir is"),
+]
+
+
+@surface(RESCALE_SURFACE)
+def test_rescale_surface(probe: Probe, tmp_path: Path) -> None:
+    check(probe, tmp_path)
