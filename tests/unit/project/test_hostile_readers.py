@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import tracemalloc
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ class Probe:
     expect: str
     env: tuple[tuple[str, str], ...] = ()
     code: int = 2
+    max_lines: int = 4  # a header and a line or two (a report that succeeds with a warning says more)
 
 
 def check(probe: Probe, tmp_path: Path) -> None:
@@ -47,7 +49,7 @@ def check(probe: Probe, tmp_path: Path) -> None:
     assert result.code == probe.code, where
     assert "Traceback" not in output, where
     assert any(probe.expect in line for line in said), where
-    assert len(said) <= 4 and all(len(line) < 2000 for line in said), where  # a header and a line or two
+    assert len(said) <= probe.max_lines and all(len(line) < 2000 for line in said), where
     assert snapshot(case) == before, f"{probe.id}: something was written in the case directory"
     assert result.wall_s < MAX_WALL_S and result.rss_mib < MAX_RSS_MIB, where
 
@@ -179,4 +181,182 @@ RESCALE_SURFACE = [
 
 @surface(RESCALE_SURFACE)
 def test_rescale_surface(probe: Probe, tmp_path: Path) -> None:
+    check(probe, tmp_path)
+
+
+# ------------------------------------------------------------------------------------ report, compare, history
+def _run(case: Path, files: dict[str, str | bytes] | None = None) -> Path:
+    """A run's output directory (runfixtures' metrics.jsonl) with ``files`` written or replaced in it."""
+    from tests.unit.runfixtures import PLAN, losses, write_run
+
+    run = write_run(case / "run", losses())
+    (case / "plan.json").write_text(json.dumps(PLAN))
+    for name, content in (files or {}).items():
+        (run / name).write_bytes(content.encode() if isinstance(content, str) else content)
+    return run
+
+
+def _report(files: dict[str, str | bytes] | None = None, *, plan: bytes | None = None):
+    def setup(case: Path) -> list[str]:
+        _run(case, files)
+        if plan is not None:
+            (case / "plan.json").write_bytes(plan)
+        return ["report", "{case}/run", "--plan", "{case}/plan.json", "-o", str(case.parent / "report-out")]
+
+    return setup
+
+
+def _special(name: str, make: Any, *command: str):
+    def setup(case: Path) -> list[str]:
+        _run(case)
+        make(case / name)
+        return [c.replace("{out}", str(case.parent / "report-out")) for c in command]
+
+    return setup
+
+
+def _fifo(path: Path) -> None:
+    path.unlink(missing_ok=True)
+    os.mkfifo(path)
+
+
+def _to(target: str):
+    def make(path: Path) -> None:
+        path.unlink(missing_ok=True)
+        path.symlink_to(target)
+
+    return make
+
+
+def _link_out(path: Path) -> None:
+    secret = path.parent.parent / "secret.json"
+    secret.write_text('{"ok": true}')
+    _to(str(secret))(path)
+
+
+def _metrics_lines(lines: list[str]):
+    def setup(case: Path) -> list[str]:
+        run = _run(case)
+        with (run / "metrics.jsonl").open("a") as handle:
+            handle.writelines(line + "\n" for line in lines)
+        return ["report", "{case}/run", "-o", str(case.parent / "report-out")]
+
+    return setup
+
+
+def _many_lines(case: Path) -> list[str]:
+    run = _run(case)
+    with (run / "metrics.jsonl").open("a") as handle:
+        handle.write('{"step": 1}\n' * 1_100_000)
+    return ["report", "{case}/run", "-o", str(case.parent / "report-out")]
+
+
+DEEP = b"[" * 100_000 + b"]" * 100_000
+REPORT_OUT = ["-o", "{out}"]
+REPORT_SURFACE = [
+    Probe("cluster-check.json a FIFO", _special("run/cluster-check.json", _fifo, "report", "{case}/run", *REPORT_OUT),
+          "cluster-check.json: cannot be read"),
+    Probe("cluster-check.json a link to /dev/zero",
+          _special("run/cluster-check.json", _to("/dev/zero"), "report", "{case}/run", *REPORT_OUT),
+          "is not a regular file"),
+    Probe("cluster-check.json a link out of the run",
+          _special("run/cluster-check.json", _link_out, "report", "{case}/run", *REPORT_OUT), "leads out of"),
+    Probe("cluster-check.json nested 100,000 deep", _report({"cluster-check.json": DEEP}),
+          "nested more than 64 levels"),
+    Probe("cluster-check.json ok: 'yes'", _report({"cluster-check.json": '{"ok": "yes"}'}),
+          "ok is 'yes': expected true or false"),
+    Probe("recipekit-run.json a FIFO", _special("run/recipekit-run.json", _fifo, "report", "{case}/run", *REPORT_OUT),
+          "recipekit-run.json: cannot be read"),
+    Probe("--plan a FIFO", _special("plan.json", _fifo, "report", "{case}/run", "--plan", "{case}/plan.json",
+                                    *REPORT_OUT), "plan.json: cannot be read"),
+    Probe("--plan world_size '2'", _report(plan=b'{"layout": {"world_size": "2"}}'),
+          "layout.world_size is '2': expected a whole number"),
+    Probe("--plan step_s 1e400 (inf)", _report(plan=b'{"time": {"step_s": 1e400}}'),
+          "time.step_s is inf: expected a finite number"),
+    Probe("--plan nested 100,000 deep", _report(plan=DEEP), "nested more than 64 levels"),
+    Probe("metrics.jsonl: a step of 10**400, NaN, a string", _metrics_lines(
+        ['{"step": 1' + "0" * 400 + ', "loss": 1.0}', '{"step": 9, "loss": NaN}', '{"step": "9", "loss": 1.0}',
+         '{"event": "start", "tensor_parallel": "8"}', "[" * 100_000]),
+          "4 line(s) skipped", code=0, max_lines=60),
+    Probe("metrics.jsonl of 1.1 million lines", _many_lines, "only the first 1,000,000 lines", code=0, max_lines=60),
+]  # fmt: skip
+
+
+@surface(REPORT_SURFACE)
+def test_report_surface(probe: Probe, tmp_path: Path) -> None:
+    check(probe, tmp_path)
+
+
+def _baseline(content: bytes):
+    def setup(case: Path) -> list[str]:
+        _run(case)
+        (case / "base.json").write_bytes(content)
+        return ["compare", "{case}/run", "--baseline", "{case}/base.json"]
+
+    return setup
+
+
+BASE = '{"format": "recipekit-baseline/1", "records": [], '
+COMPARE_SURFACE = [
+    Probe("--baseline nested 100,000 deep", _baseline(DEEP), "nested more than 64 levels"),
+    Probe("--baseline a FIFO", _special("base.json", _fifo, "compare", "{case}/run", "--baseline", "{case}/base.json"),
+          "no such run directory, bundle or baseline file"),
+    Probe("--baseline plan step_s 'fast'", _baseline((BASE + '"plan": {"time": {"step_s": "fast"}}}').encode()),
+          "plan.time.step_s is 'fast': expected a finite number"),
+    Probe("--baseline records not a list", _baseline(b'{"format": "recipekit-baseline/1", "records": "x"}'),
+          "records is 'x': expected a list"),
+    Probe("a run's cluster-check.json a FIFO",
+          _special("run/cluster-check.json", _fifo, "compare", "{case}/run", "{case}/run"),
+          "cluster-check.json: cannot be read"),
+    Probe("a run's cluster-check.json with algbw 'fast'", _special(
+        "run/cluster-check.json",
+        lambda p: p.write_text('{"ok": true, "checks": [{"check": "allreduce", "results": '
+                               '[{"size_mb": 1, "algbw_gbps": "fast"}]}]}'),
+        "report", "{case}/run", "-o", "{out}"), "report: ", code=0, max_lines=60),
+]  # fmt: skip
+
+
+@surface(COMPARE_SURFACE)
+def test_compare_surface(probe: Probe, tmp_path: Path) -> None:
+    check(probe, tmp_path)
+
+
+def _recovery(content: bytes | None = None, make: Any = None):
+    def setup(case: Path) -> list[str]:
+        run = case / "run"
+        run.mkdir()
+        path = run / "recovery.jsonl"
+        if content is not None:
+            path.write_bytes(content)
+        if make is not None:
+            make(path)
+        return ["runs", "history", "{case}/run"]
+
+    return setup
+
+
+def _records(*records: Any) -> bytes:
+    return "".join(json.dumps(r) + "\n" for r in records).encode()
+
+
+INTERRUPTED = {"step": 7, "time": 1000.0}
+HISTORY_SURFACE = [
+    Probe("recovery.jsonl a FIFO", _recovery(make=_fifo), "recovery.jsonl: cannot be read"),
+    Probe("recovery.jsonl a link to /proc/self/environ", _recovery(make=_to("/proc/self/environ")), "leads out of"),
+    Probe("recovery.jsonl a link to /dev/zero", _recovery(make=_to("/dev/zero")), "not a regular file"),
+    Probe("times that are a string, NaN and 1e20, no launch time", _recovery(_records(
+        {"event": "start", "time": "x", "interrupted": INTERRUPTED},
+        {"event": "start", "time": float("nan"), "interrupted": INTERRUPTED},
+        {"event": "start", "time": 1e20, "interrupted": INTERRUPTED},
+        {"event": "start", "interrupted": {"step": "7", "time": 1000.0}},
+        {"event": "start", "time": 1100.0, "interrupted": INTERRUPTED},
+        {"event": "first_step", "step": 10**400 if False else 8, "time": 1e300},
+    )), "1 recovery(ies)", code=0, max_lines=8),
+    Probe("a line nested 30,000 deep and one of 1 MiB", _recovery(b"[" * 30_000 + b"\n" + b"x" * (1 << 20) + b"\n"),
+          "warning: recovery.jsonl: line 1: JSON nested more than 64 levels deep", code=0),
+]  # fmt: skip
+
+
+@surface(HISTORY_SURFACE)
+def test_history_surface(probe: Probe, tmp_path: Path) -> None:
     check(probe, tmp_path)
