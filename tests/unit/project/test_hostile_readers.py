@@ -360,3 +360,41 @@ HISTORY_SURFACE = [
 @surface(HISTORY_SURFACE)
 def test_history_surface(probe: Probe, tmp_path: Path) -> None:
     check(probe, tmp_path)
+
+
+# ------------------------------------------------------------------------------------------------ model import
+QWEN = {"model_type": "qwen3", "hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2}
+
+
+def _config(content: bytes | None = None, make: Any = None):
+    def setup(case: Path) -> list[str]:
+        path = case / "model" / "config.json"
+        path.parent.mkdir()
+        if content is not None:
+            path.write_bytes(content)
+        if make is not None:
+            make(path)
+        return ["model", "import", "{case}/model/config.json", "-o", str(case.parent / "o.yaml")]
+
+    return setup
+
+
+def _qwen(**values: Any) -> bytes:
+    return json.dumps({**QWEN, **values}).encode()
+
+
+MODEL_SURFACE = [
+    Probe("config.json of 5 MiB", _config(_qwen(padding="x" * (5 << 20))), "larger than 4194304 bytes"),
+    Probe("config.json nested 100,000 deep", _config(DEEP), "nested more than 64 levels deep"),
+    Probe("config.json not UTF-8", _config(b'{"model_type": "qwen\xff"}'), "not UTF-8"),
+    Probe("config.json a link to /dev/zero", _config(make=_to("/dev/zero")), "no such file"),
+    Probe("10**9 layers", _config(_qwen(num_hidden_layers=10**9)), "num_hidden_layers is 1000000000: expected"),
+    Probe("a vocabulary of 10**12", _config(_qwen(vocab_size=10**12)), "vocab_size is 1000000000000: expected"),
+    Probe("hidden_size '64'", _config(_qwen(hidden_size="64")), "hidden_size is '64': expected a whole number"),
+    Probe("num_local_experts true", _config(_qwen(num_local_experts=True)), "num_local_experts is True"),
+]
+
+
+@surface(MODEL_SURFACE)
+def test_model_import_surface(probe: Probe, tmp_path: Path) -> None:
+    check(probe, tmp_path)
