@@ -398,3 +398,44 @@ MODEL_SURFACE = [
 @surface(MODEL_SURFACE)
 def test_model_import_surface(probe: Probe, tmp_path: Path) -> None:
     check(probe, tmp_path)
+
+
+# --------------------------------------------------------------------------------------- older findings (item 5)
+def _two_bundles(plant: Any):
+    def setup(case: Path) -> list[str]:
+        from recipekit.bundle.build import build
+
+        a = build(["recipe=tiny_sft"], case / "a", force=True).path
+        b = build(["recipe=tiny_sft"], case / "b", force=True).path
+        plant(b)
+        return ["diff", str(a), str(b)]
+
+    return setup
+
+
+def _escape_name(bundle: Path) -> None:
+    (bundle / "runtime" / "x\x1b[2J\x1b]0;owned\x07.py").write_text("print('hi')\n")
+
+
+DIFF_SURFACE = [
+    Probe("a FIFO in a bundle", _two_bundles(lambda b: os.mkfifo(b / "notes.txt")), "notes.txt", code=1),
+    Probe("a symlink to /proc in a bundle",
+          _two_bundles(lambda b: (b / "runtime" / "p.py").symlink_to("/proc/1/environ")),
+          "runtime/p.py (a link, FIFO, device or directory", code=1),
+    Probe("a file name with terminal escapes", _two_bundles(_escape_name), "x\\x1b[2J\\x1b]0;owned\\x07.py", code=1,
+          max_lines=12),
+]  # fmt: skip
+
+
+@surface(DIFF_SURFACE)
+def test_diff_surface(probe: Probe, tmp_path: Path) -> None:
+    check(probe, tmp_path)
+
+
+def test_diff_passes_no_control_character_to_the_terminal(tmp_path: Path) -> None:
+    from recipekit.handover.diff import Side, diff
+
+    a = Side("a", {"run.sh": b"echo hi\n"}, {"name": "x"})
+    b = Side("b", {"run.sh": b"echo \x1b[31mred\n", "\x1b]0;t\x07": b""}, {"name": "\x1b[2Jx"})
+    lines = diff(a, b)
+    assert lines and not any(ch in line for line in lines for ch in "\x1b\x07")
