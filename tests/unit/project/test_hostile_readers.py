@@ -47,7 +47,7 @@ def check(probe: Probe, tmp_path: Path) -> None:
     said = [line for line in output.splitlines() if line.strip() and not line.startswith("recipekit: using")]
     where = f"{probe.id}: exit {result.code}, {result.wall_s:.1f} s, {result.rss_mib:.0f} MiB\n{output[-3000:]}"
     assert result.code == probe.code, where
-    assert "Traceback" not in output, where
+    assert "Traceback" not in output and "\x1b" not in output and "\x07" not in output, where  # no raw escapes
     assert any(probe.expect in line for line in said), where
     assert len(said) <= probe.max_lines and all(len(line) < 2000 for line in said), where
     assert snapshot(case) == before, f"{probe.id}: something was written in the case directory"
@@ -439,3 +439,37 @@ def test_diff_passes_no_control_character_to_the_terminal(tmp_path: Path) -> Non
     b = Side("b", {"run.sh": b"echo \x1b[31mred\n", "\x1b]0;t\x07": b""}, {"name": "\x1b[2Jx"})
     lines = diff(a, b)
     assert lines and not any(ch in line for line in lines for ch in "\x1b\x07")
+
+
+def _prepared(name: str):
+    def setup(case: Path) -> list[str]:
+        from recipekit.runtime.volume import manifest
+
+        prepared = case / "prepared" / "fp"
+        (prepared / "shards").mkdir(parents=True)
+        shard = {"name": name, "rows": 1, "tokens": 4, "sha256": {".bin": "0" * 64}}
+        document = {"format": manifest.FORMAT, "version": manifest.VERSION, "token_dtype": "uint16",
+                    "splits": {"train": {"rows": 1, "tokens": 4, "shards": [shard]}}}  # fmt: skip
+        (prepared / "manifest.json").write_text(json.dumps(document))
+        (case / "outside.bin").write_bytes(b"\0" * 8)
+        return ["data", "verify", "--prepared", str(prepared)]
+
+    return setup
+
+
+def _fifo_shard(case: Path) -> list[str]:
+    args = _prepared("train-0")(case)
+    os.mkfifo(case / "prepared" / "fp" / "shards" / "train-0.bin")
+    return args
+
+
+VERIFY_SURFACE = [
+    Probe("a shard named ../../outside", _prepared("../../outside"), "is not a plain file name"),
+    Probe("a shard name with terminal escapes", _prepared("x\x1b[2J"), "x1b[2J' is not a plain file name"),
+    Probe("a FIFO as a shard", _fifo_shard, "missing: ", code=1, max_lines=6),
+]
+
+
+@surface(VERIFY_SURFACE)
+def test_data_verify_surface(probe: Probe, tmp_path: Path) -> None:
+    check(probe, tmp_path)
