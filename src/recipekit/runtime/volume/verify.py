@@ -84,9 +84,7 @@ def check(directory: Path, progress: Progress = lambda files, hashed: None, key:
         path = directory / name
         actual = _size(path)
         if actual is None:
-            problems.append(
-                {"file": name, "problem": "missing", "message": "listed in the manifest, not there as a regular file"}
-            )
+            problems.append({"file": name, "problem": "missing", "message": "listed in the manifest, not there"})
         elif actual != size:
             problems.append({"file": name, "problem": "size", "message": f"{actual} bytes, the manifest says {size}"})
         elif sha256_of(path) != digest:
