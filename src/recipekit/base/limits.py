@@ -91,10 +91,11 @@ def read_regular(path: Path, limit: Limit, what: str | None = None) -> bytes:
         fd = os.open(path, flags)
     except OSError as exc:
         raise RecipeError([Problem(where, f"cannot be read ({exc.strerror or exc})")]) from None
+    info = os.fstat(fd)  # before fdopen, which refuses a directory with an OSError naming the descriptor
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        raise RecipeError([Problem(where, "is not a regular file (a device, FIFO or directory)")])
     with os.fdopen(fd, "rb") as handle:
-        info = os.fstat(handle.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            raise RecipeError([Problem(where, "is not a regular file (a device, FIFO or directory)")])
         if info.st_size > limit.bytes:
             raise limit.refuse(where, f"{info.st_size:,} bytes")
         data = read_at_most(handle, limit.bytes)

@@ -473,3 +473,13 @@ VERIFY_SURFACE = [
 @surface(VERIFY_SURFACE)
 def test_data_verify_surface(probe: Probe, tmp_path: Path) -> None:
     check(probe, tmp_path)
+
+
+def _directory_as_package(case: Path) -> list[str]:
+    (case / "pkg.tar.gz").mkdir()
+    return ["verify", "{case}/pkg.tar.gz"]
+
+
+@surface([Probe("verify of a directory given as a package", _directory_as_package, "is not a regular file")])
+def test_verify_surface(probe: Probe, tmp_path: Path) -> None:
+    check(probe, tmp_path)

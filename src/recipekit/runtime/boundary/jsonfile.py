@@ -87,10 +87,11 @@ def open_regular(path: Path, within: Path | None = None) -> BinaryIO:
     too), and, given ``within``, lying inside that directory once every link is followed (a link out of a run's
     directory to ``/proc`` or another user's file is refused). ``OSError`` naming the path otherwise."""
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    if not stat.S_ISREG(os.fstat(fd).st_mode):  # before fdopen, which refuses a directory naming only the descriptor
+        os.close(fd)
+        raise OSError(f"{path} is not a regular file")
     handle = os.fdopen(fd, "rb")
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(f"{path} is not a regular file")
         if within is not None:
             opened = Path(os.path.realpath(f"/proc/self/fd/{fd}" if os.path.isdir("/proc/self/fd") else path))
             if not opened.is_relative_to(Path(os.path.realpath(within))):
