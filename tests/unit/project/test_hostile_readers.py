@@ -483,3 +483,20 @@ def _directory_as_package(case: Path) -> list[str]:
 @surface([Probe("verify of a directory given as a package", _directory_as_package, "is not a regular file")])
 def test_verify_surface(probe: Probe, tmp_path: Path) -> None:
     check(probe, tmp_path)
+
+
+def _pack_alias_bomb(case: Path) -> list[str]:
+    from tests.unit.project.test_hostile_input import ALIAS_BOMB
+
+    team = case / "team"
+    write_tree(team, {"recipe/mine.yaml": "# @package _global_\ndefaults:\n  - tiny_sft\n  - _self_\n"})
+    from recipekit.bundle.build import build
+
+    bundle = build(["recipe=mine"], case / "b", extra_dirs=[team], force=True).path
+    (team / "recipe" / "mine.yaml").write_text(ALIAS_BOMB.replace("name: bomb", "name: mine"))
+    return ["pack", str(bundle), "-o", str(case.parent / "packed")]
+
+
+@surface([Probe("pack of a bundle whose team layer became an alias bomb", _pack_alias_bomb, "alias bomb")])
+def test_pack_surface(probe: Probe, tmp_path: Path) -> None:
+    check(probe, tmp_path)
