@@ -312,28 +312,11 @@ def limit_bytes(name: str, default_mib: int) -> int:
     """A size limit in bytes: ``RECIPEKIT_LIMIT_<NAME>`` (MiB, plain ASCII digits from 1 to :data:`LIMIT_MAX_MIB`)
     when set, else the default; any other value is a DataError naming the variable, not a silent default."""
     variable = f"RECIPEKIT_LIMIT_{name.upper()}"
-    text = os.environ.get(variable, "")
-    if not text:
-        return default_mib << 20
+    text = os.environ.get(variable, "") or str(default_mib)
     if len(text) <= 12 and text.isascii() and text.isdigit() and 1 <= int(text) <= LIMIT_MAX_MIB:
         return int(text) << 20
-    shown = ascii(text[:40]) + ("..." if len(text) > 40 else "")
-    raise DataError(
-        variable,
-        f"{shown} is not a whole number from 1 to {LIMIT_MAX_MIB} (MiB, ASCII digits); unset it for the default "
-        f"of {default_mib} MiB",
-    )
-
-
-def read_at_most(handle: Any, most: int) -> bytes:
-    """At most ``most + 1`` bytes of ``handle``, a MiB at a time: memory follows what the stream holds, never the
-    limit (``read(limit + 1)`` claims the whole limit before reading a byte)."""
-    parts: list[bytes] = []
-    total = 0
-    while total <= most and (block := handle.read(min(1 << 20, most + 1 - total))):
-        parts.append(block)
-        total += len(block)
-    return b"".join(parts)
+    why = f"{ascii(text[:40])} is not a whole number from 1 to {LIMIT_MAX_MIB} (MiB, ASCII digits)"
+    raise DataError(variable, f"{why}; unset it for the default of {default_mib} MiB")
 
 
 def record_limit() -> int:
@@ -478,12 +461,12 @@ def _json_array(file: InputFile) -> Iterator[Item]:
     if file.compression:
         try:
             with file.open_decompressed() as handle:
-                raw = read_at_most(handle, limit)
+                raw = jsonfile.read_at_most(handle, limit)
         except _DAMAGED as exc:
             raise _damaged(file.path, file.compression, exc) from None
     else:
         with file.path.open("rb") as handle:
-            raw = read_at_most(handle, limit)
+            raw = jsonfile.read_at_most(handle, limit)
     path = str(file.path)
     if len(raw) > limit:
         raise DataError(
