@@ -34,6 +34,7 @@ class Probe:
     env: tuple[tuple[str, str], ...] = ()
     code: int = 2
     max_lines: int = 4  # a header and a line or two (a report that succeeds with a warning says more)
+    slow: bool = False  # writes and reads a large file: half a minute or more
 
 
 def check(probe: Probe, tmp_path: Path) -> None:
@@ -55,7 +56,8 @@ def check(probe: Probe, tmp_path: Path) -> None:
 
 
 def surface(probes: list[Probe]) -> Any:
-    return pytest.mark.parametrize("probe", [pytest.param(p, id=p.id) for p in probes])
+    params = [pytest.param(p, id=p.id, marks=[pytest.mark.slow] if p.slow else []) for p in probes]
+    return pytest.mark.parametrize("probe", params)
 
 
 # ----------------------------------------------------------------------------------------------------- limits
@@ -278,7 +280,8 @@ REPORT_SURFACE = [
         ['{"step": 1' + "0" * 400 + ', "loss": 1.0}', '{"step": 9, "loss": NaN}', '{"step": "9", "loss": 1.0}',
          '{"event": "start", "tensor_parallel": "8"}', "[" * 100_000]),
           "4 line(s) skipped", code=0, max_lines=60),
-    Probe("metrics.jsonl of 1.1 million lines", _many_lines, "only the first 1,000,000 lines", code=0, max_lines=60),
+    Probe("metrics.jsonl of 1.1 million lines", _many_lines, "only the first 1,000,000 lines", code=0, max_lines=60,
+          slow=True),
 ]  # fmt: skip
 
 
