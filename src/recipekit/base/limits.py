@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from recipekit.base.errors import Problem, RecipeError
+from recipekit.runtime.boundary import jsonfile
 
 #: The longest value a limit variable may have: twelve digits are more than any limit's maximum.
 MAX_DIGITS = 12
@@ -104,17 +105,8 @@ def read_regular(path: Path, limit: Limit, what: str | None = None) -> bytes:
     return data
 
 
-CHUNK = 1 << 20
-
-
 def read_at_most(handle: BinaryIO, most: int) -> bytes | None:
-    """Every byte of ``handle``, or None once there are more than ``most``: read a MiB at a time, so memory follows
-    what the file holds, never the limit (``read(limit + 1)`` claims the whole limit before reading a byte)."""
-    parts: list[bytes] = []
-    total = 0
-    while block := handle.read(min(CHUNK, most + 1 - total)):
-        parts.append(block)
-        total += len(block)
-        if total > most:
-            return None
-    return b"".join(parts)
+    """Every byte of ``handle``, or None once there are more than ``most`` (jsonfile.read_at_most: a MiB at a time,
+    so memory follows what the file holds, never the limit)."""
+    data = jsonfile.read_at_most(handle, most)
+    return None if len(data) > most else data

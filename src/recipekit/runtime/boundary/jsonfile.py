@@ -12,6 +12,7 @@ at most :data:`MAX_BYTES` for a file, at most :data:`MAX_DEPTH` levels deep, and
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import stat
@@ -103,13 +104,13 @@ def open_regular(path: Path, within: Path | None = None) -> BinaryIO:
 
 
 def read_at_most(handle: BinaryIO, most: int) -> bytes:
-    """At most ``most + 1`` bytes of ``handle``, a MiB at a time: memory follows the file, not the bound."""
-    parts: list[bytes] = []
-    total = 0
-    while total <= most and (block := handle.read(min(1 << 20, most + 1 - total))):
-        parts.append(block)
-        total += len(block)
-    return b"".join(parts)
+    """At most ``most + 1`` bytes of ``handle``, a MiB at a time: memory follows the file, not the bound
+    (``read(most + 1)`` claims the whole bound before a byte is read), and grows in one buffer (a list of chunks
+    joined at the end would hold the file twice)."""
+    buffer = io.BytesIO()
+    while buffer.tell() <= most and (block := handle.read(min(1 << 20, most + 1 - buffer.tell()))):
+        buffer.write(block)
+    return buffer.getvalue()
 
 
 def read(path: Path, max_bytes: int = MAX_BYTES, max_depth: int = MAX_DEPTH, within: Path | None = None) -> Any:
