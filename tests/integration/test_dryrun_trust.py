@@ -5,8 +5,10 @@ Two simulated pods of the tiny_sft bundle (DeepSpeed ZeRO-2, whose checkpoint en
 write to the volume but not read the run key (the Secret, here a file of the work copy) would, a newer checkpoint is
 planted: the run's own files with every partition replaced by a pickle that creates a marker file when unpickled, and
 a record re-signed with a guessed key. The restart must refuse it (exit 2, one line) without creating the marker;
-so must the next one after the record is removed. With the planted checkpoint gone, the restart resumes from the
-run's own checkpoint-4 and finishes. Slow: three short attempts and one refused pair of pods.
+so must the next one after the record is removed, and the next after the run's own checkpoint-4 is copied whole to
+checkpoint-9 (a replay: every byte signed, but the signed record says step 4). With the planted checkpoint gone,
+the restart resumes from the run's own checkpoint-4 and finishes. Slow: three short attempts and three refused
+pairs of pods.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ pytestmark = pytest.mark.slow
 if any(importlib.util.find_spec(m) is None for m in ("torch", "transformers", "deepspeed")):
     pytest.skip("the training stack is not installed", allow_module_level=True)
 
-TIMEOUT_S = 600
+TIMEOUT_S = 1200  # five attempts (three refused) on a shared, busy machine
 
 
 class Payload:
@@ -105,8 +107,16 @@ def test_a_planted_checkpoint_is_refused_and_the_runs_own_resumes(tmp_path: Path
         assert not marker.exists()
 
         shutil.rmtree(planted)
-        resumed = run.attempt(kill_at=None)
+        shutil.copytree(own, planted)  # a genuine older checkpoint under a newer name: every byte still signed
+        replayed = run.attempt(kill_at=None)
         logs = pod_lines(run, 3)
+        assert replayed.outcome == "failed", logs[-3000:]
+        assert "checkpoint-9: its signed record says step 4, its name says step 9" in logs
+        assert "/runtime/" not in traceback_frames(logs) and not marker.exists()
+
+        shutil.rmtree(planted)
+        resumed = run.attempt(kill_at=None)
+        logs = pod_lines(run, 4)
         assert resumed.outcome == "completed", logs[-3000:]
         assert "checkpoint-4: signed record and file digests verified" in logs
         start = resumed.last(metricslog.EVENT_START)

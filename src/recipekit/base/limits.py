@@ -13,18 +13,25 @@ import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from recipekit.base.errors import Problem, RecipeError
+from recipekit.runtime.boundary import jsonfile
+
+#: The longest value a limit variable may have: twelve digits are more than any limit's maximum.
+MAX_DIGITS = 12
 
 
 @dataclass(frozen=True)
 class Limit:
-    """One bound: its name (the variable is ``RECIPEKIT_LIMIT_<NAME>``), default and unit."""
+    """One bound: its name (the variable is ``RECIPEKIT_LIMIT_<NAME>``), default, unit and the largest value the
+    variable may set (``maximum`` units: beyond it a reader would claim more memory than a machine has)."""
 
     name: str
     default: int
     unit: str
     scale: int = 1  # bytes per unit
+    maximum: int = 1 << 20
 
     @property
     def variable(self) -> str:
@@ -32,9 +39,23 @@ class Limit:
 
     @property
     def value(self) -> int:
-        """The limit in units: the variable's value when it is a positive integer, else the default."""
-        text = os.environ.get(self.variable, "")
-        return int(text) if text.isdigit() and int(text) > 0 else self.default
+        """The limit in units: the variable's value, else the default. A value that is not plain ASCII digits
+        from 1 to :attr:`maximum` is an error in one line, not a silent fallback to the default."""
+        text = os.environ.get(self.variable)
+        if text is None or text == "":
+            return self.default
+        if len(text) <= MAX_DIGITS and text.isascii() and text.isdigit() and 1 <= int(text) <= self.maximum:
+            return int(text)
+        shown = ascii(text[:40]) + ("..." if len(text) > 40 else "")
+        raise RecipeError(
+            [
+                Problem(
+                    self.variable,
+                    f"{shown} is not a whole number from 1 to {self.maximum:,} ({self.unit}, ASCII digits); "
+                    f"unset it for the default of {self.default} {self.unit}",
+                )
+            ]
+        )
 
     @property
     def bytes(self) -> int:
@@ -49,17 +70,17 @@ class Limit:
 
 MIB = 1 << 20
 #: A package archive file (compressed) and every file of a bundle directory.
-PACKAGE_FILE = Limit("package_mib", 256, "MiB", MIB)
+PACKAGE_FILE = Limit("package_mib", 256, "MiB", MIB, maximum=16 << 10)
 #: One entry of a package archive, as its tar header states it (sparse entries are refused outright).
-ARCHIVE_MEMBER = Limit("member_mib", 64, "MiB", MIB)
-BUNDLE_FILE = Limit("bundle_file_mib", 64, "MiB", MIB)
+ARCHIVE_MEMBER = Limit("member_mib", 64, "MiB", MIB, maximum=16 << 10)
+BUNDLE_FILE = Limit("bundle_file_mib", 64, "MiB", MIB, maximum=16 << 10)
 #: ``diff``: a file larger than this is listed as changed without a line diff; shown lines are cut at this length.
-DIFF_FILE = Limit("diff_file_mib", 4, "MiB", MIB)
-DIFF_LINE = Limit("diff_line_chars", 300, "characters")
+DIFF_FILE = Limit("diff_file_mib", 4, "MiB", MIB, maximum=4 << 10)
+DIFF_LINE = Limit("diff_line_chars", 300, "characters", maximum=1 << 20)
 #: A TOML file recipekit did not write (a team's ``recipekit.toml``, a few lines): a larger one is refused unparsed.
-TOML_FILE = Limit("toml_kib", 64, "KiB", 1 << 10)
+TOML_FILE = Limit("toml_kib", 64, "KiB", 1 << 10, maximum=64 << 10)
 #: ``build -m``: bundles one matrix build may write.
-MATRIX_BUNDLES = Limit("matrix_bundles", 256, "bundles")
+MATRIX_BUNDLES = Limit("matrix_bundles", 256, "bundles", maximum=100_000)
 
 
 def read_regular(path: Path, limit: Limit, what: str | None = None) -> bytes:
@@ -71,13 +92,21 @@ def read_regular(path: Path, limit: Limit, what: str | None = None) -> bytes:
         fd = os.open(path, flags)
     except OSError as exc:
         raise RecipeError([Problem(where, f"cannot be read ({exc.strerror or exc})")]) from None
+    info = os.fstat(fd)  # before fdopen, which refuses a directory with an OSError naming the descriptor
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        raise RecipeError([Problem(where, "is not a regular file (a device, FIFO or directory)")])
     with os.fdopen(fd, "rb") as handle:
-        info = os.fstat(handle.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            raise RecipeError([Problem(where, "is not a regular file (a device, FIFO or directory)")])
         if info.st_size > limit.bytes:
             raise limit.refuse(where, f"{info.st_size:,} bytes")
-        data = handle.read(limit.bytes + 1)
-    if len(data) > limit.bytes:  # grew while being read
+        data = read_at_most(handle, limit.bytes)
+    if data is None:  # grew while being read
         raise limit.refuse(where, f"more than {limit.bytes:,} bytes")
     return data
+
+
+def read_at_most(handle: BinaryIO, most: int) -> bytes | None:
+    """Every byte of ``handle``, or None once there are more than ``most`` (jsonfile.read_at_most: a MiB at a time,
+    so memory follows what the file holds, never the limit)."""
+    data = jsonfile.read_at_most(handle, most)
+    return None if len(data) > most else data

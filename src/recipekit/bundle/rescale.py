@@ -8,7 +8,6 @@ recipe tree changed since the bundle was built, and the rebuild would silently s
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,10 +18,11 @@ import yaml
 from recipekit.base import yamlfile
 from recipekit.base.errors import Problem, RecipeError
 from recipekit.base.limits import BUNDLE_FILE, read_regular
-from recipekit.bundle.build import Built, build_resolved, resolve
+from recipekit.bundle.build import Built, Resolved, build_resolved, resolve
 from recipekit.bundle.files import MANIFEST, RECIPE
-from recipekit.plan.layout import LAYOUT_KEYS, Layout
-from recipekit.plan.rescale import States, rescale_overrides, rescale_problems
+from recipekit.plan.layout import Layout
+from recipekit.plan.rescale import MAX_NODES, States, rescale_overrides, rescale_problems
+from recipekit.runtime.boundary import jsonfile
 
 
 @dataclass(frozen=True)
@@ -35,6 +35,7 @@ class Source:
     layout: Layout
     states: States
     streaming: bool
+    document: dict[str, Any]  # recipe.yaml as read: what the rebuild must keep (moved_places)
 
 
 @dataclass(frozen=True)
@@ -43,10 +44,27 @@ class Rescaled:
     built: Built
 
 
+#: recipe.yaml's plan numbers a rescale reads, with the largest each may be (larger ones are not a plan recipekit
+#: wrote: refused before any arithmetic or search runs on them).
+PLAN_BOUNDS = {
+    "nodes": MAX_NODES,
+    "devices_per_pod": 1 << 10,
+    "tensor_parallel": 1 << 16,
+    "pipeline_parallel": 1 << 16,
+    "micro_batch_size": 1 << 20,
+    "gradient_accumulation_steps": 1 << 20,
+}
+#: What the rebuild must keep as the bundle has it: the run's identity and its place on the volume. A manifest
+#: whose overrides move any of them (say ``cluster.output_dir``) would rebuild a Job that looks for its checkpoints
+#: elsewhere, under the same run id.
+PLAN_PLACE = ("run_id", "job_name", "output_dir", "prepared_dir")
+CLUSTER_PLACE = ("namespace", "pvc_claim", "mount_path", "output_dir", "task_name")
+
+
 def read_source(bundle: Path) -> Source:
-    """The bundle's overrides and plan, or a RecipeError saying which file or key is missing."""
+    """The bundle's overrides and plan, or a RecipeError naming each file, key and what it should be."""
     try:  # bounded, regular files only: the bundle may come from another team or a shared volume
-        manifest = json.loads(read_regular(bundle / MANIFEST, BUNDLE_FILE))
+        manifest = jsonfile.loads(read_regular(bundle / MANIFEST, BUNDLE_FILE), str(bundle / MANIFEST))
         recipe_path = str(bundle / RECIPE)
         document = yamlfile.load(yamlfile.decode(read_regular(bundle / RECIPE, BUNDLE_FILE), recipe_path), recipe_path)
     except (ValueError, yaml.YAMLError) as exc:
@@ -55,29 +73,59 @@ def read_source(bundle: Path) -> Source:
     plan = document.get("plan") if isinstance(document, dict) else None
     recipe = document.get("recipe") if isinstance(document, dict) else None
     overrides = manifest.get("overrides") if isinstance(manifest, dict) else None
-    numbers = {k: (plan or {}).get(k) for k in LAYOUT_KEYS}
-    missing = [f"plan.{k}" for k, v in numbers.items() if not isinstance(v, int)]
-    if not isinstance(plan, dict) or not isinstance(plan.get("run_id"), str) or missing:
-        raise RecipeError([Problem(f"{bundle}/{RECIPE}", f"no plan with run_id and {', '.join(missing) or 'layout'}")])
+    where = f"{bundle}/{RECIPE}"
+    if not isinstance(plan, dict) or not isinstance(plan.get("run_id"), str):
+        raise RecipeError([Problem(where, "no plan with a run_id")])
+    problems = [
+        Problem(f"{where}: plan.{key}", f"{_shown(plan.get(key))}: expected a whole number from 1 to {most:,}")
+        for key, most in PLAN_BOUNDS.items()
+        if not _whole(plan.get(key), 1, most)
+    ]
+    if not _whole(plan.get("zero_stage") or 0, 0, 3):
+        problems.append(Problem(f"{where}: plan.zero_stage", f"{_shown(plan.get('zero_stage'))}: expected 0 to 3"))
     if not isinstance(overrides, list) or not all(isinstance(o, str) for o in overrides):
-        raise RecipeError([Problem(f"{bundle}/{MANIFEST}", "no list of overrides to rebuild from")])
-    given = {k: int(v) for k, v in numbers.items() if isinstance(v, int)}
-    layout = Layout(
-        given["nodes"],
-        given["devices_per_pod"],
-        given["tensor_parallel"],
-        given["pipeline_parallel"],
-        given["micro_batch_size"],
-        given["gradient_accumulation_steps"],
-    )
-    data: Any = (recipe or {}).get("data") or {}
-    par: Any = (recipe or {}).get("parallel") or {}
-    states = States(
-        int(plan.get("zero_stage") or 0),
-        str(par.get("offload_optimizer") or "none"),
-        str(par.get("offload_param") or "none"),
-    )
-    return Source(bundle, overrides, plan["run_id"], layout, states, bool(data.get("streaming")))
+        problems.append(Problem(f"{bundle}/{MANIFEST}", "no list of overrides to rebuild from"))
+    if problems:
+        raise RecipeError(problems)
+    assert isinstance(overrides, list)
+    layout = Layout(**{key: int(plan[key]) for key in PLAN_BOUNDS})
+    data: Any = (recipe or {}).get("data") if isinstance(recipe, dict) else None
+    par: Any = (recipe or {}).get("parallel") if isinstance(recipe, dict) else None
+    data, par = data if isinstance(data, dict) else {}, par if isinstance(par, dict) else {}
+    offload = (str(par.get("offload_optimizer") or "none")[:64], str(par.get("offload_param") or "none")[:64])
+    states = States(int(plan.get("zero_stage") or 0), *offload)
+    return Source(bundle, overrides, plan["run_id"], layout, states, data.get("streaming") is True, document)
+
+
+def _whole(value: Any, least: int, most: int) -> bool:
+    return type(value) is int and least <= value <= most
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def moved_places(source: Source, resolved: Resolved) -> list[Problem]:
+    """Each key of the run's identity or place on the volume that the rebuild would change."""
+    plan: Any = source.document.get("plan") or {}
+    recipe: Any = source.document.get("recipe")
+    cluster: Any = recipe.get("cluster") if isinstance(recipe, dict) else None
+    cluster = cluster if isinstance(cluster, dict) else {}
+    rebuilt_plan, rebuilt_cluster = resolved.plan, resolved.recipe.cluster
+    pairs = [(f"plan.{k}", plan.get(k), getattr(rebuilt_plan, k)) for k in PLAN_PLACE]
+    pairs += [(f"recipe.cluster.{k}", cluster.get(k), getattr(rebuilt_cluster, k)) for k in CLUSTER_PLACE]
+    return [
+        Problem(
+            f"{source.path}/{MANIFEST}: overrides",
+            f"the rebuild's {key} is {_shown(new)}, the bundle's {_shown(old)}: a rescale keeps the run where it is "
+            "(its identity and its place on the volume)",
+            hint="rescale the bundle as it was built; a manifest whose overrides disagree with its recipe.yaml was "
+            "edited after the build",
+        )
+        for key, old, new in pairs
+        if old != new
+    ]
 
 
 def default_output(bundle: Path, nodes: int) -> Path:
@@ -113,5 +161,8 @@ def rescale(
                 )
             ]
         )
+    moved = moved_places(source, resolved)
+    if moved:
+        raise RecipeError(moved)
     built = build_resolved(resolved, output or default_output(bundle, nodes), force=force)
     return Rescaled(source, built)

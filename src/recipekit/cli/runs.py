@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 from pathlib import Path
 
 import click
@@ -33,7 +34,10 @@ def runs_group() -> None:
 def _when(seconds: float | None) -> str:
     if seconds is None:
         return "-"
-    return dt.datetime.fromtimestamp(seconds, tz=dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+    try:
+        return dt.datetime.fromtimestamp(seconds, tz=dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+    except (OverflowError, OSError, ValueError):  # history() bounds times; this is the last guard
+        return "?"
 
 
 def _output_dir(given: Path) -> Path:
@@ -72,9 +76,15 @@ def history_command(output_dir: Path, as_json: bool) -> None:
 
     output_dir = _output_dir(output_dir)
     path = output_dir / recovery.RECOVERY_FILE
-    if not path.is_file():
+    if not os.path.lexists(path):
         fail(f"{path} not found: not a run's output directory, or written by an older bundle")
-    records = recovery.read(output_dir)
+    try:  # bounded, line by line, a regular file inside the directory (the volume is writable by others)
+        lines = recovery.read_lines(output_dir)
+    except OSError as exc:
+        fail(f"{path}: cannot be read ({exc.strerror or exc})")
+    records = [record for _, record in lines.values]
+    for note in ([lines.cut] if lines.cut else []) + [f"line {n}: {why}" for n, why in lines.refused[:3]]:
+        click.echo(f"warning: {path.name}: {note}", err=True)
     found = recovery.history(records)
     figures = recovery.summary(found)
     attempts = attemptends.by_attempt(records, attemptends.read_ends(output_dir))

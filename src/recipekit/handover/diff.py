@@ -16,7 +16,8 @@ from typing import Any
 
 from recipekit.base.errors import Problem, RecipeError
 from recipekit.base.limits import DIFF_FILE, DIFF_LINE
-from recipekit.bundle.files import MANIFEST
+from recipekit.bundle.files import MANIFEST, read_files
+from recipekit.recipe.schema import printable
 
 #: Lines of unified diff shown per changed file; the rest is summarised.
 DIFF_LINES = 24
@@ -27,15 +28,18 @@ class Side:
     label: str
     files: dict[str, bytes]
     recipe: dict[str, Any]
+    #: entries no bundle has (links, FIFOs, devices, other directories): never followed or read, never "identical"
+    strays: tuple[str, ...] = ()
 
 
 def load_side(path: Path) -> Side:
     """A bundle directory or a package archive (whose integrity is checked first: a diff of tampered bytes lies)."""
-    from recipekit.handover.package import bundle_manifest, read_bundle_dir, read_package
+    from recipekit.handover.package import bundle_manifest, read_package
 
     path = Path(path)
+    strays: list[str] = []
     if path.is_dir():
-        files = read_bundle_dir(path)
+        files, strays = read_files(path)  # bundle_manifest below refuses a directory without a manifest
     elif path.is_file():
         _, entries, problems = read_package(path)
         if problems:
@@ -44,16 +48,26 @@ def load_side(path: Path) -> Side:
     else:
         raise RecipeError([Problem(str(path), "no such bundle directory or package")])
     manifest = bundle_manifest(files, str(path))
-    return Side(str(path), files, manifest.get("recipe") or {})
+    return Side(str(path), files, manifest.get("recipe") or {}, tuple(strays))
 
 
 def diff(a: Side, b: Side) -> list[str]:
-    """The report's lines; empty when the two bundles are identical."""
+    """The report's lines, every one printable (a control character of a file name or of a file's text is written
+    as its escape, never sent to the terminal); empty when the two bundles are identical. An entry no bundle has
+    (a link, a FIFO, a device) is listed as not compared: two bundles holding one are never called identical."""
+    return [printable(line) for line in _lines(a, b)]
+
+
+def _lines(a: Side, b: Side) -> list[str]:
     keys = recipe_changes(a.recipe, b.recipe)
     names = sorted(set(a.files) | set(b.files))
     changed = [n for n in names if a.files.get(n) != b.files.get(n)]
-    if not keys and not changed:
+    strays = [f"  {side.label}: {name} (a link, FIFO, device or directory no bundle has)"
+              for side in (a, b) for name in side.strays]  # fmt: skip
+    if not keys and not changed and not strays:
         return []
+    if strays:
+        strays.insert(0, f"not compared ({len(strays)}: never followed or read):")
     lines = [f"recipe keys ({len(keys)} differ):", *(f"  {line}" for line in keys)]
     lines.append(f"files ({len(changed)} differ):")
     for name in changed:
@@ -65,7 +79,7 @@ def diff(a: Side, b: Side) -> list[str]:
             lines.append(f"  changed {name}")
             if name != MANIFEST:
                 lines.extend(f"    {line}" for line in _unified(a, b, name))
-    return lines
+    return [*lines, *strays]
 
 
 def recipe_changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:

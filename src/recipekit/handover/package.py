@@ -87,8 +87,8 @@ def pack(bundle: Path, output_dir: Path | None = None) -> Packed:
 
     from recipekit.recipe.compose import loaded_configs, recipe_dirs
 
+    rebuilt = rebuild(overrides, layers, origin)  # first: its composition scans every layer before Hydra reads one
     sources = loaded_configs(overrides, layers)
-    rebuilt = rebuild(overrides, layers, origin)
     changed = _compare(files, rebuilt, str(bundle))
     if changed:
         hint = "the recipe sources changed since the build: rebuild the bundle, then pack"

@@ -15,14 +15,19 @@ This module says what to change (overrides) and why it cannot be done (problems 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 
 from recipekit.base.errors import Problem
 from recipekit.plan.layout import Layout, derive_layout, recipe_layout
 from recipekit.recipe.overrides import merge
 from recipekit.recipe.sections import Recipe
+from recipekit.recipe.sections.cluster import ClusterSpec
 from recipekit.runtime.boundary import resumechoice
 from recipekit.runtime.volume.reshard import reshard_refusal
+
+#: The most nodes a run may be rescaled to, and the most node counts searched for ones that keep the global batch:
+#: ``cluster.nodes``' own bound in the recipe schema (a plan claiming 10¹² nodes must not start a 2×10¹² search).
+MAX_NODES = int(next(f for f in fields(ClusterSpec) if f.name == "nodes").metadata["bounds"]["le"])
 
 
 def rescale_overrides(overrides: Sequence[str], *, nodes: int, global_batch_size: int) -> list[str]:
@@ -65,8 +70,10 @@ def rescale_problems(layout: Layout, nodes: int, *, streaming: bool, states: Sta
     """Why a run laid out as ``layout`` cannot continue on ``nodes`` nodes at the same global batch: the same
     refusals the runtime makes when it resumes (runtime/volume/reshard.py), said before anything is submitted."""
     problems: list[Problem] = []
-    if nodes < 1:
-        return [Problem("--nodes", f"{nodes}: at least 1")]
+    if not 1 <= nodes <= MAX_NODES:
+        return [Problem("--nodes", f"{nodes}: from 1 to {MAX_NODES}")]
+    if not 1 <= layout.nodes <= MAX_NODES:
+        return [Problem("plan.nodes", f"{layout.nodes}: from 1 to {MAX_NODES}")]
     if layout.tensor_parallel > 1:
         problems.append(
             Problem(
@@ -102,7 +109,8 @@ def rescale_problems(layout: Layout, nodes: int, *, streaming: bool, states: Sta
         )
     _, arithmetic = _layout_at(layout, nodes)
     if arithmetic:
-        kept = ", ".join(str(n) for n in nodes_keeping_batch(layout, limit=max(2 * layout.nodes, nodes, 8)))
+        limit = min(max(2 * layout.nodes, nodes, 8), MAX_NODES)
+        kept = ", ".join(str(n) for n in nodes_keeping_batch(layout, limit=limit))
         for problem in arithmetic:
             problems.append(
                 Problem(
@@ -115,8 +123,9 @@ def rescale_problems(layout: Layout, nodes: int, *, streaming: bool, states: Sta
 
 
 def nodes_keeping_batch(layout: Layout, limit: int) -> list[int]:
-    """Node counts up to ``limit`` at which ``layout``'s global batch divides into whole micro-batches per rank."""
-    return [n for n in range(1, limit + 1) if not _layout_at(layout, n)[1]]
+    """Node counts up to ``limit`` (at most :data:`MAX_NODES`) at which ``layout``'s global batch divides into whole
+    micro-batches per rank."""
+    return [n for n in range(1, min(limit, MAX_NODES) + 1) if not _layout_at(layout, n)[1]]
 
 
 def _layout_at(layout: Layout, nodes: int) -> tuple[Layout, list[Problem]]:

@@ -25,6 +25,7 @@ from typing import Any, cast
 from recipekit.recipe import modelflops, modelkind
 from recipekit.recipe.schema import validate
 from recipekit.recipe.sections import FAMILIES, FlopsSpec, ModelSpec, ParamCountsSpec
+from recipekit.runtime.boundary import jsonfile
 
 CONFIG_NAME = "config.json"
 
@@ -63,18 +64,63 @@ def config_path(given: Path) -> Path:
     return path
 
 
+#: The largest config.json read (a real one is a few KiB; one listing every label of a classifier, some hundred).
+MAX_CONFIG_BYTES = 4 << 20
+#: The config's counts the meta model is built from, and the ModelSpec field each becomes: each is checked against
+#: that field's bounds before transformers builds anything (a 10⁹-layer config must not be built on the meta device).
+COUNT_FIELDS = {
+    "num_hidden_layers": "num_layers",
+    "hidden_size": "hidden_size",
+    "num_attention_heads": "num_attention_heads",
+    "num_key_value_heads": "num_kv_heads",
+    "intermediate_size": "intermediate_size",
+    "vocab_size": "vocab_size",
+    "max_position_embeddings": "max_position_embeddings",
+    "num_experts": "num_experts",
+    "num_local_experts": "num_experts",
+    "num_experts_per_tok": "experts_per_token",
+    "moe_intermediate_size": "moe_intermediate_size",
+    "shared_expert_intermediate_size": "shared_expert_intermediate_size",
+    "head_dim": "num_attention_heads",  # at most as many as the heads' bound: a width per head
+}
+
+
 def read_raw(path: Path) -> dict[str, Any]:
-    """The JSON object in ``path``, refused before transformers sees it when it asks for remote code."""
+    """The JSON object in ``path`` (a regular file within :data:`MAX_CONFIG_BYTES`, nested at most 64 levels, every
+    count a whole number within its ModelSpec field's bounds), refused before transformers sees it when it asks
+    for remote code."""
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ImportProblem(f"{path}: not a readable JSON config ({exc})") from None
+        raw = jsonfile.read(path, MAX_CONFIG_BYTES)
+    except OSError as exc:
+        raise ImportProblem(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    except ValueError as exc:
+        raise ImportProblem(f"{path}: not a readable JSON config ({getattr(exc, 'reason', exc)})") from None
     if not isinstance(raw, dict):
         raise ImportProblem(f"{path}: a config.json holds a JSON object")
+    problems = _count_problems(raw)
+    if problems:
+        raise ImportProblem(f"{path}: {'; '.join(problems)}")
     model_type = raw.get("model_type")
     if not isinstance(model_type, str):
         raise ImportProblem(f"{path}: no model_type: transformers cannot tell which architecture this is")
     return raw
+
+
+def _count_problems(raw: dict[str, Any]) -> list[str]:
+    """Each count of ``raw`` that is not a whole number within its ModelSpec field's bounds."""
+    bounds = {f.name: f.metadata.get("bounds", {}) for f in fields(ModelSpec)}
+    problems = []
+    for key, field_name in COUNT_FIELDS.items():
+        value = raw.get(key)
+        if value is None:
+            continue
+        limit = bounds[field_name]
+        least = 0 if "ge" in limit or key == "head_dim" else 1
+        most = int(limit.get("le", 1 << 31))
+        if type(value) is not int or not least <= value <= most:
+            shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+            problems.append(f"{key} is {shown}: expected a whole number from {least} to {most:,}")
+    return problems
 
 
 def load_config(path: Path) -> Any:

@@ -14,7 +14,6 @@ gives a report with a warning rather than a crash or an exhausted memory.
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,14 +23,17 @@ import yaml
 
 from recipekit.base import yamlfile
 from recipekit.base.errors import Problem, RecipeError
-from recipekit.runtime.boundary import filenames, metricslog
+from recipekit.base.limits import BUNDLE_FILE, read_regular
+from recipekit.runs import runfiles
+from recipekit.runtime.boundary import filenames, jsonfile, metricslog
 
 #: metrics.jsonl is read up to this many bytes (a month-long run logging every step stays far below).
 MAX_METRICS_BYTES = 256 * 1024 * 1024
 #: A metrics line longer than this is skipped (a Trainer log is a few hundred bytes).
 MAX_LINE_BYTES = 64 * 1024
-#: JSON/YAML side files (plan.json, manifest.json, recipe.yaml, cluster-check.json, a baseline) up to this size.
-MAX_FILE_BYTES = 16 * 1024 * 1024
+#: metrics.jsonl lines read (a week of one log per second is 600,000): with the byte bound, what the report holds
+#: stays bounded (ten million short lines would otherwise be ten million dicts: gigabytes from 240 MB).
+MAX_METRICS_LINES = 1_000_000
 #: A baseline file's format marker; another value is refused.
 BASELINE_FORMAT = "recipekit-baseline/1"
 #: The dry run's work directory marker (validate/workcopy.py writes it).
@@ -147,63 +149,43 @@ class RunLog:
 
 
 # ----------------------------------------------------------------------------------------------------- reading
-def _bounded_text(path: Path, limit: int = MAX_FILE_BYTES) -> str:
-    size = path.stat().st_size
-    if size > limit:
-        raise RecipeError([Problem(str(path), f"{size} bytes: larger than the {limit}-byte limit for this file")])
-    return path.read_text(encoding="utf-8", errors="replace")
+def _json_file(path: Path, fields: dict[str, Any] | None = None, within: Path | None = None) -> Any:
+    """A side file, bounded and typed (runfiles.document): None when it is absent, RecipeError when it is hostile."""
+    return runfiles.document(path, fields or {}, within)
 
 
-def _json_file(path: Path) -> Any:
-    try:
-        return json.loads(_bounded_text(path))
-    except (OSError, ValueError):
-        return None
-
-
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value) if math.isfinite(value) else None
-
-
-def _step(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+_number = runfiles.figure
+_step = runfiles.step
 
 
 def read_metrics(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
-    """The JSON object lines of a metrics file (up to the size limits) and warnings about what was skipped."""
+    """The JSON object lines of a metrics file, read line by line up to the bounds, and warnings about what was
+    skipped: a line that is not JSON, too long, too deep, or whose fields have the wrong types."""
     warnings: list[str] = []
-    records: list[dict[str, Any]] = []
-    skipped = long = 0
     try:
-        size = path.stat().st_size
-        with path.open("rb") as handle:
-            data = handle.read(MAX_METRICS_BYTES)
+        found = jsonfile.read_lines(
+            path,
+            max_bytes=MAX_METRICS_BYTES,
+            max_line_bytes=MAX_LINE_BYTES,
+            max_lines=MAX_METRICS_LINES,
+            within=path.parent,
+            keep=_typed_record,
+        )
     except OSError as exc:
-        raise RecipeError([Problem(str(path), exc.strerror or "unreadable")]) from None
-    if size > MAX_METRICS_BYTES:
-        warnings.append(f"{path.name}: only the first {MAX_METRICS_BYTES} of {size} bytes were read")
-    for line in data.split(b"\n"):
-        if not line.strip():
-            continue
-        if len(line) > MAX_LINE_BYTES:
-            long += 1
-            continue
-        try:
-            record = json.loads(line.decode("utf-8", errors="replace"))
-        except ValueError:
-            skipped += 1
-            continue
-        if isinstance(record, dict):
-            records.append(record)
-        else:
-            skipped += 1
-    if skipped:
-        warnings.append(f"{path.name}: {skipped} line(s) were not JSON objects and were skipped")
-    if long:
-        warnings.append(f"{path.name}: {long} line(s) longer than {MAX_LINE_BYTES} bytes were skipped")
-    return records, warnings
+        raise RecipeError([Problem(str(path), f"cannot be read ({exc.strerror or exc})")]) from None
+    if found.cut:
+        warnings.append(f"{path.name}: {found.cut}")
+    if found.refused:
+        number, reason = found.refused[0]
+        warnings.append(f"{path.name}: {len(found.refused)} line(s) skipped (line {number}: {reason})")
+    return [record for _, record in found.values], warnings
+
+
+def _typed_record(value: Any) -> Any:
+    problem = runfiles.record_problem(value, metricslog.EVENT_START)
+    if problem:
+        raise ValueError(problem)
+    return value
 
 
 def from_records(label: str, records: list[dict[str, Any]]) -> RunLog:
@@ -291,7 +273,7 @@ def on_volume(path: str, mount: str, volume: Path | None) -> Path:
 def _bundle_info(bundle: Path, run: RunLog) -> Path:
     """Read the bundle's plan, manifest and recipe into ``run``; return the pods' output_dir (not yet mapped)."""
     resolved = _recipe_yaml(bundle)
-    plan = _json_file(bundle / "plan.json")
+    plan = _json_file(bundle / "plan.json", runfiles.PLAN_FIELDS)
     run.plan = plan if isinstance(plan, dict) else None
     manifest = _json_file(bundle / "manifest.json")
     if isinstance(manifest, dict):
@@ -299,7 +281,7 @@ def _bundle_info(bundle: Path, run: RunLog) -> Path:
         digest = (manifest.get("files") or {}).get(filenames.RECIPE_FILE)
         run.recipe_digest = digest if isinstance(digest, str) else None
     if run.recipe_digest is None:
-        run.recipe_digest = hashlib.sha256((bundle / filenames.RECIPE_FILE).read_bytes()).hexdigest()
+        run.recipe_digest = hashlib.sha256(read_regular(bundle / filenames.RECIPE_FILE, BUNDLE_FILE)).hexdigest()
     image = (resolved.get("plan") or {}).get("image")
     run.image = str(image) if image else None
     output = (resolved.get("training_arguments") or {}).get("output_dir")
@@ -370,7 +352,7 @@ def load_run(path: Path, volume: Path | None = None, plan: Path | None = None, l
         )
     if plan is not None:
         plan_file = plan / "plan.json" if plan.is_dir() else plan
-        data = _json_file(plan_file)
+        data = _json_file(plan_file, runfiles.PLAN_FIELDS)
         if not isinstance(data, dict):
             raise RecipeError([Problem(str(plan_file), "not a readable plan.json")])
         run.plan = data
@@ -389,10 +371,10 @@ def _with_output(run: RunLog, output: Path) -> RunLog:
         setattr(found, name, getattr(run, name))
     found.output_dir = output
     found.warnings = warnings
-    check = _json_file(output / filenames.CLUSTER_CHECK_FILE)
+    check = _json_file(output / filenames.CLUSTER_CHECK_FILE, runfiles.PREFLIGHT_FIELDS, within=output)
     if isinstance(check, dict):
         found.preflight = check
-    record = _json_file(output / filenames.RUN_FILE) if (output / filenames.RUN_FILE).is_file() else None
+    record = _json_file(output / filenames.RUN_FILE, within=output)
     found.run_record = record if isinstance(record, dict) else None
     return found
 
@@ -415,13 +397,18 @@ def baseline(run: RunLog) -> dict[str, Any]:
 
 def load_baseline(path: Path, label: str | None = None) -> RunLog:
     """A baseline file written by :func:`baseline` (``recipekit report --export-baseline``)."""
-    try:
-        data = json.loads(_bounded_text(path))
-    except (OSError, ValueError) as exc:
-        raise RecipeError([Problem(str(path), f"not a baseline file: {exc}")]) from None
+    data = _json_file(path)
     if not isinstance(data, dict) or data.get("format") != BASELINE_FORMAT:
         raise RecipeError([Problem(str(path), f'not a baseline file (no "format": "{BASELINE_FORMAT}")')])
-    records = [r for r in data.get("records") or [] if isinstance(r, dict)]
+    typed = {
+        **{f"plan.{k}": v for k, v in runfiles.PLAN_FIELDS.items()},
+        **{f"preflight.{k}": v for k, v in runfiles.PREFLIGHT_FIELDS.items()},
+        "records": runfiles.LIST,
+    }
+    problems = runfiles.type_problems(data, typed, str(path))
+    if problems:
+        raise RecipeError(problems)
+    records = [r for r in data.get("records") or [] if runfiles.record_problem(r, metricslog.EVENT_START) is None]
     run = from_records(label or str(path), records)
     for name in ("plan", "manifest", "preflight", "run_record"):
         value = data.get(name)

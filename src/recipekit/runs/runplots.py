@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from recipekit.runs.runfiles import figure as bounded
 from recipekit.runs.runlog import RunLog, Series
 from recipekit.runs.runplan import predictions, steady
 
@@ -231,7 +232,7 @@ def _seconds(value: float | None) -> str:
 def _bandwidth(run: RunLog) -> list[dict[str, float]]:
     for check in (run.preflight or {}).get("checks") or []:
         if isinstance(check, dict) and check.get("check") == "allreduce" and isinstance(check.get("results"), list):
-            return [r for r in check["results"] if isinstance(r, dict) and isinstance(r.get("size_mb"), (int, float))]
+            return [r for r in check["results"] if isinstance(r, dict) and (bounded(r.get("size_mb")) or 0) > 0]
     return []
 
 
@@ -251,10 +252,10 @@ def bandwidth_figure(run: RunLog) -> Any:
 
     figure, (axis,) = _figure()
     results = _bandwidth(run)
-    sizes = [r["size_mb"] for r in results]
+    sizes = [bounded(r["size_mb"]) for r in results]
     drawn = []
     for i, (key, style, marker) in enumerate((("algbw_gbps", "-", "o"), ("busbw_gbps", "--", "s"))):
-        values = [float(r.get(key) or 0.0) for r in results]
+        values = [bounded(r.get(key)) or 0.0 for r in results]  # finite and bounded before it is drawn
         drawn.append(values)
         label = key.replace("_gbps", " (GB/s)")
         axis.plot(sizes, values, marker=marker, linestyle=style, color=COLOURS[i], fillstyle="none", label=label)

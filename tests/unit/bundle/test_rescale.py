@@ -122,3 +122,36 @@ def test_a_directory_that_is_no_bundle_is_one_line(tmp_path: Path) -> None:
     os.mkfifo(tmp_path / "manifest.json")  # a shared volume's FIFO is refused, not read (it would block)
     code, output = run_cli("rescale", str(tmp_path), "--nodes", "1")
     assert code == 2 and "is not a regular file" in output
+
+
+@pytest.mark.parametrize(
+    "override",
+    [
+        "cluster.output_dir=/mnt/shared/elsewhere",
+        "cluster.mount_path=/mnt/other",
+        "cluster.namespace=another-team",
+        "cluster.pvc_claim=another-claim",
+    ],
+)
+def test_a_manifest_that_moves_the_run_is_refused(tmp_path: Path, override: str) -> None:
+    """The run id does not cover where the run lives: an edited manifest would rebuild a Job whose checkpoints are
+    looked for elsewhere, under the same id."""
+    source = build(["recipe=tiny_sft"], tmp_path / "b", force=True)
+    manifest = json.loads((source.path / "manifest.json").read_text())
+    manifest["overrides"].append(override)
+    (source.path / "manifest.json").write_text(json.dumps(manifest))
+    code, output = run_cli("rescale", str(source.path), "--nodes", "1")
+    key = override.split("=")[0]
+    moved = f"the rebuild's recipe.{key} is" in output and "keeps the run where it is" in output
+    assert code == 2 and (moved or "would start another run" in output), output  # the id covers some of them
+    assert "Traceback" not in output and not (tmp_path / "b@nodes1").exists()
+
+
+def test_the_node_search_is_bounded_by_the_schemas_node_limit() -> None:
+    from recipekit.plan.rescale import MAX_NODES
+
+    assert MAX_NODES == 4096  # cluster.nodes' bound in the schema
+    huge = Layout(nodes=10**12, devices_per_pod=1, micro_batch_size=3)
+    (problem,) = rescale_problems(huge, 1, streaming=False)
+    assert problem.key == "plan.nodes" and f"from 1 to {MAX_NODES}" in problem.message
+    assert max(nodes_keeping_batch(Layout(nodes=MAX_NODES, devices_per_pod=1), limit=10**12)) == MAX_NODES

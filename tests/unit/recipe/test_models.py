@@ -126,6 +126,10 @@ def test_remote_code_is_refused_with_the_reason(tmp_path: Path) -> None:
         ({"hidden_size": 8}, "no model_type"),
         (
             {"model_type": "qwen3", "hidden_size": 64, "num_attention_heads": 3, "head_dim": None, "vocab_size": 0},
+            "vocab_size is 0: expected a whole number from 1 to",
+        ),
+        (
+            {"model_type": "qwen3", "hidden_size": 64, "num_attention_heads": 3, "head_dim": None},
             "transformers cannot",
         ),
     ],

@@ -280,14 +280,18 @@ def _checkpoint(root: Path, step: int, run_id: str | None = "abc123", *, weights
 
     path = root / f"checkpoint-{step}"
     path.mkdir(parents=True)
-    (path / "trainer_state.json").write_text("{}")
+    (path / "trainer_state.json").write_text(json.dumps({"global_step": step}))
     if weights:
         save_file({"w": torch.ones(64, 64)}, str(path / "model.safetensors"))
     if run_id:
-        record = resumechoice.run_record(run_id, world_size=1, zero_stage=0)
-        record = trust.sign(record, RUN_KEY, trust.digests(path, frozenset({filenames.RUN_FILE})))
-        resumechoice.write_run_record(path, record)
+        _sign(path, step, run_id)
     return path
+
+
+def _sign(path: Path, step: int, run_id: str = "abc123") -> None:
+    record = resumechoice.run_record(run_id, world_size=1, zero_stage=0, step=step)
+    record = trust.sign(record, RUN_KEY, trust.digests(path, frozenset({filenames.RUN_FILE})))
+    resumechoice.write_run_record(path, record)
 
 
 #: The run key (docs/trust.md): what the Job's Secret holds, here a file the tests point RECIPEKIT_RUN_KEY_FILE at.
@@ -299,8 +303,9 @@ def test_resume_logs_what_it_skips_and_refuses_another_runs_checkpoint(tmp_path,
     key.write_bytes(RUN_KEY)
     monkeypatch.setenv(trust.KEY_ENV, str(key))
     _checkpoint(tmp_path, 2)
-    truncated = _checkpoint(tmp_path, 4)
+    truncated = _checkpoint(tmp_path, 4, run_id=None)
     os.truncate(truncated / "model.safetensors", 5000)
+    _sign(truncated, 4)  # signed as it is (a save that wrote a short file): proven, then found incomplete
     _checkpoint(tmp_path, 6, weights=False)
     caplog.set_level("INFO", logger="train")
     choice = checkpoints.choose_resume(tmp_path, "auto", "abc123", resumechoice.WorldLayout(1, 0))
@@ -311,6 +316,9 @@ def test_resume_logs_what_it_skips_and_refuses_another_runs_checkpoint(tmp_path,
     with pytest.raises(
         common.RunError, match="checkpoint-8 belongs to run 'fff000'.*not to this bundle's run 'abc123'"
     ):
+        checkpoints.choose_resume(tmp_path, "auto", "abc123", resumechoice.WorldLayout(1, 0))
+    os.truncate(tmp_path / "checkpoint-8" / "model.safetensors", 5000)  # changed after signing: refused, not skipped
+    with pytest.raises(common.RunError, match="refusing to resume: checkpoint-8: model.safetensors was changed"):
         checkpoints.choose_resume(tmp_path, "auto", "abc123", resumechoice.WorldLayout(1, 0))
 
 

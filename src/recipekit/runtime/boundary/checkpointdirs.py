@@ -6,13 +6,15 @@ library only: shipped in every bundle).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from . import jsonfile
 from .filenames import CHECKPOINT_PREFIX, INCOMPLETE_MARKER, TRAINER_STATE_FILE, WEIGHT_FILES
+
+#: The most digits a checkpoint's step may have in its name (2^63 has 19): a longer name is no checkpoint.
+MAX_STEP_DIGITS = 18
 
 
 def checkpoint_step(path: Path) -> int | None:
@@ -21,7 +23,8 @@ def checkpoint_step(path: Path) -> int | None:
     if not name.startswith(CHECKPOINT_PREFIX):
         return None
     tail = name[len(CHECKPOINT_PREFIX) :]
-    return int(tail) if tail.isdigit() else None
+    # ASCII digits only: str.isdigit() also takes '²' (which int() refuses) and other scripts' digits (which it takes)
+    return int(tail) if 0 < len(tail) <= MAX_STEP_DIGITS and tail.isascii() and tail.isdigit() else None
 
 
 def checkpoint_problem(path: Path) -> str | None:
@@ -50,11 +53,13 @@ def checkpoint_problem(path: Path) -> str | None:
 def _weights_file_problem(file: Path) -> str | None:
     if file.name.endswith(".index.json"):
         try:
-            shards = set(json.loads(file.read_text(encoding="utf-8"))["weight_map"].values())
+            shards = set(jsonfile.read(file)["weight_map"].values())
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return f"{file.name} unreadable"
-        for shard in sorted(shards):
-            shard_path = file.parent / str(shard)
+        for shard in sorted(str(s) for s in shards):
+            if "/" in shard or shard.startswith(".") or shard.endswith(".json"):  # itself, another index, elsewhere
+                return f"{file.name} names {shard!r} as a shard: not a weights file beside it"
+            shard_path = file.parent / shard
             if not shard_path.is_file():
                 return f"shard {shard} missing"
             problem = _weights_file_problem(shard_path)
@@ -66,6 +71,10 @@ def _weights_file_problem(file: Path) -> str | None:
     return None if file.stat().st_size else f"{file.name} is empty"
 
 
+#: safetensors' own bound on a header (100 MB): a larger one is refused unread.
+SAFETENSORS_MAX_HEADER = 100_000_000
+
+
 def _safetensors_problem(file: Path) -> str | None:
     """A safetensors file is complete when it holds its header and every byte the header points to."""
     size = file.stat().st_size
@@ -74,8 +83,8 @@ def _safetensors_problem(file: Path) -> str | None:
     try:
         with file.open("rb") as handle:
             header_len = int.from_bytes(handle.read(8), "little")
-            if 8 + header_len <= size:
-                header = json.loads(handle.read(header_len))
+            if 8 + header_len <= size and header_len <= SAFETENSORS_MAX_HEADER:
+                header = jsonfile.loads(handle.read(header_len), file.name)
     except (OSError, ValueError):
         header = None
     if not isinstance(header, dict):

@@ -12,11 +12,14 @@ at most :data:`MAX_BYTES` for a file, at most :data:`MAX_DEPTH` levels deep, and
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import stat
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 #: Largest JSON file read (a bundle manifest is a few KiB; a prepared manifest with thousands of shards, some MiB).
 MAX_BYTES = 64 << 20
@@ -79,16 +82,101 @@ def too_deep(max_depth: int = MAX_DEPTH) -> str:
     return f"JSON nested more than {max_depth} levels deep"
 
 
-def read(path: Path, max_bytes: int = MAX_BYTES, max_depth: int = MAX_DEPTH) -> Any:
-    """The JSON file at ``path``: ``OSError`` when it cannot be read, :class:`UntrustedJSON` when it is larger than
-    ``max_bytes`` or refused by :func:`loads`. Reads at most ``max_bytes + 1`` bytes, whatever the file claims.
-    Only a regular file is read: it is opened without blocking, so a FIFO planted on a shared volume is an
-    ``OSError`` rather than a reader waiting forever (a device or directory too)."""
+def open_regular(path: Path, within: Path | None = None) -> BinaryIO:
+    """``path`` opened for reading, checked on the opened file (not a stat of its path, which a writer could swap
+    after): a regular file, opened without blocking (a FIFO is refused rather than waited on; a device or directory
+    too), and, given ``within``, lying inside that directory once every link is followed (a link out of a run's
+    directory to ``/proc`` or another user's file is refused). ``OSError`` naming the path otherwise."""
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    with os.fdopen(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-            raise OSError(f"{path} is not a regular file")
-        data = handle.read(max_bytes + 1)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):  # before fdopen, which refuses a directory naming only the descriptor
+        os.close(fd)
+        raise OSError(f"{path} is not a regular file")
+    handle = os.fdopen(fd, "rb")
+    try:
+        if within is not None:
+            opened = Path(os.path.realpath(f"/proc/self/fd/{fd}" if os.path.isdir("/proc/self/fd") else path))
+            if not opened.is_relative_to(Path(os.path.realpath(within))):
+                raise OSError(f"{path} leads out of {within} (to {opened})")
+    except BaseException:
+        handle.close()
+        raise
+    return handle
+
+
+def read_at_most(handle: BinaryIO, most: int) -> bytes:
+    """At most ``most + 1`` bytes of ``handle``, a MiB at a time: memory follows the file, not the bound
+    (``read(most + 1)`` claims the whole bound before a byte is read), and grows in one buffer (a list of chunks
+    joined at the end would hold the file twice)."""
+    buffer = io.BytesIO()
+    while buffer.tell() <= most and (block := handle.read(min(1 << 20, most + 1 - buffer.tell()))):
+        buffer.write(block)
+    return buffer.getvalue()
+
+
+def read(path: Path, max_bytes: int = MAX_BYTES, max_depth: int = MAX_DEPTH, within: Path | None = None) -> Any:
+    """The JSON file at ``path``: ``OSError`` when it cannot be read or :func:`open_regular` refuses it,
+    :class:`UntrustedJSON` when it is larger than ``max_bytes`` or refused by :func:`loads`. Reads at most
+    ``max_bytes + 1`` bytes, whatever the file claims."""
+    with open_regular(path, within) as handle:
+        data = read_at_most(handle, max_bytes)
     if len(data) > max_bytes:
         raise UntrustedJSON(str(path), f"larger than {max_bytes} bytes, the most recipekit reads of a JSON file")
     return loads(data, str(path), max_depth)
+
+
+@dataclass(frozen=True)
+class Lines:
+    """What :func:`read_lines` found: each JSON value with its line number, each refused line with its reason, and
+    whether the file went on past the bounds (``cut``: the reason it stopped)."""
+
+    values: list[tuple[int, Any]]
+    refused: list[tuple[int, str]]
+    cut: str | None
+
+
+def read_lines(
+    path: Path,
+    *,
+    max_bytes: int,
+    max_line_bytes: int,
+    max_lines: int,
+    within: Path | None = None,
+    keep: Callable[[Any], Any] = lambda value: value,
+) -> Lines:
+    """A JSON-lines file read line by line: at most ``max_bytes`` bytes and ``max_lines`` lines (the rest is left
+    unread and said in ``cut``), a line longer than ``max_line_bytes`` refused without being held whole, each line
+    parsed by :func:`loads` (depth-bounded). ``keep`` maps each parsed value to what is kept (None: dropped), so a
+    reader holds only what it uses. An empty line is skipped; a last line without its newline (a write in
+    progress) is read like the others."""
+    values: list[tuple[int, Any]] = []
+    refused: list[tuple[int, str]] = []
+    read_bytes, number, cut = 0, 0, None
+    with open_regular(path, within) as handle:
+        while True:
+            if number >= max_lines or read_bytes >= max_bytes:
+                cut = f"only the first {number:,} lines ({read_bytes:,} bytes) were read" if handle.read(1) else None
+                break
+            line = handle.readline(min(max_line_bytes, max_bytes - read_bytes) + 1)
+            if not line:
+                break
+            number += 1
+            read_bytes += len(line)
+            if len(line) > max_line_bytes and not line.endswith(b"\n"):
+                while line and not line.endswith(b"\n"):  # skip the rest of the long line, a MiB at a time
+                    line = handle.readline(1 << 20)
+                    read_bytes += len(line)
+                refused.append((number, f"longer than {max_line_bytes:,} bytes"))
+                continue
+            if not line.strip():
+                continue
+            try:
+                kept = keep(loads(line, f"{path} line {number}"))
+            except UntrustedJSON as exc:
+                refused.append((number, exc.reason))
+                continue
+            except ValueError as exc:  # keep's own refusal: a field of the wrong type
+                refused.append((number, str(exc)))
+                continue
+            if kept is not None:
+                values.append((number, kept))
+    return Lines(values, refused, cut)

@@ -304,10 +304,19 @@ class _Lines:
         return self.base
 
 
+#: The most a data limit may be raised to (MiB): a line or an array read whole must fit a machine's memory.
+LIMIT_MAX_MIB = 64 << 10
+
+
 def limit_bytes(name: str, default_mib: int) -> int:
-    """A size limit in bytes: ``RECIPEKIT_LIMIT_<NAME>`` (MiB) when set to a positive integer, else the default."""
-    text = os.environ.get(f"RECIPEKIT_LIMIT_{name.upper()}", "")
-    return (int(text) if text.isdigit() and int(text) > 0 else default_mib) << 20
+    """A size limit in bytes: ``RECIPEKIT_LIMIT_<NAME>`` (MiB, plain ASCII digits from 1 to :data:`LIMIT_MAX_MIB`)
+    when set, else the default; any other value is a DataError naming the variable, not a silent default."""
+    variable = f"RECIPEKIT_LIMIT_{name.upper()}"
+    text = os.environ.get(variable, "") or str(default_mib)
+    if len(text) <= 12 and text.isascii() and text.isdigit() and 1 <= int(text) <= LIMIT_MAX_MIB:
+        return int(text) << 20
+    why = f"{ascii(text[:40])} is not a whole number from 1 to {LIMIT_MAX_MIB} (MiB, ASCII digits)"
+    raise DataError(variable, f"{why}; unset it for the default of {default_mib} MiB")
 
 
 def record_limit() -> int:
@@ -452,12 +461,12 @@ def _json_array(file: InputFile) -> Iterator[Item]:
     if file.compression:
         try:
             with file.open_decompressed() as handle:
-                raw = handle.read(limit + 1)
+                raw = jsonfile.read_at_most(handle, limit)
         except _DAMAGED as exc:
             raise _damaged(file.path, file.compression, exc) from None
     else:
         with file.path.open("rb") as handle:
-            raw = handle.read(limit + 1)
+            raw = jsonfile.read_at_most(handle, limit)
     path = str(file.path)
     if len(raw) > limit:
         raise DataError(

@@ -1,9 +1,10 @@
 """Checkpoints and the run they belong to: the run record each save carries, and the resume decision.
 
-The rules live in the contract (stdlib only, shared with recipekit's dry run): when a checkpoint is complete, and
-:func:`resumechoice.resume_choice`, which picks the checkpoint to continue from and refuses one of another run. This
-module applies them inside a run: it stamps every checkpoint with the run record (``filenames.RUN_FILE``: the plan's
-run fingerprint and the world layout that wrote its states) and turns the choice into log lines and a RunError.
+The choice is volume/resume.py's (stdlib only): it proves a checkpoint first (signed by this run, every digest, the
+step it says it is, no rollback), then applies the boundary's rules (:func:`resumechoice.resume_choice`: complete, this
+run's id, this run's layout; the dry run predicts with them). This module applies them inside a run: it stamps every
+checkpoint with the run record (``filenames.RUN_FILE``: the plan's run fingerprint and the world layout that wrote
+its states) and turns the choice into log lines and a RunError.
 
 The record is signed (trust.py): the sha256 of every file of the checkpoint and an HMAC over them with the run key
 the Job mounts from its Secret. A checkpoint is resumed only when that signature verifies and every file still has
@@ -22,31 +23,40 @@ from typing import Any
 from transformers import TrainerCallback
 
 from ..boundary import filenames, resumechoice
-from ..boundary.common import RunError, log0
+from ..boundary.common import RunError, log0, rank
 from ..volume import reshard, trust
+from ..volume.resume import RECORD_EXCLUDED, mark_resumed
+from ..volume.resume import choose as proven_choice
 
 
 def choose_resume(
     output_dir: Path, resume: str, run_id: str, layout: resumechoice.WorldLayout
 ) -> resumechoice.ResumeChoice:
-    """``resumechoice.resume_choice``, logged: each skipped checkpoint and why, each warning; a refusal is a
-    RunError."""
+    """The checkpoint to continue from, proven before any byte of it is parsed (volume/resume.py), logged: each
+    skipped checkpoint and why, each warning; a refusal is a RunError. Rank 0 records the step resumed from, so a
+    later restart that finds only older checkpoints refuses the rollback."""
     try:
-        choice = resumechoice.resume_choice(output_dir, run_id, resume, layout=layout)
+        key = trust.load_key()
+        choice = proven_choice(output_dir, run_id, resume, layout, key)
     except resumechoice.ResumeRefused as exc:
         raise RunError(str(exc)) from None
+    except trust.Untrusted as exc:
+        raise RunError(f"refusing to resume: {exc}") from None
     for name, reason in choice.skipped:
         log0("skipping %s: %s", name, reason)
     if choice.path is not None:
-        verify_checkpoint(choice.path)
+        log0("%s: signed record and %s verified", choice.path.name, "file digests")
+        if key is not None and choice.step is not None and rank() == 0:
+            mark_resumed(output_dir, run_id, choice.step, key)
     for warning in choice.warnings:
         log0(warning, level=logging.WARNING)
     return choice
 
 
 def verify_checkpoint(path: Path) -> None:
-    """The checkpoint was written by this run (its signed record verifies under the run key and every file has the
-    digest the record gives), else a RunError naming why: no byte of it has been parsed yet."""
+    """The checkpoint (or a re-sharded copy of one) was written by this run — its signed record verifies under the
+    run key and every file has the digest the record gives — else a RunError naming why: no byte of it has been
+    parsed yet."""
     try:
         key = trust.load_key()
         if key is None:
@@ -54,6 +64,8 @@ def verify_checkpoint(path: Path) -> None:
                 f"cannot prove {path.name} was written by this run: no run key ({trust.KEY_ENV} is unset; the Job "
                 "mounts it from its Secret, see docs/trust.md); start over with --resume none"
             )
+        if path.is_symlink():
+            raise trust.Untrusted(f"{path.name} is a symlink: a checkpoint is a directory this run wrote")
         trust.verify_directory(path, resumechoice.read_run_record(path), key, RECORD_EXCLUDED, path.name)
     except trust.Untrusted as exc:
         raise RunError(f"refusing to resume: {exc}") from None
@@ -148,10 +160,6 @@ def _usable(target: Path, source: Path) -> bool:
 def drop_resharded(output_dir: Path) -> None:
     """Remove the re-sharded copies: the run has saved a checkpoint of its own at its world size."""
     shutil.rmtree(Path(output_dir) / RESHARD_DIR, ignore_errors=True)
-
-
-#: Not covered by the digests: the record itself.
-RECORD_EXCLUDED = frozenset({filenames.RUN_FILE})
 
 
 class RunRecordCallback(TrainerCallback):

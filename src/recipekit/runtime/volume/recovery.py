@@ -21,6 +21,7 @@ the people waiting. Steps lost = that last step − the checkpoint step resumed 
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from collections.abc import Callable, Mapping
@@ -28,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..boundary import metricslog
+from ..boundary import jsonfile, metricslog
 from . import attemptends
 
 RECOVERY_FILE = "recovery.jsonl"
@@ -72,8 +73,34 @@ class Recovery:
         }
 
 
+#: The bounds of recovery.jsonl as it is read back (a record per start, load, first step and end: a few per restart).
+MAX_RECOVERY_BYTES = 64 << 20
+MAX_RECOVERY_LINE = 64 << 10
+MAX_RECOVERY_LINES = 1_000_000
+#: The largest time (Unix seconds) or step taken from a record: a larger one is no time this run logged.
+MAX_TIME_S = 1e11
+MAX_STEP = 10**12
+
+
+def _time(value: Any) -> float | None:
+    """A finite time within :data:`MAX_TIME_S` (a bool, a string, NaN or 1e20 is none)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if isinstance(value, int) and abs(value) > MAX_TIME_S:
+        return None
+    number = float(value)
+    return number if math.isfinite(number) and 0 <= number <= MAX_TIME_S else None
+
+
+def _step(value: Any) -> int | None:
+    ok = isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_STEP
+    return value if ok else None
+
+
 def history(records: list[dict[str, Any]]) -> list[Recovery]:
-    """Every recovery in ``recovery.jsonl``'s records, in order: each ``start`` that found an interrupted attempt."""
+    """Every recovery in ``recovery.jsonl``'s records, in order: each ``start`` that found an interrupted attempt.
+    Fields are typed as they are taken: a start whose interruption has no valid step and time (or no valid restart
+    time) opens no recovery, and a later time or step that is not one is left unknown."""
     found: list[Recovery] = []
     current: dict[str, Any] | None = None
 
@@ -81,10 +108,10 @@ def history(records: list[dict[str, Any]]) -> list[Recovery]:
         if current is not None:
             found.append(
                 Recovery(
-                    interrupted_step=int(current["interrupted_step"]),
-                    interrupted_time=float(current["interrupted_time"]),
-                    restart_time=float(current["restart_time"]),
-                    resume_step=int(current.get("resume_step") or 0),
+                    interrupted_step=current["interrupted_step"],
+                    interrupted_time=current["interrupted_time"],
+                    restart_time=current["restart_time"],
+                    resume_step=current["resume_step"],
                     loaded_time=current.get("loaded_time"),
                     first_step=current.get("first_step"),
                     first_step_time=current.get("first_step_time"),
@@ -92,29 +119,48 @@ def history(records: list[dict[str, Any]]) -> list[Recovery]:
             )
 
     for record in records:
-        kind = record.get("event")
+        kind = record.get("event") if isinstance(record, dict) else None
         if kind == "start":
             close()
             current = None
             interrupted = record.get("interrupted")
-            if isinstance(interrupted, dict) and "step" in interrupted and "time" in interrupted:
-                current = {
-                    "interrupted_step": interrupted["step"],
-                    "interrupted_time": interrupted["time"],
-                    "restart_time": record.get("launch_time") or record.get("time"),
-                    "resume_step": record.get("resume_step"),
-                }
+            if isinstance(interrupted, dict):
+                step, at = _step(interrupted.get("step")), _time(interrupted.get("time"))
+                restart = _time(record.get("launch_time")) or _time(record.get("time"))
+                if step is not None and at is not None and restart is not None:
+                    current = {
+                        "interrupted_step": step,
+                        "interrupted_time": at,
+                        "restart_time": restart,
+                        "resume_step": _step(record.get("resume_step")) or 0,
+                    }
         elif current is not None and kind == "loaded" and "loaded_time" not in current:
-            current["loaded_time"] = record.get("time")
+            current["loaded_time"] = _time(record.get("time"))
         elif current is not None and kind == "first_step" and "first_step" not in current:
-            current["first_step"], current["first_step_time"] = record.get("step"), record.get("time")
+            current["first_step"], current["first_step_time"] = _step(record.get("step")), _time(record.get("time"))
     close()
     return found
 
 
 def read(output_dir: Path) -> list[dict[str, Any]]:
-    """The records of a run's ``recovery.jsonl`` (empty when it has none)."""
-    return metricslog.read_records(Path(output_dir) / RECOVERY_FILE)
+    """The records of a run's ``recovery.jsonl`` (empty when it has none or it cannot be read)."""
+    try:
+        return [record for _, record in read_lines(output_dir).values]
+    except OSError:
+        return []
+
+
+def read_lines(output_dir: Path) -> jsonfile.Lines:
+    """``recovery.jsonl`` read line by line within its bounds (its JSON objects, the lines refused and why);
+    ``OSError`` when it is not a regular file inside ``output_dir``."""
+    return jsonfile.read_lines(
+        Path(output_dir) / RECOVERY_FILE,
+        max_bytes=MAX_RECOVERY_BYTES,
+        max_line_bytes=MAX_RECOVERY_LINE,
+        max_lines=MAX_RECOVERY_LINES,
+        within=Path(output_dir),
+        keep=lambda value: value if isinstance(value, dict) else None,
+    )
 
 
 def summary(recoveries: list[Recovery]) -> dict[str, Any]:
@@ -201,7 +247,7 @@ class RecoveryLog:
 
     def _progress(self) -> dict[str, Any] | None:
         try:
-            data = json.loads((self.dir / PROGRESS_FILE).read_text(encoding="utf-8"))
+            data = jsonfile.read(self.dir / PROGRESS_FILE, 64 << 10, within=self.dir)
         except (OSError, ValueError):
             return None
         return data if isinstance(data, dict) else None

@@ -70,7 +70,7 @@ def load_key(environ: Mapping[str, str] | None = None) -> bytes | None:
     return key
 
 
-def _regular_files(directory: Path, exclude: frozenset[str]) -> dict[str, Path]:
+def regular_files(directory: Path, exclude: frozenset[str]) -> dict[str, Path]:
     """Every file under ``directory`` by its relative path; a symlink or anything but a file or directory is an
     :class:`Untrusted` error (never followed, never opened)."""
     found: dict[str, Path] = {}
@@ -115,7 +115,7 @@ def _sha256(path: Path) -> str:
 
 def digests(directory: Path, exclude: frozenset[str] = frozenset()) -> dict[str, str]:
     """sha256 of every regular file under ``directory`` (relative POSIX paths), ``exclude`` left out."""
-    return {name: _sha256(path) for name, path in _regular_files(Path(directory), exclude).items()}
+    return {name: _sha256(path) for name, path in regular_files(Path(directory), exclude).items()}
 
 
 def _mac(record: Mapping[str, Any], key: bytes) -> str:
@@ -136,18 +136,28 @@ def check_record(record: Any, key: bytes, where: str) -> dict[str, str]:
     """The file digests of a record whose HMAC verifies; :class:`Untrusted` otherwise."""
     if not isinstance(record, dict) or not isinstance(record.get(HMAC_FIELD), str):
         raise Untrusted(f"{where} has no signed record: it was not written by this run")
+    if not is_hex_digest(record[HMAC_FIELD]):  # compare_digest raises on a non-ASCII str
+        raise Untrusted(f"{where}: its record's signature is not a sha256 hex digest (forged)")
     if not hmac.compare_digest(record[HMAC_FIELD], _mac(record, key)):
         raise Untrusted(f"{where}: its record's signature does not verify (forged, or written with another run key)")
     files = record.get(FILES_FIELD)
-    if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
+    if not isinstance(files, dict) or not all(is_hex_digest(v) for v in files.values()):
         raise Untrusted(f"{where}: its signed record lists no files")
     return {str(k): v for k, v in files.items()}
+
+
+_HEX = frozenset("0123456789abcdef")
+
+
+def is_hex_digest(value: Any) -> bool:
+    """``value`` is a sha256 as :func:`sign` writes it: 64 lowercase hex digits."""
+    return isinstance(value, str) and len(value) == 64 and set(value) <= _HEX
 
 
 def verify_files(directory: Path, files: Mapping[str, str], exclude: frozenset[str], where: str) -> None:
     """Every file the record lists is there with its digest, and nothing else is (a planted extra file would be
     loaded by name just the same)."""
-    present = _regular_files(Path(directory), exclude)
+    present = regular_files(Path(directory), exclude)
     extra = sorted(set(present) - set(files))
     if extra:
         raise Untrusted(f"{where}: {extra[0]} is not in its signed record ({len(extra)} such file(s))")
@@ -177,6 +187,8 @@ def seal_problem(document: Mapping[str, Any], key: bytes) -> str | None:
     found = document.get(HMAC_FIELD)
     if not isinstance(found, str):
         return "it is not signed (prepared without the run key)"
+    if not is_hex_digest(found):
+        return "its signature is not a sha256 hex digest (forged)"
     if not hmac.compare_digest(found, _mac(document, key)):
         return "its signature does not verify (changed after it was written, or signed with another run key)"
     return None

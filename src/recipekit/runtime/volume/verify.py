@@ -14,15 +14,20 @@ crashed writer, a shard of an aborted attempt), so they fail nothing.
 from __future__ import annotations
 
 import hashlib
+import re
+import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..boundary import jsonfile
 from . import manifest, trust
 
 #: Bytes per token of each token type a manifest names (shards.token_dtype), without importing numpy.
 ITEMSIZE = {"uint16": 2, "uint32": 4}
 _READ = 16 << 20
+#: A shard's name in a manifest: a plain file name of shards/ (the prepare step writes ``<split>-<number>``).
+_SHARD_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 
 Progress = Callable[[int, int], None]  # (files checked, bytes hashed) so far
 
@@ -33,6 +38,9 @@ def expected_files(found: dict[str, Any]) -> dict[str, tuple[int, str]]:
     files: dict[str, tuple[int, str]] = {}
     for split in manifest.SPLITS:
         for entry in (found["splits"].get(split) or {}).get("shards") or []:
+            name = entry["name"]
+            if not (isinstance(name, str) and _SHARD_NAME.fullmatch(name)):  # never a path out of shards/
+                raise ValueError(f"shard name {ascii(name)[:80]} is not a plain file name")
             rows, tokens = int(entry["rows"]), int(entry["tokens"])
             sizes = {".bin": tokens * itemsize, ".idx": (rows + 1) * 8, ".flg": tokens}
             for suffix, digest in entry["sha256"].items():
@@ -42,10 +50,19 @@ def expected_files(found: dict[str, Any]) -> dict[str, tuple[int, str]]:
 
 def sha256_of(path: Path) -> str:
     digest = hashlib.sha256()
-    with path.open("rb") as handle:
+    with jsonfile.open_regular(path) as handle:  # a FIFO planted as a shard is refused, not waited on
         while block := handle.read(_READ):
             digest.update(block)
     return digest.hexdigest()
+
+
+def _size(path: Path) -> int | None:
+    """The size of a regular file at ``path`` (a link is not followed), else None."""
+    try:
+        info = path.lstat()
+    except OSError:
+        return None
+    return info.st_size if stat.S_ISREG(info.st_mode) else None
 
 
 def check(directory: Path, progress: Progress = lambda files, hashed: None, key: bytes | None = None) -> dict[str, Any]:
@@ -65,7 +82,7 @@ def check(directory: Path, progress: Progress = lambda files, hashed: None, key:
     hashed = 0
     for number, (name, (size, digest)) in enumerate(sorted(wanted.items()), start=1):
         path = directory / name
-        actual = path.stat().st_size if path.is_file() else None
+        actual = _size(path)
         if actual is None:
             problems.append({"file": name, "problem": "missing", "message": "listed in the manifest, not there"})
         elif actual != size:
@@ -75,7 +92,7 @@ def check(directory: Path, progress: Progress = lambda files, hashed: None, key:
         hashed += actual or 0
         progress(number, hashed)
     shards = directory / manifest.SHARDS
-    present = {f"{manifest.SHARDS}/{p.name}" for p in shards.iterdir()} if shards.is_dir() else set()
+    present = {f"{manifest.SHARDS}/{ascii(p.name)[1:-1]}" for p in shards.iterdir()} if shards.is_dir() else set()
     extra = sorted(present - set(wanted))
     return {
         "event": "verified",
