@@ -139,8 +139,8 @@ class _Progress:
     def __call__(self, message: str) -> None:
         if self.status is not None:
             self.status.update(plain(message))  # a pod's line may hold "[/...]": never markup
-            # Steps and static checks only move the spinner; a phase (pod launched, torchrun up, train.py started,
-            # a kill, a restart) stays on screen, one line each.
+            # Static checks and bare steps only move the spinner; a step's loss and a phase (pod launched, torchrun
+            # up, train.py started, a kill, a restart) stay on screen, one line each.
             if not _transient(message):
                 self.console.log(plain(message))
         elif self.dry_run and not message.startswith(("static check:", BUILD_PROGRESS)):
@@ -148,9 +148,11 @@ class _Progress:
 
 
 def _transient(message: str) -> bool:
-    """Whether ``message`` only moves the spinner (a step, a static check, the op build's progress) rather than
-    staying on screen."""
-    return message.startswith(("static check:", BUILD_PROGRESS)) or bool(_STEP_LINE.match(message))
+    """Whether ``message`` only moves the spinner (a bare step, a static check, the op build's progress) rather than
+    staying on screen. A step that reports its loss stays: the scrollback keeps the run's losses, as a Trainer's log
+    does, and a user who scrolls back after the verdict finds them."""
+    step = bool(_STEP_LINE.match(message)) and ", loss " not in message
+    return step or message.startswith(("static check:", BUILD_PROGRESS))
 
 
 def _details(result: Result) -> str:

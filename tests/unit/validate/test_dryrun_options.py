@@ -92,5 +92,14 @@ def test_the_op_builds_progress_only_moves_the_spinner() -> None:
     from recipekit.validate.dryrun.options import BUILD_PROGRESS
 
     assert _transient(f"{BUILD_PROGRESS} deepspeed_shm_comm [1/3], 12 s")
-    assert _transient("attempt 0: step 3/8, loss 5.1")
+    assert _transient("attempt 0: step 3")
     assert not _transient("building DeepSpeed's C++ ops (deepspeed_shm_comm) with g++ into /x — once per machine")
+
+
+def test_a_step_s_loss_stays_in_the_scrollback() -> None:
+    """Each logged step's loss is printed to stay (issue 32: the per-step loss lines vanished from the scrollback);
+    a bare step, without its loss, only moves the spinner."""
+    from recipekit.cli.validate import _transient
+
+    assert not _transient("attempt 1: step 3/8, loss 5.1234")
+    assert _transient("attempt 1: step 3")
