@@ -257,19 +257,20 @@ def test_resume_continues_from_the_contracts_choice_and_refuses_another_run(tmp_
     assert succeeded(run_train(bundle))
     out, run_id = output_dir(bundle), recipe_yaml(bundle)["plan"]["run_id"]
     assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-4", "checkpoint-6"]
-    weights = out / "checkpoint-6" / "model.safetensors"
-    os.truncate(weights, weights.stat().st_size // 2)  # as if the pod died while writing it
-    sharded = out / "checkpoint-8"  # a .bin-sharded save that lost a shard
+    cut = out / "checkpoint-6"  # as if the pod died while writing the weights: the Trainer writes its state after
+    os.truncate(cut / "model.safetensors", (cut / "model.safetensors").stat().st_size // 2)  # them, the record last
+    (cut / "trainer_state.json").unlink()
+    (cut / filenames.RUN_FILE).unlink()
+    sharded = out / "checkpoint-8"  # a .bin-sharded save cut after its index
     sharded.mkdir()
-    (sharded / "trainer_state.json").write_text('{"global_step": 8}')
     (sharded / "pytorch_model.bin.index.json").write_text(json.dumps({"weight_map": {"w": "pytorch_model-1.bin"}}))
     expected = resumechoice.resume_choice(out, run_id)
     assert expected.step == 4 and [name for name, _ in expected.skipped] == ["checkpoint-8", "checkpoint-6"]
 
     result = run_train(bundle, "--resume", "auto")
     assert succeeded(result)
-    assert "skipping checkpoint-6: model.safetensors truncated" in result.stderr
-    assert "skipping checkpoint-8: shard pytorch_model-1.bin missing" in result.stderr
+    assert "skipping checkpoint-6: trainer_state.json missing (an interrupted save, never signed)" in result.stderr
+    assert "skipping checkpoint-8: trainer_state.json missing (an interrupted save, never signed)" in result.stderr
     assert f"resume from {out / 'checkpoint-4'}" in result.stderr
     start = records(out, metricslog.EVENT_START)[-1]
     assert (start["resume_from"], start["resume_step"]) == (str(expected.path), 4)
@@ -282,7 +283,8 @@ def test_resume_continues_from_the_contracts_choice_and_refuses_another_run(tmp_
     refused = run_train(bundle, "--resume", "auto")
     assert refused.returncode == exitcodes.EXIT_USER_ERROR and "Traceback" not in refused.stderr
     last = refused.stderr.strip().splitlines()[-1]
-    assert last.startswith("train.py: checkpoint-6 belongs to run '0a0a0a'") and f"'{run_id}'" in last
+    # another run's record carries no signature under this run's key: refused before its run id is even read
+    assert last == "train.py: refusing to resume: checkpoint-6 has no signed record: it was not written by this run"
 
 
 def test_sigterm_saves_a_loadable_checkpoint_and_exits_143(tmp_path):
