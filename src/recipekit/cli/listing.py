@@ -162,6 +162,8 @@ def list_(group: str | None, extra_dirs: tuple[Path, ...]) -> None:
         description = row.description + (f" ({note})" if note else "")
         cells.append([row.group, row.option + (" *" if row.default else ""), origin, description])
     # plain text: a team's names and descriptions show as written, never read as rich markup ("[/x]" raises); an
-    # option name is never cut, whatever the terminal's width (it is what `build group=option` takes)
+    # option name is never cut, whatever the terminal's width (it is what `build group=option` takes); where an
+    # option comes from folds, since a team tree's path may be wider than the terminal and would squeeze the
+    # description out of the table
     headers = ["group", "option", "from", "description"]
-    rich_console().print(word_table(headers, cells, caption="* the group's default", whole=(0, 1, 2)))
+    rich_console().print(word_table(headers, cells, caption="* the group's default", whole=(0, 1)))

@@ -41,9 +41,10 @@ def _when(seconds: float | None) -> str:
 
 
 def _output_dir(given: Path) -> Path:
-    """``given`` when it holds recovery.jsonl; else the output directory of the dry run's work directory or bundle
-    it is, found as ``report`` finds it (a run that has not started yet has none)."""
-    if (given / recovery.RECOVERY_FILE).is_file() or not given.is_dir():
+    """``given`` when it holds recovery.jsonl (any entry of that name: the bounded reader says what is wrong with a
+    FIFO or a link); else the output directory of the dry run's work directory or bundle it is, found as ``report``
+    finds it (a run that has not started yet has none)."""
+    if os.path.lexists(given / recovery.RECOVERY_FILE) or not given.is_dir():
         return given
     from recipekit.base.errors import RecipeError
     from recipekit.runs.runlog import load_run
