@@ -71,7 +71,8 @@ def _pairs(console: Any, title: str, rows: Sequence[tuple[str, str]]) -> None:
 def _titled(row: dict[str, Any]) -> str:
     """A plan row's figure with its unit (a ratio of peak, such as MFU, says so), unless the title names it."""
     unit = row["unit"] or "fraction of peak"
-    return row["title"] if unit in row["title"] else f"{row['title']} ({unit})"
+    named = unit in row["title"].replace("(", " ").replace(")", " ").split()  # a word of it ("s" is not in "step")
+    return row["title"] if named else f"{row['title']} ({unit})"
 
 
 def _percent(value: Any) -> str:

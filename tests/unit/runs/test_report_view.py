@@ -66,3 +66,12 @@ def test_every_table_has_units_and_no_cell_breaks_a_word_at_80_columns(tmp_path:
         assert word in cells or not any(word[:4] in cell for cell in cells), (word, cells)
     for unit in ("step time (s)", "(GiB)", "tokens/s per", "(fraction of", "2 %", "25 %"):
         assert unit in report.stdout + compare.stdout, unit
+
+
+def test_a_unit_that_is_part_of_a_word_is_still_shown() -> None:
+    """ "s" is a letter of "step time", not its unit: the figure still says (s)."""
+    from recipekit.cli.report import _titled
+
+    assert _titled({"title": "step time", "unit": "s"}) == "step time (s)"
+    assert _titled({"title": "tokens/s per device", "unit": "tokens/s"}) == "tokens/s per device"
+    assert _titled({"title": "MFU", "unit": ""}) == "MFU (fraction of peak)"
