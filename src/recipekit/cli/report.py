@@ -75,6 +75,15 @@ def _titled(row: dict[str, Any]) -> str:
     return row["title"] if named else f"{row['title']} ({unit})"
 
 
+def _html_note(row: dict[str, Any], cpu_twin: bool) -> str:
+    """A figure's note, led for one beyond the margin by what it is: a deviation, or what a CPU twin is expected to
+    miss (the terminal says the same below its table)."""
+    if not row["deviates"]:
+        return str(row["note"])
+    lead = "expected of a CPU twin" if cpu_twin else "DEVIATES"
+    return f"{lead}; {row['note']}" if row["note"] else lead
+
+
 def _percent(value: Any) -> str:
     """A relative difference (a fraction) in percent, its unit in the cell."""
     return "n/a" if value is None else f"{100 * value:.3g} %"
@@ -135,7 +144,7 @@ def report_html(run: Any, doc: dict[str, Any], plots: Sequence[Any]) -> str:
                     _fmt(r["predicted"]),
                     _fmt(r["measured"]),
                     _fmt(r["ratio"]),
-                    ("DEVIATES " if r["deviates"] else "") + r["note"],
+                    _html_note(r, doc["cpu_twin"]),
                 ]
                 for r in doc["plan"]
             ],

@@ -75,3 +75,11 @@ def test_a_unit_that_is_part_of_a_word_is_still_shown() -> None:
     assert _titled({"title": "step time", "unit": "s"}) == "step time (s)"
     assert _titled({"title": "tokens/s per device", "unit": "tokens/s"}) == "tokens/s per device"
     assert _titled({"title": "MFU", "unit": ""}) == "MFU (fraction of peak)"
+
+
+def test_the_html_note_says_expected_of_a_cpu_twin_not_deviates() -> None:
+    from recipekit.cli.report import _html_note
+
+    assert _html_note({"deviates": True, "note": ""}, cpu_twin=True) == "expected of a CPU twin"
+    assert _html_note({"deviates": True, "note": "x"}, cpu_twin=False) == "DEVIATES; x"
+    assert _html_note({"deviates": False, "note": "x"}, cpu_twin=True) == "x"
