@@ -263,8 +263,9 @@ def bandwidth_figure(run: RunLog) -> Any:
         axis.annotate("busbw = algbw here (2 ranks: busbw = algbw × 2(n−1)/n)", (0.01, 0.02),
                       xycoords="axes fraction", fontsize=8)  # fmt: skip
     axis.set_xscale("log")
-    if sizes:  # a tick at every measured size: two sizes within one decade would otherwise show a single label
-        axis.set_xticks(sorted(set(sizes)))
+    ticks = sorted({size for size in sizes if size is not None})
+    if ticks:  # a tick at every measured size: two sizes within one decade would otherwise show a single label
+        axis.set_xticks(ticks)
     for ticks in (axis.xaxis, axis.yaxis):
         ticks.set_major_formatter(FuncFormatter(lambda value, position: f"{value:g}"))
     axis.xaxis.set_minor_formatter(NullFormatter())
