@@ -122,7 +122,7 @@ def test_remote_code_is_refused_with_the_reason(tmp_path: Path) -> None:
     ("raw", "words"),
     [
         ({"model_type": "no_such_arch"}, "does not know model_type 'no_such_arch'"),
-        ({"model_type": "gpt2"}, "no tiny twin"),
+        ({"model_type": "bert"}, "encoder-only"),
         ({"hidden_size": 8}, "no model_type"),
         (
             {"model_type": "qwen3", "hidden_size": 64, "num_attention_heads": 3, "head_dim": None, "vocab_size": 0},

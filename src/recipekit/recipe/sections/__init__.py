@@ -20,7 +20,7 @@ from recipekit.recipe.sections.mode import (
     SftMode,
     adapter_of,
 )
-from recipekit.recipe.sections.model import FAMILIES, MAX_COUNT, MAX_DIM, FlopsSpec, ModelSpec, ParamCountsSpec
+from recipekit.recipe.sections.model import MAX_COUNT, MAX_DIM, FlopsSpec, ModelSpec, ParamCountsSpec
 from recipekit.recipe.sections.ops import OpsSpec, OpsTestingSpec
 from recipekit.recipe.sections.parallel import ParallelSpec
 from recipekit.recipe.sections.recipe import Recipe, parse_recipe
@@ -29,7 +29,6 @@ from recipekit.recipe.sections.train import TrainSpec
 __all__ = [
     "ClusterSpec",
     "DataSpec",
-    "FAMILIES",
     "FlopsSpec",
     "HardwareSpec",
     "LoraMode",
