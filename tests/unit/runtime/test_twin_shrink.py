@@ -38,7 +38,7 @@ def train_save_reload(config: Any, folder: Path) -> float:
     again = AutoModelForCausalLM.from_pretrained(folder)
     first = next(iter(model.state_dict().items()))
     assert torch.equal(again.state_dict()[first[0]], first[1])
-    return float(loss)
+    return float(loss.detach())
 
 
 def test_depth_keeps_every_layer_kind_and_the_pattern() -> None:

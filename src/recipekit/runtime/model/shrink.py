@@ -64,13 +64,16 @@ def _set(config: Any, keys: tuple[str, ...], value: Any) -> None:
 
 
 def _shrink_head_dims(config: Any) -> None:
-    """Every per-head width divided by one factor, so the smallest becomes 8: the widths that are equal or add up
-    (MLA's query-key head is its no-rope part plus its rope part; a rotary width equal to the head's) stay so."""
+    """Every per-head width divided by one factor, so ``head_dim`` becomes :data:`HEAD_DIM` (heads × head_dim is
+    the twin's width, as in most architectures): the widths that are equal or add up (MLA's query-key head is its
+    no-rope part plus its rope part; a rotary width equal to the head's) stay so."""
     keys = [k for k in HEAD_DIM_KEYS + ROPE_DIM_KEYS if isinstance(getattr(config, k, None), int)]
     widths = [getattr(config, k) for k in keys if getattr(config, k) > 0]
     if not widths:
         return
-    divisor = max(1, min(widths) // (HEAD_DIM // 2))
+    reference = getattr(config, "head_dim", None)
+    reference = reference if isinstance(reference, int) and reference > 0 else min(widths)
+    divisor = max(1, reference // HEAD_DIM)
     for key in keys:
         if getattr(config, key) > 0:
             _set(config, (key,), max(1, getattr(config, key) // divisor))
