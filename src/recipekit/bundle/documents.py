@@ -437,7 +437,7 @@ def _job_spec(recipe: Recipe, plan: Plan, pod_spec: dict[str, Any]) -> dict[str,
         "plugins": {"env": [], "svc": ["--publish-not-ready-addresses"]},
         # The first matching policy wins: the exitCode policies (the runtime contract's table) before PodFailed's.
         "policies": [
-            *exitcodes.exit_code_policies(),
+            *exitcodes.exit_code_policies(recipe.ops.nonfinite_loss),
             {"event": "PodEvicted", "action": "RestartJob"},
             {"event": "PodFailed", "action": "RestartJob"},
             {"event": "TaskCompleted", "action": "CompleteJob"},
