@@ -173,6 +173,8 @@ def test_a_nonfinite_loss_ends_the_job_unless_the_recipe_asks_to_skip_the_batch(
     (wrong,) = controller.contract_policy_findings(job, "stop")
     assert "exiting 5 (nonfinite) gets RestartJob, the runtime contract says TerminateJob" in wrong.message
     assert controller.contract_policy_findings(_job(bundle), "skip")
+    assert "batch | RestartJob (ops.nonfinite_loss: skip) |" in (skip / "README.md").read_text()
+    assert "batch | TerminateJob |" in (bundle / "README.md").read_text()
 
 
 def test_the_webhook_rules_refuse_bad_exit_code_policies() -> None:
