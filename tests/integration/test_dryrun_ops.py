@@ -129,7 +129,7 @@ def test_an_injected_nan_ends_the_job_without_a_retry_and_keeps_the_batch(tmp_pa
 
 
 def test_an_injected_nan_under_skip_restarts_and_resumes_past_the_batch(tmp_path: Path) -> None:
-    results = dry_run(tmp_path, "ops.testing.nan_at_step=6", "ops.nonfinite_loss=skip")
+    results = dry_run(tmp_path, "ops.testing.nan_at_step=6", "ops.nonfinite_loss=skip", "ops.testing.record_rows=true")
     fault = results["dryrun.nonfinite"]
     assert fault.status is Status.PASS, _explain(results.values())
     assert fault.details["action"] == "RestartJob" and fault.details["resumed_step"] == 4
@@ -140,6 +140,18 @@ def test_an_injected_nan_under_skip_restarts_and_resumes_past_the_batch(tmp_path
     assert results["dryrun.train"].status is Status.PASS
     history = CliRunner().invoke(main, ["runs", "history", str(tmp_path / "work")])
     assert "the Job: RestartJob (ops.nonfinite_loss: skip), the resume skips step 6's batch" in history.output
+    # the row ledger, rank by rank: the restart replays step 5 as it was and never trains on step 6's rows again
+    for path in sorted((output_dir(tmp_path) / "rows").glob("rank-*.jsonl")):
+        lines = [json.loads(line) for line in path.read_text().splitlines()]
+        restart = next(i for i, line in enumerate(lines) if i and line["step"] < lines[i - 1]["step"])
+        first, second = lines[:restart], lines[restart:]
+
+        def step(lines: list[dict], n: int) -> list[list[int]]:
+            return [line["rows"] for line in lines if line["step"] == n]
+
+        bad = {(r, line["epoch"]) for line in first if line["step"] == 6 for r in line["rows"]}
+        assert bad and second[0]["step"] == 5 and step(second, 5) == step(first, 5)
+        assert not bad & {(r, line["epoch"]) for line in second for r in line["rows"]}, path.name
 
 
 def test_an_injected_stall_is_detected_dumped_restarted_and_resumed(tmp_path: Path) -> None:

@@ -142,7 +142,7 @@ def nonfinite_policy(result: Result, train: Result, first: Attempt, job: dict[st
             f"loss NaN at step {record.get('step')}: every rank stopped; exit {code} (nonfinite); the Job's policy: "
             f"{action}, the Job ends without a retry; the report and {len(kept)} batch file(s) kept in {report}"
         )
-    train.skip(f"the Job ended by its own policy ({action} on exit {code}), as ops.nonfinite_loss: {mode} asks")
+        train.skip(f"the Job ended by its own policy ({action} on exit {code}), as ops.nonfinite_loss: {mode} asks")
     return None
 
 
