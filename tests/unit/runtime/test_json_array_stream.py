@@ -80,3 +80,21 @@ def test_whitespace_and_elements_already_read_are_not_held() -> None:
         tracemalloc.stop()
     assert [e.value for e in found] == [{"a": 1}, {"a": 2}] and found[1].line == 1
     assert peak < 8 << 20  # a block or two, not the 64 MiB of spaces
+
+
+def test_a_json_file_of_only_whitespace_is_refused_at_the_array_limit(tmp_path, monkeypatch) -> None:
+    import gzip
+
+    from recipekit.runtime.data import sources
+
+    monkeypatch.setenv("RECIPEKIT_LIMIT_JSON_ARRAY_MIB", "1")
+    path = tmp_path / "blank.json.gz"
+    path.write_bytes(gzip.compress(b" " * (3 << 20)))
+    with pytest.raises(DataError, match=r"blank.json.gz: more than 1 MiB of whitespace and no record"):
+        sources.find_files(str(path), "alpaca")
+    spread = tmp_path / "spread.json"
+    spread.write_bytes(b'[{"instruction": "a", "output": "b"},' + b" " * (2 << 20) + b"]")
+    (file,) = sources.find_files(str(spread), "alpaca")
+    chunk = sources.plan_chunks([file], 1 << 20)[0]
+    with pytest.raises(DataError, match=r"a JSON array of more than 1 MiB: over the limit"):
+        list(sources.read_chunk(file, chunk, "alpaca"))
