@@ -1259,8 +1259,9 @@ def _prepare_written(name: str, write: Any) -> Any:
 RECORD = b'{"instruction": "a", "output": "b"}'
 #: Past the array limit (1024 MiB) only by its whitespace: read whole, as before, it cost more than 1 GB.
 SPACES_GZ = _gz_repeated((b"[" + RECORD + b",", 1), (b" ", (1 << 30) + (2 << 20)), (RECORD + b"]", 1))
-#: 150 million elements (450 MB) in a small gzip, none a record: the first one ends it (max_bad_records is 0).
-HUGE_ARRAY_GZ = _gz_repeated((b"[", 1), (b"0, ", 150_000_000), (b"0]", 1), level=1)
+#: A 420 MB array in a 2 MB gzip, of 1 MiB strings, none a record: the first one ends it (max_bad_records is 0).
+#: Read whole, it cost more than 800 MB (its bytes and its text); streamed, one element.
+HUGE_ARRAY_GZ = _gz_repeated((b"[", 1), (b'"' + b"x" * (1 << 20) + b'", ', 400), (b"0]", 1), level=1)
 
 
 LONG_LINE = b'{"instruction": "' + b"a" * (80 << 20) + b'", "output": "b"}\n'
@@ -1293,9 +1294,9 @@ DATA_SURFACE = [
         slow=True,
     ),
     Probe(
-        "1 MiB .json.gz: an array of 300 million non-records",
+        "a .json.gz array of 400 MB, none a record",
         _prepare_written("data.json.gz", HUGE_ARRAY_GZ),
-        "expected a JSON object, got int",
+        "expected a JSON object, got str",
         slow=True,
     ),
     Probe("a FIFO as manifest.json", _fifo_manifest, "not a regular file"),
