@@ -730,6 +730,64 @@ BREAKAGES: list[Breakage] = [
 ]
 
 
+def _edit_run_file(data: dict, name: str, old: str, new: str) -> None:
+    assert old in data["data"][name]
+    data["data"][name] = data["data"][name].replace(old, new, 1)
+
+
+# the run files beside the image: the ConfigMap, its mount and the digest the Job carries
+BREAKAGES += [
+    (
+        "configmap-recipe-edited",
+        "tiny",
+        edit_yaml("run-files.yaml", lambda d: _edit_run_file(d, "recipe.yaml", "learning_rate:", "learning_rate: 1 #")),
+        "runfiles.configmap",
+        ("run-files.yaml data.recipe.yaml", "differs from the bundle's recipe.yaml"),
+        True,
+    ),
+    (
+        "configmap-schema",
+        "tiny",
+        edit_yaml("run-files.yaml", lambda d: _set(d, "spec", {"replicas": 1})),
+        "runfiles.configmap",
+        ("run-files.yaml", "spec"),
+        True,
+    ),
+    (
+        "configmap-namespace",
+        "tiny",
+        edit_yaml("run-files.yaml", lambda d: _set(d["metadata"], "namespace", "elsewhere")),
+        "runfiles.configmap",
+        ("run-files.yaml metadata.namespace", "not the Job's namespace"),
+        True,
+    ),
+    (
+        "job-run-files-digest",
+        "tiny",
+        edit_yaml("volcano-job.yaml", lambda j: _set(container(j)["env"][0], "value", "sha256:" + "0" * 64)),
+        "runfiles.configmap",
+        ("volcano-job.yaml spec.tasks[0].template.spec.containers[0].env", "RECIPEKIT_RUN_FILES_DIGEST must be"),
+        True,
+    ),
+    (
+        "run-files-mount-writable",
+        "tiny",
+        edit_yaml("volcano-job.yaml", lambda j: _set(container(j)["volumeMounts"][0], "readOnly", False)),
+        "runfiles.configmap",
+        ("volumeMounts", "mounted readOnly: true"),
+        True,
+    ),
+    (
+        "run-files-not-mounted",
+        "tiny",
+        edit_yaml("volcano-job.yaml", lambda j: container(j)["volumeMounts"].pop(0)),
+        "runfiles.configmap",
+        ("volumeMounts", "no mount of ConfigMap 'tiny-sft-"),
+        True,
+    ),
+]
+
+
 @pytest.mark.parametrize("case", BREAKAGES, ids=[b[0] for b in BREAKAGES])
 def test_each_rule_catches_its_breakage(built: dict[str, Path], tmp_path: Path, case: Breakage) -> None:
     _, source, mutate, check_id, expected, rehash = case
