@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from recipekit.bundle.files import JOB, RUN_FILES_CONFIGMAP
 from recipekit.cli.common import SETTINGS, layers, recipes_option, user_errors, warn
 
 
@@ -57,10 +58,10 @@ def rescale_command(bundle: Path, nodes: int, output: Path | None, force: bool, 
         from recipekit.handover.imagebuild import carry_pin
 
         pinned = carry_pin(done.source.path, path)
-        runs = f"by its digest {pinned}" if pinned else plan.image
-        click.echo(f"next (the same image, {runs}: only the run files and the Job changed):")
+        click.echo("next (the same image: only the run files and the Job changed, nothing to build):")
+        click.echo(f"  image {pinned or plan.image}")
     else:
-        click.echo(f"next (the software stack changed since the bundle was built, so its image did: {plan.image}):")
+        click.echo("next (the software stack changed since the bundle was built, so did its image):")
         click.echo(f"  recipekit image build {path} --push")
     click.echo(f"  kubectl delete vcjob {plan.job_name} -n {namespace} --ignore-not-found")
-    click.echo(f"  kubectl apply -f {path}/run-files.yaml -f {path}/volcano-job.yaml")
+    click.echo(f"  (cd {path} && kubectl apply -f {RUN_FILES_CONFIGMAP} -f {JOB})")
