@@ -325,20 +325,16 @@ def volcano_job(recipe: Recipe, plan: Plan, metrics_ports: tuple[int, ...] = ())
 
 
 def _pod_storage(recipe: Recipe, plan: Plan) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """The pod's volumes and the trainer's mounts of them: the run files (the bundle's ConfigMap), /dev/shm, the
-    shared volume, the run key, the host paths the hardware needs, and the NVMe scratch directory of an NVMe
-    offload."""
+    """The pod's volumes and the trainer's mounts of them: /dev/shm, the shared volume, the run key, the host paths
+    the hardware needs, the NVMe scratch directory of an NVMe offload, and the run files (the bundle's ConfigMap)."""
     hw, cl, par = recipe.hw, recipe.cluster, recipe.parallel
-    run_files, run_files_mount = pod_volume(plan.job_name)
     volumes: list[dict[str, Any]] = [
-        run_files,
         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{cl.shm_gib}Gi"}},
         {"name": "shared", "persistentVolumeClaim": {"claimName": cl.pvc_claim}},
         # The run key (docs/trust.md): a pod without it does not start, rather than run unable to resume safely.
         {"name": "run-key", "secret": {"secretName": trust.SECRET_NAME, "defaultMode": 0o400}},
     ]
     mounts: list[dict[str, Any]] = [
-        run_files_mount,
         {"name": "dshm", "mountPath": "/dev/shm"},
         {"name": "shared", "mountPath": cl.mount_path},
         {"name": "run-key", "mountPath": trust.KEY_MOUNT, "readOnly": True},
@@ -350,7 +346,8 @@ def _pod_storage(recipe: Recipe, plan: Plan) -> tuple[list[dict[str, Any]], list
     if par.nvme_path and "nvme" in (par.offload_optimizer, par.offload_param):
         volumes.append({"name": "nvme", "hostPath": {"path": par.nvme_path, "type": "DirectoryOrCreate"}})
         mounts.append({"name": "nvme", "mountPath": par.nvme_path})
-    return volumes, mounts
+    run_files, run_files_mount = pod_volume(plan.job_name)  # the bundle's ConfigMap, read-only (bundle/runfiles.py)
+    return [*volumes, run_files], [*mounts, run_files_mount]
 
 
 def _trainer_container(

@@ -441,7 +441,7 @@ BREAKAGES: list[Breakage] = [
             "volcano-job.yaml", lambda j: container(j)["volumeMounts"].append({"name": "ghost", "mountPath": "/g"})
         ),
         "volcano.pod-template",
-        ("volcano-job.yaml spec.tasks[0].template.spec.containers[0].volumeMounts[3].name", "ghost"),
+        ("volcano-job.yaml spec.tasks[0].template.spec.containers[0].volumeMounts[4].name", "ghost"),
         True,
     ),
     (
@@ -772,7 +772,7 @@ BREAKAGES += [
     (
         "run-files-mount-writable",
         "tiny",
-        edit_yaml("volcano-job.yaml", lambda j: _set(container(j)["volumeMounts"][0], "readOnly", False)),
+        edit_yaml("volcano-job.yaml", lambda j: _set(container(j)["volumeMounts"][-1], "readOnly", False)),
         "runfiles.configmap",
         ("volumeMounts", "mounted readOnly: true"),
         True,
@@ -780,7 +780,7 @@ BREAKAGES += [
     (
         "run-files-not-mounted",
         "tiny",
-        edit_yaml("volcano-job.yaml", lambda j: container(j)["volumeMounts"].pop(0)),
+        edit_yaml("volcano-job.yaml", lambda j: container(j)["volumeMounts"].pop()),
         "runfiles.configmap",
         ("volumeMounts", "no mount of ConfigMap 'tiny-sft-"),
         True,
