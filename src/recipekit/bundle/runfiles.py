@@ -64,13 +64,13 @@ def configmap(job_name: str, namespace: str, labels: dict[str, str], files: dict
 
 
 def with_digest(job: dict[str, Any], digest: str) -> dict[str, Any]:
-    """The Job with the run files' digest in every container's environment (first, so it reads at a glance; one it
-    had is replaced)."""
+    """The Job with the run files' digest in every container's environment (after what it sets already; one it had
+    is replaced)."""
     job = copy.deepcopy(job)
     for task in job["spec"]["tasks"]:
         for container in task["template"]["spec"]["containers"]:
             kept = [e for e in container.get("env", []) if e.get("name") != runfiles.DIGEST_ENV]
-            container["env"] = [{"name": runfiles.DIGEST_ENV, "value": digest}, *kept]
+            container["env"] = [*kept, {"name": runfiles.DIGEST_ENV, "value": digest}]
     return job
 
 

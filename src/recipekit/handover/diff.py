@@ -93,7 +93,7 @@ def _lines(a: Side, b: Side) -> list[str]:
             lines.append(f"  changed {name}")
             if name != MANIFEST:
                 lines.extend(f"    {line}" for line in _unified(a, b, name))
-    return [*lines, *image_lines(a, b), *strays]
+    return [*lines, *(image_lines(a, b) if keys or changed else []), *strays]
 
 
 def image_lines(a: Side, b: Side) -> list[str]:

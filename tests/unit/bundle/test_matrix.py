@@ -77,7 +77,7 @@ def test_a_failing_combination_is_reported_and_the_rest_still_build(tmp_path: Pa
     assert "error: recipe=llama3_8b_lora hw=cpu:\n  - memory: needs" in result.output
     row = next(line for line in result.output.splitlines() if line.startswith("recipe=llama3_8b_lora hw=cpu "))
     assert "FAILED memory: needs" in row
-    assert result.output.splitlines()[-1] == "6 combinations: 5 built, 1 failed"
+    assert "6 combinations: 5 built, 1 failed" in result.output.splitlines()
 
 
 def test_a_matrix_bundle_equals_the_single_build(tmp_path: Path) -> None:

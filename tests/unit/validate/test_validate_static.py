@@ -764,7 +764,7 @@ BREAKAGES += [
     (
         "job-run-files-digest",
         "tiny",
-        edit_yaml("volcano-job.yaml", lambda j: _set(container(j)["env"][0], "value", "sha256:" + "0" * 64)),
+        edit_yaml("volcano-job.yaml", lambda j: _set(container(j)["env"][-1], "value", "sha256:" + "0" * 64)),
         "runfiles.configmap",
         ("volcano-job.yaml spec.tasks[0].template.spec.containers[0].env", "RECIPEKIT_RUN_FILES_DIGEST must be"),
         True,
