@@ -32,7 +32,6 @@ def image_group() -> None:
 @click.option("--platform", help="Target platform (default: linux/<hw.arch>, the nodes'; another one is refused).")
 @click.option("--build-arg", "build_args", multiple=True, metavar="K=V", help="Dockerfile ARG (mirrors); repeatable.")
 @click.option("--engine", help="Docker-API engine URL, e.g. unix:///run/podman/podman.sock (default: DOCKER_HOST).")
-@click.option("--rebuild", is_flag=True, help="Build even when the engine or registry already holds the image.")
 def build_command(
     bundle: Path,
     tag: str | None,
@@ -40,7 +39,6 @@ def build_command(
     platform: str | None,
     build_args: tuple[str, ...],
     engine: str | None,
-    rebuild: bool,
 ) -> None:
     """Build BUNDLE's image through a Docker-API engine (Docker, or `podman system service`); record it in the bundle.
 
@@ -63,7 +61,7 @@ def build_command(
         client = imagebuild.connect(req)
     except RecipeError as err:
         exit_with_problems(err)
-    found = None if rebuild else imagebuild.already_built(client, req)
+    found = imagebuild.already_built(client, req)
     try:
         if found is not None:
             where = "the registry" if found.digest else "the engine"

@@ -240,8 +240,6 @@ def test_the_cli_builds_nothing_for_a_stack_the_registry_holds(bundle: Path, tmp
     assert "already holds this software stack's image; nothing to build" in result.output
     manifest = json.loads((copy / "manifest.json").read_text())
     assert manifest["image"]["digest"] == DIGEST
-    result = CliRunner().invoke(main, ["image", "build", str(copy), "--push", "--rebuild"])
-    assert [call for call, _ in api.calls][:1] == ["build"]
 
 
 def test_a_rescaled_bundle_keeps_its_sources_pinned_image(copy: Path, tmp_path: Path) -> None:
