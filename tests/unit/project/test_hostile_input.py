@@ -32,6 +32,7 @@ from recipekit.base.paths import RECIPES_DIR
 from recipekit.bundle.build import Resolved, compile_bundle
 from recipekit.bundle.files import JOB, LAUNCH, MANIFEST, README, RECIPE, RUN
 from recipekit.bundle.render import markdown_code
+from recipekit.bundle.runfiles import digest_of, with_digest
 from recipekit.cli import main
 from recipekit.image.matrix import load_images
 from recipekit.plan.plan import make_plan
@@ -594,7 +595,7 @@ def test_injection_payload_arrives_byte_for_byte_or_is_refused(base_raw, field: 
     documents, files = compiled.documents, compiled.files
     document = yaml.safe_load(files[RECIPE])
     assert _get(document["recipe"], key) == value
-    assert yaml.safe_load(files[JOB]) == documents.job
+    assert yaml.safe_load(files[JOB]) == with_digest(documents.job, digest_of(files))
     launch = json.loads(files[LAUNCH])
     assert launch == json.loads(json.dumps(documents.launch))
     if key == "hw.env":
