@@ -30,6 +30,10 @@ RUN_FILES_CONFIGMAP = filenames.RUN_FILES_CONFIGMAP
 RUN_FILES = runfiles.RUN_FILE_NAMES
 DOCKERFILE = "Dockerfile"
 JOB = "volcano-job.yaml"
+#: kubectl's own way to apply a directory as one unit (``kubectl apply -k DIR``): it lists the ConfigMap and the Job.
+#: ``kubectl apply -f DIR`` would also take manifest.json, launch.json and plan.json, which are not Kubernetes
+#: objects, and the monitoring files, which need the Prometheus Operator's CRDs.
+KUSTOMIZATION = "kustomization.yaml"
 README = "README.md"
 PLAN_JSON = "plan.json"
 PLAN_MD = "plan.md"
@@ -50,6 +54,7 @@ REQUIRED = (
     RUN,
     RUN_FILES_CONFIGMAP,
     JOB,
+    KUSTOMIZATION,
     DOCKERFILE,
     README,
     f"{RUNTIME}/train.py",

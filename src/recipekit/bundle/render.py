@@ -29,6 +29,7 @@ from recipekit.bundle.files import (
     DOCKERFILE,
     DS_CONFIG,
     JOB,
+    KUSTOMIZATION,
     LAUNCH,
     MANIFEST,
     PLAN_JSON,
@@ -134,13 +135,24 @@ _CONFIGMAP_HEADER = (
     f"The run files every pod mounts read-only at {RUN_FILES_MOUNT}. Submit with: kubectl apply -f "
     f"{RUN_FILES_CONFIGMAP} -f {JOB}"
 )
-_JOB_HEADER = f"Submit with: kubectl apply -f {RUN_FILES_CONFIGMAP} -f {JOB} (the ConfigMap first)"
+_JOB_HEADER = f"Submit with: kubectl apply -k . (or -f {RUN_FILES_CONFIGMAP} -f {JOB}, the ConfigMap first)"
+_KUSTOMIZATION_HEADER = "Apply the run files and the Job as one unit: kubectl apply -k <this bundle's directory>"
 
 
 def _run_files_and_job(recipe: Recipe, plan: Plan, documents: Documents, files: dict[str, bytes]) -> None:
     """The ConfigMap of the run files (refused over Kubernetes' 1 MiB) and the Job carrying their digest."""
     files[JOB] = _yaml(runfiles.with_digest(documents.job, runfiles.digest_of(files)), header=_JOB_HEADER)
     files[RUN_FILES_CONFIGMAP] = _configmap_file(plan.job_name, recipe.cluster.namespace, job_labels(plan), files)
+    files[KUSTOMIZATION] = _yaml(kustomization(), header=_KUSTOMIZATION_HEADER)
+
+
+def kustomization() -> dict[str, object]:
+    """The bundle's Kubernetes objects, ConfigMap first: what ``kubectl apply -k`` of the bundle applies."""
+    return {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        "resources": [RUN_FILES_CONFIGMAP, JOB],
+    }
 
 
 def _configmap_file(job_name: str, namespace: str, labels: dict[str, str], files: dict[str, bytes]) -> bytes:

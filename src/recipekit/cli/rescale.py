@@ -6,7 +6,6 @@ from pathlib import Path
 
 import click
 
-from recipekit.bundle.files import JOB, RUN_FILES_CONFIGMAP
 from recipekit.cli.common import SETTINGS, layers, recipes_option, user_errors, warn
 
 
@@ -64,4 +63,4 @@ def rescale_command(bundle: Path, nodes: int, output: Path | None, force: bool, 
         click.echo("next (the software stack changed since the bundle was built, so did its image):")
         click.echo(f"  recipekit image build {path} --push")
     click.echo(f"  kubectl delete vcjob {plan.job_name} -n {namespace} --ignore-not-found")
-    click.echo(f"  (cd {path} && kubectl apply -f {RUN_FILES_CONFIGMAP} -f {JOB})")
+    click.echo(f"  kubectl apply -k {path}")

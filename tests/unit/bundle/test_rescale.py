@@ -90,7 +90,7 @@ def test_rescale_writes_the_same_run_on_one_node(tmp_path: Path) -> None:
     assert f"kubectl delete vcjob {old.job_name}" in output
     # the same image: the node count is in the run files and the Job only, so nothing is built
     assert plan["image"] == old.image and "image build" not in output and "nothing to build" in output
-    assert "&& kubectl apply -f run-files.yaml -f volcano-job.yaml)" in output
+    assert f"kubectl apply -k {tmp_path}" in output
     configmap = yaml.safe_load((target / "run-files.yaml").read_text())
     assert configmap["data"]["launch.json"] == (target / "launch.json").read_text()
     assert (target / "Dockerfile").read_bytes() == (source.path / "Dockerfile").read_bytes()

@@ -15,7 +15,7 @@ import hashlib
 from collections.abc import Mapping
 from pathlib import Path
 
-from .filenames import DS_CONFIG_FILE, LAUNCH_FILE, RECIPE_FILE, RUN_FILES_CONFIGMAP, RUN_SCRIPT
+from .filenames import DS_CONFIG_FILE, LAUNCH_FILE, RECIPE_FILE, RUN_SCRIPT
 
 #: The run files, in the order the ConfigMap lists them (ds_config.json only when the bundle runs DeepSpeed).
 RUN_FILE_NAMES = (DS_CONFIG_FILE, LAUNCH_FILE, RECIPE_FILE, RUN_SCRIPT)
@@ -60,5 +60,5 @@ def mismatch(directory: Path, expected: str | None) -> str | None:
     return (
         f"the run files in {directory} ({found[:19]}) differ from the digest the Job carries ({DIGEST_ENV}="
         f"{expected[:19]}): the ConfigMap was edited or belongs to another build; apply the bundle again "
-        f"(kubectl apply -f {RUN_FILES_CONFIGMAP} -f volcano-job.yaml)"
+        "(kubectl apply -k <the bundle>)"
     )
