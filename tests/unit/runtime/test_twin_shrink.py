@@ -141,3 +141,22 @@ def test_one_twin_per_modeling_module_trains_a_step_on_cpu(tmp_path: Path) -> No
     for model_type, why in sorted(failed.items()):
         print(f"no twin {model_type}: {why}")
     assert rate >= 0.8, sorted(failed)
+
+
+def test_moe_blocks_are_found_after_zero3_partitioned_their_experts() -> None:
+    """Under ZeRO-3's zero.Init each parameter is a 1-D partition by the time the loader marks leaves; the fused
+    experts' 3-D shape survives only as ``ds_shape``."""
+
+    class Experts(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.gate_up_proj = torch.nn.Parameter(torch.empty(0))
+            self.gate_up_proj.ds_shape = torch.Size([4, 8, 16])  # type: ignore[attr-defined]
+
+    class SparseBlock(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.gate = torch.nn.Linear(8, 4)
+            self.experts = Experts()
+
+    assert moe_leaf_classes(torch.nn.Sequential(SparseBlock())) == ["SparseBlock"]

@@ -207,7 +207,8 @@ def moe_leaf_classes(model: Any) -> list[str]:
         experts = children.get("experts")
         if experts is None:
             continue
-        fused = any(p.dim() == 3 for p in experts.parameters(recurse=False))
+        # under ZeRO-3's zero.Init a parameter is already a partition: its full shape is ds_shape
+        fused = any(len(getattr(p, "ds_shape", None) or p.shape) == 3 for p in experts.parameters(recurse=False))
         if fused or isinstance(experts, torch.nn.ModuleList):
             classes.add(type(module).__name__)
     return sorted(classes)
