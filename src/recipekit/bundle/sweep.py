@@ -237,6 +237,4 @@ def images_line(outcomes: Sequence[Outcome]) -> list[str]:
     head = (
         f"{len(images)} image{'s' if len(images) != 1 else ''} to build for {built} bundle{'s' if built != 1 else ''}"
     )
-    return [f"{head} (one per software stack; the run files travel in each bundle's ConfigMap):"] + [
-        f"  {image}" for image in images
-    ]
+    return [f"{head} (one per software stack):"] + [f"  {image}" for image in images]
