@@ -1,8 +1,7 @@
 """The run files beside the image: the ConfigMap that carries them, its mount, and the digest the Job carries.
 
-Why a ConfigMap: it is namespaced like the Job, so the two travel together (``kubectl apply -f run-files.yaml -f
-volcano-job.yaml``, or ``-f`` of any directory holding both: ``run-files.yaml`` sorts first, so it exists before a
-pod of the Job is created); every pod mounts it read-only, so no rank can change what another reads; a cluster admin
+Why a ConfigMap: it is namespaced like the Job, so the two travel together (``kubectl apply -k`` of the bundle:
+its kustomization.yaml lists the ConfigMap first, so it exists before a pod of the Job is created); every pod mounts it read-only, so no rank can change what another reads; a cluster admin
 reads it with ``kubectl get configmap``; and its 1 MiB limit is far above what four text files need (checked here,
 at build, with the sizes). A Secret would hide plain configuration from the people who debug it, and a volume
 (PVC) would need a copy step outside Kubernetes' own apply.
