@@ -1,10 +1,11 @@
 """The run files beside the image: the ConfigMap that carries them, its mount, and the digest the Job carries.
 
 Why a ConfigMap: it is namespaced like the Job, so the two travel together (``kubectl apply -k`` of the bundle:
-its kustomization.yaml lists the ConfigMap first, so it exists before a pod of the Job is created); every pod mounts it read-only, so no rank can change what another reads; a cluster admin
-reads it with ``kubectl get configmap``; and its 1 MiB limit is far above what four text files need (checked here,
-at build, with the sizes). A Secret would hide plain configuration from the people who debug it, and a volume
-(PVC) would need a copy step outside Kubernetes' own apply.
+its kustomization.yaml lists the ConfigMap first, so it exists before a pod of the Job is created); every pod
+mounts it read-only, so no rank can change what another reads; a cluster admin reads it with
+``kubectl get configmap``; and its 1 MiB limit is far above what four text files need (checked here, at build,
+with the sizes). A Secret would hide plain configuration from the people who debug it, and a volume (PVC) would
+need a copy step outside Kubernetes' own apply.
 
 The image then holds one software stack (plan/identity.py's image tag); everything that differs between two
 bundles of that stack is in these files, and the Job carries their digest (``runtime/boundary/runfiles.py``), which
