@@ -43,6 +43,8 @@ from recipekit.validate.shared.loader import load_bundle
 from recipekit.validate.static.checks import run_static
 
 pytestmark = pytest.mark.slow
+#: The stand-in bases and real wheels are cached per user (``cache_dir``): the image files run on one worker in turn.
+XDIST_GROUP = "images"
 
 TOOLS = ("buildah", "podman", "runc", "debootstrap", "docker-registry")
 STANDIN_VERSION = "v1"
