@@ -126,6 +126,7 @@ def test_an_injected_nan_ends_the_job_without_a_retry_and_keeps_the_batch(tmp_pa
     history = CliRunner().invoke(main, ["runs", "history", str(tmp_path / "work")])
     assert "1 start(s), 0 recovery(ies)" in history.output, history.output
     assert "exit 5 nonfinite" in history.output and "the Job: TerminateJob (ops.nonfinite_loss: stop)" in history.output
+    assert f"kept in {Path(record['report']).name}/" in " ".join(history.output.split())  # the report's directory
 
 
 def test_an_injected_nan_under_skip_restarts_and_resumes_past_the_batch(tmp_path: Path) -> None:

@@ -90,4 +90,4 @@ def test_a_nonfinite_end_without_a_restart_says_the_job_ended_with_the_batch_kep
     data = json.loads(CliRunner().invoke(main, ["runs", "history", str(tmp_path), "--json"]).output)
     why = data["attempts"][0]["why"]
     assert "exit 5 nonfinite" in why and "the Job: TerminateJob (ops.nonfinite_loss: stop), no retry" in why
-    assert "batch and a report are kept in nonfinite-step-N/" in why
+    assert "batch and a report are kept in nonfinite-step-5/" in why  # the directory the guard wrote at step 5

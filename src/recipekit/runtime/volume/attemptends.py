@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..boundary import exitcodes
+from ..boundary import exitcodes, filenames
 
 ENDS_DIR = "attempt-ends"
 #: The most a rank's file is read (one line is about 200 bytes: thousands of attempts).
@@ -212,7 +212,7 @@ def by_attempt(records: list[dict[str, Any]], ends: list[dict[str, Any]]) -> lis
         why = explain(attempt["ends"], attempt["world_size"], attempt["ranks_per_pod"])
         first = cause(attempt["ends"])
         if first is not None and first["code"] == exitcodes.EXIT_NONFINITE:
-            why = nonfinite_next(why, i + 1 < len(found), skipped)
+            why = nonfinite_next(why, i + 1 < len(found), skipped, first["step"])
         attempt["why"] = why if ended else None
     return found
 
@@ -221,9 +221,10 @@ def by_attempt(records: list[dict[str, Any]], ends: list[dict[str, Any]]) -> lis
 SKIP_FIELDS = ("step", "epoch", "start", "stop")
 
 
-def nonfinite_next(why: str, restarted: bool, skipped: list[Any]) -> str:
+def nonfinite_next(why: str, restarted: bool, skipped: list[Any], step: int | None = None) -> str:
     """What followed a non-finite loss: the Job restarted and the resume skipped the batch (``ops.nonfinite_loss:
-    skip``, a ``skip`` record in recovery.jsonl), or it ended with the batch and the report kept."""
+    skip``, a ``skip`` record in recovery.jsonl), or it ended with the batch and the report kept in the directory of
+    ``step`` (the step the end was recorded at: the guard stops at that step's end and names the directory by it)."""
     head = why.rsplit("; the Job: ", 1)[0]
     steps = ", ".join(str(s) for s in skipped if isinstance(s, int) and not isinstance(s, bool))
     if restarted:
@@ -231,7 +232,7 @@ def nonfinite_next(why: str, restarted: bool, skipped: list[Any]) -> str:
         return f"{head}; the Job: RestartJob (ops.nonfinite_loss: skip), the resume skips {batch}"
     return (
         f"{head}; the Job: TerminateJob (ops.nonfinite_loss: stop), no retry: the offending batch and a report "
-        "are kept in nonfinite-step-N/"
+        f"are kept in {filenames.NONFINITE_PREFIX}{step if _whole(step) else 'N'}/"
     )
 
 
