@@ -57,7 +57,7 @@ def _counter_per_token(name: str, seq_len: int) -> float:
 
 
 #: Catalog models a module of which cannot run on the meta device (a Tensor.item() in InternLM3's dynamic rope and in
-#: ERNIE 4.5's MoE block): their options say the FLOPs are the analytic count with the counter's convention.
+#: ERNIE 4.5's causal-mask set-up): their options say the FLOPs are the analytic count with the counter's convention.
 ANALYTIC = {"internlm3_8b", "ernie4.5_21b_a3b"}
 
 
