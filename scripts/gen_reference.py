@@ -377,24 +377,30 @@ def models_page() -> str:
     for option, path in sorted(group_options("model").items()):
         data = yamlfile.read(path)
         model = validate(ModelSpec, data, root=f"model/{option}")
-        params = count_params(model).total
+        counts = count_params(model)
+        params = counts.total
+        flops = model_flops(model)
         rows.append(
             [
                 _code(option),
                 model.description,
                 model.family,
                 f"{params / 1e9:.2f} B" if params >= 1e8 else f"{params:,}",
+                (f"{counts.active / 1e9:.2f} B" if counts.active >= 1e8 else f"{counts.active:,}")
+                if counts.active != params
+                else "",
                 str(model.num_layers),
                 str(model.hidden_size),
                 f"{model.num_attention_heads} / {model.num_kv_heads}",
                 str(model.intermediate_size),
                 str(model.vocab_size),
                 "yes" if model.tie_word_embeddings else "no",
-                f"{model_flops(model).train_at(FLOPS_AT) / 1e9:.3g}",
+                f"{flops.train_at(FLOPS_AT) / 1e9:.3g}" + ("" if flops.counted_by == "counter" else " (analytic)"),
+                model.min_transformers,
             ]
         )
-    head = ["option", "description", "family", "parameters", "layers", "hidden", "heads / kv", "MLP", "vocab", "tied"]
-    head.append(f"GFLOP/token at {FLOPS_AT}")
+    head = ["option", "description", "family", "parameters", "active", "layers", "hidden", "heads / kv", "MLP"]
+    head += ["vocab", "tied", f"GFLOP/token at {FLOPS_AT}", "min transformers"]
     return "".join(
         [
             "# Models\n\n",
@@ -402,7 +408,10 @@ def models_page() -> str:
             "The model options of `recipes/model/`. Parameters are counted from the architecture numbers "
             f"(`{count_params.__module__}`), as the planner counts them; no checkpoint is read. The training FLOPs "
             f"per token (forward + backward, no recomputation) at {FLOPS_AT} tokens a sequence are torch's FLOP "
-            "counter's, measured by `recipekit model import` (the option's `flops`).\n\n",
+            "counter's, measured by `recipekit model import` (the option's `flops`; *analytic* where a module cannot "
+            "run on the meta device). *active*: the parameters one token uses (MoE). *min transformers*: the release "
+            "that first shipped the architecture (`min_transformers`); `build` refuses an image pinning an older "
+            "one.\n\n",
             _table(head, rows),
         ]
     )

@@ -39,8 +39,25 @@ FIRST_RELEASE = {
     "qwen3": "4.51.0",
     "qwen3_moe": "4.51.0",
     "glm4": "4.51.3",
+    "gemma3": "4.50.0",
+    "gemma3_text": "4.50.0",
+    "deepseek_v3": "4.51.0",
+    "glm4_moe": "4.54.0",
+    "ernie4_5": "4.54.0",
+    "ernie4_5_moe": "4.54.0",
+    "gpt_oss": "4.55.0",
+    "hunyuan_v1_dense": "4.56.0",
+    "hunyuan_v1_moe": "4.56.0",
+    "qwen3_next": "4.57.0",
+    "qwen3_5": "5.2.0",
+    "qwen3_5_moe": "5.2.0",
+    "minicpm3": "5.8.0",
+    "mistral": "4.34.0",
 }
 LLAMA3_ROPE_MIN_TRANSFORMERS = "4.43.0"
+#: Architectures whose config's own head_dim (heads x head_dim other than hidden_size) a later release first read:
+#: Mistral's came with Mistral-NeMo; an older release builds the attention at hidden_size / heads, a wrong shape.
+HEAD_DIM_MIN_TRANSFORMERS = {"mistral": "4.43.0"}
 
 
 class ImportProblem(Exception):
@@ -204,6 +221,9 @@ def min_transformers(raw: dict[str, Any]) -> str:
     rope = raw.get("rope_scaling") or {}
     if isinstance(rope, dict) and rope.get("rope_type", rope.get("type")) == "llama3":
         version = max(version, LLAMA3_ROPE_MIN_TRANSFORMERS, key=_version_key)
+    head_dim, heads, hidden = raw.get("head_dim"), raw.get("num_attention_heads"), raw.get("hidden_size")
+    if raw["model_type"] in HEAD_DIM_MIN_TRANSFORMERS and head_dim and heads and head_dim * heads != hidden:
+        version = max(version, HEAD_DIM_MIN_TRANSFORMERS[raw["model_type"]], key=_version_key)
     return ".".join(str(part) for part in _version_key(version))
 
 

@@ -50,6 +50,21 @@ PUBLISHED = {
     "deepseek_r1_distill_qwen_7b": (7.62e9, None),
     "glm4_9b": (9.4e9, None),
     "mixtral_8x7b": (46.7e9, 12.9e9),
+    "deepseek_v3": (671e9, 37e9),
+    "gemma3_27b": (27e9, None),
+    "mistral_small_24b": (24e9, None),
+    "hunyuan_a13b": (80e9, 13e9),
+    "minicpm3_4b": (4e9, None),
+    "internlm3_8b": (8.8e9, None),
+}
+#: Cards that state the active count without the embedding tables (total as above, or the card's exact total):
+#: card's active, the parts it leaves out. gpt-oss counts the unembedding but not the embedding (its card's table
+#: gives 20.91 B / 3.61 B and 116.83 B / 5.13 B); GLM-4.5 leaves out both (355 B / 32 B, Air 106 B / 12 B).
+PUBLISHED_ACTIVE_WITHOUT = {
+    "gpt_oss_20b": (20.91e9, 3.61e9, ("embedding",)),
+    "gpt_oss_120b": (116.83e9, 5.13e9, ("embedding",)),
+    "glm4.5": (355e9, 32e9, ("embedding", "head")),
+    "glm4.5_air": (106e9, 12e9, ("embedding", "head")),
 }
 
 
@@ -59,6 +74,15 @@ def test_catalog_counts_match_the_model_cards(name: str) -> None:
     counts = count_params(option(name))
     assert counts.total == pytest.approx(total, rel=0.02)
     assert counts.active == pytest.approx(active or total, rel=0.02)
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED_ACTIVE_WITHOUT))
+def test_catalog_counts_match_cards_that_leave_the_embeddings_out(name: str) -> None:
+    total, active, left_out = PUBLISHED_ACTIVE_WITHOUT[name]
+    counts = option(name).params
+    assert counts is not None
+    assert counts.total == pytest.approx(total, rel=0.02)
+    assert counts.active - sum(getattr(counts, part) for part in left_out) == pytest.approx(active, rel=0.02)
 
 
 @pytest.mark.parametrize("name", sorted(catalog()))
@@ -234,6 +258,47 @@ def test_build_says_when_the_image_s_transformers_is_too_old(tmp_path: Path) -> 
     result = run("build", "model=qwen3_8b", "model.min_transformers=9.1.0", "-o", str(tmp_path / "b"))
     assert result.exit_code == 2
     assert "needs transformers >= 9.1.0" in result.output and "pins transformers 5.24.0" in result.output
+    refusal = next(line for line in result.output.splitlines() if "model.min_transformers" in line)
+    assert "raise the pin in images/matrix.yaml" in refusal  # one line: both versions and what to do
+
+
+#: The transformers release that first shipped each architecture (the release after the day its model_doc page says
+#: it was added), as the catalog options record it; Mistral Small 3's own head_dim was first read in 4.43.0.
+FIRST_SHIPPED = {
+    "deepseek_v3": "4.51.0",
+    "gemma3_27b": "4.50.0",
+    "glm4.5": "4.54.0",
+    "glm4.5_air": "4.54.0",
+    "ernie4.5_21b_a3b": "4.54.0",
+    "gpt_oss_20b": "4.55.0",
+    "gpt_oss_120b": "4.55.0",
+    "hunyuan_a13b": "4.56.0",
+    "qwen3_next_80b_a3b": "4.57.0",
+    "minicpm3_4b": "5.8.0",
+    "mistral_small_24b": "4.43.0",
+}
+
+
+@pytest.mark.parametrize("name", sorted(FIRST_SHIPPED))
+def test_an_image_older_than_the_architecture_is_refused_naming_both(name: str) -> None:
+    """Each new option records the release that first shipped its architecture; an image family pinning the release
+    before it is refused, naming both versions; one pinning that release is not."""
+    import dataclasses
+
+    from recipekit.bundle.build import resolve
+    from recipekit.image.matrix import load_images, transformers_problems
+
+    needed = FIRST_SHIPPED[name]
+    assert option(name).min_transformers == needed
+    recipe = resolve([f"model={name}"], analysis_only=True).recipe
+    family = load_images().families["ascend-910b"]
+    major, minor, _ = needed.split(".")
+    older = f"{major}.{int(minor) - 1}.0" if int(minor) else "4.57.6"
+    pinned_older = dataclasses.replace(family, packages={**family.packages, "transformers": older})
+    (problem,) = transformers_problems("ascend-910b", pinned_older, recipe)
+    assert f"needs transformers >= {needed}" in problem.message and f"pins transformers {older}" in problem.message
+    pinned_same = dataclasses.replace(family, packages={**family.packages, "transformers": needed})
+    assert transformers_problems("ascend-910b", pinned_same, recipe) == []
 
 
 # ------------------------------------------------------------------------------------------------ runtime and twins
@@ -257,7 +322,15 @@ def _twin(name: str):
     return spec, twin, causal_lm_class(twin.family)(architecture_config(twin))
 
 
-@pytest.mark.parametrize("name", sorted(group_options("model")))
+def _has_tiny_twin(name: str) -> bool:
+    from recipekit.validate.dryrun.workdir.substitutions import find_twin
+
+    return find_twin(option(name).family) is not None
+
+
+#: Options of a family that has a tiny_<family> option (the others' twins are shrunk from their own config by
+#: recipekit.runtime.model.shrink, tested there; their counts are the catalog's re-import above).
+@pytest.mark.parametrize("name", sorted(n for n in group_options("model") if _has_tiny_twin(n)))
 def test_every_model_option_s_twin_trains_a_step_and_its_counts_match(name: str) -> None:
     from recipekit.runtime.model.twin import architecture_config, causal_lm_class
 
