@@ -6,7 +6,8 @@ router, norms, head). A tied head is the embedding's own tensor and is counted o
 ``build`` plans from them without importing torch.
 
 The training FLOPs per token are torch's FLOP counter's over one forward and backward pass of that same meta model
-(:mod:`recipekit.recipe.modelflops`), stored as numbers too.
+(:mod:`recipekit.recipe.modelflops`), and the activation memory per token torch's memory tracker's over the decoder
+under fake tensors (:mod:`recipekit.recipe.modelmemory`), stored as numbers too.
 
 Only local files are read and no model code from the checkpoint runs: what is not a decoder-only text model, or is an
 architecture transformers does not ship (``auto_map``), is refused with the reason
@@ -22,7 +23,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, cast
 
-from recipekit.recipe import modelflops, modelkind
+from recipekit.recipe import modelflops, modelkind, modelmemory
 from recipekit.recipe.schema import validate
 from recipekit.recipe.sections import FAMILIES, FlopsSpec, ModelSpec, ParamCountsSpec
 from recipekit.runtime.boundary import jsonfile
@@ -281,6 +282,9 @@ def import_config(path: Path) -> Imported:
     counts = count_parts(model, config)
     option = option_fields(config, raw, counts)
     option["flops"] = model_flops(model, config, counts)
+    activations = modelmemory.measure_or_none(config)
+    if activations is not None:
+        option["activations"] = activations
     notes = ((native,) if native else ()) + decoder.notes
     return Imported(option=option, architecture=option["architecture"], notes=notes)
 
@@ -341,7 +345,7 @@ def option_yaml(option: dict[str, Any]) -> str:
         value = option[f.name]
         if f.name != "name" and value == f.default:
             continue
-        if f.name in ("params", "flops"):
+        if f.name in ("params", "flops", "activations"):
             lines.append(f"{f.name}:")
             lines += [f"  {key}: {_scalar(number)}" for key, number in to_data(value).items()]
             continue

@@ -1,0 +1,169 @@
+"""Activation memory per token, measured with torch's memory tracker over the real transformers decoder.
+
+The memory estimate's formula counts a Llama block's tensors by hand; a model of another shape (MLA, shared experts,
+sliding windows, norms placed elsewhere) keeps something else. Here the architecture's own layers say what they
+keep: ``torch.distributed._tools.mem_tracker.MemTracker`` follows every tensor one forward and backward pass of the
+decoder creates, under ``FakeTensorMode`` (shapes and sizes, no memory, no arithmetic), and records what autograd
+holds at the end of forward (``kept``) and the most activation memory alive at once (``peak``), with gradient
+checkpointing off and on.
+
+The model is built from its config under ``FakeTensorMode`` on the CPU device rather than on the meta device: the
+CPU's scaled dot-product attention dispatches to its flash kernel, which keeps a logsumexp per head as a device's
+fused attention does (the meta device's math path would keep the S×S scores no device keeps). The weights are bf16
+and all train (DeepSpeed's 16-bit model); MoE experts run as grouped GEMMs (transformers' default ``grouped_mm``, what
+a device runs; ``batched_mm`` would gather each token's expert weights). Packed-sequence detection is off, as for an
+unpacked batch on a device: under fake tensors transformers cannot read the position ids and would build an S×S mask.
+
+Bytes per token are linear in the sequence length: :func:`measure` runs two lengths and solves for both terms
+(:class:`~recipekit.recipe.sections.ActivationsSpec`). torch is imported inside the functions: ``build`` reads the
+stored numbers only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+from collections.abc import Iterator
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+from recipekit.recipe.schema import validate
+from recipekit.recipe.sections import ActivationsSpec
+
+#: The two sequence lengths the import measures at (batch 1): bytes per token are linear in S, so two suffice.
+SEQUENCES = (512, 1024)
+#: The memory tracker's categories that are activations: what forward creates, and what backward creates that is
+#: not a gradient of a weight (the tracker files those under its GRAD category).
+ACTIVATION_KINDS = ("ACT", "TEMP")
+
+
+@dataclass(frozen=True)
+class Sample:
+    """Activation bytes of one forward and backward pass over ``micro_batch`` × ``seq_len`` tokens."""
+
+    micro_batch: int
+    seq_len: int
+    checkpointing: bool
+    kept: int  # alive at the end of forward
+    peak: int  # the most alive at once, forward and backward
+
+    @property
+    def tokens(self) -> int:
+        return self.micro_batch * self.seq_len
+
+
+def measure(config: Any, sequences: tuple[int, int] = SEQUENCES) -> ActivationsSpec:
+    """Activation bytes per token of ``config``'s decoder, checkpointing off and on, solved from two lengths."""
+    numbers: dict[str, Any] = {"measured_by": "tracker"}
+    with fake_model(config) as model:
+        for checkpointing, prefix in ((False, ""), (True, "checkpointed_")):
+            first, second = (sample(model, 1, seq_len, checkpointing=checkpointing) for seq_len in sequences)
+            for kind in ("kept", "peak"):
+                constant, per_position = _solve(first, second, kind)
+                numbers[f"{prefix}{kind}"], numbers[f"{prefix}{kind}_per_position"] = constant, per_position
+    return validate(ActivationsSpec, numbers, root="model.activations")
+
+
+def measure_or_none(config: Any) -> ActivationsSpec | None:
+    """:func:`measure`, or None where a module cannot run under fake tensors (the estimate then uses its formula,
+    and says so)."""
+    try:
+        return measure(config)
+    except Exception:  # data-dependent control flow, an op without a fake kernel, a model that will not build
+        return None
+
+
+def _solve(first: Sample, second: Sample, kind: str) -> tuple[int, int]:
+    """(X, X_per_position) of bytes per token X + X_per_position × S through two samples. A slope below zero (a
+    per-sequence constant spread over more tokens) is no attention term: the larger per-token figure is kept."""
+    per_token1 = Fraction(getattr(first, kind), first.tokens)
+    per_token2 = Fraction(getattr(second, kind), second.tokens)
+    per_position = (per_token2 - per_token1) / (second.seq_len - first.seq_len)
+    if per_position <= 0:
+        return round(max(per_token1, per_token2)), 0
+    return round(per_token1 - per_position * first.seq_len), round(per_position)
+
+
+@contextlib.contextmanager
+def fake_model(config: Any) -> Iterator[Any]:
+    """``config``'s causal LM built under ``FakeTensorMode`` on the CPU in bf16 (no memory), inside that mode; the
+    experts implementation another build set on ``config`` (the FLOP counter's ``batched_mm``) is not kept."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from transformers import AutoModelForCausalLM
+
+    config = copy.deepcopy(config)
+    config._experts_implementation = None  # transformers' default: grouped_mm where the experts support it
+    with FakeTensorMode(allow_non_fake_inputs=True), _unpacked_batches():
+        model = AutoModelForCausalLM.from_config(config, trust_remote_code=False, dtype=torch.bfloat16)
+        model.train()
+        yield model
+
+
+@contextlib.contextmanager
+def _unpacked_batches() -> Iterator[None]:
+    """transformers' packed-sequence check answers "not packed", as it does on a device for an unpacked batch."""
+    from transformers import masking_utils
+
+    original = masking_utils.find_packed_sequence_indices
+    masking_utils.find_packed_sequence_indices = lambda *_args, **_kwargs: None
+    try:
+        yield
+    finally:
+        masking_utils.find_packed_sequence_indices = original
+
+
+def sample(model: Any, micro_batch: int, seq_len: int, *, checkpointing: bool) -> Sample:
+    """Track one forward and backward pass of ``model``'s decoder (its base model: embedding output to final norm)
+    over ``micro_batch`` × ``seq_len`` tokens; ``model`` is one :func:`fake_model` gave, used inside its block."""
+    import torch
+
+    _set_checkpointing(model, checkpointing)
+    decoder = model.base_model
+    tracker = _activation_tracker()
+    tracker.track_external(model)
+    with tracker:
+        ids = torch.zeros((micro_batch, seq_len), dtype=torch.long)
+        hidden = decoder(input_ids=ids, use_cache=False).last_hidden_state
+        kept = tracker.activations_now()
+        hidden.backward(torch.ones_like(hidden))
+    model.zero_grad(set_to_none=True)
+    return Sample(micro_batch, seq_len, checkpointing, kept=kept, peak=tracker.activation_peak)
+
+
+def _set_checkpointing(model: Any, on: bool) -> None:
+    """Hugging Face's gradient checkpointing: one checkpoint per decoder layer, non-reentrant (the Trainer's)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # transformers renames these to activation_checkpointing_*
+        if on:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        else:
+            model.gradient_checkpointing_disable()
+
+
+def _activation_tracker() -> Any:
+    """A MemTracker that follows the peak of its activation categories alone, in place of its own peaks (of the
+    total, weights and gradients included, whose moment need not be the activations', and per module: the tracker
+    walks every module after every op for those, which costs minutes on a real model's depth)."""
+    from torch.distributed._tools.mem_tracker import MemTracker
+
+    class ActivationTracker(MemTracker):
+        activation_peak = 0
+
+        def activations_now(self) -> int:
+            snapshot = self.get_tracker_snapshot("current")
+            return sum(_activation_bytes(per_kind) for per_kind in snapshot.values())
+
+        def _update_peak_stats(self, peak_state: Any) -> None:
+            now = sum(_activation_bytes(per_kind) for per_kind in self._curr_mem_snap.values())
+            self.activation_peak = max(self.activation_peak, now)
+
+    return ActivationTracker()
+
+
+def _activation_bytes(per_kind: dict[Any, int]) -> int:
+    """The activation categories' bytes of one device's tracker snapshot (keys are the tracker's enum members)."""
+    return sum(size for kind, size in per_kind.items() if getattr(kind, "name", None) in ACTIVATION_KINDS)
