@@ -13,10 +13,14 @@ fused attention does (the meta device's math path would keep the S×S scores no 
 and all train (DeepSpeed's 16-bit model); MoE experts run as grouped GEMMs (transformers' default ``grouped_mm``, what
 a device runs; ``batched_mm`` would gather each token's expert weights). Packed-sequence detection is off, as for an
 unpacked batch on a device: under fake tensors transformers cannot read the position ids and would build an S×S mask.
+The decoder is fed the embedding's output (a tensor that requires grad, as the trained embedding's does) rather
+than token ids: the embedding's backward builds a vocabulary × width weight gradient (with an fp32 buffer on the
+CPU kernel), once per step whatever the tokens; a weight gradient is a model state, counted with the others, and at
+batch 1 that constant would read as bytes per token.
 
-Bytes per token are linear in the sequence length: :func:`measure` runs two lengths and solves for both terms
-(:class:`~recipekit.recipe.sections.ActivationsSpec`). torch is imported inside the functions: ``build`` reads the
-stored numbers only.
+Bytes per token are linear in the sequence length, plus a constant per step that is no activation: :func:`measure`
+runs three shapes and solves for the terms (:class:`~recipekit.recipe.sections.ActivationsSpec`). torch is imported
+inside the functions: ``build`` reads the stored numbers only.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from typing import Any
 from recipekit.recipe.schema import validate
 from recipekit.recipe.sections import ActivationsSpec
 
-#: The two sequence lengths the import measures at (batch 1): bytes per token are linear in S, so two suffice.
+#: The two sequence lengths the import measures at (batch 1 at both, batch 2 at the first).
 SEQUENCES = (512, 1024)
 #: The memory tracker's categories that are activations: what forward creates, and what backward creates that is
 #: not a gradient of a weight (the tracker files those under its GRAD category).
@@ -54,14 +58,18 @@ class Sample:
 
 
 def measure(config: Any, sequences: tuple[int, int] = SEQUENCES) -> ActivationsSpec:
-    """Activation bytes per token of ``config``'s decoder, checkpointing off and on, solved from two lengths."""
+    """Activation bytes per token of ``config``'s decoder, checkpointing off and on: three samples (batch 1 at two
+    lengths, batch 2 at the first) solve bytes = C + tokens × (X + X_per_position × S) for all three terms."""
     numbers: dict[str, Any] = {"measured_by": "tracker"}
+    short, long = sequences
     with fake_model(config) as model:
         for checkpointing, prefix in ((False, ""), (True, "checkpointed_")):
-            first, second = (sample(model, 1, seq_len, checkpointing=checkpointing) for seq_len in sequences)
+            shapes = ((1, short), (2, short), (1, long))
+            samples = [sample(model, micro, seq, checkpointing=checkpointing) for micro, seq in shapes]
             for kind in ("kept", "peak"):
-                constant, per_position = _solve(first, second, kind)
-                numbers[f"{prefix}{kind}"], numbers[f"{prefix}{kind}_per_position"] = constant, per_position
+                one_short, two_short, one_long = (int(getattr(one, kind)) for one in samples)
+                per_token, per_position = _solve(one_short, two_short, one_long, short, long)
+                numbers[f"{prefix}{kind}"], numbers[f"{prefix}{kind}_per_position"] = per_token, per_position
     return validate(ActivationsSpec, numbers, root="model.activations")
 
 
@@ -74,15 +82,18 @@ def measure_or_none(config: Any) -> ActivationsSpec | None:
         return None
 
 
-def _solve(first: Sample, second: Sample, kind: str) -> tuple[int, int]:
-    """(X, X_per_position) of bytes per token X + X_per_position × S through two samples. A slope below zero (a
-    per-sequence constant spread over more tokens) is no attention term: the larger per-token figure is kept."""
-    per_token1 = Fraction(getattr(first, kind), first.tokens)
-    per_token2 = Fraction(getattr(second, kind), second.tokens)
-    per_position = (per_token2 - per_token1) / (second.seq_len - first.seq_len)
+def _solve(one_short: int, two_short: int, one_long: int, short: int, long: int) -> tuple[int, int]:
+    """(X, X_per_position) of bytes = C + tokens × (X + X_per_position × S) through batch 1 and 2 at ``short`` and
+    batch 1 at ``long``. The constant C is left out: bytes once per step whatever the tokens (the largest weight's
+    gradient, alive for an op before the tracker files it as a gradient) are no activation. A slope below zero is no
+    attention term (rounding of small constants): the larger per-token figure is kept, per position nothing."""
+    per_token_short = Fraction(two_short - one_short, short)
+    constant = one_short - per_token_short * short
+    per_token_long = (one_long - constant) / long
+    per_position = (per_token_long - per_token_short) / (long - short)
     if per_position <= 0:
-        return round(max(per_token1, per_token2)), 0
-    return round(per_token1 - per_position * first.seq_len), round(per_position)
+        return round(max(per_token_short, per_token_long)), 0
+    return round(per_token_short - per_position * short), round(per_position)
 
 
 @contextlib.contextmanager
@@ -115,8 +126,9 @@ def _unpacked_batches() -> Iterator[None]:
 
 
 def sample(model: Any, micro_batch: int, seq_len: int, *, checkpointing: bool) -> Sample:
-    """Track one forward and backward pass of ``model``'s decoder (its base model: embedding output to final norm)
-    over ``micro_batch`` × ``seq_len`` tokens; ``model`` is one :func:`fake_model` gave, used inside its block."""
+    """Track one forward and backward pass of ``model``'s decoder (its base model, from the embedding's output to the
+    final norm) over ``micro_batch`` × ``seq_len`` tokens; ``model`` is one :func:`fake_model` gave, used inside
+    its block."""
     import torch
 
     _set_checkpointing(model, checkpointing)
@@ -124,8 +136,9 @@ def sample(model: Any, micro_batch: int, seq_len: int, *, checkpointing: bool) -
     tracker = _activation_tracker()
     tracker.track_external(model)
     with tracker:
-        ids = torch.zeros((micro_batch, seq_len), dtype=torch.long)
-        hidden = decoder(input_ids=ids, use_cache=False).last_hidden_state
+        width = model.get_input_embeddings().weight.shape[-1]
+        embedded = torch.zeros((micro_batch, seq_len, width), dtype=torch.bfloat16, requires_grad=True)
+        hidden = decoder(inputs_embeds=embedded, use_cache=False).last_hidden_state
         kept = tracker.activations_now()
         hidden.backward(torch.ones_like(hidden))
     model.zero_grad(set_to_none=True)
