@@ -33,7 +33,7 @@ from recipekit.recipe import modelimport, modelmemory  # noqa: E402
 
 CONFIGS = ROOT / "tests" / "data" / "model_configs"
 #: Relative difference allowed between the stored numbers' prediction and the tracker at a shape not measured.
-TOLERANCE = 0.02
+TOLERANCE = 0.03
 #: The same for the tiny twins (width 64, 2 layers), where tensors one per sequence position shared by the micro
 #: batch (the rotary tables), neither per token nor constant, weigh a few percent of what a layer keeps.
 TINY_TOLERANCE = 0.05
