@@ -111,18 +111,18 @@ MAX_ACTIVATION_BYTES = 10**13
 
 
 class ActivationsSpec(Section):
-    """Activation memory per token as torch's memory tracker measures it
-        (``torch.distributed._tools.mem_tracker.MemTracker`` under ``FakeTensorMode``) over one forward and backward pass
-        of the real transformers decoder, written by `recipekit model import`: the architecture's own layers, whatever
-        they are (attention of any geometry, dense or MoE MLPs, norms as transformers writes them).
+    """Activation memory per token as torch's memory tracker measures it (``MemTracker`` of
+    ``torch.distributed._tools.mem_tracker``, under ``FakeTensorMode``) over one forward and backward pass of the real
+    transformers decoder, written by `recipekit model import`: the architecture's own layers, whatever they are
+    (attention of any geometry, dense or MoE MLPs, norms as transformers writes them).
 
-        What is measured: the decoder stack (embedding output to final norm) of the model in bf16 with every weight
-        training (DeepSpeed's 16-bit model), scaled dot-product attention as a device runs it (a fused kernel keeping a
-        logsumexp, no S×S scores), MoE experts as grouped GEMMs; the logits and the loss are the memory estimate's own
-        item. Bytes per token are linear in the sequence length S: ``X + X_per_position × S``, solved from three shapes
+    What is measured: the decoder stack (embedding output to final norm) of the model in bf16 with every weight
+    training (DeepSpeed's 16-bit model), scaled dot-product attention as a device runs it (a fused kernel keeping a
+    logsumexp, no S×S scores), MoE experts as grouped GEMMs; the logits and the loss are the memory estimate's own
+    item. Bytes per token are linear in the sequence length S: ``X + X_per_position × S``, solved from three shapes
     with a per-step constant left out (a weight's gradient before the tracker files it as one: a model state).
-        ``kept`` is what autograd holds at the end of forward; ``peak`` the most activation memory alive at once over
-        forward and backward (kept activations, backward's temporaries and, under checkpointing, the layer rebuilt).
+    ``kept`` is what autograd holds at the end of forward; ``peak`` the most activation memory alive at once over
+    forward and backward (kept activations, backward's temporaries and, under checkpointing, the layer rebuilt).
     """
 
     measured_by: Literal["tracker"] = spec(description="tracker: torch's MemTracker under FakeTensorMode.")
