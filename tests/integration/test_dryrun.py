@@ -16,6 +16,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+import yaml
 from click.testing import CliRunner
 
 from recipekit.bundle.build import build
@@ -144,6 +145,12 @@ def test_kill_a_pod_and_resume_from_the_checkpoint(tmp_path: Path, overrides: li
     train = checks["dryrun.train"]["details"]
     assert train["final_step"] == 8 and train["checkpoints"][-1] == 8
     assert processes_under(workdir) == []
+    # Every pod ran from its run files as the Job mounts them: the ConfigMap's data, read-only, at run/ beside the
+    # runtime (the image's content); the launcher checked them against the Job's digest before starting.
+    names = set(yaml.safe_load((bundle / "run-files.yaml").read_text())["data"])
+    for pod in (0, 1):
+        mounted = workdir / "pods" / f"pod-{pod}" / "run"
+        assert {p.name for p in mounted.iterdir()} == names and not mounted.stat().st_mode & 0o222
     # Each phase was reported as it happened, once per pod and attempt: the launcher, torchrun, train.py's start.
     for attempt in (0, 1):
         for pod in (0, 1):

@@ -4,7 +4,8 @@
   the metrics endpoint serves every metric name; the profiling window writes a trace;
 * a pod that sees the wrong number of devices (``ops.testing.device_count``) or whose output directory cannot be
   written fails preflight with the reason, and no training starts;
-* an injected NaN loss stops every rank with the message, and the restarted job resumes;
+* an injected NaN loss stops every rank with the message and ends the Job (TerminateJob) with the batch kept; under
+  ``ops.nonfinite_loss: skip`` the Job restarts and resumes past the step's batch;
 * an injected stall is detected by the hang watchdog, every rank's stacks are dumped, the job restarts and resumes,
   and the detection time and MTTR are reported.
 
@@ -23,6 +24,7 @@ import yaml
 from click.testing import CliRunner
 
 from recipekit.bundle.build import build
+from recipekit.cli import main
 from recipekit.cli.validate import validate_command
 from recipekit.runtime.boundary import filenames, metricslog
 from recipekit.validate.dryrun.options import DryRunOptions
@@ -108,19 +110,48 @@ def test_an_output_directory_that_cannot_be_written_fails_preflight(tmp_path: Pa
     assert results["dryrun.train"].status is Status.FAIL
 
 
-def test_an_injected_nan_stops_training_with_the_message_and_the_job_resumes(tmp_path: Path) -> None:
+def test_an_injected_nan_ends_the_job_without_a_retry_and_keeps_the_batch(tmp_path: Path) -> None:
     results = dry_run(tmp_path, "ops.testing.nan_at_step=6")
     fault = results["dryrun.nonfinite"]
     assert fault.status is Status.PASS, _explain(results.values())
     record = fault.details["nonfinite"]
     assert record["step"] == 6 and record["ranks"] == [0, 1] and record["last_good_checkpoint"].endswith("checkpoint-4")
-    assert "loss is not finite at step 6" in record["message"] and "lower train.learning_rate" in record["message"]
-    assert fault.details["resumed_step"] == 4 and fault.details["first_step_after_restart"] == 5
-    assert fault.details["mttr_s"] > 0
+    assert "loss is not finite at step 6" in record["message"] and "the Job ends (TerminateJob" in record["message"]
+    assert (fault.details["exit_code"], fault.details["action"], fault.details["attempts"]) == (5, "TerminateJob", 1)
+    assert "the Job ends without a retry" in fault.reason
     report = json.loads((Path(record["report"]) / "report.json").read_text())
     assert report["step"] == 6 and report["last_good_checkpoint"].endswith("checkpoint-4")
-    assert (Path(record["report"]) / "batch-rank-1.json").is_file()
+    assert fault.details["batches_kept"] == ["batch-rank-0.json", "batch-rank-1.json"]
+    assert results["dryrun.train"].status is Status.SKIP
+    history = CliRunner().invoke(main, ["runs", "history", str(tmp_path / "work")])
+    assert "1 start(s), 0 recovery(ies)" in history.output, history.output
+    assert "exit 5 nonfinite" in history.output and "the Job: TerminateJob (ops.nonfinite_loss: stop)" in history.output
+
+
+def test_an_injected_nan_under_skip_restarts_and_resumes_past_the_batch(tmp_path: Path) -> None:
+    results = dry_run(tmp_path, "ops.testing.nan_at_step=6", "ops.nonfinite_loss=skip", "ops.testing.record_rows=true")
+    fault = results["dryrun.nonfinite"]
+    assert fault.status is Status.PASS, _explain(results.values())
+    assert fault.details["action"] == "RestartJob" and fault.details["resumed_step"] == 4
+    assert "the Job restarts (RestartJob)" in fault.details["nonfinite"]["message"]
+    (skip,) = fault.details["skips"]
+    assert skip["step"] == 6 and skip["stop"] > skip["start"] and fault.details["skipped_steps"] == [6]
+    assert "the resume skipped step 6's batch" in fault.reason
     assert results["dryrun.train"].status is Status.PASS
+    history = CliRunner().invoke(main, ["runs", "history", str(tmp_path / "work")])
+    assert "the Job: RestartJob (ops.nonfinite_loss: skip), the resume skips step 6's batch" in history.output
+    # the row ledger, rank by rank: the restart replays step 5 as it was and never trains on step 6's rows again
+    for path in sorted((output_dir(tmp_path) / "rows").glob("rank-*.jsonl")):
+        lines = [json.loads(line) for line in path.read_text().splitlines()]
+        restart = next(i for i, line in enumerate(lines) if i and line["step"] < lines[i - 1]["step"])
+        first, second = lines[:restart], lines[restart:]
+
+        def step(lines: list[dict], n: int) -> list[list[int]]:
+            return [line["rows"] for line in lines if line["step"] == n]
+
+        bad = {(r, line["epoch"]) for line in first if line["step"] == 6 for r in line["rows"]}
+        assert bad and second[0]["step"] == 5 and step(second, 5) == step(first, 5)
+        assert not bad & {(r, line["epoch"]) for line in second for r in line["rows"]}, path.name
 
 
 def test_an_injected_stall_is_detected_dumped_restarted_and_resumed(tmp_path: Path) -> None:

@@ -43,6 +43,8 @@ from recipekit.validate.shared.loader import load_bundle
 from recipekit.validate.static.checks import run_static
 
 pytestmark = pytest.mark.slow
+#: The stand-in bases and real wheels are cached per user (``cache_dir``): the image files run on one worker in turn.
+XDIST_GROUP = "images"
 
 TOOLS = ("buildah", "podman", "runc", "debootstrap", "docker-registry")
 STANDIN_VERSION = "v1"
@@ -358,7 +360,8 @@ def test_bundle_image_builds_pushes_and_is_pinned_by_digest(
     attrs = docker.DockerClient(base_url=engine["url"]).api.inspect_image(reference)
     assert (attrs["Os"], attrs["Architecture"]) == ("linux", "amd64")
     config = attrs["Config"]
-    assert config["Cmd"] == ["bash", "/workspace/run.sh"] and config["WorkingDir"] == "/workspace"
+    # the image runs the run files the Job mounts from the bundle's ConfigMap; it holds none of them itself
+    assert config["Cmd"] == ["bash", "/workspace/run/run.sh"] and config["WorkingDir"] == "/workspace"
     if family == "cuda":
         assert any(e.startswith("PATH=/opt/venv/bin:") for e in config["Env"]), config["Env"]
 
@@ -388,3 +391,22 @@ def test_a_failing_step_is_reported_with_its_last_lines(
     assert "failing step: STEP" in output and "no-such-package-recipekit==1.0" in output.split("failing step:")[1]
     assert "its last lines:" in output and "No matching distribution found" in output.split("its last lines:")[1]
     assert (bundle / "manifest.json").read_text() == before, "a failed build leaves the bundle as it was"
+
+
+def test_a_second_bundle_of_the_same_stack_builds_nothing(engine: dict, index: str, tmp_path: Path) -> None:
+    """Two bundles that differ only in learning rate name one image; `image build --push` of the second finds it in
+    the registry (the real one, through the real engine), builds nothing and pins the same digest."""
+    registry = f"cluster.image_registry={engine['registry']}/recipekit"
+    base = ["recipe=llama3_8b_sft", "hw.arch=amd64", registry]
+    first = build(base, tmp_path / "first", force=True)
+    second = build([*base, "train.learning_rate=1e-4"], tmp_path / "second", force=True)
+    assert first.resolved.plan.image == second.resolved.plan.image
+    args = ["--engine", engine["url"], "--push", *_build_args(engine, index, "cann")]
+    proc = _image_build(first.path, *args)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    proc = _image_build(second.path, *args)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output[-4000:]
+    assert "STEP" not in output and "already holds this software stack's image" in output, output[-4000:]
+    pinned = [json.loads((b.path / "manifest.json").read_text())["image"]["pinned"] for b in (first, second)]
+    assert pinned[0] and pinned[0] == pinned[1]

@@ -13,8 +13,9 @@ from typing import Any
 
 from recipekit import __version__
 from recipekit.bundle import placement
-from recipekit.bundle.files import DS_CONFIG, RUN, TRAIN_MODULE, WORKDIR
-from recipekit.image.matrix import ARCH_LABEL, ImageFamily
+from recipekit.bundle.files import DS_CONFIG, RUN, RUN_FILES_MOUNT, TRAIN_MODULE, WORKDIR
+from recipekit.bundle.runfiles import pod_volume
+from recipekit.image.matrix import ARCH_LABEL, pip_packages
 from recipekit.memory.operations import Operations
 from recipekit.plan.layout import Layout
 from recipekit.plan.parallelism import STAGE3_PREFETCH_FACTOR
@@ -23,7 +24,7 @@ from recipekit.recipe import mindcluster
 from recipekit.recipe.k8snames import host_volume_name
 from recipekit.recipe.schema import to_data
 from recipekit.recipe.sections import Recipe
-from recipekit.runtime.boundary import exitcodes, recipeview
+from recipekit.runtime.boundary import exitcodes
 from recipekit.runtime.boundary.recipeview import (
     AlertsView,
     FaultsView,
@@ -284,28 +285,6 @@ def runtime_env(recipe: Recipe, deepspeed: bool) -> dict[str, str]:
     return dict(sorted(env.items()))
 
 
-def pip_packages(recipe: Recipe, family: ImageFamily, deepspeed: bool) -> list[str]:
-    """Pinned requirements the Dockerfile installs on top of torch (and torch_npu).
-
-    The packages the base image pins for its own tools (CANN's protobuf) are pinned again, so that pip refuses a
-    stack that would replace them instead of silently upgrading them.
-    """
-    wanted = dict(family.packages)
-    if not deepspeed:
-        wanted.pop("deepspeed", None)
-    if not recipeview.trains_adapter(recipe.mode.kind):
-        wanted.pop("peft", None)
-    if "tensorboard" not in recipe.train.report_to:
-        wanted.pop("tensorboard", None)
-    if recipe.ops.metrics_port is None:
-        wanted.pop("prometheus_client", None)
-    wanted.update(family.base_packages)
-    pins = [f"{name}=={version}" for name, version in sorted(wanted.items())]
-    if recipe.mode.kind == "qlora" and family.bitsandbytes:
-        pins.append(family.bitsandbytes)
-    return pins
-
-
 def launch_spec(recipe: Recipe, plan: Plan, env: dict[str, str]) -> dict[str, Any]:
     """launch.json: everything the pod's launcher needs, as data (run.sh itself holds no recipe value).
 
@@ -345,9 +324,9 @@ def volcano_job(recipe: Recipe, plan: Plan, metrics_ports: tuple[int, ...] = ())
     }
 
 
-def _pod_storage(recipe: Recipe) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def _pod_storage(recipe: Recipe, plan: Plan) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The pod's volumes and the trainer's mounts of them: /dev/shm, the shared volume, the run key, the host paths
-    the hardware needs, and the NVMe scratch directory of an NVMe offload."""
+    the hardware needs, the NVMe scratch directory of an NVMe offload, and the run files (the bundle's ConfigMap)."""
     hw, cl, par = recipe.hw, recipe.cluster, recipe.parallel
     volumes: list[dict[str, Any]] = [
         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{cl.shm_gib}Gi"}},
@@ -367,13 +346,14 @@ def _pod_storage(recipe: Recipe) -> tuple[list[dict[str, Any]], list[dict[str, A
     if par.nvme_path and "nvme" in (par.offload_optimizer, par.offload_param):
         volumes.append({"name": "nvme", "hostPath": {"path": par.nvme_path, "type": "DirectoryOrCreate"}})
         mounts.append({"name": "nvme", "mountPath": par.nvme_path})
-    return volumes, mounts
+    run_files, run_files_mount = pod_volume(plan.job_name)  # the bundle's ConfigMap, read-only (bundle/runfiles.py)
+    return [*volumes, run_files], [*mounts, run_files_mount]
 
 
 def _trainer_container(
     recipe: Recipe, plan: Plan, mounts: list[dict[str, Any]], metrics_ports: tuple[int, ...]
 ) -> dict[str, Any]:
-    """The one container of every pod: run.sh in the image's bundle, its ports, its devices and memory."""
+    """The one container of every pod: run.sh from the mounted run files, its ports, its devices and memory."""
     hw = recipe.hw
     resources: dict[str, Any] = {"cpu": str(plan.pod_cpus), "memory": f"{plan.pod_memory_gib}Gi"}
     if hw.device_resource:
@@ -382,7 +362,7 @@ def _trainer_container(
         "name": "trainer",
         "image": plan.image,
         "imagePullPolicy": "IfNotPresent",
-        "command": ["bash", f"{WORKDIR}/{RUN}"],
+        "command": ["bash", f"{RUN_FILES_MOUNT}/{RUN}"],
         "workingDir": WORKDIR,
         "ports": [
             {"name": "rendezvous", "containerPort": plan.master_port, "protocol": "TCP"},
@@ -405,7 +385,7 @@ def _trainer_container(
 def _pod_spec(recipe: Recipe, plan: Plan, metrics_ports: tuple[int, ...]) -> dict[str, Any]:
     """The pods' spec: no kubelet restarts, a grace period for the last checkpoint, the image's architecture."""
     hw, cl = recipe.hw, recipe.cluster
-    volumes, mounts = _pod_storage(recipe)
+    volumes, mounts = _pod_storage(recipe, plan)
     pod_spec: dict[str, Any] = {
         # Volcano, not the kubelet, restarts: a lone restarted rank could never rejoin a static rendezvous.
         "restartPolicy": "Never",
@@ -437,7 +417,7 @@ def _job_spec(recipe: Recipe, plan: Plan, pod_spec: dict[str, Any]) -> dict[str,
         "plugins": {"env": [], "svc": ["--publish-not-ready-addresses"]},
         # The first matching policy wins: the exitCode policies (the runtime contract's table) before PodFailed's.
         "policies": [
-            *exitcodes.exit_code_policies(),
+            *exitcodes.exit_code_policies(recipe.ops.nonfinite_loss),
             {"event": "PodEvicted", "action": "RestartJob"},
             {"event": "PodFailed", "action": "RestartJob"},
             {"event": "TaskCompleted", "action": "CompleteJob"},

@@ -1,4 +1,5 @@
-"""The bundle's file names: which are executable, which go into the image, where it lives in the pod.
+"""The bundle's file names: which are executable, which travel beside the image (the run files), where they live
+in the pod. (The image holds the runtime package only: image/stack.py.)
 
 A leaf module: render writes these names, bundle.py sets their modes, validate reads them back, and the dry run
 copies them; none of them spells a file name of its own. The names train.py and the launcher read at run time
@@ -11,18 +12,28 @@ from pathlib import Path
 
 from recipekit.base.limits import BUNDLE_FILE, read_regular
 from recipekit.base.paths import RUNTIME_DIR
-from recipekit.runtime.boundary import filenames
+from recipekit.runtime.boundary import filenames, runfiles
 
-#: Where the bundle lives inside the image and the pods (the Dockerfile's WORKDIR, the Job's workingDir).
+#: Where the runtime lives inside the image and the pods (the Dockerfile's WORKDIR, the Job's workingDir).
 WORKDIR = filenames.POD_WORKDIR
+#: Where the run files (the ConfigMap) are mounted read-only in every pod.
+RUN_FILES_MOUNT = f"{WORKDIR}/{filenames.RUN_FILES_DIR}"
 
 MANIFEST = "manifest.json"
 RECIPE = filenames.RECIPE_FILE
 LAUNCH = filenames.LAUNCH_FILE
 DS_CONFIG = filenames.DS_CONFIG_FILE
-RUN = "run.sh"
+RUN = filenames.RUN_SCRIPT
+#: The ConfigMap holding the run files (it sorts before the Job's file: ``kubectl apply`` creates it first).
+RUN_FILES_CONFIGMAP = filenames.RUN_FILES_CONFIGMAP
+#: What travels beside the image, in that ConfigMap: the run's own files.
+RUN_FILES = runfiles.RUN_FILE_NAMES
 DOCKERFILE = "Dockerfile"
 JOB = "volcano-job.yaml"
+#: kubectl's own way to apply a directory as one unit (``kubectl apply -k DIR``): it lists the ConfigMap and the Job.
+#: ``kubectl apply -f DIR`` would also take manifest.json, launch.json and plan.json, which are not Kubernetes
+#: objects, and the monitoring files, which need the Prometheus Operator's CRDs.
+KUSTOMIZATION = "kustomization.yaml"
 README = "README.md"
 PLAN_JSON = "plan.json"
 PLAN_MD = "plan.md"
@@ -41,7 +52,9 @@ REQUIRED = (
     RECIPE,
     LAUNCH,
     RUN,
+    RUN_FILES_CONFIGMAP,
     JOB,
+    KUSTOMIZATION,
     DOCKERFILE,
     README,
     f"{RUNTIME}/train.py",
@@ -57,11 +70,6 @@ def runtime_files() -> dict[str, Path]:
         for path in sorted(RUNTIME_DIR.rglob("*.py"), key=lambda p: p.relative_to(RUNTIME_DIR).as_posix())
         if "__pycache__" not in path.parts
     }
-
-
-def in_image(name: str) -> bool:
-    """What the Dockerfile copies into the image: what the pods run. The rest is for people and for kubectl."""
-    return name in (RUN, RECIPE, LAUNCH, DS_CONFIG) or name.startswith(f"{RUNTIME}/")
 
 
 def read_files(directory: Path) -> tuple[dict[str, bytes], list[str]]:

@@ -107,6 +107,13 @@ def alert_rules(recipe: Recipe, plan: Plan, ops: Operations) -> list[dict[str, A
             "critical",
             f"no optimizer step for {ops.stall_timeout_s} s: the hang watchdog should have restarted the job",
         ),
+        rule(
+            "RecipekitRecoverySlow",
+            f"{metricnames.RECOVERY_SECONDS.name}{{{sel}}} > {a.mttr_limit_s}",
+            "warning",
+            f"the last recovery took longer than {a.mttr_limit_s} s (MTTR: last step before the interruption to the "
+            "first step after the restart); recipekit runs history says why the attempt ended",
+        ),
         *_device_rules(recipe, plan),
     ]
 

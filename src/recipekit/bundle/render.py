@@ -22,12 +22,14 @@ import yaml
 from recipekit import __version__
 from recipekit.base.errors import Problem, RecipeError
 from recipekit.base.paths import TEMPLATES_DIR, cache_dir
-from recipekit.bundle.documents import Documents
+from recipekit.bundle import runfiles
+from recipekit.bundle.documents import Documents, job_labels
 from recipekit.bundle.files import (
     DASHBOARD,
     DOCKERFILE,
     DS_CONFIG,
     JOB,
+    KUSTOMIZATION,
     LAUNCH,
     MANIFEST,
     PLAN_JSON,
@@ -37,9 +39,11 @@ from recipekit.bundle.files import (
     README,
     RECIPE,
     RUN,
+    RUN_FILES,
+    RUN_FILES_CONFIGMAP,
+    RUN_FILES_MOUNT,
     RUNTIME,
     WORKDIR,
-    in_image,
     runtime_files,
 )
 from recipekit.bundle.monitoring import dashboard, pod_monitor, prometheus_rule
@@ -84,7 +88,6 @@ def render(
     files[LAUNCH] = _json(documents.launch)
     for name, source in runtime_files().items():
         files[name] = source.read_bytes()
-    files[JOB] = _yaml(documents.job, header=f"Submit with: kubectl apply -f {JOB}")
     if ops.metrics:
         files[PODMONITOR] = _yaml(
             pod_monitor(recipe, plan, ops), header=f"Prometheus Operator: kubectl apply -f {PODMONITOR}"
@@ -106,8 +109,12 @@ def render(
         "parallelism": parallelism(plan),
         "not_fit": not_fit(estimate.total_gib, estimate.device_gib) if not estimate.fits else None,
         "layout": plan.layout,
-        "bundle_files": sorted(n for n in (*files, RUN) if in_image(n) and "/" not in n),
         "runtime_dir": RUNTIME,
+        "run_files_dir": RUN_FILES_MOUNT.rsplit("/", 1)[-1],
+        "run_files_mount": RUN_FILES_MOUNT,
+        "run_files_configmap": RUN_FILES_CONFIGMAP,
+        "run_script": RUN,
+        "job_file": JOB,
         "cann_env": plan.family.cann_env,
         "launcher": f"{RUNTIME}.launch",
         "launch_file": LAUNCH,
@@ -117,10 +124,55 @@ def render(
         "monitoring": {"podmonitor": PODMONITOR, "rule": PROMETHEUS_RULE, "dashboard": DASHBOARD},
     }
     files[RUN] = _template("run.sh.j2", context)
+    _run_files_and_job(recipe, plan, documents, files)
     files[DOCKERFILE] = _template("Dockerfile.j2", context)
     files[README] = _template("README.md.j2", context)
     files[MANIFEST] = manifest(recipe, plan, files, composed)
     return dict(sorted(files.items()))
+
+
+_CONFIGMAP_HEADER = (
+    f"The run files every pod mounts read-only at {RUN_FILES_MOUNT}. Submit with: kubectl apply -f "
+    f"{RUN_FILES_CONFIGMAP} -f {JOB}"
+)
+_JOB_HEADER = f"Submit with: kubectl apply -k . (or -f {RUN_FILES_CONFIGMAP} -f {JOB}, the ConfigMap first)"
+_KUSTOMIZATION_HEADER = "Apply the run files and the Job as one unit: kubectl apply -k <this bundle's directory>"
+
+
+def _run_files_and_job(recipe: Recipe, plan: Plan, documents: Documents, files: dict[str, bytes]) -> None:
+    """The ConfigMap of the run files (refused over Kubernetes' 1 MiB) and the Job carrying their digest."""
+    files[JOB] = _yaml(runfiles.with_digest(documents.job, runfiles.digest_of(files)), header=_JOB_HEADER)
+    files[RUN_FILES_CONFIGMAP] = _configmap_file(plan.job_name, recipe.cluster.namespace, job_labels(plan), files)
+    files[KUSTOMIZATION] = _yaml(kustomization(), header=_KUSTOMIZATION_HEADER)
+
+
+def kustomization() -> dict[str, object]:
+    """The bundle's Kubernetes objects, ConfigMap first: what ``kubectl apply -k`` of the bundle applies."""
+    return {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        "resources": [RUN_FILES_CONFIGMAP, JOB],
+    }
+
+
+def _configmap_file(job_name: str, namespace: str, labels: dict[str, str], files: dict[str, bytes]) -> bytes:
+    run_files = {name: files[name] for name in RUN_FILES if name in files}
+    rendered = _yaml(runfiles.configmap(job_name, namespace, labels, run_files), header=_CONFIGMAP_HEADER)
+    runfiles.check_size(run_files, rendered)
+    return rendered
+
+
+def restamp_run_files(files: dict[str, bytes]) -> dict[str, bytes]:
+    """The ConfigMap and the Job of a bundle's ``files`` again, after a run file was changed in place (the dry run's
+    rendezvous port in launch.json): the ConfigMap's data and the Job's digest follow the files."""
+    job = yaml.safe_load(files[JOB])
+    metadata = yaml.safe_load(files[RUN_FILES_CONFIGMAP])["metadata"]
+    return {
+        JOB: _yaml(runfiles.with_digest(job, runfiles.digest_of(files)), header=_JOB_HEADER),
+        RUN_FILES_CONFIGMAP: _configmap_file(
+            job["metadata"]["name"], metadata["namespace"], metadata.get("labels") or {}, files
+        ),
+    }
 
 
 def manifest(recipe: Recipe, plan: Plan, files: dict[str, bytes], composed: Composed) -> bytes:

@@ -4,6 +4,8 @@ The bundle names what it was built from (manifest.json's overrides) and what it 
 The rebuild keeps the global batch (plan/rescale.py) and must come out with the same run id: then it has the same
 Job name and output directory, and its first start resumes the old run's checkpoints. A different id means the
 recipe tree changed since the bundle was built, and the rebuild would silently start another run: it is refused.
+The node count is no part of the image (image/stack.py): the rebuild names the same image, and only its run files
+(the ConfigMap) and the Job differ.
 """
 
 from __future__ import annotations
@@ -42,6 +44,19 @@ class Source:
 class Rescaled:
     source: Source
     built: Built
+
+    @property
+    def source_image(self) -> str | None:
+        """The image the bundle's plan named (recipe.yaml ``plan.image``)."""
+        plan = self.source.document.get("plan")
+        image = plan.get("image") if isinstance(plan, dict) else None
+        return image if isinstance(image, str) else None
+
+    @property
+    def same_image(self) -> bool:
+        """The rebuild runs the image the bundle did: the software stack is unchanged (only the run files and the
+        Job are new), so no image is built or pushed for it."""
+        return self.source_image == self.built.resolved.plan.image
 
 
 #: recipe.yaml's plan numbers a rescale reads, with the largest each may be (larger ones are not a plan recipekit

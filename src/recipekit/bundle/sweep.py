@@ -63,6 +63,7 @@ class Outcome:
     warnings: list[str] = field(default_factory=list)
     devices: str = ""
     fit: str = ""
+    image: str = ""  # the image the bundle's Job runs: one per software stack (image/stack.py)
 
     @property
     def ok(self) -> bool:
@@ -189,6 +190,7 @@ def _build_one(
         warnings=list(plan.warnings),
         devices=f"{plan.layout.nodes}×{plan.layout.devices_per_pod} = {plan.layout.world_size}",
         fit=fit,
+        image=plan.image,
     )
 
 
@@ -217,4 +219,22 @@ def summary(outcomes: Sequence[Outcome], relative_to: Path | None = None) -> str
     failed = sum(not o.ok for o in outcomes)
     plural = "s" if len(outcomes) != 1 else ""
     lines.append(f"{len(outcomes)} combination{plural}: {len(outcomes) - failed} built, {failed} failed")
+    lines.extend(images_line(outcomes))
     return "\n".join(lines)
+
+
+def distinct_images(outcomes: Sequence[Outcome]) -> list[str]:
+    """The images the built bundles run, each once, in build order: one per software stack."""
+    return list(dict.fromkeys(o.image for o in outcomes if o.ok and o.image))
+
+
+def images_line(outcomes: Sequence[Outcome]) -> list[str]:
+    """How many images the built bundles need (the run files travel beside them), and which."""
+    images = distinct_images(outcomes)
+    if not images:
+        return []
+    built = sum(o.ok for o in outcomes)
+    head = (
+        f"{len(images)} image{'s' if len(images) != 1 else ''} to build for {built} bundle{'s' if built != 1 else ''}"
+    )
+    return [f"{head} (one per software stack):"] + [f"  {image}" for image in images]

@@ -223,7 +223,12 @@ def _make_parents(parent: Path) -> list[Path]:
         missing.append(directory)
     created = []
     for directory in reversed(missing):
-        directory.mkdir()
+        try:
+            directory.mkdir()
+        except FileExistsError:
+            if directory.is_dir() and not directory.is_symlink():
+                continue  # made meanwhile by a sibling build of the same sweep (build -m): not ours to remove
+            raise
         created.append(directory)
     return created
 

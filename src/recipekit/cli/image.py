@@ -27,19 +27,26 @@ def image_group() -> None:
 
 @image_group.command("build", context_settings=SETTINGS)
 @click.argument("bundle", type=click.Path(path_type=Path))
-@click.option("--tag", help="Image reference (default: the bundle's, a hash of its recipe).")
+@click.option("--tag", help="Image reference (default: the bundle's, a hash of its software stack).")
 @click.option("--push", is_flag=True, help="Push after building and pin the Job's image by its registry digest.")
 @click.option("--platform", help="Target platform (default: linux/<hw.arch>, the nodes'; another one is refused).")
 @click.option("--build-arg", "build_args", multiple=True, metavar="K=V", help="Dockerfile ARG (mirrors); repeatable.")
 @click.option("--engine", help="Docker-API engine URL, e.g. unix:///run/podman/podman.sock (default: DOCKER_HOST).")
 def build_command(
-    bundle: Path, tag: str | None, push: bool, platform: str | None, build_args: tuple[str, ...], engine: str | None
+    bundle: Path,
+    tag: str | None,
+    push: bool,
+    platform: str | None,
+    build_args: tuple[str, ...],
+    engine: str | None,
 ) -> None:
     """Build BUNDLE's image through a Docker-API engine (Docker, or `podman system service`); record it in the bundle.
 
     The build is streamed step by step. After --push the registry's digest goes into manifest.json and the Job
-    runs `name@sha256:...`, so a moved tag can never change what the pods run. It needs a Docker-API engine
-    (without one: exit 2, naming it).
+    runs `name@sha256:...`, so a moved tag can never change what the pods run. The image holds the software stack
+    only (the run files travel in the bundle's ConfigMap) and its tag is a digest of that stack: when the engine or,
+    with --push, the registry already holds it, nothing is built (another bundle of the same stack built it). It
+    needs a Docker-API engine (without one: exit 2, naming it).
 
     \b
     Examples:
@@ -54,10 +61,16 @@ def build_command(
         client = imagebuild.connect(req)
     except RecipeError as err:
         exit_with_problems(err)
-    click.echo(f"building {req.tag} for {req.platform} from {req.bundle}", err=True)
+    found = imagebuild.already_built(client, req)
     try:
-        built = imagebuild.build(client, req, echo=lambda line: click.echo(line, err=True))
-        if push:
+        if found is not None:
+            where = "the registry" if found.digest else "the engine"
+            click.echo(f"{req.tag}: {where} already holds this software stack's image; nothing to build", err=True)
+            built = found
+        else:
+            click.echo(f"building {req.tag} for {req.platform} from {req.bundle}", err=True)
+            built = imagebuild.build(client, req, echo=lambda line: click.echo(line, err=True))
+        if push and built.digest is None:
             click.echo(f"pushing {req.tag}", err=True)
             built = imagebuild.push(client, req, built, echo=lambda line: click.echo(line, err=True))
     except imagebuild.BuildFailed as failed:

@@ -52,7 +52,15 @@ def rescale_command(bundle: Path, nodes: int, output: Path | None, force: bool, 
     else:
         click.echo("  first start: resumes the newest checkpoint (whole optimizer states)")
     namespace = done.built.resolved.recipe.cluster.namespace
-    click.echo("next (its recipe.yaml differs, so does its image):")
-    click.echo(f"  recipekit image build {done.built.path} --push")
+    path = done.built.path
+    if done.same_image:
+        from recipekit.handover.imagebuild import carry_pin
+
+        pinned = carry_pin(done.source.path, path)
+        click.echo("next (the same image: only the run files and the Job changed, nothing to build):")
+        click.echo(f"  image {pinned or plan.image}")
+    else:
+        click.echo("next (the software stack changed since the bundle was built, so did its image):")
+        click.echo(f"  recipekit image build {path} --push")
     click.echo(f"  kubectl delete vcjob {plan.job_name} -n {namespace} --ignore-not-found")
-    click.echo(f"  kubectl apply -f {done.built.path}/volcano-job.yaml")
+    click.echo(f"  kubectl apply -k {path}")

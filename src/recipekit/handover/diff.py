@@ -2,7 +2,9 @@
 
 First the resolved recipe keys that differ (``train.micro_batch_size: 1 → 2``), read from each manifest: that is
 usually the whole story. Then the files: added, removed and changed, each changed text file with a short unified
-diff. manifest.json is listed without its diff — its lines are the hashes and the recipe keys already shown.
+diff. manifest.json is listed without its diff — its lines are the hashes and the recipe keys already shown. Last,
+whether the two run the same image (one per software stack): when they do, everything that differs travels in the
+run files (the ConfigMap) and the Job, and no image is built for the second.
 """
 
 from __future__ import annotations
@@ -14,9 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from recipekit.base import yamlfile
 from recipekit.base.errors import Problem, RecipeError
 from recipekit.base.limits import DIFF_FILE, DIFF_LINE
-from recipekit.bundle.files import MANIFEST, read_files
+from recipekit.bundle.files import MANIFEST, RECIPE, read_files
 from recipekit.recipe.schema import printable
 
 #: Lines of unified diff shown per changed file; the rest is summarised.
@@ -30,6 +33,17 @@ class Side:
     recipe: dict[str, Any]
     #: entries no bundle has (links, FIFOs, devices, other directories): never followed or read, never "identical"
     strays: tuple[str, ...] = ()
+
+    @property
+    def image(self) -> str | None:
+        """The image the bundle's plan names (recipe.yaml ``plan.image``), or None when it names none."""
+        try:
+            doc = yamlfile.load(self.files.get(RECIPE, b"").decode("utf-8", "replace"), RECIPE)
+        except Exception:  # noqa: BLE001 - an unreadable recipe.yaml names no image; its diff shows why
+            return None
+        plan = doc.get("plan") if isinstance(doc, dict) else None
+        image = plan.get("image") if isinstance(plan, dict) else None
+        return image if isinstance(image, str) else None
 
 
 def load_side(path: Path) -> Side:
@@ -79,7 +93,16 @@ def _lines(a: Side, b: Side) -> list[str]:
             lines.append(f"  changed {name}")
             if name != MANIFEST:
                 lines.extend(f"    {line}" for line in _unified(a, b, name))
-    return [*lines, *strays]
+    return [*lines, *(image_lines(a, b) if keys or changed else []), *strays]
+
+
+def image_lines(a: Side, b: Side) -> list[str]:
+    """Whether the two bundles run one image: the same software stack needs no second build."""
+    if a.image is None or b.image is None:
+        return []
+    if a.image == b.image:
+        return [f"image: the same ({a.image}): what differs travels in the run files and the Job"]
+    return [f"image: {a.image} → {b.image} (another software stack: `recipekit image build` the second)"]
 
 
 def recipe_changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:

@@ -223,6 +223,53 @@ def _hint(equivalent: str) -> str:
     return equivalent
 
 
+def already_built(client: Any, req: BuildRequest) -> Built | None:
+    """The image ``req.tag`` names, when the engine (or, for a push, the registry) already holds it for the nodes'
+    platform; None when it must be built.
+
+    The tag is a digest of the software stack (image/stack.py), so an existing tag is this stack already built: a
+    second bundle of it (another learning rate, a rescale) builds nothing. For a push the registry is asked first
+    (its manifest digest is what the Job is pinned to); an image only the engine has is pushed, not rebuilt. Any
+    engine error counts as not found: the build then says what is wrong.
+    """
+    if req.push:
+        try:
+            found = client.api.inspect_distribution(req.tag)
+        except Exception:  # noqa: BLE001 - not in the registry, or an engine without the distribution endpoint
+            found = None
+        descriptor = found.get("Descriptor") if isinstance(found, dict) else None
+        digest = descriptor.get("digest") if isinstance(descriptor, dict) else None
+        platforms = {f"{p.get('os')}/{p.get('architecture')}" for p in (found or {}).get("Platforms") or []}
+        if isinstance(digest, str) and _DIGEST.fullmatch(digest) and (not platforms or req.platform in platforms):
+            return Built(req.tag, "", req.platform, digest)
+    try:
+        attrs = client.api.inspect_image(req.tag)
+    except Exception:  # noqa: BLE001 - the SDK's ImageNotFound and connection errors alike
+        return None
+    if not isinstance(attrs, dict) or f"{attrs.get('Os', 'linux')}/{attrs.get('Architecture', '?')}" != req.platform:
+        return None
+    return Built(req.tag, str(attrs.get("Id", "")), req.platform)
+
+
+def carry_pin(source: Path, target: Path) -> str | None:
+    """Pin ``target`` (a rebuild of ``source``: a rescale) to the image ``source`` was pushed as, when both name the
+    same image; return the pinned reference, or None when ``source`` was never pushed or names another image."""
+    try:
+        manifest = jsonfile.loads(read_regular(Path(source) / MANIFEST, BUNDLE_FILE), str(Path(source) / MANIFEST))
+    except (OSError, ValueError):
+        return None
+    image = manifest.get("image") if isinstance(manifest, dict) else None
+    if not isinstance(image, dict) or not image.get("pinned") or not image.get("digest"):
+        return None
+    if image.get("reference") != _recipe_facts(Path(target) / "recipe.yaml")[1]:
+        return None
+    built = Built(
+        str(image["reference"]), str(image.get("id") or ""), str(image.get("platform") or ""), image["digest"]
+    )
+    record(target, built)
+    return built.pinned
+
+
 def build(client: Any, req: BuildRequest, echo: Callable[[str], None]) -> Built:
     """Build, streaming each step to ``echo``; :class:`BuildFailed` names the failing step and its last lines."""
     step, tail = "", deque[str](maxlen=TAIL_LINES)

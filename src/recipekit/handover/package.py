@@ -154,7 +154,8 @@ def _image(files: Mapping[str, bytes], manifest: Mapping[str, Any]) -> dict[str,
     """The image reference (and digest when known): the manifest's when it records one, else the Job's."""
     recorded = manifest.get("image")
     if isinstance(recorded, dict):
-        return {"ref": recorded.get("ref"), "digest": recorded.get("digest")}
+        # ``recipekit image build`` records the reference as ``reference``; ``ref`` was this reader's old name
+        return {"ref": recorded.get("reference") or recorded.get("ref"), "digest": recorded.get("digest")}
     ref = recorded if isinstance(recorded, str) else None
     if ref is None and "volcano-job.yaml" in files:
         from recipekit.base import yamlfile

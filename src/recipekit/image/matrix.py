@@ -15,6 +15,7 @@ from recipekit.base import yamlfile
 from recipekit.base.errors import Problem
 from recipekit.base.paths import IMAGES_DIR
 from recipekit.recipe.schema import Section, spec, validate
+from recipekit.runtime.boundary.recipeview import trains_adapter
 
 if TYPE_CHECKING:
     from recipekit.recipe.sections import ModeSpec, Recipe
@@ -218,6 +219,28 @@ def transformers_problems(name: str, family: ImageFamily, recipe: Recipe) -> lis
             hint="raise the pin in images/matrix.yaml (python_stack) or pick a model the pinned release has",
         )
     ]
+
+
+def pip_packages(recipe: Recipe, family: ImageFamily, deepspeed: bool) -> list[str]:
+    """Pinned requirements the Dockerfile installs on top of torch (and torch_npu).
+
+    The packages the base image pins for its own tools (CANN's protobuf) are pinned again, so that pip refuses a
+    stack that would replace them instead of silently upgrading them.
+    """
+    wanted = dict(family.packages)
+    if not deepspeed:
+        wanted.pop("deepspeed", None)
+    if not trains_adapter(recipe.mode.kind):
+        wanted.pop("peft", None)
+    if "tensorboard" not in recipe.train.report_to:
+        wanted.pop("tensorboard", None)
+    if recipe.ops.metrics_port is None:
+        wanted.pop("prometheus_client", None)
+    wanted.update(family.base_packages)
+    pins = [f"{name}=={version}" for name, version in sorted(wanted.items())]
+    if recipe.mode.kind == "qlora" and family.bitsandbytes:
+        pins.append(family.bitsandbytes)
+    return pins
 
 
 def dockerfile_values(recipe: Recipe, family: ImageFamily) -> dict[str, object]:

@@ -1,5 +1,6 @@
 """What makes a run itself, and what it is called: the run identity and its fingerprint, the Job's name, where its
-checkpoints and prepared data go on the shared volume, and the image tag.
+checkpoints and prepared data go on the shared volume. (The image is named after its software stack, not the
+run: image/stack.py.)
 
 Two builds with equal identities are the same run: a re-submission (or a rescale to another node count at the same
 global batch) finds its checkpoints, because the Job name and the output directory carry the fingerprint.
@@ -12,9 +13,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from recipekit import __version__
 from recipekit.base.errors import Problem
-from recipekit.image.matrix import ImageFamily
 from recipekit.plan.layout import Layout
 from recipekit.recipe.k8snames import MAX_DNS_LABEL, k8s_name
 from recipekit.recipe.schema import to_data
@@ -27,15 +26,6 @@ RUN_ID_LENGTH = 6
 def _digest(data: Any) -> str:
     canonical = json.dumps(data, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(canonical.encode()).hexdigest()
-
-
-def recipe_digest(recipe: Recipe, family: ImageFamily) -> str:
-    """A short hash of what goes into the image (recipe, pins, recipekit version): the image tag, so a change forces
-    a rebuild and two recipes never share a tag. ``cluster.placement`` is left out: where the pods run is not in the
-    image (and a recipe that gains the section's defaults keeps its tag)."""
-    data = to_data(recipe)
-    del data["cluster"]["placement"]
-    return _digest({"recipekit": __version__, "recipe": data, "image": to_data(family)})[:12]
 
 
 #: The training settings that change a run's trajectory; bookkeeping (save/log cadence, trackers, workers) does not.
@@ -135,9 +125,3 @@ def run_names(recipe: Recipe, layout: Layout, precision: str) -> tuple[RunNames,
             )
         )
     return RunNames(identity, job_name, output_dir, prepared_dir), problems
-
-
-def image_tag(recipe: Recipe, family: ImageFamily) -> str:
-    """The image the Job runs: named after the recipe, tagged with a digest of the recipe, its pins and recipekit's
-    version (:func:`recipe_digest`)."""
-    return f"{recipe.cluster.image_registry.rstrip('/')}/{k8s_name(recipe.name)}:{recipe_digest(recipe, family)}"

@@ -15,14 +15,15 @@ Every rule that needs more than one section is checked (:mod:`recipekit.plan.rul
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
 from recipekit.base.errors import Collector, Problem
 from recipekit.image.matrix import ImageFamily, ImageMatrix, compatibility_problems, recipe_problems
+from recipekit.image.stack import image_reference
 from recipekit.plan.datasize import DataSize, data_size
 from recipekit.plan.datasize import steps_per_epoch as steps_per_epoch_of
-from recipekit.plan.identity import image_tag, run_names
+from recipekit.plan.identity import run_names
 from recipekit.plan.layout import Layout, recipe_layout
 from recipekit.plan.modelsize import count_params, lora_params, model_flops
 from recipekit.plan.ops import operations_problems
@@ -246,7 +247,7 @@ def make_plan(
     errors.extend(problems)
     errors.raise_if_any()
     assert family is not None
-    return Plan(
+    plan = Plan(
         job_name=names.job_name,
         run_id=names.run_id,
         task_name=cl.task_name,
@@ -266,8 +267,10 @@ def make_plan(
         pod_memory_gib=pod_memory_gib,
         superpod_block=superpod_block,
         flops=recipe_flops(recipe, precision),
-        image=image_tag(recipe, family),
+        image="",
         image_family=hw.image_family,
         family=family,
         warnings=[*steps.warnings, *notes],
     )
+    # the image of the plan's software stack, shared by every bundle of it (image/stack.py)
+    return replace(plan, image=image_reference(recipe, hw.image_family, family, plan.uses_deepspeed))

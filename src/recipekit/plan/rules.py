@@ -174,6 +174,16 @@ def streaming_problems(recipe: Recipe, layout: Layout, total_steps: int | None) 
                 hint="parallel.tensor_parallel=1 with streaming, or prepare the data (data.streaming=false)",
             )
         )
+    if recipe.ops.nonfinite_loss == "skip":
+        problems.append(
+            Problem(
+                "ops.nonfinite_loss",
+                "skip with data.streaming: a stream is read in its stored order, so no resume can leave one step's "
+                "batch out of it",
+                hint="stop (the Job ends with the batch kept) or warn under streaming; or prepare the data "
+                "(data.streaming=false) to skip",
+            )
+        )
     return problems
 
 

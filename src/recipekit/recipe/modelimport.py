@@ -1,9 +1,9 @@
 """A model option from a Hugging Face config.json: the architecture numbers the plan needs and exact parameter counts.
 
 The counts come from transformers itself: the model is built from the config on the meta device (shapes, no
-memory, no weights) and every parameter is put in one part by its name (embeddings, attention, MLP, experts,
-router, norms, head). A tied head is the embedding's own tensor and is counted once. The option stores them, so
-``build`` plans from them without importing torch.
+memory, no weights) and every parameter is put in one part by the module that holds it (embeddings, attention, MLP,
+routed experts, router, norms, head). A tied head is the embedding's own tensor and is counted once. The option
+stores them, so ``build`` plans from them without importing torch.
 
 The training FLOPs per token are torch's FLOP counter's over one forward and backward pass of that same meta model
 (:mod:`recipekit.recipe.modelflops`), and the activation memory per token torch's memory tracker's over the decoder
@@ -11,8 +11,9 @@ under fake tensors (:mod:`recipekit.recipe.modelmemory`), stored as numbers too.
 
 Only local files are read and no model code from the checkpoint runs: what is not a decoder-only text model, or is an
 architecture transformers does not ship (``auto_map``), is refused with the reason
-(:mod:`recipekit.recipe.modelkind`), and so is one recipekit has no tiny twin for. torch and transformers are
-imported inside the functions that need them.
+(:mod:`recipekit.recipe.modelkind`). There is no family switch: every number is measured from the module tree
+(:mod:`recipekit.recipe.modelfacts`), so any decoder-only text architecture transformers builds imports. torch and
+transformers are imported inside the functions that need them.
 """
 
 from __future__ import annotations
@@ -23,15 +24,16 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, cast
 
-from recipekit.recipe import modelflops, modelkind, modelmemory
+from recipekit.recipe import modelfacts, modelflops, modelkind, modelmemory
 from recipekit.recipe.schema import validate
-from recipekit.recipe.sections import FAMILIES, FlopsSpec, ModelSpec, ParamCountsSpec
+from recipekit.recipe.sections import MAX_DIM, FlopsSpec, ModelSpec, ParamCountsSpec
 from recipekit.runtime.boundary import jsonfile
 
 CONFIG_NAME = "config.json"
 
-#: Oldest transformers release that has each family, and what raises it (Llama 3.1's rope scaling).
-MIN_TRANSFORMERS = {
+#: The transformers release that added an architecture, where recorded (others: the release that imports it), and
+#: what raises it (Llama 3.1's rope scaling). A fact table, not a switch: an architecture missing here imports the same.
+FIRST_RELEASE = {
     "llama": "4.28.0",
     "qwen2": "4.37.0",
     "mixtral": "4.36.0",
@@ -40,8 +42,6 @@ MIN_TRANSFORMERS = {
     "glm4": "4.51.3",
 }
 LLAMA3_ROPE_MIN_TRANSFORMERS = "4.43.0"
-#: Families whose attention normalises each head's queries and keys.
-QK_NORM_FAMILIES = ("qwen3", "qwen3_moe")
 
 
 class ImportProblem(Exception):
@@ -79,6 +79,7 @@ COUNT_FIELDS = {
     "max_position_embeddings": "max_position_embeddings",
     "num_experts": "num_experts",
     "num_local_experts": "num_experts",
+    "n_routed_experts": "num_experts",
     "num_experts_per_tok": "experts_per_token",
     "moe_intermediate_size": "moe_intermediate_size",
     "shared_expert_intermediate_size": "shared_expert_intermediate_size",
@@ -118,7 +119,8 @@ def _count_problems(raw: dict[str, Any]) -> list[str]:
         limit = bounds[field_name]
         least = 0 if "ge" in limit or key == "head_dim" else 1
         most = int(limit.get("le", 1 << 31))
-        if type(value) is not int or not least <= value <= most:
+        values = value if isinstance(value, list) and value else [value]  # a list: one count per layer
+        if any(type(v) is not int or not least <= v <= most for v in values):
             shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
             problems.append(f"{key} is {shown}: expected a whole number from {least} to {most:,}")
     return problems
@@ -158,107 +160,123 @@ def meta_model(config: Any) -> Any:
         raise ImportProblem(f"transformers cannot build a model from this config ({_one_line(exc)})") from None
 
 
-def _part(name: str) -> str:
-    """Which part a parameter belongs to, by its name in the transformers module tree."""
-    leaf_module = name.rsplit(".", 2)[-2] if name.count(".") >= 1 else name
-    if "embed_tokens" in name:
-        return "embedding"
-    if name.startswith("lm_head"):
-        return "head"
-    if "norm" in leaf_module:
-        return "norms"
-    if ".self_attn." in name:
-        return "attention"
-    if ".experts." in name:
-        return "experts"
-    if re.search(r"\.(mlp|block_sparse_moe)\.(gate|router)\.", name):
-        return "router"
-    if ".mlp." in name or ".block_sparse_moe." in name:
-        return "mlp"
-    return "other"
-
-
 def count_parts(model: Any, config: Any) -> ParamCountsSpec:
-    """Exact counts per part of a (meta) model; shared tensors (a tied head) once."""
+    """Exact counts per part of a (meta) model, each parameter put in a part by the module that holds it
+    (:mod:`recipekit.recipe.modelfacts`); shared tensors (a tied head) once; the active count leaves out the routed
+    experts a token does not use (each experts module's parameters × (experts − top-k) / experts)."""
     import torch
 
-    parts = dict.fromkeys(("embedding", "attention", "mlp", "experts", "router", "norms", "head", "other"), 0)
+    experts = modelfacts.experts_of(model, config)
+    routers = modelfacts.routers_of(model, experts)
+    names = {id(module): name for name, module in model.named_modules()}
+    embeddings = {names[id(model.get_input_embeddings())]}
+    head = model.get_output_embeddings()
+    heads = {names[id(head)]} if head is not None else set()
+    modules = dict(model.named_modules())
+    parts = dict.fromkeys(modelfacts.PARTS, 0)
     for name, parameter in model.named_parameters():  # named_parameters yields a shared tensor once
-        parts[_part(name)] += parameter.numel()
+        owner = modules[name.rpartition(".")[0]]
+        part = modelfacts.part_of(name, owner, embeddings=embeddings, heads=heads, experts=experts, routers=routers)
+        parts[part] += parameter.numel()
     linear = sum(
         module.weight.numel()
         for name, module in model.named_modules()
-        if isinstance(module, torch.nn.Linear) and ".layers." in f".{name}"
+        if isinstance(module, torch.nn.Linear) and name not in heads and modelfacts.in_layer(name.split("."))
     )
     largest = max(sum(p.numel() for p in m.parameters(recurse=False)) for m in model.modules())
     total = sum(parts.values())
-    experts_total = _num_experts(config)
-    active = total
-    if experts_total:
-        top_k = int(config.num_experts_per_tok)
-        active = total - parts["experts"] + parts["experts"] * top_k // experts_total
-    counted = {"total": total, "active": active, "linear": linear, "largest_module": largest, **parts}
+    idle = sum(group.params * (group.count - group.top_k) // group.count for group in experts)
+    counted = {"total": total, "active": total - idle, "linear": linear, "largest_module": largest, **parts}
     return validate(ParamCountsSpec, counted, root="model.params")
-
-
-def _num_experts(config: Any) -> int:
-    return int(getattr(config, "num_experts", None) or getattr(config, "num_local_experts", None) or 0)
 
 
 def _rope_theta(config: Any) -> float | None:
     parameters = getattr(config, "rope_parameters", None) or {}
     theta = parameters.get("rope_theta") if isinstance(parameters, dict) else None
-    return float(theta if theta is not None else getattr(config, "rope_theta", 10000.0))
+    return float(theta if theta is not None else getattr(config, "rope_theta", None) or 10000.0)
 
 
 def min_transformers(raw: dict[str, Any]) -> str:
-    """The oldest transformers that builds this config."""
-    version = MIN_TRANSFORMERS[raw["model_type"]]
+    """The oldest transformers known to build this config: the release that added the architecture where recorded
+    (:data:`FIRST_RELEASE`), else the release importing it now (the only one known to build it)."""
+    from transformers import __version__ as running
+
+    version = FIRST_RELEASE.get(raw["model_type"], running)
     rope = raw.get("rope_scaling") or {}
     if isinstance(rope, dict) and rope.get("rope_type", rope.get("type")) == "llama3":
         version = max(version, LLAMA3_ROPE_MIN_TRANSFORMERS, key=_version_key)
-    return version
+    return ".".join(str(part) for part in _version_key(version))
 
 
 def _version_key(version: str) -> tuple[int, ...]:
     return tuple(int(part) for part in re.findall(r"\d+", version)[:3])
 
 
-def option_fields(config: Any, raw: dict[str, Any], counts: ParamCountsSpec) -> dict[str, Any]:
-    """The ModelSpec fields of ``config`` (architecture numbers and counts; name and paths are the caller's)."""
-    family = raw["model_type"]
-    heads = int(config.num_attention_heads)
-    hidden = int(config.hidden_size)
-    head_dim = int(getattr(config, "head_dim", None) or hidden // heads)
-    experts = _num_experts(config)
-    moe_width = int(getattr(config, "moe_intermediate_size", 0) or 0)
-    if family == "mixtral":  # Mixtral's intermediate_size is each expert's width; it has no dense MLP
-        moe_width = int(config.intermediate_size)
-    attention_bias = True if family == "qwen2" else bool(getattr(config, "attention_bias", False))
+def option_fields(model: Any, config: Any, raw: dict[str, Any], counts: ParamCountsSpec) -> dict[str, Any]:
+    """The ModelSpec fields of ``model`` (architecture numbers measured from its modules, the config's where a
+    module does not hold them, and counts; name and paths are the caller's)."""
+    embedding = model.get_input_embeddings()
+    hidden = int(getattr(config, "hidden_size", 0) or embedding.embedding_dim)
+    experts = modelfacts.experts_of(model, config)
+    attention = modelfacts.attention_of(model, config) or modelfacts.Attention(1, 1, hidden, hidden, False, False)
+    heads, head_dim = attention.heads, attention.head_dim
+    first = experts[0] if experts else None
+    dense = getattr(config, "intermediate_size", None)
+    if not isinstance(dense, int) or dense <= 0:  # a list per layer, or none: the module's own width
+        dense = modelfacts.mlp_width(model, hidden) or (first.width if first else 0) or 4 * hidden
     return {
-        "family": family,
+        "family": raw["model_type"],
         "architecture": (getattr(config, "architectures", None) or [_causal_lm_class(config)])[0],
-        "num_layers": int(config.num_hidden_layers),
+        "num_layers": int(getattr(config, "num_hidden_layers", 0) or len(modelfacts.decoder_layers(model))),
         "hidden_size": hidden,
         "num_attention_heads": heads,
-        "num_kv_heads": int(getattr(config, "num_key_value_heads", None) or heads),
+        "num_kv_heads": attention.kv_heads,
         "head_dim_override": head_dim if head_dim * heads != hidden else 0,
-        "qk_norm": family in QK_NORM_FAMILIES,
-        "intermediate_size": int(config.intermediate_size),
-        "vocab_size": int(config.vocab_size),
-        "max_position_embeddings": int(config.max_position_embeddings),
+        "qk_norm": attention.qk_norm,
+        "intermediate_size": dense,
+        "vocab_size": int(embedding.num_embeddings),
+        "max_position_embeddings": _max_positions(config),
         "tie_word_embeddings": bool(getattr(config, "tie_word_embeddings", False)),
         "rope_theta": _rope_theta(config),
-        "rms_norm_eps": float(getattr(config, "rms_norm_eps", 1e-5)),
-        "attention_bias": attention_bias,
-        "num_experts": experts,
-        "experts_per_token": int(config.num_experts_per_tok) if experts else 0,
-        "moe_intermediate_size": moe_width if experts else 0,
-        "shared_expert_intermediate_size": int(getattr(config, "shared_expert_intermediate_size", 0) or 0),
-        "router_aux_loss_coef": float(getattr(config, "router_aux_loss_coef", 0.001)) if experts else 0.001,
+        "rms_norm_eps": _norm_eps(config),
+        "attention_bias": attention.bias,
+        "num_experts": first.count if first else 0,
+        "experts_per_token": first.top_k if first else 0,
+        "moe_intermediate_size": (first.width or int(getattr(config, "moe_intermediate_size", 0) or 0)) if first else 0,
+        "shared_expert_intermediate_size": _whole(getattr(config, "shared_expert_intermediate_size", 0)),
+        "router_aux_loss_coef": _aux_loss_coef(config) if first else 0.001,
         "min_transformers": min_transformers(raw),
         "params": counts,
     }
+
+
+def _whole(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+#: The longest sequence of a model whose config names none (no learned positions: a state-space model, ALiBi).
+UNBOUNDED_POSITIONS = 1 << 20
+
+
+def _max_positions(config: Any) -> int:
+    for key in ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length"):
+        value = _whole(getattr(config, key, None))
+        if value:
+            return min(value, MAX_DIM)
+    return UNBOUNDED_POSITIONS
+
+
+def _norm_eps(config: Any) -> float:
+    for key in ("rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "norm_eps", "layernorm_epsilon"):
+        value = getattr(config, key, None)
+        if isinstance(value, float) and 1e-12 <= value <= 1:
+            return value
+    return 1e-5
+
+
+def _aux_loss_coef(config: Any) -> float:
+    value = getattr(config, "router_aux_loss_coef", None)
+    return float(value) if isinstance(value, (int, float)) and 0 <= value <= 100 else 0.001
 
 
 def _causal_lm_class(config: Any) -> str:
@@ -277,11 +295,16 @@ def import_config(path: Path) -> Imported:
     except modelkind.KindProblem as exc:
         raise ImportProblem(str(exc)) from None
     config, raw = decoder.config, decoder.raw
-    check_family(path, raw["model_type"])
     model = meta_model(config)
+    unrouted = [group.name for group in modelfacts.experts_of(model, config) if not group.top_k]
+    if unrouted:
+        raise ImportProblem(
+            f"{path}: the routed experts of {unrouted[0]} have no top-k (the router's top_k and the config's "
+            "num_experts_per_tok are unset): the active count cannot be known; set num_experts_per_tok"
+        )
     counts = count_parts(model, config)
-    option = option_fields(config, raw, counts)
-    option["flops"] = model_flops(model, config, counts)
+    option = option_fields(model, config, raw, counts)
+    option["flops"] = model_flops(model, option, counts)
     activations = modelmemory.measure_or_none(config)
     if activations is not None:
         option["activations"] = activations
@@ -289,31 +312,21 @@ def import_config(path: Path) -> Imported:
     return Imported(option=option, architecture=option["architecture"], notes=notes)
 
 
-def check_family(path: Path, model_type: str) -> None:
-    """Refuses a decoder-only architecture recipekit has no tiny twin (and twin config keys) for yet."""
-    if model_type not in FAMILIES:
-        raise ImportProblem(
-            f"{path}: model_type {model_type!r} is a transformers architecture recipekit has no tiny twin for; "
-            f"supported: {', '.join(FAMILIES)}"
-        )
-
-
-def model_flops(model: Any, config: Any, counts: ParamCountsSpec) -> FlopsSpec:
+def model_flops(model: Any, option: dict[str, Any], counts: ParamCountsSpec) -> FlopsSpec:
     """The counter's FLOPs per token of the meta ``model``; where a module cannot run on meta, the same convention
-    counted from ``counts`` (the option's ``flops.counted_by`` says which)."""
+    counted from ``counts`` and the measured attention (the option's ``flops.counted_by`` says which)."""
     try:
         return modelflops.measure(model)
     except Exception:  # a module with data-dependent control flow or an op without a meta kernel
         pass
     head = model.get_output_embeddings()
     head_params = int(head.weight.numel()) if head is not None else 0
-    heads = int(config.num_attention_heads)
-    head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // heads)
+    attention = modelfacts.attention_of(model, model.config)
     return modelflops.analytic(
         matmul_params=counts.active - counts.embedding - counts.norms - counts.head + head_params,
         head_params=head_params,
-        layers=int(config.num_hidden_layers),
-        attention_width=heads * 2 * head_dim,
+        layers=option["num_layers"],
+        attention_width=attention.heads * (attention.head_dim + attention.v_head_dim) if attention else 0,
     )
 
 

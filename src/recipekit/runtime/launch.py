@@ -6,6 +6,8 @@ shell. Standard library only: it runs before anything else in the image is trust
 
 What it checks, each failure a one-line reason and a non-zero exit so Volcano's policy acts:
 
+* the run files beside launch.json (the ConfigMap mounted read-only) are the ones whose digest the Job carries
+  (exit 2: an edited ConfigMap will not heal by restarting; :mod:`.boundary.runfiles`);
 * the env plugin's ``VC_TASK_INDEX`` and the svc plugin's ``VC_<TASK>_HOSTS`` / ``VC_<TASK>_NUM`` (or its
   ``/etc/volcano/<task>.host`` file) are there, and the pod count is the one the bundle was built for (exit 2: a
   Job edited by hand or a missing plugin will not heal by restarting);
@@ -36,7 +38,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .boundary import exitcodes, filenames  # the package is ``runtime`` in a bundle, ``recipekit.runtime`` in recipekit
+from .boundary import (
+    exitcodes,
+    filenames,
+    runfiles,
+)  # the package is ``runtime`` in a bundle, ``recipekit.runtime`` in recipekit
 from .volume import recovery
 
 #: Where the svc plugin also writes each task's hosts, one per line.
@@ -134,6 +140,14 @@ def wait_for_master(
         sleep(DNS_RETRY_S)
 
 
+def check_run_files(directory: Path, environ: Mapping[str, str]) -> None:
+    """The mounted run files are the ones the Job was rendered with (``runfiles.DIGEST_ENV``), before any of them is
+    read: a LaunchError (exit 2) otherwise, since restarting cannot heal an edited ConfigMap."""
+    reason = runfiles.mismatch(directory, environ.get(runfiles.DIGEST_ENV))
+    if reason is not None:
+        raise LaunchError(reason)
+
+
 def torchrun_argv(spec: Mapping[str, Any], topo: Topology, bundle_dir: Path) -> list[str]:
     """One torchrun per pod: static rendezvous on the first pod, ``nproc_per_node`` workers here."""
     return [
@@ -164,6 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     path = Path(args[0] if args else filenames.LAUNCH_FILE).resolve()
     try:
+        check_run_files(path.parent, os.environ)
         spec = read_spec(path)
         topo = topology(spec, os.environ)
         wait_for_master(topo.master, float(spec.get("master_dns_wait_s", 120)))

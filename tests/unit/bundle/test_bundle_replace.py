@@ -358,3 +358,20 @@ def test_a_bundle_for_other_hardware_is_not_replaced_without_force(tmp_path: Pat
     forced = runner.invoke(main, ["build", "recipe=llama3_8b_sft", "hw=h100", "--force"])
     assert forced.exit_code == 0 and " for h100: " in forced.output, forced.output
     assert bundle.built_for(tmp_path / "bundles" / "llama3_8b_sft") == "h100"
+
+
+def test_a_parent_made_meanwhile_by_a_sibling_build_is_shared(versions, tmp_path: Path, monkeypatch) -> None:
+    """``build -m`` writes bundles in parallel: two builds may both find ``out/`` missing and race to make it."""
+    real_mkdir = Path.mkdir
+
+    def sibling_wins(self: Path, *args, **kwargs) -> None:
+        if self == tmp_path / "out" and not self.exists():
+            real_mkdir(self)  # the sibling build made it between our check and our mkdir
+        real_mkdir(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "mkdir", sibling_wins)
+    write_bundle(versions[0], tmp_path / "out" / "a")
+    monkeypatch.setattr(Path, "mkdir", real_mkdir)
+    assert contents(tmp_path / "out" / "a") == versions[0]
+    write_bundle(versions[1], tmp_path / "out" / "b")  # and a failing build would not remove the shared parent
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["a", "b"]

@@ -132,6 +132,26 @@ def test_the_grad_norm_alert_fires_either_way_past_30_percent(tmp_path: Path) ->
 
 
 @needs_promtool
+def test_the_mttr_alert_fires_on_a_slow_recovery_of_this_job_only(tmp_path: Path) -> None:
+    rule, _, job = _docs(["recipe=tiny_sft", "ops.mttr_limit_s=600"])
+    job_name = job["metadata"]["name"]
+    ours = {names.JOB_LABEL: job_name, "rank": "0"}
+    theirs = {**ours, names.JOB_LABEL: "another-job"}
+    tags = {"severity": "warning", names.JOB_LABEL: job_name}
+    tests = [
+        _case(tags, "RecipekitRecoverySlow", names.RECOVERY_SECONDS.name, labels, values, fires=fires)
+        for labels, values, fires in (
+            (ours, "0x10 900x10", True),  # a recovery of 15 min against a limit of 10
+            (ours, "0x10 450x10", False),  # a quick one
+            (ours, "0x20", False),  # none yet
+            (theirs, "0x10 900x10", False),  # another job's
+        )
+    ]
+    proc = _promtool_test(tmp_path, rule, tests)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+@needs_promtool
 def test_a_broken_fixture_fails_so_the_fixtures_can_fail(tmp_path: Path) -> None:
     rule, _, job = _docs(["recipe=tiny_sft"])
     labels = {names.JOB_LABEL: job["metadata"]["name"], "rank": "0"}

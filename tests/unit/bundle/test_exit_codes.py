@@ -152,10 +152,29 @@ def test_the_jobs_exit_code_policies_come_from_the_table_and_pass_the_webhook(bu
         exitcodes.EXIT_USER_ERROR: "TerminateJob",
         exitcodes.EXIT_PREFLIGHT: "RestartJob",
         exitcodes.EXIT_STALLED: "RestartJob",
+        exitcodes.EXIT_NONFINITE: "TerminateJob",  # a data-caused NaN would repeat on every restart
     }
     assert webhook_findings(job) == []
     assert controller.unreachable_policy_findings(job) == []
     assert controller.contract_policy_findings(job) == []
+
+
+def test_a_nonfinite_loss_ends_the_job_unless_the_recipe_asks_to_skip_the_batch(bundle: Path, tmp_path: Path) -> None:
+    assert controller.pod_failed_action(_job(bundle), exitcodes.EXIT_NONFINITE) == "TerminateJob"
+    skip = build(["recipe=tiny_sft", "cluster.nodes=1", "ops.nonfinite_loss=skip"], tmp_path / "skip").path
+    job = _job(skip)
+    assert controller.pod_failed_action(job, exitcodes.EXIT_NONFINITE) == "RestartJob"
+    assert [p for p in job["spec"]["policies"] if "event" in p] == [
+        p for p in _job(bundle)["spec"]["policies"] if "event" in p
+    ]  # only the exitCode policy differs
+    doc = yaml.safe_load((skip / "recipe.yaml").read_text())
+    assert controller.contract_policy_findings(job, controller.nonfinite_mode(doc)) == []
+    # the skip bundle's Job under a stop recipe is a Job the contract refuses, and the other way round
+    (wrong,) = controller.contract_policy_findings(job, "stop")
+    assert "exiting 5 (nonfinite) gets RestartJob, the runtime contract says TerminateJob" in wrong.message
+    assert controller.contract_policy_findings(_job(bundle), "skip")
+    assert "batch | RestartJob (ops.nonfinite_loss: skip) |" in (skip / "README.md").read_text()
+    assert "batch | TerminateJob |" in (bundle / "README.md").read_text()
 
 
 def test_the_webhook_rules_refuse_bad_exit_code_policies() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 from click.testing import CliRunner
 
 from recipekit.base.errors import RecipeError
@@ -33,7 +34,33 @@ def test_a_3x2_matrix_builds_6_bundles_with_a_summary(tmp_path: Path) -> None:
     lines = result.output.splitlines()
     assert lines[0].split() == ["combination", "result", "devices", "plan", "fit"]
     assert "recipe=qwen2.5_7b_pretrain hw=h100" in result.output and "4×8 = 32" in result.output
-    assert lines[-1] == "6 combinations: 6 built, 0 failed"
+    count = lines.index("6 combinations: 6 built, 0 failed")
+    # then the images the bundles need: one per software stack, each named once
+    listed = [line.strip() for line in lines[count + 2 :]]
+    needed = {yaml.safe_load((tmp_path / name / "recipe.yaml").read_text())["plan"]["image"] for name in built}
+    assert sorted(listed) == sorted(needed) and lines[count + 1].startswith(f"{len(needed)} images to build for 6")
+
+
+def test_a_20_bundle_sweep_over_learning_rate_and_nodes_needs_one_image(tmp_path: Path) -> None:
+    """The image holds the stack only: learning rate and node count are run files and Job, so 20 bundles name one
+    image and the summary says so."""
+    rates = ",".join(f"{k}e-5" for k in range(1, 11))
+    result = run(
+        "build", "-m", "recipe=tiny_sft", f"train.learning_rate={rates}", "cluster.nodes=1,2", "-o", str(tmp_path)
+    )
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert "20 combinations: 20 built, 0 failed" in lines
+    (head,) = [line for line in lines if " to build for " in line]
+    assert head.startswith("1 image to build for 20 bundles")
+    images = {yaml.safe_load((d / "recipe.yaml").read_text())["plan"]["image"] for d in tmp_path.iterdir()}
+    jobs = {
+        yaml.safe_load((d / "volcano-job.yaml").read_text())["spec"]["tasks"][0]["template"]["spec"]["containers"][0][
+            "image"
+        ]
+        for d in tmp_path.iterdir()
+    }
+    assert len(images) == 1 and jobs == images and lines[-1] == f"  {images.pop()}"
 
 
 def test_a_failing_combination_is_reported_and_the_rest_still_build(tmp_path: Path) -> None:
@@ -50,7 +77,7 @@ def test_a_failing_combination_is_reported_and_the_rest_still_build(tmp_path: Pa
     assert "error: recipe=llama3_8b_lora hw=cpu:\n  - memory: needs" in result.output
     row = next(line for line in result.output.splitlines() if line.startswith("recipe=llama3_8b_lora hw=cpu "))
     assert "FAILED memory: needs" in row
-    assert result.output.splitlines()[-1] == "6 combinations: 5 built, 1 failed"
+    assert "6 combinations: 5 built, 1 failed" in result.output.splitlines()
 
 
 def test_a_matrix_bundle_equals_the_single_build(tmp_path: Path) -> None:

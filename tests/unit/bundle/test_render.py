@@ -155,12 +155,13 @@ def test_ascend_scheduling_details_follow_mindcluster() -> None:
         "/usr/local/bin/npu-smi": "File",
         "/etc/ascend_install.info": "File",
     }
-    assert container["env"] == [
+    assert container["env"][:-1] == [
         {
             "name": "ASCEND_VISIBLE_DEVICES",
             "valueFrom": {"fieldRef": {"fieldPath": "metadata.annotations['huawei.com/Ascend910']"}},
         }
     ]
+    assert container["env"][-1]["name"] == "RECIPEKIT_RUN_FILES_DIGEST"  # the run files' digest (bundle/runfiles.py)
     assert job["metadata"]["labels"]["ring-controller.atlas"] == template["metadata"]["labels"]["ring-controller.atlas"]
     assert template["metadata"]["annotations"]["sidecar.istio.io/inject"] == "false"
     assert "sp-block" not in template["metadata"]["annotations"]
@@ -248,3 +249,13 @@ def test_libyaml_and_python_emitters_write_the_same_bytes(name: str) -> None:
     assert render.DUMPER is not render.PYTHON_DUMPER
     assert chosen == python
     assert yaml.safe_load(chosen) == data
+
+
+def test_kubectl_apply_k_of_the_bundle_applies_the_configmap_then_the_job() -> None:
+    files = render_files(["recipe=llama3_8b_sft"])
+    kustomization = yaml.safe_load(files["kustomization.yaml"])
+    assert kustomization["kind"] == "Kustomization"
+    kinds = [yaml.safe_load(files[name])["kind"] for name in kustomization["resources"]]
+    assert kinds == ["ConfigMap", "Job"]  # the run files exist before a pod mounts them
+    # what kubectl -f of the directory would trip on is left out: every listed file is a Kubernetes object
+    assert not [name for name in kustomization["resources"] if not name.endswith(".yaml")]

@@ -88,6 +88,12 @@ def test_rescale_writes_the_same_run_on_one_node(tmp_path: Path) -> None:
     assert "re-shards the newest checkpoint's ZeRO-2 partitions" in output
     assert max(len(line) for line in output.splitlines()) <= 80 + len(str(tmp_path))
     assert f"kubectl delete vcjob {old.job_name}" in output
+    # the same image: the node count is in the run files and the Job only, so nothing is built
+    assert plan["image"] == old.image and "image build" not in output and "nothing to build" in output
+    assert f"kubectl apply -k {tmp_path}" in output
+    configmap = yaml.safe_load((target / "run-files.yaml").read_text())
+    assert configmap["data"]["launch.json"] == (target / "launch.json").read_text()
+    assert (target / "Dockerfile").read_bytes() == (source.path / "Dockerfile").read_bytes()
     manifest = json.loads((target / "manifest.json").read_text())
     assert "cluster.nodes=1" in manifest["overrides"]  # `verify` and `diff` rebuild it from its own overrides
 

@@ -192,3 +192,67 @@ def test_a_build_without_push_records_the_image_and_keeps_the_tag(copy: Path) ->
     assert (copy / "volcano-job.yaml").read_bytes() == job_before
     manifest = json.loads((copy / "manifest.json").read_text())
     assert manifest["image"]["digest"] is None and manifest["image"]["id"] == "sha256:" + "cd" * 32
+
+
+class RegistryAPI(FakeAPI):
+    """An engine whose registry (``inspect_distribution``) and local store answer as configured."""
+
+    def __init__(self, registry: dict | None, local: bool, arch: str = "arm64") -> None:
+        super().__init__(GOOD_BUILD, arch=arch)
+        self.registry, self.local = registry, local
+
+    def inspect_distribution(self, ref: str) -> dict:
+        if self.registry is None:
+            raise RuntimeError("manifest unknown")
+        return self.registry
+
+    def inspect_image(self, ref: str) -> dict:
+        if not self.local:
+            raise RuntimeError("no such image")
+        return super().inspect_image(ref)
+
+
+def test_a_stack_already_in_the_registry_or_engine_is_not_built_again(bundle: Path) -> None:
+    pushed = imagebuild.request(bundle, push=True)
+    registry = {"Descriptor": {"digest": DIGEST}, "Platforms": [{"os": "linux", "architecture": "arm64"}]}
+    found = imagebuild.already_built(FakeClient(RegistryAPI(registry, local=False)), pushed)
+    assert found is not None and found.digest == DIGEST and found.reference == pushed.tag
+    # in the registry for another CPU only: built
+    other = {**registry, "Platforms": [{"os": "linux", "architecture": "amd64"}]}
+    assert imagebuild.already_built(FakeClient(RegistryAPI(other, local=False)), pushed) is None
+    # only the engine has it: not built again, but pushed (no digest yet)
+    local = imagebuild.already_built(FakeClient(RegistryAPI(None, local=True)), pushed)
+    assert local is not None and local.digest is None
+    assert imagebuild.already_built(FakeClient(RegistryAPI(None, local=False)), pushed) is None
+    assert imagebuild.already_built(FakeClient(RegistryAPI(None, local=True, arch="amd64")), pushed) is None
+
+
+def test_the_cli_builds_nothing_for_a_stack_the_registry_holds(bundle: Path, tmp_path: Path, monkeypatch) -> None:
+    import shutil
+
+    copy = Path(shutil.copytree(bundle, tmp_path / "second"))
+    registry = {"Descriptor": {"digest": DIGEST}, "Platforms": [{"os": "linux", "architecture": "arm64"}]}
+    api = RegistryAPI(registry, local=False)
+    monkeypatch.setattr(imagebuild, "connect", lambda req: FakeClient(api))
+    result = CliRunner().invoke(main, ["image", "build", str(copy), "--push"])
+    assert result.exit_code == 0, result.output
+    assert not api.calls, "neither a build nor a push"
+    assert "already holds this software stack's image; nothing to build" in result.output
+    manifest = json.loads((copy / "manifest.json").read_text())
+    assert manifest["image"]["digest"] == DIGEST
+
+
+def test_a_rescaled_bundle_keeps_its_sources_pinned_image(copy: Path, tmp_path: Path) -> None:
+    from recipekit.bundle.rescale import rescale
+
+    reference = yaml.safe_load((copy / "recipe.yaml").read_text())["plan"]["image"]
+    imagebuild.record(copy, imagebuild.Built(reference, "sha256:" + "cd" * 32, "linux/arm64", DIGEST))
+    nodes = yaml.safe_load((copy / "recipe.yaml").read_text())["plan"]["nodes"]
+    done = rescale(copy, nodes * 2, tmp_path / "rescaled")
+    assert done.same_image and done.built.resolved.plan.image == reference
+    pinned = imagebuild.carry_pin(copy, done.built.path)
+    assert pinned and pinned.endswith("@" + DIGEST)
+    job = yaml.safe_load((done.built.path / "volcano-job.yaml").read_text())
+    assert job["spec"]["tasks"][0]["template"]["spec"]["containers"][0]["image"] == pinned
+    results = {r.id: r for r in run_static(load_bundle(done.built.path), libraries=False)}
+    assert results["files.manifest"].status is Status.PASS and results["runfiles.configmap"].status is Status.PASS

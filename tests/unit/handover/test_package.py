@@ -100,7 +100,8 @@ def test_package_holds_bundle_sources_version_and_image(package: Path, team_bund
     entries = members(package.read_bytes())
     index = json.loads(entries[f"our_qwen_sft/{INDEX}"])
     assert index["recipekit_version"] == __version__ and index["overrides"] == ["recipe=our_qwen_sft"]
-    assert index["image"]["ref"].startswith("registry.example.com/team-nlp-recipes/our-qwen-sft:")
+    # the image of the bundle's software stack (one per stack, not per recipe), under the team's registry
+    assert index["image"]["ref"].startswith("registry.example.com/team-nlp-recipes/recipekit-ascend-910b:")
     assert index["layers"] == ["sources/0-built-in", "sources/1-team-nlp-recipes"]
     team = sorted(n for n in entries if n.startswith("our_qwen_sft/sources/1-"))
     assert team == [

@@ -48,7 +48,7 @@ def test_every_threshold_has_its_default_in_the_record() -> None:
     assert (ops.metrics_port, ops.metrics_ranks) == (9400, "all")
     assert (ops.loss_spike_ratio, ops.grad_norm_jump_ratio) == (0.3, 0.3)
     assert ops.mfu_target is None and ops.checkpoint_save_limit_s == 600 and ops.device_utilisation_min == 0.5
-    assert ops.nonfinite_loss == "stop"
+    assert ops.nonfinite_loss == "stop" and ops.mttr_limit_s == 1800
     testing = ops.testing
     assert testing.stall_at_step is None and testing.nan_at_step is None and testing.device_count is None
 
@@ -175,7 +175,9 @@ def test_metrics_off_means_no_monitoring_files_port_or_pin() -> None:
 
 
 def test_alerts_use_the_recipes_thresholds_and_the_runtimes_metric_names() -> None:
-    files = files_of("recipe=tiny_sft", "ops.loss_spike_ratio=0.5", "ops.checkpoint_save_limit_s=900")
+    files = files_of(
+        "recipe=tiny_sft", "ops.loss_spike_ratio=0.5", "ops.checkpoint_save_limit_s=900", "ops.mttr_limit_s=1200"
+    )
     rule = yaml.safe_load(files["prometheusrule.yaml"])
     rules = {r["alert"]: r for r in rule["spec"]["groups"][0]["rules"]}
     assert set(rules) == {
@@ -186,8 +188,11 @@ def test_alerts_use_the_recipes_thresholds_and_the_runtimes_metric_names() -> No
         "RecipekitCheckpointSlow",
         "RecipekitDeviceUtilisationLow",
         "RecipekitStalled",
+        "RecipekitRecoverySlow",
     }
     assert rules["RecipekitLossSpike"]["expr"].endswith("> 0.5")
+    assert rules["RecipekitRecoverySlow"]["expr"].startswith(metricnames.RECOVERY_SECONDS.name)
+    assert rules["RecipekitRecoverySlow"]["expr"].endswith("> 1200")
     assert rules["RecipekitCheckpointSlow"]["expr"].startswith(metricnames.CHECKPOINT_SECONDS.name)
     assert "> 900" in rules["RecipekitCheckpointSlow"]["expr"]
     job = yaml.safe_load(files["volcano-job.yaml"])["metadata"]["name"]

@@ -141,8 +141,21 @@ def test_qlora_is_refused_where_the_family_has_no_bitsandbytes_and_pinned_where_
     assert "bitsandbytes==0.50.2" in docs_of("mode=qlora", "hw=h100", "parallel=zero2").pip_packages
 
 
-def test_image_tag_changes_with_the_recipe() -> None:
-    assert plan_of("recipe=llama3_8b_sft").image != plan_of("recipe=llama3_8b_sft", "train.learning_rate=2e-5").image
+def test_the_image_is_named_after_the_software_stack_not_the_run() -> None:
+    """Learning rate, batch, node count and data are run files: one image. A pin the image installs, a system
+    package it needs, another family or architecture is another stack: another image."""
+    base = plan_of("recipe=llama3_8b_sft").image
+    assert base.rsplit("/", 1)[-1].startswith("recipekit-ascend-910b:")
+    for same in (
+        "train.learning_rate=2e-5",
+        "cluster.nodes=4",
+        "train.micro_batch_size=2",
+        "data.path=/mnt/shared/other.jsonl",
+    ):
+        assert plan_of("recipe=llama3_8b_sft", same).image == base, same
+    assert plan_of("recipe=llama3_8b_lora").image != base  # peft is pinned only for adapters
+    assert plan_of("recipe=llama3_8b_sft", "hw=h100").image != base
+    assert plan_of("recipe=llama3_8b_sft", "hw.arch=amd64").image != base
 
 
 def test_checkpoint_on_sigterm_fits_in_the_grace_period() -> None:

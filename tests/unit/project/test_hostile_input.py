@@ -32,6 +32,7 @@ from recipekit.base.paths import RECIPES_DIR
 from recipekit.bundle.build import Resolved, compile_bundle
 from recipekit.bundle.files import JOB, LAUNCH, MANIFEST, README, RECIPE, RUN
 from recipekit.bundle.render import markdown_code
+from recipekit.bundle.runfiles import digest_of, with_digest
 from recipekit.cli import main
 from recipekit.image.matrix import load_images
 from recipekit.plan.plan import make_plan
@@ -594,7 +595,7 @@ def test_injection_payload_arrives_byte_for_byte_or_is_refused(base_raw, field: 
     documents, files = compiled.documents, compiled.files
     document = yaml.safe_load(files[RECIPE])
     assert _get(document["recipe"], key) == value
-    assert yaml.safe_load(files[JOB]) == documents.job
+    assert yaml.safe_load(files[JOB]) == with_digest(documents.job, digest_of(files))
     launch = json.loads(files[LAUNCH])
     assert launch == json.loads(json.dumps(documents.launch))
     if key == "hw.env":
@@ -900,6 +901,7 @@ class Probe:
     expect: str
     code: int = 2
     cwd: str = "."
+    slow: bool = False  # streams a GiB or more: marked slow
 
 
 def check_probe(probe: Probe, tmp_path: Path) -> Measured:
@@ -924,7 +926,9 @@ def check_probe(probe: Probe, tmp_path: Path) -> Measured:
 
 
 def surface(probes: list[Probe]) -> Any:
-    return pytest.mark.parametrize("probe", [pytest.param(p, id=p.id) for p in probes])
+    return pytest.mark.parametrize(
+        "probe", [pytest.param(p, id=p.id, marks=[pytest.mark.slow] if p.slow else []) for p in probes]
+    )
 
 
 def _files(files: dict[str, str | bytes], *args: str) -> Any:
@@ -1226,6 +1230,41 @@ def _gz(data: bytes) -> bytes:
     return gzip.compress(data, compresslevel=1)
 
 
+def _gz_repeated(*parts: tuple[bytes, int], level: int = 9) -> Any:
+    """A writer of a gzip holding each part's bytes repeated its count of times, compressed as it is written (a GiB
+    of text is never held by the test); at level 9 a GiB of spaces is a 1 MiB file."""
+
+    def write(path: Path) -> None:
+        import gzip
+
+        with gzip.open(path, "wb", compresslevel=level) as handle:
+            for piece, count in parts:
+                block = piece * max(1, (1 << 20) // len(piece))
+                whole, rest = divmod(count, max(1, (1 << 20) // len(piece)))
+                for _ in range(whole):
+                    handle.write(block)
+                handle.write(piece * rest)
+
+    return write
+
+
+def _prepare_written(name: str, write: Any) -> Any:
+    def setup(case: Path) -> list[str]:
+        bundle = _data_bundle(case, name, b"")
+        write(case.parent / "volume" / name)
+        return ["data", "prepare", str(bundle), "--workers", "1"]
+
+    return setup
+
+
+RECORD = b'{"instruction": "a", "output": "b"}'
+#: Past the array limit (1024 MiB) only by its whitespace: read whole, as before, it cost more than 1 GB.
+SPACES_GZ = _gz_repeated((b"[" + RECORD + b",", 1), (b" ", (1 << 30) + (2 << 20)), (RECORD + b"]", 1))
+#: A 420 MB array in a 2 MB gzip, of 1 MiB strings, none a record: the first one ends it (max_bad_records is 0).
+#: Read whole, it cost more than 800 MB (its bytes and its text); streamed, one element.
+HUGE_ARRAY_GZ = _gz_repeated((b"[", 1), (b'"' + b"x" * (1 << 20) + b'", ', 400), (b"0]", 1), level=1)
+
+
 LONG_LINE = b'{"instruction": "' + b"a" * (80 << 20) + b'", "output": "b"}\n'
 DEEP_LINE = b'{"instruction": ' + b"[" * 100_000 + b"]" * 100_000 + b', "output": "b"}\n'
 
@@ -1248,6 +1287,18 @@ DATA_SURFACE = [
     Probe("plain .jsonl holding one 80 MiB line", _prepare("data.jsonl", LONG_LINE), "over the record limit"),
     Probe(
         "a data line nested 100,000 deep", _prepare("data.jsonl", DEEP_LINE * 3), "JSON nested more than 64 levels deep"
+    ),
+    Probe(
+        "1 MiB .json.gz: an array spread by 1 GiB of spaces",
+        _prepare_written("data.json.gz", SPACES_GZ),
+        "a JSON array of more than 1024 MiB: over the limit",
+        slow=True,
+    ),
+    Probe(
+        "a .json.gz array of 400 MB, none a record",
+        _prepare_written("data.json.gz", HUGE_ARRAY_GZ),
+        "expected a JSON object, got str",
+        slow=True,
     ),
     Probe("a FIFO as manifest.json", _fifo_manifest, "not a regular file"),
     Probe("a prepared manifest nested 100,000 deep", _deep_manifest, "JSON nested more than 64 levels deep"),

@@ -41,7 +41,6 @@ def _import(tmp_path: Path, raw: dict):
             {"model_type": "my_arch", "auto_map": {"AutoModelForCausalLM": "modeling_my.MyForCausalLM"}},
             "remote code: the config's auto_map names model code shipped with the checkpoint (AutoModelForCausalLM)",
         ),
-        ({"model_type": "gpt2", "n_embd": 64, "n_head": 4, "n_layer": 2}, "'gpt2' is a transformers architecture"),
     ],
 )
 def test_what_is_not_a_decoder_only_text_model_is_refused_in_one_line(tmp_path: Path, raw: dict, words: str) -> None:

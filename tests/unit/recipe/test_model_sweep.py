@@ -17,6 +17,7 @@ import yaml
 from click.testing import CliRunner
 
 from recipekit.cli import main
+from recipekit.recipe import modelflops
 
 torch = pytest.importorskip("torch")
 
@@ -45,8 +46,17 @@ def decoder_only_text_architectures() -> dict[str, tuple[Any, int]]:
     return kept
 
 
+def _not_measured(model: Any) -> Any:
+    raise RuntimeError("not measured in the sweep")
+
+
 @pytest.mark.slow
-def test_model_import_is_exact_or_refuses_for_every_decoder_only_architecture(tmp_path: Path) -> None:
+def test_model_import_is_exact_or_refuses_for_every_decoder_only_architecture(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The sweep is about counts and refusals: the FLOP counter's pass (minutes for a state-space model's reference
+    # scan) is left out here and the import takes its analytic path; the counter itself is checked on the catalog.
+    monkeypatch.setattr(modelflops, "measure", _not_measured)
     architectures = decoder_only_text_architectures()
     assert len(architectures) > 100  # the pinned transformers ships well over a hundred
     imported, refused = [], {}
@@ -66,9 +76,7 @@ def test_model_import_is_exact_or_refuses_for_every_decoder_only_architecture(tm
     rate = len(imported) / len(architectures)
     print(f"\nmodel import: {len(imported)} of {len(architectures)} decoder-only text architectures ({rate:.0%})")
     print("imported:", ", ".join(imported))
-    reasons: dict[str, int] = {}
-    for line in refused.values():
-        key = "no tiny twin" if "no tiny twin" in line else line.split(": ", 2)[-1][:80]
-        reasons[key] = reasons.get(key, 0) + 1
-    print("refused:", reasons)
+    for model_type, line in sorted(refused.items()):
+        print(f"refused {model_type}: {line}")
     assert {"llama", "qwen2", "qwen3", "qwen3_moe", "mixtral", "glm4"} <= set(imported)
+    assert rate >= 0.9, f"only {rate:.0%} import; refused: {sorted(refused)}"

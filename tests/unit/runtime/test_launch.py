@@ -216,3 +216,45 @@ def _no_stray_files(tmp_path: Path):
     if os.path.exists("pwned"):  # pragma: no cover - would mean a payload ran in the test's cwd
         os.remove("pwned")
         raise AssertionError("a payload ran")
+
+
+def test_a_pod_runs_from_its_mounted_run_files_and_an_edited_recipe_exits_2_in_one_line(
+    tmp_path: Path, fake_bin: Path
+) -> None:
+    """The Job's layout: the runtime in the image's working directory, the ConfigMap's run files mounted read-only
+    beside it, the Job's digest of them in the environment. The launcher starts from them; once recipe.yaml differs
+    (a ConfigMap edited by hand) the pod exits 2 with one line, before torchrun."""
+    from recipekit.validate.dryrun.workdir import podmount
+
+    bundle = build(["recipe=tiny_sft"], tmp_path / "bundle").path
+    digest = podmount.mount(bundle, tmp_path / "cluster", 0)
+    assert digest and digest.startswith("sha256:")
+    script = podmount.run_script(tmp_path / "cluster", 0)
+    env = pod_env(fake_bin, 0, ["127.0.0.1"] * 2, RECIPEKIT_RUN_FILES_DIGEST=digest)
+    proc = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    argv = json.loads(proc.stdout.strip().splitlines()[-1])["argv"]
+    assert argv[argv.index("--recipe") + 1] == str(script.parent / "recipe.yaml")
+    assert not os.access(script.parent / "recipe.yaml", os.W_OK) or os.geteuid() == 0  # mounted read-only
+
+    recipe = script.parent / "recipe.yaml"
+    script.parent.chmod(0o755)
+    recipe.chmod(0o644)
+    recipe.write_text(recipe.read_text().replace("learning_rate:", "learning_rate: 1.0e-09 #"))
+    proc = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "differ from the digest the Job carries" in lines[0], proc.stderr
+    assert "Traceback" not in proc.stderr and not proc.stdout.strip()
+    podmount.unmount(tmp_path / "cluster")
+
+
+def test_the_run_files_digest_follows_every_run_file_and_nothing_else() -> None:
+    from recipekit.runtime.boundary import runfiles
+
+    files = {"recipe.yaml": b"a", "launch.json": b"b", "run.sh": b"c", "Dockerfile": b"d"}
+    base = runfiles.digest(files)
+    assert runfiles.digest({**files, "Dockerfile": b"other"}) == base
+    assert runfiles.digest({**files, "recipe.yaml": b"A"}) != base
+    assert runfiles.digest({**files, "ds_config.json": b"{}"}) != base
+    assert runfiles.digest({k: v for k, v in files.items() if k != "run.sh"}) != base

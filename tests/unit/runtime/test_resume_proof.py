@@ -64,6 +64,21 @@ def test_an_older_checkpoint_copied_to_a_newer_name_is_refused_naming_both_steps
         choose(tmp_path, str(tmp_path / "checkpoint-999"))
 
 
+def test_a_complete_looking_unsigned_checkpoint_is_refused_not_passed_over(tmp_path: Path) -> None:
+    """Issue 31: the newest checkpoint the run signed wins, and a planted directory may not decide silently which one
+    that is. Unlike an interrupted save, a complete-looking checkpoint without a record is refused with one line that
+    names it and the remedy; exit 2 ends the Job (TerminateJob), so it is no restart loop."""
+    checkpoint(tmp_path, 4)
+    checkpoint(tmp_path, 9, signed=False)
+    with pytest.raises(resumechoice.ResumeRefused) as refused:
+        choose(tmp_path)
+    message = str(refused.value)
+    assert message.startswith("checkpoint-9 has no readable recipekit-run.json") and "\n" not in message
+    assert "remove it to resume the newest checkpoint this run signed" in message
+    shutil.rmtree(tmp_path / "checkpoint-9")
+    assert choose(tmp_path).step == 4
+
+
 def test_a_symlinked_checkpoint_directory_or_a_link_inside_one_is_refused(tmp_path: Path) -> None:
     old = checkpoint(tmp_path, 4)
     (tmp_path / "checkpoint-999").symlink_to(old)

@@ -441,7 +441,7 @@ BREAKAGES: list[Breakage] = [
             "volcano-job.yaml", lambda j: container(j)["volumeMounts"].append({"name": "ghost", "mountPath": "/g"})
         ),
         "volcano.pod-template",
-        ("volcano-job.yaml spec.tasks[0].template.spec.containers[0].volumeMounts[3].name", "ghost"),
+        ("volcano-job.yaml spec.tasks[0].template.spec.containers[0].volumeMounts[4].name", "ghost"),
         True,
     ),
     (
@@ -725,6 +725,64 @@ BREAKAGES: list[Breakage] = [
         edit_text("Dockerfile", "WORKDIR", "RUN apt-get update && apt-get install -y curl\nWORKDIR"),
         "lint.hadolint",
         ("Dockerfile line", "DL3008"),
+        True,
+    ),
+]
+
+
+def _edit_run_file(data: dict, name: str, old: str, new: str) -> None:
+    assert old in data["data"][name]
+    data["data"][name] = data["data"][name].replace(old, new, 1)
+
+
+# the run files beside the image: the ConfigMap, its mount and the digest the Job carries
+BREAKAGES += [
+    (
+        "configmap-recipe-edited",
+        "tiny",
+        edit_yaml("run-files.yaml", lambda d: _edit_run_file(d, "recipe.yaml", "learning_rate:", "learning_rate: 1 #")),
+        "runfiles.configmap",
+        ("run-files.yaml data.recipe.yaml", "differs from the bundle's recipe.yaml"),
+        True,
+    ),
+    (
+        "configmap-schema",
+        "tiny",
+        edit_yaml("run-files.yaml", lambda d: _set(d, "spec", {"replicas": 1})),
+        "runfiles.configmap",
+        ("run-files.yaml", "spec"),
+        True,
+    ),
+    (
+        "configmap-namespace",
+        "tiny",
+        edit_yaml("run-files.yaml", lambda d: _set(d["metadata"], "namespace", "elsewhere")),
+        "runfiles.configmap",
+        ("run-files.yaml metadata.namespace", "not the Job's namespace"),
+        True,
+    ),
+    (
+        "job-run-files-digest",
+        "tiny",
+        edit_yaml("volcano-job.yaml", lambda j: _set(container(j)["env"][-1], "value", "sha256:" + "0" * 64)),
+        "runfiles.configmap",
+        ("volcano-job.yaml spec.tasks[0].template.spec.containers[0].env", "RECIPEKIT_RUN_FILES_DIGEST must be"),
+        True,
+    ),
+    (
+        "run-files-mount-writable",
+        "tiny",
+        edit_yaml("volcano-job.yaml", lambda j: _set(container(j)["volumeMounts"][-1], "readOnly", False)),
+        "runfiles.configmap",
+        ("volumeMounts", "mounted readOnly: true"),
+        True,
+    ),
+    (
+        "run-files-not-mounted",
+        "tiny",
+        edit_yaml("volcano-job.yaml", lambda j: container(j)["volumeMounts"].pop()),
+        "runfiles.configmap",
+        ("volumeMounts", "no mount of ConfigMap 'tiny-sft-"),
         True,
     ),
 ]

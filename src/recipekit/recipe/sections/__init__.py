@@ -21,7 +21,6 @@ from recipekit.recipe.sections.mode import (
     adapter_of,
 )
 from recipekit.recipe.sections.model import (
-    FAMILIES,
     MAX_COUNT,
     MAX_DIM,
     ActivationsSpec,
@@ -38,7 +37,6 @@ __all__ = [
     "ActivationsSpec",
     "ClusterSpec",
     "DataSpec",
-    "FAMILIES",
     "FlopsSpec",
     "HardwareSpec",
     "LoraMode",

@@ -125,13 +125,21 @@ class OpsSpec(Section):
     checkpoint_save_limit_s: int = spec(
         600, gt=0, description="Warn when saving a checkpoint takes longer, seconds (twice this is a hang)."
     )
+    mttr_limit_s: int = spec(
+        1800,
+        gt=0,
+        description="Alert (PrometheusRule) when the last recovery took longer than this, seconds: MTTR, from the "
+        "last step before an interruption to the first step after the restart (recipekit runs history).",
+    )
     device_utilisation_min: float = spec(
         0.5, ge=0, le=1, description="Warn when the device's utilisation (driver's figure) stays below this."
     )
-    nonfinite_loss: Literal["stop", "warn"] = spec(
+    nonfinite_loss: Literal["stop", "skip", "warn"] = spec(
         "stop",
-        description="A NaN/inf loss: stop (no checkpoint of the broken weights; the offending batch and a report "
-        "are saved; non-zero exit) or only warn.",
+        description="A NaN/inf loss: stop (no checkpoint of the broken weights; the offending step's batches and a "
+        "report are saved in nonfinite-step-N/; the pods exit nonfinite and the Job's policy ends the Job: "
+        "TerminateJob), skip (the same, but the Job restarts and the resume skips that step's batch, said in the "
+        "run's recovery record) or only warn.",
     )
     testing: OpsTestingSpec = spec(default_factory=OpsTestingSpec, description="Fault injection: TESTING ONLY.")
 

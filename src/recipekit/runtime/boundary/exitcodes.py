@@ -58,7 +58,10 @@ EXIT_CODES: tuple[ExitCode, ...] = (
     ExitCode(
         "nonfinite",
         5,
-        "the loss became NaN or infinite (ops.nonfinite_loss: stop); the last good checkpoint is kept",
+        "the loss became NaN or infinite; the last good checkpoint, the offending step's batches and a report are "
+        "kept in nonfinite-step-N/. ops.nonfinite_loss: stop ends the Job (a data-caused NaN would only repeat); "
+        "skip restarts it (RestartJob) and the resume skips that step's batch",
+        "TerminateJob",
     ),
     ExitCode(
         "preempted",
@@ -85,14 +88,26 @@ def exit_code_name(code: int | None) -> str:
     return f"exit {code}"
 
 
-def exit_code_policies() -> list[dict[str, Any]]:
-    """The Job's exitCode policies, one per code with an action of its own.
+def nonfinite_action(mode: str) -> str:
+    """The Job's action on exit ``nonfinite`` under ``ops.nonfinite_loss: <mode>``: RestartJob only for ``skip``
+    (the resume moves past the batch); otherwise the table's TerminateJob, as a restart would replay the same keyed
+    data order into the same NaN until ``maxRetry``."""
+    return "RestartJob" if mode == "skip" else str(_BY_NAME["nonfinite"].action)
+
+
+def exit_code_policies(nonfinite_loss: str = "stop") -> list[dict[str, Any]]:
+    """The Job's exitCode policies, one per code with an action of its own (``nonfinite``'s by the recipe's
+    ``ops.nonfinite_loss``, :func:`nonfinite_action`).
 
     Volcano's controller takes the first policy that matches a pod's failure, in list order (task policies before
     the Job's), and a PodFailed event matches ``event: PodFailed`` before any exitCode policy listed after it: so
     these must precede the Job's event policies.
     """
-    return [{"exitCode": c.code, "action": c.action} for c in EXIT_CODES if c.action and c.code != 0]
+    return [
+        {"exitCode": c.code, "action": nonfinite_action(nonfinite_loss) if c.name == "nonfinite" else c.action}
+        for c in EXIT_CODES
+        if c.action and c.code != 0
+    ]
 
 
 EXIT_OK = exit_code("ok")
@@ -106,7 +121,7 @@ EXIT_PREEMPTED = exit_code("preempted")
 EXIT_PREFLIGHT = exit_code("preflight")
 #: The hang watchdog saw no step complete within the stall timeout; every rank's stacks are in HANG_DIR.
 EXIT_STALLED = exit_code("stalled")
-#: The loss became NaN or infinite (ops.nonfinite_loss: stop); the last good checkpoint is kept.
+#: The loss became NaN or infinite (ops.nonfinite_loss: stop or skip); the last good checkpoint is kept.
 EXIT_NONFINITE = exit_code("nonfinite")
 
 #: Where each training process writes the code it exits with (set by the launcher for torchrun's workers):

@@ -16,8 +16,15 @@ RUNTIME_PACKAGE = "runtime"
 #: This module inside the runtime package: every bundle must carry it (train.py and the launcher find every other
 #: file by its names).
 FILENAMES_MODULE = "boundary/filenames.py"
-#: Where the bundle lives inside the image and the pods (the Dockerfile's WORKDIR, the Job's workingDir).
+#: Where the runtime package lives inside the image and the pods (the Dockerfile's WORKDIR, the Job's workingDir).
 POD_WORKDIR = "/workspace"
+#: The run's own files (recipe.yaml, launch.json, ds_config.json, run.sh) travel beside the image, in a ConfigMap
+#: mounted read-only at ``<POD_WORKDIR>/<RUN_FILES_DIR>``; the runtime package is found in the directory above it.
+RUN_FILES_DIR = "run"
+#: The script every pod starts (one of the run files).
+RUN_SCRIPT = "run.sh"
+#: The bundle's file holding that ConfigMap (it sorts before volcano-job.yaml: kubectl applies it first).
+RUN_FILES_CONFIGMAP = "run-files.yaml"
 
 #: What train.py writes into the run's output directory.
 METRICS_FILE = "metrics.jsonl"

@@ -125,7 +125,8 @@ def resume_choice(
     if record is None:
         raise ResumeRefused(
             f"{path.name} has no readable {RUN_FILE}: nothing proves run {run_id} wrote it (the shared volume is "
-            "writable by others, docs/trust.md); start over with --resume none or another output_dir"
+            "writable by others, docs/trust.md); remove it to resume the newest checkpoint this run signed, or start "
+            "over with --resume none or another output_dir"
         )
     if record.get("run_id") != run_id:
         raise ResumeRefused(

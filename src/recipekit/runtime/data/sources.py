@@ -19,10 +19,11 @@ alone — never on how many processes share the work. Where a record begins, by 
 * text: a chunk's edge moves forward to the next blank line, so documents never straddle two chunks;
 * Parquet: a row group begins at its first column chunk (row groups are never split);
 * Arrow: record batch j begins at the summed size of the batches before it (batches are never split);
-* a JSON array is one chunk (it is parsed whole: convert very large ones to JSON lines);
+* a JSON array is one chunk, read by one process as a stream, an element at a time (:mod:`jsonarray`: memory holds
+  one element, whatever the array's size or whitespace; convert very large arrays to JSON lines to share the work);
 * a compressed file is one chunk: a compressed stream cannot be entered at a byte offset, so its records are read
-  from its first byte by one process, a line at a time (a JSON array is still parsed whole), and reported by file
-  and line as a plain file's are. Many moderately sized compressed files (a few hundred MiB each) let many processes
+  from its first byte by one process, a line (or an array element) at a time, and reported by file and line as a
+  plain file's are. Many moderately sized compressed files (a few hundred MiB each) let many processes
   share the work; one huge ``.gz`` is one process's.
 
 A damaged or truncated compressed file is a DataError naming it, fatal whatever ``data.max_bad_records`` says:
@@ -37,7 +38,6 @@ import bz2
 import glob
 import gzip
 import itertools
-import json
 import lzma
 import math
 import os
@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from ..boundary import jsonfile
+from . import jsonarray
 from .records import DataError, Where, record_problem
 
 KINDS = {".jsonl": "jsonl", ".json": "json", ".parquet": "parquet", ".arrow": "arrow", ".txt": "text"}
@@ -66,7 +67,6 @@ METADATA_NAMES = frozenset({"dataset_info.json", "state.json", "dataset_dict.jso
 #: Said where no data file is found: compressed ones count too.
 _COMPRESSED = f" (JSON and text files may also be compressed: {', '.join(COMPRESSIONS)})"
 _GLOB = re.compile(r"[*?\[]")
-_SPACE = re.compile(r"[ \t\n\r]*")
 _COUNT_BLOCK = 16 << 20
 _ROWS_PER_BATCH = 1_000
 
@@ -231,13 +231,15 @@ def _input(path: Path, root: Path, fmt: str, named: bool = False) -> InputFile:
 def _json_kind(path: Path, compression: str = "") -> str:
     """A .json file holds one array of records (``[``) or JSON lines (``{``): its first character says which (in a
     compressed file, the first character of its decompressed bytes)."""
+    limit, seen = limit_bytes("json_array_mib", JSON_ARRAY_MIB), 0
     try:
         with COMPRESSIONS[compression](path, "rb") if compression else path.open("rb") as handle:
-            while True:
-                block = handle.read(4096)
-                stripped = block.lstrip()
+            while seen <= limit:  # a MiB at a time: a file of only whitespace is read through once, not held
+                block = handle.read(1 << 20)
+                stripped, seen = block.lstrip(), seen + len(block)
                 if stripped or not block:
                     return "json" if stripped[:1] == b"[" else "jsonl"
+        raise DataError(path, f"more than {limit >> 20} MiB of whitespace and no record (over the JSON array limit)")
     except _DAMAGED as exc:
         if not compression:
             raise
@@ -457,65 +459,18 @@ def _decompressed(file: InputFile) -> Iterator[bytes]:
 
 
 def _json_array(file: InputFile) -> Iterator[Item]:
-    limit = limit_bytes("json_array_mib", JSON_ARRAY_MIB)
-    if file.compression:
-        try:
-            with file.open_decompressed() as handle:
-                raw = jsonfile.read_at_most(handle, limit)
-        except _DAMAGED as exc:
-            raise _damaged(file.path, file.compression, exc) from None
-    else:
-        with file.path.open("rb") as handle:
-            raw = jsonfile.read_at_most(handle, limit)
+    """The records of a JSON array file, streamed (:mod:`jsonarray`): memory holds one element, not the file."""
     path = str(file.path)
-    if len(raw) > limit:
-        raise DataError(
-            path,
-            f"a JSON array of more than {limit >> 20} MiB is read whole: over the limit (write it as JSON lines, or "
-            "raise it with RECIPEKIT_LIMIT_JSON_ARRAY_MIB=N)",
-        )
+    limit = limit_bytes("json_array_mib", JSON_ARRAY_MIB)
     try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise DataError(path, f"not UTF-8 text (byte {exc.start + 1})", raw.count(b"\n", 0, exc.start) + 1) from None
-    line, counted = 1, 0
-
-    def line_at(position: int) -> int:
-        nonlocal line, counted
-        line, counted = line + text.count("\n", counted, position), position
-        return line
-
-    position = _SPACE.match(text, 0).end()  # type: ignore[union-attr]
-    if text[position : position + 1] != "[":
-        raise DataError(path, "not a JSON array (a .json file holds one array of records, or JSON lines)", 1)
-    decoder = json.JSONDecoder()
-    position = _SPACE.match(text, position + 1).end()  # type: ignore[union-attr]
-    closed = text[position : position + 1] == "]"
-    while not closed:
-        try:
-            value, after = decoder.raw_decode(text, position)
-        except json.JSONDecodeError as exc:
-            raise DataError(
-                path, f"not valid JSON ({exc.msg} at column {exc.colno}); the array cannot be read past it", exc.lineno
-            ) from None
-        except (RecursionError, ValueError) as exc:  # nested past Python's stack; a number int() refuses
-            why = jsonfile.too_deep() if isinstance(exc, RecursionError) else f"not valid JSON ({exc})"
-            raise DataError(path, f"{why}; the array cannot be read past it", line_at(position)) from None
-        where = Where(path, line=line_at(position))
-        problem: tuple[str, str | None] | None = None
-        if jsonfile.nesting(value) > jsonfile.MAX_DEPTH:
-            problem = (jsonfile.too_deep(), None)
-        yield Item(None if problem else value, problem, _known(where))
-        position = _SPACE.match(text, after).end()  # type: ignore[union-attr]
-        mark = text[position : position + 1]
-        if mark == ",":
-            position = _SPACE.match(text, position + 1).end()  # type: ignore[union-attr]
-        elif mark == "]":
-            closed = True
-        else:
-            raise DataError(path, "expected ',' or ']' after an array element", line_at(position))
-    if text[position + 1 :].strip():
-        raise DataError(path, "text after the JSON array's closing ']'", line_at(position + 1))
+        with file.open_decompressed() if file.compression else file.path.open("rb") as handle:
+            for element in jsonarray.elements(handle, path, limit, record_limit()):
+                problem = (element.problem, None) if element.problem else None
+                yield Item(element.value, problem, _known(Where(path, line=element.line)))
+    except _DAMAGED as exc:
+        if not file.compression:
+            raise
+        raise _damaged(file.path, file.compression, exc) from None
 
 
 def _known(where: Where) -> Callable[[], Where]:

@@ -16,15 +16,10 @@ from ..boundary.common import RunError, log0, precision
 from ..boundary.config import RunConfig
 from ..boundary.recipeview import ModelView, ModeView, RecipeView, trains_adapter
 from ..data.chat import CHAT_TEMPLATE
+from .shrink import moe_leaf_classes
 
 #: The recipe's 16-bit precisions as torch dtypes (fp32 is everything else).
 HALF_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
-
-#: The sparse MoE block classes of the catalog's MoE families (transformers 5.24). ZeRO-3 fetches parameters module by
-#: module as forward reaches them; an MoE block runs only the experts its tokens were routed to, so ranks fetch
-#: different experts and the collective fetches never match (the run hangs). Marked as ZeRO-3 leaves, each block's
-#: parameters are fetched whole, on every rank alike.
-MOE_BLOCK_CLASSES = ("Qwen3MoeSparseMoeBlock", "MixtralSparseMoeBlock", "Qwen2MoeSparseMoeBlock", "Glm4MoeMoE")
 
 
 def router_settings(spec: ModelView) -> dict[str, Any]:
@@ -38,10 +33,17 @@ def router_settings(spec: ModelView) -> dict[str, Any]:
 
 
 def mark_moe_leaves(model: Any, zero_stage: int) -> list[str]:
-    """Under ZeRO-3, make every MoE block a ZeRO-3 leaf module (see :data:`MOE_BLOCK_CLASSES`); the names marked."""
+    """Under ZeRO-3, make every MoE block a ZeRO-3 leaf module; the class names marked.
+
+    ZeRO-3 fetches parameters module by module as forward reaches them; an MoE block runs only the experts its
+    tokens were routed to, so ranks fetch different experts and the collective fetches never match (the run
+    hangs). Marked as leaves, each block's parameters are fetched whole, on every rank alike. The blocks are found
+    from the module tree (:func:`.shrink.moe_leaf_classes`: the module holding the routed experts beside their
+    router), for any architecture."""
     if zero_stage != 3:
         return []
-    classes = {type(m) for m in model.modules() if type(m).__name__ in MOE_BLOCK_CLASSES}
+    wanted = set(moe_leaf_classes(model))
+    classes = {type(m) for m in model.modules() if type(m).__name__ in wanted}
     if not classes:
         return []
     from deepspeed.utils import set_z3_leaf_modules

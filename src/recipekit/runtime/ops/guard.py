@@ -6,10 +6,12 @@ on poisoning the weights and, worse, be saved as the newest checkpoint, which ``
 So :class:`OpsTrainer` flags a non-finite loss of every micro-batch on the device, and :class:`GuardCallback`
 all-reduces the flags once per step, so every rank stops at the same step.
 
-With ``ops.nonfinite_loss: stop`` the step's checkpoint is not saved (its weights took the non-finite update), the
-run stops, and train.py writes ``nonfinite-step-N/`` (a report naming the last good checkpoint, each rank's
-offending batch) and exits ``exitcodes.EXIT_NONFINITE``: Volcano restarts from the last good checkpoint, and a
-divergence that comes back fails the job after ``maxRetry`` restarts. With ``warn`` it is a warning with the step.
+With ``ops.nonfinite_loss: stop`` or ``skip`` the step's checkpoint is not saved (its weights took the non-finite
+update), the run stops, and train.py writes ``nonfinite-step-N/`` (a report naming the last good checkpoint, each
+rank's offending batch) and exits ``exitcodes.EXIT_NONFINITE``. Under ``stop`` the Job's exitCode policy ends the
+Job (TerminateJob): a restart would replay the same keyed data order into the same NaN until ``maxRetry``. Under
+``skip`` the Job restarts from the last good checkpoint and the resume leaves the step's batch out (a ``skip``
+record in recovery.jsonl; sampler.py). With ``warn`` it is a warning with the step.
 
 OpsTrainer also times the wait for each step's batches (the dataloader wait share the metrics report).
 """
@@ -45,6 +47,7 @@ class LossGuard:
         self.batch: Any = None
         self.stopped_at: int | None = None
         self.ranks: list[int] = []
+        self.steps_per_epoch: int | None = None  # of the stopped run (to place the step's batch in its epoch)
 
     def observe(self, loss: torch.Tensor, inputs: Any) -> None:
         bad = ~torch.isfinite(loss.detach()).all()
@@ -116,10 +119,11 @@ class GuardCallback(TrainerCallback):
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         ranks = self.guard.agree(args.device)
         step = state.global_step
-        if ranks and self.mode == "stop":
+        if ranks and self.mode in ("stop", "skip"):
             control.should_save = False  # the weights took the non-finite update: never a resumable checkpoint
             control.should_training_stop = True
             self.guard.stopped_at, self.guard.ranks = step, ranks
+            self.guard.steps_per_epoch = _steps_per_epoch(kwargs.get("train_dataloader"), args)
             self.guard.keep_offending()
         elif ranks:
             self.on_alert(
@@ -129,6 +133,15 @@ class GuardCallback(TrainerCallback):
                 "(ops.nonfinite_loss: warn)",
             )
         self.guard.reset()
+
+
+def _steps_per_epoch(loader: Any, args: Any) -> int | None:
+    """Optimizer steps per epoch, as the Trainer counts them (its batches per rank over gradient accumulation)."""
+    try:
+        batches, accumulation = len(loader), max(1, int(args.gradient_accumulation_steps))
+    except (TypeError, ValueError):
+        return None
+    return max(1, -(-batches // accumulation))
 
 
 def nonfinite_report(guard: LossGuard, output_dir: Path, rank: int, log_history: list[dict[str, Any]]) -> Path:

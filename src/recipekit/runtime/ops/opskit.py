@@ -18,6 +18,7 @@ from typing import Any
 from ..boundary import checkpointdirs, exitcodes, filenames, metricslog
 from ..boundary.common import LOG
 from ..boundary.config import RunConfig
+from ..data.sampler import step_positions
 from ..volume.recovery import RecoveryLog
 from .device import Device
 from .exporter import start_exporter
@@ -95,11 +96,20 @@ class OpsLayer:
             return None
         where = nonfinite_report(self.guard, self.output_dir, self.rank, list(trainer.state.log_history))
         last_good = checkpointdirs.latest_complete_checkpoint(self.output_dir)
+        mode = self.operations.alerts.nonfinite_loss
+        action = exitcodes.nonfinite_action(mode)
+        skipped = self._skip(trainer, step) if mode == "skip" else None
+        then = (
+            f"the Job restarts ({action}) from the last good checkpoint and the resume skips step {step}'s batch "
+            f"(positions {skipped[1]}-{skipped[2] - 1} of epoch {skipped[0]}'s order; ops.nonfinite_loss: skip)"
+            if skipped
+            else f"the Job ends ({action}, ops.nonfinite_loss: {mode}): lower train.learning_rate or check the data "
+            "there, then resubmit the Job; it resumes from the last good checkpoint"
+        )
         message = (
             f"loss is not finite at step {step} (ranks {', '.join(map(str, self.guard.ranks))}): stopped without "
             f"saving the poisoned weights; the last good checkpoint is {last_good.name if last_good else 'none'}; "
-            f"the report and the offending batches are in {where}; lower train.learning_rate or check the data "
-            "there, then let the job restart from the last good checkpoint"
+            f"the report and the offending batches are in {where}; {then}"
         )
         LOG.error(message)
         records.add(
@@ -109,9 +119,24 @@ class OpsLayer:
             stopped=True,
             last_good_checkpoint=str(last_good) if last_good else None,
             report=str(where),
+            action=action,
+            skipped=list(skipped) if skipped else None,
             message=message,
         )
         return exitcodes.EXIT_NONFINITE
+
+    def _skip(self, trainer: Any, step: int) -> tuple[int, int, int] | None:
+        """Record (rank 0, recovery.jsonl) the positions of ``step``'s batch in its epoch's order, which the resume
+        leaves out (sampler.py); None where the order is not the resumable sampler's (nothing can be skipped)."""
+        sampler, args = getattr(trainer, "row_sampler", None), self.args
+        if sampler is None or self.guard.steps_per_epoch is None:
+            LOG.warning("ops.nonfinite_loss: skip: the training order is not recipekit's sampler; nothing skipped")
+            return None
+        data_parallel = max(1, args.world_size // max(1, self.run.plan.tensor_parallel))
+        rows = args.per_device_train_batch_size * args.gradient_accumulation_steps * data_parallel
+        epoch, start, stop = step_positions(step, self.guard.steps_per_epoch, rows, len(sampler))
+        self.recovery.skipped(step, epoch, start, stop)
+        return epoch, start, stop
 
     def close(self) -> None:
         if self.exporter is not None:

@@ -26,6 +26,7 @@ from ..ops.device import Device
 from ..ops.guard import OpsTrainer
 from ..ops.opskit import OpsLayer
 from ..ops.preflight import make_output_dir
+from ..volume.recovery import skipped_batches
 from ..volume.reshard import ds_config_for_universal, reshard_refusal
 from ..volume.rowledger import RowIndexed, RowLedger
 from .arguments import make_training_arguments, trainer_kwargs
@@ -240,6 +241,7 @@ def run_training(run: RunConfig, device: Device, resume: str) -> int:
     )
     trainer, preemption = make_trainer(run, args, model, tokenizer, train_set, eval_set, device.kind)
     ops.install(trainer, records)
+    trainer.skipped_batches = skipped_batches(output_dir)  # ops.nonfinite_loss: skip (recovery.jsonl)
     if isinstance(train_set, RowIndexed):
         trainer.ledger = RowLedger(output_dir, args.process_index, args.world_size, tensor_parallel(run))
     if isinstance(train_set, StreamDataset) and resume_from:  # the stream skips itself; the random state is ours

@@ -205,13 +205,39 @@ def by_attempt(records: list[dict[str, Any]], ends: list[dict[str, Any]]) -> lis
         target = later[-1] if later else (found[0] if found else None)
         if target is not None:
             target["ends"].append(end)
+    skipped = [r["step"] for r in records if r.get("event") == "skip" and all(_whole(r.get(k)) for k in SKIP_FIELDS)]
     for i, attempt in enumerate(found):
         interrupted = i + 1 < len(found) and found[i + 1]["resumed_after_interruption"]
         ended = attempt["ends"] or interrupted
         why = explain(attempt["ends"], attempt["world_size"], attempt["ranks_per_pod"])
+        first = cause(attempt["ends"])
+        if first is not None and first["code"] == exitcodes.EXIT_NONFINITE:
+            why = nonfinite_next(why, i + 1 < len(found), skipped)
         attempt["why"] = why if ended else None
     return found
 
 
+#: The fields of recovery.jsonl's ``skip`` record (recovery.py writes it), each a whole number.
+SKIP_FIELDS = ("step", "epoch", "start", "stop")
+
+
+def nonfinite_next(why: str, restarted: bool, skipped: list[Any]) -> str:
+    """What followed a non-finite loss: the Job restarted and the resume skipped the batch (``ops.nonfinite_loss:
+    skip``, a ``skip`` record in recovery.jsonl), or it ended with the batch and the report kept."""
+    head = why.rsplit("; the Job: ", 1)[0]
+    steps = ", ".join(str(s) for s in skipped if isinstance(s, int) and not isinstance(s, bool))
+    if restarted:
+        batch = f"step {steps}'s batch" if steps else "no batch (none recorded)"
+        return f"{head}; the Job: RestartJob (ops.nonfinite_loss: skip), the resume skips {batch}"
+    return (
+        f"{head}; the Job: TerminateJob (ops.nonfinite_loss: stop), no retry: the offending batch and a report "
+        "are kept in nonfinite-step-N/"
+    )
+
+
 def _count(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0

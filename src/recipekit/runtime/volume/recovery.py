@@ -11,7 +11,8 @@ Two files in the output directory:
 * ``recovery.jsonl`` — one record per event: ``start`` (this process began: the launcher's start time, the
   checkpoint it resumes from, and — read from the progress file — the step and time where the previous attempt
   stopped), ``loaded`` (the checkpoint is loaded: the Trainer's ``on_train_begin``), ``first_step`` (the first
-  step completed after the start), ``done``.
+  step completed after the start), ``done``, and ``skip`` (``ops.nonfinite_loss: skip``: the step whose loss was
+  not finite and the positions of its batch in its epoch's order, which every later attempt's sampler leaves out).
 
 MTTR of one recovery = time of the first step after the restart − time of the last step completed before the
 interruption: detection, teardown, rescheduling, start-up, loading and the first step all count, as they do for
@@ -163,6 +164,29 @@ def read_lines(output_dir: Path) -> jsonfile.Lines:
     )
 
 
+#: The record of a skipped batch (``ops.nonfinite_loss: skip``).
+SKIP_EVENT = "skip"
+
+
+def skips(records: list[dict[str, Any]]) -> list[dict[str, int]]:
+    """The well-formed ``skip`` records, in order: ``step``, ``epoch`` and the positions ``[start, stop)`` of that
+    step's batch in the epoch's order (sampler.py leaves them out of every later attempt)."""
+    found = []
+    for record in records:
+        if record.get("event") != SKIP_EVENT:
+            continue
+        fields = {k: _step(record.get(k)) for k in ("step", "epoch", "start", "stop")}
+        typed = {k: v for k, v in fields.items() if v is not None}
+        if len(typed) == len(fields) and typed["start"] < typed["stop"]:
+            found.append(typed)
+    return found
+
+
+def skipped_batches(output_dir: Path) -> tuple[tuple[int, int, int], ...]:
+    """The batches this run's resumes leave out: ``(epoch, start, stop)`` of each ``skip`` record, oldest first."""
+    return tuple((s["epoch"], s["start"], s["stop"]) for s in skips(read(output_dir)))
+
+
 def summary(recoveries: list[Recovery]) -> dict[str, Any]:
     """Restarts, steps lost, and the mean / last MTTR over the recoveries that reached a first step."""
     times = [r.mttr_s for r in recoveries if r.mttr_s is not None]
@@ -212,6 +236,7 @@ class RecoveryLog:
         interrupted = None
         if progress is not None and not progress.get("done"):
             interrupted = {"step": progress.get("step"), "time": progress.get("time")}
+        skipped = [s["step"] for s in skips(read(self.dir))]  # the batches this attempt's order leaves out
         self._append(
             metricslog.event(
                 "start",
@@ -222,8 +247,17 @@ class RecoveryLog:
                 interrupted=interrupted,
                 world_size=world_size,
                 ranks_per_pod=_int_or_none(self.environ.get("LOCAL_WORLD_SIZE")),  # torchrun's processes per pod
+                **({"skipped_steps": skipped} if skipped else {}),
             )
         )
+
+    def skipped(self, step: int, epoch: int, start: int, stop: int) -> None:
+        """Step ``step``'s loss was not finite and ``ops.nonfinite_loss`` is ``skip``: the resume leaves out the
+        positions ``[start, stop)`` of epoch ``epoch``'s order (that step's batch on every rank)."""
+        if self.enabled:
+            self._append(
+                metricslog.event(SKIP_EVENT, step=step, epoch=epoch, start=start, stop=stop, time=self.clock())
+            )
 
     def loaded(self, step: int) -> None:
         if self.enabled:

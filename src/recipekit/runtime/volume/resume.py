@@ -93,7 +93,8 @@ def prove(path: Path, step: int, run_id: str, key: bytes | None) -> None:
     if not _exists(path / filenames.RUN_FILE):
         raise resumechoice.ResumeRefused(
             f"{name} has no readable {filenames.RUN_FILE}: nothing proves run {run_id} wrote it (the shared volume is "
-            "writable by others, docs/trust.md); start over with --resume none or another output_dir"
+            "writable by others, docs/trust.md); remove it to resume the newest checkpoint this run signed, or start "
+            "over with --resume none or another output_dir"
         )
     if key is None:
         raise trust.Untrusted(

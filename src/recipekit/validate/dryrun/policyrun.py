@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from recipekit.runtime.boundary import exitcodes
+from recipekit.runtime.volume import recovery
 from recipekit.validate.dryrun.cluster.attemptlog import Attempt
 from recipekit.validate.dryrun.judges import training
 from recipekit.validate.shared import controller
@@ -106,3 +108,58 @@ def run_policy_fault(
         f"trained {expect.steps} steps"
     )
     return second
+
+
+def nonfinite_policy(result: Result, train: Result, first: Attempt, job: dict[str, Any], mode: str) -> str | None:
+    """The Job's answer to the NaN loss the recipe injected: the action its policies take for the first failed pod
+    (exit ``nonfinite``), held to ``ops.nonfinite_loss`` (TerminateJob under stop, RestartJob under skip). A Job that
+    ends is judged here (the batch and the report kept, no second attempt) and None returned; else the action."""
+    failure = first.first_failure
+    code = failure[1] if failure else None
+    action = controller.pod_failed_action(job, code, controller.first_task(job.get("spec") or {})) if code else None
+    want = exitcodes.nonfinite_action(mode)
+    result.details.update(exit_code=code, action=action, contract_action=want, nonfinite_loss=mode)
+    if code != exitcodes.EXIT_NONFINITE:
+        result.fail(WHERE, "exit code", f"the first failed pod exited {code}, not {exitcodes.EXIT_NONFINITE}")
+        return None
+    if action != want:
+        result.fail(
+            WHERE, "policies", f"the Job answers exit {code} with {action}; ops.nonfinite_loss: {mode} says {want}"
+        )
+        return None
+    if action in RESTARTS:
+        return action
+    record = result.details.get("nonfinite") or {}
+    report = Path(str(record.get("report") or ""))
+    kept = sorted(p.name for p in report.glob("batch-rank-*.json")) if record.get("report") else []
+    result.details.update(attempts=1, report_kept=(report / "report.json").is_file(), batches_kept=kept)
+    if not (report / "report.json").is_file() or not kept:
+        result.fail(WHERE, "nonfinite report", f"the report and the offending batches are not both in {report}")
+    if record.get("action") != action:
+        result.fail(WHERE, "nonfinite record", f"the run's record says {record.get('action')}, the Job did {action}")
+    if not result.failed:
+        result.reason = (
+            f"loss NaN at step {record.get('step')}: every rank stopped; exit {code} (nonfinite); the Job's policy: "
+            f"{action}, the Job ends without a retry; the report and {len(kept)} batch file(s) kept in {report}"
+        )
+        train.skip(f"the Job ended by its own policy ({action} on exit {code}), as ops.nonfinite_loss: {mode} asks")
+    return None
+
+
+def judge_skipped(result: Result, output_dir: Path, step: int | None) -> None:
+    """``ops.nonfinite_loss: skip``: recovery.jsonl records that step ``step``'s batch is skipped, and the restarted
+    attempt's start says its order leaves it out (the record ``recipekit runs history`` reads)."""
+    records = recovery.read(output_dir)
+    skips = recovery.skips(records)
+    starts = [r for r in records if r.get("event") == "start"]
+    result.details.update(skips=skips, skipped_steps=starts[-1].get("skipped_steps") if starts else None)
+    if not any(s["step"] == step for s in skips):
+        result.fail(WHERE, recovery.RECOVERY_FILE, f"no skip record of step {step}'s batch: {skips}")
+    elif len(starts) < 2 or step not in (starts[-1].get("skipped_steps") or []):
+        result.fail(WHERE, recovery.RECOVERY_FILE, f"the restarted attempt's start does not skip step {step}")
+    elif result.reason:
+        s = next(s for s in skips if s["step"] == step)
+        result.reason += (
+            f"; the resume skipped step {step}'s batch (positions {s['start']}-{s['stop'] - 1} of epoch "
+            f"{s['epoch']}'s order, ops.nonfinite_loss: skip)"
+        )

@@ -246,10 +246,14 @@ def _ops_results(operations: OpsExpectation, options: DryRunOptions, results: li
             "stacks dumped, RestartJob, resumed",
         )
     elif operations.fault == "nonfinite":
+        then = (
+            "RestartJob, resumed past the step's batch"
+            if operations.nonfinite_loss == "skip"
+            else "TerminateJob, no retry, the batch kept"
+        )
         found["fault"] = Result(
             "dryrun.nonfinite",
-            f"dry run: NaN loss at step {operations.nan_at} (ops.testing): stopped with the reason, RestartJob, "
-            "resumed",
+            f"dry run: NaN loss at step {operations.nan_at} (ops.testing): stopped with the reason, {then}",
         )
     elif operations.fault in ("user_error", "preflight"):
         pod = operations.user_error_pod if operations.fault == "user_error" else operations.device_count_pod
@@ -348,12 +352,20 @@ def _recover(
         fault.details["log_tails"] = run.tails()
         train.fail("<dry run>", "fault", "the injected fault was not handled (see " + fault.id + ")")
         return
+    if operations.fault == "nonfinite":  # the Job's own policy answers exit nonfinite (ops.nonfinite_loss)
+        if policyrun.nonfinite_policy(fault, train, first, run.job, operations.nonfinite_loss) is None:
+            if fault.failed:
+                fault.details["log_tails"] = run.tails()
+                train.fail("<dry run>", "fault", "the NaN loss was not answered as the Job's policies say")
+            return
     run.progress(f"{fault.id}: the fault stopped the job as it should; restarting every pod (RestartJob)")
     start = time.monotonic()
     second = run.attempt(kill_at=None)
     fault.seconds = time.monotonic() - start
     fault.details.pop("stalled_records", None)
     judge_fault(fault, operations.fault or "", operations, first, second, expected, run.work.output_dir)
+    if operations.fault == "nonfinite" and not fault.failed:
+        policyrun.judge_skipped(fault, run.work.output_dir, operations.nan_at)
     if fault.failed:
         fault.details["log_tails"] = run.tails()
         if second.outcome != "completed":

@@ -91,8 +91,9 @@ def unreachable_policy_findings(job: Any) -> list[Finding]:
     return out
 
 
-def contract_policy_findings(job: Any) -> list[Finding]:
-    """The Job's exitCode policies must be the runtime contract's table (the codes train.py and the launcher use)."""
+def contract_policy_findings(job: Any, nonfinite_loss: str = "stop") -> list[Finding]:
+    """The Job's exitCode policies must be the runtime contract's table (the codes train.py and the launcher use),
+    ``nonfinite``'s action as the recipe's ``ops.nonfinite_loss`` asks."""
     if not isinstance(job, dict):
         return []
     spec = job.get("spec") or {}
@@ -102,7 +103,7 @@ def contract_policy_findings(job: Any) -> list[Finding]:
         if isinstance(p, dict) and p.get("exitCode") is not None
     }
     out = []
-    for entry in exitcodes.exit_code_policies():
+    for entry in exitcodes.exit_code_policies(nonfinite_loss):
         code, action = entry["exitCode"], entry["action"]
         got = pod_failed_action(job, code, first_task(spec))
         if got != action:
@@ -122,3 +123,10 @@ def contract_policy_findings(job: Any) -> list[Finding]:
 def first_task(spec: dict[str, Any]) -> str | None:
     tasks = [t for t in spec.get("tasks") or [] if isinstance(t, dict)]
     return str(tasks[0].get("name")) if tasks else None
+
+
+def nonfinite_mode(doc: dict[str, Any] | None) -> str:
+    """recipe.yaml's ``ops.nonfinite_loss`` (``operations.alerts.nonfinite_loss``); ``stop`` when it is not there."""
+    alerts = ((doc or {}).get("operations") or {}).get("alerts") or {}
+    mode = alerts.get("nonfinite_loss") if isinstance(alerts, dict) else None
+    return mode if isinstance(mode, str) else "stop"

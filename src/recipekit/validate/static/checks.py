@@ -35,6 +35,7 @@ from recipekit.validate.static.image.pins import check_image
 from recipekit.validate.static.image.torchbuild import check_torch_build
 from recipekit.validate.static.linters import check_hadolint, check_shellcheck
 from recipekit.validate.static.monitoring import check_monitoring, check_operations
+from recipekit.validate.static.runfiles import check_run_files
 from recipekit.validate.static.structure import (
     check_job_schema,
     check_job_webhook,
@@ -52,6 +53,7 @@ CHECKS: tuple[Callable[[Bundle], Result], ...] = (
     check_job_schema,
     check_job_webhook,
     check_pod_template,
+    check_run_files,
     check_trust,
     check_world_size,
     check_task_env,

@@ -67,7 +67,7 @@ def check_job_webhook(bundle: Bundle) -> Result:
         return result.skip(f"{JOB} missing or unparseable")
     result.fail_all(volcano.webhook_findings(bundle.job))
     result.fail_all(controller.unreachable_policy_findings(bundle.job))
-    result.fail_all(controller.contract_policy_findings(bundle.job))
+    result.fail_all(controller.contract_policy_findings(bundle.job, controller.nonfinite_mode(bundle.doc)))
     result.reason = "queue existence and state need a cluster: not checked" if result.status is Status.PASS else ""
     return result
 

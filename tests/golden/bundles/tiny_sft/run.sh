@@ -9,5 +9,12 @@ set -euo pipefail
 
 BUNDLE_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
-export PYTHONPATH="${BUNDLE_DIR}${PYTHONPATH:+:${PYTHONPATH}}"
+# In a pod this script is one of the run files, mounted read-only from the bundle's ConfigMap at
+# /workspace/run, and the image holds the runtime package one directory up; in a bundle directory
+# (run by hand) the runtime is beside it.
+RUNTIME_ROOT="${BUNDLE_DIR}"
+if [[ ! -d "${RUNTIME_ROOT}/runtime" ]]; then
+  RUNTIME_ROOT="$(dirname "${BUNDLE_DIR}")"
+fi
+export PYTHONPATH="${RUNTIME_ROOT}${PYTHONPATH:+:${PYTHONPATH}}"
 exec python3 -m runtime.launch "${BUNDLE_DIR}/launch.json"

@@ -1,6 +1,8 @@
 """The attempts of a dry run: start every pod, watch them, kill one when asked, stop the rest as Volcano does.
 
-Each pod is ``bash run.sh`` with what Volcano's env and svc plugins inject (:func:`pod_environment`). While an
+Each pod is ``bash run/run.sh`` from the run files mounted read-only as the Job mounts its ConfigMap
+(:mod:`~recipekit.validate.dryrun.workdir.podmount`), with what Volcano's env and svc plugins inject
+(:func:`pod_environment`). While an
 attempt runs, :class:`DryRun` follows metrics.jsonl (steps and train.py's records, filed into the
 :class:`~recipekit.validate.dryrun.cluster.attemptlog.Attempt`), reports each phase the pods reach
 (:class:`~recipekit.validate.dryrun.cluster.startup.PhaseReporter`), and ends the attempt when every pod has exited, one
@@ -23,8 +25,8 @@ from typing import Any
 import psutil
 import yaml
 
-from recipekit.bundle.files import JOB, LAUNCH, RUN, TRAIN_MODULE
-from recipekit.runtime.boundary import exitcodes, filenames, metricslog
+from recipekit.bundle.files import JOB, LAUNCH, TRAIN_MODULE
+from recipekit.runtime.boundary import exitcodes, filenames, metricslog, runfiles
 from recipekit.runtime.boundary.metricnames import PORT_ENV as METRICS_PORT_ENV
 from recipekit.runtime.volume import trust
 from recipekit.runtime.volume.rowledger import ledger_sizes
@@ -33,6 +35,7 @@ from recipekit.validate.dryrun.cluster.pods import Pod, PodSet, loopback_interfa
 from recipekit.validate.dryrun.cluster.scrape import metric_ports, scrape_pods
 from recipekit.validate.dryrun.cluster.startup import PhaseReporter
 from recipekit.validate.dryrun.options import DryRunOptions
+from recipekit.validate.dryrun.workdir import podmount
 from recipekit.validate.dryrun.workdir.extensions import extensions_dir
 from recipekit.validate.dryrun.workdir.workcopy import WorkCopy, set_master_port
 from recipekit.validate.shared.ports import free_port
@@ -143,8 +146,8 @@ class DryRun:
             self.podset.add(
                 Pod(
                     i,
-                    ["bash", str(self.work.bundle / RUN)],
-                    self.work.bundle,
+                    ["bash", str(podmount.run_script(self.work.root, i))],
+                    podmount.pod_root(self.work.root, i),
                     pod_environment(self.work, i, self.options, self.metrics_ports[i] if self.metrics_ports else None),
                     self.work.logs / f"pod-{i}.log",
                     pass_fds=self.held,
@@ -167,7 +170,10 @@ class DryRun:
         hold = {exitcodes.HOLD_AT_STEP_ENV: str(kill_at)} if kill_at is not None else {}
         for pod in self.pods:
             attempt.log_offsets[pod.index] = pod.log_path.stat().st_size if pod.log_path.exists() else 0
-            pod.start(header=f"attempt {number}: {label}, master port {port}", env=hold)
+            # the ConfigMap mounted read-only, and the digest the Job's container carries (bundle/runfiles.py)
+            digest = podmount.mount(self.work.bundle, self.work.root, pod.index)
+            mounted = {runfiles.DIGEST_ENV: digest} if digest else {}
+            pod.start(header=f"attempt {number}: {label}, master port {port}", env={**hold, **mounted})
         self.progress(
             f"attempt {number}: {len(self.pods)} pod(s) running run.sh (master 127.0.0.1:{port}); "
             f"logs in {self.work.logs}"

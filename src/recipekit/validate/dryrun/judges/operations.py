@@ -17,6 +17,7 @@ from typing import Any
 from recipekit.runtime.boundary import filenames, metricnames, metricslog
 from recipekit.validate.dryrun.cluster.attemptlog import Attempt
 from recipekit.validate.dryrun.judges.training import judge_recorded_recovery, resumed_step
+from recipekit.validate.shared import controller
 from recipekit.validate.shared.results import Result
 
 WHERE = "<dry run>"
@@ -37,6 +38,8 @@ class OpsExpectation:
     #: ops.testing's one-pod faults that the Job's policies answer (device_count_pod, user_error_pod)
     device_count_pod: int | None = None
     user_error_pod: int | None = None
+    #: ops.nonfinite_loss: what the Job does on the injected NaN (stop: TerminateJob; skip: RestartJob, batch skipped)
+    nonfinite_loss: str = "stop"
 
     @classmethod
     def from_doc(cls, doc: dict[str, Any] | None, device: str) -> OpsExpectation:
@@ -55,6 +58,7 @@ class OpsExpectation:
             stall_timeout_s=(ops.get("watchdog") or {}).get("stall_timeout_s"),
             device_count_pod=testing.get("device_count_pod") if testing.get("device_count") is not None else None,
             user_error_pod=testing.get("user_error_pod"),
+            nonfinite_loss=controller.nonfinite_mode(doc),
         )
 
     @property

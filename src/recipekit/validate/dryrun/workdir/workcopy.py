@@ -37,11 +37,12 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from recipekit.base.errors import RecipeError
-from recipekit.bundle.files import DS_CONFIG, LAUNCH, RECIPE, RUN
+from recipekit.bundle.files import DS_CONFIG, JOB, LAUNCH, RECIPE, RUN, RUN_FILES, RUN_FILES_CONFIGMAP
 from recipekit.recipe.compose import Composed
 from recipekit.recipe.sections import Recipe
 from recipekit.validate.dryrun.options import DryRunOptions, DryRunUsageError
 from recipekit.validate.dryrun.workdir.locks import FileLock, claim_workdir
+from recipekit.validate.dryrun.workdir.podmount import unmount
 from recipekit.validate.dryrun.workdir.substitutions import Substitution, substitute
 from recipekit.validate.shared.loader import Bundle, rehash_manifest
 
@@ -107,6 +108,7 @@ def prepare(bundle: Bundle, options: DryRunOptions) -> WorkCopy:
 
 
 def _prepare_locked(bundle: Bundle, options: DryRunOptions, root: Path, lock: FileLock) -> WorkCopy:
+    unmount(root)  # the last run's pods mounted their run files read-only
     for entry in root.iterdir():  # the last run's files; the lock (MARKER) stays, so every run locks one file
         if entry.name != MARKER:
             shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
@@ -238,11 +240,21 @@ def deepspeed_extensions(ds: dict[str, Any] | None, device: str) -> list[str]:
 
 
 def set_master_port(work: WorkCopy, port: int) -> None:
-    """A free rendezvous port for one attempt: the launcher reads it from launch.json."""
+    """A free rendezvous port for one attempt: the launcher reads it from launch.json, one of the run files, so the
+    ConfigMap and the Job's digest of them are stamped again (as a rebuild would render them)."""
+    from recipekit.bundle.render import restamp_run_files
+
     path = work.bundle / LAUNCH
     launch = json.loads(path.read_text(encoding="utf-8"))
     launch["master_port"] = port
     path.write_text(json.dumps(launch, indent=2) + "\n", encoding="utf-8")
+    files = {
+        name: (work.bundle / name).read_bytes()
+        for name in (*RUN_FILES, JOB, RUN_FILES_CONFIGMAP)
+        if (work.bundle / name).is_file()
+    }
+    for name, data in restamp_run_files(files).items():
+        (work.bundle / name).write_bytes(data)
     rehash_manifest(work.bundle)
 
 
