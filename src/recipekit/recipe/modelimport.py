@@ -28,6 +28,7 @@ from recipekit.recipe import modelfacts, modelflops, modelkind, modelmemory
 from recipekit.recipe.schema import validate
 from recipekit.recipe.sections import MAX_DIM, FlopsSpec, ModelSpec, ParamCountsSpec
 from recipekit.runtime.boundary import jsonfile
+from recipekit.runtime.boundary.layerkinds import decoder_layers, layer_kinds
 
 CONFIG_NAME = "config.json"
 
@@ -227,7 +228,7 @@ def option_fields(model: Any, config: Any, raw: dict[str, Any], counts: ParamCou
     return {
         "family": raw["model_type"],
         "architecture": (getattr(config, "architectures", None) or [_causal_lm_class(config)])[0],
-        "num_layers": int(getattr(config, "num_hidden_layers", 0) or len(modelfacts.decoder_layers(model))),
+        "num_layers": int(getattr(config, "num_hidden_layers", 0) or len(decoder_layers(model))),
         "hidden_size": hidden,
         "num_attention_heads": heads,
         "num_kv_heads": attention.kv_heads,
@@ -305,7 +306,7 @@ def import_config(path: Path) -> Imported:
     counts = count_parts(model, config)
     option = option_fields(model, config, raw, counts)
     option["flops"] = model_flops(model, option, counts)
-    activations = modelmemory.measure_or_none(config)
+    activations = modelmemory.measure_or_none(config, layer_kinds(model))
     if activations is not None:
         option["activations"] = activations
     notes = ((native,) if native else ()) + decoder.notes

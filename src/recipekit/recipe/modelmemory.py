@@ -18,6 +18,14 @@ than token ids: the embedding's backward builds a vocabulary × width weight gra
 CPU kernel), once per step whatever the tokens; a weight gradient is a model state, counted with the others, and at
 batch 1 that constant would read as bytes per token.
 
+The decoder's layers are not run all at once: activations add up layer by layer, so each kind of layer (the
+runtime's layer kinds: dense or MoE, sliding or global attention, linear-attention or state-space) is measured once
+and scaled by how many layers of that kind the depth has (:func:`whole_depth`). The model is built with the fewest
+first layers that hold every kind twice; what the second layer of a kind keeps across its forward is that kind's
+bytes (the first may take the embedding's output), the rest of what the cut model keeps are the parts outside the
+layers (the embedding's output, the rotary tables, the final norm), and backward's temporaries over what is kept are
+one layer's at any depth. That costs seconds where running the whole depth cost minutes (a 94-layer MoE).
+
 Bytes per token are linear in the sequence length, plus a constant per step that is no activation: :func:`measure`
 runs three shapes and solves for the terms (:class:`~recipekit.recipe.sections.ActivationsSpec`). torch is imported
 inside the functions: ``build`` reads the stored numbers only.
@@ -27,13 +35,22 @@ from __future__ import annotations
 
 import contextlib
 import copy
+from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
 from recipekit.recipe.schema import validate
 from recipekit.recipe.sections import ActivationsSpec
+from recipekit.runtime.boundary.layerkinds import (
+    LayerKind,
+    cut_depth,
+    decoder_layers,
+    depth_keeping_every_kind,
+    layer_kind,
+    layer_kinds,
+)
 
 #: The two sequence lengths the import measures at (batch 1 at both, batch 2 at the first).
 SEQUENCES = (512, 1024)
@@ -51,33 +68,90 @@ class Sample:
     checkpointing: bool
     kept: int  # alive at the end of forward
     peak: int  # the most alive at once, forward and backward
+    before: dict[int, int] = field(default_factory=dict)  # alive as a watched decoder layer's forward begins
 
     @property
     def tokens(self) -> int:
         return self.micro_batch * self.seq_len
 
 
-def measure(config: Any, sequences: tuple[int, int] = SEQUENCES) -> ActivationsSpec:
-    """Activation bytes per token of ``config``'s decoder, checkpointing off and on: three samples (batch 1 at two
-    lengths, batch 2 at the first) solve bytes = C + tokens × (X + X_per_position × S) for all three terms."""
-    numbers: dict[str, Any] = {"measured_by": "tracker"}
+def measure(
+    config: Any, kinds: list[LayerKind] | None = None, sequences: tuple[int, int] = SEQUENCES
+) -> ActivationsSpec:
+    """Activation bytes per token of ``config``'s decoder, checkpointing off and on, from one layer of each kind
+    (``kinds``: each layer's kind over the full depth, read off the meta model; None: built here to read them).
+    Three shapes (batch 1 at two lengths, batch 2 at the first) solve bytes = C + tokens × (X + X_per_position × S)
+    for all three terms."""
+    kinds = kinds if kinds is not None else full_depth_kinds(config)
+    numbers: dict[str, Any] = {"measured_by": "tracker_per_layer_kind"}
     short, long = sequences
-    with fake_model(config) as model:
+    with fake_model(cut_depth(config, CutDepth.depth(kinds))) as model:
+        cut = CutDepth.of(model, kinds)
         for checkpointing, prefix in ((False, ""), (True, "checkpointed_")):
             shapes = ((1, short), (2, short), (1, long))
-            samples = [sample(model, micro, seq, checkpointing=checkpointing) for micro, seq in shapes]
+            samples = [whole_depth(cut, micro, seq, checkpointing=checkpointing) for micro, seq in shapes]
             for kind in ("kept", "peak"):
                 one_short, two_short, one_long = (int(getattr(one, kind)) for one in samples)
                 per_token, per_position = _solve(one_short, two_short, one_long, short, long)
                 numbers[f"{prefix}{kind}"], numbers[f"{prefix}{kind}_per_position"] = per_token, per_position
+    for prefix in ("", "checkpointed_"):  # the peak holds what is kept (a weight-sized constant can tilt its fit)
+        for term in ("", "_per_position"):
+            kept, peak = f"{prefix}kept{term}", f"{prefix}peak{term}"
+            numbers[peak] = max(numbers[peak], numbers[kept])
     return validate(ActivationsSpec, numbers, root="model.activations")
 
 
-def measure_or_none(config: Any) -> ActivationsSpec | None:
+def full_depth_kinds(config: Any) -> list[LayerKind]:
+    """Each layer's kind over ``config``'s full depth (its model built on the meta device)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):
+        return layer_kinds(AutoModelForCausalLM.from_config(config, trust_remote_code=False))
+
+
+@dataclass(frozen=True)
+class CutDepth:
+    """A model built with the fewest first layers that hold every kind twice (or once, where the full depth has one
+    of it), and one more: the second layer of each kind the full depth has more of (``second``, its index; a layer
+    follows it) and how many more of that kind the full depth has (``more``)."""
+
+    model: Any
+    second: dict[LayerKind, int]
+    more: dict[LayerKind, int]
+
+    @staticmethod
+    def depth(kinds: list[LayerKind]) -> int:
+        return min(len(kinds), depth_keeping_every_kind(kinds, times=2) + 1)
+
+    @classmethod
+    def of(cls, model: Any, kinds: list[LayerKind]) -> CutDepth:
+        cut, full = [layer_kind(layer) for layer in decoder_layers(model)], Counter(kinds)
+        if set(cut) != set(full):
+            raise ValueError("the cut model's layer kinds are not the full depth's")
+        more = {kind: full[kind] - cut.count(kind) for kind in full if full[kind] > cut.count(kind)}
+        second = {kind: [i for i, k in enumerate(cut) if k == kind][1] for kind in more}
+        return cls(model, second, more)
+
+
+def whole_depth(cut: CutDepth, micro_batch: int, seq_len: int, *, checkpointing: bool) -> Sample:
+    """The full depth's activation bytes from the cut model's: kept, plus what the second layer of each kind keeps
+    (the bytes alive as the next layer begins minus as it began: its own input freed, its output the next one's
+    input) times the layers of that kind the cut model lacks (the first of a kind can differ: it may take the
+    embedding's output); peak, the full depth's kept plus the cut model's peak over its own kept (backward's
+    temporaries of one layer, the layer rebuilt under checkpointing: the same at any depth)."""
+    watch = tuple(sorted({i + step for i in cut.second.values() for step in (0, 1)}))
+    one = sample(cut.model, micro_batch, seq_len, checkpointing=checkpointing, watch=watch)
+    per_kind = {kind: one.before[i + 1] - one.before[i] for kind, i in cut.second.items()}
+    kept = one.kept + sum(more * per_kind[kind] for kind, more in cut.more.items())
+    return Sample(micro_batch, seq_len, checkpointing, kept=kept, peak=kept + one.peak - one.kept)
+
+
+def measure_or_none(config: Any, kinds: list[LayerKind] | None = None) -> ActivationsSpec | None:
     """:func:`measure`, or None where a module cannot run under fake tensors (the estimate then uses its formula,
     and says so)."""
     try:
-        return measure(config)
+        return measure(config, kinds)
     except Exception:  # data-dependent control flow, an op without a fake kernel, a model that will not build
         return None
 
@@ -125,24 +199,52 @@ def _unpacked_batches() -> Iterator[None]:
         masking_utils.find_packed_sequence_indices = original
 
 
-def sample(model: Any, micro_batch: int, seq_len: int, *, checkpointing: bool) -> Sample:
+def sample(model: Any, micro_batch: int, seq_len: int, *, checkpointing: bool, watch: tuple[int, ...] = ()) -> Sample:
     """Track one forward and backward pass of ``model``'s decoder (its base model, from the embedding's output to the
-    final norm) over ``micro_batch`` × ``seq_len`` tokens; ``model`` is one :func:`fake_model` gave, used inside
-    its block."""
+    final norm) over ``micro_batch`` × ``seq_len`` tokens, and the bytes alive as each decoder layer at ``watch``
+    begins its forward; ``model`` is one :func:`fake_model` gave, used inside its block."""
     import torch
 
     _set_checkpointing(model, checkpointing)
     decoder = model.base_model
     tracker = _activation_tracker()
     tracker.track_external(model)
-    with tracker:
+    with tracker, _kept_across(model, watch, tracker) as across:
         width = model.get_input_embeddings().weight.shape[-1]
         embedded = torch.zeros((micro_batch, seq_len, width), dtype=torch.bfloat16, requires_grad=True)
         hidden = decoder(inputs_embeds=embedded, use_cache=False).last_hidden_state
         kept = tracker.activations_now()
+        across.freeze()  # backward rebuilds checkpointed layers: their forward again, not what forward kept
         hidden.backward(torch.ones_like(hidden))
     model.zero_grad(set_to_none=True)
-    return Sample(micro_batch, seq_len, checkpointing, kept=kept, peak=tracker.activation_peak)
+    return Sample(micro_batch, seq_len, checkpointing, kept=kept, peak=tracker.activation_peak, before=across.before)
+
+
+class _Across:
+    """Activation bytes alive when each watched layer's forward begins, until frozen."""
+
+    def __init__(self, tracker: Any) -> None:
+        self.tracker, self.before, self.frozen = tracker, dict[int, int](), False
+
+    def freeze(self) -> None:
+        self.frozen = True
+
+    def enter(self, index: int) -> None:
+        if not self.frozen:
+            self.before[index] = self.tracker.activations_now()
+
+
+@contextlib.contextmanager
+def _kept_across(model: Any, watch: tuple[int, ...], tracker: Any) -> Iterator[_Across]:
+    """Hooks on the decoder layers at ``watch`` that record the activation bytes alive as each begins its forward."""
+    across = _Across(tracker)
+    layers = decoder_layers(model)
+    handles = [layers[index].register_forward_pre_hook(lambda *_a, i=index: across.enter(i)) for index in watch]
+    try:
+        yield across
+    finally:
+        for handle in handles:
+            handle.remove()
 
 
 def _set_checkpointing(model: Any, on: bool) -> None:

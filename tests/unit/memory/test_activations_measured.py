@@ -1,6 +1,7 @@
 """Activation memory from the architecture's own layers (issue 29, item 3): the numbers `model import` stores
-(model.activations, measured with torch's MemTracker under FakeTensorMode at batch 1 and two sequence lengths) give,
-at other shapes (micro batch × sequence, checkpointing on and off), what the tracker measures there; and the memory
+(model.activations, measured with torch's MemTracker under FakeTensorMode on one or two layers of each layer kind,
+scaled by the count of each kind, at batch 1 and 2 and two sequence lengths) give, over the whole depth and at other
+shapes (micro batch × sequence, checkpointing on and off), what the tracker measures there; and the memory
 estimate uses them, saying so, where they describe the run (else its Llama-shaped formula, saying why).
 
 Tolerance: the stored numbers are linear in the tokens and in the sequence length; the tracker's own figures at
@@ -16,6 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "src"))
@@ -23,13 +25,15 @@ sys.path.insert(0, str(ROOT / "src"))
 from recipekit.memory import GIB, estimate  # noqa: E402
 from recipekit.plan.plan import make_plan  # noqa: E402
 from recipekit.recipe.compose import compose  # noqa: E402
-from recipekit.recipe.sections import parse_recipe  # noqa: E402
+from recipekit.recipe.schema import validate  # noqa: E402
+from recipekit.recipe.sections import ModelSpec, parse_recipe  # noqa: E402
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from recipekit.image.matrix import load_images  # noqa: E402
 from recipekit.recipe import modelimport, modelmemory  # noqa: E402
+from recipekit.runtime.boundary import layerkinds  # noqa: E402
 
 CONFIGS = ROOT / "tests" / "data" / "model_configs"
 #: Relative difference allowed between the stored numbers' prediction and the tracker at a shape not measured.
@@ -105,9 +109,79 @@ def test_stored_activations_predict_the_tracker_at_other_shapes(name, tmp_path_f
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["qwen3_0.6b", "llama3.2_1b"])
-def test_stored_activations_predict_the_tracker_at_other_shapes_full_size(name, tmp_path_factory):
-    check_against_the_tracker(name, tmp_path_factory, TOLERANCE)
+def test_stored_activations_predict_the_tracker_over_the_whole_depth_full_size(tmp_path_factory):
+    """The proof on a full-size model (16 layers, width 2048): the numbers measured on two layers give what the
+    tracker measures running all sixteen, at shapes the import did not measure."""
+    check_against_the_tracker("llama3.2_1b", tmp_path_factory, TOLERANCE)
+
+
+#: Architectures with more than one layer kind, small enough to run their whole depth here: a Gemma-3-shaped model
+#: (sliding and global attention alternating) and a DeepSeek-V3-shaped one (MLA, a dense first layer, then MoE
+#: layers with a shared expert).
+MIXED_DEPTHS = {
+    "gemma3_text": dict(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=8,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        vocab_size=512,
+        sliding_window=64,
+        sliding_window_pattern=2,
+    ),
+    "deepseek_v3": dict(
+        hidden_size=64,
+        intermediate_size=128,
+        moe_intermediate_size=32,
+        num_hidden_layers=5,
+        first_k_dense_replace=1,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        n_routed_experts=8,
+        num_experts_per_tok=2,
+        n_group=1,
+        topk_group=1,
+        n_shared_experts=1,
+        q_lora_rank=32,
+        kv_lora_rank=16,
+        qk_rope_head_dim=8,
+        qk_nope_head_dim=16,
+        v_head_dim=16,
+        vocab_size=512,
+    ),
+}
+
+
+@pytest.mark.parametrize("model_type", sorted(MIXED_DEPTHS))
+def test_one_layer_of_each_kind_gives_what_the_whole_depth_keeps(model_type):
+    """The import runs the fewest first layers that hold two of each kind; what the second of each kind keeps,
+    scaled by the count of its kind, gives what the tracker measures over the whole depth: kept exactly, the peak
+    within the tiny tolerance."""
+    config = transformers.AutoConfig.for_model(model_type, **MIXED_DEPTHS[model_type])
+    kinds = modelmemory.full_depth_kinds(config)
+    assert len(set(kinds)) == 2 and len(kinds) > 4
+    depth = modelmemory.CutDepth.depth(kinds)
+    assert depth < len(kinds)  # fewer layers than the whole depth run
+    with modelmemory.fake_model(layerkinds.cut_depth(config, depth)) as model:
+        cut = modelmemory.CutDepth.of(model, kinds)
+        scaled = [modelmemory.whole_depth(cut, 2, 128, checkpointing=on) for on in (False, True)]
+    with modelmemory.fake_model(config) as model:
+        whole = [modelmemory.sample(model, 2, 128, checkpointing=on) for on in (False, True)]
+    for ours, tracked in zip(scaled, whole, strict=True):
+        assert ours.kept == tracked.kept, ours.checkpointing
+        assert ours.peak == pytest.approx(tracked.peak, rel=TINY_TOLERANCE), ours.checkpointing
+
+
+def test_the_catalog_s_activations_come_from_one_layer_of_each_kind():
+    """Every catalog option's numbers are the per-kind measurement's (re-imported byte for byte by
+    tests/unit/recipe/test_models.py)."""
+    options = sorted((ROOT / "recipes" / "model").glob("*.yaml"))
+    assert options
+    for path in options:
+        spec = validate(ModelSpec, yaml.safe_load(path.read_text()), root="model")
+        assert spec.activations is not None, path.name
+        assert spec.activations.measured_by == "tracker_per_layer_kind", path.name
 
 
 def test_moe_experts_are_measured_as_a_device_runs_them():

@@ -125,7 +125,10 @@ class ActivationsSpec(Section):
     forward and backward (kept activations, backward's temporaries and, under checkpointing, the layer rebuilt).
     """
 
-    measured_by: Literal["tracker"] = spec(description="tracker: torch's MemTracker under FakeTensorMode.")
+    measured_by: Literal["tracker_per_layer_kind"] = spec(
+        description="tracker_per_layer_kind: torch's MemTracker under FakeTensorMode, one layer of each kind scaled by "
+        "the count of its kind."
+    )
     kept: int = spec(ge=0, le=MAX_ACTIVATION_BYTES, description="Bytes per token kept at the end of forward.")
     kept_per_position: int = spec(ge=0, le=MAX_ACTIVATION_BYTES, description="Its term per position.")
     peak: int = spec(ge=0, le=MAX_ACTIVATION_BYTES, description="Peak bytes per token over forward + backward.")
