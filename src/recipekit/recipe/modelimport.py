@@ -6,8 +6,9 @@ routed experts, router, norms, head). A tied head is the embedding's own tensor 
 stores them, so ``build`` plans from them without importing torch.
 
 The training FLOPs per token are torch's FLOP counter's over one forward and backward pass of that same meta model
-(:mod:`recipekit.recipe.modelflops`), and the activation memory per token torch's memory tracker's over the decoder
-under fake tensors (:mod:`recipekit.recipe.modelmemory`), stored as numbers too.
+(:mod:`recipekit.recipe.measured.modelflops`), and the activation memory per token torch's memory tracker's over the
+decoder under fake tensors, one layer of each kind (:mod:`recipekit.recipe.measured.modelmemory`), stored as numbers
+too.
 
 Only local files are read and no model code from the checkpoint runs: what is not a decoder-only text model, or is an
 architecture transformers does not ship (``auto_map``), is refused with the reason
@@ -24,7 +25,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, cast
 
-from recipekit.recipe import modelfacts, modelflops, modelkind, modelmemory
+from recipekit.recipe import modelfacts, modelkind
+from recipekit.recipe.measured import modelflops, modelmemory
 from recipekit.recipe.schema import validate
 from recipekit.recipe.sections import MAX_DIM, FlopsSpec, ModelSpec, ParamCountsSpec
 from recipekit.runtime.boundary import jsonfile

@@ -32,7 +32,8 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from recipekit.image.matrix import load_images  # noqa: E402
-from recipekit.recipe import modelimport, modelmemory  # noqa: E402
+from recipekit.recipe import modelimport  # noqa: E402
+from recipekit.recipe.measured import modelmemory  # noqa: E402
 from recipekit.runtime.boundary import layerkinds  # noqa: E402
 
 CONFIGS = ROOT / "tests" / "data" / "model_configs"

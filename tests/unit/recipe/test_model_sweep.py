@@ -17,7 +17,7 @@ import yaml
 from click.testing import CliRunner
 
 from recipekit.cli import main
-from recipekit.recipe import modelflops, modelmemory
+from recipekit.recipe.measured import modelflops, modelmemory
 
 torch = pytest.importorskip("torch")
 

@@ -2,9 +2,9 @@
 
 Both sides need the same answer: the runtime's tiny twin keeps every kind of layer the full depth has
 (``runtime/model/shrink.py``), and `recipekit model import` measures the activations of one layer of each kind and
-scales them by how many layers of that kind the depth has (``recipe/modelmemory.py``). A layer's kind is the classes
-of its modules and its attention's window: dense and MoE layers, sliding and global attention, linear-attention or
-state-space layers are different kinds.
+scales them by how many layers of that kind the depth has (``recipe/measured/modelmemory.py``). A layer's kind is the
+classes of its modules and its attention's window: dense and MoE layers, sliding and global attention,
+linear-attention or state-space layers are different kinds.
 
 torch is imported inside the functions (recipekit reads this module without it).
 """
