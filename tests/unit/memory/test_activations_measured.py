@@ -104,7 +104,9 @@ def check_against_the_tracker(name: str, tmp_path_factory: pytest.TempPathFactor
     assert stored.checkpointed_kept < stored.kept / 4
 
 
-@pytest.mark.parametrize("name", ["tiny_qwen3", "tiny_llama", "tiny_qwen3_moe", "tiny_mixtral"])
+#: One dense and one MoE twin (the Gemma- and DeepSeek-shaped models below and the catalog's byte-for-byte re-import
+#: cover the other layer kinds; each case runs the tracker a dozen times).
+@pytest.mark.parametrize("name", ["tiny_llama", "tiny_mixtral"])
 def test_stored_activations_predict_the_tracker_at_other_shapes(name, tmp_path_factory):
     check_against_the_tracker(name, tmp_path_factory, TINY_TOLERANCE)
 
