@@ -116,13 +116,14 @@ class ActivationsSpec(Section):
     transformers decoder, written by `recipekit model import`: the architecture's own layers, whatever they are
     (attention of any geometry, dense or MoE MLPs, norms as transformers writes them).
 
-    What is measured: the decoder stack (embedding output to final norm) of the model in bf16 with every weight
-    training (DeepSpeed's 16-bit model), scaled dot-product attention as a device runs it (a fused kernel keeping a
-    logsumexp, no S×S scores), MoE experts as grouped GEMMs; the logits and the loss are the memory estimate's own
-    item. Bytes per token are linear in the sequence length S: ``X + X_per_position × S``, solved from three shapes
-    with a per-step constant left out (a weight's gradient before the tracker files it as one: a model state).
-    ``kept`` is what autograd holds at the end of forward; ``peak`` the most activation memory alive at once over
-    forward and backward (kept activations, backward's temporaries and, under checkpointing, the layer rebuilt).
+    What is measured: the decoder stack (embedding output to final norm) of the model in bf16 with every weight training
+    (DeepSpeed's 16-bit model; the layers of each kind from its second layer, scaled by their count), scaled dot-product
+    attention as a device runs it (a fused kernel keeping a logsumexp, no S×S scores), MoE experts as grouped GEMMs; the
+    logits and the loss are the memory estimate's own item. Bytes per token are linear in the sequence length S: ``X +
+    X_per_position × S``, solved from three shapes with a per-step constant left out (a weight's gradient before the
+    tracker files it as one: a model state). ``kept`` is what autograd holds at the end of forward; ``peak`` the most
+    activation memory alive at once over forward and backward (kept activations, backward's temporaries and, under
+    checkpointing, the layer rebuilt).
     """
 
     measured_by: Literal["tracker_per_layer_kind"] = spec(
