@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from recipekit.memory.formulas import (
     ALLOCATOR_ALLOWANCE_GIB,
     GIB,
+    HALF,
     LOGITS_PEAK_BYTES,
     LOGITS_SAVED_BYTES,
     ModelStates,
@@ -98,6 +99,12 @@ def memory_items(recipe: Recipe, plan: Plan, reg: Regime, share: DeviceShare) ->
         layers=share.layers,
         in_flight=min(pp, accum) if pp > 1 else 1,
     )
+    measured = measured_activations(recipe, plan, reg, share)
+    if measured is not None:
+        activations, activation_basis = measured, "measured by torch's memory tracker at import (model.activations)"
+    else:
+        activations = acts.layers + acts.recomputed + acts.head
+        activation_basis = f"Llama-shaped formula ({_why_formula(recipe, plan, reg)})"
     logits_peak = acts.logits_saved * LOGITS_PEAK_BYTES / LOGITS_SAVED_BYTES
     buffers, buffer_basis = zero_buffers(
         reg,
@@ -114,8 +121,9 @@ def memory_items(recipe: Recipe, plan: Plan, reg: Regime, share: DeviceShare) ->
         MemoryItem("optimizer states", states.optimizer / GIB, _optimizer_basis(share.trainable, reg, par, dp)),
         MemoryItem(
             "activations",
-            (acts.layers + acts.recomputed + acts.head) / GIB,
-            _activation_basis(par.gradient_checkpointing, micro, seq, share.layers, pp, accum),
+            activations / GIB,
+            _activation_basis(par.gradient_checkpointing, micro, seq, share.layers, pp, accum)
+            + f"; {activation_basis}",
         ),
         MemoryItem(
             "logits (loss)",
@@ -131,6 +139,42 @@ def memory_items(recipe: Recipe, plan: Plan, reg: Regime, share: DeviceShare) ->
             f"{hw.vendor} runtime context",
         ),
     )
+
+
+# ---------------------------------------------------------------------------------------- measured activations
+def measured_activations(recipe: Recipe, plan: Plan, reg: Regime, share: DeviceShare) -> float | None:
+    """Activation bytes on one device from the model option's measured numbers (``model.activations``: the peak
+    torch's memory tracker saw over the decoder's forward and backward), or None where they do not describe the run
+    (:func:`_why_formula`).
+
+    What the tracker measured is DeepSpeed's 16-bit model, every weight training, one micro-batch on one device:
+    ``tokens × peak``. Under pipeline parallelism the heaviest stage keeps its share of the layers' activations for
+    each micro-batch in flight; the transient part (backward's temporaries, the layer rebuilt under checkpointing)
+    is one micro-batch's.
+    """
+    spec = recipe.model.activations
+    if spec is None or _why_formula(recipe, plan, reg) != "":
+        return None
+    layout, checkpointing, seq = plan.layout, recipe.parallel.gradient_checkpointing, recipe.data.max_len
+    tokens = layout.micro_batch_size * seq
+    kept = spec.kept_at(seq, checkpointing=checkpointing)
+    transient = spec.peak_at(seq, checkpointing=checkpointing) - kept
+    pp, accum = layout.pipeline_parallel, layout.gradient_accumulation_steps
+    in_flight = min(pp, accum) if pp > 1 else 1
+    return float(tokens * (kept * share.layers / recipe.model.num_layers * in_flight + transient))
+
+
+def _why_formula(recipe: Recipe, plan: Plan, reg: Regime) -> str:
+    """Why the option's measured activations do not describe this run ('' where they do)."""
+    if recipe.model.activations is None:
+        return "no model.activations: re-import the model to measure them"
+    if adapter_of(recipe.mode) is not None:
+        return "adapters: measured for full training"
+    if plan.layout.tensor_parallel > 1:
+        return "TP shards them: measured on one device"
+    if reg.ddp or reg.element != HALF:
+        return f"{reg.precision}{' under DDP' if reg.ddp else ''}: measured for DeepSpeed's 16-bit model"
+    return ""
 
 
 # --------------------------------------------------------------------------------------------------- the bases

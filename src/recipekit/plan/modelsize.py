@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from recipekit.recipe import modelflops
+from recipekit.recipe.measured import modelflops
 from recipekit.recipe.sections import FlopsSpec, LoraSpec, ModelSpec
 
 #: LoRA target names recipekit knows the shape of; "all-linear" is every one of them (PEFT leaves lm_head out).
@@ -140,7 +140,7 @@ def model_flops(model: ModelSpec) -> FlopsSpec:
     """The model's training FLOPs per token: the numbers `recipekit model import` measured with torch's FLOP counter,
     else (an option written by hand, a twin reshaped for TP) the same convention counted from the parameter counts:
     the active weights with the head (tied or not), without the embedding lookup, and attention over heads ×
-    head_dim (:func:`recipekit.recipe.modelflops.analytic`)."""
+    head_dim (:func:`recipekit.recipe.measured.modelflops.analytic`)."""
     if model.flops is not None:
         return model.flops
     counts = count_params(model)

@@ -39,8 +39,9 @@ from recipekit.plan.rules import (
     volume_problems,
     zero_problems,
 )
-from recipekit.recipe import mindcluster, modelflops
+from recipekit.recipe import mindcluster
 from recipekit.recipe.k8snames import task_env_name
+from recipekit.recipe.measured import modelflops
 from recipekit.recipe.sections import HardwareSpec, Recipe
 from recipekit.runtime.boundary import flopcount, recipeview
 

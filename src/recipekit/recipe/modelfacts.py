@@ -199,12 +199,3 @@ def mlp_width(model: Any, hidden: int) -> int:
         if widths:
             return max(widths)
     return 0
-
-
-def decoder_layers(model: Any) -> list[Any]:
-    """The longest list of modules in ``model``: its decoder layers (the runtime's twin finds them the same way; it
-    ships without recipekit, so it has its own copy)."""
-    import torch
-
-    lists: list[list[Any]] = [list(m) for m in model.modules() if isinstance(m, torch.nn.ModuleList)]
-    return max(lists, key=len) if lists else []

@@ -6,7 +6,9 @@ routed experts, router, norms, head). A tied head is the embedding's own tensor 
 stores them, so ``build`` plans from them without importing torch.
 
 The training FLOPs per token are torch's FLOP counter's over one forward and backward pass of that same meta model
-(:mod:`recipekit.recipe.modelflops`), stored as numbers too.
+(:mod:`recipekit.recipe.measured.modelflops`), and the activation memory per token torch's memory tracker's over the
+decoder under fake tensors, one layer of each kind (:mod:`recipekit.recipe.measured.modelmemory`), stored as numbers
+too.
 
 Only local files are read and no model code from the checkpoint runs: what is not a decoder-only text model, or is an
 architecture transformers does not ship (``auto_map``), is refused with the reason
@@ -23,10 +25,12 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, cast
 
-from recipekit.recipe import modelfacts, modelflops, modelkind
+from recipekit.recipe import modelfacts, modelkind
+from recipekit.recipe.measured import modelflops, modelmemory
 from recipekit.recipe.schema import validate
 from recipekit.recipe.sections import MAX_DIM, FlopsSpec, ModelSpec, ParamCountsSpec
 from recipekit.runtime.boundary import jsonfile
+from recipekit.runtime.boundary.layerkinds import decoder_layers, layer_kinds
 
 CONFIG_NAME = "config.json"
 
@@ -246,7 +250,7 @@ def option_fields(model: Any, config: Any, raw: dict[str, Any], counts: ParamCou
     return {
         "family": raw["model_type"],
         "architecture": (getattr(config, "architectures", None) or [_causal_lm_class(config)])[0],
-        "num_layers": int(getattr(config, "num_hidden_layers", 0) or len(modelfacts.decoder_layers(model))),
+        "num_layers": int(getattr(config, "num_hidden_layers", 0) or len(decoder_layers(model))),
         "hidden_size": hidden,
         "num_attention_heads": heads,
         "num_kv_heads": attention.kv_heads,
@@ -324,6 +328,9 @@ def import_config(path: Path) -> Imported:
     counts = count_parts(model, config)
     option = option_fields(model, config, raw, counts)
     option["flops"] = model_flops(model, option, counts)
+    activations = modelmemory.measure_or_none(config, layer_kinds(model))
+    if activations is not None:
+        option["activations"] = activations
     notes = ((native,) if native else ()) + decoder.notes
     return Imported(option=option, architecture=option["architecture"], notes=notes)
 
@@ -374,7 +381,7 @@ def option_yaml(option: dict[str, Any]) -> str:
         value = option[f.name]
         if f.name != "name" and value == f.default:
             continue
-        if f.name in ("params", "flops"):
+        if f.name in ("params", "flops", "activations"):
             lines.append(f"{f.name}:")
             lines += [f"  {key}: {_scalar(number)}" for key, number in to_data(value).items()]
             continue

@@ -282,7 +282,7 @@ def test_the_twin_gets_heads_tp_can_split(tmp_path: Path) -> None:
     model = dry.model
     assert (model.num_attention_heads, model.num_kv_heads, model.hidden_size) == (8, 8, 64)
     assert any(s.field == "recipe.model.num_kv_heads" and "whole heads" in s.why for s in subs)
-    assert model.params is None and model.flops is None  # the twin's measured numbers were for its own heads
+    assert model.params is None and model.flops is None and model.activations is None  # measured on its own heads
     small, _ = _substituted(tmp_path / "tp2", *TP2, pods=2, procs=1)
     assert (small.model.num_attention_heads, small.model.num_kv_heads) == (4, 2)  # TP 2 divides the twin's own
 

@@ -17,8 +17,8 @@ import pytest
 import yaml
 
 from recipekit.plan.modelsize import count_params, lora_params, model_flops
-from recipekit.recipe import modelflops
 from recipekit.recipe.compose import group_options
+from recipekit.recipe.measured import modelflops
 from recipekit.recipe.schema import validate
 from recipekit.recipe.sections import LoraSpec, ModelSpec
 

@@ -17,7 +17,7 @@ import yaml
 from click.testing import CliRunner
 
 from recipekit.cli import main
-from recipekit.recipe import modelflops
+from recipekit.recipe.measured import modelflops, modelmemory
 
 torch = pytest.importorskip("torch")
 
@@ -50,13 +50,20 @@ def _not_measured(model: Any) -> Any:
     raise RuntimeError("not measured in the sweep")
 
 
+def _not_measured_activations(config: Any, kinds: Any = None) -> Any:
+    raise RuntimeError("not measured in the sweep")
+
+
 @pytest.mark.slow
 def test_model_import_is_exact_or_refuses_for_every_decoder_only_architecture(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The sweep is about counts and refusals: the FLOP counter's pass (minutes for a state-space model's reference
     # scan) is left out here and the import takes its analytic path; the counter itself is checked on the catalog.
+    # So is the memory tracker's (the option then has no model.activations): it is checked on the catalog and on
+    # tests/unit/memory/test_activations_measured.py's models.
     monkeypatch.setattr(modelflops, "measure", _not_measured)
+    monkeypatch.setattr(modelmemory, "measure", _not_measured_activations)
     architectures = decoder_only_text_architectures()
     assert len(architectures) > 100  # the pinned transformers ships well over a hundred
     imported, refused = [], {}

@@ -11,10 +11,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from recipekit.runtime.boundary.layerkinds import cut_depth, depth_keeping_every_kind  # noqa: E402
 from recipekit.runtime.model.shrink import (  # noqa: E402
     ShrinkProblem,
-    cut_depth,
-    depth_keeping_every_kind,
     lora_target_modules,
     moe_leaf_classes,
     twin_config,
@@ -45,6 +44,14 @@ def test_depth_keeps_every_layer_kind_and_the_pattern() -> None:
     assert depth_keeping_every_kind([("dense",), ("dense",), ("moe",), ("moe",)]) == 3
     assert depth_keeping_every_kind([("sliding",)] * 5 + [("full",)] + [("sliding",)] * 5) == 6
     assert depth_keeping_every_kind([("only",)] * 4) == 1
+
+
+def test_depth_keeping_every_kind_twice_for_the_activation_measurement() -> None:
+    """The import's activation measurement runs a second layer of each kind (a kind the depth has once, once)."""
+    assert depth_keeping_every_kind([("dense",)] + [("moe",)] * 60, times=2) == 3
+    assert depth_keeping_every_kind([("sliding",)] * 5 + [("full",)] + [("sliding",)] * 5 + [("full",)], times=2) == 12
+    assert depth_keeping_every_kind([("only",)] * 4, times=2) == 2
+    assert depth_keeping_every_kind([("only",)], times=2) == 1
 
 
 def test_a_deepseek_v3_twin_keeps_dense_and_moe_layers_and_mla() -> None:

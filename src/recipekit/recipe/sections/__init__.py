@@ -20,13 +20,21 @@ from recipekit.recipe.sections.mode import (
     SftMode,
     adapter_of,
 )
-from recipekit.recipe.sections.model import MAX_COUNT, MAX_DIM, FlopsSpec, ModelSpec, ParamCountsSpec
+from recipekit.recipe.sections.model import (
+    MAX_COUNT,
+    MAX_DIM,
+    ActivationsSpec,
+    FlopsSpec,
+    ModelSpec,
+    ParamCountsSpec,
+)
 from recipekit.recipe.sections.ops import OpsSpec, OpsTestingSpec
 from recipekit.recipe.sections.parallel import ParallelSpec
 from recipekit.recipe.sections.recipe import Recipe, parse_recipe
 from recipekit.recipe.sections.train import TrainSpec
 
 __all__ = [
+    "ActivationsSpec",
     "ClusterSpec",
     "DataSpec",
     "FlopsSpec",

@@ -106,6 +106,62 @@ class FlopsSpec(Section):
         return self.recompute + self.recompute_per_position * seq_len
 
 
+#: Upper bound of activation bytes per token (far above any model: a 10⁴-layer model of width 2²⁴ keeps less).
+MAX_ACTIVATION_BYTES = 10**13
+
+
+class ActivationsSpec(Section):
+    """Activation memory per token as torch's memory tracker measures it (``MemTracker`` of
+    ``torch.distributed._tools.mem_tracker``, under ``FakeTensorMode``) over one forward and backward pass of the real
+    transformers decoder, written by `recipekit model import`: the architecture's own layers, whatever they are
+    (attention of any geometry, dense or MoE MLPs, norms as transformers writes them).
+
+    What is measured: the decoder stack (embedding output to final norm) of the model in bf16 with every weight training
+    (DeepSpeed's 16-bit model; the layers of each kind from its second layer, scaled by their count), scaled dot-product
+    attention as a device runs it (a fused kernel keeping a logsumexp, no S×S scores), MoE experts as grouped GEMMs; the
+    logits and the loss are the memory estimate's own item. Bytes per token are linear in the sequence length S: ``X +
+    X_per_position × S``, solved from three shapes with a per-step constant left out (a weight's gradient before the
+    tracker files it as one: a model state). ``kept`` is what autograd holds at the end of forward; ``peak`` the most
+    activation memory alive at once over forward and backward (kept activations, backward's temporaries and, under
+    checkpointing, the layer rebuilt).
+    """
+
+    measured_by: Literal["tracker_per_layer_kind"] = spec(
+        description="tracker_per_layer_kind: torch's MemTracker under FakeTensorMode, one layer of each kind scaled by "
+        "the count of its kind."
+    )
+    kept: int = spec(ge=0, le=MAX_ACTIVATION_BYTES, description="Bytes per token kept at the end of forward.")
+    kept_per_position: int = spec(ge=0, le=MAX_ACTIVATION_BYTES, description="Its term per position.")
+    peak: int = spec(ge=0, le=MAX_ACTIVATION_BYTES, description="Peak bytes per token over forward + backward.")
+    peak_per_position: int = spec(ge=0, le=MAX_ACTIVATION_BYTES, description="Its term per position.")
+    checkpointed_kept: int = spec(
+        ge=0, le=MAX_ACTIVATION_BYTES, description="Bytes per token kept with gradient checkpointing on."
+    )
+    checkpointed_kept_per_position: int = spec(ge=0, le=MAX_ACTIVATION_BYTES, description="Its term per position.")
+    checkpointed_peak: int = spec(
+        ge=0, le=MAX_ACTIVATION_BYTES, description="Peak bytes per token with gradient checkpointing on."
+    )
+    checkpointed_peak_per_position: int = spec(ge=0, le=MAX_ACTIVATION_BYTES, description="Its term per position.")
+
+    def rules(self) -> list[str | tuple[str, str]]:
+        broken: list[str | tuple[str, str]] = []
+        for kept in ("kept", "checkpointed_kept"):
+            peak = kept.replace("kept", "peak")
+            if getattr(self, kept) > getattr(self, peak):
+                broken.append((kept, f"exceeds {peak}: the peak includes what is kept"))
+        return broken
+
+    def kept_at(self, seq_len: int, *, checkpointing: bool) -> int:
+        """Bytes per token autograd keeps at the end of forward, at ``seq_len`` tokens a sequence."""
+        prefix = "checkpointed_" if checkpointing else ""
+        return int(getattr(self, f"{prefix}kept") + getattr(self, f"{prefix}kept_per_position") * seq_len)
+
+    def peak_at(self, seq_len: int, *, checkpointing: bool) -> int:
+        """Peak activation bytes per token over forward and backward, at ``seq_len`` tokens a sequence."""
+        prefix = "checkpointed_" if checkpointing else ""
+        return int(getattr(self, f"{prefix}peak") + getattr(self, f"{prefix}peak_per_position") * seq_len)
+
+
 class ModelSpec(Section):
     """A decoder-only transformer, described by its architecture numbers so that no download is ever needed."""
 
@@ -165,6 +221,11 @@ class ModelSpec(Section):
         None,
         description="Training FLOPs per token from `recipekit model import` (torch's FLOP counter); None: computed "
         "from the counts in the counter's convention.",
+    )
+    activations: ActivationsSpec | None = spec(
+        None,
+        description="Activation memory per token from `recipekit model import` (torch's memory tracker); None: "
+        "the Llama-shaped formula of the memory estimate.",
     )
     trust_remote_code: bool = spec(False, description="Allow model code from the checkpoint; off unless needed.")
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from ..boundary.layerkinds import cut_depth, depth_keeping_every_kind, layer_kinds
+
 #: The twin's sizes: what every width, head count and expert count of the architecture's config comes down to.
 WIDTH, HEADS, HEAD_DIM, FFN, EXPERT_FFN, EXPERTS, TOP_K, RANK = 64, 4, 16, 128, 32, 4, 2, 16
 #: Config keys by what they count (transformers' names across architectures; a key an architecture lacks is skipped).
@@ -110,53 +112,6 @@ def shrink_widths(config: Any, vocab_size: int) -> Any:
         if isinstance(value, int) and value >= vocab_size:
             setattr(small, key, vocab_size - 1)
     small.use_cache = False
-    return small
-
-
-def layer_kinds(model: Any) -> list[tuple[str, ...]]:
-    """Each decoder layer's kind: its module classes and its attention's window (the layer pattern)."""
-    layers = decoder_layers(model)
-    kinds = []
-    for layer in layers:
-        classes = sorted({type(m).__name__ for m in layer.modules()})
-        windows = sorted(
-            {str(getattr(m, "sliding_window", None)) for m in layer.modules() if hasattr(m, "sliding_window")}
-        )
-        kinds.append((*classes, *windows, str(getattr(layer, "attention_type", ""))))
-    return kinds
-
-
-def decoder_layers(model: Any) -> list[Any]:
-    """The longest list of modules in ``model``: its decoder layers."""
-    import torch
-
-    lists: list[list[Any]] = [list(m) for m in model.modules() if isinstance(m, torch.nn.ModuleList)]
-    return max(lists, key=len) if lists else []
-
-
-def depth_keeping_every_kind(kinds: list[tuple[str, ...]]) -> int:
-    """The fewest first layers that hold every kind of layer the full depth has."""
-    wanted, seen = set(kinds), set()
-    for depth, kind in enumerate(kinds, start=1):
-        seen.add(kind)
-        if seen == wanted:
-            return depth
-    return max(1, len(kinds))
-
-
-def cut_depth(config: Any, depth: int) -> Any:
-    """``config`` with ``depth`` layers; every per-layer list cut to it, layer indices beyond it dropped."""
-    small = copy.deepcopy(config)
-    layers = int(getattr(small, "num_hidden_layers", 0) or 0)
-    for key, value in small.to_dict().items():
-        if not isinstance(value, list) or key.endswith("_token_id"):
-            continue
-        if layers and len(value) == layers:
-            setattr(small, key, value[:depth])
-        elif key.endswith("_layers") and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
-            setattr(small, key, [v for v in value if v < depth])
-    if layers:
-        small.num_hidden_layers = depth
     return small
 
 

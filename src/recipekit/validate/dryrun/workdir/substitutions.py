@@ -186,6 +186,7 @@ def _model(sub: _Substituter, recipe: Recipe, options: DryRunOptions) -> Recipe:
             hidden_size=hidden,
             params=None,  # the stored counts were the twin's own shape: count the new one from its numbers
             flops=None,  # and its FLOPs, in the counter's convention (plan.modelsize.model_flops)
+            activations=None,  # and the activations measured on the old shape: the estimate's formula
         )
     return dry
 
