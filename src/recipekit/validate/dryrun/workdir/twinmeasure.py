@@ -1,6 +1,7 @@
-"""The child process that makes a tiny twin's config.json a model option, as `recipekit model import` would: run as
-``python -m`` this module with the config.json's path; one JSON line on stdout, ``{"option": {...}}`` (the option's
-fields: architecture numbers, exact counts and the counter's FLOPs) or ``{"problem": "..."}``.
+"""The child process that measures a tiny twin's config.json as `recipekit model import` would.
+
+Run as ``python -m`` this module with the config.json's path; one JSON line on stdout, ``{"option": {...}}`` (the
+option's fields: architecture numbers, exact counts and the counter's FLOPs) or ``{"problem": "..."}``.
 
 A child because measuring builds the model on the meta device with torch and transformers, which recipekit's own
 process never imports (:mod:`~recipekit.validate.dryrun.workdir.twinmodel` says where the twin comes from).
