@@ -211,3 +211,23 @@ def test_whole_heads_under_tp_and_the_written_twin(tmp_path: Path) -> None:
     full.write_text('{"model_type": "no_such_architecture"}', encoding="utf-8")
     with pytest.raises(ShrinkProblem, match="does not know the architecture"):
         write_twin(full, tmp_path / "none", VOCAB, 1)
+
+
+def test_lora_defaults_adapt_every_projection_of_a_deepseek_v3_twin_but_no_router() -> None:
+    """all-linear: the runtime's targets from the module tree (MLA's projections, the fused routed experts through
+    PEFT's target_parameters), never the router; named targets override them. (PEFT reads this MoE family's MLP
+    names as the fused experts: see runtime/model/loader.lora_targets.)"""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from recipekit.recipe.sections import LoraSpec
+    from recipekit.runtime.model.loader import lora_targets
+
+    model = AutoModelForCausalLM.from_config(twin_config(AutoConfig.for_model("deepseek_v3"), VOCAB))
+    targets = lora_targets(model, LoraSpec(r=4))
+    assert targets["target_parameters"] == ["experts.down_proj", "experts.gate_up_proj"]
+    wrapped = get_peft_model(model, LoraConfig(r=4, task_type="CAUSAL_LM", **targets))
+    adapted = {n.split(".lora_")[0] for n, p in wrapped.named_parameters() if p.requires_grad}
+    assert any(n.endswith("self_attn.q_a_proj") for n in adapted) and any(".experts" in n for n in adapted)
+    assert not any(n.endswith(".gate") for n in adapted)  # the router
+    assert lora_targets(model, LoraSpec(target_modules=["q_a_proj"])) == {"target_modules": ["q_a_proj"]}

@@ -140,9 +140,14 @@ def load_model(path: str, run: RunConfig, args: Any, device_kind: str) -> Any:
 def lora_targets(model: Any, lora: Any) -> dict[str, Any]:
     """PEFT's targets for ``lora`` (``recipe.mode.lora``): the recipe's own names where it gives them, else, for
     ``all-linear``, every attention and MLP projection of the decoder layers found in the module tree
-    (:func:`.shrink.lora_target_modules`), shared experts included, and the fused routed experts' weights
+    (:func:`.shrink.lora_target_modules`) and the fused routed experts' weights
     (:func:`.shrink.lora_target_parameters`); never a router (adapting it changes which experts a token uses) nor
-    the output head. Logged, so a run says what it adapts."""
+    the output head. Logged, so a run says what it adapts.
+
+    PEFT 0.21 under transformers 5 reads ``gate_proj``/``up_proj``/``down_proj`` of the MoE families whose experts
+    transformers fused (Mixtral, Qwen2-MoE and those converted like it: Qwen3-MoE, DeepSeek-V3) as the fused experts'
+    weights, whatever else carries those names, so there the dense first layers' and the shared experts' MLPs are
+    not adapted (the plan counts no MLP modules in an MoE model either: ``plan.modelsize.lora_params``)."""
     if lora.target_modules != "all-linear":
         return {"target_modules": lora.target_modules}
     modules = lora_target_modules(model)
@@ -152,9 +157,7 @@ def lora_targets(model: Any, lora: Any) -> dict[str, Any]:
     parameters = lora_target_parameters(model)
     if parameters:
         targets["target_parameters"] = parameters
-    log0(
-        "lora: adapting %s (every attention and MLP projection; routers left alone)", sorted(sum(targets.values(), []))
-    )
+    log0("lora: adapting %s (every attention and MLP projection; routers left alone)", modules + parameters)
     return targets
 
 
