@@ -203,10 +203,11 @@ FUSED_GATE_UP = ("glm4",)
 def lora_params(model: ModelSpec, lora: LoraSpec) -> int:
     """LoRA adds A (r × in) and B (out × r) to each adapted projection: r × (in + out) per module per layer.
 
-    With ``all-linear``, PEFT 0.21 also adapts what transformers 5 fuses (checked against the live adapters of every
-    family's twin, tests/unit/recipe/test_models.py): GLM-4's gate_up_proj is one module, r × (h + 2i); an MoE layer's
-    router is adapted like a linear layer, r × (h + E), and its fused 3-D experts get one adapter per expert, the
-    gate_up pair at rank 2r: 2r·E·(h + 2i) + r·E·(i + h) for the experts' width i. Named targets adapt only the
+    With ``all-linear`` the runtime adapts every attention and MLP projection the module tree has
+    (``runtime/model/loader.lora_targets``; checked against the live adapters of every family's twin,
+    tests/unit/recipe/test_models.py): GLM-4's fused gate_up_proj is one module, r × (h + 2i); an MoE layer's fused
+    3-D experts get one adapter per expert through PEFT's target_parameters, r·E·(h + 2i) + r·E·(i + h) for the
+    experts' width i; its router is left alone (adapting it would change the routing). Named targets adapt only the
     modules of those names (an MoE layer has no gate/up/down_proj)."""
     shapes = linear_shapes(model)
     h, r = model.hidden_size, lora.r
@@ -219,5 +220,5 @@ def lora_params(model: ModelSpec, lora: LoraSpec) -> int:
         per_layer += r * (h + 2 * model.intermediate_size)
     if model.moe and lora.target_modules == "all-linear":
         e, i = model.num_experts, model.moe_intermediate_size
-        per_layer += r * (h + e) + 2 * r * e * (h + 2 * i) + r * e * (i + h)
+        per_layer += r * e * (h + 2 * i) + r * e * (i + h)
     return model.num_layers * per_layer

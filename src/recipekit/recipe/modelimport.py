@@ -25,6 +25,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, cast
 
+import yaml
+
 from recipekit.recipe import modelfacts, modelkind
 from recipekit.recipe.measured import modelflops, modelmemory
 from recipekit.recipe.schema import validate
@@ -270,7 +272,28 @@ def option_fields(model: Any, config: Any, raw: dict[str, Any], counts: ParamCou
         "router_aux_loss_coef": _aux_loss_coef(config) if first else 0.001,
         "min_transformers": min_transformers(raw),
         "params": counts,
+        "config": architecture_config(raw),
     }
+
+
+#: config.json keys that say nothing about the architecture (where it came from, its stored dtype and
+#: quantization, remote code, the class: the option's ``architecture``), left out of the option's ``config``.
+NOT_ARCHITECTURE = (
+    "_name_or_path",
+    "architectures",
+    "auto_map",
+    "dtype",
+    "quantization_config",
+    "torch_dtype",
+    "transformers_version",
+    "use_cache",
+)
+
+
+def architecture_config(raw: dict[str, Any]) -> dict[str, Any]:
+    """The config.json's keys that describe the architecture, in their order: what the runtime builds a random-weight
+    model from (the dry run's generic twin is shrunk from it) without the checkpoint's own config.json."""
+    return {key: value for key, value in raw.items() if key not in NOT_ARCHITECTURE}
 
 
 def _whole(value: Any) -> int:
@@ -385,8 +408,23 @@ def option_yaml(option: dict[str, Any]) -> str:
             lines.append(f"{f.name}:")
             lines += [f"  {key}: {_scalar(number)}" for key, number in to_data(value).items()]
             continue
+        if f.name == "config":
+            lines.append("config:")
+            lines += ["  " + line for line in _config_yaml(value).splitlines()]
+            continue
         lines.append(f"{f.name}: {_scalar(value)}")
     return "\n".join(lines) + "\n"
+
+
+def _config_yaml(config: dict[str, Any]) -> str:
+    """``config`` as block YAML, one key a line; a list or mapping of plain values (a per-layer list, rope scaling)
+    on one line in flow style."""
+    return "".join(
+        yaml.safe_dump(
+            {key: value}, sort_keys=False, default_flow_style=isinstance(value, (list, dict)) and None, width=116
+        )
+        for key, value in config.items()
+    )
 
 
 def _scalar(value: Any) -> str:

@@ -313,7 +313,7 @@ def test_router_settings_pass_through_to_the_model_config() -> None:
 def _twin(name: str):
     """The option's tiny twin (same family, random init), built with its own architecture class."""
     from recipekit.runtime.model.twin import architecture_config, causal_lm_class
-    from recipekit.validate.dryrun.workdir.substitutions import find_twin
+    from recipekit.validate.dryrun.workdir.twinmodel import find_twin
 
     spec = option(name)
     twin = find_twin(spec.family)
@@ -392,18 +392,23 @@ def test_plan_memory_of_dense_and_moe_models_matches_deepspeed_s_estimator(name:
 
 @pytest.mark.parametrize("name", sorted(n for n in group_options("model") if n.startswith("tiny_")))
 def test_lora_parameter_count_is_peft_s_live_adapters(name: str) -> None:
-    """PEFT's all-linear adapters on each family's twin, fused MLPs and MoE experts included."""
+    """The runtime's default (all-linear) adapters on each family's twin, fused MLPs and MoE experts included, routers
+    left alone: the plan counts what PEFT makes live."""
     from peft import LoraConfig, get_peft_model
 
     from recipekit.plan.modelsize import lora_params
     from recipekit.recipe.sections import LoraSpec
+    from recipekit.runtime.model.loader import lora_targets
     from recipekit.runtime.model.twin import architecture_config, causal_lm_class
 
     spec = option(name)
     model = causal_lm_class(spec.family)(architecture_config(spec))
-    wrapped = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, target_modules="all-linear", task_type="CAUSAL_LM"))
+    targets = lora_targets(model, LoraSpec(r=8))
+    wrapped = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, task_type="CAUSAL_LM", **targets))
     live = sum(p.numel() for p in wrapped.parameters() if p.requires_grad)
     assert lora_params(spec, LoraSpec(r=8)) == live
+    adapted = {n.split(".lora_")[0] for n, p in wrapped.named_parameters() if p.requires_grad}
+    assert not any(n.endswith((".gate", ".router")) for n in adapted)  # no router is adapted
 
 
 def test_moe_lora_with_dropout_is_refused_with_the_fix(tmp_path: Path) -> None:

@@ -15,8 +15,12 @@ from recipekit.runtime.boundary.layerkinds import cut_depth, depth_keeping_every
 from recipekit.runtime.model.shrink import (  # noqa: E402
     ShrinkProblem,
     lora_target_modules,
+    lora_target_parameters,
     moe_leaf_classes,
+    train_one_step,
     twin_config,
+    whole_heads,
+    write_twin,
 )
 
 VOCAB = 256
@@ -69,6 +73,7 @@ def test_a_deepseek_v3_twin_keeps_dense_and_moe_layers_and_mla() -> None:
     targets = lora_target_modules(model)
     assert {"q_a_proj", "kv_a_proj_with_mqa", "o_proj", "gate_proj", "down_proj"} <= set(targets)
     assert "gate" not in targets  # routers are not adapted
+    assert lora_target_parameters(model) == ["experts.down_proj", "experts.gate_up_proj"]  # the fused experts
 
 
 def test_a_deepseek_v3_twin_trains_a_step_saves_and_reloads(tmp_path: Path) -> None:
@@ -167,3 +172,69 @@ def test_moe_blocks_are_found_after_zero3_partitioned_their_experts() -> None:
             self.experts = Experts()
 
     assert moe_leaf_classes(torch.nn.Sequential(SparseBlock())) == ["SparseBlock"]
+
+
+def test_the_runtime_builds_an_option_s_config_with_the_tokenizer_s_vocabulary() -> None:
+    """A model option's ``config`` mapping (what `model import` stores) is what the random model is built from, any
+    architecture: recipe.yaml's values stay typed, the embedding fits the tokenizer trained on the run's data."""
+    from recipekit.runtime.boundary.recipeview import ModelView, read_section
+    from recipekit.runtime.model.twin import architecture_config, train_tokenizer
+
+    mapping = {"model_type": "gemma3_text", "hidden_size": 64, "num_hidden_layers": 6, "num_attention_heads": 4}
+    mapping.update(num_key_value_heads=1, head_dim=16, intermediate_size=128, sliding_window=32, vocab_size=300)
+    numbers = {"num_layers": 6, "hidden_size": 64, "num_attention_heads": 4, "num_kv_heads": 1, "head_dim_override": 16}
+    numbers.update(intermediate_size=128, vocab_size=300, max_position_embeddings=128, tie_word_embeddings=True)
+    numbers.update(rope_theta=1e6, rms_norm_eps=1e-6, attention_bias=False, num_experts=0, experts_per_token=0)
+    numbers.update(moe_intermediate_size=0, router_aux_loss_coef=0.001, router_aux_loss=True)
+    raw = {"name": "g", "name_or_path": "x", "init": "random", "trust_remote_code": False, "family": "gemma3_text"}
+    spec = read_section(ModelView, {**raw, **numbers, "config": mapping}, "recipe.model")
+    assert spec.config == mapping and isinstance(spec.config["sliding_window"], int)
+    tokenizer = train_tokenizer(["a few words of the run's own data"] * 50, 400, 128)
+    config = architecture_config(spec, tokenizer)
+    assert type(config).__name__ == "Gemma3TextConfig" and config.sliding_window == 32
+    assert config.vocab_size == max(300, len(tokenizer)) and config.pad_token_id == tokenizer.pad_token_id
+
+
+def test_a_twin_that_cannot_train_on_a_cpu_says_why_in_one_line() -> None:
+    from transformers import AutoConfig
+
+    config = twin_config(AutoConfig.for_model("llama"), VOCAB)
+    config._attn_implementation = "no_such_kernel"  # what a CUDA-only attention kernel does on a CPU
+    with pytest.raises(ShrinkProblem, match="does not train on a CPU") as caught:
+        train_one_step(config)
+    assert "\n" not in str(caught.value)
+
+
+def test_whole_heads_under_tp_and_the_written_twin(tmp_path: Path) -> None:
+    from transformers import AutoConfig
+
+    config = whole_heads(twin_config(AutoConfig.for_model("qwen3", num_key_value_heads=2), VOCAB), 4)
+    assert config.num_attention_heads % 4 == 0 and config.num_key_value_heads % 4 == 0
+    full = tmp_path / "config.json"
+    full.write_text(AutoConfig.for_model("gemma3_text").to_json_string(), encoding="utf-8")
+    written = write_twin(full, tmp_path / "twin", VOCAB, 1)
+    twin = AutoConfig.from_pretrained(written.parent)
+    assert twin.hidden_size == 64 and set(twin.layer_types) == {"sliding_attention", "full_attention"}
+    full.write_text('{"model_type": "no_such_architecture"}', encoding="utf-8")
+    with pytest.raises(ShrinkProblem, match="does not know the architecture"):
+        write_twin(full, tmp_path / "none", VOCAB, 1)
+
+
+def test_lora_defaults_adapt_every_projection_of_a_deepseek_v3_twin_but_no_router() -> None:
+    """all-linear: the runtime's targets from the module tree (MLA's projections, the fused routed experts through
+    PEFT's target_parameters), never the router; named targets override them. (PEFT reads this MoE family's MLP
+    names as the fused experts: see runtime/model/loader.lora_targets.)"""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from recipekit.recipe.sections import LoraSpec
+    from recipekit.runtime.model.loader import lora_targets
+
+    model = AutoModelForCausalLM.from_config(twin_config(AutoConfig.for_model("deepseek_v3"), VOCAB))
+    targets = lora_targets(model, LoraSpec(r=4))
+    assert targets["target_parameters"] == ["experts.down_proj", "experts.gate_up_proj"]
+    wrapped = get_peft_model(model, LoraConfig(r=4, task_type="CAUSAL_LM", **targets))
+    adapted = {n.split(".lora_")[0] for n, p in wrapped.named_parameters() if p.requires_grad}
+    assert any(n.endswith("self_attn.q_a_proj") for n in adapted) and any(".experts" in n for n in adapted)
+    assert not any(n.endswith(".gate") for n in adapted)  # the router
+    assert lora_targets(model, LoraSpec(target_modules=["q_a_proj"])) == {"target_modules": ["q_a_proj"]}

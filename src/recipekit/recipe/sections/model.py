@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Literal
+import math
+import re
+from typing import Any, Literal
 
 from recipekit.recipe.domains import (
     LOCATION,
@@ -228,9 +230,19 @@ class ModelSpec(Section):
         "the Llama-shaped formula of the memory estimate.",
     )
     trust_remote_code: bool = spec(False, description="Allow model code from the checkpoint; off unless needed.")
+    config: dict[str, Any] | None = spec(
+        None,
+        description="The architecture's transformers config (config.json's keys, written by `recipekit model "
+        "import`): what a random-weight model and the dry run's generic tiny twin are built from; None: built from "
+        "the numbers above (family's own config class).",
+    )
 
     def rules(self) -> list[str | tuple[str, str]]:
         broken: list[str | tuple[str, str]] = []
+        if self.config is not None:
+            broken += [("config", problem) for problem in config_problems(self.config)]
+            if self.config.get("model_type") not in (None, self.family):
+                broken.append(("config", f"model_type {self.config['model_type']!r} is not the family {self.family!r}"))
         if not self.head_dim_override and self.hidden_size % self.num_attention_heads:
             broken.append(
                 f"hidden_size ({self.hidden_size}) must be divisible by "
@@ -262,3 +274,49 @@ class ModelSpec(Section):
     @property
     def moe(self) -> bool:
         return self.num_experts > 0
+
+
+#: Bounds of ``model.config``, a transformers config as JSON data: a real config.json has a few dozen keys, a few
+#: levels deep (rope scaling, a per-layer list of a few hundred entries).
+CONFIG_MAX_DEPTH, CONFIG_MAX_ITEMS = 6, 20_000
+_CONFIG_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,127}")
+
+
+def config_problems(config: dict[str, Any]) -> list[str]:
+    """What makes ``config`` no JSON config a model can be built from: keys that are not identifiers, values that
+    are not JSON (strings one line, numbers finite), nesting deeper than :data:`CONFIG_MAX_DEPTH` or more than
+    :data:`CONFIG_MAX_ITEMS` values. At most the first three."""
+    problems: list[str] = []
+    stack: list[tuple[str, Any, int]] = [(key, value, 1) for key, value in config.items()]
+    seen = 0
+    while stack and len(problems) < 3:
+        where, value, depth = stack.pop()
+        seen += 1
+        if seen > CONFIG_MAX_ITEMS or depth > CONFIG_MAX_DEPTH:
+            problems.append(f"is larger than a config.json ({CONFIG_MAX_ITEMS} values, {CONFIG_MAX_DEPTH} levels)")
+            break
+        if isinstance(value, dict):
+            bad = next((k for k in value if not (isinstance(k, str) and _CONFIG_KEY.fullmatch(k))), None)
+            if bad is not None:
+                problems.append(f"{where}: key {str(bad)[:40]!r} is not an identifier")
+            stack += [(f"{where}.{k}", v, depth + 1) for k, v in value.items()]
+        elif isinstance(value, list):
+            stack += [(f"{where}[{i}]", v, depth + 1) for i, v in enumerate(value)]
+        elif not _json_scalar(value):
+            problems.append(
+                f"{where}: {str(value)[:40]!r} is not a one-line string, a finite number, a boolean or null"
+            )
+    bad_top = next((k for k in config if not (isinstance(k, str) and _CONFIG_KEY.fullmatch(k))), None)
+    if bad_top is not None:
+        problems.append(f"key {str(bad_top)[:40]!r} is not an identifier")
+    return problems[:3]
+
+
+def _json_scalar(value: Any) -> bool:
+    if value is None or isinstance(value, bool):
+        return True
+    if isinstance(value, int):
+        return -(2**63) <= value < 2**63
+    if isinstance(value, float):
+        return math.isfinite(value)
+    return isinstance(value, str) and len(value) <= 4096 and value.isprintable()

@@ -106,6 +106,7 @@ class ModelView:
     moe_intermediate_size: int
     router_aux_loss_coef: float
     router_aux_loss: bool
+    config: dict[str, Any] | None = None  # the architecture's transformers config; None: built from the numbers above
 
 
 @dataclass(frozen=True, slots=True)
@@ -315,6 +316,8 @@ def _convert(hint: object, value: object, where: str) -> object:
     if origin is dict:
         if not isinstance(value, dict):
             raise MissingKey(f"{where} is {value!r}: expected a mapping")
+        if typing.get_args(hint)[1] is Any:  # JSON data (recipekit checked it: ModelSpec.config)
+            return {str(k): v for k, v in value.items()}
         return {str(k): str(v) for k, v in value.items()}
     if isinstance(hint, type) and dataclasses.is_dataclass(hint):
         if not isinstance(value, dict):

@@ -16,7 +16,7 @@ from ..boundary.common import RunError, log0, precision
 from ..boundary.config import RunConfig
 from ..boundary.recipeview import ModelView, ModeView, RecipeView, trains_adapter
 from ..data.chat import CHAT_TEMPLATE
-from .shrink import moe_leaf_classes
+from .shrink import lora_target_modules, lora_target_parameters, moe_leaf_classes
 
 #: The recipe's 16-bit precisions as torch dtypes (fp32 is everything else).
 HALF_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -132,13 +132,33 @@ def load_model(path: str, run: RunConfig, args: Any, device_kind: str) -> Any:
     if lora is None:  # recipeview.ModeView refuses an adapter mode without it; this narrows the type
         raise RunError(f"recipe.mode.lora is missing for mode {mode.kind}")
     config = LoraConfig(
-        r=lora.r,
-        lora_alpha=lora.alpha,
-        lora_dropout=lora.dropout,
-        task_type="CAUSAL_LM",
-        target_modules=lora.target_modules,
+        r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, task_type="CAUSAL_LM", **lora_targets(model, lora)
     )
     return get_peft_model(model, config)
+
+
+def lora_targets(model: Any, lora: Any) -> dict[str, Any]:
+    """PEFT's targets for ``lora`` (``recipe.mode.lora``): the recipe's own names where it gives them, else, for
+    ``all-linear``, every attention and MLP projection of the decoder layers found in the module tree
+    (:func:`.shrink.lora_target_modules`) and the fused routed experts' weights
+    (:func:`.shrink.lora_target_parameters`); never a router (adapting it changes which experts a token uses) nor
+    the output head. Logged, so a run says what it adapts.
+
+    PEFT 0.21 under transformers 5 reads ``gate_proj``/``up_proj``/``down_proj`` of the MoE families whose experts
+    transformers fused (Mixtral, Qwen2-MoE and those converted like it: Qwen3-MoE, DeepSeek-V3) as the fused experts'
+    weights, whatever else carries those names, so there the dense first layers' and the shared experts' MLPs are
+    not adapted (the plan counts no MLP modules in an MoE model either: ``plan.modelsize.lora_params``)."""
+    if lora.target_modules != "all-linear":
+        return {"target_modules": lora.target_modules}
+    modules = lora_target_modules(model)
+    if not modules:  # no nn.Linear in the layers (Conv1D projections): PEFT's own all-linear finds them
+        return {"target_modules": "all-linear"}
+    targets: dict[str, Any] = {"target_modules": modules}
+    parameters = lora_target_parameters(model)
+    if parameters:
+        targets["target_parameters"] = parameters
+    log0("lora: adapting %s (every attention and MLP projection; routers left alone)", modules + parameters)
+    return targets
 
 
 def parameter_counts(model: Any) -> tuple[int, int]:

@@ -12,12 +12,17 @@ to that depth. The result is checked by building it; a config that cannot shrink
 from __future__ import annotations
 
 import copy
+import json
+import sys
+from pathlib import Path
 from typing import Any
 
 from ..boundary.layerkinds import cut_depth, depth_keeping_every_kind, layer_kinds
 
 #: The twin's sizes: what every width, head count and expert count of the architecture's config comes down to.
 WIDTH, HEADS, HEAD_DIM, FFN, EXPERT_FFN, EXPERTS, TOP_K, RANK = 64, 4, 16, 128, 32, 4, 2, 16
+#: A sliding-window layer's window in the twin: shorter than a dry run's sequences (128 tokens), so the window masks.
+WINDOW = 32
 #: Config keys by what they count (transformers' names across architectures; a key an architecture lacks is skipped).
 WIDTH_KEYS = ("hidden_size", "d_model", "n_embd", "embed_dim", "hidden_dim")
 HEAD_KEYS = ("num_attention_heads", "n_head", "n_heads", "num_heads")
@@ -106,6 +111,7 @@ def shrink_widths(config: Any, vocab_size: int) -> Any:
     _set(small, EXPERT_KEYS, EXPERTS)
     _set(small, TOP_K_KEYS, TOP_K)
     _set(small, GROUP_KEYS, 1)
+    _set(small, ("sliding_window",), WINDOW)
     small.vocab_size = vocab_size
     for key in ("pad_token_id", "bos_token_id", "eos_token_id"):
         value = getattr(small, key, None)
@@ -151,6 +157,19 @@ def lora_target_modules(model: Any) -> list[str]:
     return sorted(names)
 
 
+def lora_target_parameters(model: Any) -> list[str]:
+    """The fused routed experts' 3-D weights (``experts.gate_up_proj``, ``experts.down_proj``: every expert's MLP
+    projections in one tensor, not an nn.Linear), named as PEFT's ``target_parameters`` takes them; routers never."""
+    names = set()
+    for name, module in model.named_modules():
+        if name.rsplit(".", 1)[-1] != "experts" or ".layers." not in f".{name}.":
+            continue
+        for parameter_name, parameter in module.named_parameters(recurse=False):
+            if len(getattr(parameter, "ds_shape", None) or parameter.shape) == 3:
+                names.add(f"experts.{parameter_name}")
+    return sorted(names)
+
+
 def moe_leaf_classes(model: Any) -> list[str]:
     """The classes of the modules that hold routed experts beside their router (an MoE block): ZeRO-3 gathers each
     whole, so a rank whose tokens skip an expert does not wait on a gather the others never run."""
@@ -167,3 +186,82 @@ def moe_leaf_classes(model: Any) -> list[str]:
         if fused or isinstance(experts, torch.nn.ModuleList):
             classes.add(type(module).__name__)
     return sorted(classes)
+
+
+# -------------------------------------------------------------------------------- the dry run's generic twin
+#: Tokens of the CPU training step that proves a twin trains on this machine.
+PROBE_TOKENS = 16
+
+
+def whole_heads(config: Any, tp: int) -> Any:
+    """``config`` with attention and key/value heads that TP ``tp`` divides (the fewest that do)."""
+    import math
+
+    heads = getattr(config, "num_attention_heads", None)
+    if tp <= 1 or not isinstance(heads, int):
+        return config
+    kv = getattr(config, "num_key_value_heads", None) or heads
+    if heads % tp == 0 and kv % tp == 0:
+        return config
+    kv = math.lcm(kv, tp)
+    config.num_attention_heads = math.lcm(heads, kv)
+    if hasattr(config, "num_key_value_heads"):
+        config.num_key_value_heads = kv
+    return config
+
+
+def train_one_step(config: Any) -> None:
+    """Build ``config``'s model on this CPU with random weights and train one step; ShrinkProblem with the reason
+    where it cannot (a kernel with no CPU implementation, an op that needs an accelerator, a non-finite loss)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    try:
+        torch.manual_seed(0)
+        model = AutoModelForCausalLM.from_config(config)
+        model.train()
+        ids = torch.randint(0, config.vocab_size, (1, PROBE_TOKENS))
+        loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+    except Exception as exc:  # noqa: BLE001 - whatever the architecture's CPU path raises is the reason
+        raise ShrinkProblem(f"its tiny twin does not train on a CPU ({_one_line(exc)})") from None
+    if not torch.isfinite(loss):
+        raise ShrinkProblem("its tiny twin's loss on a CPU is not finite")
+
+
+def write_twin(config_path: Path, destination: Path, vocab_size: int, tp: int) -> Path:
+    """Shrink the architecture config in ``config_path`` (a config.json: a model option's ``config`` mapping) to a
+    twin with whole heads under TP ``tp``, train it a step on this CPU and write its config.json to
+    ``destination``."""
+    from transformers import CONFIG_MAPPING
+
+    raw = json.loads(config_path.read_text(encoding="utf-8"))
+    family = raw.get("model_type")
+    if family not in CONFIG_MAPPING:
+        raise ShrinkProblem(f"the transformers here does not know the architecture {family!r}")
+    try:
+        config = CONFIG_MAPPING[family].from_dict({k: v for k, v in raw.items() if k != "model_type"})
+    except Exception as exc:  # noqa: BLE001 - transformers raises many kinds for a config it cannot read
+        raise ShrinkProblem(f"transformers cannot read the architecture config ({_one_line(exc)})") from None
+    small = whole_heads(twin_config(config, vocab_size), tp)
+    train_one_step(small)
+    destination.mkdir(parents=True, exist_ok=True)
+    small.to_json_file(str(destination / "config.json"), use_diff=True)
+    return destination / "config.json"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m recipekit.runtime.model.shrink CONFIG DESTINATION VOCAB TP``: the twin's config.json written, or
+    the reason there is none on stdout's last line (``no twin: ...``) and exit 2."""
+    config, destination, vocab, tp = (argv if argv is not None else sys.argv[1:])[:4]
+    try:
+        written = write_twin(Path(config), Path(destination), int(vocab), int(tp))
+    except ShrinkProblem as exc:
+        print(f"no twin: {exc}")
+        return 2
+    print(f"twin: {written}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

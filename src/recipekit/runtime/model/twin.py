@@ -1,8 +1,8 @@
 """The random twin (``model.init: random``): a tokenizer trained on the run's data and seeded random weights.
 
 It stands in for a pretrained model in tests and dry runs: the same family (its own transformers class: a Qwen3 MoE
-recipe dry-runs a tiny Qwen3 MoE) and architecture numbers as the recipe's model, so the Trainer, DeepSpeed and PEFT
-run the same code paths, without a download.
+recipe dry-runs a tiny Qwen3 MoE) and architecture as the recipe's model (its ``config`` mapping, or its architecture
+numbers), so the Trainer, DeepSpeed and PEFT run the same code paths, without a download.
 """
 
 from __future__ import annotations
@@ -99,10 +99,13 @@ def moe_settings(spec: ModelView) -> dict[str, Any]:
 
 
 def architecture_config(spec: ModelView, tokenizer: Any = None) -> Any:
-    """A transformers config of the option's own family from its architecture numbers (the random twin has no
-    config.json; tests count a full-size option's parameters with it on the meta device)."""
+    """A transformers config of the option's own architecture: its ``config`` mapping where the option carries one
+    (any architecture transformers ships: the dry run's generic twin), else built from its architecture numbers (the
+    random twin has no config.json; tests count a full-size option's parameters with it on the meta device)."""
     from transformers import AutoConfig
 
+    if spec.config is not None:
+        return config_from_mapping(spec, tokenizer)
     common: dict[str, Any] = {
         "vocab_size": max(spec.vocab_size, len(tokenizer)) if tokenizer is not None else spec.vocab_size,
         "hidden_size": spec.hidden_size,
@@ -129,6 +132,27 @@ def architecture_config(spec: ModelView, tokenizer: Any = None) -> Any:
         common["attention_bias"] = spec.attention_bias
     common.update(moe_settings(spec))
     return AutoConfig.for_model(spec.family, **common)
+
+
+def config_from_mapping(spec: ModelView, tokenizer: Any = None) -> Any:
+    """The option's ``config`` as its architecture's transformers config, the vocabulary fitted to ``tokenizer``
+    (at least its tokens; its bos/eos/pad ids) and the router's loss as the recipe sets it."""
+    from transformers import CONFIG_MAPPING
+
+    values = {key: value for key, value in (spec.config or {}).items() if key != "model_type"}
+    values["use_cache"] = False
+    if tokenizer is not None:
+        values["vocab_size"] = max(spec.vocab_size, len(tokenizer))
+        values.update(
+            bos_token_id=tokenizer.bos_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+            pad_token_id=tokenizer.pad_token_id,
+        )
+    if spec.num_experts:
+        values.update(
+            router_aux_loss_coef=float(spec.router_aux_loss_coef), output_router_logits=bool(spec.router_aux_loss)
+        )
+    return CONFIG_MAPPING[spec.family].from_dict(values)
 
 
 def causal_lm_class(family: str) -> Any:

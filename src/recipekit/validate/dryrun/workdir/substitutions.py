@@ -19,15 +19,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from recipekit.base import yamlfile
 from recipekit.bundle.files import RECIPE
 from recipekit.recipe.compose import group_options
 from recipekit.recipe.schema import to_data, validate
-from recipekit.recipe.sections import HardwareSpec, ModelSpec, Recipe
+from recipekit.recipe.sections import HardwareSpec, Recipe
 from recipekit.runtime.boundary import recipeview
 from recipekit.validate.dryrun.options import DryRunOptions, DryRunUsageError
+from recipekit.validate.dryrun.workdir import twinmodel
 from recipekit.validate.shared.childpython import python_argv, safe_env
 
 DRY_MAX_LEN = 128
@@ -66,21 +65,6 @@ class Substitution:
 def _short(value: Any, limit: int = 60) -> str:
     text = json.dumps(value, default=str) if not isinstance(value, str) else value
     return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def find_twin(family: str) -> ModelSpec | None:
-    """The tiny twin of ``family`` among the model options (random init, same family), tiny_<family> preferred."""
-    found = []
-    for name, path in group_options("model").items():
-        try:
-            data = yamlfile.read(path) or {}
-        except (OSError, yaml.YAMLError):
-            continue
-        if isinstance(data, dict) and data.get("family") == family and data.get("init") == "random":
-            found.append((name != f"tiny_{family}", name, data))
-    if not found:
-        return None
-    return validate(ModelSpec, sorted(found, key=lambda item: item[:2])[0][2], root="model")
 
 
 def cpu_hardware() -> HardwareSpec:
@@ -148,24 +132,15 @@ def _plain(value: Any) -> Any:
 def substitute(recipe: Recipe, options: DryRunOptions, root: Path) -> tuple[Recipe, list[Substitution]]:
     """The dry-run recipe: ``recipe`` with only what a laptop must change, and why each change was made."""
     sub = _Substituter()
-    dry = _model(sub, recipe, options)
+    dry = _model(sub, recipe, options, root)
     dry = _data_and_world(sub, dry, recipe, options, root)
     dry = _schedule(sub, dry, recipe, options)
     dry = _machine(sub, dry, recipe, options, root)
     return dry, sub.found
 
 
-def _model(sub: _Substituter, recipe: Recipe, options: DryRunOptions) -> Recipe:
-    """The tiny twin of the recipe's family, with whole heads per rank under the recipe's TP."""
-    twin = find_twin(recipe.model.family)
-    if twin is None:
-        raise DryRunUsageError(
-            f"no tiny twin of model family {recipe.model.family!r} in recipes/model (a model option with "
-            f"family: {recipe.model.family} and init: random)"
-        )
-    dry = sub.whole(
-        recipe, "model", twin, f"the tiny {recipe.model.family} twin: random weights, tokenizer trained on the data"
-    )
+def _model(sub: _Substituter, recipe: Recipe, options: DryRunOptions, root: Path) -> Recipe:
+    """The tiny twin of the recipe's model (:func:`.twinmodel.choose_twin`), with whole heads per rank under TP."""
     procs = options.procs_per_pod
     tp = recipe.parallel.tensor_parallel
     if (options.pods * procs) % tp:
@@ -174,7 +149,9 @@ def _model(sub: _Substituter, recipe: Recipe, options: DryRunOptions) -> Recipe:
             f"--procs-per-pod {procs} = {options.pods * procs} processes (e.g. --pods 2 --procs-per-pod "
             f"{max(1, tp // 2)})"
         )
-    heads = _twin_heads(twin, tp)
+    twin, what = twinmodel.choose_twin(recipe.model, tp, root / "twin")
+    dry = sub.whole(recipe, "model", twin, what)
+    heads = twinmodel.twin_heads(twin, tp)
     if heads is not None:
         attention, kv, hidden = heads
         dry = sub.section(
@@ -184,6 +161,7 @@ def _model(sub: _Substituter, recipe: Recipe, options: DryRunOptions) -> Recipe:
             num_attention_heads=attention,
             num_kv_heads=kv,
             hidden_size=hidden,
+            config=twinmodel.config_with_heads(twin.config, heads),
             params=None,  # the stored counts were the twin's own shape: count the new one from its numbers
             flops=None,  # and its FLOPs, in the counter's convention (plan.modelsize.model_flops)
             activations=None,  # and the activations measured on the old shape: the estimate's formula
@@ -333,17 +311,6 @@ def dry_shard_mib(data: Path, pods: int) -> float:
     files = [data] if data.is_file() else [p for p in data.rglob("*") if p.is_file()]
     size = sum(p.stat().st_size for p in files)
     return round(max(DRY_MIN_CHUNK, size // (DRY_CHUNKS_PER_POD * pods)) / 2**20, 6)
-
-
-def _twin_heads(twin: ModelSpec, tp: int) -> tuple[int, int, int] | None:
-    """(attention heads, key/value heads, hidden size) for the twin under TP ``tp``, or None when its own divide:
-    the fewest heads that TP divides (and the key/value heads divide), at least 8 dimensions per head."""
-    if twin.num_attention_heads % tp == 0 and twin.num_kv_heads % tp == 0:
-        return None
-    kv = math.lcm(twin.num_kv_heads, tp)
-    attention = math.lcm(twin.num_attention_heads, kv)
-    hidden = max(twin.hidden_size, 8 * attention)
-    return attention, kv, hidden + (-hidden % attention)
 
 
 #: The dry run's all-reduce test on CPU: small messages (gloo on one host measures memory copies, not a link).

@@ -1,0 +1,90 @@
+"""Models of any architecture dry-run as a generic tiny twin shrunk from their own config (no hand-made twin of their
+family exists): a DeepSeek-V3-shaped model (MLA, a shared expert beside group-routed experts, dense first layers)
+under ZeRO-3 and a Gemma-3-shaped one (sliding-window and global layers) under ZeRO-2, each imported by `recipekit
+model import` into a team recipe tree, trains on two simulated pods, is killed at step 6 and resumes from
+checkpoint-4. Slow: one dry run each, about 3-5 minutes on 2 cores.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from recipekit.bundle.build import build
+from recipekit.cli import main as cli
+from recipekit.cli.validate import validate_command
+from tests.integration.test_dryrun import TIMEOUT_S, processes_under
+
+pytestmark = pytest.mark.slow
+
+SHAPES = Path(__file__).resolve().parents[1] / "data" / "twin_shapes"
+
+
+def imported(tmp_path: Path, shape: str) -> Path:
+    """A team recipe tree holding the model option `recipekit model import` writes for ``shape``'s config.json."""
+    tree = tmp_path / "recipes"
+    target = tree / "model" / f"{shape}.yaml"
+    result = CliRunner().invoke(cli, ["model", "import", str(SHAPES / shape), "-o", str(target)])
+    assert result.exit_code == 0, result.output
+    return tree
+
+
+def dry_run(bundle: Path, workdir: Path, victim: int) -> tuple[dict, str]:
+    """The dry run's JSON report and its stdout, a pod killed at step 6."""
+    args = [str(bundle), "--dry-run", "--pods", "2", "--kill-pod", str(victim), "--at-step", "6"]
+    args += ["--workdir", str(workdir), "--timeout", str(TIMEOUT_S), "--json"]
+    result = CliRunner().invoke(validate_command, args)
+    document = json.loads(result.stdout)
+    checks = {c["id"]: c for c in document["checks"]}
+    assert result.exit_code == 0, json.dumps({k: checks[k] for k in checks if k.startswith("dryrun")}, indent=1)
+    return checks, result.stdout
+
+
+def assert_killed_and_resumed(checks: dict, workdir: Path, victim: int) -> None:
+    resume = checks["dryrun.resume"]["details"]
+    assert resume["killed_pod"] == victim and resume["killed_at_step"] == 6
+    assert resume["resumed_step"] == 4 and resume["first_step_after_restart"] == 5
+    assert resume["replayed_loss_max_abs_diff"] < 1e-3
+    assert checks["dryrun.train"]["details"]["final_step"] == 8
+    assert processes_under(workdir) == []
+
+
+def twin_config(workdir: Path) -> dict:
+    """The twin's config mapping in the work copy's recipe.yaml (what the runtime built the twin from)."""
+    import yaml
+
+    recipe = yaml.safe_load((workdir / "bundle" / "recipe.yaml").read_text())
+    return recipe["recipe"]["model"]["config"]
+
+
+def test_a_deepseek_v3_shaped_model_dry_runs_its_generic_twin_under_zero3(tmp_path: Path) -> None:
+    tree = imported(tmp_path, "deepseek_v3_shape")
+    overrides = ["model=deepseek_v3_shape", "mode=sft", "parallel=zero3"]
+    bundle = build(overrides, tmp_path / "bundle", extra_dirs=[tree], force=True, allow_oom=True).path
+    workdir = tmp_path / "work"
+    checks, stdout = dry_run(bundle, workdir, victim=0)
+    assert "twin_deepseek_v3_shape" in stdout and "generic tiny deepseek_v3 twin" in stdout
+    config = twin_config(workdir)
+    # MLA, a shared expert beside the routed ones, and the dense first layers before one MoE layer
+    assert config["q_lora_rank"] and config["kv_lora_rank"] and config["n_shared_experts"] == 1
+    assert config["num_hidden_layers"] == config["first_k_dense_replace"] + 1 == 4
+    logs = "\n".join(p.read_text(errors="replace") for p in workdir.rglob("*.log"))
+    assert "DeepseekV3MoE" in logs and "marked as leaf modules" in logs
+    assert_killed_and_resumed(checks, workdir, victim=0)
+
+
+def test_a_gemma3_shaped_model_dry_runs_its_generic_twin_under_zero2(tmp_path: Path) -> None:
+    tree = imported(tmp_path, "gemma3_shape")
+    overrides = ["model=gemma3_shape", "mode=sft", "parallel=zero2"]
+    bundle = build(overrides, tmp_path / "bundle", extra_dirs=[tree], force=True, allow_oom=True).path
+    workdir = tmp_path / "work"
+    checks, stdout = dry_run(bundle, workdir, victim=1)
+    assert "twin_gemma3_shape" in stdout and "generic tiny gemma3_text twin" in stdout
+    config = twin_config(workdir)
+    # the layer pattern kept: five sliding-window layers, then a global one; the window shorter than a sequence
+    assert config["layer_types"] == ["sliding_attention"] * 5 + ["full_attention"]
+    assert config["sliding_window"] < 128
+    assert_killed_and_resumed(checks, workdir, victim=1)
