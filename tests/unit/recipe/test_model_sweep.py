@@ -245,10 +245,9 @@ def _routed_experts(model: Any) -> list[tuple[int, int]]:
     whose first dimension is the expert count)."""
     groups: list[tuple[str, int, int]] = []
     for name, module in model.named_modules():
-        if name.rsplit(".", 1)[-1] != "experts" and not type(module).__name__.endswith("Experts"):
-            continue
-        if "shared" in f"{name}.{type(module).__name__}".lower():  # always active: not routed
-            continue
+        leaf = name.rsplit(".", 1)[-1]
+        if leaf != "experts" and not type(module).__name__.endswith("Experts") or "shared" in leaf:
+            continue  # shared experts (``shared_experts``, ``shared_expert``) are always active: not routed
         if any(name.startswith(outer + ".") for outer, _, _ in groups):
             continue
         tensors = [p for p in module.parameters(recurse=False) if p.dim() == 3]
