@@ -406,7 +406,7 @@ def option_yaml(option: dict[str, Any]) -> str:
             continue
         if f.name in ("params", "flops", "activations"):
             lines.append(f"{f.name}:")
-            lines += [f"  {key}: {_scalar(number)}" for key, number in to_data(value).items()]
+            lines += [f"  {key}: {_scalar(number)}" for key, number in _section_items(value, to_data(value))]
             continue
         if f.name == "config":
             lines.append("config:")
@@ -425,6 +425,13 @@ def _config_yaml(config: dict[str, Any]) -> str:
         )
         for key, value in config.items()
     )
+
+
+def _section_items(section: Any, data: dict[str, Any]) -> list[tuple[str, Any]]:
+    """A nested section's keys in field order; FLOPs once a sequence left out at their default (0 for most models),
+    as the option's own keys are."""
+    defaults = {f.name: f.default for f in fields(cast(Any, type(section))) if f.name.endswith("_per_sequence")}
+    return [(key, number) for key, number in data.items() if defaults.get(key, object()) != number]
 
 
 def _scalar(value: Any) -> str:

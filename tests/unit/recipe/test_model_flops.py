@@ -24,7 +24,7 @@ from recipekit.recipe.sections import LoraSpec, ModelSpec
 
 ROOT = Path(__file__).resolve().parents[3]
 CONFIGS = ROOT / "tests" / "data" / "model_configs"
-#: Sequence lengths the test counts at: neither is one the import measured at (modelflops.SEQUENCES).
+#: Sequence lengths the test counts at: none is one the import measured at (modelflops.sequences).
 CHECKED_LENGTHS = (512, 2048)
 
 torch = pytest.importorskip("torch")
@@ -78,19 +78,49 @@ def test_the_plan_s_flops_per_token_are_the_counter_s(name: str) -> None:
         assert planned == pytest.approx(_counter_per_token(name, seq_len), rel=0.02), (name, seq_len)
 
 
-def test_the_stored_form_solves_the_two_measured_lengths_exactly() -> None:
-    """The import measures twice and solves X + X_per_position × S; a third length follows (tiny twin: fast)."""
+def test_the_stored_form_solves_the_three_measured_lengths_exactly() -> None:
+    """The import measures three times and solves X + X_per_position × S + X_per_sequence / S; a fourth length
+    follows (tiny twin: fast)."""
     from recipekit.recipe.modelimport import meta_model
 
     model = meta_model(_config("tiny_qwen3"))
     measured = modelflops.measure(model)
-    third = modelflops.sample(model, 3000)
-    assert measured.train_at(3000) * 3000 == third.train
-    assert measured.frozen_at(3000) * 3000 == third.frozen
-    assert measured.recompute_at(3000) * 3000 == third.recompute
+    fourth = modelflops.sample(model, 3000)
+    assert measured.train_at(3000) * 3000 == fourth.train
+    assert measured.frozen_at(3000) * 3000 == fourth.frozen
+    assert measured.recompute_at(3000) * 3000 == fourth.recompute
     # backward is twice forward for every counted op, and the frozen base skips the weight gradients
     assert measured.train_per_position == measured.frozen_per_position == 3 * measured.recompute_per_position
     assert measured.frozen < measured.train
+    assert measured.train_per_sequence == 0  # attention and matmuls only: nothing once a sequence
+
+
+def test_a_convolution_s_padding_is_counted_once_a_sequence() -> None:
+    """A state-space layer's causal convolution pads each sequence, so its count per token falls with S: two lengths
+    gave a negative attention term (the import refused it and fell back to arithmetic); three solve it exactly, at
+    any multiple of the lengths' unit."""
+    from transformers import MambaConfig
+
+    from recipekit.recipe.modelimport import meta_model
+
+    config = MambaConfig(vocab_size=256, hidden_size=64, state_size=8, num_hidden_layers=1, expand=2)
+    model = meta_model(config)
+    lengths = modelflops.sequences(config)
+    assert lengths == (64, 128, 192)
+    measured = modelflops.measure(model)
+    assert measured.counted_by == "counter" and measured.train_per_position == 0 and measured.train_per_sequence > 0
+    fifth = modelflops.sample(model, 320)
+    assert measured.train_at(320) * 320 == pytest.approx(fifth.train, rel=1e-12)
+    assert measured.frozen_at(320) * 320 == pytest.approx(fifth.frozen, rel=1e-12)
+    assert measured.recompute_at(320) * 320 == pytest.approx(fifth.recompute, rel=1e-12)
+
+
+def test_the_lengths_are_multiples_of_the_largest_chunk_the_config_names() -> None:
+    """Mamba-2's SSD pads a sequence to a whole chunk: measured at multiples of it, nothing is padded."""
+    from transformers import Mamba2Config
+
+    assert modelflops.sequences(Mamba2Config(chunk_size=256)) == (256, 512, 768)
+    assert modelflops.sequences(_config("tiny_qwen3")) == (64, 128, 192)
 
 
 def _config(name: str):

@@ -7,14 +7,22 @@ dot-product attention, dense S×S whatever the mask, over heads × head_dim; an 
 transformers' ``batched_mm`` experts implementation, which gathers each token's top-k experts and so counts exactly
 the FLOPs a token routes through (and runs on the meta device). Recomputation is kept apart.
 
-Counts per token are linear in the sequence length S (``X + X_per_position × S``): :func:`measure` runs the model
-at two lengths and solves for both terms (:class:`~recipekit.recipe.sections.FlopsSpec`). Where a module cannot run
-on the meta device, :func:`analytic` gives the same convention from the parameter counts, and the option says so.
+A sequence's count is a polynomial of second degree in its length S: attention's S×S products, everything else
+once a token, and a few FLOPs once a sequence (a causal convolution's padding, prompt tokens a model prepends). So
+per token it is ``X + X_per_position × S + X_per_sequence / S``: :func:`measure` runs the model at three lengths and
+solves for the three terms exactly (:class:`~recipekit.recipe.sections.FlopsSpec`). The lengths are short
+(:func:`sequences`): on the meta device a vectorized module costs the same at any length, but a state-space or
+recurrent reference scan loops over the positions, so a long sequence costs minutes. Chunked kernels (linear
+attention, Mamba-2's SSD) pad a sequence to a whole chunk, so the lengths are whole multiples of the largest chunk
+the config names (64 at least: transformers' torch chunked delta rules chunk by 64); at a multiple nothing is padded
+and every length that is one follows exactly. Where a module cannot run on the meta device, :func:`analytic` gives
+the same convention from the parameter counts, and the option says so.
 torch is imported inside the functions that need it: the plan reads the stored numbers only.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -22,8 +30,11 @@ from typing import Any
 from recipekit.recipe.schema import validate
 from recipekit.recipe.sections import FlopsSpec
 
-#: The two sequence lengths the import measures at (any two give the same numbers: the counts are linear in S).
-SEQUENCES = (1024, 4096)
+#: The shortest chunk the import's lengths are multiples of (transformers' torch chunked gated delta rules chunk by 64).
+CHUNK = 64
+#: Config keys that name a chunk a kernel pads a sequence to (Mamba-2's ``chunk_size``, Bamba's ``mamba_chunk_size``,
+#: MiniMax's lightning-attention ``block_size``).
+_CHUNK_KEY = re.compile(r"(chunk_size|block_size)$")
 #: What the counter counts per matmul parameter per token: 2 forward; 2 more for the input gradient and 2 for the
 #: weight gradient in backward (the analytic count uses these; the counter finds them on its own).
 FORWARD_PER_PARAM, INPUT_GRAD_PER_PARAM, WEIGHT_GRAD_PER_PARAM = 2, 2, 2
@@ -39,21 +50,38 @@ class Sample:
     recompute: int  # forward of the decoder layers alone
 
 
-def measure(model: Any, sequences: tuple[int, int] = SEQUENCES) -> FlopsSpec:
-    """The counter's FLOPs per token of ``model`` (a causal LM on the meta device), solved from two lengths."""
-    first, second = (sample(model, seq_len) for seq_len in sequences)
+def sequences(config: Any) -> tuple[int, int, int]:
+    """The three lengths the import measures at: 1, 2 and 3 times the largest chunk the config names (at least
+    :data:`CHUNK`), so no chunked kernel pads and the counts are exact at every multiple."""
+    named = [
+        value
+        for key, value in config.to_dict().items()
+        if _CHUNK_KEY.search(key) and isinstance(value, int) and not isinstance(value, bool) and value > 0
+    ]
+    unit = max([CHUNK, *named])
+    return unit, 2 * unit, 3 * unit
+
+
+def measure(model: Any, lengths: tuple[int, int, int] | None = None) -> FlopsSpec:
+    """The counter's FLOPs per token of ``model`` (a causal LM on the meta device), solved from three lengths
+    (:func:`sequences` of its config unless given)."""
+    samples = [sample(model, seq_len) for seq_len in lengths or sequences(model.config)]
     numbers: dict[str, Any] = {"counted_by": "counter"}
     for kind in ("train", "frozen", "recompute"):
-        constant, per_position = _solve(first.seq_len, getattr(first, kind), second.seq_len, getattr(second, kind))
-        numbers[kind], numbers[f"{kind}_per_position"] = constant, per_position
+        terms = _solve([(s.seq_len, getattr(s, kind)) for s in samples])
+        numbers[f"{kind}_per_sequence"], numbers[kind], numbers[f"{kind}_per_position"] = terms
     return validate(FlopsSpec, numbers, root="model.flops")
 
 
-def _solve(s1: int, total1: int, s2: int, total2: int) -> tuple[int, int]:
-    """(X, X_per_position) of per-token counts X + X_per_position × S through two measured sequences."""
-    per_token1, per_token2 = Fraction(total1, s1), Fraction(total2, s2)
-    per_position = (per_token2 - per_token1) / (s2 - s1)
-    return round(per_token1 - per_position * s1), round(per_position)
+def _solve(points: list[tuple[int, int]]) -> tuple[int, int, int]:
+    """(c, a, p) of a sequence's count c + a × S + p × S² through three measured (S, count) points (divided
+    differences, exact in fractions): per token, X = a, X_per_position = p, X_per_sequence = c."""
+    (s1, t1), (s2, t2), (s3, t3) = points
+    first, second = Fraction(t2 - t1, s2 - s1), Fraction(t3 - t2, s3 - s2)
+    per_position = (second - first) / (s3 - s1)
+    per_token = first - per_position * (s1 + s2)
+    per_sequence = t1 - per_token * s1 - per_position * s1 * s1
+    return round(per_sequence), round(per_token), round(per_position)
 
 
 def sample(model: Any, seq_len: int) -> Sample:
@@ -61,7 +89,21 @@ def sample(model: Any, seq_len: int) -> Sample:
 
     One forward pass serves both backward passes: first the gradients of the embedding output alone (autograd then
     skips every weight gradient: the frozen base of a LoRA run, as PEFT runs it under checkpointing, which makes the
-    embedding output require grad), then the full backward pass of full training."""
+    embedding output require grad), then the full backward pass of full training. A model that cannot make its
+    decoding cache runs without one (training never decodes)."""
+    try:
+        return _sample(model, seq_len)
+    except Exception:  # a hybrid whose decoding cache holds no attention layer (Bamba) fails to make one: train without
+        if not getattr(model.config, "use_cache", False):
+            raise
+    model.config.use_cache = False
+    try:
+        return _sample(model, seq_len)
+    finally:
+        model.config.use_cache = True
+
+
+def _sample(model: Any, seq_len: int) -> Sample:
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 

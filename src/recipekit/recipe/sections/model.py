@@ -68,12 +68,13 @@ class FlopsSpec(Section):
     over the real transformers module, written by `recipekit model import`. The one FLOPs definition of recipekit:
     the plan's FLOPs per token, the runtime's MFU and HFU and the report's ratios all come from these numbers.
 
-    Each count is linear in the sequence length S: ``X + X_per_position × S`` FLOPs per token, where
-    ``X_per_position`` is the attention term (scores and weighted sum, dense S×S as the counter counts scaled
-    dot-product attention, causal or not) and ``X`` everything else (every matmul, the output head included even when
-    tied to the embedding; an MoE layer's top-k experts). The import measures two sequence lengths and solves for
-    both, so every other length follows exactly. Recomputation is kept apart: MFU counts ``train``, HFU adds
-    ``recompute`` when activation checkpointing is on.
+    Each count is a function of the sequence length S: ``X + X_per_position × S + X_per_sequence / S`` FLOPs per
+    token, where ``X_per_position`` is the attention term (scores and weighted sum, dense S×S as the counter counts
+    scaled dot-product attention, causal or not), ``X_per_sequence`` what a sequence costs once whatever its length
+    (a causal convolution's padding, prompt tokens a model prepends; 0 for most models) and ``X`` everything else
+    (every matmul, the output head included even when tied to the embedding; an MoE layer's top-k experts). The
+    import measures three lengths and solves for the three terms, so every other length follows exactly.
+    Recomputation is kept apart: MFU counts ``train``, HFU adds ``recompute`` when activation checkpointing is on.
     """
 
     counted_by: Literal["counter", "analytic"] = spec(
@@ -94,18 +95,34 @@ class FlopsSpec(Section):
         description="Forward of the decoder layers: what activation checkpointing runs again (HFU adds it).",
     )
     recompute_per_position: int = spec(ge=0, le=MAX_FLOPS, description="Its attention term, per position.")
+    train_per_sequence: int = spec(
+        0,
+        ge=-MAX_FLOPS,
+        le=MAX_FLOPS,
+        description="What training costs once a sequence, whatever its length: FLOPs (negative where a kernel skips "
+        "a position or chunk at the sequence's edge).",
+    )
+    frozen_per_sequence: int = spec(0, ge=-MAX_FLOPS, le=MAX_FLOPS, description="The frozen base's, once a sequence.")
+    recompute_per_sequence: int = spec(
+        0, ge=-MAX_FLOPS, le=MAX_FLOPS, description="The recomputation's, once a sequence."
+    )
 
-    def train_at(self, seq_len: int) -> int:
+    def train_at(self, seq_len: int) -> float:
         """Training FLOPs per token at ``seq_len`` tokens a sequence."""
-        return self.train + self.train_per_position * seq_len
+        return _per_token(self.train, self.train_per_position, self.train_per_sequence, seq_len)
 
-    def frozen_at(self, seq_len: int) -> int:
+    def frozen_at(self, seq_len: int) -> float:
         """FLOPs per token of the frozen base (forward + activation gradients) at ``seq_len``."""
-        return self.frozen + self.frozen_per_position * seq_len
+        return _per_token(self.frozen, self.frozen_per_position, self.frozen_per_sequence, seq_len)
 
-    def recompute_at(self, seq_len: int) -> int:
+    def recompute_at(self, seq_len: int) -> float:
         """FLOPs per token activation checkpointing adds at ``seq_len``."""
-        return self.recompute + self.recompute_per_position * seq_len
+        return _per_token(self.recompute, self.recompute_per_position, self.recompute_per_sequence, seq_len)
+
+
+def _per_token(constant: int, per_position: int, per_sequence: int, seq_len: int) -> float:
+    """``constant + per_position × seq_len + per_sequence / seq_len`` (a whole number where nothing is per sequence)."""
+    return constant + per_position * seq_len + (per_sequence / seq_len if per_sequence else 0)
 
 
 #: Upper bound of activation bytes per token (far above any model: a 10⁴-layer model of width 2²⁴ keeps less).
