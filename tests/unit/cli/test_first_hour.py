@@ -111,7 +111,7 @@ def test_a_hub_id_or_a_path_on_the_volume_builds() -> None:
 def test_an_oom_bundle_says_so_at_the_top_of_its_readme() -> None:
     readme = render_files(SEED_OOM, allow_oom=True)["README.md"].decode()
     head = "\n".join(readme.splitlines()[:6])
-    assert "DOES NOT FIT" in head and "74.5 GiB" in head and "64 GiB" in head
+    assert "DOES NOT FIT" in head and "74.7 GiB" in head and "64 GiB" in head
     fitting = render_files(["recipe=qwen2.5_14b_sft"])["README.md"].decode()
     assert "DOES NOT FIT" not in fitting
 
@@ -122,7 +122,7 @@ def test_validate_warns_about_an_oom_bundle(tmp_path: Path) -> None:
 
     built = build(SEED_OOM, tmp_path / "b", allow_oom=True)
     report = validate(built.path, libraries=False)
-    assert any("74.5 GiB" in w and "64 GiB" in w for w in report.warnings), report.warnings
+    assert any("74.7 GiB" in w and "64 GiB" in w for w in report.warnings), report.warnings
     assert report.to_json()["warnings"] == report.warnings
 
 
@@ -130,10 +130,10 @@ def test_validate_verdict_line_carries_the_warning(tmp_path: Path, capsys: pytes
     from recipekit.cli.validate import print_verdict
     from recipekit.validate.shared.results import Verdict
 
-    report = Verdict("b", warnings=["does not fit: 74.5 GiB per device predicted"])
+    report = Verdict("b", warnings=["does not fit: 74.7 GiB per device predicted"])
     print_verdict(report)
     out = capsys.readouterr().out
-    assert "warning: does not fit: 74.5 GiB per device predicted" in out
+    assert "warning: does not fit: 74.7 GiB per device predicted" in out
 
 
 # ------------------------------------------------------------------------------------------------ 4: README agrees

@@ -183,6 +183,11 @@ def test_the_catalog_s_activations_come_from_one_layer_of_each_kind():
     assert options
     for path in options:
         spec = validate(ModelSpec, yaml.safe_load(path.read_text()), root="model")
+        if spec.flops is not None and spec.flops.counted_by == "analytic":
+            # a module that calls Tensor.item() cannot run without data: neither the counter nor the tracker's fake
+            # tensors; the estimate then takes its formula and says so (test_model_flops.ANALYTIC names them)
+            assert spec.activations is None, path.name
+            continue
         assert spec.activations is not None, path.name
         assert spec.activations.measured_by == "tracker_per_layer_kind", path.name
 

@@ -75,9 +75,12 @@ def test_param_counts_match_published_sizes(name, published):
 
 def test_param_counts_equal_transformers_exactly():
     """Stored counts and, for the families the formulas know, the count from the numbers alone (glm4's extra
-    post-attention and post-MLP norms are only in its stored counts)."""
+    post-attention and post-MLP norms are only in its stored counts). The count from the numbers serves a hand-made
+    twin reshaped for TP; a generic twin is measured again (validate.dryrun.workdir.twinmeasure), so an architecture
+    without a hand-made twin (MLA, dense first layers, sliding windows) is known by its stored counts alone."""
     torch = pytest.importorskip("torch")
     from recipekit.runtime.model.twin import architecture_config, causal_lm_class
+    from recipekit.validate.dryrun.workdir.twinmodel import find_twin
 
     for path in sorted((ROOT / "recipes" / "model").glob("*.yaml")):
         spec = model(path.stem)
@@ -85,7 +88,7 @@ def test_param_counts_equal_transformers_exactly():
             built = causal_lm_class(spec.family)(architecture_config(spec))
         exact = sum(p.numel() for p in built.parameters())
         assert count_params(spec).total == exact, spec.name
-        if spec.family != "glm4":
+        if spec.family != "glm4" and find_twin(spec.family) is not None:
             assert count_params(dataclasses.replace(spec, params=None)).total == exact, spec.name
 
 

@@ -323,7 +323,7 @@ def _twin(name: str):
 
 
 def _has_tiny_twin(name: str) -> bool:
-    from recipekit.validate.dryrun.workdir.substitutions import find_twin
+    from recipekit.validate.dryrun.workdir.twinmodel import find_twin
 
     return find_twin(option(name).family) is not None
 

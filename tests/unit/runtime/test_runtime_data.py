@@ -248,6 +248,7 @@ def test_packed_rows_give_each_sample_the_loss_it_has_alone(tokenizer, tmp_path)
     torch.manual_seed(0)
     spec = SimpleNamespace(
         family="llama",
+        config=None,  # the hand-made twin's fields, not an imported architecture's config
         vocab_size=512,
         hidden_size=64,
         intermediate_size=128,
