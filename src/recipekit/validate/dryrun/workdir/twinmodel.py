@@ -14,8 +14,8 @@ time, the dry recipe would still describe the full model (a 671 B plan on a CPU)
 no file shows. Here the twin becomes an ordinary model option — numbers, exact counts and FLOPs measured like an
 import, and its own small ``config`` mapping — and the runtime builds it as it builds any random-weight model
 (:func:`recipekit.runtime.model.twin.architecture_config`). The shrinking needs torch and transformers, which
-recipekit's process never imports, so it runs in a child (:mod:`~recipekit.validate.dryrun.workdir.twinshrink`,
-a few seconds), which also trains the twin one step on this CPU first.
+recipekit's process never imports, so it runs in children (``python -m recipekit.runtime.model.shrink``, which also
+trains the twin one step on this CPU, then :mod:`~recipekit.validate.dryrun.workdir.twinmeasure`; seconds).
 """
 
 from __future__ import annotations
