@@ -12,16 +12,6 @@ from recipekit.bundle.documents import Documents, make_documents
 from recipekit.memory.operations import operations
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Under pytest-xdist (``-n 2 --dist loadgroup`` in pyproject's addopts) a file's tests stay on one worker, so a
-    module fixture (a dry run, an image engine) is made once; files that share a cache outside ``tmp_path`` name
-    one ``XDIST_GROUP`` and run one after another."""
-    for item in items:
-        module = getattr(item, "module", None)
-        group = getattr(module, "XDIST_GROUP", None) or item.nodeid.split("::", 1)[0]
-        item.add_marker(pytest.mark.xdist_group(group))
-
-
 @pytest.fixture(autouse=True)
 def _no_team_layers_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """A developer's own $RECIPEKIT_RECIPES must not leak into the CLI tests (team layers are tested explicitly)."""

@@ -17,6 +17,8 @@ docker SDK; skipped with the reason otherwise.
 from __future__ import annotations
 
 import base64
+import contextlib
+import fcntl
 import functools
 import hashlib
 import http.server
@@ -43,8 +45,6 @@ from recipekit.validate.shared.loader import load_bundle
 from recipekit.validate.static.checks import run_static
 
 pytestmark = pytest.mark.slow
-#: The stand-in bases and real wheels are cached per user (``cache_dir``): the image files run on one worker in turn.
-XDIST_GROUP = "images"
 
 TOOLS = ("buildah", "podman", "runc", "debootstrap", "docker-registry")
 STANDIN_VERSION = "v1"
@@ -114,9 +114,23 @@ def standins(tools: None, tmp_path_factory: pytest.TempPathFactory) -> dict[str,
     """Root filesystem tarballs of the two stand-in bases, made once and kept in the user cache."""
     cache = cache_dir("image-standins", STANDIN_VERSION)
     tars = {"cuda": cache / "bookworm-minbase.tar", "cann": cache / "bookworm-cann-layout.tar"}
-    if all(t.is_file() for t in tars.values()):
-        return tars
-    cache.mkdir(parents=True, exist_ok=True)
+    with cache_lock(cache):
+        if not all(t.is_file() for t in tars.values()):
+            _make_standins(tars, tmp_path_factory)
+    return tars
+
+
+@contextlib.contextmanager
+def cache_lock(folder: Path) -> Iterator[None]:
+    """One process at a time fills ``folder`` of the per-user cache: the image files may run on two xdist workers
+    at once. An flock, so a killed holder never leaves it held."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / ".lock", "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+
+
+def _make_standins(tars: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> None:
     root = tmp_path_factory.mktemp("rootfs") / "bookworm"
     mirror = os.environ.get("RECIPEKIT_DEBIAN_MIRROR", "http://deb.debian.org/debian")
     subprocess.run(["debootstrap", "--variant=minbase", "bookworm", str(root), mirror], check=True, capture_output=True)
@@ -132,7 +146,6 @@ def standins(tools: None, tmp_path_factory: pytest.TempPathFactory) -> dict[str,
     )
     _tar(root, tars["cann"])
     shutil.rmtree(root, ignore_errors=True)
-    return tars
 
 
 # -------------------------------------------------------------------------------------------------- the engine
@@ -243,6 +256,11 @@ def real_wheel(name: str, version: str) -> Path:
     """The real ``name==version`` wheel from PyPI, downloaded once into the user cache (pip itself: the Dockerfile
     upgrades pip first, and a stub would leave the image without one)."""
     folder = cache_dir("image-test-wheels", f"{name}-{version}")
+    with cache_lock(folder):
+        return _download_wheel(folder, name, version)
+
+
+def _download_wheel(folder: Path, name: str, version: str) -> Path:
     found = sorted(folder.glob("*.whl"))
     if not found:
         command = [

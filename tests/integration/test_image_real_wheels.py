@@ -65,7 +65,6 @@ pytestmark = [
         reason="real-wheel image builds run with RECIPEKIT_REAL_WHEELS=1",
     ),
 ]
-XDIST_GROUP = test_image_build.XDIST_GROUP  # its caches are test_image_build's
 # test_image_build's builder and stand-in bases, as fixtures of this module
 tools, standins, engine = test_image_build.tools, test_image_build.standins, test_image_build.engine
 
