@@ -277,12 +277,15 @@ def option_fields(model: Any, config: Any, raw: dict[str, Any], counts: ParamCou
 
 
 #: config.json keys that say nothing about the architecture (where it came from, its stored dtype and
-#: quantization, remote code, the class: the option's ``architecture``), left out of the option's ``config``.
+#: quantization, remote code, the class: the option's ``architecture``; a classifier's labels), left out of the
+#: option's ``config``.
 NOT_ARCHITECTURE = (
     "_name_or_path",
     "architectures",
     "auto_map",
     "dtype",
+    "id2label",  # a classification head's labels (keys "0", "1": no identifiers), not a causal LM's
+    "label2id",
     "quantization_config",
     "torch_dtype",
     "transformers_version",
