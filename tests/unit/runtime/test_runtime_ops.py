@@ -114,6 +114,8 @@ def _free_port() -> int:
 def test_preflight_runs_on_one_gloo_rank_and_writes_its_report(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("LOCAL_RANK", "0")
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
+    if torch.distributed.is_initialized():  # left by an earlier file's test on the same xdist worker
+        torch.distributed.destroy_process_group()
     torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1)
     try:
         settings = {
