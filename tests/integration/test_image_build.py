@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import fcntl
 import functools
 import hashlib
 import http.server
@@ -41,6 +40,7 @@ import yaml
 from recipekit.base.paths import cache_dir
 from recipekit.bundle.build import build
 from recipekit.image.dockerfile import normalize, parse
+from recipekit.validate.dryrun.workdir.locks import FileLock
 from recipekit.validate.shared.loader import load_bundle
 from recipekit.validate.static.checks import run_static
 
@@ -125,9 +125,12 @@ def cache_lock(folder: Path) -> Iterator[None]:
     """One process at a time fills ``folder`` of the per-user cache: the image files may run on two xdist workers
     at once. An flock, so a killed holder never leaves it held."""
     folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / ".lock", "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+    lock = FileLock.open(folder / ".lock")
+    try:
+        lock.lock()
         yield
+    finally:
+        lock.close()
 
 
 def _make_standins(tars: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> None:
