@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -100,8 +101,25 @@ def main(argv: list[str] | None = None) -> int:
     # the pod's other workers and Volcano restart the job.
 
 
+def exit_now(code: int) -> None:
+    """End the process with ``code`` without the interpreter's finalization.
+
+    Everything the run writes is written and closed by now, and the process group is left. What finalization would
+    still do is free the objects DeepSpeed and the Trainer keep: communicator work items holding tensors, whose
+    release needs the GIL while the interpreter is being torn down. Now and then that aborts the process (SIGABRT,
+    seen on a finished ZeRO-3 rank under load), and a finished run becomes a failed pod that Volcano restarts.
+    """
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe: nothing more can be said anyway
+            pass
+    os._exit(code)
+
+
 if __name__ == "__main__":
     code = main()
     exitcodes.record_exit(code)  # torchrun exits 1 whatever this code is: the launcher reads it from here
     attemptends.record_end(code)  # and why this attempt ended stays in the run's directory (runs history)
-    sys.exit(code)
+    exit_now(code)

@@ -447,3 +447,22 @@ def test_no_rank_leaves_the_process_group_before_the_others(tmp_path: Path) -> N
     waited = {line.split()[1]: line for out, _ in outputs for line in out.splitlines() if line.startswith("rank")}
     assert float(waited["0"].split()[3]) >= 1.0 and "initialized=False" in waited["0"], waited
     assert "initialized=False" in waited["1"], waited
+
+
+def test_the_process_ends_with_its_code_and_everything_it_said(tmp_path: Path) -> None:
+    """train.py ends without the interpreter's finalization (``exit_now``), yet a pipe still gets the buffered
+    output and the log's last record, and the exit status is the run's code."""
+    root = bundle_runtime(tmp_path)
+    script = (
+        "import logging, sys\n"
+        "from runtime.train import exit_now\n"
+        "logging.basicConfig(stream=sys.stderr, format='%(message)s')\n"
+        "sys.stdout.write('buffered on stdout')\n"
+        "logging.getLogger('runtime').warning('the last record')\n"
+        "exit_now(17)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], env={**os.environ, "PYTHONPATH": str(root)}, capture_output=True, text=True
+    )
+    assert done.returncode == 17, done.stderr
+    assert done.stdout == "buffered on stdout" and "the last record" in done.stderr

@@ -408,3 +408,21 @@ def test_the_operations_records_are_shown_as_phases() -> None:
     assert describe(stalled) == "train.py rank 1: watchdog fired after 30.1 s in step 6; stacks in /o/hang/x.txt"
     assert describe({"event": "alert", "alert": "mfu_low", "message": "m"}) == "train.py alert mfu_low: m"
     assert describe({"event": "checkpoint", "step": 4}) is None
+
+
+def test_a_failed_pods_tail_keeps_the_workers_last_words_not_torchruns_traceback() -> None:
+    """torchrun's own traceback (only "a worker failed") is dropped from a pod's tail; the worker's abort message
+    before it and the root-cause box after it stay."""
+    from recipekit.validate.dryrun.cluster.pods import without_launcher_traceback
+
+    agent = ["Traceback (most recent call last):"] + [f'  File "torch/distributed/run.py", line {i}' for i in range(40)]
+    lines = [
+        "step 8/8",
+        "terminate called after throwing an instance of 'gloo::IoException'",
+        *agent,
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
+        "  exitcode  : -6 (pid: 31076)  (SIGABRT)",
+    ]
+    kept = without_launcher_traceback(lines)
+    assert kept[-4:] == [lines[0], lines[1], lines[-2], lines[-1]] and len(kept) == 4
+    assert without_launcher_traceback(lines[:2]) == lines[:2]  # nothing of torchrun's: unchanged

@@ -138,7 +138,23 @@ class Pod:
             return ""
         # Progress bars rewrite one line with carriage returns: keep only what a terminal would show last.
         cleaned = [line.rsplit("\r", 1)[-1] for line in text.splitlines()]
-        return "\n".join(cleaned[-lines:])
+        return "\n".join(without_launcher_traceback(cleaned)[-lines:])
+
+
+#: The line that ends torchrun's own traceback when a worker failed; its box with the root cause follows.
+_LAUNCHER_FAILED = "torch.distributed.elastic.multiprocessing.errors.ChildFailedError"
+
+
+def without_launcher_traceback(lines: list[str]) -> list[str]:
+    """``lines`` less torchrun's traceback through its own agent, which says only that a worker failed and is long
+    enough to push the worker's last words (``terminate called ...``, its own traceback) out of a log's tail. The
+    root-cause box after it (rank, exit code, signal) stays."""
+    ends = [i for i, line in enumerate(lines) if line.startswith(_LAUNCHER_FAILED)]
+    if not ends:
+        return lines
+    end = ends[-1]
+    starts = [i for i in range(end) if lines[i].startswith("Traceback (most recent call last):")]
+    return lines if not starts else lines[: starts[-1]] + lines[end:]
 
 
 class PodSet:
