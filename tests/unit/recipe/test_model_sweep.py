@@ -36,6 +36,7 @@ class Swept:
     config: Any
     exact: int
     depth: int
+    modules: int  # the decoder modules the full depth builds (a module may hold two of the config's layers)
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +67,8 @@ def decoder_only_text_architectures() -> dict[str, Swept]:
         except Exception:  # a default config that does not build on meta is outside the sweep
             continue
         exact = sum({id(p): p.numel() for p in model.parameters()}.values())
-        kept[model_type] = Swept(config, exact, shrink.depth_keeping_every_kind(shrink.layer_kinds(model)))
+        kinds = shrink.layer_kinds(model)
+        kept[model_type] = Swept(config, exact, shrink.depth_keeping_every_kind(kinds), len(kinds))
     return kept
 
 
@@ -164,7 +166,7 @@ def test_the_plan_s_flops_are_the_counter_s_for_every_imported_architecture(
     base = resolve(["model=tiny_qwen3", "mode=sft"], analysis_only=True).recipe
     found, imported = FlopsSweep(), 0
     for model_type, arch in swept.items():
-        small = shrink.cut_depth(arch.config, arch.depth)
+        small = shrink.cut_depth(arch.config, arch.depth, modules=arch.modules)
         result, out = _import(tmp_path / model_type, small)
         if result.exit_code:  # a config whose per-layer settings the cut does not follow (full depth: minutes)
             with pytest.MonkeyPatch.context() as patch:  # imported at full depth? counts only, as the sweep above

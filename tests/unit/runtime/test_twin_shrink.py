@@ -99,6 +99,32 @@ def test_per_layer_lists_are_cut_with_the_depth() -> None:
     assert cut.num_hidden_layers == 2 and cut.mlp_only_layers == [0]
 
 
+def test_per_layer_overrides_are_cut_with_the_depth() -> None:
+    """transformers' per_layer_config (Gemma 4's wider global layers) keeps the overrides of the layers kept."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.for_model("gemma4_text")
+    cut = cut_depth(config, 6)
+    assert cut.num_hidden_layers == 6 and [int(i) for i in cut.to_dict()["per_layer_config"]] == [5]
+    with torch.device("meta"):
+        assert len(AutoModelForCausalLM.from_config(cut).model.layers) == 6
+
+
+def test_a_module_holding_two_of_the_configs_layers_is_cut_in_modules() -> None:
+    """LongCat-Flash builds one module per two of num_hidden_layers: one module kept is two layers, not zero."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.for_model("longcat_flash")
+    with torch.device("meta"):
+        modules = len(AutoModelForCausalLM.from_config(config).model.layers)
+    assert config.num_hidden_layers == 2 * modules
+    cut = cut_depth(config, 1, modules=modules)
+    with torch.device("meta"):
+        assert len(AutoModelForCausalLM.from_config(cut).model.layers) == 1
+
+
 def distinct_modeling_modules() -> dict[str, str]:
     """One decoder-only text architecture per modeling module of the pinned transformers (model_type by module)."""
     import transformers

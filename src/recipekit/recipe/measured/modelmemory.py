@@ -85,7 +85,7 @@ def measure(
     kinds = kinds if kinds is not None else full_depth_kinds(config)
     numbers: dict[str, Any] = {"measured_by": "tracker_per_layer_kind"}
     short, long = sequences
-    with fake_model(cut_depth(config, CutDepth.depth(kinds))) as model:
+    with fake_model(cut_depth(config, CutDepth.depth(kinds), modules=len(kinds))) as model:
         cut = CutDepth.of(model, kinds)
         for checkpointing, prefix in ((False, ""), (True, "checkpointed_")):
             shapes = ((1, short), (2, short), (1, long))

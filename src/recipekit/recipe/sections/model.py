@@ -296,13 +296,14 @@ class ModelSpec(Section):
 #: Bounds of ``model.config``, a transformers config as JSON data: a real config.json has a few dozen keys, a few
 #: levels deep (rope scaling, a per-layer list of a few hundred entries).
 CONFIG_MAX_DEPTH, CONFIG_MAX_ITEMS = 6, 20_000
-_CONFIG_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,127}")
+#: A key is an identifier, or a layer index (transformers' ``per_layer_config`` is keyed by them: ``"05"``).
+_CONFIG_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,127}|[0-9]{1,6}")
 
 
 def config_problems(config: dict[str, Any]) -> list[str]:
-    """What makes ``config`` no JSON config a model can be built from: keys that are not identifiers, values that
-    are not JSON (strings one line, numbers finite), nesting deeper than :data:`CONFIG_MAX_DEPTH` or more than
-    :data:`CONFIG_MAX_ITEMS` values. At most the first three."""
+    """What makes ``config`` no JSON config a model can be built from: keys that are neither identifiers nor layer
+    indices, values that are not JSON (strings one line, numbers finite), nesting deeper than :data:`CONFIG_MAX_DEPTH`
+    or more than :data:`CONFIG_MAX_ITEMS` values. At most the first three."""
     problems: list[str] = []
     stack: list[tuple[str, Any, int]] = [(key, value, 1) for key, value in config.items()]
     seen = 0
@@ -315,7 +316,7 @@ def config_problems(config: dict[str, Any]) -> list[str]:
         if isinstance(value, dict):
             bad = next((k for k in value if not (isinstance(k, str) and _CONFIG_KEY.fullmatch(k))), None)
             if bad is not None:
-                problems.append(f"{where}: key {str(bad)[:40]!r} is not an identifier")
+                problems.append(f"{where}: key {str(bad)[:40]!r} is not an identifier or a layer index")
             stack += [(f"{where}.{k}", v, depth + 1) for k, v in value.items()]
         elif isinstance(value, list):
             stack += [(f"{where}[{i}]", v, depth + 1) for i, v in enumerate(value)]
@@ -325,7 +326,7 @@ def config_problems(config: dict[str, Any]) -> list[str]:
             )
     bad_top = next((k for k in config if not (isinstance(k, str) and _CONFIG_KEY.fullmatch(k))), None)
     if bad_top is not None:
-        problems.append(f"key {str(bad_top)[:40]!r} is not an identifier")
+        problems.append(f"key {str(bad_top)[:40]!r} is not an identifier or a layer index")
     return problems[:3]
 
 

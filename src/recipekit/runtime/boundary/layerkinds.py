@@ -55,17 +55,33 @@ def depth_keeping_every_kind(kinds: list[LayerKind], times: int = 1) -> int:
     return max(1, len(kinds))
 
 
-def cut_depth(config: Any, depth: int) -> Any:
-    """``config`` with ``depth`` layers; every per-layer list cut to it, layer indices beyond it dropped."""
+def cut_depth(config: Any, depth: int, modules: int = 0) -> Any:
+    """``config`` with its first ``depth`` decoder modules; every per-layer list, index list and per-layer override
+    (transformers' ``per_layer_config``) cut to them, layer indices beyond them dropped.
+
+    ``modules`` is how many decoder modules the full config builds. Where that differs from ``num_hidden_layers``
+    (a module holding two of the config's layers, as LongCat-Flash's does), the config's count is cut in its own
+    units, so that ``depth`` modules are still built.
+    """
     small = copy.deepcopy(config)
     layers = int(getattr(small, "num_hidden_layers", 0) or 0)
-    for key, value in small.to_dict().items():
+    per_module = layers // modules if modules and layers and layers % modules == 0 else 1
+    keep = depth * per_module
+    as_dict = small.to_dict()
+    for key, value in as_dict.items():
         if not isinstance(value, list) or key.endswith("_token_id"):
             continue
         if layers and len(value) == layers:
-            setattr(small, key, value[:depth])
+            setattr(small, key, value[:keep])
         elif key.endswith("_layers") and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
-            setattr(small, key, [v for v in value if v < depth])
+            setattr(small, key, [v for v in value if v < keep])
+    overrides = as_dict.get("per_layer_config")
+    if isinstance(overrides, dict) and overrides:
+        small.per_layer_config = None  # checked against the depth it is set at: set again below, after the cut
     if layers:
-        small.num_hidden_layers = depth
+        small.num_hidden_layers = keep
+    if isinstance(overrides, dict) and overrides:
+        kept = {index: value for index, value in overrides.items() if int(index) < keep}
+        if kept:
+            small.per_layer_config = kept
     return small

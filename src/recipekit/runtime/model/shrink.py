@@ -132,7 +132,8 @@ def twin_config(config: Any, vocab_size: int) -> Any:
             model = AutoModelForCausalLM.from_config(small)
     except Exception as exc:  # transformers raises many kinds for a config it cannot build
         raise ShrinkProblem(f"the shrunk {config.model_type} config does not build ({_one_line(exc)})") from None
-    return cut_depth(small, depth_keeping_every_kind(layer_kinds(model)))
+    kinds = layer_kinds(model)
+    return cut_depth(small, depth_keeping_every_kind(kinds), modules=len(kinds))
 
 
 def _one_line(exc: BaseException) -> str:
