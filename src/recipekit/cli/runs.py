@@ -12,6 +12,8 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import shutil
+import textwrap
 from pathlib import Path
 
 import click
@@ -56,6 +58,16 @@ def _output_dir(given: Path) -> Path:
     return found if found is not None else given
 
 
+def _say(line: str) -> None:
+    """``line`` broken between words at the terminal's width (80 columns when piped), its continuation lines indented
+    under its text: a reason read from the volume is long, and a terminal would break it mid-word."""
+    indent = " " * (len(line) - len(line.lstrip(" ")) + 3)
+    width = max(40, shutil.get_terminal_size((80, 24)).columns)
+    click.echo(
+        textwrap.fill(line, width=width, subsequent_indent=indent, break_on_hyphens=False, break_long_words=False)
+    )
+
+
 @runs_group.command("history")
 @click.argument("output_dir", type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print the history as one JSON document.")
@@ -98,14 +110,14 @@ def history_command(output_dir: Path, as_json: bool) -> None:
     click.echo(f"{output_dir}: {len(attempts)} start(s), {figures['restarts']} recovery(ies)")
     for i, r in enumerate(found, 1):
         mttr = mttr_text(r.mttr_s) if r.mttr_s is not None else "not recovered yet (no step since the restart)"
-        click.echo(
+        _say(
             f"  {i}. interrupted after step {r.interrupted_step} ({_when(r.interrupted_time)} UTC); restarted "
             f"{_when(r.restart_time)}; resumed at step {r.resume_step}; first step {r.first_step or '-'} at "
             f"{_when(r.first_step_time)}; steps lost {r.steps_lost}; MTTR {mttr}"
         )
         if i <= len(ended) and ended[i - 1]["why"]:
-            click.echo(f"     ended: {ended[i - 1]['why']}")
+            _say(f"     ended: {ended[i - 1]['why']}")
     if attempts and attempts[-1]["why"] and not any(r.get("event") == "done" for r in records):
-        click.echo(f"  the last attempt ended: {attempts[-1]['why']}")
+        _say(f"  the last attempt ended: {attempts[-1]['why']}")
     if figures["mttr_s"] is not None:
         click.echo(f"MTTR {mttr_text(figures['mttr_s'])} (mean of {len(found)}); steps lost {figures['steps_lost']}")

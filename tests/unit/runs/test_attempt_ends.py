@@ -98,10 +98,13 @@ def test_runs_history_says_why_each_attempt_ended(tmp_path: Path) -> None:
     start(tmp_path, 200.0, interrupted={"step": 6, "time": 149.0})
     metricslog.append_record(tmp_path / recovery.RECOVERY_FILE, {"event": "first_step", "step": 5, "time": 230.0})
     end(tmp_path, 0, exitcodes.EXIT_STALLED, 300.0)
-    text = CliRunner().invoke(main, ["runs", "history", str(tmp_path)]).output
-    assert "interrupted after step 6" in text
-    assert "     ended: rank(s) 1 left no record: killed outright" in text and "; then rank 0 (pod 0, host " in text
-    assert "the last attempt ended: rank 0" in text and "exit 4 stalled" in text and "RestartJob" in text
+    text = CliRunner().invoke(main, ["runs", "history", str(tmp_path)], env={"COLUMNS": "80"}).output
+    flat = " ".join(text.split())
+    assert "interrupted after step 6" in flat and "\n     ended: rank(s) 1 left no record" in text
+    assert "ended: rank(s) 1 left no record: killed outright" in flat and "; then rank 0 (pod 0, host " in flat
+    assert "the last attempt ended: rank 0" in flat and "exit 4 stalled" in flat and "RestartJob" in flat
+    # broken between words at 80 columns, continuation lines indented under the text
+    assert max(len(line) for line in text.splitlines()[1:]) <= 80 and "\n        " in text  # 1st: the path
     data = json.loads(CliRunner().invoke(main, ["runs", "history", str(tmp_path), "--json"]).output)
     assert "rank(s) 1 left no record" in data["recoveries"][0]["ended"]
     assert [a["world_size"] for a in data["attempts"]] == [2, 2] and data["attempts"][1]["ends"][0]["code"] == 4
