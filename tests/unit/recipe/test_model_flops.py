@@ -95,6 +95,33 @@ def test_the_stored_form_solves_the_three_measured_lengths_exactly() -> None:
     assert measured.train_per_sequence == 0  # attention and matmuls only: nothing once a sequence
 
 
+SMALL = {"hidden_size": 128, "intermediate_size": 256, "num_attention_heads": 4, "num_key_value_heads": 2}
+DEEPER = {
+    # a dense first layer, then MoE layers
+    "qwen3_moe": {**SMALL, "num_hidden_layers": 6, "mlp_only_layers": [0], "moe_intermediate_size": 64},
+    # five sliding-window layers, then a global one, twice
+    "gemma3_text": {**SMALL, "num_hidden_layers": 12, "head_dim": 32},
+    # linear-attention and full-attention layers, MoE throughout
+    "qwen3_next": {**SMALL, "num_hidden_layers": 8, "moe_intermediate_size": 64, "head_dim": 32},
+}
+
+
+@pytest.mark.parametrize("model_type", sorted(DEEPER))
+def test_counting_the_first_layer_of_each_kind_is_counting_every_layer(model_type: str, monkeypatch) -> None:
+    """The import runs the counter over the fewest first layers that hold every kind and counts each further layer
+    as its kind's first (DepthCut): the same numbers as the counter over the full depth, to the FLOP."""
+    from transformers import AutoConfig
+
+    from recipekit.recipe.modelimport import meta_model
+
+    model = meta_model(AutoConfig.for_model(model_type, vocab_size=512, **DEEPER[model_type]))
+    cut = modelflops.DepthCut.of(model)
+    assert cut is not None and len(cut.model.model.layers) < len(model.model.layers)
+    by_kind = modelflops.measure(model)
+    monkeypatch.setattr(modelflops.DepthCut, "of", classmethod(lambda cls, _model: None))
+    assert by_kind == modelflops.measure(model)
+
+
 def test_a_convolution_s_padding_is_counted_once_a_sequence() -> None:
     """A state-space layer's causal convolution pads each sequence, so its count per token falls with S: two lengths
     gave a negative attention term (the import refused it and fell back to arithmetic); three solve it exactly, at

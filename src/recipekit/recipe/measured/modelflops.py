@@ -29,6 +29,7 @@ from typing import Any
 
 from recipekit.recipe.schema import validate
 from recipekit.recipe.sections import FlopsSpec
+from recipekit.runtime.boundary.layerkinds import cut_depth, decoder_layers_path, depth_keeping_every_kind, layer_kinds
 
 #: The shortest chunk the import's lengths are multiples of (transformers' torch chunked gated delta rules chunk by 64).
 CHUNK = 64
@@ -64,13 +65,64 @@ def sequences(config: Any) -> tuple[int, int, int]:
 
 def measure(model: Any, lengths: tuple[int, int, int] | None = None) -> FlopsSpec:
     """The counter's FLOPs per token of ``model`` (a causal LM on the meta device), solved from three lengths
-    (:func:`sequences` of its config unless given)."""
-    samples = [sample(model, seq_len) for seq_len in lengths or sequences(model.config)]
+    (:func:`sequences` of its config unless given).
+
+    The counter runs over the fewest first layers that hold every kind of layer (:class:`DepthCut`), and each layer
+    beyond them counts what the counter counted for the first layer of its kind: a 61-layer model costs the counter
+    4 layers, and nothing is estimated (a layer's FLOPs depend on its kind, not on its depth)."""
+    lengths = lengths or sequences(model.config)
+    cut = DepthCut.of(model)
+    if cut is None:
+        samples = [sample(model, seq_len) for seq_len in lengths]
+    else:
+        samples = [cut.sample(seq_len) for seq_len in lengths]
     numbers: dict[str, Any] = {"counted_by": "counter"}
     for kind in ("train", "frozen", "recompute"):
         terms = _solve([(s.seq_len, getattr(s, kind)) for s in samples])
         numbers[f"{kind}_per_sequence"], numbers[kind], numbers[f"{kind}_per_position"] = terms
     return validate(FlopsSpec, numbers, root="model.flops")
+
+
+@dataclass(frozen=True)
+class DepthCut:
+    """``model`` cut to the fewest first layers that hold every kind its depth has, and how many more layers of each
+    kind the full depth has (``extra``: the cut's first layer of that kind by its counter name → how many more)."""
+
+    model: Any
+    extra: dict[str, int]
+
+    @classmethod
+    def of(cls, model: Any) -> DepthCut | None:
+        """The cut of ``model``, or None where the full depth is no longer (or the cut config does not build as the
+        same first layers)."""
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        kinds = layer_kinds(model)
+        depth = depth_keeping_every_kind(kinds)
+        if not kinds or depth >= len(kinds):
+            return None
+        try:
+            with torch.device("meta"):
+                cut = AutoModelForCausalLM.from_config(
+                    cut_depth(model.config, depth, modules=len(kinds)), experts_implementation="batched_mm"
+                )
+        except Exception:  # a config whose per-layer settings the cut does not follow: count the full depth
+            return None
+        if layer_kinds(cut) != kinds[:depth]:
+            return None
+        path = f"{type(cut).__name__}.{decoder_layers_path(cut)}"
+        first = {kind: f"{path}.{kinds.index(kind)}" for kind in set(kinds)}
+        return cls(cut, {first[kind]: kinds.count(kind) - kinds[:depth].count(kind) for kind in first})
+
+    def sample(self, seq_len: int) -> Sample:
+        """The full depth's :class:`Sample`: the cut's, plus each further layer counted as its kind's first."""
+        whole, layers = _without_cache_on_failure(_sample_by_layer, self.model, seq_len)
+        more = {kind: sum(getattr(layers[name], kind) * n for name, n in self.extra.items()) for kind in _KINDS}
+        return Sample(seq_len, **{kind: getattr(whole, kind) + more[kind] for kind in _KINDS})
+
+
+_KINDS = ("train", "frozen", "recompute")
 
 
 def _solve(points: list[tuple[int, int]]) -> tuple[int, int, int]:
@@ -89,16 +141,21 @@ def sample(model: Any, seq_len: int) -> Sample:
 
     One forward pass serves both backward passes: first the gradients of the embedding output alone (autograd then
     skips every weight gradient: the frozen base of a LoRA run, as PEFT runs it under checkpointing, which makes the
-    embedding output require grad), then the full backward pass of full training. A model that cannot make its
-    decoding cache runs without one (training never decodes)."""
+    embedding output require grad), then the full backward pass of full training."""
+    return _without_cache_on_failure(_sample, model, seq_len)
+
+
+def _without_cache_on_failure(count: Any, model: Any, seq_len: int) -> Any:
+    """``count(model, seq_len)``; a model that cannot make its decoding cache runs without one (training never
+    decodes)."""
     try:
-        return _sample(model, seq_len)
+        return count(model, seq_len)
     except Exception:  # a hybrid whose decoding cache holds no attention layer (Bamba) fails to make one: train without
         if not getattr(model.config, "use_cache", False):
             raise
     model.config.use_cache = False
     try:
-        return _sample(model, seq_len)
+        return count(model, seq_len)
     finally:
         model.config.use_cache = True
 
@@ -129,6 +186,36 @@ def _sample(model: Any, seq_len: int) -> Sample:
         frozen=ahead + frozen.get_total_flops(),
         recompute=_layers_forward(model, forward),
     )
+
+
+def _sample_by_layer(model: Any, seq_len: int) -> tuple[Sample, dict[str, Sample]]:
+    """:func:`_sample`'s counts, and each decoder layer's own (by the counter's module name).
+
+    The counter gives a module the backward FLOPs of its forward only when one counter saw both; so here each count
+    has its own forward pass: forward alone (the recomputation), forward and the embedding output's gradients
+    (frozen), forward and the full backward pass (train)."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    model.train()
+    ids = torch.zeros((1, seq_len), dtype=torch.long, device="meta")
+    forward, frozen, train = (FlopCounterMode(display=False) for _ in range(3))
+    with forward:
+        model(input_ids=ids, labels=ids)
+    embedded: list[Any] = []
+    hook = model.get_input_embeddings().register_forward_hook(lambda _m, _i, out: embedded.append(out))
+    try:
+        with frozen:
+            torch.autograd.grad(model(input_ids=ids, labels=ids).loss, embedded)
+    finally:
+        hook.remove()
+    with train:
+        model(input_ids=ids, labels=ids).loss.backward()
+    model.zero_grad(set_to_none=True)
+    counts = [{name: sum(ops.values()) for name, ops in c.get_flop_counts().items()} for c in (train, frozen, forward)]
+    whole = Sample(seq_len, train.get_total_flops(), frozen.get_total_flops(), _layers_forward(model, forward))
+    names = set().union(*counts)
+    return whole, {name: Sample(seq_len, *(c.get(name, 0) for c in counts)) for name in names}
 
 
 def _layers_forward(model: Any, counter: Any) -> int:
