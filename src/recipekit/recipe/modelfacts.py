@@ -68,6 +68,20 @@ def experts_of(model: Any, config: Any) -> list[Experts]:
     return found
 
 
+def uneven_experts(model: Any) -> list[str]:
+    """Experts modules whose fused tensors disagree on how many experts they hold (LongCat-Flash's 768 gate/up
+    slices beside 512 down slices: experts without weights, chosen by the router like the others), one line each.
+    A token's active parameters then depend on where it is routed: no fixed active count exists."""
+    uneven = []
+    for name, module in model.named_modules():
+        if name.rsplit(".", 1)[-1] != "experts" and not type(module).__name__.endswith("Experts"):
+            continue
+        firsts = {n: int(p.shape[0]) for n, p in module.named_parameters(recurse=False) if p.dim() == 3}
+        if len(set(firsts.values())) > 1:
+            uneven.append(f"{name} ({', '.join(f'{n} {count}' for n, count in firsts.items())})")
+    return uneven
+
+
 def _expert_count(module: Any) -> int:
     """How many experts ``module`` holds: a list of expert MLPs, or fused tensors with one slice per expert."""
     import torch

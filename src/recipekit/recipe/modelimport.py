@@ -345,6 +345,12 @@ def import_config(path: Path) -> Imported:
         raise ImportProblem(str(exc)) from None
     config, raw = decoder.config, decoder.raw
     model = meta_model(config)
+    uneven = modelfacts.uneven_experts(model)
+    if uneven:
+        raise ImportProblem(
+            f"{path}: the expert tensors of {uneven[0]} disagree on the expert count: some experts have no "
+            "weights, so a token's active parameters depend on its routing and no fixed active count exists"
+        )
     unrouted = [group.name for group in modelfacts.experts_of(model, config) if not group.top_k]
     if unrouted:
         raise ImportProblem(

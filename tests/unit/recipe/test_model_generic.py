@@ -81,3 +81,18 @@ def test_experts_without_a_top_k_are_refused_in_one_line(tmp_path: Path) -> None
     raw = {**TINY_DEEPSEEK_V3, "model_type": "deepseek_v2", "num_experts_per_tok": None}
     code, _, output = imported(tmp_path, raw)
     assert code == 2 and "top-k" in output and len(output.strip().splitlines()) == 1, output
+
+
+def test_experts_without_weights_are_refused_for_want_of_a_fixed_active_count() -> None:
+    """Fused expert tensors that disagree on the expert count (LongCat-Flash's zero-computation experts) make a
+    token's active parameters depend on its routing: named, so the import can refuse."""
+    from recipekit.recipe import modelfacts
+
+    class Experts(torch.nn.Module):
+        def __init__(self, gate_up: int, down: int) -> None:
+            super().__init__()
+            self.gate_up_proj = torch.nn.Parameter(torch.empty(gate_up, 4, 8))
+            self.down_proj = torch.nn.Parameter(torch.empty(down, 8, 4))
+
+    model = torch.nn.ModuleDict({"even": torch.nn.ModuleDict({"experts": Experts(6, 6)}), "zero": Experts(6, 4)})
+    assert modelfacts.uneven_experts(model) == ["zero (gate_up_proj 6, down_proj 4)"]
