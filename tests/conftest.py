@@ -28,3 +28,14 @@ def documents_of(resolved: Resolved) -> Documents:
     """The bundle documents `recipekit build` would render for ``resolved`` (after the estimate and operations)."""
     recipe, plan = resolved.recipe, resolved.plan
     return make_documents(recipe, plan, operations(recipe, plan, memory.estimate(recipe, plan)))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The files that hold slow tests run first, each file's tests in their order.
+
+    xdist hands whole files to its two workers in collection order (``--dist loadfile``); a dry-run file or the model
+    sweep handed out last would leave one worker running it alone for minutes, while the many quick files at the end
+    of the order let the two finish together.
+    """
+    slow = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow)
