@@ -32,6 +32,7 @@ from recipekit.recipe.measured import modelflops, modelmemory
 from recipekit.recipe.schema import validate
 from recipekit.recipe.sections import MAX_DIM, FlopsSpec, ModelSpec, ParamCountsSpec
 from recipekit.runtime.boundary import jsonfile
+from recipekit.runtime.boundary.configfloats import tag_floats
 from recipekit.runtime.boundary.layerkinds import decoder_layers, layer_kinds
 
 CONFIG_NAME = "config.json"
@@ -295,8 +296,9 @@ NOT_ARCHITECTURE = (
 
 def architecture_config(raw: dict[str, Any]) -> dict[str, Any]:
     """The config.json's keys that describe the architecture, in their order: what the runtime builds a random-weight
-    model from (the dry run's generic twin is shrunk from it) without the checkpoint's own config.json."""
-    return {key: value for key, value in raw.items() if key not in NOT_ARCHITECTURE}
+    model from (the dry run's generic twin is shrunk from it) without the checkpoint's own config.json. A bare
+    ``Infinity`` (older transformers wrote them) is stored as transformers' tagged object, as JSON must be."""
+    return {key: tag_floats(value) for key, value in raw.items() if key not in NOT_ARCHITECTURE}
 
 
 def _whole(value: Any) -> int:

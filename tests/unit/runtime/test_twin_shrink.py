@@ -4,6 +4,7 @@ modules come from the module tree."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -244,6 +245,26 @@ def test_whole_heads_under_tp_and_the_written_twin(tmp_path: Path) -> None:
     full.write_text('{"model_type": "no_such_architecture"}', encoding="utf-8")
     with pytest.raises(ShrinkProblem, match="does not know the architecture"):
         write_twin(full, tmp_path / "none", VOCAB, 1)
+
+
+def test_an_infinite_limit_is_stored_as_json_and_built_as_a_float() -> None:
+    """Mamba-2's time_step_limit (0, inf): `model import` stores it as transformers' tagged object (the bundle's JSON
+    stays JSON) and the runtime untags it before it builds the config (transformers' from_dict keeps the object)."""
+    import math
+
+    from transformers import CONFIG_MAPPING
+
+    from recipekit.recipe.modelimport import architecture_config
+    from recipekit.runtime.boundary.configfloats import untag_floats
+
+    stored = architecture_config({"model_type": "mamba2", "time_step_limit": [0.0, math.inf]})
+    assert stored["time_step_limit"] == [0.0, {"__float__": "Infinity"}]
+    assert json.loads(json.dumps(stored, allow_nan=False)) == stored
+    assert untag_floats({"a": [{"__float__": "-Infinity"}, {"__float__": "x"}]}) == {
+        "a": [-math.inf, {"__float__": "x"}]
+    }
+    built = CONFIG_MAPPING["mamba2"].from_dict({k: v for k, v in untag_floats(stored).items() if k != "model_type"})
+    assert tuple(built.time_step_limit) == (0.0, math.inf)
 
 
 def test_lora_defaults_adapt_every_projection_of_a_deepseek_v3_twin_but_no_router() -> None:

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ..boundary.configfloats import untag_floats
 from ..boundary.layerkinds import cut_depth, depth_keeping_every_kind, layer_kinds
 
 #: The twin's sizes: what every width, head count and expert count of the architecture's config comes down to.
@@ -241,7 +242,7 @@ def write_twin(config_path: Path, destination: Path, vocab_size: int, tp: int) -
     if family not in CONFIG_MAPPING:
         raise ShrinkProblem(f"the transformers here does not know the architecture {family!r}")
     try:
-        config = CONFIG_MAPPING[family].from_dict({k: v for k, v in raw.items() if k != "model_type"})
+        config = CONFIG_MAPPING[family].from_dict({k: v for k, v in untag_floats(raw).items() if k != "model_type"})
     except Exception as exc:  # noqa: BLE001 - transformers raises many kinds for a config it cannot read
         raise ShrinkProblem(f"transformers cannot read the architecture config ({_one_line(exc)})") from None
     small = whole_heads(twin_config(config, vocab_size), tp)

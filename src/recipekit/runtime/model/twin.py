@@ -18,6 +18,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
 from ..boundary.common import log0
+from ..boundary.configfloats import untag_floats
 from ..boundary.recipeview import ModelView
 from ..data.chat import CHAT_TEMPLATE, ROLES, SPECIAL_TOKENS, conversations
 from ..data.samples import WINDOW
@@ -139,7 +140,7 @@ def config_from_mapping(spec: ModelView, tokenizer: Any = None) -> Any:
     (at least its tokens; its bos/eos/pad ids) and the router's loss as the recipe sets it."""
     from transformers import CONFIG_MAPPING
 
-    values = {key: value for key, value in (spec.config or {}).items() if key != "model_type"}
+    values = {key: value for key, value in untag_floats(spec.config or {}).items() if key != "model_type"}
     values["use_cache"] = False
     if tokenizer is not None:
         values["vocab_size"] = max(spec.vocab_size, len(tokenizer))
