@@ -101,13 +101,20 @@ def main(argv: list[str] | None = None) -> int:
     # the pod's other workers and Volcano restart the job.
 
 
-def exit_now(code: int) -> None:
-    """End the process with ``code`` without the interpreter's finalization.
+def in_process_group() -> bool:
+    """Whether this process still belongs to a torch.distributed group (never imported: it never joined one)."""
+    dist = sys.modules.get("torch.distributed")
+    return dist is not None and dist.is_available() and dist.is_initialized()
 
-    Everything the run writes is written and closed by now, and the process group is left. What finalization would
-    still do is free the objects DeepSpeed and the Trainer keep: communicator work items holding tensors, whose
-    release needs the GIL while the interpreter is being torn down. Now and then that aborts the process (SIGABRT,
-    seen on a finished ZeRO-3 rank under load), and a finished run becomes a failed pod that Volcano restarts.
+
+def exit_now(code: int) -> None:
+    """End the process with ``code`` without the interpreter's finalization, once the process group is left.
+
+    Everything the run writes is written and closed by now, and every rank has left the group at the same point.
+    What finalization would still do is free the objects DeepSpeed and the Trainer keep: communicator work items
+    holding tensors, whose release needs the GIL while the interpreter is being torn down. Now and then that aborts
+    the process (SIGABRT, seen on a finished ZeRO-3 rank under load), and a finished run becomes a failed pod that
+    Volcano restarts.
     """
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
@@ -122,4 +129,9 @@ if __name__ == "__main__":
     code = main()
     exitcodes.record_exit(code)  # torchrun exits 1 whatever this code is: the launcher reads it from here
     attemptends.record_end(code)  # and why this attempt ended stays in the run's directory (runs history)
-    exit_now(code)
+    if not in_process_group():
+        exit_now(code)
+    # A rank that failed on its own keeps its group (leaving it is collective) and exits through finalization as it
+    # always has: the policy dry runs show its pod is then the first to fail, the failure the Job's exitCode policies
+    # act on. Ended at once, a peer's broken collective failed first (exit 1, RestartJob instead of TerminateJob).
+    sys.exit(code)

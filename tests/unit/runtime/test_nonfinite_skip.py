@@ -78,8 +78,8 @@ def test_the_skip_is_recorded_the_resume_reads_it_and_runs_history_says_so(tmp_p
     later.started(4, "checkpoint-4", 2)
     assert recovery.read(tmp_path)[-1]["skipped_steps"] == [6]
     text = CliRunner().invoke(main, ["runs", "history", str(tmp_path)]).output
-    assert "exit 5 nonfinite after step 5" in text
-    assert "the Job: RestartJob (ops.nonfinite_loss: skip), the resume skips step 6's batch" in text
+    assert "exit 5 nonfinite after step 5" in " ".join(text.split())
+    assert "the Job: RestartJob (ops.nonfinite_loss: skip), the resume skips step 6's batch" in " ".join(text.split())
 
 
 def test_a_nonfinite_end_without_a_restart_says_the_job_ended_with_the_batch_kept(tmp_path: Path) -> None:
