@@ -53,8 +53,7 @@ def experts_of(model: Any, config: Any) -> list[Experts]:
     found: list[Experts] = []
     modules = dict(model.named_modules())
     for name, module in modules.items():
-        leaf = name.rsplit(".", 1)[-1]
-        if leaf != "experts" and not type(module).__name__.endswith("Experts"):
+        if not _holds_experts(name, module):
             continue
         if any(name.startswith(other.name + ".") for other in found):
             continue
@@ -74,12 +73,17 @@ def uneven_experts(model: Any) -> list[str]:
     A token's active parameters then depend on where it is routed: no fixed active count exists."""
     uneven = []
     for name, module in model.named_modules():
-        if name.rsplit(".", 1)[-1] != "experts" and not type(module).__name__.endswith("Experts"):
+        if not _holds_experts(name, module):
             continue
         firsts = {n: int(p.shape[0]) for n, p in module.named_parameters(recurse=False) if p.dim() == 3}
         if len(set(firsts.values())) > 1:
             uneven.append(f"{name} ({', '.join(f'{n} {count}' for n, count in firsts.items())})")
     return uneven
+
+
+def _holds_experts(name: str, module: Any) -> bool:
+    """Whether the module called ``name`` is an experts module: named ``experts``, or of a class named so."""
+    return name.rsplit(".", 1)[-1] == "experts" or type(module).__name__.endswith("Experts")
 
 
 def _expert_count(module: Any) -> int:
