@@ -126,6 +126,60 @@ def test_a_module_holding_two_of_the_configs_layers_is_cut_in_modules() -> None:
         assert len(AutoModelForCausalLM.from_config(cut).model.layers) == 1
 
 
+def test_a_state_space_twin_splits_its_inner_width_into_its_heads(tmp_path: Path) -> None:
+    """Mamba-2 splits expand × width into heads × head width: the twin's heads are as many as that holds."""
+    from transformers import AutoConfig
+
+    config = AutoConfig.for_model("mamba2")
+    twin = twin_config(config, VOCAB)
+    assert twin.num_heads * twin.head_dim == twin.expand * twin.hidden_size
+    assert train_save_reload(twin, tmp_path / "twin") > 0
+    falcon = twin_config(AutoConfig.for_model("falcon_h1"), VOCAB)  # an inner width the config names
+    assert falcon.mamba_d_ssm == falcon.mamba_n_heads * falcon.mamba_d_head
+
+
+def test_a_wider_layer_s_override_stays_wider_in_the_twin(tmp_path: Path) -> None:
+    """Gemma 4's global layers have heads twice as wide (per_layer_config): so do the twin's, and the override is
+    written out (the config class sets its own where none is given: a reload would build other shapes)."""
+    from transformers import AutoConfig
+
+    twin = twin_config(AutoConfig.for_model("gemma4_text"), VOCAB)
+    overrides = twin.to_dict()["per_layer_config"]
+    assert [value["head_dim"] for value in overrides.values()] == [2 * global_head_dim(twin)]
+    assert train_save_reload(twin, tmp_path / "twin") > 0
+
+
+def global_head_dim(config: Any) -> int:
+    """The head width of a heterogeneous config's layers without an override (read with the overrides set aside)."""
+    import copy
+
+    flat = copy.deepcopy(config)
+    flat.per_layer_config = None
+    return flat.head_dim
+
+
+def test_layer_counts_follow_the_cut_depth() -> None:
+    """Sections that add up to the depth still do (Dory's input, recurrent and output layers); the last layers that
+    share another's key-value cache are a share of the twin's depth (Gemma 3n), and a twin has two layers at least
+    (RWKV's per-layer schedule divides by the depth less one)."""
+    from transformers import AutoConfig
+
+    dory = twin_config(AutoConfig.for_model("dory"), VOCAB)
+    assert dory.n_input_layers + dory.n_recurrent_layers + dory.n_output_layers == dory.num_hidden_layers
+    assert min(dory.n_input_layers, dory.n_recurrent_layers, dory.n_output_layers) >= 1
+    gemma3n = twin_config(AutoConfig.for_model("gemma3n_text"), VOCAB)
+    assert 0 < gemma3n.num_kv_shared_layers < gemma3n.num_hidden_layers
+    assert twin_config(AutoConfig.for_model("rwkv"), VOCAB).num_hidden_layers == 2
+
+
+def test_a_twin_keeps_every_kind_twice_where_once_does_not_build() -> None:
+    """Zamba ties the shared attention block of its first hybrid layer to the others': its twin has two."""
+    from transformers import AutoConfig
+
+    twin = twin_config(AutoConfig.for_model("zamba"), VOCAB)
+    assert twin.layers_block_type.count("hybrid") == 2
+
+
 def distinct_modeling_modules() -> dict[str, str]:
     """One decoder-only text architecture per modeling module of the pinned transformers (model_type by module)."""
     import transformers
@@ -179,7 +233,7 @@ def test_one_twin_per_modeling_module_trains_a_step_on_cpu(tmp_path: Path) -> No
     print(f"\ntiny twins: {len(trained)} of {len(trained) + len(failed)} modeling modules train a step ({rate:.0%})")
     for model_type, why in sorted(failed.items()):
         print(f"no twin {model_type}: {why}")
-    assert rate >= 0.8, sorted(failed)
+    assert rate >= 0.95, sorted(failed)
 
 
 def test_moe_blocks_are_found_after_zero3_partitioned_their_experts() -> None:

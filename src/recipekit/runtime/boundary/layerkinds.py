@@ -55,6 +55,18 @@ def depth_keeping_every_kind(kinds: list[LayerKind], times: int = 1) -> int:
     return max(1, len(kinds))
 
 
+def _attribute(config: Any, key: str) -> Any:
+    """``config.key``; None for an attribute a heterogeneous config refuses to read globally."""
+    try:
+        return getattr(config, key, None)
+    except Exception:  # noqa: BLE001 - transformers' AmbiguousGlobalPerLayerAttributeError
+        return None
+
+
+#: Other names configs give their depth, each set on its own (not an alias transformers maps to the first).
+DEPTH_ALIASES = ("num_blocks", "n_layer", "n_layers", "num_layers")
+
+
 def cut_depth(config: Any, depth: int, modules: int = 0) -> Any:
     """``config`` with its first ``depth`` decoder modules; every per-layer list, index list and per-layer override
     (transformers' ``per_layer_config``) cut to them, layer indices beyond them dropped.
@@ -68,7 +80,8 @@ def cut_depth(config: Any, depth: int, modules: int = 0) -> Any:
     per_module = layers // modules if modules and layers and layers % modules == 0 else 1
     keep = depth * per_module
     as_dict = small.to_dict()
-    for key, value in as_dict.items():
+    for key in as_dict:
+        value = _attribute(small, key)  # the config's own, not as serialized (Dory writes each layer as two)
         if not isinstance(value, list) or key.endswith("_token_id"):
             continue
         if layers and len(value) == layers:
@@ -80,6 +93,9 @@ def cut_depth(config: Any, depth: int, modules: int = 0) -> Any:
         small.per_layer_config = None  # checked against the depth it is set at: set again below, after the cut
     if layers:
         small.num_hidden_layers = keep
+        for alias in DEPTH_ALIASES:  # a second name for the depth, not tied to the first (xLSTM's blocks)
+            if _attribute(small, alias) == layers:
+                setattr(small, alias, keep)
     if isinstance(overrides, dict) and overrides:
         kept = {index: value for index, value in overrides.items() if int(index) < keep}
         if kept:

@@ -25,11 +25,12 @@ WIDTH, HEADS, HEAD_DIM, FFN, EXPERT_FFN, EXPERTS, TOP_K, RANK = 64, 4, 16, 128, 
 #: A sliding-window layer's window in the twin: shorter than a dry run's sequences (128 tokens), so the window masks.
 WINDOW = 32
 #: Config keys by what they count (transformers' names across architectures; a key an architecture lacks is skipped).
-WIDTH_KEYS = ("hidden_size", "d_model", "n_embd", "embed_dim", "hidden_dim")
+WIDTH_KEYS = ("hidden_size", "d_model", "n_embd", "embed_dim", "hidden_dim", "embedding_dim")
 HEAD_KEYS = ("num_attention_heads", "n_head", "n_heads", "num_heads")
 KV_HEAD_KEYS = ("num_key_value_heads", "num_kv_heads", "n_kv_heads", "multi_query_group_num")
 HEAD_DIM_KEYS = (
     "head_dim",
+    "d_head",
     "v_head_dim",
     "attention_head_dim",
     "kv_channels",
@@ -47,12 +48,30 @@ RANK_KEYS = (
     "ssm_state_size",
     "mamba_d_state",
     "mamba_d_head",
+    "mamba_headdim",
     "d_state",
+    "hidden_size_per_layer_input",
 )
 EXPERT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts", "num_routed_experts")
 TOP_K_KEYS = ("num_experts_per_tok", "num_experts_per_token", "moe_topk", "moe_k", "top_k")
-GROUP_KEYS = ("n_group", "topk_group", "n_shared_experts", "num_shared_experts", "moe_num_shared_experts")
-LINEAR_HEAD_KEYS = ("linear_num_key_heads", "linear_num_value_heads", "mamba_n_heads", "ssm_num_heads")
+GROUP_KEYS = (
+    "n_group",
+    "topk_group",
+    "n_shared_experts",
+    "num_shared_experts",
+    "moe_num_shared_experts",
+    "n_groups",
+    "mamba_n_groups",
+    "mamba_ngroups",
+)
+LINEAR_HEAD_KEYS = ("linear_num_key_heads", "linear_num_value_heads", "mamba_n_heads", "ssm_num_heads", "n_mamba_heads")
+#: A state-space layer's inner width, split into heads: (heads, head width, expansion of the model's width, the inner
+#: width where the config names it). Heads × head width is the inner width; the twin keeps it so.
+STATE_SPACE_KEYS = (
+    ("num_heads", "head_dim", "expand", ""),
+    ("mamba_n_heads", "mamba_d_head", "mamba_expand", "mamba_d_ssm"),
+    ("n_mamba_heads", "mamba_headdim", "mamba_expand", ""),
+)
 
 
 class ShrinkProblem(Exception):
@@ -75,7 +94,8 @@ def _shrink_head_dims(config: Any) -> None:
     """Every per-head width divided by one factor, so ``head_dim`` becomes :data:`HEAD_DIM` (heads × head_dim is
     the twin's width, as in most architectures): the widths that are equal or add up (MLA's query-key head is its
     no-rope part plus its rope part; a rotary width equal to the head's) stay so."""
-    keys = [k for k in HEAD_DIM_KEYS + ROPE_DIM_KEYS if isinstance(getattr(config, k, None), int)]
+    named = dict.fromkeys(_named(config, HEAD_DIM_KEYS) + ROPE_DIM_KEYS)
+    keys = [k for k in named if isinstance(getattr(config, k, None), int)]
     widths = [getattr(config, k) for k in keys if getattr(config, k) > 0]
     if not widths:
         return
@@ -88,22 +108,57 @@ def _shrink_head_dims(config: Any) -> None:
 
 
 def _ffn_keys(config: Any) -> list[str]:
-    """Every MLP width of the config: ``*intermediate_size``, ``*ffn_dim``, ``*ffn_hidden_size``, ``n_inner``."""
+    """Every MLP width of the config: ``*intermediate_size``, ``*ffn_dim``, ``*ffn_hidden_size``, ``n_inner``,
+    ``d_inner``, ``*mlp_dim``."""
     return [
         key
         for key in config.to_dict()
-        if key.endswith(("intermediate_size", "ffn_dim", "ffn_hidden_size", "n_inner", "mlp_dim"))
+        if key.endswith(("intermediate_size", "ffn_dim", "ffn_hidden_size", "n_inner", "d_inner", "mlp_dim"))
     ]
 
 
 def shrink_widths(config: Any, vocab_size: int) -> Any:
-    """A copy of ``config`` with every width, head and expert count made tiny, depth untouched."""
+    """A copy of ``config`` with every width, head and expert count made tiny, depth untouched. Per-layer
+    overrides (transformers' ``per_layer_config``: Gemma 4's wider global layers) are shrunk too
+    (:func:`_shrink_override`)."""
+    overrides = config.to_dict().get("per_layer_config") or {}
+    flat = copy.deepcopy(config)
+    if overrides:
+        flat.per_layer_config = None  # the global values, readable again
+    small = _shrink_flat(flat, vocab_size)
+    shrunk = {index: _shrink_override(values, flat, small, vocab_size) for index, values in overrides.items()}
+    if shrunk:  # kept even where equal to the global value: a config class may set its own overrides when none are
+        small.per_layer_config = shrunk
+    return small
+
+
+def _shrink_override(values: dict[str, Any], flat: Any, small: Any, vocab_size: int) -> dict[str, Any]:
+    """One layer's overrides shrunk: a whole number the global value holds keeps its ratio to it (a global layer's
+    head twice as wide stays twice as wide); any other value as the layer's config whole shrinks."""
+    layer = copy.deepcopy(flat)
+    for key, value in values.items():
+        setattr(layer, key, value)
+    layer = _shrink_flat(layer, vocab_size)
+    shrunk = {}
+    for key, value in values.items():
+        before, after = getattr(flat, key, None), getattr(small, key, None)
+        numbers = (value, before, after)
+        if all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in numbers):
+            shrunk[key] = max(1, round(value * after / before))
+        else:
+            shrunk[key] = getattr(layer, key)
+    return shrunk
+
+
+def _shrink_flat(config: Any, vocab_size: int) -> Any:
+    """:func:`shrink_widths` of a config with no per-layer overrides."""
     small = copy.deepcopy(config)
     heads = next((getattr(small, k) for k in HEAD_KEYS if isinstance(getattr(small, k, None), int)), HEADS)
     kv = next((getattr(small, k) for k in KV_HEAD_KEYS if isinstance(getattr(small, k, None), int)), heads)
     _set(small, WIDTH_KEYS, WIDTH)
-    _set(small, HEAD_KEYS, HEADS)
-    _set(small, KV_HEAD_KEYS, HEADS if kv >= heads else 1 if kv == 1 else HEADS // 2)
+    _scale_width_multiples(config, small)
+    _set(small, _named(small, HEAD_KEYS), HEADS)
+    _set(small, _named(small, KV_HEAD_KEYS), HEADS if kv >= heads else 1 if kv == 1 else HEADS // 2)
     _shrink_head_dims(small)
     _set(small, RANK_KEYS, RANK)
     _set(small, LINEAR_HEAD_KEYS, HEADS)
@@ -113,6 +168,8 @@ def shrink_widths(config: Any, vocab_size: int) -> Any:
     _set(small, TOP_K_KEYS, TOP_K)
     _set(small, GROUP_KEYS, 1)
     _set(small, ("sliding_window",), WINDOW)
+    _keep_state_space_widths(config, small)
+    _set(small, _named(small, ("vocab_size",)), vocab_size)  # an unpadded vocabulary too (Inkling's)
     small.vocab_size = vocab_size
     for key in ("pad_token_id", "bos_token_id", "eos_token_id"):
         value = getattr(small, key, None)
@@ -122,19 +179,106 @@ def shrink_widths(config: Any, vocab_size: int) -> Any:
     return small
 
 
+def _named(config: Any, names: tuple[str, ...]) -> tuple[str, ...]:
+    """The config's keys that are one of ``names`` or hold one as a word (a sliding-window layer's own
+    ``swa_num_attention_heads``, an ``unpadded_vocab_size``, Gemma's ``vocab_size_per_layer_input``)."""
+    ends, starts = tuple(f"_{n}" for n in names), tuple(f"{n}_" for n in names)
+    return tuple(key for key in config.to_dict() if key in names or key.endswith(ends) or key.startswith(starts))
+
+
+def _scale_width_multiples(config: Any, small: Any) -> None:
+    """Another module's width named as a whole multiple of the model's (Zamba 2's attention over the hidden state
+    and the embedding side by side: twice the width) stays that multiple of the twin's width."""
+    width = _width(config)
+    for key, value in config.to_dict().items():
+        if key.endswith("hidden_size") and key not in WIDTH_KEYS and isinstance(value, int) and value > 0:
+            if width and value % width == 0:
+                setattr(small, key, value // width * WIDTH)
+
+
+def _keep_state_space_widths(config: Any, small: Any) -> None:
+    """A state-space layer splits its inner width (the config's, or the model's width times the expansion) into
+    heads of a head width: where ``config``'s heads × head width was its inner width, ``small``'s are too (the
+    shrunk inner width named, else as many heads as the shrunk width's expansion holds)."""
+    for heads, head_width, expand, inner in STATE_SPACE_KEYS:
+        numbers = [getattr(config, key, None) for key in (heads, head_width, expand)]
+        if not all(isinstance(n, int | float) and not isinstance(n, bool) and n > 0 for n in numbers):
+            continue
+        count, width, factor = (float(n) for n in numbers)  # type: ignore[arg-type]  # checked just above
+        named = getattr(config, inner, None) if inner else None
+        if isinstance(named, int) and named == count * width:
+            setattr(small, inner, getattr(small, heads) * getattr(small, head_width))
+        elif count * width == factor * _width(config):
+            setattr(small, heads, max(1, int(factor * _width(small)) // getattr(small, head_width)))
+
+
+def _width(config: Any) -> int:
+    """The model's width (0 where the config names none of :data:`WIDTH_KEYS`)."""
+    return next((getattr(config, key) for key in WIDTH_KEYS if isinstance(getattr(config, key, None), int)), 0)
+
+
 def twin_config(config: Any, vocab_size: int) -> Any:
-    """The tiny twin's config of ``config``: widths shrunk, depth cut to the shortest run keeping every layer kind."""
+    """The tiny twin's config of ``config``: widths shrunk, depth cut to the shortest run keeping every layer kind
+    (two layers at least: a layer's input from another layer, schedules over the depth such as RWKV's defined);
+    where that does not build, to the shortest keeping every kind twice (Zamba ties its shared attention block of
+    one hybrid layer to the others: it needs two)."""
+    small = shrink_widths(config, vocab_size)
+    kinds = layer_kinds(_meta_model(small, config.model_type))
+    problem = ""
+    for times in (1, 2):
+        depth = max(depth_keeping_every_kind(kinds, times=times), min(2, len(kinds)))
+        twin = _cut_layer_counts(cut_depth(small, depth, modules=len(kinds)), small, depth)
+        try:
+            _meta_model(twin, config.model_type)
+        except ShrinkProblem as exc:
+            problem = str(exc)
+            continue
+        return twin
+    raise ShrinkProblem(problem)
+
+
+def _meta_model(config: Any, model_type: str) -> Any:
     import torch
     from transformers import AutoModelForCausalLM
 
-    small = shrink_widths(config, vocab_size)
     try:
         with torch.device("meta"):
-            model = AutoModelForCausalLM.from_config(small)
+            return AutoModelForCausalLM.from_config(config)
     except Exception as exc:  # transformers raises many kinds for a config it cannot build
-        raise ShrinkProblem(f"the shrunk {config.model_type} config does not build ({_one_line(exc)})") from None
-    kinds = layer_kinds(model)
-    return cut_depth(small, depth_keeping_every_kind(kinds), modules=len(kinds))
+        raise ShrinkProblem(f"the shrunk {model_type} config does not build ({_one_line(exc)})") from None
+
+
+def _cut_layer_counts(twin: Any, full: Any, depth: int) -> Any:
+    """Counts of layers other than the depth, in proportion to the cut depth: the last layers that share another's
+    state (Gemma 3n's ``num_kv_shared_layers``) where the cut depth could not hold them, so the twin keeps layers
+    that share and layers that are shared; sections that add up to the depth (Dory's input, recurrent and output
+    layers), so they still do."""
+    layers = int(getattr(full, "num_hidden_layers", 0) or 0)
+    counts = _layer_counts(full)
+    if len(counts) > 1 and sum(counts.values()) == layers and depth >= len(counts):
+        parts = {key: max(1, value * depth // layers) for key, value in counts.items()}
+        largest = max(parts, key=lambda key: parts[key])
+        parts[largest] += depth - sum(parts.values())
+        for key, value in parts.items():
+            setattr(twin, key, value)
+        return twin
+    for key, value in counts.items():
+        if depth <= value < layers:
+            setattr(twin, key, max(1, round(value * depth / layers)))
+    return twin
+
+
+def _layer_counts(config: Any) -> dict[str, int]:
+    """The config's counts of layers (``num_*_layers``, ``n_*_layers``) other than its depth."""
+    counts = {}
+    for key in config.to_dict():
+        value = getattr(config, key, None)
+        named = (
+            key.startswith(("num_", "n_")) and key.endswith("_layers") and key not in ("num_hidden_layers", "n_layers")
+        )
+        if named and isinstance(value, int) and not isinstance(value, bool):
+            counts[key] = value
+    return counts
 
 
 def _one_line(exc: BaseException) -> str:
