@@ -364,6 +364,8 @@ def exit_codes_page() -> str:
 # ------------------------------------------------------------------------------------------------------- models
 #: The sequence length the models page quotes training FLOPs per token at.
 FLOPS_AT = 4096
+#: How the models page marks the FLOPs an option's ``flops.counted_by`` says were not counted on the meta device.
+_COUNTED_BY_MARK = {"counter": "", "counter_cpu": " (CPU)", "analytic": " (analytic)"}
 
 
 def models_page() -> str:
@@ -395,7 +397,7 @@ def models_page() -> str:
                 str(model.intermediate_size),
                 str(model.vocab_size),
                 "yes" if model.tie_word_embeddings else "no",
-                f"{flops.train_at(FLOPS_AT) / 1e9:.3g}" + ("" if flops.counted_by == "counter" else " (analytic)"),
+                f"{flops.train_at(FLOPS_AT) / 1e9:.3g}" + _COUNTED_BY_MARK[flops.counted_by],
                 model.min_transformers,
             ]
         )
@@ -408,8 +410,9 @@ def models_page() -> str:
             "The model options of `recipes/model/`. Parameters are counted from the architecture numbers "
             f"(`{count_params.__module__}`), as the planner counts them; no checkpoint is read. The training FLOPs "
             f"per token (forward + backward, no recomputation) at {FLOPS_AT} tokens a sequence are torch's FLOP "
-            "counter's, measured by `recipekit model import` (the option's `flops`; *analytic* where a module cannot "
-            "run on the meta device). *active*: the parameters one token uses (MoE). *min transformers*: the release "
+            "counter's, measured by `recipekit model import` (the option's `flops`; *CPU*: counted on the CPU with "
+            "real tensors where a module cannot run on the meta device; *analytic* where neither counts it). "
+            "*active*: the parameters one token uses (MoE). *min transformers*: the release "
             "that first shipped the architecture (`min_transformers`); `build` refuses an image pinning an older "
             "one.\n\n",
             _table(head, rows),

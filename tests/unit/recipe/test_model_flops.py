@@ -51,27 +51,29 @@ def _counter_per_token(name: str, seq_len: int) -> float:
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config, experts_implementation="batched_mm")
     ids = torch.zeros((1, seq_len), dtype=torch.long, device="meta")
-    with FlopCounterMode(display=False) as counter:
+    with modelflops.counting(model), FlopCounterMode(display=False) as counter:
         model(input_ids=ids, labels=ids).loss.backward()
     return counter.get_total_flops() / seq_len
 
 
-#: Catalog models a module of which cannot run on the meta device (a Tensor.item() in InternLM3's dynamic rope and in
-#: ERNIE 4.5's causal-mask set-up): their options say the FLOPs are the analytic count with the counter's convention.
-ANALYTIC = {"internlm3_8b", "ernie4.5_21b_a3b"}
+#: Catalog models a module of which cannot run on the meta device (a Tensor.item() in InternLM3's dynamic rope): their
+#: options say the counter counted them on the CPU, with real tensors (too large at full depth for the check below:
+#: test_the_analytic_count_is_the_counter_s_convention checks InternLM3's). None is counted analytically.
+ON_CPU = {"internlm3_8b"}
 
 
-def test_only_models_that_cannot_run_on_meta_are_counted_analytically() -> None:
+def test_only_models_that_cannot_run_on_meta_are_counted_on_the_cpu() -> None:
     counted = {name: option(name).flops.counted_by for name in group_options("model")}  # type: ignore[union-attr]
-    assert {name for name, by in counted.items() if by != "counter"} == ANALYTIC
-    assert {counted[name] for name in ANALYTIC} == {"analytic"}
+    assert {name for name, by in counted.items() if by != "counter"} == ON_CPU
+    assert {counted[name] for name in ON_CPU} == {"counter_cpu"}
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", sorted(set(group_options("model")) - ANALYTIC))
+@pytest.mark.parametrize("name", sorted(set(group_options("model")) - ON_CPU))
 def test_the_plan_s_flops_per_token_are_the_counter_s(name: str) -> None:
     """Every catalog model, full training, at two sequence lengths: the plan's FLOPs per token (what the bundle's
-    MFU divides by) within 2% of torch's FLOP counter over the real module."""
+    MFU divides by) within 2% of torch's FLOP counter over the real module (ERNIE 4.5 trains without a decoding
+    cache: on meta, transformers' packed-sequence check is answered, modelflops.counting)."""
     assert option(name).flops is not None and option(name).flops.counted_by == "counter"  # type: ignore[union-attr]
     for seq_len in CHECKED_LENGTHS:
         planned = _plan_flops(f"model={name}", "mode=sft", f"data.max_len={seq_len}").model_per_token
@@ -142,6 +144,86 @@ def test_a_convolution_s_padding_is_counted_once_a_sequence() -> None:
     assert measured.recompute_at(320) * 320 == pytest.approx(fifth.recompute, rel=1e-12)
 
 
+#: Tiny models that train without a decoding cache, so that on meta transformers checks them for packed sequences:
+#: a Llama and a Bamba (Mamba-2 layers and an attention layer; its chunked scan on either device).
+NO_CACHE = {
+    "llama": {**SMALL, "num_hidden_layers": 2},
+    "bamba": {
+        **SMALL,
+        "num_hidden_layers": 2,
+        "attn_layer_indices": [1],
+        "mamba_n_heads": 8,
+        "mamba_d_head": 32,
+        "mamba_d_state": 16,
+        "mamba_chunk_size": 64,
+    },
+}
+
+
+@pytest.mark.parametrize("model_type", sorted(NO_CACHE))
+def test_the_cpu_counts_what_the_meta_device_counts(model_type: str) -> None:
+    """Where a module cannot run on meta the import counts on the CPU, so both devices must count alike
+    (modelflops.counting): on the CPU attention through the math backend (the counter counts nothing for the CPU's
+    flash kernel), on meta transformers' packed-sequence check answered for the one unpacked sequence fed (without
+    the answer, meta cannot run a model that trains without a cache). To the FLOP, train, frozen and recompute."""
+    from transformers import AutoConfig
+
+    from recipekit.recipe.modelimport import meta_model
+
+    config = AutoConfig.for_model(model_type, vocab_size=512, use_cache=False, **NO_CACHE[model_type])
+    meta = meta_model(config)
+    with pytest.raises(RuntimeError, match="item"):
+        modelflops.sample(meta, 64)
+    with modelflops.counting(meta):
+        on_meta = modelflops.sample(meta, 64)
+    real = modelflops.on_cpu(meta)
+    assert real.device.type == "cpu" and real.dtype == torch.float32
+    with modelflops.counting(real):
+        assert modelflops.sample(real, 64) == on_meta
+
+
+#: A tiny XLNet: its relative positions are a tensor made on the CPU, so the meta device cannot run it.
+TINY_XLNET = {"vocab_size": 512, "d_model": 64, "n_layer": 2, "n_head": 4, "d_head": 16, "d_inner": 128}
+
+
+def test_a_model_the_meta_device_cannot_run_is_counted_on_the_cpu() -> None:
+    """The same counter over the same model built on the CPU with real tensors: the option says counter_cpu, and the
+    stored form gives a further length's count."""
+    from transformers import AutoConfig
+
+    from recipekit.recipe.modelimport import meta_model
+
+    model = meta_model(AutoConfig.for_model("xlnet", **TINY_XLNET))
+    measured = modelflops.measure(model)
+    assert measured.counted_by == "counter_cpu"
+    real = modelflops.on_cpu(model)
+    with modelflops.counting(real):
+        fifth = modelflops.sample(real, 320)
+    assert measured.train_at(320) * 320 == pytest.approx(fifth.train, rel=1e-12)
+    assert measured.frozen_at(320) * 320 == pytest.approx(fifth.frozen, rel=1e-12)
+    assert measured.recompute_at(320) * 320 == pytest.approx(fifth.recompute, rel=1e-12)
+
+
+def test_a_model_too_large_for_the_cpu_is_counted_analytically(tmp_path: Path, monkeypatch) -> None:
+    """Past CPU_PARAM_BYTES the import builds nothing on the CPU: measure refuses, and the import writes the
+    analytic count (counted_by: analytic)."""
+    from click.testing import CliRunner
+    from transformers import AutoConfig
+
+    from recipekit.cli import main
+    from recipekit.recipe.modelimport import meta_model
+
+    monkeypatch.setattr(modelflops, "CPU_PARAM_BYTES", 1024)
+    config = AutoConfig.for_model("xlnet", **TINY_XLNET)
+    with pytest.raises(modelflops.TooLargeForCpu):
+        modelflops.measure(meta_model(config))
+    (tmp_path / "config.json").write_text(json.dumps(config.to_dict()))
+    out = tmp_path / "option.yaml"
+    result = CliRunner().invoke(main, ["model", "import", str(tmp_path), "-o", str(out), "--name", "tiny"])
+    assert result.exit_code == 0, result.output
+    assert yaml.safe_load(out.read_text())["flops"]["counted_by"] == "analytic"
+
+
 def test_the_lengths_are_multiples_of_the_largest_chunk_the_config_names() -> None:
     """Mamba-2's SSD pads a sequence to a whole chunk: measured at multiples of it, nothing is padded."""
     from transformers import Mamba2Config
@@ -156,7 +238,7 @@ def _config(name: str):
     return AutoConfig.for_model(**json.loads((CONFIGS / name / "config.json").read_text()))
 
 
-@pytest.mark.parametrize("name", ["qwen3_0.6b", "qwen3_30b_a3b", "llama3.1_8b", "glm4_9b"])
+@pytest.mark.parametrize("name", ["qwen3_0.6b", "qwen3_30b_a3b", "llama3.1_8b", "glm4_9b", "internlm3_8b"])
 def test_the_analytic_count_is_the_counter_s_convention(name: str) -> None:
     """An option without measured FLOPs (hand-written, a twin reshaped for TP) is counted from its numbers in the
     counter's convention: within 1% of what the counter measured for the catalog option."""

@@ -1,7 +1,8 @@
 """Every decoder-only text architecture the pinned transformers ships: `recipekit model import` gives transformers'
 exact parameter count, or refuses in one line with the reason. Never a wrong count. And for every one that imports,
-the plan's FLOPs per token are torch's FLOP counter's over the real module, and an MoE model's active count leaves
-out exactly the routed experts a token does not use.
+the plan's FLOPs per token are torch's FLOP counter's over the real module (on the meta device, or on the CPU with
+real tensors where a module cannot run on meta), and an MoE model's active count leaves out exactly the routed experts
+a token does not use.
 
 The architectures come from transformers' own causal-LM mapping (not a hand list); kept are those that are neither
 encoder-decoder, encoder-only (masked LM) nor multimodal (sub-configs), and whose default config
@@ -130,20 +131,24 @@ TOLERANCE, FLOOR = 0.02, 0.9
 
 @dataclass
 class FlopsSweep:
-    """What the FLOPs sweep found: each checked architecture's worst ratio and why any other was not checked."""
+    """What the FLOPs sweep found: each checked architecture's worst ratio, which were checked on the CPU, how each
+    was imported where not by the counter on meta, and why any other was not checked."""
 
     ratios: dict[str, float] = dataclasses.field(default_factory=dict)
     not_checked: dict[str, str] = dataclasses.field(default_factory=dict)
     moe: list[str] = dataclasses.field(default_factory=list)
-    analytic: list[str] = dataclasses.field(default_factory=list)
+    counted_by: dict[str, list[str]] = dataclasses.field(default_factory=dict)  # counter_cpu / analytic → types
+    on_cpu: list[str] = dataclasses.field(default_factory=list)  # checked by the counter on the CPU
 
     def summary(self, imported: int) -> str:
         worst = max(self.ratios.items(), key=lambda item: abs(item[1] - 1), default=("none", 1.0))
+        cpu, analytic = self.counted_by.get("counter_cpu", []), self.counted_by.get("analytic", [])
         lines = [
             f"\nFLOPs: {len(self.ratios)} of {imported} imported architectures (depth-reduced) checked against the "
-            f"counter at {CHECKED_MULTIPLES[0]}× and {CHECKED_MULTIPLES[1]}× the import's unit; worst ratio "
-            f"{worst[1]:.4f} ({worst[0]}); {len(self.analytic)} imported by the analytic count "
-            f"({', '.join(self.analytic) or 'none'}); {len(self.moe)} MoE with the active count checked"
+            f"counter at {CHECKED_MULTIPLES[0]}× and {CHECKED_MULTIPLES[1]}× the import's unit ({len(self.on_cpu)} on "
+            f"the CPU: {', '.join(self.on_cpu) or 'none'}); worst ratio {worst[1]:.4f} ({worst[0]}); "
+            f"{len(cpu)} imported by the counter on the CPU ({', '.join(cpu) or 'none'}), {len(analytic)} by the "
+            f"analytic count ({', '.join(analytic) or 'none'}); {len(self.moe)} MoE with the active count checked"
         ]
         lines += [f"not checked {model_type}: {why}" for model_type, why in sorted(self.not_checked.items())]
         return "\n".join(lines)
@@ -154,10 +159,12 @@ def test_the_plan_s_flops_are_the_counter_s_for_every_imported_architecture(
     swept: dict[str, Swept], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Each architecture at the fewest first layers that keep every layer kind (widths and the layer pattern kept:
-    the counts per token do not depend on depth beyond the kinds), imported with the counter (or its analytic count
-    where a module cannot run on meta), then the plan's FLOPs per token (recipe_flops, what MFU divides by) against an
-    independent FlopCounterMode pass over transformers' module at two lengths the import did not measure: within 2%.
-    An MoE model's active count is its total less the routed experts a token does not use."""
+    the counts per token do not depend on depth beyond the kinds), imported with the counter (on the CPU where a
+    module cannot run on meta; the analytic count where neither can), then the plan's FLOPs per token (recipe_flops,
+    what MFU divides by) against an independent FlopCounterMode pass over transformers' module at two lengths the
+    import did not measure: within 2%. That pass runs on the meta device, or on the CPU with real tensors (the same
+    depth-cut config built there) where a module cannot run on meta. An MoE model's active count is its total less the
+    routed experts a token does not use."""
     from recipekit.bundle.build import resolve
     from recipekit.plan.plan import recipe_flops
     from recipekit.runtime.model import shrink
@@ -181,21 +188,21 @@ def test_the_plan_s_flops_are_the_counter_s_for_every_imported_architecture(
         if _check_active(model, option):
             found.moe.append(model_type)
         assert option.flops is not None
-        if option.flops.counted_by == "analytic":
-            found.analytic.append(model_type)
-        unit = modelflops.sequences(small)[0]
+        if option.flops.counted_by != "counter":
+            found.counted_by.setdefault(option.flops.counted_by, []).append(model_type)
+        lengths = [m * modelflops.sequences(small)[0] for m in CHECKED_MULTIPLES]
         try:
-            counted = {m * unit: _counter_per_token(model, m * unit) for m in CHECKED_MULTIPLES}
-        except Exception as exc:  # a module the counter cannot run on meta: said in the summary
-            found.not_checked[model_type] = "the counter cannot run it on meta: " + " ".join(str(exc).split())[:160]
+            counted = _counted(model, small, lengths, found.on_cpu, model_type)
+        except Exception as exc:  # neither on meta nor on the CPU: said in the summary
+            found.not_checked[model_type] = "the counter cannot run it: " + " ".join(str(exc).split())[:160]
             continue
         ratios = [_planned(recipe_flops, base, option, seq_len) / per_token for seq_len, per_token in counted.items()]
         found.ratios[model_type] = max(ratios, key=lambda ratio: abs(ratio - 1))
     print(found.summary(imported))
     off = {model_type: round(ratio, 4) for model_type, ratio in found.ratios.items() if abs(ratio - 1) > TOLERANCE}
     assert not off, f"the plan's FLOPs per token are off the counter's by more than 2%: {off}"
-    # not checked: modules that cannot run on meta (data-dependent control flow) and configs whose depth cut
-    # (runtime.model.shrink.cut_depth) drops layers their per-layer settings still name
+    # not checked: configs whose depth cut (runtime.model.shrink.cut_depth) drops layers their per-layer settings
+    # still name, and any module that runs neither on meta nor on the CPU
     assert len(found.ratios) >= FLOOR * imported, f"only {len(found.ratios)} of {imported} checked"
     assert {"llama", "qwen3_moe", "mixtral", "deepseek_v3", "mamba", "qwen3_next"} <= set(found.ratios)
 
@@ -213,15 +220,45 @@ def _planned(recipe_flops: Any, base: Recipe, option: ModelSpec, seq_len: int) -
     return float(recipe_flops(recipe, "bf16").model_per_token)
 
 
+def _counted(model: Any, config: Any, lengths: list[int], on_cpu: list[str], model_type: str) -> dict[int, float]:
+    """The counter's FLOPs per token of the meta ``model`` at each length; where a module cannot run on meta, of
+    ``config`` built on the CPU with real tensors (``model_type`` then joins ``on_cpu``)."""
+    try:
+        return {seq_len: _counter_per_token(model, seq_len) for seq_len in lengths}
+    except Exception:  # a Tensor.item() on data, a tensor made on the CPU: real tensors, on the CPU
+        pass
+    params = sum({id(p): p.numel() for p in model.parameters()}.values())
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(1)  # other weights than the import's (seed 0): the counts must not depend on them
+        real = _cpu_model(config, params)
+        counted = {seq_len: _counter_per_token(real, seq_len) for seq_len in lengths}
+    on_cpu.append(model_type)
+    return counted
+
+
+def _cpu_model(config: Any, params: int) -> Any:
+    """The causal LM of ``config`` (``params`` parameters) on the CPU with real, random tensors: float32, or bfloat16
+    where float32 would pass the import's bound (modelflops.CPU_PARAM_BYTES; FLOP counts do not depend on the dtype)."""
+    from transformers import AutoModelForCausalLM
+
+    if 2 * params > modelflops.CPU_PARAM_BYTES:
+        raise RuntimeError(f"cannot run on meta, and {2 * params / 2**30:.1f} GiB in bfloat16 is too large for the CPU")
+    dtype = torch.float32 if 4 * params <= modelflops.CPU_PARAM_BYTES else torch.bfloat16
+    with torch.device("cpu"):
+        return AutoModelForCausalLM.from_config(config, experts_implementation="batched_mm", dtype=dtype)
+
+
 def _counter_per_token(model: Any, seq_len: int) -> float:
     """FlopCounterMode over one forward and backward pass of ``model`` at ``seq_len`` tokens, per token (a model
-    that cannot make its decoding cache runs without one)."""
+    that cannot make its decoding cache runs without one). modelflops.counting gives what the device needs: on meta
+    transformers' packed-sequence check answered for the one unpacked sequence fed, on the CPU attention through the
+    math backend (the counter counts nothing for the CPU's flash kernel); test_model_flops checks both agree."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    ids = torch.zeros((1, seq_len), dtype=torch.long, device="meta")
+    ids = torch.zeros((1, seq_len), dtype=torch.long, device=model.device)
     for cache in ({}, {"use_cache": False}):
         try:
-            with FlopCounterMode(display=False) as counter:
+            with modelflops.counting(model), FlopCounterMode(display=False) as counter:
                 model(input_ids=ids, labels=ids, **cache).loss.backward()
         except Exception:
             if cache:

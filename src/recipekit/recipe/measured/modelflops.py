@@ -1,4 +1,5 @@
-"""Training FLOPs per token, measured with torch's FLOP counter over the real transformers module on the meta device.
+"""Training FLOPs per token, measured with torch's FLOP counter over the real transformers module on the meta device
+(on the CPU with real tensors where a module cannot run on meta).
 
 recipekit has one FLOPs definition: what ``torch.utils.flop_counter.FlopCounterMode`` counts over one forward and
 backward pass of the model transformers builds. Every matmul counts (the output head too when it is tied to the
@@ -15,18 +16,27 @@ solves for the three terms exactly (:class:`~recipekit.recipe.sections.FlopsSpec
 recurrent reference scan loops over the positions, so a long sequence costs minutes. Chunked kernels (linear
 attention, Mamba-2's SSD) pad a sequence to a whole chunk, so the lengths are whole multiples of the largest chunk
 the config names (64 at least: transformers' torch chunked delta rules chunk by 64); at a multiple nothing is padded
-and every length that is one follows exactly. Where a module cannot run on the meta device, :func:`analytic` gives
-the same convention from the parameter counts, and the option says so.
+and every length that is one follows exactly.
+
+On the meta device, transformers' packed-sequence check, which reads position ids' values, is given its known answer
+for the one sequence the counter feeds (:func:`counting`). Where a module still cannot run there (a ``Tensor.item()``
+on data, a tensor made on the CPU), the same counter counts the same (depth-cut) model built on the CPU with real
+tensors, if it is small enough (:data:`CPU_PARAM_BYTES`); only where that fails too does :func:`analytic` give the
+same convention from the parameter counts. The option's ``counted_by`` says which: ``counter``, ``counter_cpu`` or
+``analytic``.
 torch is imported inside the functions that need it: the plan reads the stored numbers only.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Any
 
+from recipekit.recipe.measured.unpacked import unpacked_batches
 from recipekit.recipe.schema import validate
 from recipekit.recipe.sections import FlopsSpec
 from recipekit.runtime.boundary.layerkinds import cut_depth, decoder_layers_path, depth_keeping_every_kind, layer_kinds
@@ -39,6 +49,15 @@ _CHUNK_KEY = re.compile(r"(chunk_size|block_size)$")
 #: What the counter counts per matmul parameter per token: 2 forward; 2 more for the input gradient and 2 for the
 #: weight gradient in backward (the analytic count uses these; the counter finds them on its own).
 FORWARD_PER_PARAM, INPUT_GRAD_PER_PARAM, WEIGHT_GRAD_PER_PARAM = 2, 2, 2
+#: The largest model counted on the CPU where the meta device cannot run it, in parameter bytes. A training pass holds
+#: the weights, their gradients and a short sequence's activations, a little over twice this: about 9 GiB at the
+#: bound, what a workstation or a CI runner spares. Depth-cut models are small (every one the sweep counts on the CPU
+#: is under 2 GiB); a cut past the bound (one holding a huge MoE layer's every expert) is counted analytically.
+CPU_PARAM_BYTES = 4 * 2**30
+
+
+class TooLargeForCpu(Exception):
+    """A model the import does not build on the CPU to count: its parameters exceed :data:`CPU_PARAM_BYTES`."""
 
 
 @dataclass(frozen=True)
@@ -69,18 +88,76 @@ def measure(model: Any, lengths: tuple[int, int, int] | None = None) -> FlopsSpe
 
     The counter runs over the fewest first layers that hold every kind of layer (:class:`DepthCut`), and each layer
     beyond them counts what the counter counted for the first layer of its kind: a 61-layer model costs the counter
-    4 layers, and nothing is estimated (a layer's FLOPs depend on its kind, not on its depth)."""
+    4 layers, and nothing is estimated (a layer's FLOPs depend on its kind, not on its depth). Where a module cannot
+    run on the meta device, the same counting runs on the CPU (:func:`on_cpu`, ``counted_by: counter_cpu``); where
+    the model is too large for that (:class:`TooLargeForCpu`) or it fails there too, the exception reaches the caller,
+    which counts analytically."""
     lengths = lengths or sequences(model.config)
     cut = DepthCut.of(model)
-    if cut is None:
-        samples = [sample(model, seq_len) for seq_len in lengths]
-    else:
-        samples = [cut.sample(seq_len) for seq_len in lengths]
-    numbers: dict[str, Any] = {"counted_by": "counter"}
+    try:
+        samples, counted_by = _samples(model, cut, lengths), "counter"
+    except Exception:  # a module that cannot run on meta (Tensor.item(), a tensor made on the CPU)
+        samples, counted_by = _samples_on_cpu(model, cut, lengths), "counter_cpu"
+    numbers: dict[str, Any] = {"counted_by": counted_by}
     for kind in ("train", "frozen", "recompute"):
         terms = _solve([(s.seq_len, getattr(s, kind)) for s in samples])
         numbers[f"{kind}_per_sequence"], numbers[kind], numbers[f"{kind}_per_position"] = terms
     return validate(FlopsSpec, numbers, root="model.flops")
+
+
+def _samples(model: Any, cut: DepthCut | None, lengths: tuple[int, ...]) -> list[Sample]:
+    """The full depth's :class:`Sample` at each length: over ``cut`` where there is one, else over ``model``."""
+    with counting(model):
+        if cut is None:
+            return [sample(model, seq_len) for seq_len in lengths]
+        return [cut.sample(seq_len) for seq_len in lengths]
+
+
+def _samples_on_cpu(model: Any, cut: DepthCut | None, lengths: tuple[int, ...]) -> list[Sample]:
+    """:func:`_samples` with the counted model (the cut where there is one) built again on the CPU. The random
+    generator is forked and seeded: a data-dependent module (an MoE router) sees the same weights at every import."""
+    import torch
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        real = on_cpu(cut.model if cut is not None else model)
+        return _samples(real, replace(cut, model=real) if cut is not None else None, lengths)
+
+
+def on_cpu(model: Any) -> Any:
+    """``model`` (a causal LM on the meta device) built again on the CPU with real, randomly initialized tensors, for
+    the counter where the meta device cannot run a module of it; FLOP counts do not depend on the dtype. float32
+    where it fits in :data:`CPU_PARAM_BYTES` (every CPU kernel has it: XLNet adds float32 tensors of its own and
+    fails in bfloat16), bfloat16 up to it; :class:`TooLargeForCpu` beyond."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    params = sum({id(p): p.numel() for p in model.parameters()}.values())
+    fitting = [dtype for dtype in (torch.float32, torch.bfloat16) if params * dtype.itemsize <= CPU_PARAM_BYTES]
+    if not fitting:
+        raise TooLargeForCpu(
+            f"{params * 2 / 2**30:.1f} GiB of parameters in bfloat16, over {CPU_PARAM_BYTES / 2**30:g} GiB"
+        )
+    with torch.device("cpu"):
+        return AutoModelForCausalLM.from_config(model.config, experts_implementation="batched_mm", dtype=fitting[0])
+
+
+@contextmanager
+def counting(model: Any) -> Iterator[None]:
+    """What the counter's pass over ``model`` needs of its device, so that the meta device and the CPU count alike.
+
+    On the CPU, attention runs through the math backend of scaled dot-product attention: the counter has no FLOPs
+    formula for the CPU's flash kernel (``_scaled_dot_product_flash_attention_for_cpu``: it would count 0), and the
+    math backend runs the two S×S matmuls the meta device counts. On the meta device, transformers' check for packed
+    sequences is answered (:func:`.unpacked.unpacked_batches`)."""
+    if model.device.type == "meta":
+        with unpacked_batches():
+            yield
+        return
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    with sdpa_kernel(SDPBackend.MATH):
+        yield
 
 
 @dataclass(frozen=True)
@@ -167,7 +244,7 @@ def _sample(model: Any, seq_len: int) -> Sample:
     model.train()
     embedded: list[Any] = []
     hook = model.get_input_embeddings().register_forward_hook(lambda _m, _i, out: embedded.append(out))
-    ids = torch.zeros((1, seq_len), dtype=torch.long, device="meta")
+    ids = torch.zeros((1, seq_len), dtype=torch.long, device=model.device)
     forward, frozen, backward = (FlopCounterMode(display=False) for _ in range(3))
     try:
         with forward:
@@ -198,7 +275,7 @@ def _sample_by_layer(model: Any, seq_len: int) -> tuple[Sample, dict[str, Sample
     from torch.utils.flop_counter import FlopCounterMode
 
     model.train()
-    ids = torch.zeros((1, seq_len), dtype=torch.long, device="meta")
+    ids = torch.zeros((1, seq_len), dtype=torch.long, device=model.device)
     forward, frozen, train = (FlopCounterMode(display=False) for _ in range(3))
     with forward:
         model(input_ids=ids, labels=ids)
@@ -214,17 +291,24 @@ def _sample_by_layer(model: Any, seq_len: int) -> tuple[Sample, dict[str, Sample
     model.zero_grad(set_to_none=True)
     counts = [{name: sum(ops.values()) for name, ops in c.get_flop_counts().items()} for c in (train, frozen, forward)]
     whole = Sample(seq_len, train.get_total_flops(), frozen.get_total_flops(), _layers_forward(model, forward))
+    checkpointed = {f"{type(model).__name__}.{name}" for name in _checkpointed(model)}
+    recompute = {name: flops if name in checkpointed else 0 for name, flops in counts[2].items()}
     names = set().union(*counts)
-    return whole, {name: Sample(seq_len, *(c.get(name, 0) for c in counts)) for name in names}
+    return whole, {name: Sample(seq_len, *(c.get(name, 0) for c in (*counts[:2], recompute))) for name in names}
 
 
 def _layers_forward(model: Any, counter: Any) -> int:
     """The forward FLOPs of the modules transformers' gradient checkpointing wraps (its decoder layers)."""
+    per_module = {name.partition(".")[2]: sum(ops.values()) for name, ops in counter.get_flop_counts().items()}
+    return sum(per_module.get(name, 0) for name in _checkpointed(model))
+
+
+def _checkpointed(model: Any) -> list[str]:
+    """The names of the modules transformers' gradient checkpointing wraps: none where a model's layers are not
+    ``GradientCheckpointingLayer`` (XLNet's), whose recomputation is then 0 at every depth."""
     from transformers.modeling_layers import GradientCheckpointingLayer
 
-    per_module = {name.partition(".")[2]: sum(ops.values()) for name, ops in counter.get_flop_counts().items()}
-    layers = [name for name, module in model.named_modules() if isinstance(module, GradientCheckpointingLayer)]
-    return sum(per_module.get(name, 0) for name in layers)
+    return [name for name, module in model.named_modules() if isinstance(module, GradientCheckpointingLayer)]
 
 
 def analytic(*, matmul_params: int, head_params: int, layers: int, attention_width: int) -> FlopsSpec:

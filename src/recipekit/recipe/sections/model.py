@@ -77,9 +77,11 @@ class FlopsSpec(Section):
     Recomputation is kept apart: MFU counts ``train``, HFU adds ``recompute`` when activation checkpointing is on.
     """
 
-    counted_by: Literal["counter", "analytic"] = spec(
-        description="counter: measured with FlopCounterMode on the meta device; analytic: the same convention "
-        "computed from the module tree where a module cannot run on meta."
+    counted_by: Literal["counter", "counter_cpu", "analytic"] = spec(
+        description="counter: measured with FlopCounterMode on the meta device; counter_cpu: the same counter over "
+        "the model built on the CPU with real tensors, where a module cannot run on meta (a Tensor.item(), a tensor "
+        "made on the CPU); analytic: the same convention computed from the module tree where neither can count it "
+        "(a model too large to build on the CPU)."
     )
     train: int = spec(ge=0, le=MAX_FLOPS, description="Forward + backward, every weight training: FLOPs per token.")
     train_per_position: int = spec(ge=0, le=MAX_FLOPS, description="Its attention term: FLOPs per token per position.")
