@@ -58,6 +58,8 @@ FIRST_RELEASE = {
     "qwen3_next": "4.57.0",
     "qwen3_5": "5.2.0",
     "qwen3_5_moe": "5.2.0",
+    "qwen3_5_text": "5.2.0",  # the text model of a multimodal Qwen3.5 checkpoint, what the option records
+    "qwen3_5_moe_text": "5.2.0",
     "minicpm3": "5.8.0",
     "mistral": "4.34.0",
 }
@@ -370,11 +372,12 @@ def import_config(path: Path) -> Imported:
 
 
 def model_flops(model: Any, option: dict[str, Any], counts: ParamCountsSpec) -> FlopsSpec:
-    """The counter's FLOPs per token of the meta ``model``; where a module cannot run on meta, the same convention
-    counted from ``counts`` and the measured attention (the option's ``flops.counted_by`` says which)."""
+    """The counter's FLOPs per token of the meta ``model`` (on the CPU where a module cannot run on meta,
+    :func:`~recipekit.recipe.measured.modelflops.measure`); where neither counts it, the same convention counted from
+    ``counts`` and the measured attention (the option's ``flops.counted_by`` says which)."""
     try:
         return modelflops.measure(model)
-    except Exception:  # a module with data-dependent control flow or an op without a meta kernel
+    except Exception:  # a module that cannot run on meta, in a model too large for the CPU (or failing there too)
         pass
     head = model.get_output_embeddings()
     head_params = int(head.weight.numel()) if head is not None else 0

@@ -168,12 +168,13 @@ def real_runs(name: str) -> dict[tuple[int, int, bool], RealSample]:
 # ------------------------------------------------------------------------------------------------ the real bytes
 def real_sample(model: object, micro_batch: int, seq_len: int, *, checkpointing: bool) -> RealSample:
     """One real forward and backward of ``model``'s decoder, as :func:`modelmemory.sample` runs it under fake
-    tensors, with every allocation the CPU allocator makes recorded by the profiler."""
+    tensors (attention as a device runs it: :func:`modelmemory.device_attention`), with every allocation the CPU
+    allocator makes recorded by the profiler."""
     from torch.profiler import ProfilerActivity, profile, record_function
 
     modelmemory._set_checkpointing(model, checkpointing)
     width = model.get_input_embeddings().weight.shape[-1]
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+    with modelmemory.device_attention(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         embedded = torch.zeros((micro_batch, seq_len, width), dtype=torch.bfloat16, requires_grad=True)
         hidden = model.base_model(inputs_embeds=embedded, use_cache=False).last_hidden_state
         with record_function(BACKWARD):

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
+from recipekit.recipe.measured.unpacked import unpacked_batches
 from recipekit.recipe.schema import validate
 from recipekit.recipe.sections import ActivationsSpec
 from recipekit.runtime.boundary.layerkinds import (
@@ -180,23 +181,37 @@ def fake_model(config: Any) -> Iterator[Any]:
 
     config = copy.deepcopy(config)
     config._experts_implementation = None  # transformers' default: grouped_mm where the experts support it
-    with FakeTensorMode(allow_non_fake_inputs=True), _unpacked_batches():
+    with FakeTensorMode(allow_non_fake_inputs=True), unpacked_batches(), device_attention():
         model = AutoModelForCausalLM.from_config(config, trust_remote_code=False, dtype=torch.bfloat16)
         model.train()
         yield model
 
 
 @contextlib.contextmanager
-def _unpacked_batches() -> Iterator[None]:
-    """transformers' packed-sequence check answers "not packed", as it does on a device for an unpacked batch."""
-    from transformers import masking_utils
+def device_attention() -> Iterator[None]:
+    """Scaled dot-product attention as a device runs it where the value heads are narrower than the query-key heads
+    (MLA: DeepSeek-V3's 192 and 128). The CPU has no fused kernel for unequal widths and falls back to its math path,
+    which keeps every S×S score for backward; a device's fused attention keeps a logsumexp per head instead (CUDA's
+    memory-efficient kernel takes unequal widths; FlashAttention takes the value padded to the query's width, as
+    transformers pads it). So the value is padded with zeros to the query's width, the fused path runs, and the
+    output is cut back: what is kept is a padded value and output (a few percent of a layer), not S×S scores."""
+    import torch
+    import torch.nn.functional as functional
 
-    original = masking_utils.find_packed_sequence_indices
-    masking_utils.find_packed_sequence_indices = lambda *_args, **_kwargs: None
+    original = functional.scaled_dot_product_attention
+
+    def attention(query: Any, key: Any, value: Any, *args: Any, **kwargs: Any) -> Any:
+        narrower = query.shape[-1] - value.shape[-1]
+        if narrower <= 0:
+            return original(query, key, value, *args, **kwargs)
+        padded = torch.nn.functional.pad(value, (0, narrower))
+        return original(query, key, padded, *args, **kwargs)[..., : value.shape[-1]]
+
+    functional.scaled_dot_product_attention = attention
     try:
         yield
     finally:
-        masking_utils.find_packed_sequence_indices = original
+        functional.scaled_dot_product_attention = original
 
 
 def sample(model: Any, micro_batch: int, seq_len: int, *, checkpointing: bool, watch: tuple[int, ...] = ()) -> Sample:
