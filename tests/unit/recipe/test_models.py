@@ -56,6 +56,12 @@ PUBLISHED = {
     "hunyuan_a13b": (80e9, 13e9),
     "minicpm3_4b": (4e9, None),
     "internlm3_8b": (8.8e9, None),
+    "qwen3.5_27b": (27e9, None),
+}
+#: Cards whose only active figure is the name's rounded one ("35B in total and 3B activated" for A3B): the total is
+#: checked; the active count is the option's own (Qwen3.5-35B-A3B: 3.45 B with the embedding and head, 2.95 B without).
+PUBLISHED_TOTAL_ONLY = {
+    "qwen3.5_35b_a3b": 35e9,
 }
 #: Cards that state the active count without the embedding tables (total as above, or the card's exact total):
 #: card's active, the parts it leaves out. gpt-oss counts the unembedding but not the embedding (its card's table
@@ -74,6 +80,13 @@ def test_catalog_counts_match_the_model_cards(name: str) -> None:
     counts = count_params(option(name))
     assert counts.total == pytest.approx(total, rel=0.02)
     assert counts.active == pytest.approx(active or total, rel=0.02)
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED_TOTAL_ONLY))
+def test_catalog_totals_match_cards_that_state_no_exact_active_count(name: str) -> None:
+    counts = count_params(option(name))
+    assert counts.total == pytest.approx(PUBLISHED_TOTAL_ONLY[name], rel=0.02)
+    assert counts.active < counts.total
 
 
 @pytest.mark.parametrize("name", sorted(PUBLISHED_ACTIVE_WITHOUT))
@@ -274,6 +287,8 @@ FIRST_SHIPPED = {
     "gpt_oss_120b": "4.55.0",
     "hunyuan_a13b": "4.56.0",
     "qwen3_next_80b_a3b": "4.57.0",
+    "qwen3.5_27b": "5.2.0",
+    "qwen3.5_35b_a3b": "5.2.0",
     "minicpm3_4b": "5.8.0",
     "mistral_small_24b": "4.43.0",
 }
