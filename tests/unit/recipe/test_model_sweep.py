@@ -25,19 +25,19 @@ from recipekit.cli import main
 from recipekit.recipe.measured import modelflops, modelmemory
 from recipekit.recipe.schema import validate
 from recipekit.recipe.sections import ModelSpec, Recipe
+from recipekit.runtime.boundary import layerkinds
 
 torch = pytest.importorskip("torch")
 
 
 @dataclass(frozen=True)
 class Swept:
-    """One kept architecture: its default config, transformers' parameter count (tied tensors once) and the fewest
-    first layers that hold every kind of layer it has (the tiny twin's depth rule, runtime.model.shrink)."""
+    """One kept architecture: its default config, transformers' parameter count (tied tensors once) and each decoder
+    module's kind over the full depth (what the depth cut keeps: runtime.boundary.layerkinds.shortest_cut)."""
 
     config: Any
     exact: int
-    depth: int
-    modules: int  # the decoder modules the full depth builds (a module may hold two of the config's layers)
+    kinds: list[tuple[str, ...]]
 
 
 @pytest.fixture(scope="module")
@@ -55,8 +55,6 @@ def decoder_only_text_architectures() -> dict[str, Swept]:
     )
 
     encoders = set(MODEL_FOR_MASKED_LM_MAPPING_NAMES) | set(MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES)
-    from recipekit.runtime.model import shrink
-
     kept: dict[str, Swept] = {}
     for model_type in sorted(set(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES) - encoders):
         try:
@@ -68,8 +66,8 @@ def decoder_only_text_architectures() -> dict[str, Swept]:
         except Exception:  # a default config that does not build on meta is outside the sweep
             continue
         exact = sum({id(p): p.numel() for p in model.parameters()}.values())
-        kinds = shrink.layer_kinds(model)
-        kept[model_type] = Swept(config, exact, shrink.depth_keeping_every_kind(kinds), len(kinds))
+        kinds = layerkinds.layer_kinds(model)
+        kept[model_type] = Swept(config, exact, kinds)
     return kept
 
 
@@ -167,13 +165,12 @@ def test_the_plan_s_flops_are_the_counter_s_for_every_imported_architecture(
     routed experts a token does not use."""
     from recipekit.bundle.build import resolve
     from recipekit.plan.plan import recipe_flops
-    from recipekit.runtime.model import shrink
 
     monkeypatch.setattr(modelmemory, "measure", _not_measured_activations)  # FLOPs here; the tracker: see above
     base = resolve(["model=tiny_qwen3", "mode=sft"], analysis_only=True).recipe
     found, imported = FlopsSweep(), 0
     for model_type, arch in swept.items():
-        small = shrink.cut_depth(arch.config, arch.depth, modules=arch.modules)
+        small = layerkinds.shortest_cut(arch.config, arch.kinds, _builds_on_meta) or arch.config
         result, out = _import(tmp_path / model_type, small)
         if result.exit_code:  # a config whose per-layer settings the cut does not follow (full depth: minutes)
             with pytest.MonkeyPatch.context() as patch:  # imported at full depth? counts only, as the sweep above
@@ -201,10 +198,18 @@ def test_the_plan_s_flops_are_the_counter_s_for_every_imported_architecture(
     print(found.summary(imported))
     off = {model_type: round(ratio, 4) for model_type, ratio in found.ratios.items() if abs(ratio - 1) > TOLERANCE}
     assert not off, f"the plan's FLOPs per token are off the counter's by more than 2%: {off}"
-    # not checked: configs whose depth cut (runtime.model.shrink.cut_depth) drops layers their per-layer settings
-    # still name, and any module that runs neither on meta nor on the CPU
+    # not checked: configs whose depth cut (runtime.boundary.layerkinds.cut_depth) drops layers their per-layer
+    # settings still name, and any module that runs neither on meta nor on the CPU
     assert len(found.ratios) >= FLOOR * imported, f"only {len(found.ratios)} of {imported} checked"
     assert {"llama", "qwen3_moe", "mixtral", "deepseek_v3", "mamba", "qwen3_next"} <= set(found.ratios)
+
+
+def _builds_on_meta(config: Any) -> bool:
+    try:
+        _meta_model(config)
+    except Exception:  # noqa: BLE001 - a config whose per-layer settings the cut does not follow
+        return False
+    return True
 
 
 def _meta_model(config: Any) -> Any:

@@ -12,7 +12,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from recipekit.runtime.boundary.layerkinds import cut_depth, depth_keeping_every_kind  # noqa: E402
+from recipekit.runtime.boundary.layerkinds import cut_depth, depth_keeping_every_kind, layer_kinds  # noqa: E402
 from recipekit.runtime.model.shrink import (  # noqa: E402
     ShrinkProblem,
     lora_target_modules,
@@ -170,6 +170,22 @@ def test_layer_counts_follow_the_cut_depth() -> None:
     gemma3n = twin_config(AutoConfig.for_model("gemma3n_text"), VOCAB)
     assert 0 < gemma3n.num_kv_shared_layers < gemma3n.num_hidden_layers
     assert twin_config(AutoConfig.for_model("rwkv"), VOCAB).num_hidden_layers == 2
+
+
+def test_layers_that_reuse_another_s_cache_are_a_kind_and_the_cut_keeps_where_they_begin() -> None:
+    """Gemma 3n's last 15 of 35 layers reuse earlier layers' key-value caches (their ``is_kv_shared_layer`` flag):
+    a kind of their own, so the cut reaches the first of them, and there the shared count starts as at full depth."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.for_model("gemma3n_text")
+    with torch.device("meta"):
+        kinds = layer_kinds(AutoModelForCausalLM.from_config(config))
+    depth = depth_keeping_every_kind(kinds)
+    first_shared = config.num_hidden_layers - config.num_kv_shared_layers
+    assert depth > first_shared
+    cut = cut_depth(config, depth)
+    assert cut.num_hidden_layers - cut.num_kv_shared_layers == first_shared
 
 
 def test_a_twin_keeps_every_kind_twice_where_once_does_not_build() -> None:

@@ -39,7 +39,12 @@ from typing import Any
 from recipekit.recipe.measured.unpacked import unpacked_batches
 from recipekit.recipe.schema import validate
 from recipekit.recipe.sections import FlopsSpec
-from recipekit.runtime.boundary.layerkinds import cut_depth, decoder_layers_path, depth_keeping_every_kind, layer_kinds
+from recipekit.runtime.boundary.layerkinds import (
+    decoder_layers_path,
+    depth_keeping_every_kind,
+    layer_kinds,
+    shortest_cut,
+)
 
 #: The shortest chunk the import's lengths are multiples of (transformers' torch chunked gated delta rules chunk by 64).
 CHUNK = 64
@@ -170,24 +175,29 @@ class DepthCut:
 
     @classmethod
     def of(cls, model: Any) -> DepthCut | None:
-        """The cut of ``model``, or None where the full depth is no longer (or the cut config does not build as the
-        same first layers)."""
-        import torch
-        from transformers import AutoModelForCausalLM
-
+        """The cut of ``model`` (:func:`~recipekit.runtime.boundary.layerkinds.shortest_cut`), or None where the
+        full depth is no longer (or no cut config builds as the same first layers)."""
         kinds = layer_kinds(model)
-        depth = depth_keeping_every_kind(kinds)
-        if not kinds or depth >= len(kinds):
+        built: list[Any] = []
+
+        def builds(config: Any) -> bool:
+            import torch
+            from transformers import AutoModelForCausalLM
+
+            try:
+                with torch.device("meta"):
+                    cut = AutoModelForCausalLM.from_config(config, experts_implementation="batched_mm")
+            except Exception:  # a config whose per-layer settings the cut does not follow
+                return False
+            built.append(cut)
+            return layer_kinds(cut) == kinds[: len(layer_kinds(cut))]
+
+        if not kinds or depth_keeping_every_kind(kinds) >= len(kinds):
             return None
-        try:
-            with torch.device("meta"):
-                cut = AutoModelForCausalLM.from_config(
-                    cut_depth(model.config, depth, modules=len(kinds)), experts_implementation="batched_mm"
-                )
-        except Exception:  # a config whose per-layer settings the cut does not follow: count the full depth
+        if shortest_cut(model.config, kinds, builds) is None or len(layer_kinds(built[-1])) >= len(kinds):
             return None
-        if layer_kinds(cut) != kinds[:depth]:
-            return None
+        cut = built[-1]
+        depth = len(layer_kinds(cut))
         path = f"{type(cut).__name__}.{decoder_layers_path(cut)}"
         first = {kind: f"{path}.{kinds.index(kind)}" for kind in set(kinds)}
         return cls(cut, {first[kind]: kinds.count(kind) - kinds[:depth].count(kind) for kind in first})

@@ -3,8 +3,9 @@
 Both sides need the same answer: the runtime's tiny twin keeps every kind of layer the full depth has
 (``runtime/model/shrink.py``), and `recipekit model import` measures the activations of one layer of each kind and
 scales them by how many layers of that kind the depth has (``recipe/measured/modelmemory.py``). A layer's kind is the
-classes of its modules and its attention's window: dense and MoE layers, sliding and global attention,
-linear-attention or state-space layers are different kinds.
+classes of its modules, its attention's window and its modules' own flags (``is_sliding``, ``is_kv_shared_layer``):
+dense and MoE layers, sliding and global attention, linear-attention or state-space layers, layers that reuse
+another's key-value cache are different kinds.
 
 torch is imported inside the functions (recipekit reads this module without it).
 """
@@ -12,6 +13,7 @@ torch is imported inside the functions (recipekit reads this module without it).
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from typing import Any
 
 LayerKind = tuple[str, ...]
@@ -32,10 +34,18 @@ def decoder_layers(model: Any) -> list[Any]:
 
 
 def layer_kind(layer: Any) -> LayerKind:
-    """One decoder layer's kind: its module classes, its attention's window and its attention type."""
+    """One decoder layer's kind: its module classes, its attention's window, its attention type and its modules'
+    boolean ``is_*`` flags (a layer that reuses another's key-value cache skips its own projections: Gemma 3n)."""
     classes = sorted({type(m).__name__ for m in layer.modules()})
     windows = sorted({str(getattr(m, "sliding_window", None)) for m in layer.modules() if hasattr(m, "sliding_window")})
-    return (*classes, *windows, str(getattr(layer, "attention_type", "")))
+    flags = sorted(
+        {f"{name}={value}" for m in layer.modules() for name, value in vars(m).items() if _is_flag(name, value)}
+    )
+    return (*classes, *windows, str(getattr(layer, "attention_type", "")), *flags)
+
+
+def _is_flag(name: str, value: Any) -> bool:
+    return name.startswith("is_") and isinstance(value, bool)
 
 
 def layer_kinds(model: Any) -> list[LayerKind]:
@@ -91,6 +101,7 @@ def cut_depth(config: Any, depth: int, modules: int = 0) -> Any:
     overrides = as_dict.get("per_layer_config")
     if isinstance(overrides, dict) and overrides:
         small.per_layer_config = None  # checked against the depth it is set at: set again below, after the cut
+    _cut_layer_counts(small, layers, keep)
     if layers:
         small.num_hidden_layers = keep
         for alias in DEPTH_ALIASES:  # a second name for the depth, not tied to the first (xLSTM's blocks)
@@ -101,3 +112,43 @@ def cut_depth(config: Any, depth: int, modules: int = 0) -> Any:
         if kept:
             small.per_layer_config = kept
     return small
+
+
+def _cut_layer_counts(config: Any, layers: int, keep: int) -> None:
+    """Counts of layers other than the depth, cut with it. Sections that add up to the depth (Dory's input,
+    recurrent and output layers) keep their shares, one layer each at least; a count of the depth's last layers that
+    reuse another's state (Gemma 3n's ``num_kv_shared_layers``) keeps where they begin, so the layers kept share as
+    they did."""
+    counts = _layer_counts(config)
+    if len(counts) > 1 and sum(counts.values()) == layers and keep >= len(counts):
+        parts = {key: max(1, value * keep // layers) for key, value in counts.items()}
+        parts[max(parts, key=lambda key: parts[key])] += keep - sum(parts.values())
+        for key, value in parts.items():
+            setattr(config, key, value)
+        return
+    for key, value in counts.items():
+        if "shared" in key:
+            setattr(config, key, max(0, value - (layers - keep)))
+
+
+def _layer_counts(config: Any) -> dict[str, int]:
+    """The config's counts of layers (``num_*_layers``, ``n_*_layers``) other than its depth."""
+    counts = {}
+    for key in config.to_dict():
+        value = _attribute(config, key)
+        named = key.startswith(("num_", "n_")) and key.endswith("_layers") and key != "num_hidden_layers"
+        if named and key not in DEPTH_ALIASES and isinstance(value, int) and not isinstance(value, bool):
+            counts[key] = value
+    return counts
+
+
+def shortest_cut(config: Any, kinds: list[LayerKind], builds: Callable[[Any], bool], least: int = 1) -> Any | None:
+    """``config`` cut to the fewest first layers (``least`` at least) that hold every kind of ``kinds`` (each
+    layer's kind over the full depth) and build (``builds``); where that does not, every kind twice (Zamba ties the
+    shared attention block of its first hybrid layer to the others': it needs two). None where neither builds."""
+    for times in (1, 2):
+        depth = max(depth_keeping_every_kind(kinds, times=times), min(least, len(kinds)))
+        cut = cut_depth(config, depth, modules=len(kinds))
+        if builds(cut):
+            return cut
+    return None

@@ -147,7 +147,8 @@ def lora_targets(model: Any, lora: Any) -> dict[str, Any]:
     PEFT 0.21 under transformers 5 reads ``gate_proj``/``up_proj``/``down_proj`` of the MoE families whose experts
     transformers fused (Mixtral, Qwen2-MoE and those converted like it: Qwen3-MoE, DeepSeek-V3) as the fused experts'
     weights, whatever else carries those names, so there the dense first layers' and the shared experts' MLPs are
-    not adapted (the plan counts no MLP modules in an MoE model either: ``plan.modelsize.lora_params``)."""
+    not adapted (the plan counts no MLP modules in an MoE model either: ``plan.modelsize.lora_params``). That is
+    PEFT's conversion for adapters trained under transformers 4 (huggingface/peft#3711, fixed in no release yet)."""
     if lora.target_modules != "all-linear":
         return {"target_modules": lora.target_modules}
     modules = lora_target_modules(model)

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..boundary.configfloats import untag_floats
-from ..boundary.layerkinds import cut_depth, depth_keeping_every_kind, layer_kinds
+from ..boundary.layerkinds import layer_kinds, shortest_cut
 
 #: The twin's sizes: what every width, head count and expert count of the architecture's config comes down to.
 WIDTH, HEADS, HEAD_DIM, FFN, EXPERT_FFN, EXPERTS, TOP_K, RANK = 64, 4, 16, 128, 32, 4, 2, 16
@@ -219,22 +219,24 @@ def _width(config: Any) -> int:
 
 def twin_config(config: Any, vocab_size: int) -> Any:
     """The tiny twin's config of ``config``: widths shrunk, depth cut to the shortest run keeping every layer kind
-    (two layers at least: a layer's input from another layer, schedules over the depth such as RWKV's defined);
-    where that does not build, to the shortest keeping every kind twice (Zamba ties its shared attention block of
-    one hybrid layer to the others: it needs two)."""
+    (:func:`~..boundary.layerkinds.shortest_cut`; two layers at least: a layer's input from another layer, schedules
+    over the depth such as RWKV's defined)."""
     small = shrink_widths(config, vocab_size)
     kinds = layer_kinds(_meta_model(small, config.model_type))
-    problem = ""
-    for times in (1, 2):
-        depth = max(depth_keeping_every_kind(kinds, times=times), min(2, len(kinds)))
-        twin = _cut_layer_counts(cut_depth(small, depth, modules=len(kinds)), small, depth)
+    problems: list[str] = []
+
+    def builds(cut: Any) -> bool:
         try:
-            _meta_model(twin, config.model_type)
+            _meta_model(cut, config.model_type)
         except ShrinkProblem as exc:
-            problem = str(exc)
-            continue
-        return twin
-    raise ShrinkProblem(problem)
+            problems.append(str(exc))
+            return False
+        return True
+
+    twin = shortest_cut(small, kinds, builds, least=2)
+    if twin is None:
+        raise ShrinkProblem(problems[-1])
+    return twin
 
 
 def _meta_model(config: Any, model_type: str) -> Any:
@@ -246,39 +248,6 @@ def _meta_model(config: Any, model_type: str) -> Any:
             return AutoModelForCausalLM.from_config(config)
     except Exception as exc:  # transformers raises many kinds for a config it cannot build
         raise ShrinkProblem(f"the shrunk {model_type} config does not build ({_one_line(exc)})") from None
-
-
-def _cut_layer_counts(twin: Any, full: Any, depth: int) -> Any:
-    """Counts of layers other than the depth, in proportion to the cut depth: the last layers that share another's
-    state (Gemma 3n's ``num_kv_shared_layers``) where the cut depth could not hold them, so the twin keeps layers
-    that share and layers that are shared; sections that add up to the depth (Dory's input, recurrent and output
-    layers), so they still do."""
-    layers = int(getattr(full, "num_hidden_layers", 0) or 0)
-    counts = _layer_counts(full)
-    if len(counts) > 1 and sum(counts.values()) == layers and depth >= len(counts):
-        parts = {key: max(1, value * depth // layers) for key, value in counts.items()}
-        largest = max(parts, key=lambda key: parts[key])
-        parts[largest] += depth - sum(parts.values())
-        for key, value in parts.items():
-            setattr(twin, key, value)
-        return twin
-    for key, value in counts.items():
-        if depth <= value < layers:
-            setattr(twin, key, max(1, round(value * depth / layers)))
-    return twin
-
-
-def _layer_counts(config: Any) -> dict[str, int]:
-    """The config's counts of layers (``num_*_layers``, ``n_*_layers``) other than its depth."""
-    counts = {}
-    for key in config.to_dict():
-        value = getattr(config, key, None)
-        named = (
-            key.startswith(("num_", "n_")) and key.endswith("_layers") and key not in ("num_hidden_layers", "n_layers")
-        )
-        if named and isinstance(value, int) and not isinstance(value, bool):
-            counts[key] = value
-    return counts
 
 
 def _one_line(exc: BaseException) -> str:
