@@ -31,11 +31,14 @@ def documents_of(resolved: Resolved) -> Documents:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The files that hold slow tests run first, each file's tests in their order.
+    """The files that hold the longest tests run first, then the other files with slow tests, each file's tests in
+    their order.
 
     xdist hands whole files to its two workers in collection order (``--dist loadfile``); a dry-run file or the model
     sweep handed out last would leave one worker running it alone for minutes, while the many quick files at the end
-    of the order let the two finish together.
+    of the order let the two finish together. Collection order alone put the model sweep (tests/unit) behind every
+    integration file: hence the ``longest`` mark.
     """
+    longest = {item.path for item in items if item.get_closest_marker("longest")}
     slow = {item.path for item in items if item.get_closest_marker("slow")}
-    items.sort(key=lambda item: item.path not in slow)
+    items.sort(key=lambda item: (item.path not in longest, item.path not in slow))

@@ -52,6 +52,7 @@ def _validate(bundle: Path, workdir: Path, env: dict[str, str], *extra: str) -> 
     ]
 
 
+@pytest.mark.longest
 def test_a_dry_run_killed_mid_build_does_not_stop_the_next(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # nothing built yet: the first run builds
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}

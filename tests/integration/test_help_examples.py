@@ -156,7 +156,7 @@ def stage(scratch: Path, line: str) -> None:
 def _params() -> list[object]:
     params: list[object] = []
     for example in EXAMPLES:
-        marks = [pytest.mark.slow] if "--dry-run" in example.line else []
+        marks = [pytest.mark.slow, pytest.mark.longest] if "--dry-run" in example.line else []
         params.append(pytest.param(example, id=f"{example.command}: {example.line[:70]}", marks=marks))
     return params
 

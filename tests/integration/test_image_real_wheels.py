@@ -60,6 +60,7 @@ from tests.integration.test_image_build import (
 
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.longest,
     pytest.mark.skipif(
         os.environ.get("RECIPEKIT_REAL_WHEELS") != "1",
         reason="real-wheel image builds run with RECIPEKIT_REAL_WHEELS=1",

@@ -153,6 +153,7 @@ class FlopsSweep:
 
 
 @pytest.mark.slow
+@pytest.mark.longest
 def test_the_plan_s_flops_are_the_counter_s_for_every_imported_architecture(
     swept: dict[str, Swept], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
