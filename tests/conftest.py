@@ -37,8 +37,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     xdist hands whole files to its two workers in collection order (``--dist loadfile``); a dry-run file or the model
     sweep handed out last would leave one worker running it alone for minutes, while the many quick files at the end
     of the order let the two finish together. Collection order alone put the model sweep (tests/unit) behind every
-    integration file: hence the ``longest`` mark.
-    """
+    integration file: hence the ``longest`` mark. xdist keeps this order only with ``--no-loadscope-reorder``
+    (pyproject's ``addopts``): by default it hands out the files with the most tests first."""
     longest = {item.path for item in items if item.get_closest_marker("longest")}
     slow = {item.path for item in items if item.get_closest_marker("slow")}
     items.sort(key=lambda item: (item.path not in longest, item.path not in slow))
