@@ -189,18 +189,21 @@ class DepthCut:
                     cut = AutoModelForCausalLM.from_config(config, experts_implementation="batched_mm")
             except Exception:  # a config whose per-layer settings the cut does not follow
                 return False
-            built.append(cut)
-            return layer_kinds(cut) == kinds[: len(layer_kinds(cut))]
+            built[:] = [cut, layer_kinds(cut)]
+            return built[1] == kinds[: len(built[1])]
 
-        if not kinds or depth_keeping_every_kind(kinds) >= len(kinds):
+        if (
+            not kinds
+            or depth_keeping_every_kind(kinds) >= len(kinds)
+            or shortest_cut(model.config, kinds, builds) is None
+        ):
             return None
-        if shortest_cut(model.config, kinds, builds) is None or len(layer_kinds(built[-1])) >= len(kinds):
+        cut, cut_kinds = built
+        if len(cut_kinds) >= len(kinds):
             return None
-        cut = built[-1]
-        depth = len(layer_kinds(cut))
         path = f"{type(cut).__name__}.{decoder_layers_path(cut)}"
         first = {kind: f"{path}.{kinds.index(kind)}" for kind in set(kinds)}
-        return cls(cut, {first[kind]: kinds.count(kind) - kinds[:depth].count(kind) for kind in first})
+        return cls(cut, {first[kind]: kinds.count(kind) - cut_kinds.count(kind) for kind in first})
 
     def sample(self, seq_len: int) -> Sample:
         """The full depth's :class:`Sample`: the cut's, plus each further layer counted as its kind's first."""
