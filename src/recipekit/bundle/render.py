@@ -27,7 +27,6 @@ from recipekit.bundle.documents import Documents, job_labels
 from recipekit.bundle.files import (
     DASHBOARD,
     DOCKERFILE,
-    DS_CONFIG,
     JOB,
     KUSTOMIZATION,
     LAUNCH,
@@ -78,13 +77,13 @@ def render(
             "recipekit_version": __version__,
             "recipe": to_data(recipe),
             "plan": plan.summary(),
-            "training_arguments": documents.training_arguments,
+            **documents.engine.recipe_sections,
             "operations": dataclasses.asdict(documents.operations),
         },
         header="The resolved recipe train.py reads.",
     )
-    if documents.ds_config is not None:
-        files[DS_CONFIG] = _json(documents.ds_config)
+    for name, document in documents.engine.files.items():
+        files[name] = _json(document)
     files[LAUNCH] = _json(documents.launch)
     for name, source in runtime_files().items():
         files[name] = source.read_bytes()

@@ -23,6 +23,7 @@ from recipekit.image.matrix import ImageFamily, ImageMatrix, compatibility_probl
 from recipekit.image.stack import image_reference
 from recipekit.plan.datasize import DataSize, data_size
 from recipekit.plan.datasize import steps_per_epoch as steps_per_epoch_of
+from recipekit.plan.engines import engine_of
 from recipekit.plan.identity import run_names
 from recipekit.plan.layout import Layout, recipe_layout
 from recipekit.plan.modelsize import count_params, lora_params, model_flops
@@ -32,12 +33,10 @@ from recipekit.plan.rules import (
     data_problems,
     expert_problems,
     layout_problems,
-    moe_lora_problems,
     mount_problems,
     pipeline_problems,
     streaming_problems,
     volume_problems,
-    zero_problems,
 )
 from recipekit.recipe import mindcluster
 from recipekit.recipe.k8snames import task_env_name
@@ -121,6 +120,8 @@ class Plan:
     task_name: str
     task_env: str  # VC_<TASK_ENV>_HOSTS / VC_<TASK_ENV>_NUM
     layout: Layout
+    engine: str  # the training engine that runs it (plan/engines)
+    uses_deepspeed: bool  # whether that engine trains under DeepSpeed (its memory regime, variables and pins)
     precision: Precision
     comm_backend: str
     zero_stage: int
@@ -159,11 +160,6 @@ class Plan:
             "flops": asdict(self.flops),
             "image": self.image,
         }
-
-    @property
-    def uses_deepspeed(self) -> bool:
-        """Whether the bundle trains under DeepSpeed: for ZeRO, and for tensor parallelism (AutoTP) at any stage."""
-        return bool(self.zero_stage) or self.layout.tensor_parallel > 1
 
     @property
     def master_host(self) -> str:
@@ -223,16 +219,17 @@ def make_plan(
     layer), so each candidate ``plan --advise`` tries costs its checks and numbers only.
     """
     errors, hw, cl = Collector(), recipe.hw, recipe.cluster
+    engine = engine_of(recipe)
     layout, problems = recipe_layout(recipe)
     errors.extend(problems)
+    errors.extend(layout_problems(recipe, layout))
     # a layout that does not even divide is not checked for what its model-parallel groups could run
-    errors.extend(
-        layout_problems(recipe, layout, analysis_only=analysis_only or bool(problems), tp_across_pods=tp_across_pods)
-    )
-    errors.extend(pipeline_problems(recipe) + expert_problems(recipe, layout) + moe_lora_problems(recipe))
+    unchecked = analysis_only or bool(problems)
+    errors.extend(engine.problems(recipe, layout, analysis_only=unchecked, tp_across_pods=tp_across_pods))
+    errors.extend(pipeline_problems(recipe) + expert_problems(recipe, layout))
     errors.extend(mount_problems(recipe) + volume_problems(recipe) + mindcluster.problems(recipe))
     precision, problems = resolve_precision(recipe.train.precision, hw)
-    errors.extend(problems + zero_problems(recipe) + data_problems(recipe))
+    errors.extend(problems + data_problems(recipe))
     size = data_size(recipe.data)
     steps = schedule(recipe, layout, size)
     errors.extend(streaming_problems(recipe, layout, steps.total_steps))
@@ -254,6 +251,8 @@ def make_plan(
         task_name=cl.task_name,
         task_env=task_env_name(cl.task_name),
         layout=layout,
+        engine=engine.kind,
+        uses_deepspeed=engine.uses_deepspeed(recipe, layout),
         precision=precision,
         comm_backend=hw.comm_backend,
         zero_stage=recipe.parallel.zero_stage,

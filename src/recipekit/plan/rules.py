@@ -8,15 +8,13 @@ from __future__ import annotations
 
 from recipekit.base.errors import Problem
 from recipekit.plan.layout import Layout
-from recipekit.plan.parallelism import model_parallel_problems
 from recipekit.recipe.sections import Recipe
 from recipekit.recipe.volumes import off_volumes
 from recipekit.runtime.boundary import recipeview
 
 
-def layout_problems(recipe: Recipe, layout: Layout, *, analysis_only: bool, tp_across_pods: bool) -> list[Problem]:
-    """Devices a node does not have, and (for a bundle, not a ``plan`` analysis) the model-parallel layouts the
-    backend cannot run (:mod:`recipekit.plan.parallelism`)."""
+def layout_problems(recipe: Recipe, layout: Layout) -> list[Problem]:
+    """Devices a node does not have (what the engine cannot run of a layout is the engine's: plan/engines)."""
     hw, problems = recipe.hw, []
     if layout.devices_per_pod > hw.devices_per_node:
         problems.append(
@@ -26,8 +24,6 @@ def layout_problems(recipe: Recipe, layout: Layout, *, analysis_only: bool, tp_a
                 hint=f"at most {hw.devices_per_node}; add nodes instead",
             )
         )
-    if (layout.model_parallel > 1 or recipe.parallel.expert_parallel > 1) and not analysis_only:
-        problems.extend(model_parallel_problems(recipe, layout, tp_across_pods=tp_across_pods))
     return problems
 
 

@@ -15,7 +15,7 @@ def test_tensor_parallel_at_zero0_runs_deepspeed_everywhere() -> None:
     resolved = resolve(TP_ZERO0)
     plan = resolved.plan
     assert plan.zero_stage == 0 and plan.layout.tensor_parallel == 2 and plan.uses_deepspeed
-    assert documents_of(resolved).ds_config is not None
+    assert documents_of(resolved).engine.files.get("ds_config.json") is not None
     assert "deepspeed" in expected_versions(resolved.recipe, plan)
 
 
@@ -31,7 +31,7 @@ def test_tensor_parallel_at_zero0_checkpoints_at_deepspeed_widths() -> None:
 
 def test_plain_ddp_keeps_ddp_widths_and_no_deepspeed_pin() -> None:
     resolved = resolve(["recipe=llama3_8b_sft", "hw=h100", "parallel=ddp"])
-    assert not resolved.plan.uses_deepspeed and documents_of(resolved).ds_config is None
+    assert not resolved.plan.uses_deepspeed and documents_of(resolved).engine.files.get("ds_config.json") is None
     assert "deepspeed" not in expected_versions(resolved.recipe, resolved.plan)
     checkpoint, _ = checkpoint_sizes(resolved.recipe, resolved.plan)
     assert checkpoint == 12 * resolved.plan.flops.params_total

@@ -43,7 +43,7 @@ def test_case_study_two_nodes_of_910b() -> None:
 def test_batch_numbers_agree_between_deepspeed_and_trainer() -> None:
     plan = plan_of("recipe=llama3_8b_sft", "cluster.nodes=4")
     docs = docs_of("recipe=llama3_8b_sft", "cluster.nodes=4")
-    ds, args = docs.ds_config, docs.training_arguments
+    ds, args = docs.engine.files.get("ds_config.json"), docs.engine.recipe_sections["training_arguments"]
     assert ds["train_micro_batch_size_per_gpu"] == args["per_device_train_batch_size"] == plan.layout.micro_batch_size
     assert ds["gradient_accumulation_steps"] == args["gradient_accumulation_steps"]
     assert (
@@ -69,7 +69,7 @@ def test_explicit_accumulation_must_agree_with_global_batch() -> None:
 def test_precision_auto_follows_hardware() -> None:
     assert plan_of("hw=ascend910b").precision == "bf16"
     assert plan_of("hw=h100", "hw.supports_bf16=false").precision == "fp16"
-    fp16 = docs_of("hw=h100", "hw.supports_bf16=false", "parallel=zero2").ds_config["fp16"]
+    fp16 = docs_of("hw=h100", "hw.supports_bf16=false", "parallel=zero2").engine.files.get("ds_config.json")["fp16"]
     assert fp16["enabled"] is True and fp16["loss_scale"] == 0  # dynamic loss scaling
 
 
@@ -97,7 +97,7 @@ def test_all_cross_section_problems_reported_together() -> None:
 
 
 def test_zero3_saves_whole_weights_and_offload_uses_deepspeed_adam() -> None:
-    zero = docs_of("recipe=llama3_8b_sft", "parallel=zero3_offload").ds_config
+    zero = docs_of("recipe=llama3_8b_sft", "parallel=zero3_offload").engine.files.get("ds_config.json")
     assert zero["zero_optimization"]["stage3_gather_16bit_weights_on_model_save"] is True
     assert zero["zero_optimization"]["offload_optimizer"] == {"device": "cpu", "pin_memory": True}
     assert zero["optimizer"]["params"]["lr"] == "auto"
@@ -105,7 +105,10 @@ def test_zero3_saves_whole_weights_and_offload_uses_deepspeed_adam() -> None:
 
 def test_ddp_has_no_deepspeed_config() -> None:
     docs = docs_of("parallel=ddp")
-    assert docs.ds_config is None and "deepspeed" not in docs.training_arguments
+    assert (
+        docs.engine.files.get("ds_config.json") is None
+        and "deepspeed" not in docs.engine.recipe_sections["training_arguments"]
+    )
 
 
 def test_schedule_from_dataset_size() -> None:

@@ -26,17 +26,20 @@ def test_streaming_is_off_by_default_and_changes_nothing_then() -> None:
     plain = resolve(["recipe=tiny_sft"])
     assert plain.recipe.data.streaming is False
     assert resolve(["recipe=tiny_sft", "data.streaming=false"]).plan.run_id == plain.plan.run_id
-    assert "accelerator_config" not in documents_of(plain).training_arguments
+    assert "accelerator_config" not in documents_of(plain).engine.recipe_sections["training_arguments"]
 
 
 def test_a_streaming_run_reads_in_the_training_process_and_skips_no_data_on_resume() -> None:
     resolved = resolve([*STREAM, "~train.max_steps"])  # steps from data.num_samples
-    args, plan = documents_of(resolved).training_arguments, resolved.plan
+    args, plan = documents_of(resolved).engine.recipe_sections["training_arguments"], resolved.plan
     assert args["max_steps"] == plan.total_steps and "num_train_epochs" not in args
     assert args["accelerator_config"] == {"dispatch_batches": False}
     assert args["dataloader_num_workers"] == 0 and args["ignore_data_skip"] is True
     assert plan.run_id != resolve(["recipe=tiny_sft", "~train.max_steps"]).plan.run_id  # another row order
-    assert documents_of(resolve([*STREAM, "train.max_steps=5"])).training_arguments["max_steps"] == 5
+    assert (
+        documents_of(resolve([*STREAM, "train.max_steps=5"])).engine.recipe_sections["training_arguments"]["max_steps"]
+        == 5
+    )
 
 
 def test_streaming_needs_a_step_count_and_no_eval_split_and_all_problems_come_together() -> None:

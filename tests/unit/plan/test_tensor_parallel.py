@@ -43,19 +43,21 @@ def test_world_size_is_tp_times_dp_in_every_document() -> None:
     assert (lay.micro_batch_size, lay.gradient_accumulation_steps) == (2, 8)
     # the Job and the launcher: 2 pods × 8 processes; the Trainer: micro and accumulation per rank
     assert docs.job["spec"]["tasks"][0]["replicas"] == 2 and docs.launch["nproc_per_node"] == 8
-    args = docs.training_arguments
+    args = docs.engine.recipe_sections["training_arguments"]
     assert (args["per_device_train_batch_size"], args["gradient_accumulation_steps"]) == (2, 8)
     assert plan.summary()["tensor_parallel"] == 2 and plan.summary()["dp_size"] == 8
 
 
 def test_ds_config_asks_for_autotp_and_gathered_weights_without_a_train_batch_size() -> None:
-    ds = documents_of(resolve(list(TP2))).ds_config
+    ds = documents_of(resolve(list(TP2))).engine.files.get("ds_config.json")
     assert ds["tensor_parallel"] == {"autotp_size": 2}
     assert "train_batch_size" not in ds  # the Trainer would count every TP rank: see documents.deepspeed_config
     assert ds["train_micro_batch_size_per_gpu"] == 2 and ds["gradient_accumulation_steps"] == 8
     assert ds["zero_optimization"]["stage"] == 2
     assert ds["zero_optimization"]["stage3_gather_16bit_weights_on_model_save"] is True
-    no_tp = documents_of(resolve(["recipe=llama3_8b_sft", "parallel=zero2", "cluster.nodes=2"])).ds_config
+    no_tp = documents_of(resolve(["recipe=llama3_8b_sft", "parallel=zero2", "cluster.nodes=2"])).engine.files.get(
+        "ds_config.json"
+    )
     assert "tensor_parallel" not in no_tp and no_tp["train_batch_size"] == 128
 
 
@@ -63,8 +65,11 @@ def test_tp_without_zero_runs_deepspeed_at_stage_0() -> None:
     resolved = resolve(["recipe=llama3_8b_sft", "parallel=ddp", "parallel.tensor_parallel=2"])
     plan, docs = resolved.plan, documents_of(resolved)
     assert plan.uses_deepspeed and plan.zero_stage == 0
-    assert docs.ds_config["zero_optimization"]["stage"] == 0 and docs.ds_config["tensor_parallel"]["autotp_size"] == 2
-    assert docs.training_arguments["deepspeed"] == "ds_config.json"
+    assert (
+        docs.engine.files.get("ds_config.json")["zero_optimization"]["stage"] == 0
+        and docs.engine.files.get("ds_config.json")["tensor_parallel"]["autotp_size"] == 2
+    )
+    assert docs.engine.recipe_sections["training_arguments"]["deepspeed"] == "ds_config.json"
     assert docs.env["DS_ACCELERATOR"] == "npu" and any(p.startswith("deepspeed==") for p in docs.pip_packages)
     assert not resolve(["recipe=llama3_8b_sft", "parallel=ddp"]).plan.uses_deepspeed
 

@@ -128,7 +128,7 @@ def _prepare_locked(bundle: Bundle, options: DryRunOptions, root: Path, lock: Fi
         run_id=plan.run_id,
         substitutions=subs + explicit + derived,
         plan=plan,
-        deepspeed_extensions=deepspeed_extensions(compiled.documents.ds_config, options.device),
+        deepspeed_extensions=deepspeed_extensions(compiled.documents.engine.files.get(DS_CONFIG), options.device),
         records_rows=dry.ops.testing.record_rows and not dry.data.streaming,
         lock=lock,
     )
@@ -156,9 +156,12 @@ def _compile_into(copy_dir: Path, dry: Recipe, manifest: dict[str, Any]) -> tupl
         raw={}, choices=dict(manifest.get("choices") or {}), overrides=list(manifest.get("overrides") or [])
     )
     compiled = compile_bundle(Resolved(composed, dry, plan, images), allow_oom=True)
-    ds_config, explicit = _tiny_model_ds_config(compiled.documents.ds_config)
+    engine = compiled.documents.engine
+    ds_config, explicit = _tiny_model_ds_config(engine.files.get(DS_CONFIG))
     if explicit:
-        documents = replace(compiled.documents, ds_config=ds_config)
+        assert ds_config is not None
+        engine = replace(engine, files={**engine.files, DS_CONFIG: ds_config})
+        documents = replace(compiled.documents, engine=engine)
         files = render(dry, plan, documents, composed, compiled.estimate, compiled.operations)
         compiled = replace(compiled, documents=documents, files=files)
     for name, data in compiled.files.items():

@@ -1,0 +1,45 @@
+"""The plan's side of the training-engine seam: which engine builds a recipe, and what each one cannot run.
+
+recipekit compiles for training engines; it never trains by itself. Each engine is a room of its own: one module
+here (the layouts, modes and optimizer sharding it runs, each refusal a :class:`~recipekit.base.errors.Problem`
+with its reason), one in :mod:`recipekit.bundle.engines` (the documents it reads), and its files in the runtime
+package (what runs in the pod). The stages ask their engine through these registries and never test an engine's
+name themselves, so a new engine is a new room, not edits across the stages (as torchx's schedulers or NeMo-Run's
+executors are one class each behind one interface).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from recipekit.base.errors import Problem
+from recipekit.plan.engines.trainer import TrainerEngine
+from recipekit.plan.layout import Layout
+from recipekit.recipe.sections import Recipe
+
+
+class PlanEngine(Protocol):
+    """What the plan asks of a training engine."""
+
+    kind: str
+
+    def problems(self, recipe: Recipe, layout: Layout, *, analysis_only: bool, tp_across_pods: bool) -> list[Problem]:
+        """Why this engine cannot build ``recipe`` laid out as ``layout``; empty when it can.
+
+        ``analysis_only`` (``recipekit plan``) keeps only the refusals no analysis could be made of: a layout the
+        engine does not run is still worth estimating. ``tp_across_pods`` lets a TP group span pods (the dry run,
+        whose pods are processes of one machine)."""
+        ...
+
+    def uses_deepspeed(self, recipe: Recipe, layout: Layout) -> bool:
+        """Whether the bundle trains under DeepSpeed (its memory regime, its launcher variables, its image pins)."""
+        ...
+
+
+#: Every engine, by the name a recipe gives it.
+ENGINES: dict[str, PlanEngine] = {engine.kind: engine for engine in (TrainerEngine(),)}
+
+
+def engine_of(recipe: Recipe) -> PlanEngine:
+    """The engine that builds ``recipe``."""
+    return ENGINES["trainer"]
