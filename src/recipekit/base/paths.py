@@ -27,4 +27,4 @@ def cache_dir(*parts: str) -> Path:
 
 
 #: The config groups of a recipe, in the order they are listed and composed.
-GROUPS = ("model", "mode", "hw", "parallel", "data", "cluster", "recipe")
+GROUPS = ("model", "mode", "hw", "parallel", "engine", "data", "cluster", "recipe")

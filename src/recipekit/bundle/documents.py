@@ -13,7 +13,7 @@ from typing import Any
 
 from recipekit import __version__
 from recipekit.bundle import placement
-from recipekit.bundle.engines import EngineDocuments, engine_documents
+from recipekit.bundle.engines import EngineDocuments, bundle_engine
 from recipekit.bundle.files import RUN, RUN_FILES_MOUNT, WORKDIR
 from recipekit.bundle.runfiles import pod_volume
 from recipekit.image.matrix import ARCH_LABEL, pip_packages
@@ -65,7 +65,7 @@ def make_documents(recipe: Recipe, plan: Plan, ops: Operations) -> Documents:
     """The documents of ``recipe`` laid out as ``plan`` with the operations layer's numbers (``ops``): its collective
     timeouts join the environment (a key the runtime or ``hw.env`` sets keeps its value), its metrics ports the
     Job's container, and its thresholds recipe.yaml's ``operations`` section."""
-    engine = engine_documents(recipe, plan)
+    engine = bundle_engine(plan).documents(recipe, plan)
     env = dict(sorted({**ops.env, **engine.env, **runtime_env(recipe)}.items()))
     return Documents(
         env=env,

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from recipekit.base.limits import BUNDLE_FILE, read_regular
-from recipekit.base.paths import RUNTIME_DIR
+from recipekit.image.runtimefiles import runtime_sources
 from recipekit.runtime.boundary import filenames, runfiles
 
 #: Where the runtime lives inside the image and the pods (the Dockerfile's WORKDIR, the Job's workingDir).
@@ -62,14 +62,10 @@ REQUIRED = (
 )
 
 
-def runtime_files() -> dict[str, Path]:
-    """Bundle path → source file of every runtime module (the whole package with its inner packages: train.py and
-    what it imports), in a stable order."""
-    return {
-        f"{RUNTIME}/{path.relative_to(RUNTIME_DIR).as_posix()}": path
-        for path in sorted(RUNTIME_DIR.rglob("*.py"), key=lambda p: p.relative_to(RUNTIME_DIR).as_posix())
-        if "__pycache__" not in path.parts
-    }
+def runtime_files(engine: str) -> dict[str, Path]:
+    """Bundle path → source file of every runtime module ``engine``'s bundles ship (the whole package with its inner
+    packages but other engines' rooms: image/runtimefiles.py), in a stable order."""
+    return {f"{RUNTIME}/{name}": path for name, path in runtime_sources(engine).items()}
 
 
 def read_files(directory: Path) -> tuple[dict[str, bytes], list[str]]:

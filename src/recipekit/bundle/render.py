@@ -85,7 +85,7 @@ def render(
     for name, document in documents.engine.files.items():
         files[name] = _json(document)
     files[LAUNCH] = _json(documents.launch)
-    for name, source in runtime_files().items():
+    for name, source in runtime_files(plan.engine).items():
         files[name] = source.read_bytes()
     if ops.metrics:
         files[PODMONITOR] = _yaml(
@@ -105,7 +105,7 @@ def render(
         "image": dockerfile_values(recipe, plan.family),
         "workdir": WORKDIR,
         "summary": describe(recipe, plan),
-        "parallelism": parallelism(plan),
+        "parallelism": parallelism(recipe, plan),
         "not_fit": not_fit(estimate.total_gib, estimate.device_gib) if not estimate.fits else None,
         "layout": plan.layout,
         "runtime_dir": RUNTIME,

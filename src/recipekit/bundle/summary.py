@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from recipekit.bundle.engines import bundle_engine
+
 if TYPE_CHECKING:
     from recipekit.plan.plan import Plan
     from recipekit.recipe.sections import Recipe
@@ -19,17 +21,10 @@ def _counted(number: int, noun: str) -> str:
     return f"{number} {noun}{'' if number == 1 else 's'}"
 
 
-def parallelism(plan: Plan) -> str:
-    """How the run is split, in one phrase: DDP, or DeepSpeed's ZeRO stage, with AutoTP's TP × DP when it
-    tensor-parallelises. The build's line, the bundle README and validate's verdict all say it this way."""
-    if plan.zero_stage:
-        phrase = f"DeepSpeed ZeRO-{plan.zero_stage}"
-    else:
-        phrase = "DeepSpeed ZeRO-0" if plan.uses_deepspeed else "DDP (no DeepSpeed)"
-    layout = plan.layout
-    if layout.tensor_parallel > 1:
-        phrase += f" + AutoTP tensor parallelism: TP {layout.tensor_parallel} × DP {layout.dp_size}"
-    return phrase
+def parallelism(recipe: Recipe, plan: Plan) -> str:
+    """How the run is split, in one phrase, as its engine says it (bundle/engines). The build's line, the bundle
+    README and validate's verdict all say it this way."""
+    return bundle_engine(plan).parallelism(recipe, plan)
 
 
 def describe(recipe: Recipe, plan: Plan) -> str:
@@ -39,7 +34,7 @@ def describe(recipe: Recipe, plan: Plan) -> str:
     parts = [
         f"{_MODES.get(recipe.mode.kind, recipe.mode.kind)} of {recipe.model.name} on {_counted(layout.nodes, 'pod')} "
         f"× {_counted(layout.devices_per_pod, recipe.hw.name + ' device')} (world size {layout.world_size})",
-        parallelism(plan),
+        parallelism(recipe, plan),
     ]
     if par.offload_optimizer != "none":
         parts.append(f"optimizer offloaded to {par.offload_optimizer}")

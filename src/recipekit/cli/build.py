@@ -70,7 +70,7 @@ def build(
         f"{click.style('built', fg='green')} {built.path} ({len(built.files)} files) for {recipe.hw.name}: "
         f"{plan.layout.nodes} pod(s) × {plan.layout.devices_per_pod} device(s), "
         f"global batch {plan.layout.global_batch_size}, {plan.precision}, "
-        f"{parallelism(plan)}"
+        f"{parallelism(recipe, plan)}"
     )
 
 

@@ -16,8 +16,9 @@ import json
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
-from recipekit.base.paths import RUNTIME_DIR, TEMPLATES_DIR
+from recipekit.base.paths import TEMPLATES_DIR
 from recipekit.image.matrix import ImageFamily, dockerfile_values, pip_packages
+from recipekit.image.runtimefiles import runtime_sources
 from recipekit.recipe.k8snames import k8s_name
 from recipekit.recipe.schema import to_data
 
@@ -32,14 +33,14 @@ REPOSITORY_PREFIX = "recipekit-"
 DOCKERFILE_TEMPLATE = "Dockerfile.j2"
 
 
-@lru_cache(maxsize=1)
-def _sources_digest() -> str:
-    """The Dockerfile template and every runtime source file, as one digest (read once per process)."""
+@lru_cache(maxsize=4)
+def _sources_digest(engine: str) -> str:
+    """The Dockerfile template and every runtime source file the engine's image holds, as one digest (read once per
+    process)."""
     sha = hashlib.sha256((TEMPLATES_DIR / DOCKERFILE_TEMPLATE).read_bytes())
-    for path in sorted(RUNTIME_DIR.rglob("*.py"), key=lambda p: p.relative_to(RUNTIME_DIR).as_posix()):
-        if "__pycache__" not in path.parts:
-            sha.update(path.relative_to(RUNTIME_DIR).as_posix().encode() + b"\0")
-            sha.update(hashlib.sha256(path.read_bytes()).digest())
+    for name, path in runtime_sources(engine).items():
+        sha.update(name.encode() + b"\0")
+        sha.update(hashlib.sha256(path.read_bytes()).digest())
     return sha.hexdigest()
 
 
@@ -49,7 +50,7 @@ def stack(recipe: Recipe, family: ImageFamily, deepspeed: bool) -> dict[str, obj
         "family": to_data(family),
         "dockerfile": dockerfile_values(recipe, family),
         "pins": pip_packages(recipe, family, deepspeed),
-        "sources": _sources_digest(),
+        "sources": _sources_digest(recipe.engine.kind),
     }
 
 

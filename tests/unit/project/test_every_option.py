@@ -12,6 +12,7 @@ from dataclasses import MISSING
 import pytest
 import yaml
 
+from recipekit.base.paths import GROUPS
 from recipekit.bundle.files import MANIFEST, PLAN_JSON, PLAN_MD, REQUIRED
 from recipekit.recipe.compose import group_options
 from recipekit.recipe.sections import ClusterSpec, DataSpec, HardwareSpec, ModelSpec, ParallelSpec
@@ -21,6 +22,8 @@ from tests.conftest import render_files
 _COMPANIONS = {
     "mode": {"pretrain": ["data=text"]},
     "data": {"text": ["mode=pretrain"]},
+    # Megatron shards optimizer states with its distributed optimizer (ZeRO-1), not the default zero2
+    "engine": {"megatron": ["parallel=zero1"]},
 }
 _SECTION_MODELS = {
     "model": ModelSpec,
@@ -32,8 +35,7 @@ _SECTION_MODELS = {
 
 
 def _all_options() -> list[tuple[str, str]]:
-    groups = ("model", "mode", "hw", "parallel", "data", "cluster", "recipe")
-    return [(group, option) for group in groups for option in group_options(group)]
+    return [(group, option) for group in GROUPS for option in group_options(group)]
 
 
 @pytest.mark.parametrize(("group", "option"), _all_options(), ids=lambda v: str(v))

@@ -56,7 +56,7 @@ IMAGE_PACKAGES = {
 
 def bundle_runtime(root: Path) -> Path:
     """The runtime package laid out as in a bundle: root/runtime/*.py; root goes on PYTHONPATH."""
-    for name, source in runtime_files().items():
+    for name, source in runtime_files("trainer").items():
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(source, root / name)
     return root

@@ -15,18 +15,34 @@ from recipekit.plan.plan import Plan, Precision
 from recipekit.recipe.sections import Recipe
 
 
-def documents(recipe: Recipe, plan: Plan) -> EngineDocuments:
-    """``runtime.train``'s arguments, its ds_config and DeepSpeed's accelerator variable."""
-    deepspeed = plan.uses_deepspeed
-    arguments = trainer_arguments(
-        recipe, plan.output_dir, plan.layout, plan.precision, plan.total_steps, plan.warmup_steps, deepspeed
-    )
-    return EngineDocuments(
-        module=TRAIN_MODULE,
-        recipe_sections={"training_arguments": arguments},
-        files={DS_CONFIG: deepspeed_config(recipe, plan.layout, plan.precision)} if deepspeed else {},
-        env={"DS_ACCELERATOR": recipe.hw.ds_accelerator} if deepspeed else {},
-    )
+class TrainerBundle:
+    """``engine=trainer``: ``runtime.train`` with the Trainer's arguments (and ds_config under DeepSpeed)."""
+
+    kind = "trainer"
+
+    def documents(self, recipe: Recipe, plan: Plan) -> EngineDocuments:
+        """``runtime.train``'s arguments, its ds_config and DeepSpeed's accelerator variable."""
+        deepspeed = plan.uses_deepspeed
+        arguments = trainer_arguments(
+            recipe, plan.output_dir, plan.layout, plan.precision, plan.total_steps, plan.warmup_steps, deepspeed
+        )
+        return EngineDocuments(
+            module=TRAIN_MODULE,
+            recipe_sections={"training_arguments": arguments},
+            files={DS_CONFIG: deepspeed_config(recipe, plan.layout, plan.precision)} if deepspeed else {},
+            env={"DS_ACCELERATOR": recipe.hw.ds_accelerator} if deepspeed else {},
+        )
+
+    def parallelism(self, recipe: Recipe, plan: Plan) -> str:
+        """DDP, or DeepSpeed's ZeRO stage, with AutoTP's TP × DP when it tensor-parallelises."""
+        if plan.zero_stage:
+            phrase = f"DeepSpeed ZeRO-{plan.zero_stage}"
+        else:
+            phrase = "DeepSpeed ZeRO-0" if plan.uses_deepspeed else "DDP (no DeepSpeed)"
+        layout = plan.layout
+        if layout.tensor_parallel > 1:
+            phrase += f" + AutoTP tensor parallelism: TP {layout.tensor_parallel} × DP {layout.dp_size}"
+        return phrase
 
 
 def deepspeed_config(recipe: Recipe, layout: Layout, precision: Precision) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from recipekit.base.errors import Problem
+from recipekit.plan.engines.megatron import MegatronEngine
 from recipekit.plan.engines.trainer import TrainerEngine
 from recipekit.plan.layout import Layout
 from recipekit.recipe.sections import Recipe
@@ -37,9 +38,9 @@ class PlanEngine(Protocol):
 
 
 #: Every engine, by the name a recipe gives it.
-ENGINES: dict[str, PlanEngine] = {engine.kind: engine for engine in (TrainerEngine(),)}
+ENGINES: dict[str, PlanEngine] = {engine.kind: engine for engine in (TrainerEngine(), MegatronEngine())}
 
 
 def engine_of(recipe: Recipe) -> PlanEngine:
     """The engine that builds ``recipe``."""
-    return ENGINES["trainer"]
+    return ENGINES[recipe.engine.kind]

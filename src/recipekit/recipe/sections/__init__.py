@@ -9,6 +9,7 @@ the arithmetic is, so the error can show it. The names the other stages use are 
 
 from recipekit.recipe.sections.cluster import ClusterSpec, MindClusterSpec
 from recipekit.recipe.sections.data import DataSpec
+from recipekit.recipe.sections.engine import EngineSpec, MegatronEngine, TrainerEngine
 from recipekit.recipe.sections.hardware import HardwareSpec
 from recipekit.recipe.sections.mode import (
     LoraMode,
@@ -37,10 +38,12 @@ __all__ = [
     "ActivationsSpec",
     "ClusterSpec",
     "DataSpec",
+    "EngineSpec",
     "FlopsSpec",
     "HardwareSpec",
     "LoraMode",
     "LoraSpec",
+    "MegatronEngine",
     "MAX_COUNT",
     "MAX_DIM",
     "MindClusterSpec",
@@ -56,6 +59,7 @@ __all__ = [
     "Recipe",
     "SftMode",
     "TrainSpec",
+    "TrainerEngine",
     "adapter_of",
     "parse_recipe",
 ]

@@ -7,6 +7,7 @@ from typing import Any
 from recipekit.recipe.schema import Section, spec, validate
 from recipekit.recipe.sections.cluster import ClusterSpec
 from recipekit.recipe.sections.data import DataSpec
+from recipekit.recipe.sections.engine import EngineSpec, TrainerEngine
 from recipekit.recipe.sections.hardware import HardwareSpec
 from recipekit.recipe.sections.mode import ModeSpec
 from recipekit.recipe.sections.model import ModelSpec
@@ -30,6 +31,10 @@ class Recipe(Section):
     mode: ModeSpec = spec(description="What is trained and how (group `mode`), chosen by its `kind`.")
     hw: HardwareSpec = spec(description="The accelerator and its node (group `hw`).")
     parallel: ParallelSpec = spec(description="Data-parallel layout (group `parallel`).")
+    engine: EngineSpec = spec(
+        default_factory=lambda: TrainerEngine(kind="trainer"),
+        description="The training engine the bundle starts (group `engine`), chosen by its `kind`.",
+    )
     data: DataSpec = spec(description="Training data (group `data`).")
     cluster: ClusterSpec = spec(description="Where the Volcano Job runs (group `cluster`).")
     train: TrainSpec = spec(default_factory=TrainSpec, description="Optimisation and bookkeeping.")
