@@ -35,6 +35,7 @@ from recipekit.plan.rules import (
     moe_lora_problems,
     mount_problems,
     pipeline_problems,
+    pod_label_problems,
     streaming_problems,
     volume_problems,
     zero_problems,
@@ -231,6 +232,7 @@ def make_plan(
     )
     errors.extend(pipeline_problems(recipe) + expert_problems(recipe, layout) + moe_lora_problems(recipe))
     errors.extend(mount_problems(recipe) + volume_problems(recipe) + mindcluster.problems(recipe))
+    errors.extend(pod_label_problems(recipe))
     precision, problems = resolve_precision(recipe.train.precision, hw)
     errors.extend(problems + zero_problems(recipe) + data_problems(recipe))
     size = data_size(recipe.data)
