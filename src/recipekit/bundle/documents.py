@@ -8,6 +8,7 @@ what is decided here is only how each engine spells it.
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
 from typing import Any
 
@@ -328,6 +329,18 @@ def volcano_job(recipe: Recipe, plan: Plan, metrics_ports: tuple[int, ...] = ())
         "metadata": _job_metadata(recipe, plan),
         "spec": _job_spec(recipe, plan, _pod_spec(recipe, plan, metrics_ports)),
     }
+
+
+def run_key_command(namespace: str) -> str:
+    """The one command that makes the run key in ``namespace``: what the README, ``validate`` and ``submit`` name.
+
+    The bundle never holds the key (whoever has a bundle would hold it), so ``kubectl apply -k`` of a bundle does
+    not create the Secret its pods mount; it is made once per namespace, and every run there shares it (prepared data
+    is shared by runs of the same data and tokenizer, and verifies for all of them)."""
+    return (
+        f"kubectl -n {shlex.quote(namespace)} create secret generic {trust.SECRET_NAME} "
+        '--from-literal=key="$(openssl rand -hex 32)"'
+    )
 
 
 def _pod_storage(recipe: Recipe, plan: Plan) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
