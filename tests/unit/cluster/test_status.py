@@ -158,3 +158,19 @@ def test_an_image_that_cannot_be_pulled_and_an_unknown_sentence() -> None:
     assert reasons[0].what == "image" and "cluster.image_pull_secrets" in reasons[0].hint
     odd = why_pending("1/1 tasks in gang unschedulable: \x1b[31mred\x1b[0m", "llm", "Open", [], {}, "")
     assert odd[0].what == "scheduler" and "\x1b" not in odd[0].detail  # Volcano's words, made safe
+
+
+def test_a_bundle_reads_its_progress_from_its_output_directory_on_the_volume(tmp_path: Path) -> None:
+    from recipekit.bundle.build import build
+    from recipekit.cluster.progress import from_bundle
+
+    bundle = build(["recipe=tiny_sft"], tmp_path / "b", force=True).path
+    output = yaml.safe_load((bundle / "recipe.yaml").read_text())["training_arguments"]["output_dir"]
+    volume = tmp_path / "pvc"
+    write_run(volume / output.removeprefix("/mnt/shared/"), losses(6))
+    progress, note = from_bundle(bundle, volume)
+    assert note is None and progress is not None
+    assert (progress.step, progress.total_steps, progress.done) == (6, 8, True)  # plan.json's 8 steps; done: no ETA
+    assert progress.eta_s is None and progress.starts == 1
+    missing, why = from_bundle(bundle, None)  # the pods' path, not on this machine
+    assert missing is None and "--volume DIR" in why
