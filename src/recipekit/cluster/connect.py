@@ -20,6 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+import yaml
+
+from recipekit.base import yamlfile
 from recipekit.base.errors import Problem, RecipeError
 from recipekit.recipe.schema import printable
 
@@ -101,25 +104,44 @@ def connect(kubeconfig: Path | None = None, context: str | None = None, namespac
         config.load_incluster_config(client_configuration=configuration)
         own = POD_NAMESPACE_FILE.read_text().strip() if POD_NAMESPACE_FILE.is_file() else "default"
         return Connection(client.ApiClient(configuration), "(in-cluster)", namespace or own, configuration.host)
-    where = os.pathsep.join(str(f) for f in files)
     if not files:
         wanted = ", ".join(str(f) for f in kubeconfig_files(kubeconfig))
         raise RecipeError([Problem("kubeconfig", f"{wanted}: not found", hint="--kubeconfig FILE or $KUBECONFIG")])
+    where = os.pathsep.join(str(f) for f in files)
+    contexts, current = _contexts(files)
+    chosen = context or current
+    if chosen is None or chosen not in contexts:
+        raise RecipeError([_no_context(chosen, list(contexts), where)])
     try:
-        contexts, current = config.list_kube_config_contexts(where)
-        names = [str(c.get("name")) for c in contexts or []]
-        chosen = context or (current or {}).get("name")
-        if chosen not in names:
-            raise RecipeError([_no_context(chosen, names, where)])
         config.load_kube_config(where, chosen, client_configuration=configuration, persist_config=False)
-    except RecipeError:
-        raise
-    except Exception as exc:  # the library's ConfigException, a YAML or file error: the user's kubeconfig is unusable
-        raise RecipeError([Problem(where, f"kubeconfig cannot be used: {printable(str(exc))[:300]}")]) from None
-    own_namespace = next((c.get("context") or {} for c in contexts if c.get("name") == chosen), {}).get("namespace")
-    return Connection(
-        client.ApiClient(configuration), str(chosen), namespace or own_namespace or "default", configuration.host
-    )
+    except Exception as exc:  # the library's ConfigException, a file it names: the user's kubeconfig is unusable
+        raise RecipeError([Problem(where, f"context {chosen} cannot be used: {_line(exc)}")]) from None
+    given = contexts[chosen].get("namespace")
+    return Connection(client.ApiClient(configuration), chosen, namespace or given or "default", configuration.host)
+
+
+def _contexts(files: list[Path]) -> tuple[dict[str, dict[str, Any]], str | None]:
+    """Every context of the kubeconfig files and the current one, merged as kubectl merges them: the first file to
+    name a context, or the current context, wins. Read as recipekit reads any YAML (bounded, no tags or aliases)."""
+    contexts: dict[str, dict[str, Any]] = {}
+    current: str | None = None
+    for file in files:
+        try:
+            document = yamlfile.read(file)
+        except (OSError, yaml.YAMLError) as exc:
+            raise RecipeError([Problem(str(file), f"kubeconfig cannot be read: {_line(exc)}")]) from None
+        document = document if isinstance(document, dict) else {}
+        for entry in document.get("contexts") or []:
+            if isinstance(entry, dict) and isinstance(entry.get("name"), str):
+                found = entry.get("context")
+                contexts.setdefault(entry["name"], found if isinstance(found, dict) else {})
+        if current is None and isinstance(document.get("current-context"), str) and document["current-context"]:
+            current = document["current-context"]
+    return contexts, current
+
+
+def _line(exc: Exception) -> str:
+    return printable(" ".join(str(exc).split()))[:300]
 
 
 def _no_context(chosen: Any, names: list[str], where: str) -> Problem:

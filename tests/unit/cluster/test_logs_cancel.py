@@ -110,3 +110,30 @@ def test_the_namespace_is_the_flag_s_then_the_context_s(server: RecordedAPIServe
     server.requests.clear()
     result = command(server, tmp_path, "status", JOB)  # the kubeconfig's context names team-a
     assert result.exit_code == 0 and server.requests[0].path == JOB_PATH
+
+
+def test_kubeconfig_files_merge_as_kubectl_merges_them(server: RecordedAPIServer, tmp_path: Path) -> None:
+    """$KUBECONFIG's files together: the current context from the first that names one, a context from any; a
+    kubeconfig without a current context works with --context; a broken one is one line, exit 2."""
+    from click.testing import CliRunner
+
+    from recipekit.cli import main
+
+    serve(server, "finished.yaml")
+    full = yaml.safe_load(server.kubeconfig(tmp_path).read_text())
+    first = tmp_path / "first"
+    first.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "Config", "current-context": "recorded"}))
+    second = tmp_path / "second"
+    second.write_text(yaml.safe_dump({k: v for k, v in full.items() if k != "current-context"}))
+    runner = CliRunner(env={"COLUMNS": "80", "KUBECONFIG": f"{first}:{second}"})
+    result = runner.invoke(main, ["status", JOB])
+    assert result.exit_code == 0, result.output
+    result = invoke("status", JOB, "--kubeconfig", str(second))
+    assert result.exit_code == 2 and "no current context (--context NAME; contexts: recorded)" in result.stderr
+    result = invoke("status", JOB, "--kubeconfig", str(second), "--context", "recorded")
+    assert result.exit_code == 0, result.output
+    broken = tmp_path / "broken"
+    broken.write_text("clusters: [\n")
+    result = invoke("status", JOB, "--kubeconfig", str(broken))
+    assert result.exit_code == 2 and len(result.stderr.splitlines()) == 2  # "error: 1 problem:" and the line
+    assert "kubeconfig cannot be read" in result.stderr
