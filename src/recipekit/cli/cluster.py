@@ -90,6 +90,16 @@ def _connect(kubeconfig: Path | None, context: str | None, namespace: str | None
     return connect(kubeconfig, context, namespace)
 
 
+def _run(run: str, kubeconfig: Path | None, context: str | None, namespace: str | None) -> tuple[Any, Any]:
+    """RUN located (a bundle fixes the namespace: -n may only repeat it) and the connection to ask about it."""
+    from recipekit.cluster.objects import locate
+
+    ref = locate(run)
+    if ref.namespace is not None and namespace is not None and namespace != ref.namespace:
+        fail(f"{run} is a bundle of namespace {ref.namespace}, not {namespace} (-n)")
+    return ref, _connect(kubeconfig, context, ref.namespace or namespace)
+
+
 @click.command("submit", context_settings=SETTINGS)
 @click.argument("bundle", type=click.Path(path_type=Path))
 @cluster_command
@@ -161,11 +171,10 @@ def status_command(
       recipekit status bundles/tiny_sft --volume /mnt/pvc
       recipekit status tiny-sft-9dff15 -n team-a
     """
-    from recipekit.cluster.objects import locate
     from recipekit.cluster.status import status
 
-    ref = locate(run)
-    found = status(_connect(kubeconfig, context, ref.namespace or namespace), ref, volume)
+    ref, conn = _run(run, kubeconfig, context, namespace)
+    found = status(conn, ref, volume)
     for warning in found.warnings:
         say(f"warning: {warning}", err=True)
     for label, text in status_lines(found):
@@ -243,10 +252,8 @@ def logs_command(
       recipekit logs tiny-sft-9dff15 --pod 1 -n team-a
     """
     from recipekit.cluster.logs import NoLog, pod_name, stream
-    from recipekit.cluster.objects import locate
 
-    ref = locate(run)
-    conn = _connect(kubeconfig, context, ref.namespace or namespace)
+    ref, conn = _run(run, kubeconfig, context, namespace)
     pod_namespace, pod = pod_name(conn, ref, index)
     try:
         stream(conn, pod_namespace, pod, follow, click.echo)
@@ -271,9 +278,7 @@ def cancel_command(run: str, kubeconfig: Path | None, context: str | None, names
       recipekit cancel tiny-sft-9dff15 -n team-a
     """
     from recipekit.cluster.logs import cancel
-    from recipekit.cluster.objects import locate
 
-    ref = locate(run)
-    conn = _connect(kubeconfig, context, ref.namespace or namespace)
+    ref, conn = _run(run, kubeconfig, context, namespace)
     phase = cancel(conn, ref)
     say(f"cancelled {ref.job_name} in namespace {ref.namespace or conn.namespace} (it was {phase}): its pods stop")

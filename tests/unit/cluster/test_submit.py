@@ -186,6 +186,9 @@ def test_submit_refuses_another_namespace_and_a_bundle_with_a_secret(bundle: Pat
 
     result = invoke("submit", str(bundle), "-n", "other")
     assert result.exit_code == 2 and f"the bundle's namespace is {NS}, not other" in result.stderr
+    for command_name in ("status", "logs", "cancel"):
+        result = invoke(command_name, str(bundle), "-n", "other")
+        assert result.exit_code == 2 and f"is a bundle of namespace {NS}, not other (-n)" in result.stderr
     planted = tmp_path / "b"
     import shutil
 
