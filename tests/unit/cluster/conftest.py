@@ -11,8 +11,6 @@ from click.testing import CliRunner, Result
 from recipekit.cli import main
 from tests.unit.cluster.apiserver import RecordedAPIServer
 
-pytest.importorskip("kubernetes", reason="the cluster commands need the kubernetes client (the test extra)")
-
 
 @pytest.fixture
 def server() -> Iterator[RecordedAPIServer]:

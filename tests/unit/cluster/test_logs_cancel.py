@@ -8,10 +8,13 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
+import pytest
 import yaml
 
 from tests.unit.cluster.apiserver import JOB, JOB_PATH, NAMESPACE, RecordedAPIServer, Request, load, serve, status
 from tests.unit.cluster.conftest import command, fits, invoke
+
+pytest.importorskip("kubernetes", reason="the cluster commands need the kubernetes client (the test extra)")
 
 LOG_PATH = f"/api/v1/namespaces/{NAMESPACE}/pods/{JOB}-worker-1/log"
 

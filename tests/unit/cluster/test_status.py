@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import yaml
 
 from recipekit.bundle.documents import run_key_command
@@ -16,6 +17,8 @@ from recipekit.runtime.boundary import filenames
 from tests.unit.cluster.apiserver import JOB, NAMESPACE, RecordedAPIServer, serve
 from tests.unit.cluster.conftest import command, fits
 from tests.unit.runfixtures import losses, write_run
+
+pytest.importorskip("kubernetes", reason="the cluster commands need the kubernetes client (the test extra)")
 
 
 def flat(text: str) -> str:

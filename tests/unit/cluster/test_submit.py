@@ -16,6 +16,8 @@ from recipekit.bundle.documents import run_key_command
 from tests.unit.cluster.apiserver import RecordedAPIServer, Request, load, not_found, status
 from tests.unit.cluster.conftest import command, fits
 
+pytest.importorskip("kubernetes", reason="the cluster commands need the kubernetes client (the test extra)")
+
 NS = "team-a"
 CORE = f"/api/v1/namespaces/{NS}"
 JOBS = f"/apis/batch.volcano.sh/v1alpha1/namespaces/{NS}/jobs"
