@@ -14,7 +14,9 @@ a new command's examples are run the day it gets them. Each example line runs in
 What an example must do is its text's: exit 0; ``# exit N: ...`` exits N; ``# cluster volume`` (a path on the
 cluster's volume, absent here) exits 2 with one error naming the ``/mnt`` path; an example of a command whose help
 says it "needs a Docker-API engine" (or whose comment does) exits 2 saying none is reachable (when one is, it is
-skipped: building the image is test_image_build's). Dry runs (``--dry-run``) are slow tests.
+skipped: building the image is test_image_build's); one of a command whose help says it "needs a Kubernetes
+cluster" runs with tests/data/cluster/unreachable-kubeconfig.yaml and exits 4 saying the API server cannot be reached
+(what it does with a cluster is tests/unit/cluster's). Dry runs (``--dry-run``) are slow tests.
 """
 
 from __future__ import annotations
@@ -87,6 +89,7 @@ def _env() -> dict[str, str]:
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", "COLUMNS": "80"}
     env.pop("RECIPEKIT_RECIPES", None)
     env["DOCKER_HOST"] = env.get("DOCKER_HOST", "unix:///nonexistent-engine.sock")
+    env["KUBECONFIG"] = str(REPO / "tests" / "data" / "cluster" / "unreachable-kubeconfig.yaml")
     return env
 
 
@@ -177,6 +180,9 @@ def test_help_example_runs(example: Example, tmp_path: Path) -> None:
         if result.returncode == 0:
             pytest.skip("a Docker-API engine is reachable here: the image build is test_image_build's")
         assert result.returncode == 2 and "no Docker-API engine reachable" in result.stderr, said
+        return
+    if "Needs a Kubernetes cluster" in example.prose:
+        assert result.returncode == 4 and "cannot reach the API server" in result.stderr, said
         return
     if example.comment.startswith("cluster volume") and not Path("/mnt/shared").exists():
         errors = [line for line in result.stderr.splitlines() if "/mnt/" in line]

@@ -8,6 +8,7 @@ what is decided here is only how each consumer spells it.
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,7 +21,13 @@ from recipekit.image.matrix import ARCH_LABEL, pip_packages
 from recipekit.memory.operations import Operations
 from recipekit.plan.plan import Plan
 from recipekit.recipe import mindcluster
-from recipekit.recipe.k8snames import host_volume_name
+from recipekit.recipe.k8snames import (
+    MANAGED_BY_LABEL,
+    NAME_LABEL,
+    SIDECAR_ANNOTATION,
+    SUPERPOD_ANNOTATION,
+    host_volume_name,
+)
 from recipekit.recipe.schema import to_data
 from recipekit.recipe.sections import Recipe
 from recipekit.runtime.boundary import exitcodes
@@ -43,7 +50,7 @@ SHUTDOWN_MARGIN_S = 60
 MASTER_DNS_WAIT_S = 120
 #: Pod annotation that keeps service meshes out: a sidecar would hold the rendezvous port's traffic and keep pods
 #: alive after training ends.
-NO_SIDECAR = {"sidecar.istio.io/inject": "false"}
+NO_SIDECAR = {SIDECAR_ANNOTATION: "false"}
 #: The prefix of every metrics port's name (a Kubernetes port name: at most 15 characters).
 METRICS_PORT_NAME = "metrics"
 
@@ -171,7 +178,7 @@ def launch_spec(recipe: Recipe, plan: Plan, env: dict[str, str], module: str) ->
 
 def job_labels(plan: Plan) -> dict[str, str]:
     """The labels of the Job and its pods that name the run (the PodMonitor selects by the name label)."""
-    return {"app.kubernetes.io/name": plan.job_name, "app.kubernetes.io/managed-by": "recipekit"}
+    return {NAME_LABEL: plan.job_name, MANAGED_BY_LABEL: "recipekit"}
 
 
 def volcano_job(recipe: Recipe, plan: Plan, metrics_ports: tuple[int, ...] = ()) -> dict[str, Any]:
@@ -183,6 +190,18 @@ def volcano_job(recipe: Recipe, plan: Plan, metrics_ports: tuple[int, ...] = ())
         "metadata": _job_metadata(recipe, plan),
         "spec": _job_spec(recipe, plan, _pod_spec(recipe, plan, metrics_ports)),
     }
+
+
+def run_key_command(namespace: str) -> str:
+    """The one command that makes the run key in ``namespace``: what the README, ``validate`` and ``submit`` name.
+
+    The bundle never holds the key (whoever has a bundle would hold it), so ``kubectl apply -k`` of a bundle does
+    not create the Secret its pods mount; it is made once per namespace, and every run there shares it (prepared data
+    is shared by runs of the same data and tokenizer, and verifies for all of them)."""
+    return (
+        f"kubectl -n {shlex.quote(namespace)} create secret generic {trust.SECRET_NAME} "
+        '--from-literal=key="$(openssl rand -hex 32)"'
+    )
 
 
 def _pod_storage(recipe: Recipe, plan: Plan) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -260,15 +279,20 @@ def _pod_spec(recipe: Recipe, plan: Plan, metrics_ports: tuple[int, ...]) -> dic
     pod_spec.update(placement.pod_placement(recipe, job_labels(plan)))
     if cl.priority_class:
         pod_spec["priorityClassName"] = cl.priority_class
+    # who the pods are: the service account they run as and the Secrets their image is pulled with (none by default)
+    if cl.service_account:
+        pod_spec["serviceAccountName"] = cl.service_account
+    if cl.image_pull_secrets:
+        pod_spec["imagePullSecrets"] = [{"name": name} for name in cl.image_pull_secrets]
     return pod_spec
 
 
 def _job_spec(recipe: Recipe, plan: Plan, pod_spec: dict[str, Any]) -> dict[str, Any]:
     """The Job's spec: Volcano's scheduler, the gang, the plugins the launcher reads, the lifecycle policies."""
     hw, cl = recipe.hw, recipe.cluster
-    annotations = dict(NO_SIDECAR)
+    annotations = {**cl.pod_annotations, **NO_SIDECAR}  # a recipe may not set recipekit's keys (ClusterSpec)
     if plan.superpod_block is not None:
-        annotations["sp-block"] = str(plan.superpod_block)
+        annotations[SUPERPOD_ANNOTATION] = str(plan.superpod_block)
     spec: dict[str, Any] = {
         "schedulerName": "volcano",
         "minAvailable": plan.layout.nodes,
@@ -288,7 +312,10 @@ def _job_spec(recipe: Recipe, plan: Plan, pod_spec: dict[str, Any]) -> dict[str,
                 "name": plan.task_name,
                 "replicas": plan.layout.nodes,
                 "template": {
-                    "metadata": {"labels": {**job_labels(plan), **hw.pod_labels}, "annotations": annotations},
+                    "metadata": {
+                        "labels": {**job_labels(plan), **hw.pod_labels, **cl.pod_labels},
+                        "annotations": annotations,
+                    },
                     "spec": pod_spec,
                 },
                 **placement.task_partition_policy(cl.placement, plan.layout.nodes),
@@ -318,7 +345,7 @@ def _job_metadata(recipe: Recipe, plan: Plan) -> dict[str, Any]:
     }
     annotations = placement.job_annotations(recipe.cluster.placement)
     if plan.superpod_block is not None:
-        annotations = {"sp-block": str(plan.superpod_block), **annotations}
+        annotations = {SUPERPOD_ANNOTATION: str(plan.superpod_block), **annotations}
     if annotations:
         metadata["annotations"] = annotations
     return metadata

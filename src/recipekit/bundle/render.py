@@ -23,7 +23,7 @@ from recipekit import __version__
 from recipekit.base.errors import Problem, RecipeError
 from recipekit.base.paths import TEMPLATES_DIR, cache_dir
 from recipekit.bundle import runfiles
-from recipekit.bundle.documents import Documents, job_labels
+from recipekit.bundle.documents import Documents, job_labels, run_key_command
 from recipekit.bundle.files import (
     DASHBOARD,
     DOCKERFILE,
@@ -118,6 +118,7 @@ def render(
         "launcher": f"{RUNTIME}.launch",
         "launch_file": LAUNCH,
         "ops": ops,
+        "run_key_command": run_key_command(recipe.cluster.namespace),  # the one Secret apply -k cannot create
         "exit_codes": exitcodes.EXIT_CODES,  # the one table: README lists it, run.sh exits with its codes
         "exit": {c.name: c.code for c in exitcodes.EXIT_CODES},
         "monitoring": {"podmonitor": PODMONITOR, "rule": PROMETHEUS_RULE, "dashboard": DASHBOARD},

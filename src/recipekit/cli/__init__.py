@@ -1,9 +1,13 @@
 """The ``recipekit`` command: parse arguments, call one library function, print. No decisions live here.
 
 Exit codes: 0 success; 1 a check failed (validate: a check failed; plan: DOES NOT FIT; compare: NOT ALIGNED; diff:
-the bundles differ); 2 the input (recipe, overrides, bundle path) is unusable — with one line per problem and never a
-traceback; 3 `compare` could not tell (INCONCLUSIVE: too few common steps, the learning rate still warming up, a loss
-that moved less than the tolerance, or noise larger than it); 130 interrupted (Ctrl-C).
+the bundles differ; submit: the API server, Volcano's admission webhook or a missing Secret, claim, account or
+priority class refused the run, and nothing was created; status: the run's Job ended without completing — Failed,
+Aborted, Terminated; logs: the pod has no log yet); 2 the input (recipe, overrides, bundle path, kubeconfig, context,
+a run or pod that does not exist) is unusable — with one line per problem and never a traceback; 3 `compare` could
+not tell (INCONCLUSIVE: too few common steps, the learning rate still warming up, a loss that moved less than the
+tolerance, or noise larger than it); 4 the cluster could not be asked (submit, status, logs, cancel: the API server
+is unreachable, refused the credentials, or refused to show the run); 130 interrupted (Ctrl-C).
 """
 
 from __future__ import annotations
@@ -37,6 +41,10 @@ class _Commands(click.Group):
         "runs": ("recipekit.cli.runs", "runs_group"),
         "compare": ("recipekit.cli.report", "compare_command"),
         "rescale": ("recipekit.cli.rescale", "rescale_command"),
+        "submit": ("recipekit.cli.cluster", "submit_command"),
+        "status": ("recipekit.cli.cluster", "status_command"),
+        "logs": ("recipekit.cli.cluster", "logs_command"),
+        "cancel": ("recipekit.cli.cluster", "cancel_command"),
     }
 
     def list_commands(self, ctx: click.Context) -> list[str]:

@@ -35,6 +35,7 @@ from recipekit.plan.rules import (
     layout_problems,
     mount_problems,
     pipeline_problems,
+    pod_label_problems,
     streaming_problems,
     volume_problems,
 )
@@ -228,6 +229,7 @@ def make_plan(
     errors.extend(engine.problems(recipe, layout, analysis_only=unchecked, tp_across_pods=tp_across_pods))
     errors.extend(pipeline_problems(recipe) + expert_problems(recipe, layout))
     errors.extend(mount_problems(recipe) + volume_problems(recipe) + mindcluster.problems(recipe))
+    errors.extend(pod_label_problems(recipe))
     precision, problems = resolve_precision(recipe.train.precision, hw)
     errors.extend(problems + data_problems(recipe))
     size = data_size(recipe.data)

@@ -213,3 +213,17 @@ def mount_problems(recipe: Recipe) -> list[Problem]:
         for path in recipe.hw.host_mounts
         if path.rstrip("/") in claimed
     ]
+
+
+def pod_label_problems(recipe: Recipe) -> list[Problem]:
+    """A team's extra pod label may not change one the hardware needs (hw.pod_labels: the device scheduler's)."""
+    return [
+        Problem(
+            f"cluster.pod_labels.{key}",
+            f"is a label hw.pod_labels sets ({recipe.hw.name}: {key}={recipe.hw.pod_labels[key]}), which the device "
+            "scheduler reads",
+            hint="choose another key",
+        )
+        for key in recipe.cluster.pod_labels
+        if key in recipe.hw.pod_labels
+    ]

@@ -99,6 +99,15 @@ LABEL_KEY = Domain(
     lambda value: _qualified_name(value, prefix_required=False),
 )
 
+#: Kubernetes annotation keys: ``ValidateAnnotations`` checks ``IsQualifiedName`` of the key in lower case (so an
+#: upper-case prefix passes there, as it does here).
+ANNOTATION_KEY = Domain(
+    "Kubernetes annotation key",
+    "[prefix/]name: prefix a DNS-1123 subdomain (any case), name at most 63 letters, digits, '-', '_', '.' starting "
+    "and ending with a letter or digit",
+    lambda value: _qualified_name(value.lower(), prefix_required=False),
+)
+
 #: Kubernetes label and nodeSelector values: ``IsValidLabelValue``.
 LABEL_VALUE = pattern_domain(
     "Kubernetes label value",

@@ -60,6 +60,10 @@ ALLOWED_FLAGS = {
     "runs": {"--help"},
     "runs history": {"--json", "--help"},
     "rescale": {"--nodes", "--output", "--force", "--recipes", "--help"},
+    "submit": {"--kubeconfig", "--context", "--namespace", "--help"},
+    "status": {"--volume", "--kubeconfig", "--context", "--namespace", "--help"},
+    "logs": {"--follow", "--pod", "--kubeconfig", "--context", "--namespace", "--help"},
+    "cancel": {"--kubeconfig", "--context", "--namespace", "--help"},
 }
 
 
@@ -134,7 +138,7 @@ def test_build_never_imports_the_training_stack(tmp_path: Path) -> None:
         f"try:\n    main(['build', 'recipe=llama3_8b_sft', '-o', {str(tmp_path / 'b')!r}])\n"
         "except SystemExit:\n    pass\n"
         "heavy = ('torch', 'transformers', 'deepspeed', 'peft', 'pydantic', 'rich', 'prometheus_client',\n"
-        "         'matplotlib')\n"
+        "         'matplotlib', 'kubernetes')\n"
         "heavy = sorted(m for m in heavy if m in sys.modules)\n"
         "print('HEAVY=' + ','.join(heavy))\n"
     )

@@ -4,20 +4,29 @@ fault rescheduling.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from recipekit.recipe.domains import (
     ABSOLUTE_PATH,
+    ANNOTATION_KEY,
     DNS_LABEL,
     DNS_SUBDOMAIN,
     IFNAMES,
     IMAGE_REGISTRY,
     INDEX_URL,
+    LABEL_KEY,
+    LABEL_VALUE,
     MOUNT_PATH,
     SHORT_NAME,
 )
+from recipekit.recipe.k8snames import reserved_pod_key
 from recipekit.recipe.schema import Section, spec
 from recipekit.recipe.sections.placement import PlacementSpec
+
+#: Kubernetes' limit on an object's annotations, keys and values together (apimachinery ``ValidateAnnotations``).
+MAX_ANNOTATION_BYTES = 256 * 1024
+#: Room kept for the annotations recipekit and Volcano put on the same pods (a few hundred bytes in practice).
+ANNOTATION_ROOM_BYTES = 4 * 1024
 
 
 # ------------------------------------------------------------------------------------------------------- cluster
@@ -74,6 +83,27 @@ class ClusterSpec(Section):
     priority_class: str | None = spec(
         None, domain=DNS_SUBDOMAIN, description="Kubernetes PriorityClass of the pods (DNS-1123 subdomain)."
     )
+    service_account: str | None = spec(
+        None,
+        domain=DNS_SUBDOMAIN,
+        description="ServiceAccount the pods run as (serviceAccountName; DNS-1123 subdomain, in the Job's namespace); "
+        "unset: the namespace's default.",
+    )
+    image_pull_secrets: list[Annotated[str, DNS_SUBDOMAIN]] = spec(
+        default_factory=list,
+        description="Secrets in the Job's namespace the kubelet pulls the image with (the pods' imagePullSecrets; "
+        "DNS-1123 subdomains): made by the cluster's admins, never part of the bundle.",
+    )
+    pod_labels: dict[Annotated[str, LABEL_KEY], Annotated[str, LABEL_VALUE]] = spec(
+        default_factory=dict,
+        description="Extra labels on every pod (team, cost centre; Kubernetes label keys and values), beside "
+        "recipekit's, Volcano's and hw.pod_labels, which they may not change.",
+    )
+    pod_annotations: dict[Annotated[str, ANNOTATION_KEY], str] = spec(
+        default_factory=dict,
+        description="Extra annotations on every pod (Kubernetes annotation keys; at most 256 KiB in all), beside "
+        "recipekit's and Volcano's, which they may not change.",
+    )
     task_name: str = spec(
         "worker", domain=DNS_LABEL, description="Volcano task name (DNS-1123 label); pods read VC_<TASK>_HOSTS."
     )
@@ -126,14 +156,41 @@ class ClusterSpec(Section):
     )
 
     def rules(self) -> list[str | tuple[str, str]]:
+        problems: list[str | tuple[str, str]] = []
         topology = self.placement.network_topology
         partition = topology.partition if topology is not None else None
         if partition is not None and self.nodes % partition.pods:
-            return [
+            problems.append(
                 (
                     "placement.network_topology.partition.pods",
                     f"{partition.pods} pods per partition do not divide the {self.nodes} nodes "
                     "(Volcano needs replicas = partitions × pods)",
                 )
-            ]
-        return []
+            )
+        return problems + self._pod_identity_rules()
+
+    def _pod_identity_rules(self) -> list[str | tuple[str, str]]:
+        """No pull Secret twice; no label or annotation that recipekit or Volcano sets (theirs would win, silently);
+        the annotations within Kubernetes' 256 KiB (``ValidateAnnotations``: the keys' and values' lengths)."""
+        problems: list[str | tuple[str, str]] = []
+        twice = sorted({name for name in self.image_pull_secrets if self.image_pull_secrets.count(name) > 1})
+        if twice:
+            problems.append(("image_pull_secrets", f"{', '.join(twice)} listed twice"))
+        for field, kind, keys in (
+            ("pod_labels", "label", self.pod_labels),
+            ("pod_annotations", "annotation", self.pod_annotations),
+        ):
+            for key in keys:
+                owner = reserved_pod_key(key, kind)
+                if owner is not None:
+                    problems.append((f"{field}.{key}", f"is a pod {kind} {owner} sets: choose another key"))
+        size = sum(len(k.encode()) + len(v.encode()) for k, v in self.pod_annotations.items())
+        if size > MAX_ANNOTATION_BYTES - ANNOTATION_ROOM_BYTES:
+            problems.append(
+                (
+                    "pod_annotations",
+                    f"{size} bytes of keys and values; Kubernetes allows {MAX_ANNOTATION_BYTES} per pod, of which "
+                    f"{ANNOTATION_ROOM_BYTES} are left to recipekit's and Volcano's",
+                )
+            )
+        return problems

@@ -10,7 +10,8 @@ Three layers, each reported as its own check:
   replicas, lifecycle policies well formed, pod names valid DNS labels, known plugins, volumes with a mount path.
 * :func:`pod_template_findings` — each task's pod template as Kubernetes validates a ``v1 PodTemplate``, through the
   ``kubernetes-validate`` package's bundled OpenAPI schemas (strict: unknown fields fail), plus the few semantic
-  rules a JSON schema cannot express (mounts name declared volumes, extended resources request == limit).
+  rules a JSON schema cannot express (mounts name declared volumes, extended resources request == limit, the names
+  of the service account, priority class and pull Secrets, label and annotation keys and values).
 
 The queue's existence and state need a live cluster and are not checked here.
 """
@@ -22,7 +23,9 @@ from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
 
+from recipekit.recipe.domains import ANNOTATION_KEY, DNS_SUBDOMAIN, LABEL_KEY, LABEL_VALUE
 from recipekit.recipe.k8snames import is_dns_label
+from recipekit.recipe.sections.cluster import MAX_ANNOTATION_BYTES
 from recipekit.validate.shared.results import Finding
 from recipekit.validate.static import volcanotopology
 from recipekit.validate.static.toolpackages import install_hint
@@ -567,4 +570,27 @@ def _pod_semantics(template: dict[str, Any], where: str) -> list[Finding]:
     restart = spec.get("restartPolicy")
     if restart not in (None, "Always", "OnFailure", "Never"):
         out.append(Finding(FILE, f"{where}.spec.restartPolicy", f"{restart!r} is not Always, OnFailure or Never"))
-    return out
+    return out + _identity_semantics(template, spec, where)
+
+
+def _identity_semantics(template: dict[str, Any], spec: dict[str, Any], where: str) -> list[Finding]:
+    """Who the pods are, as the API server's Go validation sees it: service account, priority class and pull Secret
+    names (DNS-1123 subdomains), the template's labels (``ValidateLabels``) and annotations (``ValidateAnnotations``:
+    keys in lower case, 256 KiB in all) — rules a JSON schema cannot express."""
+    pulls = [
+        (f"imagePullSecrets[{i}].name", (r or {}).get("name")) for i, r in enumerate(spec.get("imagePullSecrets") or [])
+    ]
+    named = [(k, spec.get(k)) for k in ("serviceAccountName", "priorityClassName")] + pulls
+    wrong = [(f"{where}.spec.{key}", DNS_SUBDOMAIN.problem(value)) for key, value in named if isinstance(value, str)]
+    metadata = template.get("metadata") if isinstance(template.get("metadata"), dict) else {}
+    labels, notes = (
+        {} if not isinstance(v, dict) else v for v in (metadata.get("labels"), metadata.get("annotations"))
+    )
+    for key, value in labels.items():
+        bad_value = LABEL_VALUE.problem(str(value))
+        wrong += [(f"{where}.metadata.labels.{key}", LABEL_KEY.problem(str(key)) or bad_value and f"value {bad_value}")]
+    wrong += [(f"{where}.metadata.annotations.{key}", ANNOTATION_KEY.problem(str(key))) for key in notes]
+    size = sum(len(str(k).encode()) + len(str(v).encode()) for k, v in notes.items())
+    if size > MAX_ANNOTATION_BYTES:
+        wrong += [(f"{where}.metadata.annotations", f"{size} bytes: more than Kubernetes' {MAX_ANNOTATION_BYTES}")]
+    return [Finding(FILE, at, problem) for at, problem in wrong if problem]
