@@ -47,6 +47,7 @@ PUBLISHED = {
     "qwen3_235b_a22b": (235e9, 22e9),
     "llama3.1_8b": (8.03e9, None),
     "llama3.3_70b": (70.6e9, None),
+    "llama3.1_405b": (405e9, None),  # the Llama 3.1 model card: 405B
     "deepseek_r1_distill_qwen_7b": (7.62e9, None),
     "glm4_9b": (9.4e9, None),
     "mixtral_8x7b": (46.7e9, 12.9e9),
