@@ -141,8 +141,14 @@ def show(overrides: tuple[str, ...], as_json: bool, compact: bool, extra_dirs: t
 @click.option(
     "--advise",
     is_flag=True,
-    help="Search ZeRO stage, offload, micro batch, checkpointing and tensor parallelism (and pipeline "
-    "parallelism, analysis only, when the recipe sets it) for layouts that fit, fastest first.",
+    help="Search ZeRO stage, offload, micro batch, checkpointing and tensor parallelism for layouts that fit, "
+    "fastest first; with Megatron-core's layouts too (see --all-layouts).",
+)
+@click.option(
+    "--all-layouts",
+    is_flag=True,
+    help="With --advise: also search the layouts only Megatron-core runs (PP with virtual stages, SP, CP, EP, the "
+    "distributed optimizer; analysis only). On by itself where the recipe uses one or nothing else fits.",
 )
 @click.option(
     "--price",
@@ -166,6 +172,7 @@ def plan(
     overrides: tuple[str, ...],
     as_json: bool,
     advise: bool,
+    all_layouts: bool,
     price: float | None,
     top: int,
     manifest: Path | None,
@@ -180,6 +187,7 @@ def plan(
       recipekit plan recipe=llama3_70b_sft hw=ascend910b cluster.nodes=8
       recipekit plan recipe=llama3_8b_lora hw=a100_80g --json
       recipekit plan recipe=qwen2.5_72b_sft hw=ascend910b --advise
+      recipekit plan model=llama3.1_405b hw=h100 cluster.nodes=128 --advise --all-layouts
       recipekit plan recipe=llama3_70b_sft parallel.tensor_parallel=8 parallel.pipeline_parallel=2 --price 2.5
       recipekit plan recipe=qwen2.5_7b_pretrain --data /mnt/shared/runs/prepared/4f2a.../manifest.json  # cluster volume
     """
@@ -206,8 +214,12 @@ def plan(
     options = load_parallel_options(extra_dirs) if advise or not estimate.fits else {}
     advices: list[memory.Advice] = []
     if advise:
-        search_pp = recipe.parallel.pipeline_parallel > 1
-        advices = memory.advise(recipe, resolved.images, top=top, search_pp=search_pp, parallel_options=options)
+        from recipekit.plan.layoutrules import megatron_features
+
+        search_all = all_layouts or bool(megatron_features(recipe, resolved.plan.layout))
+        advices = memory.advise(recipe, resolved.images, top=top, search_pp=search_all, parallel_options=options)
+        if not advices and not search_all:  # nothing the bundle builds fits: what would, with Megatron-core
+            advices = memory.advise(recipe, resolved.images, top=top, search_pp=True, parallel_options=options)
     if as_json:
         output: dict[str, Any] = {"estimate": planview.estimate_dict(estimate)}
         if advise:
@@ -223,13 +235,16 @@ def plan(
 
             console.print(styled(("to fit:", "bold"), f" {problem.hint}"))
     if advise:
-        console.print(planview.render_advice(advices))
+        console.print(planview.render_advice(advices, why=memory.why_first(advices)))
         buildable = [a for a in advices if a.buildable]
         if buildable:  # the fastest layout build accepts: PP (and TP the bundle cannot run) is analysis only
+            from rich.text import Text
+
             from recipekit.recipe.overrides import merge
 
-            console.print(f"paste: recipekit build {' '.join(merge(overrides, buildable[0].overrides))}")
+            paste = f"paste: recipekit build {' '.join(merge(overrides, buildable[0].overrides))}"
+            console.print(Text(paste, no_wrap=True, overflow="ignore"))
         elif advices:
-            console.print("no layout above builds (pipeline parallelism is analysis only): nothing to paste")
+            console.print("no layout above builds (Megatron-core's layouts are analysis only): nothing to paste")
     if not estimate.fits:
         sys.exit(1)

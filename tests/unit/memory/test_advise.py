@@ -14,6 +14,7 @@ sys.path.insert(0, str(ROOT / "src"))
 from recipekit.bundle.planview import advice_dict, render_advice  # noqa: E402
 from recipekit.image.matrix import load_images  # noqa: E402
 from recipekit.memory import advise, candidate, estimate  # noqa: E402
+from recipekit.memory.advise import shown_step  # noqa: E402
 from recipekit.plan.plan import make_plan  # noqa: E402
 from recipekit.recipe.compose import compose  # noqa: E402
 from recipekit.recipe.paralleloptions import load_parallel_options  # noqa: E402
@@ -68,7 +69,7 @@ def test_advice_keeps_the_global_batch_and_ranks_by_step_time(base):
     advices = advice_for(base)
     expected = make_plan(recipe_of(*base), IMAGES, analysis_only=True).layout.global_batch_size
     assert {a.estimate.layout.global_batch_size for a in advices} == {expected}
-    times = [a.step_time_s for a in advices]
+    times = [shown_step(a.step_time_s) for a in advices]
     assert times == sorted(times)
     assert len(advices) <= 5 and len({a.overrides for a in advices}) == len(advices)
 
