@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from recipekit.memory import Advice, Estimate
+from recipekit.memory.stages import Stage, Stages
 from recipekit.plan.layout import Layout
 
 if TYPE_CHECKING:  # rich is imported where terminal views are drawn: `build` writes markdown and JSON only
@@ -357,12 +358,8 @@ def _short_layout(est: Estimate) -> str:
 
 
 def render_advice(advices: Sequence[Advice], *, why: str = "") -> RenderableType:
-    """The advised layouts, fastest first: their figures in a table, then each one's overrides to paste.
-
-    The overrides stand below the table, one complete line per layout that is never wrapped: beside its number
-    where the line fits :data:`OVERRIDE_COLUMNS`, else on a line of its own, so that selecting the line copies every
-    override whole (a terminal narrower than the line shows it wider than the screen, not folded).
-    """
+    """The advised layouts, fastest first: their figures in a table (and why the first is first). The overrides
+    to paste are :func:`advice_lines`, printed below it as plain lines."""
     from rich.console import Group
     from rich.table import Table
     from rich.text import Text
@@ -380,7 +377,6 @@ def render_advice(advices: Sequence[Advice], *, why: str = "") -> RenderableType
     table.add_column("exposed", justify="right")
     table.add_column("GiB/dev", justify="right")
     table.add_column("layout")
-    lines: list[RenderableType] = []
     for rank, advice in enumerate(advices, 1):
         est = advice.estimate
         d = est.parallel3d
@@ -393,18 +389,24 @@ def render_advice(advices: Sequence[Advice], *, why: str = "") -> RenderableType
             f"{est.total_gib:.1f}",
             _short_layout(est) + ("" if advice.buildable else " *"),
         )
-        line = " ".join(advice.overrides)
-        if len(f"{rank} {line}") <= OVERRIDE_COLUMNS:
-            lines.append(Text(f"{rank} {line}", no_wrap=True, overflow="ignore"))
-        else:
-            lines += [Text(f"{rank}:"), Text(line, no_wrap=True, overflow="ignore")]
-    heading = Text("Overrides of each layout, to add to the recipe's own:", style="bold")
     parts: list[RenderableType] = [table]
     if not all(a.buildable for a in advices):
         parts.append(Text("* analysis only: the bundle's engine does not build this layout", style="dim"))
     if why:
         parts.append(Text(why))
-    return Group(*parts, heading, *lines)
+    parts.append(Text("Overrides of each layout, to add to the recipe's own:", style="bold"))
+    return Group(*parts)
+
+
+def advice_lines(advices: Sequence[Advice]) -> list[str]:
+    """One complete line of overrides per layout, to print as it is (never wrapped, never cut): beside its number
+    where that fits :data:`OVERRIDE_COLUMNS`, else under it on a line of its own, so that selecting the line copies
+    every override whole."""
+    lines: list[str] = []
+    for rank, advice in enumerate(advices, 1):
+        line = " ".join(advice.overrides)
+        lines += [f"{rank} {line}"] if len(f"{rank} {line}") <= OVERRIDE_COLUMNS else [f"{rank}:", line]
+    return lines
 
 
 def render_summary(summary: dict[str, Any]) -> RenderableType:
@@ -610,3 +612,54 @@ def advice_dict(advices: Sequence[Advice]) -> list[dict[str, Any]]:
         {"overrides": list(a.overrides), "buildable": a.buildable, "estimate": estimate_dict(a.estimate)}
         for a in advices
     ]
+
+
+# ------------------------------------------------------------------------------------------------------- stages
+def stage_heading(number: int, stage: Stage) -> RenderableType:
+    """The line above a stage's estimate: its number and the overrides that make it."""
+    from rich.text import Text
+
+    made = " ".join(stage.overrides) if stage.overrides else "the base recipe"
+    return Text.assemble((f"Stage {number}: ", "bold"), made)
+
+
+def render_stages(run: Stages) -> RenderableType:
+    """The stages side by side (sequence, layout, step, steps, time, device-hours), then their sums."""
+    from rich.table import Table
+
+    table = Table(title="Stages of the run", title_justify="left", show_footer=True)
+    table.add_column("#", justify="right", footer="all")
+    table.add_column("seq", justify="right")
+    table.add_column("layout")
+    table.add_column("step", justify="right")
+    table.add_column("steps", justify="right")
+    table.add_column("time", justify="right", footer=duration(run.total_time_s))
+    total_hours = f"{run.device_hours:,.0f}" if run.device_hours is not None else "n/a"
+    table.add_column("device-h", justify="right", footer=total_hours)
+    for number, stage in enumerate(run.stages, 1):
+        est = stage.estimate
+        table.add_row(
+            str(number),
+            str(est.seq_len),
+            _short_layout(est),
+            duration(est.step_time_s),
+            f"{est.total_steps:,}" if est.total_steps else "n/a",
+            duration(est.total_time_s),
+            f"{est.device_hours:,.0f}" if est.device_hours is not None else "n/a",
+        )
+    if run.cost is not None:
+        table.caption = f"cost {run.cost:,.0f}"
+    return table
+
+
+def stages_dict(run: Stages) -> dict[str, Any]:
+    """``plan --stage --json``: each stage's overrides and estimate, and the sums."""
+    return {
+        "stages": [{"overrides": list(s.overrides), "estimate": estimate_dict(s.estimate)} for s in run.stages],
+        "total": {
+            "time_s": _opt(run.total_time_s),
+            "device_hours": _opt(run.device_hours),
+            "cost": _opt(run.cost),
+            "fits": run.fits,
+        },
+    }

@@ -159,6 +159,14 @@ def show(overrides: tuple[str, ...], as_json: bool, compact: bool, extra_dirs: t
 )
 @click.option("--top", type=click.IntRange(1, 50), default=5, show_default=True, help="Layouts --advise prints.")
 @click.option(
+    "--stage",
+    "stages",
+    multiple=True,
+    metavar="OVERRIDES",
+    help="Another stage of the run (repeatable): overrides added to OVERRIDES, quoted as one argument, e.g. a "
+    "long-context stage. Each stage is estimated; time, device-hours and cost are summed.",
+)
+@click.option(
     "--data",
     "manifest",
     type=click.Path(path_type=Path),
@@ -175,6 +183,7 @@ def plan(
     all_layouts: bool,
     price: float | None,
     top: int,
+    stages: tuple[str, ...],
     manifest: Path | None,
     extra_dirs: tuple[Path, ...],
 ) -> None:
@@ -190,6 +199,8 @@ def plan(
       recipekit plan model=llama3.1_405b hw=h100 cluster.nodes=128 --advise --all-layouts
       recipekit plan recipe=llama3_70b_sft parallel.tensor_parallel=8 parallel.pipeline_parallel=2 --price 2.5
       recipekit plan recipe=qwen2.5_7b_pretrain --data /mnt/shared/runs/prepared/4f2a.../manifest.json  # cluster volume
+      recipekit plan recipe=qwen2.5_7b_pretrain train.max_steps=1000 \\
+        --stage "data.max_len=32768 parallel.context_parallel=4 train.max_steps=100"
     """
     from recipekit import memory
     from recipekit.bundle import planview
@@ -197,6 +208,9 @@ def plan(
     from recipekit.recipe.paralleloptions import load_parallel_options
 
     extra_dirs = layers(extra_dirs)
+    if stages:
+        _plan_stages(overrides, stages, price, as_json, extra_dirs)
+        return
     document = None
     if manifest is not None:
         from recipekit.plan import prepared
@@ -236,15 +250,44 @@ def plan(
             console.print(styled(("to fit:", "bold"), f" {problem.hint}"))
     if advise:
         console.print(planview.render_advice(advices, why=memory.why_first(advices)))
+        for line in planview.advice_lines(advices):  # plain: a line of overrides is never wrapped or cut
+            click.echo(line)
         buildable = [a for a in advices if a.buildable]
         if buildable:  # the fastest layout build accepts: PP (and TP the bundle cannot run) is analysis only
-            from rich.text import Text
-
             from recipekit.recipe.overrides import merge
 
-            paste = f"paste: recipekit build {' '.join(merge(overrides, buildable[0].overrides))}"
-            console.print(Text(paste, no_wrap=True, overflow="ignore"))
+            click.echo(f"paste: recipekit build {' '.join(merge(overrides, buildable[0].overrides))}")
         elif advices:
             console.print("no layout above builds (Megatron-core's layouts are analysis only): nothing to paste")
     if not estimate.fits:
+        sys.exit(1)
+
+
+def _plan_stages(
+    base: tuple[str, ...], stages: tuple[str, ...], price: float | None, as_json: bool, extra_dirs: tuple[Path, ...]
+) -> None:
+    """``plan --stage``: the base recipe and each stage (its overrides added to the base's), estimated each, with
+    their sums. Exit 1 when a stage does not fit."""
+    import shlex
+
+    from recipekit import memory
+    from recipekit.bundle import planview
+    from recipekit.bundle.build import resolve
+    from recipekit.memory.stages import Stage, summed
+
+    planned = []
+    for extra in ((), *(tuple(shlex.split(stage)) for stage in stages)):
+        resolved = resolve((*base, *extra), extra_dirs, analysis_only=True)
+        est = memory.estimate(resolved.recipe, resolved.plan, price_per_device_hour=price)
+        planned.append(Stage(extra, est))
+    run = summed(planned)
+    if as_json:
+        click.echo(json.dumps(planview.stages_dict(run), indent=2))
+    else:
+        console = rich_console()
+        for number, stage in enumerate(run.stages, 1):
+            console.print(planview.stage_heading(number, stage))
+            console.print(planview.render_estimate(stage.estimate))
+        console.print(planview.render_stages(run))
+    if not run.fits:
         sys.exit(1)
