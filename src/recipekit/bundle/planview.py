@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from recipekit.memory import Advice, Estimate
+from recipekit.memory.breakdown import SCHEDULE_WORDS
 from recipekit.memory.stages import Stage, Stages
 from recipekit.plan.layout import Layout
 
@@ -222,7 +223,7 @@ def _three_d_rows(est: Estimate) -> list[tuple[str, str]]:
     d = est.parallel3d
     if d is None:
         return []
-    schedule = "interleaved 1F1B" if d.schedule == "interleaved_1f1b" else "1F1B"
+    schedule = SCHEDULE_WORDS[d.schedule]
     rows = [("layout", f"{layout_words(est.layout)}; {d.groups}")]
     if d.pipeline_parallel > 1:
         layers = "/".join(str(n) for n in _runs(d.stage_layers))
@@ -233,7 +234,11 @@ def _three_d_rows(est: Estimate) -> list[tuple[str, str]]:
                 + (f", {d.virtual_stages} virtual stages" if d.virtual_stages > 1 else ""),
             )
         )
-        formula = "(p − 1)/(v·m + p − 1)" if d.virtual_stages > 1 else "(p − 1)/(m + p − 1)"
+        formula = {
+            "1f1b": "(p − 1)/(m + p − 1)",
+            "interleaved_1f1b": "(p − 1)/(v·m + p − 1)",
+            "dualpipe": "(p − 2)/(3m + p − 2)",
+        }[d.schedule]
         rows.append(("pipeline bubble", f"{d.bubble_fraction:.1%} = {formula}"))
     if d.tensor_parallel > 1:
         rows += [
@@ -385,7 +390,7 @@ def render_advice(advices: Sequence[Advice], *, why: str = "") -> RenderableType
             duration(est.step_time_s),
             f"{est.compute.mfu:.1%}",
             f"{d.bubble_fraction:.0%}" if d and d.pipeline_parallel > 1 else "-",
-            duration(est.exposed_s) if est.exposed_s else "-",
+            duration(est.exposed_s) if est.exposed_s >= 0.005 else "-",
             f"{est.total_gib:.1f}",
             _short_layout(est) + ("" if advice.buildable else " *"),
         )

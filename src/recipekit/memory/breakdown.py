@@ -61,6 +61,10 @@ class DeviceShare:
     logits: float  # bytes at the loss's peak (last stage only)
 
 
+#: How the plan names each pipeline schedule.
+SCHEDULE_WORDS = {"1f1b": "1F1B", "interleaved_1f1b": "interleaved 1F1B", "dualpipe": "DualPipe"}
+
+
 def megatron_layout(recipe: Recipe, layout: Layout) -> bool:
     """Whether ``layout`` is costed as Megatron-core runs it (fused norms and SwiGLU, vocabulary-parallel embedding
     and head, its mixed precision at ZeRO stage 0): where it uses what only Megatron-core runs. The one place the
@@ -151,6 +155,8 @@ def _even_split(layers: int, stages: int) -> tuple[int, ...]:
 def _stage_share(recipe: Recipe, plan: Plan, reg: Regime, counts: ParamCounts, stage: int, layers: int) -> DeviceShare:
     layout = plan.layout
     dense, experts = _stage_params(recipe, plan, counts, stage, layers)
+    if layout.schedule == "dualpipe":  # two copies of the parameters (DeepSeek-V3 report, Table 2)
+        dense, experts = 2 * dense, 2 * experts
     trainable, states = _stage_states(recipe, plan, reg, counts, dense, experts, layers)
     in_flight = layers_in_flight(
         stage,
@@ -158,6 +164,7 @@ def _stage_share(recipe: Recipe, plan: Plan, reg: Regime, counts: ParamCounts, s
         stages=layout.pipeline_parallel,
         micro_batches=layout.gradient_accumulation_steps,
         virtual_stages=layout.virtual_stages,
+        schedule=layout.schedule,
     )
     acts, basis = _activations(recipe, plan, reg, layers, in_flight)
     last = stage == layout.pipeline_parallel - 1
@@ -357,7 +364,7 @@ def _activation_basis(recipe: Recipe, layout: Layout, share: DeviceShare) -> str
     cuts += ["SP" if layout.sequence_parallel else f"TP {layout.tensor_parallel}"] if layout.tensor_parallel > 1 else []
     flight = ""
     if layout.pipeline_parallel > 1:
-        schedule = "interleaved 1F1B" if layout.virtual_stages > 1 else "1F1B"
+        schedule = SCHEDULE_WORDS[layout.schedule]
         flight = f", {share.in_flight / max(1, share.layers):.3g} micro-batches in flight ({schedule})"
     split = f" split by {' and '.join(cuts)}" if cuts else ""
     return f"micro {layout.micro_batch_size} × seq {recipe.data.max_len}{split}, {share.layers} layers: {kept}{flight}"

@@ -242,7 +242,9 @@ def estimate(recipe: Recipe, plan: Plan, *, price_per_device_hour: float | None 
     notes = _lora_target_notes(recipe)
     offload = _offload(recipe, plan, reg, share)
     found = groups(layout, hw)
-    bubble = bubble_fraction(layout.pipeline_parallel, layout.gradient_accumulation_steps, layout.virtual_stages)
+    bubble = bubble_fraction(
+        layout.pipeline_parallel, layout.gradient_accumulation_steps, layout.virtual_stages, schedule=layout.schedule
+    )
     comm, dp_overlaps = _dp_communication(recipe, plan, reg, share, found)
     three_d = _three_d(recipe, plan, reg, share, found, bubble) if layout.model_parallel > 1 else None
     experts = _experts(recipe, plan, reg, counts, found, share) if model.moe else None
@@ -499,27 +501,47 @@ def _three_d_overlaps(three_d: ThreeD | None, plan: Plan) -> tuple[Overlap, ...]
 
 
 def _alltoall_overlaps(recipe: Recipe, plan: Plan, experts: ExpertParallel | None) -> tuple[Overlap, ...]:
-    """The experts' all-to-all: all of it waited for, or with ``parallel.overlap_moe_alltoall`` behind another
-    micro-batch's compute."""
+    """The experts' all-to-all: all of it waited for, or with ``parallel.overlap_moe_alltoall`` (or DualPipe, which
+    pairs one micro-batch's forward with another's backward for this) behind another micro-batch's compute."""
     if experts is None or plan.layout.expert_parallel == 1:
         return ()
-    if recipe.parallel.overlap_moe_alltoall:
+    if recipe.parallel.overlap_moe_alltoall or plan.layout.schedule == "dualpipe":
         return (Overlap("EP all-to-all", 0.0, experts.alltoall_time_s, 1.0),)
     return (Overlap("EP all-to-all", experts.alltoall_time_s, 0.0, 0.0),)
 
 
-#: All-to-alls of an MoE layer per micro-step under EP: dispatch and combine in forward, their gradients in backward.
-EP_ALLTOALLS = 4
+def token_copies(recipe: Recipe, layout: Layout, ep: int) -> float:
+    """Copies of a token the all-to-all sends off its rank, per direction.
+
+    Inside a node, each of its top-k experts on another rank gets one: k × (EP − 1)/EP. Where the EP group spans
+    nodes, what crosses the network is one copy per other node that holds one of its experts, forwarded inside the
+    node over its own links (DeepEP's dispatch, DeepSeek-V3's, §3.2.2): of n nodes, k random experts fall in
+    n × (1 − (1 − 1/n)^k) of them, at most the groups node-limited routing allows (``topk_group`` of a config with
+    ``n_group`` > 1), the own node's not counted."""
+    k = recipe.model.experts_per_token
+    nodes = max(1, layout.expert_tp * ep // layout.devices_per_pod)
+    if nodes == 1:
+        return k * (ep - 1) / ep
+    config = recipe.model.config or {}
+    reached = nodes * (1 - (1 - 1 / nodes) ** k)
+    if isinstance(config.get("n_group"), int) and config["n_group"] > 1 and isinstance(config.get("topk_group"), int):
+        reached = min(reached, config["topk_group"])
+    return reached * (nodes - 1) / nodes
 
 
 def _alltoall_gb(recipe: Recipe, plan: Plan, reg: Regime, ep: int, layers: int) -> float:
     """Token all-to-all volume per device per step with ``ep``-way EP over ``layers`` MoE layers: each rank's tokens
-    (after CP, and SP's split) go to their top-k experts and back, (EP − 1)/EP of them to other ranks."""
+    (after CP, and SP's split) go to their experts (:func:`token_copies`) and back: dispatch and combine in forward,
+    their gradients in backward, the forward's again under full recomputation. FP8 training dispatches in FP8 (one
+    byte an element; the combine and the gradients stay 16-bit), as DeepSeek-V3 does (§3.3.2)."""
     model, layout = recipe.model, plan.layout
     tokens = layout.micro_batch_size * recipe.data.max_len / layout.context_parallel
     tokens /= layout.tensor_parallel if layout.sequence_parallel else 1
-    passes = EP_ALLTOALLS + (2 if recipe.parallel.gradient_checkpointing else 0)
-    per_layer = passes * tokens * model.experts_per_token * model.hidden_size * reg.element * (ep - 1) / ep
+    dispatch = 1 if plan.precision == "fp8" else reg.element
+    forward = dispatch + reg.element
+    recomputed = recipe.parallel.gradient_checkpointing and recipe.parallel.recompute_granularity == "full"
+    element_passes = forward + 2 * reg.element + (forward if recomputed else 0)
+    per_layer = element_passes * tokens * token_copies(recipe, layout, ep) * model.hidden_size
     return per_layer * layers * layout.gradient_accumulation_steps / GB
 
 

@@ -88,6 +88,15 @@ def pipeline_problems(model: ModelSpec, layout: Layout, micro_batches: int) -> l
                     hint="virtual stages that divide every stage's layers",
                 )
             )
+    if layout.schedule == "dualpipe" and (pp % 2 or micro_batches % 2 or micro_batches < pp):
+        problems.append(
+            Problem(
+                "parallel.pipeline_schedule",
+                f"DualPipe with PP {pp} and {micro_batches} micro-batches: it feeds micro-batches from both ends of "
+                "the pipeline, so both must be even and there must be as many micro-batches as stages "
+                "(DeepSeek-V3 report, §3.2.1)",
+            )
+        )
     if layout.schedule == "interleaved_1f1b" and pp > 1 and (micro_batches < pp or micro_batches % pp):
         problems.append(
             Problem(
@@ -247,6 +256,7 @@ def megatron_features(recipe: Recipe, layout: Layout) -> tuple[str, ...]:
     found = [
         ("PP", layout.pipeline_parallel > 1),
         ("virtual stages", layout.virtual_stages > 1),
+        ("DualPipe", layout.schedule == "dualpipe"),
         ("CP", layout.context_parallel > 1),
         ("EP", layout.expert_parallel > 1),
         ("SP", layout.sequence_parallel),

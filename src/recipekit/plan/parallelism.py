@@ -78,6 +78,7 @@ MEGATRON_ONLY = {
     "parallel.context_parallel": ("1", "context parallelism splits attention's sequence over ranks (ring attention)"),
     "parallel.sequence_parallel": ("false", "sequence parallelism needs Megatron's sequence-parallel layers"),
     "parallel.virtual_pipeline_stages": ("1", "virtual stages are a pipeline schedule's, and there is none"),
+    "parallel.pipeline_schedule": ("auto", "DualPipe is DeepSeek's own engine's schedule"),
     "parallel.distributed_optimizer": ("false", "the distributed optimizer is Megatron-core's (ZeRO-1 is this one's)"),
     "train.precision": ("bf16", "FP8 matrix multiplies need Transformer Engine's layers"),
     "parallel.recompute_granularity": ("full", "the Trainer's gradient checkpointing recomputes whole layers"),
@@ -91,6 +92,7 @@ def _megatron_only(recipe: Recipe, layout: Layout) -> list[Problem]:
         "parallel.context_parallel": f"CP {layout.context_parallel}" if layout.context_parallel > 1 else "",
         "parallel.sequence_parallel": "sequence parallelism" if layout.sequence_parallel else "",
         "parallel.virtual_pipeline_stages": f"{layout.virtual_stages} virtual stages" * (layout.virtual_stages > 1),
+        "parallel.pipeline_schedule": "DualPipe" * (layout.schedule == "dualpipe"),
         "parallel.distributed_optimizer": "the distributed optimizer" if par.distributed_optimizer else "",
         "train.precision": "fp8" if recipe.train.precision == "fp8" else "",
         "parallel.recompute_granularity": "selective recomputation"

@@ -178,3 +178,19 @@ def test_candidates_are_planned_without_documents_but_with_every_number():
     assert first.summary() == again.summary() and first.image
     assert not {"job", "launch", "ds_config", "training_arguments", "env"} & set(vars(first))
     assert estimate(recipe, first) == estimate(recipe, again)
+
+
+def test_equally_fast_layouts_rank_by_headroom_and_the_first_says_why():
+    """Issue 41: the paste line picked the tightest of equally fast layouts (DDP at 58.9 of 64 GiB over an equally
+    fast ZeRO-3 at 34.1). Steps shown alike tie; among them more headroom comes first (then fewer devices, then the
+    simpler layout), and the plan says why the first is first."""
+    from recipekit.memory import why_first
+
+    advices = list(advice_for(("recipe=llama3_8b_lora",)))
+    tied = [a for a in advices if shown_step(a.step_time_s) == shown_step(advices[0].step_time_s)]
+    assert len(tied) > 1
+    assert advices[0].estimate.headroom_gib == max(a.estimate.headroom_gib for a in tied)
+    for first, second in zip(advices, advices[1:]):
+        if shown_step(first.step_time_s) == shown_step(second.step_time_s):
+            assert round(first.estimate.headroom_gib, 1) >= round(second.estimate.headroom_gib, 1)
+    assert why_first(advices).startswith("1 is first: as fast as 2, with more headroom")

@@ -69,10 +69,11 @@ class ParallelSpec(Section):
         description="Model chunks per pipeline rank (Megatron's virtual pipeline size): above 1 the interleaved "
         "1F1B schedule runs, with a bubble divided by it (analysed by plan only).",
     )
-    pipeline_schedule: Literal["auto", "1f1b", "interleaved_1f1b"] = spec(
+    pipeline_schedule: Literal["auto", "1f1b", "interleaved_1f1b", "dualpipe"] = spec(
         "auto",
         description="Megatron-core's schedules (pipeline_parallel/schedules.py): 1f1b, or interleaved_1f1b over "
-        "virtual stages; auto: interleaved where there are virtual stages, as Megatron-core picks it.",
+        "virtual stages; auto: interleaved where there are virtual stages, as Megatron-core picks it. dualpipe: "
+        "DeepSeek-V3's bidirectional schedule (arXiv 2412.19437 §3.2.1; not Megatron-core's), analysed only.",
     )
     first_stage_layers: int = spec(
         0,
@@ -129,11 +130,12 @@ class ParallelSpec(Section):
             broken.append(("offload_optimizer", "offload is DeepSpeed's; the distributed optimizer has none"))
         if self.pipeline_schedule == "interleaved_1f1b" and self.virtual_pipeline_stages == 1:
             broken.append(("pipeline_schedule", "interleaved_1f1b needs virtual_pipeline_stages > 1"))
-        if self.pipeline_schedule == "1f1b" and self.virtual_pipeline_stages > 1:
+        if self.pipeline_schedule in ("1f1b", "dualpipe") and self.virtual_pipeline_stages > 1:
             broken.append(
                 (
                     "pipeline_schedule",
-                    f"1f1b runs no virtual stages (virtual_pipeline_stages {self.virtual_pipeline_stages}): "
+                    f"{self.pipeline_schedule} runs no virtual stages (virtual_pipeline_stages "
+                    f"{self.virtual_pipeline_stages}): "
                     "interleaved_1f1b or auto",
                 )
             )
