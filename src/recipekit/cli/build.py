@@ -196,11 +196,10 @@ def plan(
       recipekit plan recipe=llama3_70b_sft hw=ascend910b cluster.nodes=8
       recipekit plan recipe=llama3_8b_lora hw=a100_80g --json
       recipekit plan recipe=qwen2.5_72b_sft hw=ascend910b --advise
-      recipekit plan model=llama3.1_405b hw=h100 cluster.nodes=128 --advise --all-layouts
+      recipekit plan recipe=llama3_70b_sft hw=h100 --advise --all-layouts
       recipekit plan recipe=llama3_70b_sft parallel.tensor_parallel=8 parallel.pipeline_parallel=2 --price 2.5
       recipekit plan recipe=qwen2.5_7b_pretrain --data /mnt/shared/runs/prepared/4f2a.../manifest.json  # cluster volume
-      recipekit plan recipe=qwen2.5_7b_pretrain train.max_steps=1000 \\
-        --stage "data.max_len=32768 parallel.context_parallel=4 train.max_steps=100"
+      recipekit plan recipe=qwen3_8b_sft --stage "data.max_len=8192 parallel=zero3"
     """
     from recipekit import memory
     from recipekit.bundle import planview
@@ -253,12 +252,14 @@ def plan(
         for line in planview.advice_lines(advices):  # plain: a line of overrides is never wrapped or cut
             click.echo(line)
         buildable = [a for a in advices if a.buildable]
+        if advices and not buildable:  # Megatron-core's layouts lead: the fastest the bundle builds, to paste
+            buildable = memory.advise(recipe, resolved.images, top=1, parallel_options=options)
         if buildable:  # the fastest layout build accepts: PP (and TP the bundle cannot run) is analysis only
             from recipekit.recipe.overrides import merge
 
             click.echo(f"paste: recipekit build {' '.join(merge(overrides, buildable[0].overrides))}")
         elif advices:
-            console.print("no layout above builds (Megatron-core's layouts are analysis only): nothing to paste")
+            console.print("no layout recipekit tried builds (Megatron-core's layouts are analysis only)")
     if not estimate.fits:
         sys.exit(1)
 
