@@ -11,7 +11,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "src"))
 
-from recipekit.bundle.planview import advice_dict, render_advice  # noqa: E402
+from recipekit.bundle.planview import advice_dict, advice_lines, render_advice  # noqa: E402
 from recipekit.image.matrix import load_images  # noqa: E402
 from recipekit.memory import advise, candidate, estimate  # noqa: E402
 from recipekit.memory.advise import shown_step  # noqa: E402
@@ -140,7 +140,8 @@ def test_render_and_dict():
     console = Console(width=200, record=True, color_system=None)
     console.print(render_advice(advices))
     shown = console.export_text()
-    assert " ".join(advices[0].overrides) in shown
+    assert "Layouts that fit" in shown
+    assert " ".join(advices[0].overrides) in "\n".join(advice_lines(advices))
     data = advice_dict(advices)
     assert data[0]["overrides"] == list(advices[0].overrides) and data[0]["estimate"]["memory_gib"]["fits"]
 

@@ -7,6 +7,7 @@ import contextlib
 import dataclasses
 import functools
 import json
+import math
 import re
 import sys
 from pathlib import Path
@@ -400,9 +401,9 @@ def test_fit_problem_prefers_checkpointing_when_it_is_enough():
     lower MFU, which the fix carries (the step it is shown with is the step its paste plans)."""
     est = estimate_of("recipe=qwen2.5_14b_sft", "parallel.gradient_checkpointing=false", "train.micro_batch_size=4")
     fix = fixes(est, parallel_options=OPTIONS)[0]
-    mfu = 0.4 / fix.estimate.compute.recompute_factor
-    assert fix.overrides == ("parallel.gradient_checkpointing=true", f"hw.assumed_mfu={float(f'{mfu:.3g}'):g}")
-    assert fix.estimate.step_time_s == pytest.approx(est.step_time_s * fix.estimate.compute.recompute_factor, rel=2e-3)
+    mfu = math.floor(0.4 / fix.estimate.compute.recompute_factor * 1000) / 1000  # rounded down, 3 digits
+    assert fix.overrides == ("parallel.gradient_checkpointing=true", f"hw.assumed_mfu={mfu:g}")
+    assert fix.estimate.step_time_s == pytest.approx(est.step_time_s * fix.estimate.compute.recompute_factor, rel=5e-3)
 
 
 def test_offload_fix_comes_with_a_node_alternative():
