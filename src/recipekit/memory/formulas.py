@@ -17,7 +17,6 @@ Trainer's AMP under DDP, or DeepSpeed): :func:`regime` decides that once, and ev
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from recipekit.plan.modelsize import ParamCounts, linear_shapes, lora_targets, mlp_width
@@ -303,15 +302,6 @@ def model_states(
         host=moved["cpu"],
         nvme=moved["nvme"],
     )
-
-
-def pipeline_stage(counts: ParamCounts, pipeline_parallel: int) -> tuple[int, int]:
-    """(layers, parameters) of the heaviest pipeline stage: an even share of the layers plus the heavier end (the
-    embedding on the first stage, or the head and final norm on the last). Without PP: the whole model."""
-    if pipeline_parallel == 1:
-        return counts.layers, counts.total
-    layers = math.ceil(counts.layers / pipeline_parallel)
-    return layers, layers * counts.per_layer + max(counts.embedding, counts.head + counts.final_norm)
 
 
 # ----------------------------------------------------------------------------------------------------- activations
