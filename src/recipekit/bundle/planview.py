@@ -12,6 +12,9 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from recipekit.memory import Advice, Estimate
+from recipekit.memory.breakdown import SCHEDULE_WORDS
+from recipekit.memory.stages import Stage, Stages
+from recipekit.plan.layout import Layout
 
 if TYPE_CHECKING:  # rich is imported where terminal views are drawn: `build` writes markdown and JSON only
     from rich.console import RenderableType
@@ -81,13 +84,23 @@ def describe_layout(est: Estimate) -> str:
         par.name + (f" ({', '.join(offload)})" if offload else ""),
         f"checkpointing {'on' if par.gradient_checkpointing else 'off'}",
     ]
-    if lay.model_parallel > 1:
-        parts.append(f"TP {lay.tensor_parallel} × PP {lay.pipeline_parallel}")
+    if lay.model_parallel > 1 or lay.expert_parallel > 1:
+        parts.append(layout_words(lay))
     parts.append(
         f"micro {lay.micro_batch_size} × accum {lay.gradient_accumulation_steps} × dp {lay.dp_size}"
         f" = {lay.global_batch_size} × {est.seq_len} tokens"
     )
     return ", ".join(parts)
+
+
+def layout_words(lay: Layout) -> str:
+    """The model-parallel dimensions in a few words: TP (with SP) × CP × PP (with virtual stages) and EP."""
+    dims = [f"TP {lay.tensor_parallel}" + (" SP" if lay.sequence_parallel else "")]
+    dims += [f"CP {lay.context_parallel}"] if lay.context_parallel > 1 else []
+    if lay.pipeline_parallel > 1:
+        dims += [f"PP {lay.pipeline_parallel}" + (f" VP {lay.virtual_stages}" if lay.virtual_stages > 1 else "")]
+    words = " × ".join(dims)
+    return words + (f", EP {lay.expert_parallel}" if lay.expert_parallel > 1 else "")
 
 
 def _verdict(est: Estimate) -> str:
@@ -105,24 +118,33 @@ def _experts_words(c: Any) -> str:
     return ", top-k experts" if c.params_active != c.params_total else ""
 
 
+def _mfu_words(est: Estimate) -> str:
+    c = est.compute
+    stated = f"hw.assumed_mfu {c.assumed_mfu:g}" + (" in the causal count" if c.mfu_attention == "causal" else "")
+    reached = "" if c.attainable else ", NOT reachable on this layout"
+    return (
+        f"{c.mfu:.1%} of {c.peak_tflops:g} TFLOP/s over the whole step ({stated}{reached}); "
+        f"HFU {c.hfu:.1%}; compute runs at {c.efficiency:.0%}"
+    )
+
+
+def _step_words(est: Estimate) -> str:
+    """Where the step goes, item by item."""
+    return ", ".join(f"{item.name} {duration(item.seconds)}" for item in est.time)
+
+
 def _timing_rows(est: Estimate) -> list[tuple[str, str]]:
     c, comm, off = est.compute, est.communication, est.offload
     rows = [
         ("parameters", _params_words(est)),
-        (
-            "MFU basis",
-            "torch's FLOP counter over one forward + backward of the model (model.flops: the head counted even "
-            f"when tied, attention dense S×S over heads × head_dim{_experts_words(c)}; "
-            "LoRA: the frozen base + 6 × adapters), no recomputation; "
-            "metrics.jsonl's mfu divides by this same plan.flops.model_per_token",
-        ),
         (
             "FLOPs per token",
             f"{c.flops_per_token / 1e9:,.1f} GFLOP"
             + (f" (× {c.recompute_factor:.2f} recomputation)" if c.recompute_factor != 1 else ""),
         ),
         ("tokens per step", f"{c.tokens_per_step:,}"),
-        ("compute per step", f"{duration(c.time_s)} at {c.assumed_mfu:.0%} of {c.peak_tflops:g} TFLOP/s"),
+        ("MFU", _mfu_words(est)),
+        ("step time", f"{duration(est.step_time_s)}: {_step_words(est)}"),
         (
             "DP communication",
             f"{comm.pattern}: {_gb(comm.volume_gb)} per device over {comm.link} "
@@ -140,7 +162,6 @@ def _timing_rows(est: Estimate) -> list[tuple[str, str]]:
         )
     rows += [
         ("data per epoch", _data_words(est)),
-        ("step time", duration(est.step_time_s)),
         (
             "total",
             f"{est.total_steps:,} steps: {duration(est.total_time_s)}"
@@ -202,18 +223,57 @@ def _three_d_rows(est: Estimate) -> list[tuple[str, str]]:
     d = est.parallel3d
     if d is None:
         return []
-    return [
-        ("TP × PP", f"{d.tensor_parallel} × {d.pipeline_parallel}, {d.micro_batches} micro-batches per step"),
-        ("pipeline bubble", f"{d.bubble_fraction:.1%} = (p − 1)/(m + p − 1)"),
-        (
-            "TP all-reduce",
-            f"{d.tp_allreduces_per_layer} per layer, {_gb(d.tp_allreduce_gb_per_layer)} per layer per micro-batch"
-            f" + {_gb(d.tp_head_gb)} embedding/head, {_gb(d.tp_volume_gb)} per step over {d.tp_link}: "
-            f"{duration(d.tp_time_s)}, none hidden",
-        ),
-        ("TP inside a node", "yes" if d.tp_inside_node else "NO: every layer's all-reduce crosses the network"),
-        ("backend", d.note),
-    ]
+    schedule = SCHEDULE_WORDS[d.schedule]
+    rows = [("layout", f"{layout_words(est.layout)}; {d.groups}")]
+    if d.pipeline_parallel > 1:
+        layers = "/".join(str(n) for n in _runs(d.stage_layers))
+        rows.append(
+            (
+                "pipeline",
+                f"{schedule}, {d.micro_batches} micro-batches per step, layers per stage {layers}"
+                + (f", {d.virtual_stages} virtual stages" if d.virtual_stages > 1 else ""),
+            )
+        )
+        formula = {
+            "1f1b": "(p − 1)/(m + p − 1)",
+            "interleaved_1f1b": "(p − 1)/(v·m + p − 1)",
+            "dualpipe": "(p − 2)/(3m + p − 2)",
+        }[d.schedule]
+        rows.append(("pipeline bubble", f"{d.bubble_fraction:.1%} = {formula}"))
+    if d.tensor_parallel > 1:
+        rows += [
+            (
+                "TP traffic",
+                f"{d.tp_allreduces_per_layer} all-reduces per layer"
+                + (" (as all-gather + reduce-scatter: SP)" if d.sequence_parallel else "")
+                + f", {_gb(d.tp_allreduce_gb_per_layer)} per layer per micro-batch + {_gb(d.tp_head_gb)} "
+                f"embedding/head, {_gb(d.tp_volume_gb)} per step over {d.tp_link}: {duration(d.tp_time_s)}, "
+                "none hidden",
+            ),
+            ("TP inside a node", "yes" if d.tp_inside_node else "NO: every layer's all-reduce crosses the network"),
+        ]
+    if d.context_parallel > 1:
+        rows.append(
+            (
+                "CP traffic",
+                f"keys and values around a ring of {d.context_parallel}: {_gb(d.cp_volume_gb)} per step, "
+                f"{duration(d.cp_time_s)}, {duration(d.cp_exposed_s)} not hidden by attention",
+            )
+        )
+    rows.append(("backend", d.note))
+    return rows
+
+
+def _runs(values: tuple[int, ...]) -> list[str]:
+    """Stage layer counts with repeats folded: 7/8×14/7."""
+    out: list[str] = []
+    for value in values:
+        if out and out[-1].split("×")[0] == str(value):
+            count = int(out[-1].split("×")[1]) if "×" in out[-1] else 1
+            out[-1] = f"{value}×{count + 1}"
+        else:
+            out.append(str(value))
+    return out
 
 
 # --------------------------------------------------------------------------------------------------------- terminal
@@ -267,7 +327,7 @@ def render_estimate(est: Estimate) -> RenderableType:
     parts: list[RenderableType] = [head, memory, usage_bar(est), verdict, timing]
     three_d = _three_d_rows(est)
     if three_d:
-        parts.append(_rows_table("Tensor / pipeline parallelism", three_d))
+        parts.append(_rows_table("Model parallelism", three_d))
     if est.experts is not None:
         parts.append(_rows_table("Mixture of experts", _expert_rows(est)))
     parts += [Text(f"note: {n}", style="dim") for n in _notes(est)]
@@ -290,14 +350,21 @@ def _notes(est: Estimate) -> list[str]:
     return [n for n in est.notes if est.parallel3d is None or n != est.parallel3d.note]
 
 
-def render_advice(advices: Sequence[Advice]) -> RenderableType:
-    """The advised layouts, fastest first: their figures in a table, then each one's overrides to paste.
+#: Columns the advice's override lines are measured against: a line that fits stands beside its number.
+OVERRIDE_COLUMNS = 80
 
-    The overrides stand below the table, not in a column of it: squeezed into a column beside the figures, an 80-column
-    terminal (the width rich assumes when the output is piped) would fold them mid-word into fragments that no longer
-    paste. Below, a line of overrides breaks only at the spaces between them, so each override stays whole on one
-    line at any width it fits in.
-    """
+
+def _short_layout(est: Estimate) -> str:
+    """The layout in a table cell: its model-parallel dimensions, else its parallel option."""
+    lay = est.layout
+    if lay.model_parallel > 1 or lay.expert_parallel > 1:
+        return layout_words(lay).replace(" × ", "×").replace("TP ", "TP").replace("PP ", "PP").replace("CP ", "CP")
+    return est.parallel.name
+
+
+def render_advice(advices: Sequence[Advice], *, why: str = "") -> RenderableType:
+    """The advised layouts, fastest first: their figures in a table (and why the first is first). The overrides
+    to paste are :func:`advice_lines`, printed below it as plain lines."""
     from rich.console import Group
     from rich.table import Table
     from rich.text import Text
@@ -310,29 +377,41 @@ def render_advice(advices: Sequence[Advice]) -> RenderableType:
     table = Table(title="Layouts that fit, fastest first", title_justify="left")
     table.add_column("#", justify="right")
     table.add_column("step", justify="right")
-    table.add_column("total", justify="right")
-    table.add_column("GiB / device", justify="right")
-    table.add_column("exposed comm", justify="right")
-    table.add_column("offload", justify="right")
-    overrides = Table.grid(padding=(0, 0, 0, 1))
-    overrides.add_column(justify="right")
-    overrides.add_column(overflow="fold")  # fold only an override longer than the whole line
+    table.add_column("MFU", justify="right")
+    table.add_column("bubble", justify="right")
+    table.add_column("exposed", justify="right")
+    table.add_column("GiB/dev", justify="right")
+    table.add_column("layout")
     for rank, advice in enumerate(advices, 1):
         est = advice.estimate
+        d = est.parallel3d
         table.add_row(
             str(rank),
             duration(est.step_time_s),
-            duration(est.total_time_s),
-            f"{est.total_gib:.1f} / {est.device_gib:g}",
-            duration(est.communication.exposed_s),
-            duration(est.offload.time_s) if est.offload.time_s else "-",
+            f"{est.compute.mfu:.1%}",
+            f"{d.bubble_fraction:.0%}" if d and d.pipeline_parallel > 1 else "-",
+            duration(est.exposed_s) if est.exposed_s >= 0.005 else "-",
+            f"{est.total_gib:.1f}",
+            _short_layout(est) + ("" if advice.buildable else " *"),
         )
-        line = Text(" ".join(advice.overrides))
-        if not advice.buildable:
-            line.append(" (analysis only)", style="dim")
-        overrides.add_row(f"{rank}", line)
-    heading = Text("Overrides of each layout, to add to the recipe's own:", style="bold")
-    return Group(table, heading, overrides)
+    parts: list[RenderableType] = [table]
+    if not all(a.buildable for a in advices):
+        parts.append(Text("* analysis only: the bundle's engine does not build this layout", style="dim"))
+    if why:
+        parts.append(Text(why))
+    parts.append(Text("Overrides of each layout, to add to the recipe's own:", style="bold"))
+    return Group(*parts)
+
+
+def advice_lines(advices: Sequence[Advice]) -> list[str]:
+    """One complete line of overrides per layout, to print as it is (never wrapped, never cut): beside its number
+    where that fits :data:`OVERRIDE_COLUMNS`, else under it on a line of its own, so that selecting the line copies
+    every override whole."""
+    lines: list[str] = []
+    for rank, advice in enumerate(advices, 1):
+        line = " ".join(advice.overrides)
+        lines += [f"{rank} {line}"] if len(f"{rank} {line}") <= OVERRIDE_COLUMNS else [f"{rank}:", line]
+    return lines
 
 
 def render_summary(summary: dict[str, Any]) -> RenderableType:
@@ -383,7 +462,7 @@ def estimate_markdown(est: Estimate) -> str:
     lines += [f"| {name} | {value} |" for name, value in _timing_rows(est)]
     three_d = _three_d_rows(est)
     if three_d:
-        lines += ["", "| tensor / pipeline parallelism | estimate |", "|---|---|"]
+        lines += ["", "| model parallelism | estimate |", "|---|---|"]
         lines += [f"| {name} | {value} |" for name, value in three_d]
     if est.experts is not None:
         lines += ["", "| mixture of experts | estimate |", "|---|---|"]
@@ -455,6 +534,11 @@ def estimate_dict(est: Estimate) -> dict[str, Any]:
             "recompute_factor": _round(c.recompute_factor),
             "peak_tflops": _round(c.peak_tflops),
             "assumed_mfu": _round(c.assumed_mfu),
+            "assumed_mfu_attention": c.mfu_attention,
+            "mfu": _round(c.mfu),
+            "hfu": _round(c.hfu),
+            "efficiency": _round(c.efficiency),
+            "attainable": c.attainable,
             "time_s_per_step": _round(c.time_s),
         },
         "communication": {
@@ -480,6 +564,15 @@ def estimate_dict(est: Estimate) -> dict[str, Any]:
             "tp_inside_node": d.tp_inside_node,
             "tp_link": d.tp_link,
             "tp_time_s": _round(d.tp_time_s),
+            "context_parallel": d.context_parallel,
+            "virtual_stages": d.virtual_stages,
+            "schedule": d.schedule,
+            "sequence_parallel": d.sequence_parallel,
+            "stage_layers": list(d.stage_layers),
+            "cp_volume_gb_per_step": _round(d.cp_volume_gb),
+            "cp_time_s": _round(d.cp_time_s),
+            "cp_exposed_s": _round(d.cp_exposed_s),
+            "groups": d.groups,
             "buildable": d.buildable,
             "note": d.note,
         },
@@ -487,6 +580,7 @@ def estimate_dict(est: Estimate) -> dict[str, Any]:
         "data": est.plan.data.summary(),
         "time": {
             "step_s": _round(est.step_time_s),
+            "breakdown": [{"name": t.name, "seconds": _round(t.seconds), "basis": t.basis} for t in est.time],
             "total_steps": est.total_steps,
             "total_s": _opt(est.total_time_s),
             "device_hours": _opt(est.device_hours),
@@ -507,6 +601,10 @@ def layout_dict(est: Estimate) -> dict[str, Any]:
         "offload_optimizer": par.offload_optimizer,
         "offload_param": par.offload_param,
         "gradient_checkpointing": par.gradient_checkpointing,
+        "recompute_granularity": par.recompute_granularity,
+        "distributed_optimizer": par.distributed_optimizer,
+        "sequence_parallel": est.layout.sequence_parallel,
+        "pipeline_schedule": est.layout.schedule,
         **est.layout.numbers(),
         "seq_len": est.seq_len,
         "precision": est.precision,
@@ -519,3 +617,54 @@ def advice_dict(advices: Sequence[Advice]) -> list[dict[str, Any]]:
         {"overrides": list(a.overrides), "buildable": a.buildable, "estimate": estimate_dict(a.estimate)}
         for a in advices
     ]
+
+
+# ------------------------------------------------------------------------------------------------------- stages
+def stage_heading(number: int, stage: Stage) -> RenderableType:
+    """The line above a stage's estimate: its number and the overrides that make it."""
+    from rich.text import Text
+
+    made = " ".join(stage.overrides) if stage.overrides else "the base recipe"
+    return Text.assemble((f"Stage {number}: ", "bold"), made)
+
+
+def render_stages(run: Stages) -> RenderableType:
+    """The stages side by side (sequence, layout, step, steps, time, device-hours), then their sums."""
+    from rich.table import Table
+
+    table = Table(title="Stages of the run", title_justify="left", show_footer=True)
+    table.add_column("#", justify="right", footer="all")
+    table.add_column("seq", justify="right")
+    table.add_column("layout")
+    table.add_column("step", justify="right")
+    table.add_column("steps", justify="right")
+    table.add_column("time", justify="right", footer=duration(run.total_time_s))
+    total_hours = f"{run.device_hours:,.0f}" if run.device_hours is not None else "n/a"
+    table.add_column("device-h", justify="right", footer=total_hours)
+    for number, stage in enumerate(run.stages, 1):
+        est = stage.estimate
+        table.add_row(
+            str(number),
+            str(est.seq_len),
+            _short_layout(est),
+            duration(est.step_time_s),
+            f"{est.total_steps:,}" if est.total_steps else "n/a",
+            duration(est.total_time_s),
+            f"{est.device_hours:,.0f}" if est.device_hours is not None else "n/a",
+        )
+    if run.cost is not None:
+        table.caption = f"cost {run.cost:,.0f}"
+    return table
+
+
+def stages_dict(run: Stages) -> dict[str, Any]:
+    """``plan --stage --json``: each stage's overrides and estimate, and the sums."""
+    return {
+        "stages": [{"overrides": list(s.overrides), "estimate": estimate_dict(s.estimate)} for s in run.stages],
+        "total": {
+            "time_s": _opt(run.total_time_s),
+            "device_hours": _opt(run.device_hours),
+            "cost": _opt(run.cost),
+            "fits": run.fits,
+        },
+    }

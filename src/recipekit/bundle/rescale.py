@@ -103,7 +103,15 @@ def read_source(bundle: Path) -> Source:
     if problems:
         raise RecipeError(problems)
     assert isinstance(overrides, list)
-    layout = Layout(**{key: int(plan[key]) for key in PLAN_BOUNDS})
+    n = {key: int(plan[key]) for key in PLAN_BOUNDS}
+    layout = Layout(
+        n["nodes"],
+        n["devices_per_pod"],
+        n["tensor_parallel"],
+        n["pipeline_parallel"],
+        n["micro_batch_size"],
+        n["gradient_accumulation_steps"],
+    )
     data: Any = (recipe or {}).get("data") if isinstance(recipe, dict) else None
     par: Any = (recipe or {}).get("parallel") if isinstance(recipe, dict) else None
     data, par = data if isinstance(data, dict) else {}, par if isinstance(par, dict) else {}

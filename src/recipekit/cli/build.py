@@ -141,8 +141,14 @@ def show(overrides: tuple[str, ...], as_json: bool, compact: bool, extra_dirs: t
 @click.option(
     "--advise",
     is_flag=True,
-    help="Search ZeRO stage, offload, micro batch, checkpointing and tensor parallelism (and pipeline "
-    "parallelism, analysis only, when the recipe sets it) for layouts that fit, fastest first.",
+    help="Search ZeRO stage, offload, micro batch, checkpointing and tensor parallelism for layouts that fit, "
+    "fastest first; with Megatron-core's layouts too (see --all-layouts).",
+)
+@click.option(
+    "--all-layouts",
+    is_flag=True,
+    help="With --advise: also search the layouts only Megatron-core runs (PP with virtual stages, SP, CP, EP, the "
+    "distributed optimizer; analysis only). On by itself where the recipe uses one or nothing else fits.",
 )
 @click.option(
     "--price",
@@ -152,6 +158,14 @@ def show(overrides: tuple[str, ...], as_json: bool, compact: bool, extra_dirs: t
     help="Price of one device for one hour, for the cost figure (default: hw.price_per_device_hour).",
 )
 @click.option("--top", type=click.IntRange(1, 50), default=5, show_default=True, help="Layouts --advise prints.")
+@click.option(
+    "--stage",
+    "stages",
+    multiple=True,
+    metavar="OVERRIDES",
+    help="Another stage of the run (repeatable): overrides added to OVERRIDES, quoted as one argument, e.g. a "
+    "long-context stage. Each stage is estimated; time, device-hours and cost are summed.",
+)
 @click.option(
     "--data",
     "manifest",
@@ -166,8 +180,10 @@ def plan(
     overrides: tuple[str, ...],
     as_json: bool,
     advise: bool,
+    all_layouts: bool,
     price: float | None,
     top: int,
+    stages: tuple[str, ...],
     manifest: Path | None,
     extra_dirs: tuple[Path, ...],
 ) -> None:
@@ -180,8 +196,10 @@ def plan(
       recipekit plan recipe=llama3_70b_sft hw=ascend910b cluster.nodes=8
       recipekit plan recipe=llama3_8b_lora hw=a100_80g --json
       recipekit plan recipe=qwen2.5_72b_sft hw=ascend910b --advise
+      recipekit plan recipe=llama3_70b_sft hw=h100 --advise --all-layouts
       recipekit plan recipe=llama3_70b_sft parallel.tensor_parallel=8 parallel.pipeline_parallel=2 --price 2.5
       recipekit plan recipe=qwen2.5_7b_pretrain --data /mnt/shared/runs/prepared/4f2a.../manifest.json  # cluster volume
+      recipekit plan recipe=qwen3_8b_sft --stage "data.max_len=8192 parallel=zero3"
     """
     from recipekit import memory
     from recipekit.bundle import planview
@@ -189,6 +207,9 @@ def plan(
     from recipekit.recipe.paralleloptions import load_parallel_options
 
     extra_dirs = layers(extra_dirs)
+    if stages:
+        _plan_stages(overrides, stages, price, as_json, extra_dirs)
+        return
     document = None
     if manifest is not None:
         from recipekit.plan import prepared
@@ -206,8 +227,12 @@ def plan(
     options = load_parallel_options(extra_dirs) if advise or not estimate.fits else {}
     advices: list[memory.Advice] = []
     if advise:
-        search_pp = recipe.parallel.pipeline_parallel > 1
-        advices = memory.advise(recipe, resolved.images, top=top, search_pp=search_pp, parallel_options=options)
+        from recipekit.plan.layoutrules import megatron_features
+
+        search_all = all_layouts or bool(megatron_features(recipe, resolved.plan.layout))
+        advices = memory.advise(recipe, resolved.images, top=top, search_pp=search_all, parallel_options=options)
+        if not advices and not search_all:  # nothing the bundle builds fits: what would, with Megatron-core
+            advices = memory.advise(recipe, resolved.images, top=top, search_pp=True, parallel_options=options)
     if as_json:
         output: dict[str, Any] = {"estimate": planview.estimate_dict(estimate)}
         if advise:
@@ -223,13 +248,47 @@ def plan(
 
             console.print(styled(("to fit:", "bold"), f" {problem.hint}"))
     if advise:
-        console.print(planview.render_advice(advices))
+        console.print(planview.render_advice(advices, why=memory.why_first(advices)))
+        for line in planview.advice_lines(advices):  # plain: a line of overrides is never wrapped or cut
+            click.echo(line)
         buildable = [a for a in advices if a.buildable]
+        if advices and not buildable:  # Megatron-core's layouts lead: the fastest the bundle builds, to paste
+            buildable = memory.advise(recipe, resolved.images, top=1, parallel_options=options)
         if buildable:  # the fastest layout build accepts: PP (and TP the bundle cannot run) is analysis only
             from recipekit.recipe.overrides import merge
 
-            console.print(f"paste: recipekit build {' '.join(merge(overrides, buildable[0].overrides))}")
+            click.echo(f"paste: recipekit build {' '.join(merge(overrides, buildable[0].overrides))}")
         elif advices:
-            console.print("no layout above builds (pipeline parallelism is analysis only): nothing to paste")
+            console.print("no layout recipekit tried builds (Megatron-core's layouts are analysis only)")
     if not estimate.fits:
+        sys.exit(1)
+
+
+def _plan_stages(
+    base: tuple[str, ...], stages: tuple[str, ...], price: float | None, as_json: bool, extra_dirs: tuple[Path, ...]
+) -> None:
+    """``plan --stage``: the base recipe and each stage (its overrides added to the base's), estimated each, with
+    their sums. Exit 1 when a stage does not fit."""
+    import shlex
+
+    from recipekit import memory
+    from recipekit.bundle import planview
+    from recipekit.bundle.build import resolve
+    from recipekit.memory.stages import Stage, summed
+
+    planned = []
+    for extra in ((), *(tuple(shlex.split(stage)) for stage in stages)):
+        resolved = resolve((*base, *extra), extra_dirs, analysis_only=True)
+        est = memory.estimate(resolved.recipe, resolved.plan, price_per_device_hour=price)
+        planned.append(Stage(extra, est))
+    run = summed(planned)
+    if as_json:
+        click.echo(json.dumps(planview.stages_dict(run), indent=2))
+    else:
+        console = rich_console()
+        for number, stage in enumerate(run.stages, 1):
+            console.print(planview.stage_heading(number, stage))
+            console.print(planview.render_estimate(stage.estimate))
+        console.print(planview.render_stages(run))
+    if not run.fits:
         sys.exit(1)

@@ -18,7 +18,7 @@ Nothing here reads from disk. The package's ``estimate`` and ``advise`` are the 
 the same name as attributes): reach a module's other names with ``from recipekit.memory.estimate import ...``.
 """
 
-from recipekit.memory.advise import Advice, Candidate, advise, candidate, fit_problem, fixes
+from recipekit.memory.advise import Advice, Candidate, advise, candidate, fit_problem, fixes, why_first
 from recipekit.memory.breakdown import MemoryItem
 from recipekit.memory.estimate import (
     Communication,
@@ -26,6 +26,7 @@ from recipekit.memory.estimate import (
     Estimate,
     Offload,
     ThreeD,
+    TimeItem,
     dp_group_crosses_nodes,
     estimate,
 )
@@ -57,6 +58,7 @@ __all__ = [
     "Offload",
     "Regime",
     "ThreeD",
+    "TimeItem",
     "activation_bytes",
     "advise",
     "bubble_fraction",
@@ -69,4 +71,5 @@ __all__ = [
     "model_states",
     "regime",
     "tp_inside_node",
+    "why_first",
 ]

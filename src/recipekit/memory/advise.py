@@ -6,25 +6,50 @@ passed in by the caller (they are data, ``recipes/parallel/*.yaml`` and the team
 :mod:`recipekit.recipe.paralleloptions`); nothing here reads from disk. Each variation is planned by
 :func:`recipekit.plan.plan.make_plan` (numbers only, no bundle documents), so its layout numbers come from the
 plan's own derivation.
+
+Time: the recipe's ``hw.assumed_mfu`` is the MFU of its own layout. Its estimate says at what utilisation the
+kernels then run (:attr:`~recipekit.memory.estimate.Compute.efficiency`); another layout at that utilisation, with
+its own recomputation, bubble and exposed traffic, reaches another MFU, which its overrides carry
+(``hw.assumed_mfu=…``): the layout pasted is planned with the MFU it was ranked at.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
+from typing import Any
 
 from recipekit.base.errors import Problem, RecipeError
 from recipekit.image.matrix import ImageMatrix
 from recipekit.memory.estimate import Estimate, estimate
-from recipekit.plan.layout import Layout, derive_layout, recipe_layout
+from recipekit.memory.overlap import exposed
+from recipekit.plan.engines import buildable
+from recipekit.plan.layout import Layout, Shape, derive_layout, recipe_layout
+from recipekit.plan.layoutrules import layout_rule_problems, megatron_features, stage_layers
 from recipekit.plan.plan import Plan, make_plan
+from recipekit.recipe.paralleloptions import builtin_engine
 from recipekit.recipe.schema import to_data
 from recipekit.recipe.sections import ParallelSpec, Recipe
+from recipekit.runtime.boundary import flopcount
 
 #: fit_problem tries at most this many doublings of the node count.
 MAX_NODE_DOUBLINGS = 6
 #: The parallel options' fields that make a layout; every other field is a setting carried over unchanged.
-_LAYOUT_FIELDS = ("zero_stage", "offload_optimizer", "offload_param")
+_LAYOUT_FIELDS = ("zero_stage", "offload_optimizer", "offload_param", "distributed_optimizer")
+#: The layout keys of the parallel section a candidate may set, in the order its overrides name them.
+SHAPE_KEYS = (
+    "tensor_parallel",
+    "sequence_parallel",
+    "pipeline_parallel",
+    "virtual_pipeline_stages",
+    "first_stage_layers",
+    "last_stage_layers",
+    "context_parallel",
+    "expert_parallel",
+)
+#: Significant digits of an advised layout's MFU (its ``hw.assumed_mfu=`` override): 0.1 % of the step.
+MFU_DIGITS = 3
 
 
 # ------------------------------------------------------------------------------------------------------ candidates
@@ -36,8 +61,8 @@ class Candidate:
     overrides: tuple[str, ...]
 
 
-def _bool(value: bool) -> str:
-    return "true" if value else "false"
+def _value(value: object) -> str:
+    return ("true" if value else "false") if isinstance(value, bool) else str(value)
 
 
 def candidate(
@@ -51,15 +76,18 @@ def candidate(
     nodes: int | None = None,
     tensor_parallel: int | None = None,
     pipeline_parallel: int | None = None,
+    shape: Mapping[str, int | bool] | None = None,
+    assumed_mfu: float | None = None,
     explicit: bool = False,
 ) -> Candidate:
     """``recipe`` changed as asked, built the way Hydra would compose it, with the overrides that say so.
 
     Choosing ``parallel=NAME`` replaces the parallel section by that option's file, except for the keys the recipe
     set on top of its own option (the user's ``parallel.*`` overrides stay in force when composed again), which are
-    carried over. ``global_batch_size`` keeps the batch fixed: when the recipe pins gradient accumulation (or sets
-    no global batch) the accumulation the plan derives for the new layout is written out. ``explicit`` lists every
-    varied setting (advice); otherwise only what changes (a fix to paste).
+    carried over. ``shape`` sets the layout's keys (:data:`SHAPE_KEYS`); each one that differs from the recipe's is
+    written out. ``global_batch_size`` keeps the batch fixed: when the recipe pins gradient accumulation (or sets no
+    global batch) the accumulation the plan derives for the new layout is written out. ``assumed_mfu`` sets the MFU
+    the layout is planned at. ``explicit`` lists every varied setting (advice); otherwise only what changes.
     """
     par, tr = recipe.parallel, recipe.train
     own = options.get(par.name)
@@ -75,17 +103,19 @@ def candidate(
         out.append(f"parallel={parallel}")
         if own is not None and any(getattr(par, k) != getattr(own, k) for k in _LAYOUT_FIELDS):
             # the recipe overrode a layout key of its own option; that override would outlive parallel=NAME
-            out += [f"parallel.{k}={getattr(new_par, k)}" for k in _LAYOUT_FIELDS]
-    for key, value in (
-        ("gradient_checkpointing", gradient_checkpointing),
-        ("tensor_parallel", tensor_parallel),
-        ("pipeline_parallel", pipeline_parallel),
-    ):
-        if value is None:
-            continue
-        if explicit or value != getattr(new_par, key) or value != getattr(par, key):
-            out.append(f"parallel.{key}={_bool(value) if isinstance(value, bool) else value}")
-        new_par = replace(new_par, **{key: value})  # type: ignore[arg-type]  # a key of the list above
+            out += [f"parallel.{k}={_value(getattr(new_par, k))}" for k in _LAYOUT_FIELDS]
+    keys: dict[str, int | bool] = (
+        {"gradient_checkpointing": gradient_checkpointing} if gradient_checkpointing is not None else {}
+    )
+    keys |= {"tensor_parallel": tensor_parallel} if tensor_parallel is not None else {}
+    keys |= {"pipeline_parallel": pipeline_parallel} if pipeline_parallel is not None else {}
+    keys |= dict(shape or {})
+    for key, value in keys.items():
+        if (explicit and key in ("gradient_checkpointing", "tensor_parallel", "pipeline_parallel")) or (
+            value != getattr(new_par, key) or value != getattr(par, key)
+        ):
+            out.append(f"parallel.{key}={_value(value)}")
+        new_par = replace(new_par, **{key: value})  # type: ignore[arg-type]  # a key of the parallel section
 
     new_train = tr
     if micro_batch_size is not None and (explicit or micro_batch_size != tr.micro_batch_size):
@@ -102,6 +132,13 @@ def candidate(
         if explicit or accum != tr.gradient_accumulation_steps:
             changed = replace(changed, train=replace(new_train, gradient_accumulation_steps=accum))
             out.append(f"train.gradient_accumulation_steps={accum}")
+    if assumed_mfu is not None and assumed_mfu != recipe.hw.assumed_mfu:
+        changed = replace(changed, hw=replace(changed.hw, assumed_mfu=assumed_mfu))
+        out.append(f"hw.assumed_mfu={assumed_mfu:g}")
+    if changed.engine.kind == "trainer" and megatron_features(changed, recipe_layout(changed)[0]):
+        # a layout only Megatron-core runs is proposed with the engine that builds it (plan/engines)
+        changed = replace(changed, engine=builtin_engine("megatron"))
+        out.insert(0, "engine=megatron")
     return Candidate(changed, tuple(out))
 
 
@@ -126,6 +163,39 @@ def _images_of(plan: Plan) -> ImageMatrix:
     return ImageMatrix(families={plan.image_family: fam}, torch_npu_table=table)
 
 
+# ------------------------------------------------------------------------------------------------------- the MFU
+def _floor_significant(value: float, digits: int) -> float:
+    """``value`` rounded down to ``digits`` significant digits (an MFU rounded down never asks for a step shorter
+    than the one predicted, which a layout bound by its traffic could not reach)."""
+    if value <= 0:
+        return value
+    scale = 10 ** (digits - 1 - math.floor(math.log10(value)))
+    return float(f"{math.floor(value * scale * (1 + 1e-12)) / scale:.{digits}g}")
+
+
+def predicted_mfu(est: Estimate, efficiency: float) -> float:
+    """The MFU ``est``'s layout reaches with its kernels at ``efficiency`` (another layout's, the recipe's own):
+    its hardware FLOPs at that utilisation, stretched by its bubble, plus the traffic it cannot hide; in the count
+    the recipe states its MFU in (``hw.assumed_mfu_attention``), rounded down to :data:`MFU_DIGITS` significant
+    digits."""
+    flops, layout = est.plan.flops, est.layout
+    capacity = layout.world_size * flops.peak_tflops * 1e12
+    mfu = flops.model_per_token * est.compute.tokens_per_step / (capacity * _step_at(est, efficiency))
+    if est.recipe.hw.assumed_mfu_attention == "causal":
+        mfu *= flopcount.causal_share(flops.attention_per_token, flops.model_per_token)
+    return min(1.0, _floor_significant(mfu, MFU_DIGITS))
+
+
+def _at_predicted_mfu(cand: Candidate, est: Estimate, efficiency: float) -> Advice:
+    """The candidate with the MFU its layout reaches at ``efficiency`` in its overrides, re-estimated."""
+    mfu = predicted_mfu(est, efficiency)
+    if mfu == cand.recipe.hw.assumed_mfu:
+        return Advice(cand.overrides, est)
+    moved = replace(cand.recipe, hw=replace(cand.recipe.hw, assumed_mfu=mfu))
+    again = estimate(moved, est.plan)  # the MFU is no number of the plan's
+    return Advice((*cand.overrides, f"hw.assumed_mfu={mfu:g}"), again)
+
+
 # ----------------------------------------------------------------------------------------------------------- fixes
 @dataclass(frozen=True)
 class Advice:
@@ -140,10 +210,9 @@ class Advice:
 
     @property
     def buildable(self) -> bool:
-        """Whether ``build`` accepts this layout (pipeline parallelism, and TP the bundle cannot run, are analysis
-        only)."""
-        d = self.estimate.parallel3d
-        return d is None or d.buildable
+        """Whether ``build`` accepts this layout with the recipe's engine (:func:`recipekit.plan.engines.buildable`:
+        the Megatron engine builds Megatron-core's layouts, the Trainer's only DP, ZeRO and AutoTP)."""
+        return buildable(self.estimate.recipe, self.estimate.layout)
 
 
 def _fits_line(est: Estimate) -> str:
@@ -159,7 +228,8 @@ def fixes(
     Tried in order, each re-estimated, first fit wins: gradient checkpointing on; a higher ZeRO stage (with the
     current checkpointing, then with it on); a smaller micro batch with checkpointing on (accumulation keeps the
     global batch); optimizer (and parameter) offload, host memory before NVMe; more nodes (doubling, with the highest
-    ZeRO stage and checkpointing on).
+    ZeRO stage and checkpointing on). Each fix carries the MFU its layout reaches at the recipe's kernels'
+    utilisation.
     """
     if est.fits:
         return []
@@ -168,20 +238,24 @@ def fixes(
     gb, micro_now = plan.layout.global_batch_size, plan.layout.micro_batch_size
     gc_now = recipe.parallel.gradient_checkpointing
     zero_now = recipe.parallel.zero_stage
+    efficiency = est.compute.efficiency
 
-    def first_fit(tries: list[dict[str, object]]) -> Advice | None:
+    def first_fit(tries: list[dict[str, Any]]) -> Advice | None:
         for changes in tries:
-            cand = candidate(recipe, options, global_batch_size=gb, **changes)  # type: ignore[arg-type]
+            cand = candidate(recipe, options, global_batch_size=gb, **changes)
             new = _try(cand, images, gb) if cand.overrides else None
             if new is not None and new.fits:
-                return Advice(cand.overrides, new)
+                return _at_predicted_mfu(cand, new, efficiency)
         return None
 
     plain = sorted(
         (
             o
             for o in options.values()
-            if o.offload_optimizer == "none" and o.offload_param == "none" and o.zero_stage > zero_now
+            if o.offload_optimizer == "none"
+            and o.offload_param == "none"
+            and o.zero_stage > zero_now
+            and not o.distributed_optimizer
         ),
         key=lambda o: o.zero_stage,
     )
@@ -194,7 +268,7 @@ def fixes(
         ),
     )
     smaller = [m for m in (micro_now // 2**k for k in range(1, micro_now.bit_length())) if m >= 1]
-    tries: list[dict[str, object]] = [{"gradient_checkpointing": True}] if not gc_now else []
+    tries: list[dict[str, Any]] = [{"gradient_checkpointing": True}] if not gc_now else []
     tries += [{"parallel": o.name, "gradient_checkpointing": gc} for o in plain for gc in dict.fromkeys((gc_now, True))]
     tries += [{"micro_batch_size": m, "gradient_checkpointing": True} for m in smaller]
     tries += [
@@ -202,7 +276,7 @@ def fixes(
         for o in offloads
         for m in dict.fromkeys((micro_now, 1))
     ]
-    more_nodes: list[dict[str, object]] = [
+    more_nodes: list[dict[str, Any]] = [
         {
             "nodes": recipe.cluster.nodes * 2**k,
             "gradient_checkpointing": True,
@@ -265,27 +339,21 @@ def advise(
 
     Varies the parallel option (each of ``parallel_options``: DDP, ZeRO stages, offload variants), the micro batch
     (powers of two), gradient checkpointing and the TP degree (powers of two that divide the devices of a pod and
-    the attention and KV heads, with ZeRO ≤ 2, which is what AutoTP trains with). Only layouts ``build`` accepts are
-    kept, unless ``search_pp``: then PP degrees (with ZeRO ≤ 1, what pipeline engines support) are tried too, and
-    the layouts the bundle cannot run are kept as analysis (:attr:`Advice.buildable` says which). The global batch
-    stays the recipe's: layouts whose accumulation it does not divide are skipped. Layouts whose estimate does not
-    fit are dropped; ranking is by estimated step time (compute, exposed communication, offload, TP all-reduces),
-    ties broken by :func:`_rank`. Each advice's overrides, added to the recipe's own, compose to it.
+    the heads, with ZeRO ≤ 2, which is what AutoTP trains with). Only layouts ``build`` accepts are kept, unless
+    ``search_pp``: then Megatron-core's layouts are searched too, within its rules (:mod:`recipekit.plan.layoutrules`)
+    and the topology (TP inside a pod, with sequence parallelism), with its distributed optimizer (or ZeRO ≤ 1):
+    PP (uneven first and last stages where the layers need them) with virtual stages, EP for an MoE model, CP for
+    sequences of 16K tokens and more; they stay as analysis (:attr:`Advice.buildable` says which). The global batch
+    stays the recipe's: layouts whose accumulation it does not divide are skipped. Each layout is planned at the
+    MFU it reaches with the kernels at the recipe's utilisation (:func:`predicted_mfu`); ranked fastest first, ties
+    broken by :func:`_rank`. Each advice's overrides, added to the recipe's own, compose to it.
     """
-    base = make_plan(recipe, images, analysis_only=True).layout
-    gb = base.global_batch_size
-    own_tp, own_pp = recipe.parallel.tensor_parallel, recipe.parallel.pipeline_parallel
-    found: dict[tuple[str, ...], Estimate] = {}
-    for layout in _layouts(recipe, base, search_pp):
-        tp, pp = layout.tensor_parallel, layout.pipeline_parallel
-        shape: dict[str, int] = {}
-        if tp > 1 or own_tp > 1:
-            shape["tensor_parallel"] = tp
-        if search_pp or pp > 1 or own_pp > 1:
-            shape["pipeline_parallel"] = pp
-        for option in parallel_options.values():
-            if (pp > 1 and option.zero_stage > 1) or (tp > 1 and option.zero_stage > 2):
-                continue
+    base_plan = make_plan(recipe, images, analysis_only=True)
+    efficiency = estimate(recipe, base_plan).compute.efficiency
+    gb = base_plan.layout.global_batch_size
+    found: dict[tuple[str, ...], tuple[Candidate, Estimate]] = {}
+    for layout, keys in _layouts(recipe, base_plan.layout, search_pp):
+        for option in _options_for(recipe, layout, parallel_options, search_pp):
             for gc in (False, True):
                 cand = candidate(
                     recipe,
@@ -294,56 +362,240 @@ def advise(
                     gradient_checkpointing=gc,
                     micro_batch_size=layout.micro_batch_size,
                     global_batch_size=gb,
+                    shape=keys,
                     explicit=True,
-                    **shape,
                 )
                 est = _try(cand, images, gb)
                 if est is None or not est.fits:
                     continue
-                if search_pp or est.parallel3d is None or est.parallel3d.buildable:
-                    found.setdefault(cand.overrides, est)
-    ranked = sorted(found.items(), key=lambda kv: _rank(kv[1]) + (kv[0],))
-    return [Advice(overrides, est) for overrides, est in ranked[:top]]
+                if search_pp or buildable(est.recipe, est.layout):
+                    found.setdefault(cand.overrides, (cand, est))
+    guessed = sorted(found.values(), key=lambda ce: (_step_at(ce[1], efficiency), ce[0].overrides))
+    advices = [_at_predicted_mfu(cand, est, efficiency) for cand, est in guessed[: max(3 * top, 10)]]
+    ranked = sorted(advices, key=lambda a: (_rank(a.estimate), a.overrides))
+    return ranked[:top]
 
 
-def _layouts(recipe: Recipe, base: Layout, search_pp: bool) -> list[Layout]:
-    """Every layout of ``base``'s devices that keeps its global batch: each TP dividing the heads within a pod (and,
-    searching PP, each PP up to the layers) × each micro batch, as the plan derives them."""
-    model = recipe.model
-    tps = [
-        t
-        for t in _powers_of_two(base.devices_per_pod)
-        if base.devices_per_pod % t == 0 and model.num_attention_heads % t == 0 and model.num_kv_heads % t == 0
+def _step_at(est: Estimate, efficiency: float) -> float:
+    """The step ``est``'s layout takes with its kernels at ``efficiency`` (what the first ordering uses)."""
+    flops, layout = est.plan.flops, est.layout
+    capacity = layout.world_size * flops.peak_tflops * 1e12
+    bubble = est.parallel3d.bubble_fraction if est.parallel3d else 0.0
+    compute = flops.hardware_per_token * est.compute.tokens_per_step / (capacity * efficiency)
+    return compute / (1 - bubble) + sum(exposed(est.overlaps, compute).values())
+
+
+def _options_for(
+    recipe: Recipe, layout: Layout, options: Mapping[str, ParallelSpec], search_pp: bool
+) -> list[ParallelSpec]:
+    """The parallel options a layout can train with: AutoTP's ZeRO ≤ 2 under TP; a Megatron-core layout its
+    distributed optimizer (or, without one among the options, ZeRO ≤ 1 as pipeline engines support); without the
+    Megatron-core search, no distributed optimizer."""
+    megatron = bool(megatron_features(recipe, layout))
+    if megatron:
+        dist = [o for o in options.values() if o.distributed_optimizer]
+        return dist or [o for o in options.values() if o.zero_stage <= 1 and o.offload_optimizer == "none"]
+    return [
+        o
+        for o in options.values()
+        if not o.distributed_optimizer and (layout.tensor_parallel == 1 or o.zero_stage <= 2)
     ]
+
+
+def _layouts(recipe: Recipe, base: Layout, search_pp: bool) -> Iterator[tuple[Layout, dict[str, int | bool]]]:
+    """Every layout of ``base``'s devices that keeps its global batch and obeys Megatron-core's rules, with the
+    shape keys that select it: each TP dividing the heads within a pod × (searching Megatron-core's layouts) each
+    PP, virtual stages, CP and EP × each micro batch, as the plan derives them."""
+    seen: set[Layout] = set()
+    for tp, shape in _shapes(recipe, base, search_pp):
+        micros = _powers_of_two(base.global_batch_size)
+        if shape.context_parallel > 1 or shape.expert_parallel > 1 or shape.sequence_parallel or shape.pp > 1:
+            micros = [m for m in micros if m <= 2]
+        for micro in micros:
+            layout, problems = derive_layout(
+                base.nodes,
+                base.devices_per_pod,
+                tensor_parallel=tp,
+                pipeline_parallel=shape.pp,
+                micro_batch_size=micro,
+                global_batch_size=base.global_batch_size,
+                shape=shape.shape,
+            )
+            if problems or layout in seen or layout_rule_problems(recipe, layout):
+                continue
+            seen.add(layout)
+            yield layout, _shape_keys(recipe, tp, shape)
+
+
+@dataclass(frozen=True)
+class _Dims:
+    """One combination of the dimensions beyond TP the search tries."""
+
+    pp: int
+    shape: Shape
+
+    @property
+    def context_parallel(self) -> int:
+        return self.shape.context_parallel
+
+    @property
+    def expert_parallel(self) -> int:
+        return self.shape.expert_parallel
+
+    @property
+    def sequence_parallel(self) -> bool:
+        return self.shape.sequence_parallel
+
+
+def _shape_keys(recipe: Recipe, tp: int, dims: _Dims) -> dict[str, int | bool]:
+    """The parallel section's keys of a layout: TP and PP always (what advice lists), the rest where they differ
+    from the recipe's."""
+    shape, par = dims.shape, recipe.parallel
+    values: dict[str, int | bool] = {
+        "tensor_parallel": tp,
+        "sequence_parallel": shape.sequence_parallel,
+        "pipeline_parallel": dims.pp,
+        "virtual_pipeline_stages": shape.virtual_stages,
+        "first_stage_layers": shape.first_stage_layers,
+        "last_stage_layers": shape.last_stage_layers,
+        "context_parallel": shape.context_parallel,
+        "expert_parallel": shape.expert_parallel,
+    }
+    always = [
+        key
+        for key, shown in (
+            ("tensor_parallel", tp > 1 or par.tensor_parallel > 1),
+            ("pipeline_parallel", dims.pp > 1 or par.pipeline_parallel > 1),
+        )
+        if shown
+    ]
+    return {k: v for k, v in values.items() if k in always or v != getattr(par, k)}
+
+
+def _shapes(recipe: Recipe, base: Layout, search_pp: bool) -> Iterator[tuple[int, _Dims]]:
+    """(TP, the other dimensions) to try: the recipe's own dimensions, or (searching Megatron-core's layouts) every
+    PP with its split and virtual stages, CP where sequences are long, EP where the model has experts."""
+    model, par = recipe.model, recipe.parallel
+    per_pod = base.devices_per_pod
+    tps = [t for t in _powers_of_two(per_pod) if per_pod % t == 0 and _heads_split(recipe, t)]
     if base.tensor_parallel not in tps:
         tps.append(base.tensor_parallel)  # the recipe's own, analysed even where the bundle cannot run it
-    pps = _powers_of_two(min(model.num_layers, base.world_size)) if search_pp else [base.pipeline_parallel]
-    found = []
-    for tp in tps:
-        for pp in pps:
-            for micro in _powers_of_two(base.global_batch_size):
-                layout, problems = derive_layout(
-                    base.nodes,
-                    base.devices_per_pod,
-                    tensor_parallel=tp,
-                    pipeline_parallel=pp,
-                    micro_batch_size=micro,
-                    global_batch_size=base.global_batch_size,
-                )
-                if not problems:
-                    found.append(layout)
-    return found
-
-
-def _rank(est: Estimate) -> tuple[float, float, float, float]:
-    """Fastest first; among equal step times (compute-bound layouts hide their traffic) the one that moves fewer
-    bytes and offloads nothing, then the one with more headroom."""
-    return (
-        round(est.step_time_s, 6),
-        round(est.offload.time_s, 6),
-        round(est.communication.volume_gb, 6),
-        -round(est.headroom_gib, 6),
+    own = Shape(
+        context_parallel=base.context_parallel,
+        expert_parallel=base.expert_parallel,
+        expert_tensor_parallel=base.expert_tensor_parallel,
+        virtual_stages=base.virtual_stages,
+        sequence_parallel=base.sequence_parallel,
+        schedule=base.schedule,
+        first_stage_layers=base.first_stage_layers,
+        last_stage_layers=base.last_stage_layers,
     )
+    if not search_pp:
+        for tp in tps:
+            yield tp, _Dims(base.pipeline_parallel, replace(own, sequence_parallel=own.sequence_parallel and tp > 1))
+        return
+    seq = recipe.data.max_len
+    cps = [c for c in _powers_of_two(64) if c == 1 or (seq % (2 * c) == 0 and seq // c >= 8192)]
+    eps = [
+        e for e in _powers_of_two(min(model.num_experts, base.world_size)) if model.moe and model.num_experts % e == 0
+    ]
+    for tp in tps:
+        for pp in _powers_of_two(min(model.num_layers, base.world_size // tp)):
+            for first, last in _splits(model.num_layers, pp):
+                for vpp in (1, 2, 4) if pp > 1 else (1,):
+                    for cp in cps:
+                        for ep in eps or [1]:
+                            yield (
+                                tp,
+                                _Dims(
+                                    pp,
+                                    Shape(
+                                        context_parallel=cp,
+                                        expert_parallel=ep,
+                                        expert_tensor_parallel=par.expert_tensor_parallel,
+                                        virtual_stages=vpp,
+                                        sequence_parallel=tp > 1 and (pp > 1 or cp > 1 or ep > 1 or model.moe),
+                                        schedule="interleaved_1f1b" if vpp > 1 else "1f1b",
+                                        first_stage_layers=first,
+                                        last_stage_layers=last,
+                                    ),
+                                ),
+                            )
+
+
+def _splits(layers: int, pp: int) -> list[tuple[int, int]]:
+    """How to split ``layers`` over ``pp`` stages: evenly where they divide, else with lighter (or one lighter)
+    first and last stages, the split Megatron-core accepts that is closest to even."""
+    probe = Layout(1, 1, pipeline_parallel=pp)
+    if stage_layers(layers, probe) is not None:
+        return [(0, 0)]
+    each = -(-layers // pp)
+    for edge in range(each, 0, -1):
+        for first, last in ((edge, edge), (edge, 0)):
+            if stage_layers(layers, replace(probe, first_stage_layers=first, last_stage_layers=last)) is not None:
+                return [(first, last)]
+    return []
+
+
+def _heads_split(recipe: Recipe, tp: int) -> bool:
+    model = recipe.model
+    return model.num_attention_heads % tp == 0 and model.num_kv_heads % tp == 0
+
+
+def shown_step(seconds: float) -> float:
+    """A step time to the precision ``plan`` shows it (hundredths of a second below 10 s, seconds below a minute,
+    tenths of a minute below an hour, tenths of an hour after): steps shown alike are a tie."""
+    if seconds < 10:
+        return round(seconds, 2)
+    if seconds < 60:
+        return float(round(seconds))
+    if seconds < 3600:
+        return round(seconds / 60, 1) * 60
+    return round(seconds / 3600, 1) * 3600
+
+
+def _rank(est: Estimate) -> tuple[float, ...]:
+    """Fastest first (steps shown alike tie: :func:`shown_step`); among ties the one with more headroom, then fewer
+    devices, then the simpler layout (fewer parallel dimensions, then a lower ZeRO stage), then less offload."""
+    lay, par = est.layout, est.parallel
+    dims = (
+        (lay.tensor_parallel > 1)
+        + (lay.pipeline_parallel > 1)
+        + (lay.virtual_stages > 1)
+        + (lay.context_parallel > 1)
+        + (lay.expert_parallel > 1)
+        + lay.sequence_parallel
+        + par.gradient_checkpointing
+        + (par.offload_optimizer != "none")
+        + (par.offload_param != "none")
+    )
+    return (
+        shown_step(est.step_time_s),
+        -round(est.headroom_gib, 1),
+        lay.world_size,
+        dims,
+        par.zero_stage,
+        round(est.offload.time_s, 6),
+    )
+
+
+def why_first(advices: list[Advice]) -> str:
+    """Why the first layout is first, against the second: faster, or as fast with more headroom, fewer devices or
+    a simpler layout."""
+    if not advices:
+        return ""
+    if len(advices) == 1:
+        return "1 is the only layout that fits"
+    one, two = advices[0].estimate, advices[1].estimate
+    first, second = _rank(one), _rank(two)
+    if first[0] < second[0]:
+        faster = two.step_time_s - one.step_time_s
+        return f"1 is first: the fastest, {faster:.3g} s ({faster / two.step_time_s:.1%}) a step faster than 2"
+    if first[1] < second[1]:
+        return f"1 is first: as fast as 2, with more headroom ({one.headroom_gib:.1f} vs {two.headroom_gib:.1f} GiB)"
+    if first[2] < second[2]:
+        return f"1 is first: as fast as 2 with as much headroom, on fewer devices ({one.layout.world_size})"
+    return "1 is first: as fast as 2 with as much headroom, and the simpler layout"
 
 
 def _powers_of_two(limit: int) -> list[int]:

@@ -4,13 +4,27 @@ Every layout number (world, data-parallel size, micro batch, accumulation, globa
 from the plan, which derives them once; the byte widths come from the one :class:`~recipekit.memory.formulas.Regime`
 the plan's precision and ZeRO stage select. This module only applies the formulas to them and names what it counted.
 Pure: no I/O.
+
+Time as the field states it: MFU is the model FLOPs of a step (the counter's, no recomputation) over the step's
+whole time × devices × peak, bubbles and exposed communication included. The step is the model FLOPs at
+``hw.assumed_mfu``: a published MFU gives the published step. The breakdown (:class:`TimeItem`: compute at the
+kernels' utilisation, the pipeline bubble, the TP, EP, CP and DP traffic compute cannot hide, offload) explains
+where that time goes; the kernels' utilisation is what is left for compute, and the layout search
+(:func:`recipekit.memory.advise.advise`) predicts other layouts' MFU at the same utilisation.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from recipekit.memory.breakdown import DeviceShare, MemoryItem, device_share, memory_items
+from recipekit.memory.breakdown import (
+    DeviceShare,
+    MemoryItem,
+    device_share,
+    megatron_layout,
+    memory_items,
+    plan_regime,
+)
 from recipekit.memory.formulas import (
     GB,
     GIB,
@@ -20,24 +34,26 @@ from recipekit.memory.formulas import (
     dp_traffic,
     model_states,
     offload_seconds,
-    regime,
     tp_allreduce_bytes_per_layer,
     tp_allreduce_count,
     tp_head_bytes,
-    tp_inside_node,
 )
+from recipekit.memory.overlap import Overlap, exposed, solve_compute
+from recipekit.plan.engines import engine_of, engine_problems
 from recipekit.plan.layout import Layout
+from recipekit.plan.layoutrules import stage_layers
 from recipekit.plan.modelsize import LORA_MODULES, ParamCounts, count_params
-from recipekit.plan.parallelism import EXPERTS_NEED, PIPELINE_NEEDS, model_parallel_problems
+from recipekit.plan.nesting import Group, describe, groups
+from recipekit.plan.parallelism import EXPERTS_NEED, PIPELINE_NEEDS
 from recipekit.plan.plan import Plan
 from recipekit.recipe.sections import ParallelSpec, Recipe, adapter_of
-from recipekit.runtime.boundary import recipeview
+from recipekit.runtime.boundary import flopcount, recipeview
 
 
 # --------------------------------------------------------------------------------------------------------- records
 @dataclass(frozen=True)
 class Compute:
-    """FLOPs and the step's compute time at the assumed utilisation."""
+    """FLOPs, the step's MFU and HFU, and the utilisation its compute runs at."""
 
     params_total: int
     params_active: int  # an MoE model's top-k experts; FLOPs and MFU are counted from these
@@ -46,8 +62,22 @@ class Compute:
     tokens_per_step: int
     recompute_factor: float
     peak_tflops: float
-    assumed_mfu: float
-    time_s: float  # per optimizer step, pipeline bubble included, communication excluded
+    assumed_mfu: float  # hw.assumed_mfu as the recipe states it
+    mfu_attention: str  # how it counts attention: "dense" (recipekit's) or "causal" (converted)
+    mfu: float  # the step's MFU in recipekit's count: model FLOPs / (step × devices × peak)
+    hfu: float  # the same with the recomputation's FLOPs
+    efficiency: float  # hardware FLOPs over the busy compute time × devices × peak: the kernels' utilisation
+    attainable: bool  # the assumed MFU leaves time for the layout's bubble and exposed traffic
+    time_s: float  # per optimizer step: compute only (the bubble and the traffic are their own items)
+
+
+@dataclass(frozen=True)
+class TimeItem:
+    """One share of a step's time and how it was counted."""
+
+    name: str
+    seconds: float
+    basis: str
 
 
 @dataclass(frozen=True)
@@ -79,14 +109,14 @@ class Offload:
 
 @dataclass(frozen=True)
 class ThreeD:
-    """Tensor and pipeline parallelism: the bubble, TP's traffic and its link, and whether the bundle runs it (TP
-    through DeepSpeed AutoTP; PP is analysis only)."""
+    """Tensor, context and pipeline parallelism: the schedule's bubble, TP's and CP's traffic and the links they
+    cross, and whether the bundle runs it (TP through DeepSpeed AutoTP; the rest is analysis only)."""
 
     tensor_parallel: int
     pipeline_parallel: int
     micro_batches: int
     bubble_fraction: float
-    tp_allreduces_per_layer: int  # AutoTP's b·s·h all-reduces per layer per micro-step
+    tp_allreduces_per_layer: int  # b·s·h all-reduces (or all-gather + reduce-scatter pairs) per layer per micro-step
     tp_allreduce_gb_per_layer: float  # per device, one micro-batch's forward and backward
     tp_head_gb: float  # per device, one micro-batch: the embedding and head's TP traffic
     tp_volume_gb: float  # per device, per optimizer step
@@ -95,6 +125,15 @@ class ThreeD:
     tp_time_s: float
     buildable: bool  # the bundle runs this layout
     note: str
+    context_parallel: int = 1
+    virtual_stages: int = 1
+    schedule: str = "1f1b"
+    sequence_parallel: bool = False
+    stage_layers: tuple[int, ...] = ()
+    cp_volume_gb: float = 0.0  # per device per step: keys and values passed around the ring
+    cp_time_s: float = 0.0
+    cp_exposed_s: float = 0.0  # what the attention's own compute cannot hide
+    groups: str = ""  # where each group lies (plan.nesting.describe)
 
 
 @dataclass(frozen=True)
@@ -152,6 +191,8 @@ class Estimate:
     parallel3d: ThreeD | None
     experts: ExpertParallel | None
     step_time_s: float
+    time: tuple[TimeItem, ...]  # where the step goes; the items sum to step_time_s
+    overlaps: tuple[Overlap, ...]  # the traffic the step may wait for, and what of it compute can hide
     total_steps: int | None
     total_time_s: float | None
     device_hours: float | None
@@ -177,6 +218,15 @@ class Estimate:
     def item(self, name: str) -> float:
         return next(item.gib for item in self.memory if item.name == name)
 
+    def seconds(self, name: str) -> float:
+        """The seconds of the time item ``name`` (0 when the step has none)."""
+        return next((item.seconds for item in self.time if item.name == name), 0.0)
+
+    @property
+    def exposed_s(self) -> float:
+        """What the step spends on traffic and offload that compute does not hide."""
+        return sum(item.seconds for item in self.time if item.name not in ("compute", "pipeline bubble"))
+
 
 # -------------------------------------------------------------------------------------------------------- estimate
 def estimate(recipe: Recipe, plan: Plan, *, price_per_device_hour: float | None = None) -> Estimate:
@@ -185,22 +235,36 @@ def estimate(recipe: Recipe, plan: Plan, *, price_per_device_hour: float | None 
     ``price_per_device_hour`` defaults to ``recipe.hw.price_per_device_hour``; without either there is no cost.
     """
     model, hw, layout = recipe.model, recipe.hw, plan.layout
-    tp, pp = layout.tensor_parallel, layout.pipeline_parallel
-    reg = regime(plan.precision, plan.zero_stage, deepspeed=plan.uses_deepspeed)
+    reg = plan_regime(recipe, plan)
     counts = count_params(model)
     share = device_share(recipe, plan, reg, counts)
     memory = memory_items(recipe, plan, reg, share)
     total = sum(item.gib for item in memory)
     notes = _lora_target_notes(recipe)
     offload = _offload(recipe, plan, reg, share)
-
-    compute = _compute(recipe, plan)
-    comm = _dp_communication(recipe, plan, reg, share.params, share.trainable, compute.time_s)
-    three_d = _three_d(recipe, plan, reg, share.layers) if tp * pp > 1 else None
+    found = groups(layout, hw)
+    bubble = bubble_fraction(
+        layout.pipeline_parallel, layout.gradient_accumulation_steps, layout.virtual_stages, schedule=layout.schedule
+    )
+    comm, dp_overlaps = _dp_communication(recipe, plan, reg, share, found)
+    three_d = _three_d(recipe, plan, reg, share, found, bubble) if layout.model_parallel > 1 else None
+    experts = _experts(recipe, plan, reg, counts, found, share) if model.moe else None
+    overlaps = (
+        *_three_d_overlaps(three_d, plan),
+        *_alltoall_overlaps(recipe, plan, experts),
+        *dp_overlaps,
+        Overlap("offload", offload.time_s, 0.0, 0.0),
+    )
+    compute, waits = _compute(recipe, plan, bubble, overlaps)
+    comm = replace(comm, exposed_s=waits.get("DP traffic", 0.0))
     if three_d is not None:
+        three_d = replace(three_d, cp_exposed_s=waits.get("CP traffic", 0.0))
         notes.append(three_d.note)
-    step = compute.time_s + comm.exposed_s + offload.time_s + (three_d.tp_time_s if three_d else 0.0)
+    items = _time_items(compute, bubble, waits)
+    if not compute.attainable:
+        notes.append(_unattainable_note(compute, sum(waits.values()), bubble))
     notes += _token_notes(recipe, plan, compute)
+    step = sum(item.seconds for item in items)
 
     price = hw.price_per_device_hour if price_per_device_hour is None else price_per_device_hour
     total_steps = plan.total_steps
@@ -224,8 +288,10 @@ def estimate(recipe: Recipe, plan: Plan, *, price_per_device_hour: float | None 
         compute=compute,
         communication=comm,
         parallel3d=three_d,
-        experts=_experts(recipe, plan, reg, counts) if model.moe else None,
+        experts=experts,
         step_time_s=step,
+        time=items,
+        overlaps=overlaps,
         total_steps=total_steps,
         total_time_s=total_time,
         device_hours=device_hours,
@@ -284,21 +350,53 @@ def _token_notes(recipe: Recipe, plan: Plan, compute: Compute) -> list[str]:
     return []
 
 
-# ------------------------------------------------------------------------------------------- compute and traffic
-def _compute(recipe: Recipe, plan: Plan) -> Compute:
-    """Step time from the plan's FLOPs per token (defined once, in the runtime contract).
-
-    ``hw.assumed_mfu`` is taken as the utilisation of the FLOPs actually executed (an HFU): activation checkpointing's
-    recomputation therefore costs time. The pipeline bubble stretches the step by 1/(1 − bubble).
-    """
-    hw, flops, layout = recipe.hw, plan.flops, plan.layout
-    # the mean row when the data's tokens are known (plan.data), else every row at max_len
+# ------------------------------------------------------------------------------------------------------- the step
+def tokens_per_step(recipe: Recipe, plan: Plan) -> int:
+    """Tokens of one optimizer step: the mean row when the data's tokens are known (plan.data), else every row at
+    max_len."""
     per_row = min(plan.data.tokens_per_row or recipe.data.max_len, recipe.data.max_len)
-    tokens = round(layout.global_batch_size * per_row)
-    time_s = flops.hardware_per_token * tokens / (layout.world_size * flops.peak_tflops * 1e12 * hw.assumed_mfu)
-    if layout.pipeline_parallel > 1:
-        time_s /= 1 - bubble_fraction(layout.pipeline_parallel, layout.gradient_accumulation_steps)
-    return Compute(
+    return round(plan.layout.global_batch_size * per_row)
+
+
+def model_mfu(recipe: Recipe, plan: Plan) -> float:
+    """``hw.assumed_mfu`` in recipekit's count: a causal count's MFU (``hw.assumed_mfu_attention: causal``) divided
+    by the share of the FLOPs it counts (:func:`~recipekit.runtime.boundary.flopcount.causal_share`)."""
+    hw, flops = recipe.hw, plan.flops
+    if hw.assumed_mfu_attention == "dense":
+        return hw.assumed_mfu
+    return hw.assumed_mfu / flopcount.causal_share(flops.attention_per_token, flops.model_per_token)
+
+
+def _mfu_step(recipe: Recipe, plan: Plan) -> float:
+    """The step's seconds at the assumed MFU: the model FLOPs over devices × peak × MFU."""
+    flops, layout = plan.flops, plan.layout
+    capacity = layout.world_size * flops.peak_tflops * 1e12
+    return flops.model_per_token * tokens_per_step(recipe, plan) / (capacity * model_mfu(recipe, plan))
+
+
+def _compute(
+    recipe: Recipe, plan: Plan, bubble: float, overlaps: tuple[Overlap, ...]
+) -> tuple[Compute, dict[str, float]]:
+    """The step at the assumed MFU, split into compute, the bubble and what traffic compute cannot hide.
+
+    The step is the model FLOPs at the assumed MFU (its definition). What the bubble (a share of the pipelined time)
+    and the waiting for traffic leave of it is compute (:func:`~recipekit.memory.overlap.solve_compute`); the
+    kernels' utilisation is the hardware FLOPs (recomputation included) over that time. Where nothing would be left,
+    or compute would run above the peak, the assumed MFU cannot be reached on this layout: the MFU is then read as
+    the kernels' utilisation of the model FLOPs (what a layout without bubble or exposed traffic would reach) and the
+    step is that compute plus the bubble and the traffic, longer than the MFU says."""
+    flops, layout = plan.flops, plan.layout
+    tokens = tokens_per_step(recipe, plan)
+    capacity = layout.world_size * flops.peak_tflops * 1e12
+    hardware = flops.hardware_per_token * tokens
+    at_mfu = _mfu_step(recipe, plan)
+    compute_s = solve_compute(at_mfu, bubble, overlaps)
+    attainable = compute_s > 0 and hardware / capacity <= compute_s
+    if not attainable:
+        compute_s = max(at_mfu * flops.hardware_per_token / flops.model_per_token, hardware / capacity)
+    waits = exposed(overlaps, compute_s)
+    step = compute_s / (1 - bubble) + sum(waits.values())
+    compute = Compute(
         params_total=flops.params_total,
         params_active=flops.params_active,
         params_trainable=flops.params_trainable,
@@ -306,57 +404,156 @@ def _compute(recipe: Recipe, plan: Plan) -> Compute:
         tokens_per_step=tokens,
         recompute_factor=flops.hardware_per_token / flops.model_per_token,
         peak_tflops=flops.peak_tflops,
-        assumed_mfu=hw.assumed_mfu,
-        time_s=time_s,
+        assumed_mfu=recipe.hw.assumed_mfu,
+        mfu_attention=recipe.hw.assumed_mfu_attention,
+        mfu=flops.model_per_token * tokens / (capacity * step),
+        hfu=hardware / (capacity * step),
+        efficiency=hardware / (capacity * compute_s),
+        attainable=attainable,
+        time_s=compute_s,
+    )
+    return compute, waits
+
+
+def _time_items(compute: Compute, bubble: float, waits: dict[str, float]) -> tuple[TimeItem, ...]:
+    items = [
+        TimeItem(
+            "compute",
+            compute.time_s,
+            f"hardware FLOPs at {compute.efficiency:.0%} of the peak (the kernels' utilisation the MFU leaves)",
+        )
+    ]
+    if bubble:
+        items.append(
+            TimeItem("pipeline bubble", compute.time_s * bubble / (1 - bubble), f"{bubble:.1%} of the pipelined time")
+        )
+    items += [TimeItem(name, seconds, "not hidden by compute") for name, seconds in waits.items() if seconds > 0]
+    return tuple(items)
+
+
+def _unattainable_note(compute: Compute, waiting: float, bubble: float) -> str:
+    return (
+        f"hw.assumed_mfu {compute.assumed_mfu:g} cannot be reached on this layout: its exposed traffic "
+        f"({waiting:.3g} s) and bubble ({bubble:.0%}) leave compute too little time at that MFU; the step is its "
+        f"compute at that utilisation plus them: {compute.mfu:.1%} MFU"
     )
 
 
+# ------------------------------------------------------------------------------------------------------- traffic
 def dp_group_crosses_nodes(layout: Layout) -> bool:
-    """Megatron's rank order (TP innermost, then DP, PP outermost): a stage's TP × DP ranks are consecutive."""
+    """Megatron's rank order (TP innermost, then CP, DP, PP outermost): a stage's TP × CP × DP ranks are
+    consecutive."""
     return layout.world_size // layout.pipeline_parallel > layout.devices_per_pod
 
 
 def _dp_communication(
-    recipe: Recipe, plan: Plan, reg: Regime, params_dev: float, trainable_dev: float, compute_s: float
-) -> Communication:
-    """The step's data-parallel traffic (:func:`~recipekit.memory.formulas.dp_traffic`) on the link it crosses.
+    recipe: Recipe, plan: Plan, reg: Regime, share: DeviceShare, found: dict[str, Group]
+) -> tuple[Communication, tuple[Overlap, ...]]:
+    """The step's data-parallel traffic (:func:`~recipekit.memory.formulas.dp_traffic`) of the dense weights over
+    the data-parallel (× CP) group and of the experts over theirs, each on the link its group crosses
+    (:mod:`recipekit.plan.nesting`: a group spanning pods shares their network), and what of it compute can hide
+    (nothing without ``overlap_comm`` under ZeRO). The record's exposed seconds are filled in once the compute
+    time is known."""
+    par, layout = recipe.parallel, plan.layout
+    dense_group = found["DP×CP"] if "DP×CP" in found else found["DP"]
+    full = adapter_of(recipe.mode) is None
+    parts = [(dense_group, share.params - share.expert_params, share.trainable - (share.expert_params * full))]
+    if share.expert_params and "expert DP" in found:
+        parts.append((found["expert DP"], share.expert_params, share.expert_params if full else 0.0))
+    volume = time_s = 0.0
+    pattern = "none (one data-parallel rank)"
+    overlaps: list[Overlap] = []
+    for group, params, trainable in parts:
+        if group.size == 1:
+            continue
+        traffic = dp_traffic(
+            reg,
+            dp=group.size,
+            accum=layout.gradient_accumulation_steps,
+            params=params,
+            trainable=trainable,
+            checkpointing=par.gradient_checkpointing,
+        )
+        pattern = traffic.pattern
+        hide, show = traffic.hideable / GB / group.gbps, traffic.exposed / GB / group.gbps
+        overlapped = par.overlap_comm or reg.zero_stage == 0
+        overlaps.append(
+            Overlap(
+                "DP traffic", show + (0.0 if overlapped else hide), hide if overlapped else 0.0, traffic.window_share
+            )
+        )
+        time_s += hide + show
+        volume += (traffic.hideable + traffic.exposed) / GB
+    comm = Communication(pattern, volume, dense_group.link, dense_group.crosses_nodes, dense_group.gbps, time_s, 0.0)
+    return comm, tuple(overlaps)
 
-    When the group spans nodes the ring crosses each node's network once, so a node's NICs carry about what one
-    device sends: the time is volume / inter-node bandwidth; inside a node, volume / per-device link bandwidth.
-    What compute cannot hide (everything, without ``overlap_comm`` under ZeRO) is exposed.
-    """
-    hw, par, layout = recipe.hw, recipe.parallel, plan.layout
-    crosses = dp_group_crosses_nodes(layout)
-    link, gbps = (hw.inter_node_link, hw.inter_node_gbps) if crosses else (hw.intra_node_link, hw.intra_node_gbps)
-    if layout.dp_size == 1:
-        return Communication("none (one data-parallel rank)", 0.0, link, crosses, gbps, 0.0, 0.0)
-    traffic = dp_traffic(
-        reg,
-        dp=layout.dp_size,
-        accum=layout.gradient_accumulation_steps,
-        params=params_dev,
-        trainable=trainable_dev,
-        checkpointing=par.gradient_checkpointing,
+
+def _three_d_overlaps(three_d: ThreeD | None, plan: Plan) -> tuple[Overlap, ...]:
+    """TP's collectives sit between two layers' compute: all waited for. CP's ring runs behind the attention
+    computed on the chunk already there: its share of the compute."""
+    if three_d is None:
+        return ()
+    flops = plan.flops
+    attention = flops.attention_per_token / flops.hardware_per_token
+    return (
+        Overlap("TP traffic", three_d.tp_time_s, 0.0, 0.0),
+        Overlap("CP traffic", 0.0, three_d.cp_time_s, attention),
     )
-    hidden_s, exposed_s = traffic.hideable / GB / gbps, traffic.exposed / GB / gbps
-    window = compute_s * traffic.window_share if par.overlap_comm or reg.zero_stage == 0 else 0.0
-    exposed = exposed_s + max(0.0, hidden_s - window)
-    volume = (traffic.hideable + traffic.exposed) / GB
-    return Communication(traffic.pattern, volume, link, crosses, gbps, hidden_s + exposed_s, exposed)
 
 
-#: All-to-alls of an MoE layer per micro-step under EP: dispatch and combine in forward, their gradients in backward.
-EP_ALLTOALLS = 4
+def _alltoall_overlaps(recipe: Recipe, plan: Plan, experts: ExpertParallel | None) -> tuple[Overlap, ...]:
+    """The experts' all-to-all: all of it waited for, or with ``parallel.overlap_moe_alltoall`` (or DualPipe, which
+    pairs one micro-batch's forward with another's backward for this) behind another micro-batch's compute."""
+    if experts is None or plan.layout.expert_parallel == 1:
+        return ()
+    if recipe.parallel.overlap_moe_alltoall or plan.layout.schedule == "dualpipe":
+        return (Overlap("EP all-to-all", 0.0, experts.alltoall_time_s, 1.0),)
+    return (Overlap("EP all-to-all", experts.alltoall_time_s, 0.0, 0.0),)
 
 
-def _expert_state_bytes(recipe: Recipe, reg: Regime, expert_params: int, dp: int, ep: int) -> float:
+def token_copies(recipe: Recipe, layout: Layout, ep: int) -> float:
+    """Copies of a token the all-to-all sends off its rank, per direction.
+
+    Inside a node, each of its top-k experts on another rank gets one: k × (EP − 1)/EP. Where the EP group spans
+    nodes, what crosses the network is one copy per other node that holds one of its experts, forwarded inside the
+    node over its own links (DeepEP's dispatch, DeepSeek-V3's, §3.2.2): of n nodes, k random experts fall in
+    n × (1 − (1 − 1/n)^k) of them, at most the groups node-limited routing allows (``topk_group`` of a config with
+    ``n_group`` > 1), the own node's not counted."""
+    k = recipe.model.experts_per_token
+    nodes = max(1, layout.expert_tp * ep // layout.devices_per_pod)
+    if nodes == 1:
+        return k * (ep - 1) / ep
+    config = recipe.model.config or {}
+    reached = nodes * (1 - (1 - 1 / nodes) ** k)
+    if isinstance(config.get("n_group"), int) and config["n_group"] > 1 and isinstance(config.get("topk_group"), int):
+        reached = min(reached, config["topk_group"])
+    return reached * (nodes - 1) / nodes
+
+
+def _alltoall_gb(recipe: Recipe, plan: Plan, reg: Regime, ep: int, layers: int) -> float:
+    """Token all-to-all volume per device per step with ``ep``-way EP over ``layers`` MoE layers: each rank's tokens
+    (after CP, and SP's split) go to their experts (:func:`token_copies`) and back: dispatch and combine in forward,
+    their gradients in backward, the forward's again under full recomputation. FP8 training dispatches in FP8 (one
+    byte an element; the combine and the gradients stay 16-bit), as DeepSeek-V3 does (§3.3.2)."""
+    model, layout = recipe.model, plan.layout
+    tokens = layout.micro_batch_size * recipe.data.max_len / layout.context_parallel
+    tokens /= layout.tensor_parallel if layout.sequence_parallel else 1
+    dispatch = 1 if plan.precision == "fp8" else reg.element
+    forward = dispatch + reg.element
+    recomputed = recipe.parallel.gradient_checkpointing and recipe.parallel.recompute_granularity == "full"
+    element_passes = forward + 2 * reg.element + (forward if recomputed else 0)
+    per_layer = element_passes * tokens * token_copies(recipe, layout, ep) * model.hidden_size
+    return per_layer * layers * layout.gradient_accumulation_steps / GB
+
+
+def _expert_state_bytes(recipe: Recipe, reg: Regime, expert_params: float, ranks: int, ep: int) -> float:
     """Device bytes of the experts' model states with ``ep``-way expert parallelism (1: none)."""
     share = expert_params / ep
     full = not recipeview.trains_adapter(recipe.mode.kind)  # PEFT does not adapt fused experts: they stay frozen
     states = model_states(
         share,
         reg,
-        dp=max(1, dp // ep),
+        dp=max(1, ranks // ep),
         trainable=share if full else 0,
         offload_optimizer=recipe.parallel.offload_optimizer,
         offload_param=recipe.parallel.offload_param,
@@ -364,16 +561,16 @@ def _expert_state_bytes(recipe: Recipe, reg: Regime, expert_params: int, dp: int
     return states.device
 
 
-def _expert_traffic_gb(recipe: Recipe, reg: Regime, layout: Layout, expert_params: int, ep: int) -> float:
+def _expert_traffic_gb(recipe: Recipe, reg: Regime, layout: Layout, expert_params: float, ranks: int, ep: int) -> float:
     """The experts' share of the data-parallel traffic per device per step with ``ep``-way EP (1: none)."""
-    dp = max(1, layout.dp_size // ep)
-    if dp == 1:
+    group = max(1, ranks // ep)
+    if group == 1:
         return 0.0
     full = not recipeview.trains_adapter(recipe.mode.kind)
     share = expert_params / ep
     traffic = dp_traffic(
         reg,
-        dp=dp,
+        dp=group,
         accum=layout.gradient_accumulation_steps,
         params=share,
         trainable=share if full else 0,
@@ -382,24 +579,37 @@ def _expert_traffic_gb(recipe: Recipe, reg: Regime, layout: Layout, expert_param
     return (traffic.hideable + traffic.exposed) / GB
 
 
-def _experts(recipe: Recipe, plan: Plan, reg: Regime, counts: ParamCounts) -> ExpertParallel:
-    """Total and active parameters, and EP's saving and all-to-all cost (the recipe's EP, else the widest EP inside
-    a pod that divides the experts and the data-parallel ranks)."""
+def _experts(
+    recipe: Recipe, plan: Plan, reg: Regime, counts: ParamCounts, found: dict[str, Group], share: DeviceShare
+) -> ExpertParallel:
+    """Total and active parameters, and EP's saving and all-to-all cost over the heaviest stage's layers (the
+    recipe's EP, else the widest EP inside a pod that divides the experts and the ranks that could hold them)."""
     model, hw, layout = recipe.model, recipe.hw, plan.layout
-    dp = layout.dp_size
-    ep = recipe.parallel.expert_parallel
+    ranks = layout.world_size // (layout.expert_tp * layout.pipeline_parallel)  # EP × expert-DP
+    ep = layout.expert_parallel
     if ep == 1:
-        fits = [d for d in range(1, layout.devices_per_pod + 1) if model.num_experts % d == 0 and dp % d == 0]
+        fits = [d for d in range(1, layout.devices_per_pod + 1) if model.num_experts % d == 0 and ranks % d == 0]
         ep = max(fits)
-    tokens = layout.micro_batch_size * recipe.data.max_len
-    passes = EP_ALLTOALLS + (2 if recipe.parallel.gradient_checkpointing else 0)
-    per_layer = passes * tokens * model.experts_per_token * model.hidden_size * reg.element * (ep - 1) / ep
-    volume = per_layer * model.num_layers * layout.gradient_accumulation_steps / GB
-    inside = ep <= layout.devices_per_pod
-    link, gbps = (hw.intra_node_link, hw.intra_node_gbps) if inside else (hw.inter_node_link, hw.inter_node_gbps)
-    problems = model_parallel_problems(recipe, layout) if recipe.parallel.expert_parallel > 1 else []
-    chosen = "the recipe's" if recipe.parallel.expert_parallel > 1 else "analysed (parallel.expert_parallel is 1)"
-    note = f"EP {ep} {chosen}: {EXPERTS_NEED}" if ep > 1 else "no EP inside a pod divides the experts and the ranks"
+    stage_experts = counts.experts * share.layers / counts.layers / layout.expert_tp
+    group = found.get("EP")
+    if group is not None:
+        link, gbps = group.link, group.alltoall_gbps
+    else:
+        inside = ep <= layout.devices_per_pod
+        link, gbps = (
+            (hw.intra_node_link, hw.intra_node_gbps)
+            if inside
+            else (hw.inter_node_link, hw.inter_node_gbps / layout.devices_per_pod)
+        )
+    volume = _alltoall_gb(recipe, plan, reg, ep, share.layers) if ep > 1 else 0.0
+    problems = engine_problems(recipe, layout) if layout.expert_parallel > 1 else []
+    chosen = "the recipe's" if layout.expert_parallel > 1 else "analysed (parallel.expert_parallel is 1)"
+    if ep == 1:
+        note = "no EP inside a pod divides the experts and the ranks"
+    elif layout.expert_parallel > 1 and not problems:
+        note = f"EP {ep} {chosen}: {engine_of(recipe).runs(recipe, layout)}"
+    else:
+        note = f"EP {ep} {chosen}: {EXPERTS_NEED}"
     return ExpertParallel(
         num_experts=model.num_experts,
         experts_per_token=model.experts_per_token,
@@ -407,36 +617,47 @@ def _experts(recipe: Recipe, plan: Plan, reg: Regime, counts: ParamCounts) -> Ex
         params_active=counts.active,
         expert_params=counts.experts,
         expert_parallel=ep,
-        expert_gib=_expert_state_bytes(recipe, reg, counts.experts, dp, 1) / GIB,
-        expert_gib_with_ep=_expert_state_bytes(recipe, reg, counts.experts, dp, ep) / GIB,
-        dp_gb=_expert_traffic_gb(recipe, reg, layout, counts.experts, 1),
-        dp_gb_with_ep=_expert_traffic_gb(recipe, reg, layout, counts.experts, ep),
+        expert_gib=_expert_state_bytes(recipe, reg, stage_experts, ranks, 1) / GIB,
+        expert_gib_with_ep=_expert_state_bytes(recipe, reg, stage_experts, ranks, ep) / GIB,
+        dp_gb=_expert_traffic_gb(recipe, reg, layout, stage_experts, ranks, 1),
+        dp_gb_with_ep=_expert_traffic_gb(recipe, reg, layout, stage_experts, ranks, ep),
         alltoall_gb=volume,
         alltoall_time_s=volume / gbps,
         link=link,
-        buildable=not problems and ep == 1,
+        buildable=not problems and (ep == 1 or layout.expert_parallel == ep),
         note=note,
     )
 
 
-def _three_d(recipe: Recipe, plan: Plan, reg: Regime, stage_layers: int) -> ThreeD:
-    """TP's all-reduces over the heaviest stage's layers and its embedding/head traffic (none of it hidden: every
-    all-reduce sits between two layers' compute) on the link TP crosses, and the pipeline's bubble."""
-    model, hw, layout = recipe.model, recipe.hw, plan.layout
+def _three_d(
+    recipe: Recipe,
+    plan: Plan,
+    reg: Regime,
+    share: DeviceShare,
+    found: dict[str, Group],
+    bubble: float,
+) -> ThreeD:
+    """TP's collectives over the heaviest stage's layers and its embedding/head traffic (none of it hidden: every
+    one sits between two layers' compute) on the link TP crosses; CP's ring (hidden behind the attention's own
+    compute where it can be); the schedule's bubble."""
+    model, layout = recipe.model, plan.layout
     tp, pp, m = layout.tensor_parallel, layout.pipeline_parallel, layout.gradient_accumulation_steps
-    checkpointing = recipe.parallel.gradient_checkpointing
-    shape = dict(tensor_parallel=tp, micro_batch=layout.micro_batch_size, seq_len=recipe.data.max_len)
-    per_layer = tp_allreduce_bytes_per_layer(reg, hidden=model.hidden_size, checkpointing=checkpointing, **shape) / GB
-    head = tp_head_bytes(reg, model, **shape) / GB if tp > 1 else 0.0
-    step_volume = (per_layer * stage_layers + head) * m
-    inside = tp_inside_node(tp, layout.devices_per_pod)
-    link, gbps = (hw.intra_node_link, hw.intra_node_gbps) if inside else (hw.inter_node_link, hw.inter_node_gbps)
-    problems = model_parallel_problems(recipe, layout)
+    checkpointing = recipe.parallel.gradient_checkpointing and recipe.parallel.recompute_granularity == "full"
+    megatron = megatron_layout(recipe, layout)
+    shape = dict(
+        tensor_parallel=tp, micro_batch=layout.micro_batch_size, seq_len=recipe.data.max_len // layout.context_parallel
+    )
+    per_layer = tp_allreduce_bytes_per_layer(
+        reg, hidden=model.hidden_size, checkpointing=checkpointing, megatron=megatron, **shape
+    )
+    ends = share.stage in (0, pp - 1)
+    head = tp_head_bytes(reg, model, **shape) / GB if tp > 1 and ends else 0.0
+    step_volume = (per_layer / GB * share.layers + head) * m
+    tp_group = found["TP"]
+    cp_volume, cp_time = _cp_traffic(recipe, plan, reg, share, found)
+    problems = engine_problems(recipe, layout)
     if not problems:
-        note = (
-            f"TP {tp} runs in the bundle as DeepSpeed AutoTP (ds_config tensor_parallel.autotp_size = {tp}): "
-            f"{layout.dp_size} TP groups of {tp} ranks, data-parallel over the groups"
-        )
+        note = engine_of(recipe).runs(recipe, layout)
     elif pp > 1:
         note = f"analysis only: {PIPELINE_NEEDS}"
     else:
@@ -445,14 +666,44 @@ def _three_d(recipe: Recipe, plan: Plan, reg: Regime, stage_layers: int) -> Thre
         tensor_parallel=tp,
         pipeline_parallel=pp,
         micro_batches=m,
-        bubble_fraction=bubble_fraction(pp, m),
-        tp_allreduces_per_layer=tp_allreduce_count(checkpointing) if tp > 1 else 0,
-        tp_allreduce_gb_per_layer=per_layer,
+        bubble_fraction=bubble,
+        tp_allreduces_per_layer=tp_allreduce_count(checkpointing, megatron=megatron) if tp > 1 else 0,
+        tp_allreduce_gb_per_layer=per_layer / GB,
         tp_head_gb=head,
         tp_volume_gb=step_volume,
-        tp_inside_node=inside,
-        tp_link=link,
-        tp_time_s=step_volume / gbps if tp > 1 else 0.0,
+        tp_inside_node=not tp_group.crosses_nodes,
+        tp_link=tp_group.link,
+        tp_time_s=step_volume / tp_group.gbps if tp > 1 else 0.0,
         buildable=not problems,
         note=note,
+        context_parallel=layout.context_parallel,
+        virtual_stages=layout.virtual_stages,
+        schedule=layout.schedule,
+        sequence_parallel=layout.sequence_parallel,
+        stage_layers=stage_layers(model.num_layers, layout) or (),
+        cp_volume_gb=cp_volume,
+        cp_time_s=cp_time,
+        cp_exposed_s=0.0,  # known once the compute time is
+        groups=describe(found),
     )
+
+
+#: Ring attention's passes of one rank's keys and values around the CP ring per layer and micro-step: forward, and
+#: in backward the keys and values again with their gradients (Megatron-core's attention with cp_comm_type p2p).
+CP_RING_PASSES = 3
+
+
+def _cp_traffic(
+    recipe: Recipe, plan: Plan, reg: Regime, share: DeviceShare, found: dict[str, Group]
+) -> tuple[float, float]:
+    """(GB per device per step, seconds) of context parallelism's ring over the heaviest stage: each rank's keys
+    and values (seq / CP tokens × 2 × kv width, its TP share) travel CP − 1 hops."""
+    layout, model = plan.layout, recipe.model
+    cp = layout.context_parallel
+    if cp == 1:
+        return 0.0, 0.0
+    kv = 2 * model.num_kv_heads * model.head_dim * reg.element / max(1, layout.tensor_parallel)
+    tokens = layout.micro_batch_size * recipe.data.max_len / cp
+    passes = CP_RING_PASSES + (1 if recipe.parallel.gradient_checkpointing else 0)
+    volume = passes * (cp - 1) * tokens * kv * share.layers * layout.gradient_accumulation_steps / GB
+    return volume, volume / found["CP"].gbps

@@ -17,10 +17,9 @@ Trainer's AMP under DDP, or DeepSpeed): :func:`regime` decides that once, and ev
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
-from recipekit.plan.modelsize import ParamCounts, linear_shapes, lora_targets
+from recipekit.plan.modelsize import ParamCounts, linear_shapes, lora_targets, mlp_width
 from recipekit.plan.parallelism import STAGE3_PREFETCH_FACTOR
 from recipekit.recipe.sections import LoraSpec, ModelSpec
 from recipekit.runtime.boundary import recipeview
@@ -102,6 +101,9 @@ class Regime:
     fp32_gradient: int  # the fp32 copy the optimizer steps on (0 where the gradient already is fp32)
     master_weight: int  # an fp32 master copy (0 where the stored weights are fp32 already)
     element: int  # an activation, or a weight or bucket element on the wire
+    megatron: bool = False  # Megatron-core's mixed precision: 16-bit weights, fp32 main gradients, fp32 master
+    distributed_optimizer: bool = False  # its optimizer states (and fp32 gradient copy) sharded over data parallel
+    fp8_weight_cache: int = 0  # FP8 training: Transformer Engine's FP8 copy of each weight and its transpose
 
     @property
     def optimizer(self) -> int:
@@ -113,9 +115,15 @@ class Regime:
         """The Trainer's AMP: fp32 weights, 16-bit compute, an fp32 residual stream."""
         return self.autocast_copy > 0
 
+    @property
+    def shards_optimizer(self) -> bool:
+        """Whether optimizer states (and the fp32 gradient copy) are split over the data-parallel ranks."""
+        return self.zero_stage >= 1 or self.distributed_optimizer
+
     def weight_words(self, kind: str) -> str:
         """The weights' dtypes as the basis text names them (``kind`` is the mode: LoRA has a base and adapters)."""
         copy = f" + {dtype_name(self.autocast_copy)} autocast copy" if self.autocast else ""
+        copy += f" + {self.fp8_weight_cache} B FP8 copies" if self.fp8_weight_cache else ""
         if recipeview.trains_adapter(kind):
             base = "NF4" if kind == "qlora" else dtype_name(self.frozen_weight)
             return f"{base} base + {dtype_name(self.weight)} adapter{copy}"
@@ -123,7 +131,8 @@ class Regime:
 
     @property
     def gradient_words(self) -> str:
-        return dtype_name(self.gradient) + (f" + {dtype_name(FULL)} copy" if self.fp32_gradient else "")
+        main = " (Megatron's main gradients)" if self.megatron and self.gradient == FULL else ""
+        return dtype_name(self.gradient) + main + (f" + {dtype_name(FULL)} copy" if self.fp32_gradient else "")
 
     @property
     def optimizer_words(self) -> str:
@@ -132,7 +141,9 @@ class Regime:
         return f"Adam m, v {dtype_name(FULL)} (the {dtype_name(self.weight)} weights are the master)"
 
 
-def regime(precision: str, zero_stage: int, *, deepspeed: bool) -> Regime:
+def regime(
+    precision: str, zero_stage: int, *, deepspeed: bool, megatron: bool = False, distributed_optimizer: bool = False
+) -> Regime:
     """The byte widths of a run trained at ``precision`` under ``zero_stage``, with or without DeepSpeed (the plan
     says which: :attr:`recipekit.plan.plan.Plan.uses_deepspeed`; tensor parallelism runs DeepSpeed at stage 0 too).
 
@@ -144,9 +155,33 @@ def regime(precision: str, zero_stage: int, *, deepspeed: bool) -> Regime:
     * DeepSpeed in 16 bits (ZeRO 0-3): DeepSpeed casts the model to 16 bits and keeps an fp32 master copy, fp32
       gradients and Adam's moments: 2 + 2 + 4 + 12 bytes per parameter at ZeRO 0-2 (DeepSpeed's 2 + 18; stage 0
       is its BF16/FP16 optimizer, nothing partitioned), 2 + 2 + 2 + 12 at ZeRO-3.
+    * Megatron-core (``megatron``, at ZeRO stage 0: a layout only it runs): 16-bit weights, fp32 main gradients for
+      bf16 (Megatron-LM accumulates and reduces bf16 gradients in fp32), fp32 master and Adam's moments: 18 bytes,
+      or 6 + 12/d with the distributed optimizer (fp16: 2-byte gradients and a sharded fp32 copy, 4 + 16/d),
+      the table of Megatron-LM's docs/source/distrib_optimizer.md.
+    * fp8 trains with bf16 byte widths and adds Transformer Engine's FP8 copy of each weight and its transpose.
     """
+    cache = 2 if precision == "fp8" else 0
+    precision_bytes = "bf16" if precision == "fp8" else precision
+    if megatron and zero_stage == 0 and precision_bytes != "fp32":
+        bf16 = precision_bytes == "bf16"
+        return Regime(
+            precision,
+            zero_stage,
+            ddp=False,
+            weight=HALF,
+            autocast_copy=0,
+            frozen_weight=HALF,
+            gradient=FULL if bf16 else HALF,
+            fp32_gradient=0 if bf16 else FULL,
+            master_weight=FULL,
+            element=HALF,
+            megatron=True,
+            distributed_optimizer=distributed_optimizer,
+            fp8_weight_cache=cache,
+        )
     ddp = not deepspeed
-    if precision == "fp32":
+    if precision_bytes == "fp32":
         return Regime(
             precision,
             zero_stage,
@@ -183,6 +218,7 @@ def regime(precision: str, zero_stage: int, *, deepspeed: bool) -> Regime:
         fp32_gradient=FP32_GRAD_BYTES_ZERO3 if zero_stage == 3 else FULL,
         master_weight=FULL,
         element=HALF,
+        fp8_weight_cache=cache,
     )
 
 
@@ -241,9 +277,9 @@ def model_states(
     grad_b = reg.gradient * (DDP_BUCKET_COPY if reg.ddp and dp > 1 else 1)
 
     def share(stage: int) -> int:  # how many ranks a state is split over once ZeRO reaches ``stage``
-        return dp if reg.zero_stage >= stage else 1
+        return dp if reg.zero_stage >= stage or (stage == 1 and reg.distributed_optimizer) else 1
 
-    weights = (trainable * (reg.weight + reg.autocast_copy) + frozen * frozen_b) / share(3)
+    weights = (trainable * (reg.weight + reg.autocast_copy + reg.fp8_weight_cache) + frozen * frozen_b) / share(3)
     grads = trainable * grad_b / share(2)
     fp32_grads = trainable * reg.fp32_gradient / share(1)
     optimizer = trainable * reg.optimizer / share(1)
@@ -268,15 +304,6 @@ def model_states(
     )
 
 
-def pipeline_stage(counts: ParamCounts, pipeline_parallel: int) -> tuple[int, int]:
-    """(layers, parameters) of the heaviest pipeline stage: an even share of the layers plus the heavier end (the
-    embedding on the first stage, or the head and final norm on the last). Without PP: the whole model."""
-    if pipeline_parallel == 1:
-        return counts.layers, counts.total
-    layers = math.ceil(counts.layers / pipeline_parallel)
-    return layers, layers * counts.per_layer + max(counts.embedding, counts.head + counts.final_norm)
-
-
 # ----------------------------------------------------------------------------------------------------- activations
 @dataclass(frozen=True)
 class ActivationBytes:
@@ -299,7 +326,15 @@ def _residual_bytes(reg: Regime, full_training: bool) -> int:
 
 
 def layer_activation_bytes(
-    model: ModelSpec, reg: Regime, *, tokens: int, full_training: bool, lora: LoraSpec | None = None, tp: int = 1
+    model: ModelSpec,
+    reg: Regime,
+    *,
+    tokens: int,
+    full_training: bool,
+    lora: LoraSpec | None = None,
+    tp: int = 1,
+    sp: bool = False,
+    fused: bool = False,
 ) -> float:
     """Bytes one decoder layer keeps for backward, for ``tokens`` = micro batch × sequence length.
 
@@ -323,7 +358,9 @@ def layer_activation_bytes(
     Tensor parallelism without sequence parallelism (AutoTP's, and Korthikanti's s·b·h·(10 + 24/t)) divides what
     lies between a column-parallel projection and its row-parallel partner: Q, K, V, the attention output, the MLP's
     gate, SiLU, up and product. The norms and the inputs of the column-parallel projections (q/k/v, gate/up) are
-    whole on every rank. LoRA's terms are counted whole (LoRA under TP is analysis only).
+    whole on every rank. LoRA's terms are counted whole (LoRA under TP is analysis only). Sequence parallelism
+    (``sp``) splits those too: everything is divided by TP (Korthikanti's 34/t). ``fused``: Megatron-core's
+    kernels keep less (:func:`fused_kernel_savings`).
     """
     h, i = model.hidden_size, model.intermediate_size
     kv = model.num_kv_heads * model.head_dim
@@ -349,7 +386,35 @@ def layer_activation_bytes(
                 "mid": i if "down_proj" in targets else 0,
             }
             whole += a * sum(distinct.values())
-    return tokens * (whole + sharded / tp)
+    kept_whole, kept_sharded = float(whole), float(sharded)
+    if fused and full_training:
+        saved_whole, saved_sharded = fused_kernel_savings(model)
+        kept_whole, kept_sharded = kept_whole - saved_whole, kept_sharded - saved_sharded
+    return tokens * ((kept_whole / tp if sp else kept_whole) + kept_sharded / tp)
+
+
+def fused_kernel_savings(model: ModelSpec) -> tuple[float, float]:
+    """Bytes per token per layer that Hugging Face's module keeps for backward and Megatron-core's fused kernels do
+    not (16-bit training): (left whole by TP without SP, split by TP).
+
+    Hugging Face's RMSNorm upcasts its input to fp32 and autograd keeps that copy (4h) and the normalised 16-bit
+    input of the weight multiply (2h); a fused RMSNorm (Transformer Engine's, Apex's) keeps its 16-bit input (2h):
+    4h less for each of a layer's two norms. A gated SiLU MLP keeps gate, SiLU(gate), up and their product; the
+    fused SwiGLU (Megatron's bias_swiglu) recomputes SiLU(gate) in backward: 2 bytes less per element of the MLP's
+    width a token passes through (the top-k experts' and a shared expert's in an MoE layer). Norms beyond the two
+    (per-head q/k norms, Gemma's post-norms) are left as measured: the estimate stays above the fused kernels'.
+    """
+    config = model.config or {}
+    gated = str(config.get("hidden_act", "silu")) in ("silu", "swish")
+    return 2 * (NORM_FP32_BYTES * model.hidden_size), (HALF * mlp_width(model) if gated else 0.0)
+
+
+def tp_activation_share(tp: int, sp: bool) -> float:
+    """The share of a layer's activations one TP rank keeps: 1/t with sequence parallelism, (10 + 24/t)/34 without
+    (Korthikanti et al. 2022, §4.2: of a layer's 34·s·b·h bytes, 10 lie outside the column/row-parallel pairs)."""
+    if tp == 1:
+        return 1.0
+    return 1 / tp if sp else (10 + 24 / tp) / 34
 
 
 def activation_bytes(
@@ -363,7 +428,10 @@ def activation_bytes(
     lora: LoraSpec | None = None,
     tp: int = 1,
     layers: int | None = None,
-    in_flight: int = 1,
+    in_flight: float = 1,
+    sp: bool = False,
+    fused: bool = False,
+    vocab_parallel: bool | None = None,
 ) -> ActivationBytes:
     """Activations of ``layers`` decoder layers (default: all) with ``in_flight`` micro-batches alive at once.
 
@@ -372,19 +440,23 @@ def activation_bytes(
     backward rebuilds one layer at a time. Pipeline parallelism (1F1B) keeps ``in_flight`` = min(p, m) micro-batches
     on its first stage. Under TP the loss's logits are vocabulary-parallel when the head is tied to the embedding
     (AutoTP shards the pair and computes a vocabulary-parallel loss); an untied head's output is gathered whole on
-    every rank (:func:`vocab_parallel_logits`).
+    every rank (:func:`vocab_parallel_logits`; Megatron-core's head is always vocabulary-parallel:
+    ``vocab_parallel``). Under sequence parallelism (``sp``) the checkpointed layer inputs are split over TP too.
     """
     tokens = micro_batch * seq_len
     count = model.num_layers if layers is None else layers
-    full_layer = layer_activation_bytes(model, reg, tokens=tokens, full_training=full_training, lora=lora, tp=tp)
+    full_layer = layer_activation_bytes(
+        model, reg, tokens=tokens, full_training=full_training, lora=lora, tp=tp, sp=sp, fused=fused
+    )
     h = model.hidden_size
     residual = _residual_bytes(reg, full_training)
     if checkpointing:
-        kept, recomputed = float(count * in_flight * tokens * residual * h), full_layer
+        kept, recomputed = float(count * in_flight * tokens * residual * h / (tp if sp else 1)), full_layer
     else:
         kept, recomputed = count * in_flight * full_layer, 0.0
     head = tokens * (NORM_FP32_BYTES * h + ((residual + reg.element) * h if full_training else 0))
-    logits = tokens * model.vocab_size * LOGITS_SAVED_BYTES / (tp if vocab_parallel_logits(model) else 1)
+    split = vocab_parallel_logits(model) if vocab_parallel is None else vocab_parallel
+    logits = tokens * model.vocab_size * LOGITS_SAVED_BYTES / (tp if split else 1)
     return ActivationBytes(layers=kept, recomputed=recomputed, head=head, logits_saved=logits)
 
 
@@ -438,11 +510,21 @@ def dp_traffic(reg: Regime, *, dp: int, accum: int, params: float, trainable: fl
     every micro-step.
 
     Overlap: gradient traffic hides behind backward (DDP's buckets, ``overlap_comm``): for DDP and ZeRO-1 only the
-    last micro-step's backward, for ZeRO-2 every backward; ZeRO-3's prefetch hides behind the whole step.
+    last micro-step's backward, for ZeRO-2 every backward; ZeRO-3's prefetch hides behind the whole step. Megatron's
+    distributed optimizer reduce-scatters the fp32 main gradients behind the last micro-step's backward and
+    all-gathers the updated 16-bit weights behind the next step's first forward (``overlap_grad_reduce``,
+    ``overlap_param_gather``): one micro-step's compute hides them.
     """
     ring = (dp - 1) / dp
     grads = reg.gradient * trainable
     trained_weights, all_weights = reg.element * trainable, reg.element * params
+    if reg.megatron and reg.distributed_optimizer:  # overlap_grad_reduce and overlap_param_gather
+        return Traffic(
+            "reduce-scatter gradients + all-gather weights once per step (distributed optimizer)",
+            ring * (grads + trained_weights),
+            0.0,
+            1 / accum,
+        )
     if reg.zero_stage == 0:
         return Traffic("all-reduce of gradients once per step", 2 * ring * grads, 0.0, BACKWARD_SHARE / accum)
     if reg.zero_stage == 1:
@@ -504,10 +586,42 @@ def offload_seconds(
 
 
 # ---------------------------------------------------------------------------------------------- 3D parallelism
-def bubble_fraction(pipeline_parallel: int, micro_batches: int) -> float:
-    """Idle share of a 1F1B/GPipe pipeline step: (p − 1)/(m + p − 1) for p stages and m micro-batches."""
-    p, m = pipeline_parallel, micro_batches
-    return (p - 1) / (m + p - 1)
+def bubble_fraction(
+    pipeline_parallel: int, micro_batches: int, virtual_stages: int = 1, *, schedule: str = "1f1b"
+) -> float:
+    """Idle share of a pipeline step: (p − 1)/(v·m + p − 1) for p stages, m micro-batches and v virtual stages per
+    rank (1F1B and GPipe: v = 1; interleaved 1F1B divides the bubble's time by v, Narayanan et al. 2021, §2.2.2).
+
+    DualPipe (DeepSeek-V3 report, Table 2): a bubble of (p/2 − 1)(F&B + B − 3W) against 1F1B's (p − 1)(F + B); with
+    backward twice the forward and the weight gradient half the backward (B = 2F, W = F, F&B = F + B) that is
+    (p/2 − 1)·2F against m micro-batches of 3F."""
+    p, m, v = pipeline_parallel, micro_batches, virtual_stages
+    if schedule == "dualpipe":
+        idle = max(0.0, p / 2 - 1) * 2
+        return idle / (3 * m + idle)
+    return (p - 1) / (v * m + p - 1)
+
+
+def layers_in_flight(
+    stage: int, layers: int, *, stages: int, micro_batches: int, virtual_stages: int = 1, schedule: str = "1f1b"
+) -> float:
+    """Layer-micro-batches whose activations stage ``stage`` (0 first) of ``stages`` holds at once.
+
+    Non-interleaved 1F1B: the stage runs p − stage forwards before its first backward, so that many micro-batches
+    (at most m) of its layers are alive. Interleaved: Megatron-core's warm-up on rank r is 2(p − r − 1) + (v − 1)·p
+    chunk forwards (``get_pp_rank_microbatches``, micro-batches in groups of p), one more before the first backward,
+    each a chunk of layers / v: on the first stage L·(1 + (p − 1)/(p·v)) of an L-layer model, Korthikanti et al.'s
+    figure. DualPipe: p + 1 micro-batches on every rank (DeepSeek-V3 report, Table 2). No pipeline: one micro-batch.
+    """
+    p, m, v = stages, micro_batches, virtual_stages
+    if p == 1:
+        return float(layers)
+    if schedule == "dualpipe":
+        return float(min(p + 1, m) * layers)
+    if v == 1:
+        return float(min(p - stage, m) * layers)
+    chunks = min(2 * (p - stage - 1) + (v - 1) * p + 1, m * v)
+    return chunks * layers / v
 
 
 def tp_inside_node(tensor_parallel: int, devices_per_pod: int) -> bool:
@@ -523,19 +637,38 @@ AUTOTP_FORWARD_ALLREDUCES = 2
 AUTOTP_BACKWARD_ALLREDUCES = 5
 
 
-def tp_allreduce_count(checkpointing: bool) -> int:
-    """All-reduces of b·s·h activations per decoder layer per micro-step under AutoTP."""
-    return AUTOTP_FORWARD_ALLREDUCES * (2 if checkpointing else 1) + AUTOTP_BACKWARD_ALLREDUCES
+#: Megatron-core's per layer: one all-reduce after attention and one after the MLP in forward, one for the fused QKV
+#: and one for the fused gate/up input gradient in backward (Shoeybi et al. 2019, figure 4: 4 per layer); under
+#: sequence parallelism each is an all-gather and a reduce-scatter, the same bytes (Korthikanti et al. 2022, §4.2.2).
+MEGATRON_FORWARD_ALLREDUCES = 2
+MEGATRON_BACKWARD_ALLREDUCES = 2
+
+
+def tp_allreduce_count(checkpointing: bool, *, megatron: bool = False) -> int:
+    """All-reduces of b·s·h activations per decoder layer per micro-step under AutoTP (or Megatron-core)."""
+    forward, backward = (
+        (MEGATRON_FORWARD_ALLREDUCES, MEGATRON_BACKWARD_ALLREDUCES)
+        if megatron
+        else (AUTOTP_FORWARD_ALLREDUCES, AUTOTP_BACKWARD_ALLREDUCES)
+    )
+    return forward * (2 if checkpointing else 1) + backward
 
 
 def tp_allreduce_bytes_per_layer(
-    reg: Regime, *, tensor_parallel: int, micro_batch: int, seq_len: int, hidden: int, checkpointing: bool
+    reg: Regime,
+    *,
+    tensor_parallel: int,
+    micro_batch: int,
+    seq_len: int,
+    hidden: int,
+    checkpointing: bool,
+    megatron: bool = False,
 ) -> float:
     """Bytes one device moves for a layer's TP all-reduces in one micro-step (:func:`tp_allreduce_count` of them),
-    each a ring all-reduce moving 2 (t − 1)/t of the b·s·h activations."""
+    each a ring all-reduce moving 2 (t − 1)/t of the b·s·h activations (``seq_len``: this rank's, after CP)."""
     t = tensor_parallel
     per_allreduce = 2 * (t - 1) / t * micro_batch * seq_len * hidden * reg.element
-    return tp_allreduce_count(checkpointing) * per_allreduce
+    return tp_allreduce_count(checkpointing, megatron=megatron) * per_allreduce
 
 
 def tp_head_bytes(reg: Regime, model: ModelSpec, *, tensor_parallel: int, micro_batch: int, seq_len: int) -> float:

@@ -28,7 +28,8 @@ import math
 from dataclasses import dataclass
 
 from recipekit.memory import Estimate
-from recipekit.memory.formulas import HALF, regime
+from recipekit.memory.breakdown import plan_regime
+from recipekit.memory.formulas import HALF
 from recipekit.plan.ops import metrics_ports, steady_timeout_floor_s
 from recipekit.plan.plan import Plan
 from recipekit.recipe.sections import Recipe
@@ -71,7 +72,7 @@ def checkpoint_sizes(recipe: Recipe, plan: Plan) -> tuple[int, int]:
     adapter only) and the optimizer states of every trainable parameter (fp32 master where there is one, Adam's two
     moments). The final model is the weights alone, plus the merged 16-bit model for ``lora.merge_on_save``.
     """
-    reg = regime(plan.precision, plan.zero_stage, deepspeed=plan.uses_deepspeed)
+    reg = plan_regime(recipe, plan)
     total, trainable = plan.flops.params_total, plan.flops.params_trainable
     lora = getattr(recipe.mode, "lora", None)
     saved_weights = trainable * reg.weight if lora is not None else total * reg.weight
@@ -126,8 +127,7 @@ def operations(recipe: Recipe, plan: Plan, estimate: Estimate) -> Operations:
     across = layout.nodes > 1
     link = hw.inter_node_link if across else hw.intra_node_link
     gbps = hw.inter_node_gbps if across else hw.intra_node_gbps
-    flops = plan.flops
-    target = ops.mfu_target or hw.assumed_mfu * flops.model_per_token / flops.hardware_per_token
+    target = ops.mfu_target or estimate.compute.mfu
     ports = metrics_ports(ops, layout)
 
     env: dict[str, str] = {}

@@ -10,7 +10,11 @@ are what did not work, each with what failed.
 
 Pipeline parallelism stays analysis only: the Trainer has no pipeline schedule for a Hugging Face model. So does
 expert parallelism: Hugging Face's MoE blocks run every expert of the layer on each rank. An MoE model with TP is
-refused: AutoTP has no split for transformers' fused 3-D expert parameters.
+refused: AutoTP has no split for transformers' fused 3-D expert parameters. Context and sequence parallelism,
+virtual pipeline stages, Megatron's distributed optimizer, FP8 and selective recomputation are Megatron-core's
+(:func:`recipekit.plan.layoutrules.megatron_features`): analysed, not built by this engine. The rules every layout
+obeys whoever builds it (heads per TP rank, layers per stage, experts per EP rank) are
+:mod:`recipekit.plan.layoutrules`'.
 
 A leaf of the planning stage (the plan applies :func:`model_parallel_problems`; the estimate asks
 :func:`buildable` to say whether the 3D layout it analyses is one the bundle runs). Pure.
@@ -58,9 +62,9 @@ def _words(values: list[int]) -> str:
 def model_parallel_problems(recipe: Recipe, layout: Layout, *, tp_across_pods: bool = False) -> list[Problem]:
     """Why the bundle cannot run ``layout``'s tensor/pipeline parallelism for ``recipe``; empty when it can.
 
-    TP needs full training (not LoRA), ZeRO 0-2, a TP that divides the devices of one pod (TP's all-reduces run
+    TP needs full training (not LoRA), ZeRO 0-2 and a TP that divides the devices of one pod (TP's all-reduces run
     every layer and must stay on the intra-node link; ``tp_across_pods`` lifts this for the dry run, whose pods are
-    processes of one machine) and the attention and key/value heads (AutoTP gives each rank whole heads).
+    processes of one machine); whole heads per rank are every engine's rule (:mod:`recipekit.plan.layoutrules`).
     """
     problems = _unbuilt_problems(recipe, layout)
     tp = layout.tensor_parallel
@@ -69,9 +73,46 @@ def model_parallel_problems(recipe: Recipe, layout: Layout, *, tp_across_pods: b
     return problems + _tensor_parallel_problems(recipe, layout, tp_across_pods)
 
 
+#: What this engine does not build of Megatron-core's layout: the key, the value that builds, and why not.
+MEGATRON_ONLY = {
+    "parallel.context_parallel": ("1", "context parallelism splits attention's sequence over ranks (ring attention)"),
+    "parallel.sequence_parallel": ("false", "sequence parallelism needs Megatron's sequence-parallel layers"),
+    "parallel.virtual_pipeline_stages": ("1", "virtual stages are a pipeline schedule's, and there is none"),
+    "parallel.pipeline_schedule": ("auto", "DualPipe is DeepSeek's own engine's schedule"),
+    "parallel.distributed_optimizer": ("false", "the distributed optimizer is Megatron-core's (ZeRO-1 is this one's)"),
+    "train.precision": ("bf16", "FP8 matrix multiplies need Transformer Engine's layers"),
+    "parallel.recompute_granularity": ("full", "the Trainer's gradient checkpointing recomputes whole layers"),
+}
+
+
+def _megatron_only(recipe: Recipe, layout: Layout) -> list[Problem]:
+    """Megatron-core's dimensions and options other than PP and EP, which this engine does not run."""
+    par = recipe.parallel
+    used = {
+        "parallel.context_parallel": f"CP {layout.context_parallel}" if layout.context_parallel > 1 else "",
+        "parallel.sequence_parallel": "sequence parallelism" if layout.sequence_parallel else "",
+        "parallel.virtual_pipeline_stages": f"{layout.virtual_stages} virtual stages" * (layout.virtual_stages > 1),
+        "parallel.pipeline_schedule": "DualPipe" * (layout.schedule == "dualpipe"),
+        "parallel.distributed_optimizer": "the distributed optimizer" if par.distributed_optimizer else "",
+        "train.precision": "fp8" if recipe.train.precision == "fp8" else "",
+        "parallel.recompute_granularity": "selective recomputation"
+        if par.gradient_checkpointing and par.recompute_granularity == "selective"
+        else "",
+    }
+    return [
+        Problem(
+            key,
+            f"{what}: analysis only: {MEGATRON_ONLY[key][1]}",
+            hint=f"{key}={MEGATRON_ONLY[key][0]} to build; `recipekit plan` still analyses it",
+        )
+        for key, what in used.items()
+        if what
+    ]
+
+
 def _unbuilt_problems(recipe: Recipe, layout: Layout) -> list[Problem]:
-    """Pipeline and expert parallelism: analysed by ``plan``, not built into a bundle yet."""
-    problems: list[Problem] = []
+    """Pipeline, expert parallelism and Megatron-core's other options: analysed by ``plan``, not built yet."""
+    problems: list[Problem] = _megatron_only(recipe, layout)
     pp = layout.pipeline_parallel
     if pp > 1:
         problems.append(
@@ -93,7 +134,7 @@ def _unbuilt_problems(recipe: Recipe, layout: Layout) -> list[Problem]:
 
 
 def _tensor_parallel_problems(recipe: Recipe, layout: Layout, tp_across_pods: bool) -> list[Problem]:
-    """What AutoTP cannot run: MoE experts, LoRA adapters, ZeRO-3, a TP across pods, heads it cannot split."""
+    """What AutoTP cannot run: MoE experts, LoRA adapters, ZeRO-3, a TP across pods."""
     problems: list[Problem] = []
     tp = layout.tensor_parallel
     par, model, hw = recipe.parallel, recipe.model, recipe.hw
@@ -137,17 +178,6 @@ def _tensor_parallel_problems(recipe: Recipe, layout: Layout, tp_across_pods: bo
                 f"intra-node link ({hw.intra_node_link}, {hw.intra_node_gbps:g} GB/s), not cross the "
                 f"{hw.inter_node_link} ({hw.inter_node_gbps:g} GB/s)",
                 hint=f"TP {_words(fits)}" if fits else "one device per pod leaves no room for TP: TP 1",
-            )
-        )
-    heads, kv = model.num_attention_heads, model.num_kv_heads
-    if heads % tp or kv % tp:
-        both = [d for d in _divisors(kv) if heads % d == 0 and d > 1 and per_pod % d == 0] or [1]
-        problems.append(
-            Problem(
-                "parallel.tensor_parallel",
-                f"TP {tp} does not divide {model.name}'s heads: {heads} attention heads / {tp} = {heads / tp:g}, "
-                f"{kv} key/value heads / {tp} = {kv / tp:g}; AutoTP gives each rank whole heads",
-                hint=f"TP {_words(both)}",
             )
         )
     return problems

@@ -26,15 +26,14 @@ from recipekit.plan.datasize import steps_per_epoch as steps_per_epoch_of
 from recipekit.plan.engines import engine_of
 from recipekit.plan.identity import run_names
 from recipekit.plan.layout import Layout, recipe_layout
+from recipekit.plan.layoutrules import depth_problems, layout_rule_problems
 from recipekit.plan.modelsize import count_params, lora_params, model_flops
 from recipekit.plan.ops import operations_problems
 from recipekit.plan.placement import host_volume_problems, pod_resources, superpod_block_size
 from recipekit.plan.rules import (
     data_problems,
-    expert_problems,
     layout_problems,
     mount_problems,
-    pipeline_problems,
     pod_label_problems,
     streaming_problems,
     volume_problems,
@@ -45,7 +44,7 @@ from recipekit.recipe.measured import modelflops
 from recipekit.recipe.sections import HardwareSpec, Recipe
 from recipekit.runtime.boundary import flopcount, recipeview
 
-Precision = Literal["bf16", "fp16", "fp32"]
+Precision = Literal["bf16", "fp16", "fp32", "fp8"]
 
 
 # ------------------------------------------------------------------------------------------------------ precision
@@ -66,6 +65,14 @@ def resolve_precision(requested: str, hw: HardwareSpec) -> tuple[Precision, list
         problems.append(
             Problem("train.precision", f"fp16 requested, but {hw.name} has no fp16", hint="use bf16, fp32 or auto")
         )
+    if precision == "fp8" and not (hw.peak_tflops_fp8 and hw.supports_bf16):
+        problems.append(
+            Problem(
+                "train.precision",
+                f"fp8 requested, but {hw.name} has no FP8 (hw.peak_tflops_fp8 is unset)",
+                hint="use bf16 or auto; FP8 needs Hopper-class hardware (hw=h100, h800, h200)",
+            )
+        )
     return precision, problems
 
 
@@ -80,6 +87,7 @@ class Flops:
     model_per_token: float  # MFU's numerator
     hardware_per_token: float  # HFU's: with the recomputation activation checkpointing adds
     peak_tflops: float  # per device, at the plan's precision
+    attention_per_token: float = 0.0  # the dense S×S attention term of model_per_token (a causal count halves it)
 
 
 def recipe_flops(recipe: Recipe, precision: Precision) -> Flops:
@@ -97,17 +105,24 @@ def recipe_flops(recipe: Recipe, precision: Precision) -> Flops:
     measured, seq = model_flops(model), recipe.data.max_len
     if full:
         per_token, recomputed = measured.train_at(seq), measured.recompute_at(seq)
+        attention = measured.train_per_position * seq
     else:
         adapters = modelflops.FORWARD_PER_PARAM + modelflops.INPUT_GRAD_PER_PARAM + modelflops.WEIGHT_GRAD_PER_PARAM
         per_token = measured.frozen_at(seq) + adapters * trainable
         recomputed = measured.recompute_at(seq) + modelflops.FORWARD_PER_PARAM * trainable
+        attention = measured.frozen_per_position * seq
+    if recipe.parallel.recompute_granularity == "selective":
+        recomputed = measured.recompute_per_position * seq
     return Flops(
         params_total=counts.total,
         params_active=counts.active,
         params_trainable=trainable,
         model_per_token=float(per_token),
         hardware_per_token=float(per_token + (recomputed if recipe.parallel.gradient_checkpointing else 0)),
-        peak_tflops=flopcount.peak_tflops(precision, bf16=hw.peak_tflops_bf16, fp16=hw.peak_tflops_fp16),
+        peak_tflops=flopcount.peak_tflops(
+            precision, bf16=hw.peak_tflops_bf16, fp16=hw.peak_tflops_fp16, fp8=hw.peak_tflops_fp8
+        ),
+        attention_per_token=float(attention),
     )
 
 
@@ -227,7 +242,9 @@ def make_plan(
     # a layout that does not even divide is not checked for what its model-parallel groups could run
     unchecked = analysis_only or bool(problems)
     errors.extend(engine.problems(recipe, layout, analysis_only=unchecked, tp_across_pods=tp_across_pods))
-    errors.extend(pipeline_problems(recipe) + expert_problems(recipe, layout))
+    errors.extend(
+        layout_rule_problems(recipe, layout) if not problems else depth_problems(recipe.model, layout.pipeline_parallel)
+    )
     errors.extend(mount_problems(recipe) + volume_problems(recipe) + mindcluster.problems(recipe))
     errors.extend(pod_label_problems(recipe))
     precision, problems = resolve_precision(recipe.train.precision, hw)
@@ -235,6 +252,12 @@ def make_plan(
     size = data_size(recipe.data)
     steps = schedule(recipe, layout, size)
     errors.extend(streaming_problems(recipe, layout, steps.total_steps))
+    if engine.needs_step_count and steps.total_steps is None:
+        errors.add(
+            "train.max_steps",
+            f"the {engine.kind} engine trains for a number of steps fixed at build, and the data's size is unknown",
+            hint="set train.max_steps, or data.num_samples (estimate) or data.num_rows (exact)",
+        )
     problems, notes = operations_problems(recipe, layout, steps.total_steps)
     errors.extend(problems)
     names, problems = run_names(recipe, layout, precision)

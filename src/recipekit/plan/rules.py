@@ -1,5 +1,6 @@
 """The plan's rules across recipe sections, one function each: every problem of a layout, of ZeRO and offload, of the
-data against the model and the mode, of pipelines, experts, streaming and the pod's volumes, with its arithmetic.
+data against the model and the mode, of streaming and the pod's volumes, with its arithmetic (the layout's own
+Megatron-core rules, stages, heads and experts, are :mod:`recipekit.plan.layoutrules`).
 
 :func:`recipekit.plan.plan.make_plan` runs them all before giving up, so a recipe's problems are reported at once.
 """
@@ -76,20 +77,6 @@ def data_problems(recipe: Recipe) -> list[Problem]:
     return problems
 
 
-def pipeline_problems(recipe: Recipe) -> list[Problem]:
-    """A pipeline stage holds at least one decoder layer: more stages than layers leave some with nothing to run."""
-    stages, layers = recipe.parallel.pipeline_parallel, recipe.model.num_layers
-    if stages <= layers:
-        return []
-    return [
-        Problem(
-            "parallel.pipeline_parallel",
-            f"{stages} pipeline stages for {recipe.model.name}'s {layers} layers: a stage needs at least one layer",
-            hint=f"at most {layers}",
-        )
-    ]
-
-
 def moe_lora_problems(recipe: Recipe) -> list[Problem]:
     """PEFT adapts an MoE layer's fused 3-D experts with its ParamWrapper, which refuses LoRA dropout (PEFT 0.21:
     "lora.ParamWrapper does not work with lora_dropout != 0"); found by dry-running the Qwen3-MoE LoRA preset."""
@@ -107,34 +94,6 @@ def moe_lora_problems(recipe: Recipe) -> list[Problem]:
             hint="mode.lora.dropout=0, or name the attention projections in mode.lora.target_modules",
         )
     ]
-
-
-def expert_problems(recipe: Recipe, layout: Layout) -> list[Problem]:
-    """Expert parallelism splits an MoE model's experts evenly over EP ranks drawn from the data-parallel ranks."""
-    ep, model = recipe.parallel.expert_parallel, recipe.model
-    if ep == 1:
-        return []
-    if not model.moe:
-        return [Problem("parallel.expert_parallel", f"EP {ep} for {model.name}, a dense model: it has no experts")]
-    problems = []
-    if model.num_experts % ep:
-        fits = [d for d in range(2, model.num_experts + 1) if model.num_experts % d == 0 and layout.dp_size % d == 0]
-        problems.append(
-            Problem(
-                "parallel.expert_parallel",
-                f"EP {ep} does not divide {model.name}'s {model.num_experts} experts "
-                f"({model.num_experts} / {ep} = {model.num_experts / ep:g})",
-                hint="EP " + ", ".join(map(str, fits[:6])) if fits else "EP 1",
-            )
-        )
-    if layout.dp_size % ep:
-        problems.append(
-            Problem(
-                "parallel.expert_parallel",
-                f"EP {ep} does not divide the {layout.dp_size} data-parallel ranks: expert groups are made of them",
-            )
-        )
-    return problems
 
 
 def streaming_problems(recipe: Recipe, layout: Layout, total_steps: int | None) -> list[Problem]:

@@ -19,7 +19,7 @@ ALLOWED_FLAGS = {
     "build": {"--output", "--force", "--allow-oom", "--multirun", "--recipes", "--help"},
     "show": {"--json", "--compact", "--recipes", "--help"},
     "list": {"--recipes", "--help"},
-    "plan": {"--json", "--advise", "--price", "--top", "--data", "--recipes", "--help"},
+    "plan": {"--json", "--advise", "--all-layouts", "--price", "--top", "--stage", "--data", "--recipes", "--help"},
     "init": {"--help"},
     "pack": {"--output", "--help"},
     "verify": {"--help"},

@@ -19,6 +19,7 @@ ROOT = Path(__file__).resolve().parents[3]
 DRY_RUN_ONLY = {
     "psutil": "the dry run's simulated pods; no bundle imports it",
     "matplotlib": "the plots of `recipekit report` and `compare --html`; no bundle imports it",
+    "kubernetes": "submit, status, logs and cancel (the cluster extra, in train for the README's first command)",
 }
 #: In pyproject's train extra, not in the images: the tools of validate's static checks
 #: (recipekit.validate.static.toolpackages).

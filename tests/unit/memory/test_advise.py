@@ -11,9 +11,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "src"))
 
-from recipekit.bundle.planview import advice_dict, render_advice  # noqa: E402
+from recipekit.bundle.planview import advice_dict, advice_lines, render_advice  # noqa: E402
 from recipekit.image.matrix import load_images  # noqa: E402
 from recipekit.memory import advise, candidate, estimate  # noqa: E402
+from recipekit.memory.advise import shown_step  # noqa: E402
 from recipekit.plan.plan import make_plan  # noqa: E402
 from recipekit.recipe.compose import compose  # noqa: E402
 from recipekit.recipe.paralleloptions import load_parallel_options  # noqa: E402
@@ -68,7 +69,7 @@ def test_advice_keeps_the_global_batch_and_ranks_by_step_time(base):
     advices = advice_for(base)
     expected = make_plan(recipe_of(*base), IMAGES, analysis_only=True).layout.global_batch_size
     assert {a.estimate.layout.global_batch_size for a in advices} == {expected}
-    times = [a.step_time_s for a in advices]
+    times = [shown_step(a.step_time_s) for a in advices]
     assert times == sorted(times)
     assert len(advices) <= 5 and len({a.overrides for a in advices}) == len(advices)
 
@@ -108,8 +109,11 @@ def test_tp_pp_search_respects_pipeline_zero_limit_and_reproduces():
         if d is not None:
             assert est.parallel.zero_stage <= (1 if d.pipeline_parallel > 1 else 2)
             assert d.tp_inside_node
-            assert advice.buildable == (d.pipeline_parallel == 1)
-            assert ("analysis only" in d.note) == (d.pipeline_parallel > 1)
+            # a pipeline is proposed with the engine that builds it, and said to run in the bundle where it does
+            assert ("engine=megatron" in advice.overrides) == (d.pipeline_parallel > 1)
+            assert ("analysis only" in d.note) == (not advice.buildable)
+            if d.pipeline_parallel > 1 and advice.buildable:
+                assert "Megatron-core" in d.note
         recipe = recipe_of(*base, *advice.overrides)
         assert recipe == est.recipe
         assert make_plan(recipe, IMAGES, analysis_only=True).summary() == est.plan.summary()
@@ -139,7 +143,8 @@ def test_render_and_dict():
     console = Console(width=200, record=True, color_system=None)
     console.print(render_advice(advices))
     shown = console.export_text()
-    assert " ".join(advices[0].overrides) in shown
+    assert "Layouts that fit" in shown
+    assert " ".join(advices[0].overrides) in "\n".join(advice_lines(advices))
     data = advice_dict(advices)
     assert data[0]["overrides"] == list(advices[0].overrides) and data[0]["estimate"]["memory_gib"]["fits"]
 
@@ -177,3 +182,19 @@ def test_candidates_are_planned_without_documents_but_with_every_number():
     assert first.summary() == again.summary() and first.image
     assert not {"job", "launch", "ds_config", "training_arguments", "env"} & set(vars(first))
     assert estimate(recipe, first) == estimate(recipe, again)
+
+
+def test_equally_fast_layouts_rank_by_headroom_and_the_first_says_why():
+    """Issue 41: the paste line picked the tightest of equally fast layouts (DDP at 58.9 of 64 GiB over an equally
+    fast ZeRO-3 at 34.1). Steps shown alike tie; among them more headroom comes first (then fewer devices, then the
+    simpler layout), and the plan says why the first is first."""
+    from recipekit.memory import why_first
+
+    advices = list(advice_for(("recipe=llama3_8b_lora",)))
+    tied = [a for a in advices if shown_step(a.step_time_s) == shown_step(advices[0].step_time_s)]
+    assert len(tied) > 1
+    assert advices[0].estimate.headroom_gib == max(a.estimate.headroom_gib for a in tied)
+    for first, second in zip(advices, advices[1:]):
+        if shown_step(first.step_time_s) == shown_step(second.step_time_s):
+            assert round(first.estimate.headroom_gib, 1) >= round(second.estimate.headroom_gib, 1)
+    assert why_first(advices).startswith("1 is first: as fast as 2, with more headroom")

@@ -7,6 +7,7 @@ import contextlib
 import dataclasses
 import functools
 import json
+import math
 import re
 import sys
 from pathlib import Path
@@ -303,7 +304,9 @@ def test_tp_inside_node_detection():
     assert tp_inside_node(8, 8) and tp_inside_node(2, 8)
     assert not tp_inside_node(16, 8)
     inside = estimate_of("recipe=llama3_70b_sft", "parallel=ddp", "parallel.tensor_parallel=8")
-    across = estimate_of("recipe=llama3_70b_sft", "parallel=ddp", "parallel.tensor_parallel=16")
+    across = estimate_of(
+        "recipe=llama3_70b_sft", "parallel=ddp", "parallel.tensor_parallel=8", "cluster.devices_per_pod=4"
+    )
     assert inside.parallel3d.tp_inside_node and inside.parallel3d.tp_link == "HCCS"
     assert not across.parallel3d.tp_inside_node and across.parallel3d.tp_link == "RoCE"
     assert across.parallel3d.tp_time_s > inside.parallel3d.tp_time_s
@@ -394,8 +397,13 @@ def test_fit_problem_names_largest_item_and_a_fix_that_fits(base):
 
 
 def test_fit_problem_prefers_checkpointing_when_it_is_enough():
+    """Checkpointing is the fix; it recomputes a forward, so at the recipe's kernels' utilisation the layout reaches a
+    lower MFU, which the fix carries (the step it is shown with is the step its paste plans)."""
     est = estimate_of("recipe=qwen2.5_14b_sft", "parallel.gradient_checkpointing=false", "train.micro_batch_size=4")
-    assert fixes(est, parallel_options=OPTIONS)[0].overrides == ("parallel.gradient_checkpointing=true",)
+    fix = fixes(est, parallel_options=OPTIONS)[0]
+    mfu = math.floor(0.4 / fix.estimate.compute.recompute_factor * 1000) / 1000  # rounded down, 3 digits
+    assert fix.overrides == ("parallel.gradient_checkpointing=true", f"hw.assumed_mfu={mfu:g}")
+    assert fix.estimate.step_time_s == pytest.approx(est.step_time_s * fix.estimate.compute.recompute_factor, rel=5e-3)
 
 
 def test_offload_fix_comes_with_a_node_alternative():
@@ -414,8 +422,12 @@ def test_flops_time_and_cost():
     assert spec.flops is not None  # torch's FLOP counter, measured by `model import` (test_model_flops.py)
     assert c.flops_per_token == spec.flops.train_at(2048)
     assert c.tokens_per_step == 128 * 2048
-    expected = c.flops_per_token * c.tokens_per_step * c.recompute_factor / (8 * 354e12 * 0.4)
-    assert c.time_s == pytest.approx(expected)
+    # MFU is the model FLOPs (no recomputation) over the whole step: the step at 40% of the 910B's 354 TFLOP/s
+    step = c.flops_per_token * c.tokens_per_step / (8 * 354e12 * 0.4)
+    assert est.step_time_s == pytest.approx(step) and c.mfu == pytest.approx(0.4)
+    # nothing exposed on one node: the step is compute, at the utilisation that leaves the recomputation its time
+    assert c.time_s == pytest.approx(step) and c.efficiency == pytest.approx(0.4 * c.recompute_factor)
+    assert c.hfu == pytest.approx(c.efficiency)
     assert est.total_time_s == pytest.approx(est.step_time_s * est.total_steps)
     assert est.device_hours == pytest.approx(est.total_time_s / 3600 * 8)
     assert est.cost == pytest.approx(est.device_hours * 2.0)
@@ -539,12 +551,19 @@ def test_estimate_layout_is_the_plans():
         "offload_optimizer",
         "offload_param",
         "gradient_checkpointing",
+        "recompute_granularity",
+        "distributed_optimizer",
+        "sequence_parallel",
+        "pipeline_schedule",
         "nodes",
         "devices_per_pod",
         "world_size",
         "dp_size",
         "tensor_parallel",
         "pipeline_parallel",
+        "context_parallel",
+        "expert_parallel",
+        "virtual_pipeline_stages",
         "micro_batch_size",
         "gradient_accumulation_steps",
         "global_batch_size",

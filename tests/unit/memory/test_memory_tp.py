@@ -216,7 +216,7 @@ def test_three_d_says_whether_the_bundle_runs_it():
     tp = estimate_of("recipe=llama3_8b_sft", "parallel=zero2", "parallel.tensor_parallel=8")
     assert tp.parallel3d.buildable and "DeepSpeed AutoTP" in tp.parallel3d.note
     assert tp.parallel3d.tp_allreduces_per_layer == 9  # the preset checkpoints
-    assert tp.parallel3d.tp_time_s > 0 and tp.step_time_s > tp.compute.time_s
+    assert tp.parallel3d.tp_time_s > 0 and tp.seconds("TP traffic") == tp.parallel3d.tp_time_s
     pp = estimate_of(
         "recipe=llama3_70b_sft", "parallel=zero1", "parallel.tensor_parallel=8", "parallel.pipeline_parallel=2"
     )
@@ -226,32 +226,34 @@ def test_three_d_says_whether_the_bundle_runs_it():
 
 
 # ----------------------------------------------------------------------------------------------------- advise
-def test_advise_proposes_tp_where_it_runs_faster():
-    """The README's example: Qwen2.5 72B on 8 × 8 910B over a 50 GB/s network, 1024-token sequences. ZeRO-3's
-    gathers cannot hide; TP 8 inside each node, with ZeRO-2 over the 8 nodes, halves the step."""
+def test_advise_ranks_layouts_by_what_their_traffic_costs():
+    """Qwen2.5 72B on 8 × 8 910B over a 50 GB/s network, 1024-token sequences: the preset's ZeRO-3 cannot hide its
+    gathers at its MFU. The fastest layout moves fewer bytes a step, and each is planned at the MFU it reaches with
+    the kernels at the preset's utilisation: its pasted overrides give its step. A TP layout's data-parallel rings
+    share each node's network (8 / TP members of each ring per node), so TP does not make them faster."""
     recipe = recipe_of("recipe=qwen2.5_72b_sft", "data.max_len=1024", "hw.inter_node_gbps=50")
-    advices = advise(recipe, IMAGES, parallel_options=OPTIONS, top=3)
+    advices = advise(recipe, IMAGES, parallel_options=OPTIONS, top=5)
     best = advices[0]
-    assert best.overrides == (
-        "parallel=zero2",
-        "parallel.gradient_checkpointing=true",
-        "parallel.tensor_parallel=8",
-        "train.micro_batch_size=2",
-    )
-    assert best.buildable and best.estimate.fits
     preset = estimate(recipe, make_plan(recipe, IMAGES, analysis_only=True))
-    assert best.step_time_s < preset.step_time_s / 2
+    assert not preset.compute.attainable and best.step_time_s < preset.step_time_s
+    assert best.estimate.communication.volume_gb < preset.communication.volume_gb
+    assert any(a.estimate.layout.tensor_parallel > 1 for a in advices)
+    tp = next(a for a in advices if a.estimate.layout.tensor_parallel > 1)
+    ring = tp.estimate.communication
+    assert ring.crosses_nodes and ring.bandwidth_gbps == pytest.approx(50 / tp.estimate.layout.tensor_parallel)
     # on the preset's own 200 GB/s network ZeRO-3 hides its gathers and comes first
     fast = advise(recipe_of("recipe=qwen2.5_72b_sft", "data.max_len=1024"), IMAGES, parallel_options=OPTIONS, top=5)
     assert fast[0].estimate.parallel.zero_stage == 3 and fast[0].estimate.layout.tensor_parallel == 1
-    assert any(a.estimate.layout.tensor_parallel == 8 for a in fast)
+    assert fast[0].estimate.exposed_s == 0
 
 
 def test_advise_only_keeps_buildable_layouts_unless_pp_is_searched():
     lora = advise(recipe_of("recipe=llama3_8b_lora"), IMAGES, parallel_options=OPTIONS, top=50)
     assert lora and all(a.buildable and a.estimate.layout.tensor_parallel == 1 for a in lora)
     with_pp = advise(recipe_of("recipe=llama3_70b_sft"), IMAGES, parallel_options=OPTIONS, top=50, search_pp=True)
-    assert any(not a.buildable for a in with_pp) and any(a.buildable for a in with_pp)
+    # Megatron-core's layouts come with the engine that builds them: each is buildable with it
+    megatron = [a for a in with_pp if "engine=megatron" in a.overrides]
+    assert megatron and all(a.buildable for a in megatron) and any(a.buildable for a in with_pp)
     for advice in with_pp:
         d = advice.estimate.parallel3d
         if d is not None and d.tensor_parallel > 1:

@@ -22,8 +22,9 @@ from tests.conftest import render_files
 _COMPANIONS = {
     "mode": {"pretrain": ["data=text"]},
     "data": {"text": ["mode=pretrain"]},
-    # Megatron shards optimizer states with its distributed optimizer (ZeRO-1), not the default zero2
-    "engine": {"megatron": ["parallel=zero1"]},
+    # Megatron shards optimizer states with its distributed optimizer, not DeepSpeed's ZeRO (the default zero2)
+    "engine": {"megatron": ["parallel=distopt"]},
+    "parallel": {"distopt": ["engine=megatron"]},
 }
 _SECTION_MODELS = {
     "model": ModelSpec,

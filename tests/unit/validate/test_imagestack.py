@@ -262,10 +262,12 @@ def test_skew_names_what_the_dry_run_did_not_prove(built: dict[str, Path]) -> No
 
 
 def _combinations() -> list[list[str]]:
-    """Every preset, every parallel option, on one hardware option of every image family (and both 910B CPUs)."""
+    """Every preset, every parallel option the bundle builds (Megatron-core's distributed optimizer is analysed by
+    plan only), on one hardware option of every image family (and both 910B CPUs)."""
     hardware = ["hw=ascend910b", "hw=ascend910b hw.arch=amd64", "hw=ascend910_a3", "hw=h100", "hw=cpu"]
     found = [f"recipe={preset} {hw}" for preset in group_options("recipe") for hw in hardware]
-    found += [f"recipe=llama3_8b_sft parallel={p} {hw}" for p in group_options("parallel") for hw in hardware]
+    options = [p for p in group_options("parallel") if p != "distopt"]
+    found += [f"recipe=llama3_8b_sft parallel={p} {hw}" for p in options for hw in hardware]
     return [c.split() for c in found]
 
 

@@ -39,10 +39,14 @@ class MegatronBundle:
         """Megatron's dimensions, outermost last as its rank order nests them, and its optimizer sharding."""
         layout = plan.layout
         sizes = [f"TP {layout.tensor_parallel}", f"PP {layout.pipeline_parallel}", f"DP {layout.dp_size}"]
-        if recipe.parallel.expert_parallel > 1:
-            sizes.append(f"EP {recipe.parallel.expert_parallel}")
-        optimizer = "distributed optimizer" if recipe.parallel.zero_stage == 1 else "DDP"
-        return f"Megatron {' × '.join(sizes)}, {optimizer}"
+        if layout.context_parallel > 1:
+            sizes.append(f"CP {layout.context_parallel}")
+        if layout.expert_parallel > 1:
+            sizes.append(f"EP {layout.expert_parallel}")
+        extras = [f"{layout.virtual_stages} virtual stages"] * (layout.virtual_stages > 1)
+        extras += ["sequence parallel"] * layout.sequence_parallel
+        optimizer = "distributed optimizer" if recipe.parallel.distributed_optimizer else "DDP"
+        return f"Megatron {' × '.join(sizes)}, " + ", ".join([*extras, optimizer])
 
 
 def megatron_document(recipe: Recipe, plan: Plan) -> dict[str, Any]:
@@ -50,7 +54,7 @@ def megatron_document(recipe: Recipe, plan: Plan) -> dict[str, Any]:
     engine, tr, layout = recipe.engine, recipe.train, plan.layout
     assert isinstance(engine, MegatronEngine), "the plan chose the Megatron engine for this recipe"
     assert plan.total_steps is not None, "the Megatron engine's plan has its step count (plan/engines/megatron.py)"
-    distributed_optimizer = recipe.parallel.zero_stage == 1
+    distributed_optimizer = recipe.parallel.distributed_optimizer
     lora = adapter_of(recipe.mode)
     return {
         "recipekit": {
@@ -107,23 +111,29 @@ def megatron_document(recipe: Recipe, plan: Plan) -> dict[str, Any]:
 
 
 def _model(recipe: Recipe, plan: Plan) -> dict[str, Any]:
+    """The layout's dimensions as Megatron-core names them, recomputation, and the MoE layer's dispatch."""
     layout, par, model = plan.layout, recipe.parallel, recipe.model
+    selective = par.gradient_checkpointing and par.recompute_granularity == "selective"
+    full = par.gradient_checkpointing and not selective
     values: dict[str, Any] = {
         "tensor_model_parallel_size": layout.tensor_parallel,
         "pipeline_model_parallel_size": layout.pipeline_parallel,
-        "virtual_pipeline_model_parallel_size": None,
-        "expert_model_parallel_size": par.expert_parallel,
-        "context_parallel_size": 1,
-        "sequence_parallel": False,
+        "virtual_pipeline_model_parallel_size": layout.virtual_stages if layout.virtual_stages > 1 else None,
+        "expert_model_parallel_size": layout.expert_parallel,
+        "expert_tensor_parallel_size": layout.expert_tp if model.moe else None,
+        "context_parallel_size": layout.context_parallel,
+        "sequence_parallel": layout.sequence_parallel,
         "seq_length": recipe.data.max_len,
         "transformer_impl": "transformer_engine",
-        "recompute_granularity": "full" if par.gradient_checkpointing else None,
-        "recompute_method": "uniform" if par.gradient_checkpointing else None,
-        "recompute_num_layers": 1 if par.gradient_checkpointing else None,
+        "recompute_granularity": "selective" if selective else "full" if full else None,
+        "recompute_method": "uniform" if full else None,
+        "recompute_num_layers": 1 if full else None,
     }
+    if selective:
+        values["recompute_modules"] = ["core_attn"]
     if model.moe:
         values |= {
-            "moe_token_dispatcher_type": "alltoall" if par.expert_parallel > 1 else "allgather",
+            "moe_token_dispatcher_type": "alltoall" if layout.expert_parallel > 1 else "allgather",
             "moe_grouped_gemm": True,
             "moe_aux_loss_coeff": model.router_aux_loss_coef if model.router_aux_loss else 0.0,
         }

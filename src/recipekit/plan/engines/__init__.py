@@ -23,6 +23,11 @@ class PlanEngine(Protocol):
     """What the plan asks of a training engine."""
 
     kind: str
+    #: The engine trains for a number of iterations fixed at build (Megatron's ``train_iters``), not for epochs.
+    needs_step_count: bool
+    #: Its bundles run Megatron-core's layers and sharding, which the estimate counts for them whatever the layout
+    #: (fused norms and SwiGLU, a vocabulary-parallel embedding, its mixed precision).
+    megatron_kernels: bool
 
     def problems(self, recipe: Recipe, layout: Layout, *, analysis_only: bool, tp_across_pods: bool) -> list[Problem]:
         """Why this engine cannot build ``recipe`` laid out as ``layout``; empty when it can.
@@ -36,6 +41,10 @@ class PlanEngine(Protocol):
         """Whether the bundle trains under DeepSpeed (its memory regime, its launcher variables, its image pins)."""
         ...
 
+    def runs(self, recipe: Recipe, layout: Layout) -> str:
+        """How the bundle runs a model-parallel ``layout`` it can build, in one sentence (the estimate's note)."""
+        ...
+
 
 #: Every engine, by the name a recipe gives it.
 ENGINES: dict[str, PlanEngine] = {engine.kind: engine for engine in (TrainerEngine(), MegatronEngine())}
@@ -44,3 +53,13 @@ ENGINES: dict[str, PlanEngine] = {engine.kind: engine for engine in (TrainerEngi
 def engine_of(recipe: Recipe) -> PlanEngine:
     """The engine that builds ``recipe``."""
     return ENGINES[recipe.engine.kind]
+
+
+def engine_problems(recipe: Recipe, layout: Layout) -> list[Problem]:
+    """What ``recipe``'s engine cannot build of ``layout`` (the check a bundle gets; ``plan`` analyses it anyway)."""
+    return engine_of(recipe).problems(recipe, layout, analysis_only=False, tp_across_pods=False)
+
+
+def buildable(recipe: Recipe, layout: Layout) -> bool:
+    """Whether ``recipe``'s engine builds ``layout`` (what ``plan`` marks as analysis only if not)."""
+    return not engine_problems(recipe, layout)

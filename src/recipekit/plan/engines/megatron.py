@@ -1,18 +1,19 @@
-"""Megatron-Bridge over Megatron-core: tensor × pipeline × data parallelism with expert parallelism, pretraining,
-full SFT and LoRA through Bridge's own PEFT. What it cannot run is refused here, each with the rule it breaks.
+"""Megatron-Bridge over Megatron-core: tensor × pipeline × data parallelism with expert and context parallelism,
+sequence parallelism and virtual pipeline stages; pretraining, full SFT and LoRA through Bridge's own PEFT. What it
+cannot run is refused here, each with the reason.
 
-The rules are Megatron-core's own (``megatron/core/parallel_state.py``, ``transformer_config.py``,
-``model_parallel_config.py`` of megatron-core 0.16.1, the version the engine's image pins: images/engines/), stated
-before a Job is scheduled rather than found by its first rank:
+The layout rules every layout obeys, whoever builds it (heads per TP rank, layers per stage and virtual stage,
+experts per EP rank, SP needing TP, CP's sequence chunks), are Megatron-core's and live in
+:mod:`recipekit.plan.layoutrules`; the plan applies them to every recipe. This engine adds what is its own:
 
-* a TP rank holds whole attention heads and whole key-value groups (``num_attention_heads % tp``,
-  ``num_query_groups % tp``);
-* a pipeline stage holds whole layers, the same number on every stage (``num_layers % pp``);
-* an expert-parallel group holds whole experts (``num_moe_experts % ep``) and is drawn from the data-parallel ranks;
-* the optimizer is Adam with Megatron's DDP (``parallel.zero_stage`` 0) or its distributed optimizer, which shards
-  the optimizer states over the data-parallel ranks as ZeRO-1 does (``zero_stage`` 1); DeepSpeed's ZeRO-2/3 and its
+* the optimizer is Adam with Megatron's DDP, or its distributed optimizer (``parallel.distributed_optimizer``),
+  which shards the fp32 master weights and Adam's moments over the data-parallel ranks; DeepSpeed's ZeRO stages and
   offload are DeepSpeed's, not Megatron's;
-* adapters are Bridge's LoRA on Megatron's fused projections; 4-bit QLoRA bases it does not load.
+* adapters are Bridge's LoRA on Megatron's fused projections; 4-bit QLoRA bases it does not load;
+* DualPipe is DeepSeek's own schedule, not Megatron-core's; a first or last stage of its own length is not compiled
+  for yet (``num_layers_in_first_pipeline_stage`` exists in Megatron-core; the room's document does not carry it);
+* Bridge trains for a number of iterations, so the run's step count must be known at build;
+* a TP group stays inside a pod (its all-reduces run every layer).
 """
 
 from __future__ import annotations
@@ -35,28 +36,39 @@ class MegatronEngine:
     """``engine=megatron``: the bundle's ``runtime/megatron`` room starts Bridge's ``pretrain`` or ``finetune``."""
 
     kind = "megatron"
+    megatron_kernels = True
+    needs_step_count = True
 
     def problems(self, recipe: Recipe, layout: Layout, *, analysis_only: bool, tp_across_pods: bool) -> list[Problem]:
-        """Optimizer sharding, modes and adapter targets always; the layout's divisibility unless it did not divide
-        (``analysis_only`` is then set by the plan: its numbers would mislead)."""
+        """Optimizer sharding, modes and adapter targets always; what the room does not compile for yet, and a TP
+        group across pods, for a bundle (``plan`` still analyses them)."""
         problems = _optimizer_problems(recipe) + _mode_problems(recipe)
         if not analysis_only:
-            problems += _layout_problems(recipe, layout, tp_across_pods)
+            problems += _schedule_problems(recipe) + _layout_problems(recipe, layout, tp_across_pods)
         return problems
 
     def uses_deepspeed(self, recipe: Recipe, layout: Layout) -> bool:
         return False
 
+    def runs(self, recipe: Recipe, layout: Layout) -> str:
+        sizes = [f"TP {layout.tensor_parallel}", f"CP {layout.context_parallel}", f"PP {layout.pipeline_parallel}"]
+        sizes.append(f"DP {layout.dp_size}")
+        schedule = layout.schedule.replace("_", " ") + (
+            f", {layout.virtual_stages} virtual stages" if layout.virtual_stages > 1 else ""
+        )
+        experts = f"; EP {layout.expert_parallel} (all-to-all dispatch)" if layout.expert_parallel > 1 else ""
+        return f"runs in the bundle on Megatron-core (Megatron-Bridge): {' × '.join(sizes)}, {schedule}{experts}"
+
 
 def _optimizer_problems(recipe: Recipe) -> list[Problem]:
     par, problems = recipe.parallel, []
-    if par.zero_stage > 1:
+    if par.zero_stage:
         problems.append(
             Problem(
                 "parallel.zero_stage",
                 f"ZeRO-{par.zero_stage} is DeepSpeed's; Megatron shards the optimizer states over the data-parallel "
-                "ranks with its distributed optimizer (ZeRO-1) and splits weights and gradients by TP, PP and EP",
-                hint="parallel.zero_stage=1 (the distributed optimizer), or engine=trainer for ZeRO-2/3",
+                "ranks with its distributed optimizer and splits weights and gradients by TP, PP and EP",
+                hint="parallel=distopt (zero_stage 0, distributed_optimizer true), or engine=trainer for ZeRO",
             )
         )
     for key, where in (("offload_optimizer", par.offload_optimizer), ("offload_param", par.offload_param)):
@@ -68,6 +80,45 @@ def _optimizer_problems(recipe: Recipe) -> list[Problem]:
                     hint=f"parallel.{key}=none (add TP, PP or EP to fit), or engine=trainer",
                 )
             )
+    return problems
+
+
+def _schedule_problems(recipe: Recipe) -> list[Problem]:
+    """What the room's document cannot say: DualPipe, uneven edge stages, an unknown step count, an eval split."""
+    par, problems = recipe.parallel, []
+    if par.pipeline_schedule == "dualpipe":
+        problems.append(
+            Problem(
+                "parallel.pipeline_schedule",
+                "DualPipe is DeepSeek's own schedule; Megatron-core runs 1F1B and interleaved 1F1B",
+                hint="parallel.pipeline_schedule=auto (interleaved with virtual stages)",
+            )
+        )
+    for key in ("first_stage_layers", "last_stage_layers"):
+        if getattr(par, key):
+            problems.append(
+                Problem(
+                    f"parallel.{key}",
+                    "an edge stage of its own length is not compiled for the Megatron engine yet",
+                    hint=f"parallel.{key}=0 (pipeline stages of equal length)",
+                )
+            )
+    if recipe.data.eval_fraction > 0:
+        problems.append(
+            Problem(
+                "data.eval_fraction",
+                "the Megatron engine trains on the prepared rows and holds out no evaluation split yet",
+                hint="data.eval_fraction=0",
+            )
+        )
+    if recipe.data.streaming:
+        problems.append(
+            Problem(
+                "data.streaming",
+                "the Megatron engine reads the prepared shards (its samples are fixed per step before training)",
+                hint="data.streaming=false",
+            )
+        )
     return problems
 
 
@@ -117,32 +168,13 @@ def _target_problems(targets: list[str]) -> list[Problem]:
 
 
 def _layout_problems(recipe: Recipe, layout: Layout, tp_across_pods: bool) -> list[Problem]:
-    model, problems = recipe.model, []
-    tp, pp = layout.tensor_parallel, layout.pipeline_parallel
-    heads, groups = model.num_attention_heads, model.num_kv_heads
-    if heads % tp or groups % tp:
-        problems.append(
-            Problem(
-                "parallel.tensor_parallel",
-                f"TP {tp} does not divide {model.name}'s heads: {heads} attention heads / {tp} = {heads / tp:g}, "
-                f"{groups} key-value groups / {tp} = {groups / tp:g}; Megatron gives each TP rank whole heads and "
-                "whole groups",
-            )
+    tp = layout.tensor_parallel
+    if tp == 1 or layout.devices_per_pod % tp == 0 or tp_across_pods:
+        return []
+    return [
+        Problem(
+            "parallel.tensor_parallel",
+            f"TP {tp} does not divide the {layout.devices_per_pod} devices of one pod: a TP group all-reduces in "
+            f"every layer and must stay on the {recipe.hw.intra_node_link}",
         )
-    if tp > 1 and layout.devices_per_pod % tp and not tp_across_pods:
-        problems.append(
-            Problem(
-                "parallel.tensor_parallel",
-                f"TP {tp} does not divide the {layout.devices_per_pod} devices of one pod: a TP group all-reduces in "
-                f"every layer and must stay on the {recipe.hw.intra_node_link}",
-            )
-        )
-    if model.num_layers % pp:
-        problems.append(
-            Problem(
-                "parallel.pipeline_parallel",
-                f"PP {pp} does not divide {model.name}'s {model.num_layers} layers "
-                f"({model.num_layers} / {pp} = {model.num_layers / pp:g}): Megatron gives each stage as many layers",
-            )
-        )
-    return problems
+    ]

@@ -38,6 +38,13 @@ class HardwareSpec(Section):
         ge=0.001, le=1e6, description="Dense bf16 peak per device, TFLOP/s (MFU denominator)."
     )
     peak_tflops_fp16: float = spec(ge=0.001, le=1e6, description="Dense fp16 peak per device, TFLOP/s.")
+    peak_tflops_fp8: float | None = spec(
+        None,
+        ge=0.001,
+        le=1e6,
+        description="Dense FP8 peak per device, TFLOP/s (Hopper: the datasheet's, without sparsity); None: no FP8 "
+        "(train.precision=fp8 is refused).",
+    )
     supports_bf16: bool = spec(description="bf16 arithmetic available (910B/A3/Ampere+: yes; 910A, V100: no).")
     supports_fp16: bool = spec(True, description="fp16 arithmetic available (accelerators: yes; CPU training: no).")
     torch_device: Literal[DEVICE_TARGETS] = spec(  # type: ignore[valid-type]  # the runtime's own list
@@ -61,7 +68,19 @@ class HardwareSpec(Section):
         le=64,
         description="Device memory the runtime holds before PyTorch allocates (CUDA context; CANN, HCCL buffers).",
     )
-    assumed_mfu: float = spec(0.4, gt=0, le=1, description="Model FLOPs utilisation assumed for time estimates.")
+    assumed_mfu: float = spec(
+        0.4,
+        gt=0,
+        le=1,
+        description="Model FLOPs utilisation of the whole step (bubbles and exposed communication included, "
+        "recomputation not counted): model FLOPs per step / (step time × devices × peak). A published MFU gives the "
+        "published step.",
+    )
+    assumed_mfu_attention: Literal["dense", "causal"] = spec(
+        "dense",
+        description="How assumed_mfu counts attention: dense (recipekit's FLOP counter, every S×S score) or causal "
+        "(half of them, as NeMo and Megatron-Bridge report); a causal MFU is converted to recipekit's.",
+    )
     comm_backend: Literal["hccl", "nccl", "gloo"] = spec(description="torch.distributed backend.")
     intra_node_link: str = spec(max_length=64, description="Device interconnect inside a node (HCCS, NVLink, ...).")
     intra_node_gbps: float = spec(

@@ -118,8 +118,8 @@ class OpsSpec(Section):
         None,
         gt=0,
         le=1,
-        description="Warn when MFU stays below this for mfu_low_steps; null: the MFU the plan assumes "
-        "(hw.assumed_mfu, counted without recomputation).",
+        description="Warn when MFU stays below this for mfu_low_steps; null: the step's MFU the plan predicts "
+        "(hw.assumed_mfu in recipekit's count, lower where the layout cannot reach it).",
     )
     mfu_low_steps: int = spec(20, ge=1, description="Logged steps in a row below mfu_target before the warning.")
     checkpoint_save_limit_s: int = spec(

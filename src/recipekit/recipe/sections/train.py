@@ -29,7 +29,11 @@ class TrainSpec(Section):
     warmup_ratio: float = spec(0.03, ge=0, lt=1, description="Fraction of steps spent warming up.")
     weight_decay: float = spec(0.0, ge=0, le=100, description="AdamW weight decay.")
     max_grad_norm: float = spec(1.0, gt=0, le=1e6, description="Gradient clipping norm.")
-    precision: Literal["auto", "bf16", "fp16", "fp32"] = spec("auto", description="auto: bf16 where supported.")
+    precision: Literal["auto", "bf16", "fp16", "fp32", "fp8"] = spec(
+        "auto",
+        description="auto: bf16 where supported; fp8: bf16 weights with FP8 matrix multiplies where the hardware has "
+        "FP8 (hw.peak_tflops_fp8; analysed by plan only).",
+    )
     save_steps: int = spec(500, gt=0, le=MAX_COUNT, description="Checkpoint every N optimizer steps.")
     save_total_limit: int = spec(3, gt=0, le=100_000, description="Checkpoints kept (oldest deleted first).")
     logging_steps: int = spec(10, gt=0, le=MAX_COUNT, description="Log every N optimizer steps.")

@@ -12,13 +12,23 @@ from __future__ import annotations
 FP32_PEAK_FRACTION = 0.5
 
 
-def peak_tflops(precision: str, *, bf16: float, fp16: float) -> float:
-    """The utilisation denominator per device: the hardware's 16-bit peak for its precision; fp32 at a fraction."""
+def peak_tflops(precision: str, *, bf16: float, fp16: float, fp8: float | None = None) -> float:
+    """The utilisation denominator per device: the hardware's peak for its precision (FP8 training: the FP8 peak its
+    matrix multiplies run at); fp32 at a fraction of the 16-bit peak."""
+    if precision == "fp8":
+        return fp8 or bf16
     if precision == "fp16":
         return fp16
     if precision == "bf16":
         return bf16
     return bf16 * FP32_PEAK_FRACTION
+
+
+def causal_share(attention: float, total: float) -> float:
+    """The share of ``total`` FLOPs per token that a count taking causal attention as half the dense S×S (NeMo's,
+    Megatron-Bridge's) counts, where ``attention`` is the dense attention term of ``total``. At the same tokens per
+    second an MFU in that count, divided by the share, is the MFU in this one."""
+    return (total - attention / 2) / total if total > 0 else 1.0
 
 
 def utilisation(tokens_per_s_per_device: float, flops_per_token: float, peak: float) -> float:
