@@ -1,5 +1,5 @@
-"""The Megatron room's runs for the slow tests: a bundle directory (recipe.yaml with a ``megatron`` document, the runtime
-package beside it, tiny data on a "volume"), started the way the launcher starts a pod's workers, killed at a step.
+"""The Megatron room's runs for the slow tests: a bundle directory (recipe.yaml with a ``megatron`` document, the
+runtime package beside it, tiny data on a "volume"), started as the launcher starts a pod's workers, killed at a step.
 
 Until the build side renders this engine's bundles, :func:`make_bundle` writes what it will: the Trainer preset
 ``tiny_sft``'s recipe, plan and operations (tests/golden) with the twin, data and paths of the case, and the
@@ -13,7 +13,6 @@ from __future__ import annotations
 import copy
 import os
 import shutil
-import signal
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -76,13 +75,21 @@ def make_bundle(root: Path, case: Case) -> Path:
     bundle, volume = root / "bundle", root / "volume"
     bundle.mkdir(parents=True)
     shutil.copytree(RUNTIME, bundle / "runtime", ignore=shutil.ignore_patterns("__pycache__"))
-    data = write_tiny_dataset(case.data_format, volume / "data" / f"tiny.{'txt' if case.entry == 'pretrain' else 'jsonl'}", n=128)
+    data = write_tiny_dataset(
+        case.data_format, volume / "data" / f"tiny.{'txt' if case.entry == 'pretrain' else 'jsonl'}", n=128
+    )
     template = yaml.safe_load(TEMPLATE.read_text(encoding="utf-8"))
     recipe = copy.deepcopy(template["recipe"])
     recipe["model"] = model_view(case.model)
     recipe["mode"] = {"kind": "lora" if case.lora else ("pretrain" if case.entry == "pretrain" else "sft")}
     if case.lora:
-        recipe["mode"]["lora"] = {"r": 8, "alpha": 16, "dropout": 0.0, "target_modules": "all-linear", "merge_on_save": True}
+        recipe["mode"]["lora"] = {
+            "r": 8,
+            "alpha": 16,
+            "dropout": 0.0,
+            "target_modules": "all-linear",
+            "merge_on_save": True,
+        }
     recipe["data"].update(format=case.data_format, path=str(data), max_len=64, packing=False)
     recipe["cluster"]["mount_path"] = str(volume)
     plan = copy.deepcopy(template["plan"])
@@ -101,7 +108,13 @@ def make_bundle(root: Path, case: Case) -> Path:
     document["ddp"]["use_distributed_optimizer"] = case.distributed_optimizer
     if case.lora:
         document["recipekit"]["entry"] = "finetune"
-        document["peft"] = {"scheme": "lora", "target_modules": ["linear_qkv", "linear_proj", "linear_fc1", "linear_fc2"], "dim": 8, "alpha": 16, "dropout": 0.0}
+        document["peft"] = {
+            "scheme": "lora",
+            "target_modules": ["linear_qkv", "linear_proj", "linear_fc1", "linear_fc2"],
+            "dim": 8,
+            "alpha": 16,
+            "dropout": 0.0,
+        }
     text = {"recipe": recipe, "plan": plan, "operations": template["operations"], "megatron": document}
     (bundle / "recipe.yaml").write_text(yaml.safe_dump(text, sort_keys=False), encoding="utf-8")
     (root / "run-key").write_bytes(b"megatron-dry-run-key-0123456789")
@@ -166,7 +179,9 @@ def kill_at(root: Path, python: Path, step: int, timeout_s: float = 600) -> None
             if "TESTING: holding after step" in (root / "killed.log").read_text(errors="replace"):
                 break
             if proc.poll() is not None:
-                raise AssertionError(f"the run ended (exit {proc.returncode}) before step {step}: see {root}/killed.log")
+                raise AssertionError(
+                    f"the run ended (exit {proc.returncode}) before step {step}: see {root}/killed.log"
+                )
             time.sleep(0.5)
         else:
             raise AssertionError(f"no hold at step {step} within {timeout_s} s")
@@ -176,9 +191,17 @@ def kill_at(root: Path, python: Path, step: int, timeout_s: float = 600) -> None
 
 
 def _kill(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
+    """SIGKILL torchrun and every process under it (its workers run in sessions of their own, so a process group
+    kill misses them; Bridge's checkpoint writers are their children)."""
+    import psutil
+
+    try:
+        tree = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
+    except psutil.NoSuchProcess:
+        tree = []
+    for process in tree:
         try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
+            process.kill()
+        except psutil.NoSuchProcess:
             pass
-        proc.wait()
+    proc.wait()

@@ -135,7 +135,7 @@ class Field:
             return f"is {value!r}: expected {self.kind.__name__}"
         if self.choices and value not in self.choices:
             return f"is {value!r}: expected one of {', '.join(self.choices)}"
-        if self.minimum is not None and value < self.minimum:
+        if self.minimum is not None and isinstance(value, (int, float)) and value < self.minimum:
             return f"is {value!r}: expected at least {self.minimum:g}"
         return None
 
@@ -381,7 +381,9 @@ def check_world(doc: MegatronDoc, world_size: int) -> list[str]:
     dp = doc.data_parallel(world_size)
     micro, batch = int(doc.get("train", "micro_batch_size")), int(doc.get("train", "global_batch_size"))
     if batch % (micro * dp):
-        problems.append(f"global_batch_size {batch} is not a multiple of micro_batch_size × data-parallel = {micro * dp}")
+        problems.append(
+            f"global_batch_size {batch} is not a multiple of micro_batch_size × data-parallel = {micro * dp}"
+        )
     ep, pp = int(doc.get("model", "expert_model_parallel_size")), int(doc.get("model", "pipeline_model_parallel_size"))
     etp = int(doc.get("model", "expert_tensor_parallel_size") or doc.get("model", "tensor_model_parallel_size"))
     if world_size % (ep * etp * pp):

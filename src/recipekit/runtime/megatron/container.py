@@ -31,19 +31,27 @@ def base_recipe(doc: MegatronDoc) -> Any:
     return common._peft_common() if doc.peft is not None else common._sft_common()
 
 
-def provider(model_path: str, trust_remote_code: bool, load_weights: bool) -> tuple[Any, Any]:
-    """AutoBridge for the HF directory and the GPT provider it makes (HF weights loaded at build when asked)."""
+def provider(model_path: str, trust_remote_code: bool) -> tuple[Any, Any]:
+    """AutoBridge for the HF directory and the GPT provider it makes from the HF config.
+
+    Without weights: they come from the imported Megatron checkpoint (hfimport.py) or the checkpoint resumed. Bridge
+    0.3.1's ``to_megatron_provider(load_weights=True)`` builds the model with ``perform_initialization=False``, and
+    Megatron-core's parallel linear layers mark their weights ``tensor_model_parallel`` only while initialising them
+    (tensor_parallel/layers.py): the gradient norm (and so clipping) then counts a TP-split weight once, not per
+    shard, and a run differs from itself resumed (found by this room's resume test at TP 2)."""
     from megatron.bridge import AutoBridge
 
     bridge = AutoBridge.from_hf_pretrained(model_path, trust_remote_code=trust_remote_code)
-    return bridge, bridge.to_megatron_provider(load_weights=load_weights)
+    return bridge, bridge.to_megatron_provider(load_weights=False)
 
 
 def apply(section: Any, values: dict[str, Any], where: str) -> None:
     """Set each field of ``values`` on a Bridge config object; one it lacks is a RunError naming it."""
     for name, value in values.items():
         if not hasattr(section, name):
-            raise RunError(f"megatron.{where}.{name}: this Megatron-Bridge has no such field ({type(section).__name__})")
+            raise RunError(
+                f"megatron.{where}.{name}: this Megatron-Bridge has no such field ({type(section).__name__})"
+            )
         if name == "attention_backend":
             from megatron.core.transformer.enums import AttnBackend
 

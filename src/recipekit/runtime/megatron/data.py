@@ -119,7 +119,13 @@ def prepare(recipe: RecipeView, prepared_root: Path, output_dir: Path, seed: int
     reused = found is not None
     if found is None:
         world = int(os.environ.get("WORLD_SIZE", "1"))
-        log0("preparing the data: %d files in %d chunks over %d rank(s) into %s", len(files), len(chunks), world, job.directory)
+        log0(
+            "preparing the data: %d files in %d chunks over %d rank(s) into %s",
+            len(files),
+            len(chunks),
+            world,
+            job.directory,
+        )
         work(job, tokenizer, rank(), world)
         found = collect(job, merger=rank() == 0)
     else:

@@ -1,10 +1,11 @@
-"""HF weights in, for ``finetune``: the HF model directory as a Megatron checkpoint (Bridge's ``AutoBridge.import_ckpt``,
-no conversion of ours), once per run, signed like a checkpoint, in ``<output_dir>/megatron-init``.
+"""HF weights in: the HF model directory as a Megatron checkpoint (Bridge's ``AutoBridge.import_ckpt``, no conversion
+of ours), once per run, signed like a checkpoint, in ``<output_dir>/megatron-init``: the base every start of the run
+loads (``checkpoint.pretrained_checkpoint``) until it has a checkpoint of its own.
 
-Bridge's PEFT loads its frozen base from ``checkpoint.pretrained_checkpoint`` (a Megatron checkpoint) and saves
-adapter states only, so LoRA needs the base as one; full SFT loads it the same way (``finetune`` semantics: weights
-only, iteration 0). The torch_dist format re-shards on load, so one import serves any TP/PP/EP layout.
-``pretrain`` needs no import: AutoBridge's provider loads the HF weights while it builds the model.
+Bridge's PEFT loads its frozen base from a Megatron checkpoint and saves adapter states only, so LoRA needs the base
+as one; full SFT and pretraining load it the same way (weights only, iteration 0), which also keeps the model built
+by Megatron's own initialisation (container.provider says why that matters). The torch_dist format re-shards on
+load, so one import serves any TP/PP/EP layout.
 
 Rank 0 runs the import in a child process (``python -m runtime.megatron.hfimport HF_DIR OUT_DIR``: Bridge's import
 makes a one-process distributed context of its own, which must not meet the run's); the other ranks wait for the
@@ -20,6 +21,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from ..boundary import filenames, jsonfile, resumechoice
 from ..boundary.common import RunError, log0, rank
@@ -29,18 +31,23 @@ from ..volume.resume import RECORD_EXCLUDED, RECORD_MAX_BYTES
 #: Seconds between the other ranks' looks for rank 0's import; how long they wait.
 POLL_S = 1.0
 WAIT_S = 6 * 3600.0
-#: The variables of torchrun's rendezvous, which the child must not inherit (its context is its own).
+#: The variables of torchrun's rendezvous, which the child must not inherit (its context is its own; with
+#: TORCHELASTIC_USE_AGENT_STORE its store would wait, a client, for the agent's).
 RENDEZVOUS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT")
 
 
-def imported(model_path: str, destination: Path, run_id: str, key: bytes | None) -> Path:
+def child_environment(environ: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in environ.items() if k not in RENDEZVOUS and not k.startswith(("TORCHELASTIC_", "ROLE_"))}
+
+
+def imported(model_path: str, destination: Path, run_id: str, key: bytes | None, backend: str, spec: str) -> Path:
     """The signed import of ``model_path`` in ``destination`` (made by rank 0 when missing), verified here."""
     if rank() == 0 and not _signed(destination):
         shutil.rmtree(destination, ignore_errors=True)
         log0("importing %s as a Megatron checkpoint into %s (AutoBridge.import_ckpt)", model_path, destination)
         started = time.monotonic()
-        env = {k: v for k, v in os.environ.items() if k not in RENDEZVOUS}
-        argv = [sys.executable, "-m", f"{__package__}.hfimport", model_path, str(destination)]
+        env = child_environment(dict(os.environ))
+        argv = [sys.executable, "-m", f"{__package__}.hfimport", model_path, str(destination), backend, spec]
         done = subprocess.run(argv, env=env, check=False)
         if done.returncode != 0:
             raise RunError(f"importing {model_path} failed (exit {done.returncode}; its log is above)")
@@ -77,7 +84,10 @@ def verify(destination: Path, model_path: str, key: bytes | None) -> None:
 
 
 def main(argv: list[str]) -> int:
-    """The child: import ``argv[0]`` (an HF directory) into ``argv[1]``."""
+    """The child: import ``argv[0]`` (an HF directory) into ``argv[1]``, in a one-process group of backend
+    ``argv[2]`` (Bridge's ``temporary_distributed_context``: its model build would otherwise start NCCL), with the
+    layer spec the run trains with, ``argv[3]`` (``local`` or ``transformer_engine``: their state dicts name the
+    norms differently). Bridge's own ``AutoBridge.import_ckpt`` step by step, the spec set between them."""
     from .redirect import REDIRECT_ENV
 
     if os.environ.get(REDIRECT_ENV):  # the parent checked the recipe's target before starting this child
@@ -85,12 +95,24 @@ def main(argv: list[str]) -> int:
 
         install_if_asked(_cpu())
     from megatron.bridge import AutoBridge
+    from megatron.bridge.training.model_load_save import temporary_distributed_context
 
-    AutoBridge.import_ckpt(argv[0], argv[1])
+    source, destination, backend, spec = argv
+    with temporary_distributed_context(backend=backend):
+        bridge = AutoBridge.from_hf_pretrained(source)
+        provider = bridge.to_megatron_provider(load_weights=True)
+        if spec == "local":
+            from megatron.bridge.models.gpt_provider import local_layer_spec
+
+            provider.transformer_layer_spec = local_layer_spec
+        provider.finalize()
+        model = provider.provide_distributed_model(wrap_with_ddp=False, use_cpu_initialization=True)
+        bridge.save_megatron_model(model, destination, hf_tokenizer_path=source, low_memory_save=True)
     return 0
 
 
-def _cpu():  # type: ignore[no-untyped-def]
+def _cpu() -> Any:
+    """The hardware view of a CPU recipe: the parent started this child for one (the redirect's own condition)."""
     from ..boundary.recipeview import HardwareView
 
     return HardwareView("cpu", "cpu", "cpu", None, None, {}, 0.0)

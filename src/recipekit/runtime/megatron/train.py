@@ -4,15 +4,16 @@ The launcher starts it as it starts the Trainer's (runtime/launch.py; launch.jso
 ``runtime.megatron.train``): ``torchrun ... -m runtime.megatron.train --recipe recipe.yaml --resume auto``.
 recipekit writes no training loop: this module reads recipe.yaml (settings.py), finds the device (ops/device.py),
 proves which checkpoint the run continues from (checkpoints.py), prepares or reuses the data shards (data.py),
-imports the HF weights for ``finetune`` (hfimport.py), builds Bridge's ConfigContainer (container.py) and calls
-Bridge's ``pretrain()`` with Bridge's own ``gpt_step.forward_step`` and recipekit's callbacks (callbacks.py).
+imports the HF weights once as a Megatron checkpoint (hfimport.py), builds Bridge's ConfigContainer (container.py)
+and calls Bridge's ``pretrain()`` with Bridge's own ``gpt_step.forward_step`` and recipekit's callbacks
+(callbacks.py).
 
 ``finetune()`` is Bridge's ``pretrain()`` after it checks that a base checkpoint is given; it takes no callbacks, so
 the room makes the same check and calls ``pretrain()``.
 
 Outputs in ``megatron.recipekit.output_dir``:
   checkpoints/iter_N/  Bridge's torch_dist checkpoints, each with the signed run record (``filenames.RUN_FILE``)
-  megatron-init/       the HF weights as a Megatron checkpoint (finetune only), signed
+  megatron-init/       the HF weights as a Megatron checkpoint, signed: the base every start loads
   random-init/         the random twin (``model.init: random``)
   hf/                  the trained model as HF weights (merged under LoRA), loadable by transformers
   metrics.jsonl        per step: loss, grad norm, learning rate, tokens/s, TFLOP/s, MFU, HFU; and the records
@@ -112,7 +113,9 @@ def train(options: argparse.Namespace) -> int:
     return train_with_bridge(run, device, prepared, choice, layout, key, records)
 
 
-def train_with_bridge(run: EngineRun, device: Any, prepared: Any, choice: Any, layout: Any, key: Any, records: Any) -> int:
+def train_with_bridge(
+    run: EngineRun, device: Any, prepared: Any, choice: Any, layout: Any, key: Any, records: Any
+) -> int:
     from megatron.bridge.training.gpt_step import forward_step
     from megatron.bridge.training.pretrain import pretrain
 
@@ -121,11 +124,10 @@ def train_with_bridge(run: EngineRun, device: Any, prepared: Any, choice: Any, l
     from .checkpoints import INIT_DIR
 
     doc, output_dir = run.megatron, run.output_dir
-    init_dir = None
-    if doc.entry == "finetune":
-        init_dir = hfimport.imported(prepared.model_path, output_dir / INIT_DIR, run.plan.run_id, key)
-    load_hf = doc.entry == "pretrain" and choice.path is None
-    bridge, model = container.provider(prepared.model_path, run.recipe.model.trust_remote_code, load_hf)
+    backend = str(doc.get("dist", "distributed_backend"))
+    spec = str(doc.get("model", "transformer_impl", "transformer_engine"))
+    init_dir = hfimport.imported(prepared.model_path, output_dir / INIT_DIR, run.plan.run_id, key, backend, spec)
+    bridge, model = container.provider(prepared.model_path, run.recipe.model.trust_remote_code)
     cfg = container.build(doc, model, prepared, output_dir, choice, init_dir)
     if doc.entry == "finetune" and cfg.checkpoint.pretrained_checkpoint is None and cfg.checkpoint.load is None:
         raise RunError("finetune needs a base: the imported HF weights or a checkpoint to resume")
