@@ -31,7 +31,8 @@ left out keeps the value of Bridge's base recipe: ``_pretrain_common()`` for ``p
         recompute_num_layers: null
         recompute_modules: [core_attn]         # selective recompute's modules
         moe_token_dispatcher_type: alltoall | allgather | flex
-        moe_grouped_gemm: false
+        moe_grouped_gemm: false                # both need TE's kernels (a provider may default them on)
+        moe_permute_fusion: false
         moe_aux_loss_coeff: 0.001
         moe_router_load_balancing_type: aux_loss | seq_aux_loss | sinkhorn | none
         calculate_per_token_loss: false
@@ -174,6 +175,7 @@ SECTIONS: dict[str, dict[str, Field]] = {
         "recompute_modules": Field(list, nullable=True),
         "moe_token_dispatcher_type": Field(str, choices=("alltoall", "allgather", "flex")),
         "moe_grouped_gemm": FLAG,
+        "moe_permute_fusion": FLAG,
         "moe_aux_loss_coeff": Field(float, minimum=0),
         "moe_router_load_balancing_type": Field(str, choices=("aux_loss", "seq_aux_loss", "sinkhorn", "none")),
         "calculate_per_token_loss": FLAG,

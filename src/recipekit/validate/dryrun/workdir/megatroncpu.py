@@ -17,7 +17,8 @@ MindSpeed's ``transfer_to_npu`` does for Ascend, towards the CPU:
   the room's dataset does not use them anyway); ``_set_random_seed`` seeds the model-parallel RNG tracker although
   ``device_count()`` is 0; the distributed optimizer's ``state_dict`` gives step 0 for an empty optimizer state
   (mcore 0.16.1 asserts on it without Apex/TE, which a resume with the distributed optimizer hits before step 1:
-  a TE-less GPU run would too); MoE's ``maybe_move_tensor_to_cpu`` keeps the split sizes on the host (it converts
+  a TE-less GPU run would too) and its ``load_state_dict`` hands every parameter one shared Adam step tensor,
+  which torch's Adam increments in place once per parameter (a resumed run then leaves its trajectory); MoE's ``maybe_move_tensor_to_cpu`` keeps the split sizes on the host (it converts
   them only ``if tensor.is_cuda``, and gloo's all-to-all wants a list).
 * **Transformer Engine at import** (:func:`_import_bridge`): ``megatron.bridge.peft.lora`` and ``lora_layers`` import
   ``transformer_engine.pytorch`` unconditionally and subclass ``te.Linear``. An inert stand-in is importable only
@@ -123,6 +124,13 @@ SITES: tuple[Site, ...] = (
         "DistributedOptimizer.state_dict",
         "fe621ae6a622b58752df0330a2a30056dda222d73f22dc6bce6a5d1ac2bfa3d8",
         "asserts one step in the optimizer state without Apex/TE; empty before step 1, which a resume loads into",
+    ),
+    Site(
+        "megatron.core.optimizer.distrib_optimizer",
+        "DistributedOptimizer.load_state_dict",
+        "15f257b4c4f9a7ef6d6660e829de088d39997615c2a4e52ec5e7e1306b465f04",
+        "gives every parameter's Adam state one shared step tensor without Apex/TE; torch's Adam adds 1 to it in place "
+        "per parameter, so after a resume the bias correction runs ahead and the run leaves its trajectory",
     ),
     Site(
         "megatron.core.transformer.moe.moe_utils",
@@ -416,6 +424,17 @@ def _patch_engine() -> None:
         return state
 
     distrib_optimizer.DistributedOptimizer.state_dict = optimizer_state_dict
+    load_state_dict = distrib_optimizer.DistributedOptimizer.load_state_dict
+
+    @functools.wraps(load_state_dict)
+    def optimizer_load_state_dict(self: Any, state_dict: Any) -> None:
+        load_state_dict(self, state_dict)
+        if not distrib_optimizer.HAVE_APEX_OR_TE:  # one step tensor per parameter, as torch's Adam keeps it
+            for state in self.optimizer.state.values():
+                if torch.is_tensor(state.get("step")):
+                    state["step"] = state["step"].clone()
+
+    distrib_optimizer.DistributedOptimizer.load_state_dict = optimizer_load_state_dict
 
     def to_host(tensor: Any, as_numpy: bool = False, record_stream: bool = False) -> Any:
         return tensor.numpy() if as_numpy and torch.is_tensor(tensor) else tensor
