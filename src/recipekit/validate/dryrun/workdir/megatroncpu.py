@@ -17,8 +17,8 @@ MindSpeed's ``transfer_to_npu`` does for Ascend, towards the CPU:
   the room's dataset does not use them anyway); ``_set_random_seed`` seeds the model-parallel RNG tracker although
   ``device_count()`` is 0; the distributed optimizer's ``state_dict`` gives step 0 for an empty optimizer state
   (mcore 0.16.1 asserts on it without Apex/TE, which a resume with the distributed optimizer hits before step 1:
-  a TE-less GPU run would too) and its ``load_state_dict`` hands every parameter one shared Adam step tensor,
-  which torch's Adam increments in place once per parameter (a resumed run then leaves its trajectory); MoE's ``maybe_move_tensor_to_cpu`` keeps the split sizes on the host (it converts
+  a TE-less GPU run would too) and its ``load_state_dict`` restores the Adam step into the param groups but not
+  into the per-parameter state torch's Adam reads (a resumed run's bias correction restarts from 0); MoE's ``maybe_move_tensor_to_cpu`` keeps the split sizes on the host (it converts
   them only ``if tensor.is_cuda``, and gloo's all-to-all wants a list).
 * **Transformer Engine at import** (:func:`_import_bridge`): ``megatron.bridge.peft.lora`` and ``lora_layers`` import
   ``transformer_engine.pytorch`` unconditionally and subclass ``te.Linear``. An inert stand-in is importable only
@@ -129,8 +129,8 @@ SITES: tuple[Site, ...] = (
         "megatron.core.optimizer.distrib_optimizer",
         "DistributedOptimizer.load_state_dict",
         "15f257b4c4f9a7ef6d6660e829de088d39997615c2a4e52ec5e7e1306b465f04",
-        "gives every parameter's Adam state one shared step tensor without Apex/TE; torch's Adam adds 1 to it in place "
-        "per parameter, so after a resume the bias correction runs ahead and the run leaves its trajectory",
+        "restores the Adam step into the param groups but not into each parameter's state without Apex/TE "
+        "(torch's Adam reads the latter: a resumed run's bias correction restarts and it leaves its trajectory)",
     ),
     Site(
         "megatron.core.transformer.moe.moe_utils",
@@ -429,10 +429,15 @@ def _patch_engine() -> None:
     @functools.wraps(load_state_dict)
     def optimizer_load_state_dict(self: Any, state_dict: Any) -> None:
         load_state_dict(self, state_dict)
-        if not distrib_optimizer.HAVE_APEX_OR_TE:  # one step tensor per parameter, as torch's Adam keeps it
-            for state in self.optimizer.state.values():
-                if torch.is_tensor(state.get("step")):
-                    state["step"] = state["step"].clone()
+        if distrib_optimizer.HAVE_APEX_OR_TE:
+            return
+        for group in self.optimizer.param_groups:  # torch's Adam: the checkpoint's step, one tensor per parameter
+            if group.get("step") is None:
+                continue
+            for param in group["params"]:
+                state = self.optimizer.state.get(param)
+                if state:
+                    state["step"] = torch.tensor(float(group["step"]), dtype=torch.float32)
 
     distrib_optimizer.DistributedOptimizer.load_state_dict = optimizer_load_state_dict
 
