@@ -191,10 +191,6 @@ if __name__ == "__main__":
     code = main()
     exitcodes.record_exit(code)  # torchrun exits 1 whatever this code is: the launcher reads it from here
     attemptends.record_end(code)
-    dist = sys.modules.get("torch.distributed")
-    if dist is not None and dist.is_available() and dist.is_initialized():
-        sys.exit(code)  # a rank that failed alone keeps its group and exits through finalization (as train.py)
-    logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)  # Bridge's checkpoint workers and loggers are done; finalization would only free them
+    # A normal exit: the interpreter's finalization shuts down what Megatron's torch_dist writer started (a
+    # multiprocessing Manager in a process of its own, which os._exit would leave running, orphaned).
+    sys.exit(code)
