@@ -66,8 +66,12 @@ class Case:
 
 
 def model_view(name: str) -> dict[str, Any]:
+    """A model option as recipe.yaml's ``recipe.model`` holds it: the option, and the schema's defaults for what it
+    leaves out (rope and norm settings from its transformers config)."""
     option = yaml.safe_load((MODELS / f"{name}.yaml").read_text(encoding="utf-8"))
-    return {**MODEL_DEFAULTS, **option}
+    config = option.get("config") or {}
+    derived = {key: config[key] for key in ("rope_theta", "rms_norm_eps") if key in config}
+    return {**MODEL_DEFAULTS, **derived, **option}
 
 
 def make_bundle(root: Path, case: Case) -> Path:

@@ -52,6 +52,7 @@ def test_killed_at_a_step_and_resumed_with_the_same_losses(name: str, python: Pa
     assert engine.run_to_end(cut, python) == 0, (cut / "run.log").read_text(errors="replace")[-4000:]
     starts = [r for r in engine.metrics(cut) if r.get("event") == "start"]
     assert [s["resume_step"] for s in starts] == [None, KILL_AT]
+    print(f"{name}: uninterrupted {expected}; killed after step {KILL_AT}, resumed {engine.step_losses(cut)}")
     assert engine.step_losses(cut) == expected  # steps after the resume equal the uninterrupted run's
 
     checkpoints = cut / "volume" / "run" / "checkpoints"

@@ -59,6 +59,14 @@ def apply(section: Any, values: dict[str, Any], where: str) -> None:
         setattr(section, name, value)
 
 
+def layer_spec(model: Any, fields: Any) -> None:
+    """Megatron-core's local layer spec for ``transformer_impl: local`` (the provider's is Transformer Engine's)."""
+    if fields.get("transformer_impl") == "local":
+        from megatron.bridge.models.gpt_provider import local_layer_spec
+
+        model.transformer_layer_spec = local_layer_spec
+
+
 def build(
     doc: MegatronDoc, model: Any, prepared: Prepared, output_dir: Path, choice: Choice, init_dir: Path | None
 ) -> Any:
@@ -72,10 +80,7 @@ def build(
     cfg.dist = cfg.dist or DistributedInitConfig()
     for name, values in doc.sections.items():
         apply(getattr(cfg, name), dict(values), name)
-    if doc.get("model", "transformer_impl") == "local":  # the provider's spec is Transformer Engine's otherwise
-        from megatron.bridge.models.gpt_provider import local_layer_spec
-
-        cfg.model.transformer_layer_spec = local_layer_spec
+    layer_spec(cfg.model, doc.sections["model"])
     cfg.mixed_precision = doc.mixed_precision
     if doc.mixed_precision is None:  # fp32: the provider's dtypes follow the HF config otherwise
         cfg.model.bf16 = cfg.model.fp16 = False

@@ -15,6 +15,7 @@ opens a byte of it.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -40,14 +41,24 @@ def child_environment(environ: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in environ.items() if k not in RENDEZVOUS and not k.startswith(("TORCHELASTIC_", "ROLE_"))}
 
 
-def imported(model_path: str, destination: Path, run_id: str, key: bytes | None, backend: str, spec: str) -> Path:
+def imported(
+    model_path: str, destination: Path, run_id: str, key: bytes | None, backend: str, model: dict[str, Any]
+) -> Path:
     """The signed import of ``model_path`` in ``destination`` (made by rank 0 when missing), verified here."""
     if rank() == 0 and not _signed(destination):
         shutil.rmtree(destination, ignore_errors=True)
         log0("importing %s as a Megatron checkpoint into %s (AutoBridge.import_ckpt)", model_path, destination)
         started = time.monotonic()
         env = child_environment(dict(os.environ))
-        argv = [sys.executable, "-m", f"{__package__}.hfimport", model_path, str(destination), backend, spec]
+        argv = [
+            sys.executable,
+            "-m",
+            f"{__package__}.hfimport",
+            model_path,
+            str(destination),
+            backend,
+            json.dumps(model),
+        ]
         done = subprocess.run(argv, env=env, check=False)
         if done.returncode != 0:
             raise RunError(f"importing {model_path} failed (exit {done.returncode}; its log is above)")
@@ -83,11 +94,25 @@ def verify(destination: Path, model_path: str, key: bytes | None) -> None:
         raise RunError(f"{destination} holds {record.get('source')!r}, not {model_path}: remove it to import again")
 
 
+#: The document's model fields the import leaves out: its model is one process, the run's layout is not its own.
+LAYOUT_FIELDS = frozenset(
+    {
+        "tensor_model_parallel_size",
+        "pipeline_model_parallel_size",
+        "virtual_pipeline_model_parallel_size",
+        "expert_model_parallel_size",
+        "expert_tensor_parallel_size",
+        "context_parallel_size",
+        "sequence_parallel",
+    }
+)
+
+
 def main(argv: list[str]) -> int:
     """The child: import ``argv[0]`` (an HF directory) into ``argv[1]``, in a one-process group of backend
-    ``argv[2]`` (Bridge's ``temporary_distributed_context``: its model build would otherwise start NCCL), with the
-    layer spec the run trains with, ``argv[3]`` (``local`` or ``transformer_engine``: their state dicts name the
-    norms differently). Bridge's own ``AutoBridge.import_ckpt`` step by step, the spec set between them."""
+    ``argv[2]`` (Bridge's ``temporary_distributed_context``: its model build would otherwise start NCCL), the model
+    built as the run builds it (``argv[3]``: the document's model section, JSON; its layer spec names the norms in
+    the state dict, its fusions are validated). Bridge's own ``AutoBridge.import_ckpt``, step by step."""
     from .redirect import REDIRECT_ENV
 
     if os.environ.get(REDIRECT_ENV):  # the parent checked the recipe's target before starting this child
@@ -97,17 +122,17 @@ def main(argv: list[str]) -> int:
     from megatron.bridge import AutoBridge
     from megatron.bridge.training.model_load_save import temporary_distributed_context
 
-    source, destination, backend, spec = argv
+    from .container import apply, layer_spec
+
+    source, destination, backend, model = argv[0], argv[1], argv[2], json.loads(argv[3])
     with temporary_distributed_context(backend=backend):
         bridge = AutoBridge.from_hf_pretrained(source)
         provider = bridge.to_megatron_provider(load_weights=True)
-        if spec == "local":
-            from megatron.bridge.models.gpt_provider import local_layer_spec
-
-            provider.transformer_layer_spec = local_layer_spec
+        apply(provider, {k: v for k, v in model.items() if k not in LAYOUT_FIELDS}, "model")
+        layer_spec(provider, model)
         provider.finalize()
-        model = provider.provide_distributed_model(wrap_with_ddp=False, use_cpu_initialization=True)
-        bridge.save_megatron_model(model, destination, hf_tokenizer_path=source, low_memory_save=True)
+        built = provider.provide_distributed_model(wrap_with_ddp=False, use_cpu_initialization=True)
+        bridge.save_megatron_model(built, destination, hf_tokenizer_path=source, low_memory_save=True)
     return 0
 
 

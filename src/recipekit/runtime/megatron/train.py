@@ -125,8 +125,10 @@ def train_with_bridge(
 
     doc, output_dir = run.megatron, run.output_dir
     backend = str(doc.get("dist", "distributed_backend"))
-    spec = str(doc.get("model", "transformer_impl", "transformer_engine"))
-    init_dir = hfimport.imported(prepared.model_path, output_dir / INIT_DIR, run.plan.run_id, key, backend, spec)
+    model_fields = dict(doc.sections["model"])
+    init_dir = hfimport.imported(
+        prepared.model_path, output_dir / INIT_DIR, run.plan.run_id, key, backend, model_fields
+    )
     bridge, model = container.provider(prepared.model_path, run.recipe.model.trust_remote_code)
     cfg = container.build(doc, model, prepared, output_dir, choice, init_dir)
     if doc.entry == "finetune" and cfg.checkpoint.pretrained_checkpoint is None and cfg.checkpoint.load is None:
