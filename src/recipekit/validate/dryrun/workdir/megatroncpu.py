@@ -18,8 +18,9 @@ MindSpeed's ``transfer_to_npu`` does for Ascend, towards the CPU:
   ``device_count()`` is 0; the distributed optimizer's ``state_dict`` gives step 0 for an empty optimizer state
   (mcore 0.16.1 asserts on it without Apex/TE, which a resume with the distributed optimizer hits before step 1:
   a TE-less GPU run would too) and its ``load_state_dict`` restores the Adam step into the param groups but not
-  into the per-parameter state torch's Adam reads (a resumed run's bias correction restarts from 0); MoE's ``maybe_move_tensor_to_cpu`` keeps the split sizes on the host (it converts
-  them only ``if tensor.is_cuda``, and gloo's all-to-all wants a list).
+  into the per-parameter state torch's Adam reads (a resumed run's bias correction restarts from 0); MoE's
+  ``maybe_move_tensor_to_cpu`` keeps the split sizes on the host (it converts them only ``if tensor.is_cuda``, and
+  gloo's all-to-all wants a list), and its router finds ``te_general_gemm`` defined (None: its torch fallback).
 * **Transformer Engine at import** (:func:`_import_bridge`): ``megatron.bridge.peft.lora`` and ``lora_layers`` import
   ``transformer_engine.pytorch`` unconditionally and subclass ``te.Linear``. An inert stand-in is importable only
   while ``megatron.bridge`` imports; afterwards it is gone, the ``HAVE_TE`` flags the Bridge modules set while it
@@ -29,8 +30,8 @@ MindSpeed's ``transfer_to_npu`` does for Ascend, towards the CPU:
 It is pinned: :func:`install` refuses other versions of megatron-bridge, megatron-core and torch, and refuses a
 patched site whose source hash differs from the one recorded here, naming the site (:class:`OutOfDate`). An engine
 upgrade therefore fails the dry run loudly at start-up instead of training on a half-redirected engine; record the
-new hashes with ``python -m recipekit.validate.dryrun.workdir.megatroncpu --hashes`` in the engine's venv after
-reading what changed.
+new hashes with ``<engine venv>/bin/python .../megatroncpu.py --hashes`` (the file by path: recipekit is not in that
+venv) after reading what changed.
 
 How it is injected, and why it cannot act in a real pod: the module is no part of the runtime package, so no bundle
 and no image carries it. The dry run names this file in the pods' environment (:data:`REDIRECT_ENV`); the room's
@@ -480,5 +481,5 @@ if __name__ == "__main__":
     if sys.argv[1:] == ["--hashes"]:
         _print_hashes()
     else:
-        print("usage: python -m recipekit.validate.dryrun.workdir.megatroncpu --hashes", file=sys.stderr)
+        print("usage: <engine venv>/bin/python megatroncpu.py --hashes", file=sys.stderr)
         sys.exit(2)
