@@ -58,6 +58,7 @@ class Case:
     lora: bool = False
     train_iters: int = 6
     save_interval: int = 3
+    export_hf: bool = True
     model_overrides: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -99,7 +100,7 @@ def make_bundle(root: Path, case: Case) -> Path:
     plan = copy.deepcopy(template["plan"])
     plan.update(prepared_dir=str(volume / "prepared"), world_size=RANKS, run_id="megatron-test")
     document = yaml.safe_load(DOCUMENT.read_text(encoding="utf-8"))
-    document["recipekit"].update(entry=case.entry, output_dir=str(volume / "run"))
+    document["recipekit"].update(entry=case.entry, output_dir=str(volume / "run"), export_hf=case.export_hf)
     document["model"].update(
         tensor_model_parallel_size=case.tp,
         pipeline_model_parallel_size=case.pp,

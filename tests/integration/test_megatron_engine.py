@@ -24,7 +24,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.longest]
 CASES = {
     "dense TP 2 x PP 2": Case(model="tiny_qwen3", tp=2, pp=2),
     "dense PP 2 x DP 2, distributed optimizer": Case(model="tiny_llama", pp=2),
-    "MoE PP 2 x EP 2": Case(model="tiny_qwen3_moe", pp=2, ep=2),
+    # Bridge 0.3.1 exports experts only under grouped-GEMM names (TE's): the local spec's SequentialMLP cannot be
+    # exported on this CPU (param_mapping.gather_from_ep_ranks reads the expert from "...weight<N>"); docs/engines.md
+    "MoE PP 2 x EP 2": Case(model="tiny_qwen3_moe", pp=2, ep=2, export_hf=False),
     "LoRA SFT PP 2 x DP 2": Case(model="tiny_qwen3", entry="finetune", pp=2, lora=True),
 }
 KILL_AT = 3
@@ -59,7 +61,12 @@ def test_killed_at_a_step_and_resumed_with_the_same_losses(name: str, python: Pa
     for step in range(case.save_interval, case.train_iters + 1, case.save_interval):
         record = json.loads((checkpoints / f"iter_{step:07d}" / "recipekit-run.json").read_text())
         assert record["step"] == step and record["engine"] == "megatron" and len(record["hmac"]) == 64
-    assert_export_loads(python, cut, case)
+    done = [r for r in engine.metrics(cut) if r.get("event") == "done"]
+    assert len(done) == 1 and done[0]["step"] == case.train_iters
+    if case.export_hf:
+        assert_export_loads(python, cut, case)
+    else:
+        assert done[0]["hf"] is None and not (cut / "volume" / "run" / "hf").exists()
 
 
 def assert_export_loads(python: Path, root: Path, case: Case) -> None:

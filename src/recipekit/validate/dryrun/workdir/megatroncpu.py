@@ -42,7 +42,8 @@ only the dry run builds for the engine) and refuses it, exit 2, for any other ta
 What a CPU run with it does not prove: kernels (Transformer Engine's and MindSpeed's fused attention, norms, rotary,
 SwiGLU, grouped GEMM; the dry run trains with ``transformer_impl: local`` and fusions off), NCCL and HCCL (gloo
 here), tensor parallelism together with expert parallelism (it needs sequence parallelism, whose norms need TE or
-Apex), FP8 and bf16 numerics, overlap of communication with compute, memory per device, and speed.
+Apex), the HF export of MoE experts (Bridge 0.3.1 maps them by TE's grouped-GEMM names only), FP8 and bf16
+numerics, overlap of communication with compute, memory per device, and speed.
 """
 
 from __future__ import annotations
