@@ -1,5 +1,5 @@
-"""The operations contract inside Bridge's loop, through Bridge's own callback hook (``megatron.bridge.training.
-callbacks.Callback``): metrics.jsonl, the signing of each saved checkpoint, where this attempt got to, the HF export at
+"""The operations contract inside Bridge's loop, through Bridge's own callback hook (Bridge's ``Callback``):
+metrics.jsonl, the signing of each saved checkpoint, where this attempt got to, the HF export at
 the end, and the dry run's hold at a step.
 
 * metrics.jsonl: one line per step, written by the global last rank (the last pipeline stage is where Bridge has the
