@@ -1,0 +1,146 @@
+"""The operations contract inside Bridge's loop, through Bridge's own callback hook (Bridge's ``Callback``):
+metrics.jsonl, the signing of each saved checkpoint, where this attempt got to, the HF export at
+the end, and the dry run's hold at a step.
+
+* metrics.jsonl: one line per step, written by the global last rank (the last pipeline stage is where Bridge has the
+  loss): ``step``, ``loss``, ``grad_norm``, ``learning_rate``, ``tokens_per_second_per_device``,
+  ``tflops_per_device``, ``mfu``, ``hfu`` (the plan's FLOPs per token, recipe.yaml ``plan.flops``, as the Trainer's
+  throughput callback) and the process's peak resident memory. Tokens are the global batch's, padding included
+  (the device computed them): global batch × sequence length per step.
+* each checkpoint Bridge saved is signed by rank 0 at the start of the next step (checkpoints.py says why then);
+* ``attemptends.stepped``: the last step this attempt completed, for why an attempt ended;
+* ``on_train_end`` (a run that finished, not one a SIGTERM stopped): the HF export, a collective of every rank
+  (Bridge's ``AutoBridge.save_hf_pretrained``: gathers TP/PP/EP shards, merges LoRA adapters into the base);
+* TESTING ONLY, ``exitcodes.HOLD_AT_STEP_ENV`` = S: every rank holds before step S + 1 (after step S was saved and
+  signed) until the dry run kills it, so the kill lands at step S whatever the machine's load.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from megatron.bridge.training.callbacks import Callback
+
+from ..boundary import exitcodes, filenames, flopcount, metricslog
+from ..boundary.common import log0, rank
+from ..volume import attemptends
+from .checkpoints import CHECKPOINTS_DIR, Layout, sign_new
+
+#: Significant digits of the utilisation figures (as the Trainer's).
+DIGITS = 6
+#: Below the output directory: the exported HF model.
+HF_DIR = "hf"
+GIB = 1024**3
+
+
+class RoomCallback(Callback):
+    """recipekit's side of a Bridge run (see the module docstring)."""
+
+    def __init__(self, output_dir: Path, layout: Layout, key: bytes | None, flops: Any, tokens_per_step: int):
+        self.output_dir, self.layout, self.key = output_dir, layout, key
+        self.flops, self.tokens_per_step = flops, tokens_per_step
+        self.world = int(os.environ.get("WORLD_SIZE", "1"))
+        self.writer = rank() == self.world - 1
+        self.state: Any = None
+        self.export: Any = None  # (bridge, directory): set when the run exports HF weights
+        self.exported: Path | None = None
+        self._clock = time.perf_counter()
+        hold = os.environ.get(exitcodes.HOLD_AT_STEP_ENV, "")
+        self.hold_at = int(hold) if hold.isdigit() else None
+
+    # -- Bridge's events
+    def on_train_start(self, context: Any) -> None:
+        self.state = context.state
+        self._clock = time.perf_counter()
+
+    def on_train_step_start(self, context: Any) -> None:
+        step = context.state.train_state.step  # steps completed so far
+        self.sign(step)
+        if self.hold_at is not None and step == self.hold_at:
+            self._hold(context)
+        self._clock = time.perf_counter()
+
+    def on_train_step_end(self, context: Any) -> None:
+        step = context.state.train_state.step + 1  # Bridge counts the step after this event
+        attemptends.stepped(step)
+        elapsed = time.perf_counter() - self._clock
+        if not self.writer or not context.loss_dict:
+            return
+        record: dict[str, Any] = {"step": step}
+        for name, value in context.loss_dict.items():
+            key = "loss" if name == "lm loss" else name.replace(" ", "_")
+            record[key] = round(float(_scalar(value)), 6)
+        if context.grad_norm is not None:
+            record["grad_norm"] = round(float(context.grad_norm), 6)
+        if context.optimizer is not None:
+            record["learning_rate"] = float(context.optimizer.param_groups[0]["lr"])
+        record.update(self.throughput(elapsed))
+        record[metricslog.PEAK_HOST_MEMORY_KEY] = round(_peak_rss() / GIB, 4)
+        metricslog.append_record(self.output_dir / filenames.METRICS_FILE, metricslog.stamped(record))
+
+    def on_train_end(self, context: Any) -> None:
+        if self.export is None:
+            return
+        bridge, directory = self.export
+        log0("exporting HF weights to %s", directory)
+        bridge.save_hf_pretrained(context.model, str(directory), show_progress=False)
+        self.exported = directory
+
+    # -- the parts
+    def throughput(self, elapsed: float) -> dict[str, float]:
+        """tokens/s and TFLOP/s per device, MFU and HFU against the plan's peak, over this step."""
+        if elapsed <= 0:
+            return {}
+        per_device = self.tokens_per_step / elapsed / self.world
+        flops = self.flops
+        return {
+            "tokens_per_second_per_device": round(per_device, 1),
+            "tflops_per_device": round(per_device * flops.model_per_token / 1e12, 4),
+            "mfu": _significant(flopcount.utilisation(per_device, flops.model_per_token, flops.peak_tflops)),
+            "hfu": _significant(flopcount.utilisation(per_device, flops.hardware_per_token, flops.peak_tflops)),
+        }
+
+    def sign(self, upto: int) -> list[int]:
+        """Rank 0 signs the checkpoints saved up to step ``upto`` (every rank's save returned: Bridge barriers)."""
+        if rank() != 0:
+            return []
+        signed = sign_new(self.output_dir / CHECKPOINTS_DIR, self.layout, self.key, upto)
+        for step in signed:
+            log0("checkpoint of step %d signed", step)
+        return signed
+
+    def signalled(self) -> bool:
+        """Whether this process received the SIGTERM Bridge's handler watches for."""
+        handler = getattr(self.state, "_signal_handler", None) or getattr(self.state, "signal_handler", None)
+        return bool(getattr(handler, "_signal_received", False))
+
+    def _hold(self, context: Any, limit_s: float = 300.0) -> None:
+        print(f"TESTING: holding after step {self.hold_at} until this pod is killed", file=sys.stderr, flush=True)
+        self.state = context.state
+        until = time.monotonic() + limit_s
+        while time.monotonic() < until and not self.signalled():
+            time.sleep(0.05)
+        self.hold_at = None
+
+
+def _scalar(value: Any) -> float:
+    """A loss entry as Bridge reports it: a tensor (a sum and a count for per-token losses) or a number."""
+    if hasattr(value, "numel"):
+        flat = value.detach().float().reshape(-1)
+        return float(flat[0] / flat[1]) if flat.numel() == 2 else float(flat.mean())
+    return float(value)
+
+
+def _significant(value: float) -> float:
+    return float(f"{value:.{DIGITS}g}")
+
+
+def _peak_rss() -> int:
+    import resource
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak if sys.platform == "darwin" else peak * 1024)
