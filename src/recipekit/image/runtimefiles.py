@@ -13,18 +13,20 @@ from pathlib import Path
 
 from recipekit.base.paths import RUNTIME_DIR
 
-#: The runtime's rooms that belong to one engine, by engine: runtime/<room>/ ships with that engine only.
-ENGINE_ROOMS = {"megatron": "megatron"}
+#: What of the runtime belongs to one engine, by engine: its room (``<room>/``, every module below it) and the
+#: boundary module both sides read its document with. They ship with that engine only.
+ENGINE_PARTS = {"megatron": ("megatron/", "boundary/megatronview.py")}
 
 
 @cache
 def runtime_sources(engine: str) -> dict[str, Path]:
     """Path inside the runtime package (``train.py``, ``boundary/filenames.py``) → source file, for ``engine``'s
     bundles: every module but other engines' rooms, in a stable order."""
-    foreign = {room for other, room in ENGINE_ROOMS.items() if other != engine}
+    foreign = tuple(part for other, parts in ENGINE_PARTS.items() if other != engine for part in parts)
     sources = {}
     for path in sorted(RUNTIME_DIR.rglob("*.py"), key=lambda p: p.relative_to(RUNTIME_DIR).as_posix()):
         relative = path.relative_to(RUNTIME_DIR)
-        if "__pycache__" not in relative.parts and relative.parts[0] not in foreign:
-            sources[relative.as_posix()] = path
+        name = relative.as_posix()
+        if "__pycache__" not in relative.parts and not name.startswith(foreign):
+            sources[name] = path
     return sources
