@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from recipekit import __version__
-from recipekit.bundle import placement
+from recipekit.bundle import placement, trackers
 from recipekit.bundle.files import DS_CONFIG, RUN, RUN_FILES_MOUNT, TRAIN_MODULE, WORKDIR
 from recipekit.bundle.runfiles import pod_volume
 from recipekit.image.matrix import ARCH_LABEL, pip_packages
@@ -68,7 +68,8 @@ def make_documents(recipe: Recipe, plan: Plan, ops: Operations) -> Documents:
     timeouts join the environment (a key the runtime or ``hw.env`` sets keeps its value), its metrics ports the
     Job's container, and its thresholds recipe.yaml's ``operations`` section."""
     deepspeed = plan.uses_deepspeed
-    env = dict(sorted({**ops.env, **runtime_env(recipe, deepspeed)}.items()))
+    tracking = trackers.tracker_env(recipe, plan.output_dir, plan.run_id)
+    env = dict(sorted({**ops.env, **tracking, **runtime_env(recipe, deepspeed)}.items()))
     return Documents(
         env=env,
         pip_packages=pip_packages(recipe, plan.family, deepspeed),
@@ -374,11 +375,13 @@ def _trainer_container(
         "resources": {"requests": dict(resources), "limits": dict(resources)},
         "volumeMounts": mounts,
     }
-    if hw.device_env_from_annotation:
-        container["env"] = [
-            {"name": name, "valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{annotation}']"}}}
-            for name, annotation in sorted(hw.device_env_from_annotation.items())
-        ]
+    env = [
+        {"name": name, "valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{annotation}']"}}}
+        for name, annotation in sorted(hw.device_env_from_annotation.items())
+    ]
+    env += trackers.secret_env(recipe)  # the trackers' credentials, from their Secret (never in the bundle)
+    if env:
+        container["env"] = env
     return container
 
 

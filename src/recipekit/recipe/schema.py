@@ -148,11 +148,14 @@ def spec(
     pattern: str | None = None,
     max_length: int | None = None,
     domain: Domain | None = None,
+    omit_default: bool = False,
 ) -> Any:
     """A field with its documentation and its allowed values (checked by :func:`validate`).
 
     ``gt``/``ge``/``lt``/``le`` bound numbers; ``pattern`` (a full match), ``max_length`` (default :data:`MAX_TEXT`)
-    and ``domain`` restrict text.
+    and ``domain`` restrict text. ``omit_default``: :func:`to_data` leaves the field out while it has its default,
+    so a key added to a section later changes no resolved recipe (and no bundle byte) of a recipe that leaves it
+    unset.
     """
     bounds = {name: bound for name, bound in (("gt", gt), ("ge", ge), ("lt", lt), ("le", le)) if bound is not None}
     metadata = {
@@ -161,6 +164,7 @@ def spec(
         "pattern": pattern,
         "max_length": max_length,
         "domain": domain,
+        "omit_default": omit_default,
     }
     return dataclasses.field(default=default, default_factory=default_factory, metadata=metadata)
 
@@ -195,12 +199,22 @@ def validate(cls: type[S], data: Any, *, root: str = "") -> S:
 def to_data(value: Any) -> Any:
     """A record as plain JSON/YAML-ready data (dicts in field order, lists), e.g. for the manifest."""
     if isinstance(value, Section):
-        return {f.name: to_data(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        return {
+            f.name: to_data(getattr(value, f.name))
+            for f in dataclasses.fields(value)
+            if not (f.metadata.get("omit_default") and getattr(value, f.name) == _default_of(f))
+        }
     if isinstance(value, dict):
         return {key: to_data(item) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
         return [to_data(item) for item in value]
     return value
+
+
+def _default_of(field: dataclasses.Field[Any]) -> Any:
+    if field.default_factory is not dataclasses.MISSING:
+        return field.default_factory()
+    return field.default
 
 
 def unknown_key_hint(key: str, allowed: list[str]) -> str:

@@ -22,6 +22,7 @@ from ..data.sampler import PreparedTrainer
 from ..data.samples import SequenceCollator
 from ..data.stream import ResumeRandomState, StreamDataset, StreamStateCallback
 from ..model.loader import load_model, parameter_counts, save_merged
+from ..ops import trackers
 from ..ops.device import Device
 from ..ops.guard import OpsTrainer
 from ..ops.opskit import OpsLayer
@@ -70,6 +71,9 @@ def training_arguments(run: RunConfig, device: Device, universal: bool = False) 
     if universal and isinstance(kwargs.get("deepspeed"), dict):
         kwargs["deepspeed"] = ds_config_for_universal(kwargs["deepspeed"])
         notes.append("resuming a checkpoint re-sharded for this world size: checkpoint.load_universal for this start")
+    if "report_to" in kwargs:  # a tracker whose client is missing: not reported to, said so
+        kwargs["report_to"], missing = trackers.importable(kwargs["report_to"])
+        notes += missing
     prepare_environment(run.uses_deepspeed, run.recipe.hw.ds_accelerator, notes)
     args = make_training_arguments(kwargs)
     if run.uses_deepspeed and args.world_size > 1:

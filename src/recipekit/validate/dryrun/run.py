@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from recipekit.recipe.sections import TRACKERS
 from recipekit.runtime.boundary import filenames, metricslog, recipeview
 from recipekit.runtime.volume.rowledger import read_ledger
 from recipekit.validate.dryrun import policyrun
@@ -35,6 +36,7 @@ from recipekit.validate.dryrun.judges.operations import (
     judge_profile,
 )
 from recipekit.validate.dryrun.judges.rows import judge_rows
+from recipekit.validate.dryrun.judges.trackers import judge_trackers, logged_losses
 from recipekit.validate.dryrun.options import DryRunOptions, DryRunUsageError
 from recipekit.validate.dryrun.workdir.extensions import build_extensions
 from recipekit.validate.dryrun.workdir.locks import FileLock
@@ -218,6 +220,7 @@ def _run_pods(
         killed=options.kill_pod is not None,
         tensor_parallel=work.plan.layout.tensor_parallel,
     )
+    tracked = _tracker_result(copy, found)
     held = tuple(lock.fd for lock in (work.lock, cache) if lock is not None)
     run = DryRun(work, options, progress, started + options.timeout, held=held)
     with run.podset:
@@ -228,8 +231,26 @@ def _run_pods(
             left = run.podset.leftovers()
             if left:
                 train.fail("<dry run>", "processes", f"processes still alive after cleanup: {left}")
+    if tracked is not None:
+        if logged_losses(work.output_dir):
+            judge_trackers(tracked, work.output_dir, tracked.details.pop("trackers"))
+        else:
+            tracked.skip("no training step was logged")
     train.details.update(wall_s=round(time.monotonic() - started, 1), workdir=str(work.root))
     return found
+
+
+def _tracker_result(copy: Bundle, results: list[Result]) -> Result | None:
+    """The trackers' result when the work copy reports to one (each runs offline in a dry run), added to
+    ``results``."""
+    reported = copy.args.get("report_to")
+    names = [name for name in (reported if isinstance(reported, list) else []) if name in TRACKERS]
+    if not names:
+        return None
+    result = Result("dryrun.trackers", f"dry run: {', '.join(names)} offline; their files hold the run's losses")
+    result.details["trackers"] = names
+    results.append(result)
+    return result
 
 
 def _ops_results(operations: OpsExpectation, options: DryRunOptions, results: list[Result]) -> dict[str, Result]:
