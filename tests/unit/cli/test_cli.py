@@ -60,6 +60,7 @@ ALLOWED_FLAGS = {
     "runs": {"--help"},
     "runs history": {"--json", "--help"},
     "rescale": {"--nodes", "--output", "--force", "--recipes", "--help"},
+    "cp": {"--to", "--force", "--help"},
 }
 
 
