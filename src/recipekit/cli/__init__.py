@@ -37,7 +37,7 @@ class _Commands(click.Group):
         "runs": ("recipekit.cli.runs", "runs_group"),
         "compare": ("recipekit.cli.report", "compare_command"),
         "rescale": ("recipekit.cli.rescale", "rescale_command"),
-        "cp": ("recipekit.cli.teamcopy", "cp_command"),
+        "cp": ("recipekit.cli.handover", "cp_command"),
     }
 
     def list_commands(self, ctx: click.Context) -> list[str]:
