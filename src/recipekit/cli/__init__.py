@@ -38,6 +38,7 @@ class _Commands(click.Group):
         "compare": ("recipekit.cli.report", "compare_command"),
         "rescale": ("recipekit.cli.rescale", "rescale_command"),
         "cp": ("recipekit.cli.handover", "cp_command"),
+        "restart": ("recipekit.cli.restart", "restart_command"),
     }
 
     def list_commands(self, ctx: click.Context) -> list[str]:

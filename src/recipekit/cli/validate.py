@@ -32,6 +32,8 @@ def _click_type(annotation: str, flag: Flag) -> Any:
         return click.Choice(flag.choices)
     if base == "Path":
         return click.Path(path_type=Path)
+    if base == "str":
+        return str
     if base == "float":
         return click.FloatRange(flag.low, flag.high)
     if flag.low is None or flag.high is None:
@@ -87,6 +89,7 @@ def validate_command(ctx: click.Context, bundle: Path, dry_run: bool, as_json: b
       recipekit validate bundles/llama3_8b_tp2 --dry-run --pods 2 --procs-per-pod 2
       recipekit validate bundles/llama3_8b_sft --dry-run --device npu
       recipekit validate bundles/tiny_sft --json
+      recipekit validate bundles/tiny_sft --dry-run --restart checkpoint-4,fresh
       recipekit build -m recipe=tiny_sft train.learning_rate=1e-4,1e-3 -o sweep && recipekit validate sweep
     """
     from recipekit.validate import validate

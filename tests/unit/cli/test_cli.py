@@ -31,6 +31,7 @@ ALLOWED_FLAGS = {
         "--kill-pod",
         "--at-step",
         "--resume-pods",
+        "--restart",
         "--device",
         "--json",
         "--workdir",
@@ -61,6 +62,7 @@ ALLOWED_FLAGS = {
     "runs history": {"--json", "--help"},
     "rescale": {"--nodes", "--output", "--force", "--recipes", "--help"},
     "cp": {"--to", "--force", "--help"},
+    "restart": {"--from", "--fresh", "--output", "--help"},
 }
 
 
