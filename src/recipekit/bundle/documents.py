@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from recipekit import __version__
-from recipekit.bundle import placement
+from recipekit.bundle import placement, trackers
 from recipekit.bundle.engines import EngineDocuments, bundle_engine
 from recipekit.bundle.files import RUN, RUN_FILES_MOUNT, WORKDIR
 from recipekit.bundle.runfiles import pod_volume
@@ -73,7 +73,8 @@ def make_documents(recipe: Recipe, plan: Plan, ops: Operations) -> Documents:
     timeouts join the environment (a key the runtime or ``hw.env`` sets keeps its value), its metrics ports the
     Job's container, and its thresholds recipe.yaml's ``operations`` section."""
     engine = bundle_engine(plan).documents(recipe, plan)
-    env = dict(sorted({**ops.env, **engine.env, **runtime_env(recipe)}.items()))
+    tracking = trackers.tracker_env(recipe, plan.output_dir, plan.run_id)
+    env = dict(sorted({**ops.env, **engine.env, **tracking, **runtime_env(recipe)}.items()))
     return Documents(
         env=env,
         pip_packages=pip_packages(recipe, plan.family, plan.uses_deepspeed),
@@ -254,11 +255,13 @@ def _trainer_container(
         "resources": {"requests": dict(resources), "limits": dict(resources)},
         "volumeMounts": mounts,
     }
-    if hw.device_env_from_annotation:
-        container["env"] = [
-            {"name": name, "valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{annotation}']"}}}
-            for name, annotation in sorted(hw.device_env_from_annotation.items())
-        ]
+    env = [
+        {"name": name, "valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{annotation}']"}}}
+        for name, annotation in sorted(hw.device_env_from_annotation.items())
+    ]
+    env += trackers.secret_env(recipe)  # the trackers' credentials, from their Secret (never in the bundle)
+    if env:
+        container["env"] = env
     return container
 
 

@@ -62,6 +62,20 @@ REQUIRED = (
 )
 
 
+def matrix_bundles(root: Path) -> list[Path] | None:
+    """The bundles of a matrix root (the output root ``build -m`` writes, bundle/sweep.py: one bundle directory per
+    combination) in name order; None when ``root`` is a bundle itself or holds none. Hidden directories (the dry
+    runs' ``.dryrun``) and links are passed over."""
+    if not root.is_dir() or root.is_symlink() or (root / MANIFEST).exists():
+        return None
+    found = sorted(
+        child
+        for child in root.iterdir()
+        if not child.name.startswith(".") and not child.is_symlink() and child.is_dir() and (child / MANIFEST).is_file()
+    )
+    return found or None
+
+
 def runtime_files(engine: str) -> dict[str, Path]:
     """Bundle path → source file of every runtime module ``engine``'s bundles ship (the whole package with its inner
     packages but other engines' rooms: image/runtimefiles.py), in a stable order."""

@@ -45,6 +45,8 @@ class _Commands(click.Group):
         "status": ("recipekit.cli.cluster", "status_command"),
         "logs": ("recipekit.cli.cluster", "logs_command"),
         "cancel": ("recipekit.cli.cluster", "cancel_command"),
+        "cp": ("recipekit.cli.handover", "cp_command"),
+        "restart": ("recipekit.cli.restart", "restart_command"),
     }
 
     def list_commands(self, ctx: click.Context) -> list[str]:

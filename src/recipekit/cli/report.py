@@ -408,15 +408,30 @@ def compare_command(
     RUN_A and RUN_B are output directories, bundles (with --volume), dry-run work directories or baseline files.
     With --baseline, give one RUN: it is compared against the stored baseline (a team's CI regression gate).
 
+    Three or more RUNs, or a matrix root (the directory `build -m` wrote; its dry runs' work directories where
+    `validate --dry-run` left them): the sweep side by side instead, one row each (what it sweeps, final loss,
+    tokens/s, MFU, peak memory against the plan, wall time), the best marked; --html draws the loss curves of all
+    of them on one plot. Exit 0, or 3 when no run logged a loss.
+
     \b
     Examples:
       recipekit compare runs/cuda-a100 runs/ascend-910b
       recipekit compare bundles/llama3_8b_sft@old bundles/llama3_8b_sft --volume /mnt/pvc --html cmp/  # cluster volume
       recipekit report runs/cuda-a100 --export-baseline b.json && recipekit compare runs/ascend-910b --baseline b.json
+      recipekit compare runs/lr-1e-4 runs/lr-3e-4 runs/lr-1e-3 runs/lr-3e-3 --html sweep-report/
     """
     from recipekit.runs.compare import Tolerances, compare
     from recipekit.runs.runlog import load_run
+    from recipekit.runs.sweep import matrix_runs
 
+    expanded = [found for run in runs for found in (matrix_runs(run) or [run])]
+    if baseline is None and (len(expanded) >= 3 or len(expanded) > len(runs)):  # a sweep: its runs side by side
+        from recipekit.cli.sweeps.compare import compare_sweep
+
+        if html_out is not None:
+            _need_matplotlib()
+        found = [load_run(p, volume) for p in expanded]
+        raise SystemExit(compare_sweep(found, window, html_out, as_json, _progress, _write_files))
     if baseline is not None:
         if len(runs) != 1:
             raise RecipeError(

@@ -24,7 +24,7 @@ from recipekit.runtime.volume import attemptends, recovery
 
 @click.group("runs", context_settings=SETTINGS)
 def runs_group() -> None:
-    """Read a run's output directory: its interruptions, recoveries and MTTR.
+    """Read a run's output directory: its interruptions, recoveries and MTTR, and the restarts asked for.
 
     \b
     Examples:
@@ -103,9 +103,11 @@ def history_command(output_dir: Path, as_json: bool) -> None:
     attempts = attemptends.by_attempt(records, attemptends.read_ends(output_dir))
     # the attempt each recovery followed: the one before each start that found an interruption
     ended = [a for i, a in enumerate(attempts[:-1]) if attempts[i + 1]["resumed_after_interruption"]]
+    restarts = recovery.restarts(records)  # the restarts asked for (recipekit restart), apart from recoveries
     if as_json:
         recoveries = [{**r.to_json(), "ended": a["why"]} for r, a in zip(found, ended)]
-        click.echo(json.dumps({"recoveries": recoveries, "attempts": attempts, **figures}, indent=2))
+        document = {"recoveries": recoveries, "attempts": attempts, **figures, "restarts": restarts}
+        click.echo(json.dumps(document, indent=2))
         return
     click.echo(f"{output_dir}: {len(attempts)} start(s), {figures['restarts']} recovery(ies)")
     for i, r in enumerate(found, 1):
@@ -119,5 +121,14 @@ def history_command(output_dir: Path, as_json: bool) -> None:
             _say(f"     ended: {ended[i - 1]['why']}")
     if attempts and attempts[-1]["why"] and not any(r.get("event") == "done" for r in records):
         _say(f"  the last attempt ended: {attempts[-1]['why']}")
+    _restarts(restarts)
     if figures["mttr_s"] is not None:
         click.echo(f"MTTR {mttr_text(figures['mttr_s'])} (mean of {len(found)}); steps lost {figures['steps_lost']}")
+
+
+def _restarts(restarts: list[dict]) -> None:
+    """The restarts the user asked for (``recipekit restart``) that the run applied: none is a recovery."""
+    for i, r in enumerate(restarts, 1):
+        start = f"from {r['from']}" if r["from"] else "fresh, from step 0"
+        aside = ", ".join(r["superseded"]) or "nothing"
+        _say(f"  restart {i} ({r['id']}) asked for: {start}, applied {_when(r['time'])} UTC; set aside: {aside}")

@@ -32,6 +32,8 @@ def _click_type(annotation: str, flag: Flag) -> Any:
         return click.Choice(flag.choices)
     if base == "Path":
         return click.Path(path_type=Path)
+    if base == "str":
+        return str
     if base == "float":
         return click.FloatRange(flag.low, flag.high)
     if flag.low is None or flag.high is None:
@@ -75,6 +77,9 @@ def dry_run_flags(command: Any) -> Any:
 def validate_command(ctx: click.Context, bundle: Path, dry_run: bool, as_json: bool, **dry_flags: Any) -> None:
     """Check a built bundle: files, hashes, the Volcano Job, cross-file consistency, linters; optionally a dry run.
 
+    BUNDLE may be a matrix root (the directory `build -m` wrote): every bundle in it is validated, one after
+    another (dry runs never run side by side), then one summary table.
+
     \b
     Examples:
       recipekit validate bundles/llama3_8b_sft
@@ -84,6 +89,8 @@ def validate_command(ctx: click.Context, bundle: Path, dry_run: bool, as_json: b
       recipekit validate bundles/llama3_8b_tp2 --dry-run --pods 2 --procs-per-pod 2
       recipekit validate bundles/llama3_8b_sft --dry-run --device npu
       recipekit validate bundles/tiny_sft --json
+      recipekit validate bundles/tiny_sft --dry-run --restart checkpoint-4,fresh
+      recipekit build -m recipe=tiny_sft train.learning_rate=1e-4,1e-3 -o sweep && recipekit validate sweep
     """
     from recipekit.validate import validate
     from recipekit.validate.shared.loader import BundleUnusable
@@ -95,6 +102,17 @@ def validate_command(ctx: click.Context, bundle: Path, dry_run: bool, as_json: b
             verb = "makes" if len(given) == 1 else "make"
             raise click.UsageError(f"{names} only {verb} sense with --dry-run")
     options = DryRunOptions(**dry_flags) if dry_run else None
+    from recipekit.bundle.files import matrix_bundles
+
+    bundles = matrix_bundles(bundle)
+    if bundles is not None:  # a matrix root: every bundle of the sweep, one at a time, one summary
+        from recipekit.cli.sweeps.validate import run_sweep
+
+        try:
+            resolved = options.resolved() if options else None
+            ctx.exit(run_sweep(bundle, bundles, resolved, as_json, _Progress(dry_run)))
+        except DryRunUsageError as exc:
+            fail(str(exc))
 
     progress = _Progress(dry_run)
     try:

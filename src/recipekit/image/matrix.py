@@ -24,6 +24,8 @@ if TYPE_CHECKING:
 ARCHS = {"amd64": "x86_64", "arm64": "aarch64"}
 #: The node label the kubelet sets to the node's architecture.
 ARCH_LABEL = "kubernetes.io/arch"
+#: A pinned requirement: an exact version, nothing a shell or pip would read as more.
+_PIN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*==[0-9][A-Za-z0-9.+!-]*")
 
 
 class ImageFamily(Section):
@@ -64,9 +66,15 @@ class ImageFamily(Section):
     bitsandbytes_note: str = spec("", description="Why there is no bitsandbytes (shown when QLoRA is refused).")
     double_quant: bool = spec(True, description="4-bit double quantization works on this family.")
     packages: dict[str, str] = spec(description="The Python training stack, name -> exact version.")
+    trackers: dict[str, str] = spec(
+        default_factory=dict,
+        description="Experiment tracker (train.report_to) -> the pinned pip requirement of its client, installed "
+        "only in the images of recipes that report to it.",
+    )
 
     def rules(self) -> list[str]:
-        broken = []
+        broken = [f"trackers.{name}: {pin!r} is not name==version" for name, pin in self.trackers.items()]
+        broken = [line for line, pin in zip(broken, self.trackers.values()) if not _PIN.fullmatch(pin)]
         for arch, build in self.torch_builds.items():
             if arch not in ARCHS:
                 broken.append(f"torch_builds: unknown architecture {arch!r} (allowed: {', '.join(ARCHS)})")
@@ -173,7 +181,12 @@ def recipe_problems(name: str, family: ImageFamily, recipe: Recipe) -> list[Prob
                 hint="architectures with one: " + ", ".join(family.torch_builds),
             )
         )
-    return problems + mode_problems(name, family, recipe.mode) + transformers_problems(name, family, recipe)
+    return (
+        problems
+        + mode_problems(name, family, recipe.mode)
+        + transformers_problems(name, family, recipe)
+        + tracker_problems(name, family, recipe)
+    )
 
 
 def mode_problems(name: str, family: ImageFamily, mode: ModeSpec) -> list[Problem]:
@@ -240,7 +253,28 @@ def pip_packages(recipe: Recipe, family: ImageFamily, deepspeed: bool) -> list[s
     pins = [f"{name}=={version}" for name, version in sorted(wanted.items())]
     if recipe.mode.kind == "qlora" and family.bitsandbytes:
         pins.append(family.bitsandbytes)
-    return pins
+    return pins + tracker_pins(recipe, family)
+
+
+def tracker_pins(recipe: Recipe, family: ImageFamily) -> list[str]:
+    """The pinned clients of the trackers the recipe reports to (W&B, MLflow, SwanLab), in report_to's order: only
+    these images install them, so the stack of a recipe without one is what it was before trackers existed."""
+    return [family.trackers[name] for name in recipe.train.report_to if name in family.trackers]
+
+
+def tracker_problems(name: str, family: ImageFamily, recipe: Recipe) -> list[Problem]:
+    """A tracker the recipe reports to that the family's image has no client pinned for."""
+    from recipekit.recipe.sections import TRACKERS
+
+    missing = [t for t in recipe.train.report_to if t in TRACKERS and t not in family.trackers]
+    return [
+        Problem(
+            "train.report_to",
+            f"image family {name} pins no {tracker} client (images/matrix.yaml trackers)",
+            hint="pin one in the family's trackers, or report to " + ", ".join(family.trackers or ["tensorboard"]),
+        )
+        for tracker in missing
+    ]
 
 
 def dockerfile_values(recipe: Recipe, family: ImageFamily) -> dict[str, object]:

@@ -45,9 +45,14 @@ def _sources_digest(engine: str) -> str:
 
 
 def stack(recipe: Recipe, family: ImageFamily, deepspeed: bool) -> dict[str, object]:
-    """What the image is built from, as data: equal stacks build equal images."""
+    """What the image is built from, as data: equal stacks build equal images.
+
+    The family's tracker clients are left out of its row: a tracker enters the stack through the pins alone, and
+    only for recipes that report to it, so pinning a tracker in the matrix moves no other recipe's image.
+    """
+    family_data = {key: value for key, value in to_data(family).items() if key != "trackers"}
     return {
-        "family": to_data(family),
+        "family": family_data,
         "dockerfile": dockerfile_values(recipe, family),
         "pins": pip_packages(recipe, family, deepspeed),
         "sources": _sources_digest(recipe.engine.kind),

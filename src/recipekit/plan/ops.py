@@ -1,5 +1,5 @@
 """The operations layer's rules that need more than the ``ops`` section, and the numbers the plan owns for it: the
-trackers a bundle wires, the metrics ports against the rendezvous port, the floor of the steady timeout, the
+tracker settings no tracker reads, the metrics ports against the rendezvous port, the floor of the steady timeout, the
 profiling window and the fault-injection switches against the schedule and the world.
 """
 
@@ -7,17 +7,10 @@ from __future__ import annotations
 
 from recipekit.base.errors import Problem
 from recipekit.plan.layout import Layout
-from recipekit.recipe.sections import OpsSpec, Recipe
+from recipekit.recipe.sections import TRACKERS, OpsSpec, Recipe, TrackingSpec
 
 #: HCCL_EXEC_TIMEOUT's ceiling when HCCL expands collectives on the AI vector cores (HCCL_OP_EXPANSION_MODE=AIV).
 HCCL_AIV_EXEC_TIMEOUT_MAX_S = 1091
-#: Trackers the Trainer knows that a bundle does not wire, and why (see README "Experiment tracking").
-UNWIRED_TRACKERS = {
-    "wandb": "the image does not install wandb and the bundle wires no API key or server, so the Trainer would fail "
-    "at start on the cluster",
-    "mlflow": "the image does not install mlflow and the bundle wires no tracking URI or credentials, so the Trainer "
-    "would fail at start on the cluster",
-}
 
 
 def steady_timeout_floor_s(ops: OpsSpec) -> int:
@@ -39,16 +32,8 @@ def operations_problems(recipe: Recipe, layout: Layout, total_steps: int | None)
     """Rules of the operations layer that need more than the ``ops`` section: trackers, the metrics ports against
     the rendezvous port, the profiling window and the fault-injection switches against the schedule and the world."""
     ops, tr, problems, warnings = recipe.ops, recipe.train, [], []
-    for tracker in tr.report_to:
-        if tracker in UNWIRED_TRACKERS:
-            problems.append(
-                Problem(
-                    "train.report_to",
-                    f"{tracker}: {UNWIRED_TRACKERS[tracker]}",
-                    hint="use tensorboard (in the image; logs in output_dir/runs) or none; the run's metrics are "
-                    "served for Prometheus (ops.metrics_port)",
-                )
-            )
+    if tr.tracking != TrackingSpec() and not set(tr.report_to) & set(TRACKERS):
+        warnings.append(f"train.tracking is set, but train.report_to lists none of {', '.join(TRACKERS)}")
     ports = metrics_ports(ops, layout)
     if ports:
         last = ports[-1]

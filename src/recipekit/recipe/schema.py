@@ -10,6 +10,10 @@ cost about 0.3 s here — most of the start-up budget `build` has. The recipe ne
 enums, optional values, lists, dicts and one tagged union; the standard library's dataclasses plus this checker
 cover them in a few milliseconds, with messages in recipekit's own words.
 
+A mapping field takes null as "nothing": ``node_selector: null`` clears what a layer below set, and a key whose value
+is null is dropped (``env: {HCCL_BUFFSIZE: null}``), as Helm reads values: Hydra merges layers key by key, so a team
+layer that extends a built-in option could otherwise only add keys to its mappings, never remove one.
+
 Every value's domain is explicit, because a recipe value reaches places that parse it again — a Kubernetes API
 server, a YAML file, a Markdown README, a process environment — and a value outside its domain either breaks there
 or, worse, means something else there. Besides a field's own range, pattern, length and :class:`Domain`, three rules
@@ -148,11 +152,14 @@ def spec(
     pattern: str | None = None,
     max_length: int | None = None,
     domain: Domain | None = None,
+    omit_default: bool = False,
 ) -> Any:
     """A field with its documentation and its allowed values (checked by :func:`validate`).
 
     ``gt``/``ge``/``lt``/``le`` bound numbers; ``pattern`` (a full match), ``max_length`` (default :data:`MAX_TEXT`)
-    and ``domain`` restrict text.
+    and ``domain`` restrict text. ``omit_default``: :func:`to_data` leaves the field out while it has its default,
+    so a key added to a section later changes no resolved recipe (and no bundle byte) of a recipe that leaves it
+    unset.
     """
     bounds = {name: bound for name, bound in (("gt", gt), ("ge", ge), ("lt", lt), ("le", le)) if bound is not None}
     metadata = {
@@ -161,6 +168,7 @@ def spec(
         "pattern": pattern,
         "max_length": max_length,
         "domain": domain,
+        "omit_default": omit_default,
     }
     return dataclasses.field(default=default, default_factory=default_factory, metadata=metadata)
 
@@ -195,12 +203,22 @@ def validate(cls: type[S], data: Any, *, root: str = "") -> S:
 def to_data(value: Any) -> Any:
     """A record as plain JSON/YAML-ready data (dicts in field order, lists), e.g. for the manifest."""
     if isinstance(value, Section):
-        return {f.name: to_data(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        return {
+            f.name: to_data(getattr(value, f.name))
+            for f in dataclasses.fields(value)
+            if not (f.metadata.get("omit_default") and getattr(value, f.name) == _default_of(f))
+        }
     if isinstance(value, dict):
         return {key: to_data(item) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
         return [to_data(item) for item in value]
     return value
+
+
+def _default_of(field: dataclasses.Field[Any]) -> Any:
+    if field.default_factory is not dataclasses.MISSING:
+        return field.default_factory()
+    return field.default
 
 
 def unknown_key_hint(key: str, allowed: list[str]) -> str:
@@ -390,13 +408,16 @@ def _text(value: str, key: str, problems: list[Problem], *, allow: str = "") -> 
 
 def _container(origin: type, args: tuple[Any, ...], value: Any, key: str, problems: list[Problem]) -> Any:
     if origin is dict:
+        if value is None:  # null clears a mapping a layer below set (Helm's rule for values)
+            return {}
         if not isinstance(value, dict):
             problems.append(Problem(key, f"must be a mapping (got {_show(value)})"))
             return _INVALID
         key_type, item_type = args
+        kept = value if _admits_none(item_type) else {k: v for k, v in value.items() if v is not None}
         checked = {
             _value(key_type, k, _join(key, str(k)), problems): _value(item_type, v, _join(key, str(k)), problems)
-            for k, v in value.items()
+            for k, v in kept.items()
         }
         return _INVALID if _INVALID in checked or _INVALID in checked.values() else checked
     if not isinstance(value, (list, tuple)):
@@ -410,6 +431,15 @@ def _container(origin: type, args: tuple[Any, ...], value: Any, key: str, proble
     if any(item is _INVALID for item in items):
         return _INVALID
     return tuple(items) if origin is tuple else items
+
+
+def _admits_none(annotation: Any) -> bool:
+    """Whether null is a value of ``annotation`` (then it is kept as one, not read as "drop this key")."""
+    if get_origin(annotation) is Annotated:
+        annotation = get_args(annotation)[0]
+    return annotation is Any or (
+        get_origin(annotation) in (Union, types.UnionType) and type(None) in get_args(annotation)
+    )
 
 
 def _union(members: tuple[Any, ...], value: Any, key: str, problems: list[Problem]) -> Any:

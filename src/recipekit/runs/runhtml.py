@@ -17,6 +17,7 @@ body { font-family: sans-serif; margin: 1.5em auto; max-width: 70em; color: #222
 h1 { font-size: 1.5em; } h2 { font-size: 1.2em; margin-top: 1.6em; border-bottom: 1px solid #ccc; }
 table { border-collapse: collapse; margin: 0.5em 0; }
 th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: left; vertical-align: top; }
+td:not(.num) { overflow-wrap: anywhere; }
 th { background: #f2f2f2; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
 .bad { color: #b00020; font-weight: bold; } .good { color: #1b7f2a; font-weight: bold; }

@@ -308,3 +308,56 @@ def compare_plots(a: RunLog, b: RunLog, progress: Progress = lambda title: None)
 
 def _short(label: str, limit: int = 48) -> str:
     return label if len(label) <= limit else "…" + label[-(limit - 1) :]
+
+
+# ------------------------------------------------------------------------------------------------------ sweeps
+#: A sweep's runs, one colour each (matplotlib's tab10, in order); more runs than colours repeat them dashed.
+SWEEP_COLOURS = (
+    "#1f77b4",
+    "#ff7f0e",
+    "#2ca02c",
+    "#d62728",
+    "#9467bd",
+    "#8c564b",
+    "#e377c2",
+    "#7f7f7f",
+    "#bcbd22",
+    "#17becf",
+)
+
+
+def sweep_plots(
+    runs: list[RunLog], best: int | None, labels: list[str] | None = None, progress: Progress = lambda title: None
+) -> list[Plot]:
+    """Every run's loss on one axis (the best drawn thicker and named so), then tokens/s per device the same way;
+    each run named by ``labels`` (what it sweeps) where given, else by its path."""
+    plots = []
+    for key, title, ylabel in (
+        ("loss", f"Loss: {len(runs)} runs", "loss"),
+        ("tokens_per_second_per_device", f"Tokens/s per device: {len(runs)} runs", "tokens/s"),
+    ):
+        if not any(run.series.get(key) for run in runs):
+            continue
+        progress(title)
+        figure, (axis,) = _figure()
+        for i, run in enumerate(runs):
+            name = labels[i] if labels and labels[i] else run.label
+            label = f"{i + 1}: {_short(name)}" + (" (best)" if i == best else "")
+            style = "-" if i < len(SWEEP_COLOURS) else "--"
+            width = {"linewidth": 2.8} if i == best else {}
+            series = run.series.get(key, [])
+            if series:
+                steps, values = zip(*series)
+                marker = "o" if len(series) <= 40 else None
+                axis.plot(
+                    steps,
+                    values,
+                    label=label,
+                    color=SWEEP_COLOURS[i % len(SWEEP_COLOURS)],
+                    linestyle=style,
+                    marker=marker,
+                    markersize=3,
+                    **({"linewidth": 1.4} | width),
+                )
+        plots.append(Plot(f"sweep_{key}", title, _finish(figure, [axis], title, [ylabel])))
+    return plots

@@ -31,6 +31,7 @@ ALLOWED_FLAGS = {
         "--kill-pod",
         "--at-step",
         "--resume-pods",
+        "--restart",
         "--device",
         "--json",
         "--workdir",
@@ -64,6 +65,8 @@ ALLOWED_FLAGS = {
     "status": {"--volume", "--kubeconfig", "--context", "--namespace", "--help"},
     "logs": {"--follow", "--pod", "--kubeconfig", "--context", "--namespace", "--help"},
     "cancel": {"--kubeconfig", "--context", "--namespace", "--help"},
+    "cp": {"--to", "--force", "--help"},
+    "restart": {"--from", "--fresh", "--output", "--help"},
 }
 
 

@@ -76,16 +76,21 @@ def test_cross_section_rules_of_the_ops_layer() -> None:
     assert "29495-29502" in found["ops.metrics_port"]
 
 
-@pytest.mark.parametrize("tracker", ["wandb", "mlflow"])
-def test_unwired_trackers_are_refused_at_build_with_the_reason(tracker: str, capsys: pytest.CaptureFixture) -> None:
+@pytest.mark.parametrize(
+    ("tracker", "needs"), [("wandb", "WANDB_API_KEY"), ("swanlab", "SWANLAB_API_KEY"), ("mlflow", "mlflow_uri")]
+)
+def test_an_online_tracker_without_what_it_needs_is_refused_at_build(
+    tracker: str, needs: str, capsys: pytest.CaptureFixture
+) -> None:
     found = problems_of("recipe=tiny_sft", f"train.report_to=[{tracker}]")
-    assert f"{tracker}: the image does not install {tracker}" in found["train.report_to"]
-    assert "tensorboard" in found["train.report_to"]
+    assert f"{tracker} online needs" in found["train.tracking"] and needs in found["train.tracking"]
+    assert "tracking.mode=offline" in found["train.tracking"]
     with pytest.raises(SystemExit) as info:
         cli_main(["build", "recipe=tiny_sft", f"train.report_to=[{tracker}]", "-o", "/nonexistent/never"])
     assert info.value.code == 2
     err = capsys.readouterr().err
-    assert "train.report_to" in err and "Traceback" not in err
+    assert "train.tracking" in err and "Traceback" not in err
+    resolve(["recipe=tiny_sft", f"train.report_to=[{tracker}]", "train.tracking.mode=offline"])  # builds offline
 
 
 def test_hccl_aiv_mode_caps_the_exec_timeout_and_build_says_so() -> None:

@@ -73,6 +73,8 @@ def test_every_train_key_is_set_without_a_plus() -> None:
 def _value_for(name: str) -> str:
     defaults = TrainSpec()
     value = getattr(defaults, name)
+    if hasattr(value, "__dataclass_fields__"):  # a nested section (train.tracking): an empty mapping, its defaults
+        return "{}"
     return "null" if value is None else "[tensorboard]" if isinstance(value, list) else str(value)
 
 

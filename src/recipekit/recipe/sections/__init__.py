@@ -32,7 +32,7 @@ from recipekit.recipe.sections.model import (
 from recipekit.recipe.sections.ops import OpsSpec, OpsTestingSpec
 from recipekit.recipe.sections.parallel import ParallelSpec
 from recipekit.recipe.sections.recipe import Recipe, parse_recipe
-from recipekit.recipe.sections.train import TrainSpec
+from recipekit.recipe.sections.train import TRACKERS, TrackingSpec, TrainSpec
 
 __all__ = [
     "ActivationsSpec",
@@ -58,6 +58,8 @@ __all__ = [
     "QuantSpec",
     "Recipe",
     "SftMode",
+    "TRACKERS",
+    "TrackingSpec",
     "TrainSpec",
     "TrainerEngine",
     "adapter_of",

@@ -4,8 +4,55 @@ from __future__ import annotations
 
 from typing import Literal
 
-from recipekit.recipe.schema import Section, spec
+from recipekit.recipe.domains import DNS_SUBDOMAIN, INDEX_URL
+from recipekit.recipe.schema import Section, pattern_domain, spec
 from recipekit.recipe.sections.model import MAX_COUNT
+
+#: The experiment trackers a bundle wires (train.report_to), each installed in the image only when asked for.
+TRACKERS = ("wandb", "mlflow", "swanlab")
+#: A tracker's project or entity name: one word of the characters the three services accept in names.
+TRACKER_NAME = pattern_domain(
+    "tracker name",
+    "at most 128 letters, digits, '.', '_' and '-', starting with a letter or digit",
+    r"[A-Za-z0-9][A-Za-z0-9._-]*",
+    max_length=128,
+)
+
+
+# ------------------------------------------------------------------------------------------------------ tracking
+class TrackingSpec(Section):
+    """Where the experiment trackers of ``report_to`` send the run (W&B, MLflow, SwanLab).
+
+    Credentials never enter the bundle: the Job reads them from the Kubernetes Secret ``secret`` names (keys
+    WANDB_API_KEY, MLFLOW_TRACKING_TOKEN, MLFLOW_TRACKING_USERNAME, MLFLOW_TRACKING_PASSWORD, SWANLAB_API_KEY; each
+    optional). A tracker that is down never stops training: the runtime turns it off for the run and says so.
+    """
+
+    mode: Literal["online", "offline"] = spec(
+        "online",
+        description="online: send to the tracker's server; offline: write the tracker's files under output_dir "
+        "(wandb/, mlruns/, swanlog/) to sync later (air-gapped clusters; the dry run always runs offline).",
+    )
+    project: str | None = spec(
+        None,
+        domain=TRACKER_NAME,
+        description="W&B project, MLflow experiment, SwanLab project (default: the recipe's name).",
+    )
+    secret: str | None = spec(
+        None,
+        domain=DNS_SUBDOMAIN,
+        description="Kubernetes Secret in the Job's namespace holding the trackers' credentials (see above).",
+    )
+    wandb_entity: str | None = spec(None, domain=TRACKER_NAME, description="W&B entity (team or user).")
+    wandb_host: str | None = spec(
+        None, domain=INDEX_URL, description="W&B server of a self-hosted install (WANDB_BASE_URL)."
+    )
+    mlflow_uri: str | None = spec(
+        None, domain=INDEX_URL, description="MLflow tracking server (MLFLOW_TRACKING_URI); needed online."
+    )
+    swanlab_host: str | None = spec(
+        None, domain=INDEX_URL, description="SwanLab server of a private deployment (its web address)."
+    )
 
 
 # --------------------------------------------------------------------------------------------------------- train
@@ -38,8 +85,15 @@ class TrainSpec(Section):
     save_total_limit: int = spec(3, gt=0, le=100_000, description="Checkpoints kept (oldest deleted first).")
     logging_steps: int = spec(10, gt=0, le=MAX_COUNT, description="Log every N optimizer steps.")
     seed: int = spec(42, ge=0, le=2**32 - 1, description="Random seed (NumPy's seeds are 32-bit).")
-    report_to: list[Literal["tensorboard", "wandb", "mlflow", "none"]] = spec(
-        default_factory=lambda: ["tensorboard"], description="Trackers the Trainer reports to."
+    report_to: list[Literal["tensorboard", "wandb", "mlflow", "swanlab", "none"]] = spec(
+        default_factory=lambda: ["tensorboard"],
+        description="Trackers the Trainer reports to; wandb, mlflow and swanlab are installed in the image only "
+        "when listed, and sent where train.tracking says.",
+    )
+    tracking: TrackingSpec = spec(
+        default_factory=TrackingSpec,
+        omit_default=True,
+        description="Where wandb, mlflow and swanlab send the run, and the Secret with their credentials.",
     )
     dataloader_workers: int = spec(4, ge=0, le=1024, description="DataLoader worker processes per device.")
     profile_steps: tuple[int, int] | None = spec(
@@ -48,9 +102,36 @@ class TrainSpec(Section):
         "into output_dir/profile/ (keep the window short: a trace grows by megabytes per step).",
     )
 
-    def rules(self) -> list[str]:
+    def rules(self) -> list[str | tuple[str, str]]:
+        broken: list[str | tuple[str, str]] = []
         if self.profile_steps is not None:
             first, last = self.profile_steps
             if not 1 <= first <= last:
-                return [f"profile_steps {list(self.profile_steps)}: need 1 <= first <= last (steps count from 1)"]
-        return []
+                broken.append(f"profile_steps {list(self.profile_steps)}: need 1 <= first <= last (steps count from 1)")
+        return broken + self._tracking_rules()
+
+    def _tracking_rules(self) -> list[str | tuple[str, str]]:
+        """What an online tracker cannot do without: MLflow its server, W&B and SwanLab an API key."""
+        tracking, broken = self.tracking, list[str | tuple[str, str]]()
+        if "none" in self.report_to and len(self.report_to) > 1:
+            broken.append(("report_to", f"{self.report_to}: 'none' together with trackers; list the trackers alone"))
+        if tracking.mode == "offline":
+            return broken
+        if "mlflow" in self.report_to and tracking.mlflow_uri is None:
+            broken.append(
+                (
+                    "tracking",
+                    "mlflow online needs its server: set tracking.mlflow_uri (http(s)://...), or tracking.mode=offline "
+                    "(MLflow's file store under output_dir/mlruns)",
+                )
+            )
+        for tracker, key in (("wandb", "WANDB_API_KEY"), ("swanlab", "SWANLAB_API_KEY")):
+            if tracker in self.report_to and tracking.secret is None:
+                broken.append(
+                    (
+                        "tracking",
+                        f"{tracker} online needs an API key: set tracking.secret to the Secret holding {key} "
+                        f"(kubectl create secret generic NAME --from-literal={key}=...), or tracking.mode=offline",
+                    )
+                )
+        return broken

@@ -16,6 +16,11 @@ from . import jsonfile
 from .checkpointdirs import checkpoint_problem, checkpoint_step, checkpoints
 from .filenames import RUN_FILE
 
+#: The remedies a refusal names, each one a user can apply to a built bundle (``recipekit restart``; the request it
+#: writes: runtime/volume/restart.py).
+FRESH_REMEDY = "start over with `recipekit restart BUNDLE --fresh` (its checkpoints are set aside, not deleted)"
+FROM_REMEDY = "restart from an older one with `recipekit restart BUNDLE --from checkpoint-N`"
+
 
 def run_record(
     run_id: str, *, world_size: int, zero_stage: int, global_batch_size: int | None = None, **extra: Any
@@ -125,8 +130,8 @@ def resume_choice(
     if record is None:
         raise ResumeRefused(
             f"{path.name} has no readable {RUN_FILE}: nothing proves run {run_id} wrote it (the shared volume is "
-            "writable by others, docs/trust.md); remove it to resume the newest checkpoint this run signed, or start "
-            "over with --resume none or another output_dir"
+            "writable by others, docs/trust.md); remove it to resume the newest checkpoint this run signed, or "
+            f"{FRESH_REMEDY}"
         )
     if record.get("run_id") != run_id:
         raise ResumeRefused(
@@ -155,7 +160,7 @@ def _against_layout(choice: ResumeChoice, record: dict[str, Any], ours: WorldLay
     if zero != ours.zero_stage and (zero or ours.zero_stage):
         raise ResumeRefused(
             f"{name} was saved with ZeRO {zero}, this run has ZeRO {ours.zero_stage}: their optimizer states are "
-            "laid out differently; run it with the ZeRO stage it was saved with, or start over with --resume none"
+            f"laid out differently; run it with the ZeRO stage it was saved with, or {FRESH_REMEDY}"
         )
     if world == ours.world_size or not isinstance(world, int):
         return choice
@@ -163,7 +168,7 @@ def _against_layout(choice: ResumeChoice, record: dict[str, Any], ours: WorldLay
         raise ResumeRefused(
             f"{name} was saved at world size {world}, this run has {ours.world_size}: a streamed run keeps its "
             f"position in the stream per rank, so only world size {world} continues it exactly; run it at that "
-            "size, or start over with --resume none"
+            f"size, or {FRESH_REMEDY}"
         )
     kept = f"global batch {batch} kept" if batch is not None else "global batch unrecorded"
     warning = f"{name} was saved at world size {world}, this run has {ours.world_size} ({kept})"

@@ -4,8 +4,8 @@ verdict on a stopped run.
 Everything it reads is recipe.yaml's ``operations`` section (recipekit.memory.operations computed it; config.py
 reads it into recipeview.OperationsView). The parts live in their own modules:
 preflight.py (the checks), watchdog.py (the hang watchdog), guard.py (the loss guard and the Trainer that feeds it),
-health.py (timing, alerts, metrics), exporter.py (Prometheus), faults.py (testing-only fault injection) and
-profiling.py (the profiler window).
+health.py (timing, alerts, metrics), exporter.py (Prometheus), faults.py (testing-only fault injection),
+profiling.py (the profiler window) and trackers.py (W&B, MLflow and SwanLab, guarded).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from ..boundary.common import LOG
 from ..boundary.config import RunConfig
 from ..data.sampler import step_positions
 from ..volume.recovery import RecoveryLog
+from . import trackers
 from .device import Device
 from .exporter import start_exporter
 from .faults import Faults
@@ -43,6 +44,7 @@ class OpsLayer:
         self.faults = Faults(self.operations.testing, self.output_dir, self.rank, pod_index())
         self.guard = LossGuard()
         self.exporter: Any = None
+        self.trackers: list[trackers.GuardedTracker] = []
         #: interruptions and recoveries in the run directory (rank 0 writes; runtime/volume/recovery.py)
         self.recovery = RecoveryLog(self.output_dir, enabled=self.rank == 0)
 
@@ -80,6 +82,12 @@ class OpsLayer:
         health = HealthCallback(trainer, Alerts(operations.alerts), self.exporter, records, self.device.kind)
         handler = trainer.callback_handler.callbacks
         handler.insert(1, health)  # after throughput, before the reporters and metrics.jsonl: they see its figures
+        # the trackers' integrations, guarded where they stand: one that is down is turned off, never the run
+        self.trackers = trackers.guard_trackers(
+            handler,
+            trackers.deadline_s(operations.watchdog.startup_timeout_s),
+            lambda name, message: health.raise_alert(trackers.ALERT, trainer.state.global_step, message),
+        )
         trainer.add_callback(GuardCallback(self.guard, operations.alerts.nonfinite_loss, health.raise_alert))
         watchdog = Watchdog(output_dir=self.output_dir, rank=self.rank, metrics_file=self.metrics_file)
         trainer.add_callback(WatchdogCallback(watchdog, operations.watchdog, self.faults))
@@ -139,5 +147,6 @@ class OpsLayer:
         return epoch, start, stop
 
     def close(self) -> None:
+        trackers.finish(self.trackers)
         if self.exporter is not None:
             self.exporter.close()

@@ -62,7 +62,7 @@ def verify_checkpoint(path: Path) -> None:
         if key is None:
             raise trust.Untrusted(
                 f"cannot prove {path.name} was written by this run: no run key ({trust.KEY_ENV} is unset; the Job "
-                "mounts it from its Secret, see docs/trust.md); start over with --resume none"
+                "mounts it from its Secret): apply the bundle's Job as built, see docs/trust.md"
             )
         if path.is_symlink():
             raise trust.Untrusted(f"{path.name} is a symlink: a checkpoint is a directory this run wrote")
@@ -107,7 +107,7 @@ def resharded(
     if refusal:
         raise RunError(
             f"cannot resume {name} (saved at world size {choice.saved_world_size}) at world size {world_size}: "
-            f"{refusal}; run it at world size {choice.saved_world_size}, or start over with --resume none"
+            f"{refusal}; run it at world size {choice.saved_world_size}, or {resumechoice.FRESH_REMEDY}"
         )
     target = output_dir / RESHARD_DIR / f"{name}-world{world_size}"
     if rank == 0 and not _usable(target, source):

@@ -22,10 +22,12 @@ from ..data.sampler import PreparedTrainer
 from ..data.samples import SequenceCollator
 from ..data.stream import ResumeRandomState, StreamDataset, StreamStateCallback
 from ..model.loader import load_model, parameter_counts, save_merged
+from ..ops import trackers
 from ..ops.device import Device
 from ..ops.guard import OpsTrainer
 from ..ops.opskit import OpsLayer
 from ..ops.preflight import make_output_dir
+from ..volume import restart
 from ..volume.recovery import skipped_batches
 from ..volume.reshard import ds_config_for_universal, reshard_refusal
 from ..volume.rowledger import RowIndexed, RowLedger
@@ -70,6 +72,9 @@ def training_arguments(run: RunConfig, device: Device, universal: bool = False) 
     if universal and isinstance(kwargs.get("deepspeed"), dict):
         kwargs["deepspeed"] = ds_config_for_universal(kwargs["deepspeed"])
         notes.append("resuming a checkpoint re-sharded for this world size: checkpoint.load_universal for this start")
+    if "report_to" in kwargs:  # a tracker whose client is missing: not reported to, said so
+        kwargs["report_to"], missing = trackers.importable(kwargs["report_to"])
+        notes += missing
     prepare_environment(run.uses_deepspeed, run.recipe.hw.ds_accelerator, notes)
     args = make_training_arguments(kwargs)
     if run.uses_deepspeed and args.world_size > 1:
@@ -208,6 +213,10 @@ def run_training(run: RunConfig, device: Device, resume: str) -> int:
     records = Records(output_dir, rank() == 0)
     zero = run.zero_stage
     key = run_key()
+    request = restart_request(output_dir, plan.run_id, key)  # every rank, the same answer, before the group forms
+    if request is not None:
+        resume = resume_argument(output_dir, request)
+        log0("restart %s asked for (%s): --resume %s for this start", request.id, request.label, resume)
     layout, choice, load_from = resume_point(run, output_dir, resume)
     resume_from = str(choice.path) if choice.path is not None else None
     # The data before the process group: preparing a corpus takes as long as it takes, and no collective (with its
@@ -222,6 +231,10 @@ def run_training(run: RunConfig, device: Device, resume: str) -> int:
         log0("adapted: %s", note)
         records.add(metricslog.EVENT_ADAPTED, note=note)
     ops = OpsLayer(run, args, device)
+    if request is not None and key is not None and args.process_index == 0:  # every rank has chosen by now
+        superseded = restart.apply(output_dir, plan.run_id, key, request)
+        ops.recovery.restarted(request.id, request.start_from, superseded)
+        log0("restart %s applied; set aside: %s", request.id, ", ".join(superseded) or "nothing")
     ops.preflight()  # every pod checks devices, versions, storage and the collective before the model is loaded
     model = load_model(model_path, run, args, device.kind)
     if recipe.data.packing and recipe.model.trust_remote_code:
@@ -250,9 +263,8 @@ def run_training(run: RunConfig, device: Device, resume: str) -> int:
     for line in summary_lines(run, args, device, model_path, (trainable, total), train_set, eval_set, resume_from):
         log0(line)
     records.add(metricslog.EVENT_START, **start_fields(run, args, device, layout, choice, (trainable, total)))
-    ops.recovery.started(
-        choice.step, resume_from, args.world_size
-    )  # recovery.jsonl: where the previous attempt stopped, if it did
+    # recovery.jsonl: where the previous attempt stopped, if it did
+    ops.recovery.started(choice.step, resume_from, args.world_size, request.id if request else None)
 
     preemption.install()
     try:
@@ -273,6 +285,21 @@ def run_training(run: RunConfig, device: Device, resume: str) -> int:
     return exitcodes.EXIT_OK
 
 
+def restart_request(output_dir: Path, run_id: str, key: bytes | None) -> restart.RestartRequest | None:
+    """The restart the pod was started with (``recipekit restart``), unless this run applied it already."""
+    try:
+        return restart.pending(output_dir, run_id, key)
+    except restart.RestartRefused as exc:
+        raise RunError(str(exc)) from None
+
+
+def resume_argument(output_dir: Path, request: restart.RestartRequest) -> str:
+    try:
+        return restart.resume_argument(output_dir, request)
+    except restart.RestartRefused as exc:
+        raise RunError(str(exc)) from None
+
+
 def resume_point(
     run: RunConfig, output_dir: Path, resume: str
 ) -> tuple[resumechoice.WorldLayout, resumechoice.ResumeChoice, str | None]:
@@ -290,7 +317,7 @@ def resume_point(
         name, saved = choice.path.name if choice.path else "the checkpoint", choice.saved_world_size
         raise RunError(
             f"{name} was saved at world size {saved}, this run has {layout.world_size}: "
-            f"{resumechoice.TP_RESIZE_REFUSAL}; run it at world size {saved}, or start over with --resume none"
+            f"{resumechoice.TP_RESIZE_REFUSAL}; run it at world size {saved}, or {resumechoice.FRESH_REMEDY}"
         )
     if choice.reshard:
         parallel = run.recipe.parallel

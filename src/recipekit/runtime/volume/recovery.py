@@ -11,8 +11,9 @@ Two files in the output directory:
 * ``recovery.jsonl`` — one record per event: ``start`` (this process began: the launcher's start time, the
   checkpoint it resumes from, and — read from the progress file — the step and time where the previous attempt
   stopped), ``loaded`` (the checkpoint is loaded: the Trainer's ``on_train_begin``), ``first_step`` (the first
-  step completed after the start), ``done``, and ``skip`` (``ops.nonfinite_loss: skip``: the step whose loss was
-  not finite and the positions of its batch in its epoch's order, which every later attempt's sampler leaves out).
+  step completed after the start), ``done``, ``skip`` (``ops.nonfinite_loss: skip``: the step whose loss was
+  not finite and the positions of its batch in its epoch's order, which every later attempt's sampler leaves out)
+  and ``restart`` (a restart the user asked for, applied: ``recipekit restart``; its start is no recovery).
 
 MTTR of one recovery = time of the first step after the restart − time of the last step completed before the
 interruption: detection, teardown, rescheduling, start-up, loading and the first step all count, as they do for
@@ -125,7 +126,7 @@ def history(records: list[dict[str, Any]]) -> list[Recovery]:
             close()
             current = None
             interrupted = record.get("interrupted")
-            if isinstance(interrupted, dict):
+            if isinstance(interrupted, dict) and not record.get("restart"):  # a restart asked for is no recovery
                 step, at = _step(interrupted.get("step")), _time(interrupted.get("time"))
                 restart = _time(record.get("launch_time")) or _time(record.get("time"))
                 if step is not None and at is not None and restart is not None:
@@ -166,6 +167,31 @@ def read_lines(output_dir: Path) -> jsonfile.Lines:
 
 #: The record of a skipped batch (``ops.nonfinite_loss: skip``).
 SKIP_EVENT = "skip"
+#: The record of a restart the user asked for and the run applied (``recipekit restart``; volume/restart.py).
+RESTART_EVENT = "restart"
+
+
+def restarts(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The well-formed ``restart`` records, in order: ``id``, ``from`` (a checkpoint name, or None: fresh), the
+    checkpoints ``superseded`` (set aside) and the ``time`` it was applied."""
+    found = []
+    for record in records:
+        if record.get("event") != RESTART_EVENT or not isinstance(record.get("id"), str):
+            continue
+        start_from = record.get("from")
+        aside = record.get("superseded")
+        superseded = [s[:64] for s in aside if isinstance(s, str)][:1000] if isinstance(aside, list) else []
+        found.append(
+            {
+                "id": record["id"][:32],
+                "from": start_from[:64] if isinstance(start_from, str) else None,
+                "superseded": [s[:64] for s in superseded if isinstance(s, str)]
+                if isinstance(superseded, list)
+                else [],
+                "time": _time(record.get("time")),
+            }
+        )
+    return found
 
 
 def skips(records: list[dict[str, Any]]) -> list[dict[str, int]]:
@@ -222,9 +248,16 @@ class RecoveryLog:
         except OSError:
             pass  # never stop training for a record
 
-    def started(self, resume_step: int | None, resume_from: str | None, world_size: int | None = None) -> None:
+    def started(
+        self,
+        resume_step: int | None,
+        resume_from: str | None,
+        world_size: int | None = None,
+        restart: str | None = None,
+    ) -> None:
         """This attempt began (resuming ``resume_from`` at ``resume_step``, or from scratch) on ``world_size`` ranks
-        (``runs history`` names the ranks that left no end record)."""
+        (``runs history`` names the ranks that left no end record); ``restart``: the id of the restart request it
+        applied (a restart the user asked for, never counted as a recovery)."""
         if not self.enabled:
             return
         launch = self.environ.get(LAUNCH_TIME_ENV, "")
@@ -248,8 +281,16 @@ class RecoveryLog:
                 world_size=world_size,
                 ranks_per_pod=_int_or_none(self.environ.get("LOCAL_WORLD_SIZE")),  # torchrun's processes per pod
                 **({"skipped_steps": skipped} if skipped else {}),
+                **({"restart": restart} if restart else {}),
             )
         )
+
+    def restarted(self, request_id: str, start_from: str | None, superseded: list[str]) -> None:
+        """A restart the user asked for was applied (volume/restart.py): from ``start_from`` (None: fresh), with the
+        newer checkpoints ``superseded`` set aside."""
+        if self.enabled:
+            record = {"id": request_id, "from": start_from, "superseded": superseded, "time": self.clock()}
+            self._append(metricslog.event(RESTART_EVENT, **record))
 
     def skipped(self, step: int, epoch: int, start: int, stop: int) -> None:
         """Step ``step``'s loss was not finite and ``ops.nonfinite_loss`` is ``skip``: the resume leaves out the

@@ -93,13 +93,13 @@ def prove(path: Path, step: int, run_id: str, key: bytes | None) -> None:
     if not _exists(path / filenames.RUN_FILE):
         raise resumechoice.ResumeRefused(
             f"{name} has no readable {filenames.RUN_FILE}: nothing proves run {run_id} wrote it (the shared volume is "
-            "writable by others, docs/trust.md); remove it to resume the newest checkpoint this run signed, or start "
-            "over with --resume none or another output_dir"
+            "writable by others, docs/trust.md); remove it to resume the newest checkpoint this run signed, or "
+            f"{resumechoice.FRESH_REMEDY}"
         )
     if key is None:
         raise trust.Untrusted(
             f"cannot prove {name} was written by this run: no run key ({trust.KEY_ENV} is unset; the Job mounts it "
-            "from its Secret, see docs/trust.md); start over with --resume none"
+            "from its Secret): apply the bundle's Job as built, see docs/trust.md"
         )
     trust.regular_files(path, RECORD_EXCLUDED)  # links anywhere refused before any read
     record = _read(path / filenames.RUN_FILE, RECORD_MAX_BYTES, name)
@@ -187,9 +187,21 @@ def _no_rollback(output_dir: Path, run_id: str, key: bytes | None, chosen: tuple
         now = chosen[1].name if chosen is not None else "no checkpoint (from scratch)"
         raise resumechoice.ResumeRefused(
             f"rollback refused: the newest checkpoint this run can resume is {now} (step {step}), but it already "
-            f"resumed from step {before}: newer checkpoints were removed or renamed; to go back on purpose, resume "
-            f"one by its path (--resume DIR) or remove {MARK_FILE} from the output directory"
+            f"resumed from step {before}: newer checkpoints were removed or renamed; to go back on purpose, "
+            f"{resumechoice.FROM_REMEDY}, or remove {MARK_FILE} from the output directory"
         )
+
+
+def reset_mark(output_dir: Path, run_id: str, step: int | None, key: bytes) -> None:
+    """Set the step this run resumed from to ``step`` (None: remove the mark), whatever it was: a restart the user
+    asked for goes back on purpose (volume/restart.py)."""
+    target = Path(output_dir) / MARK_FILE
+    if step is None:
+        target.unlink(missing_ok=True)
+        return
+    staging = target.with_name(f"{MARK_FILE}.tmp-{os.getpid()}")
+    staging.write_text(json.dumps(trust.seal({"run_id": run_id, "step": step}, key)) + "\n", encoding="utf-8")
+    os.replace(staging, target)
 
 
 def mark_resumed(output_dir: Path, run_id: str, step: int, key: bytes) -> None:

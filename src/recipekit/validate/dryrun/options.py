@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from recipekit.runtime.boundary.recipeview import DEVICE_TARGETS as TARGETS
+from recipekit.runtime.volume.restart import choice as restart_choice
 
 #: The prefix of the op build's progress messages: one line a terminal rewrites, never a line of its own.
 BUILD_PROGRESS = "building DeepSpeed's C++ ops:"
@@ -74,6 +75,12 @@ class DryRunOptions:
         low=1,
         high=16,
     )
+    restart: str | None = _flag(
+        None,
+        "After the run completes, restart it as `recipekit restart` does, from one of its checkpoints or fresh "
+        "(checkpoint-N or fresh; several, comma-separated, one after another: checkpoint-4,fresh); each restart "
+        "must complete and be recorded in the run's history.",
+    )
     device: str = _flag(
         "cpu",
         "Run on real devices (--procs-per-pod per pod) instead of CPU (skipped with a reason where there are too few).",
@@ -94,6 +101,22 @@ class DryRunOptions:
         """Where --kill-pod strikes without --at-step: between the midway checkpoint and the end."""
         return min(self.steps - 1, self.save_steps + max(1, self.steps // 4))
 
+    def restarts(self) -> list[str | None]:
+        """``--restart`` as the checkpoints to restart from, in order (None: fresh); DryRunUsageError for one that is
+        not a checkpoint this dry run saves."""
+        found: list[str | None] = []
+        for item in (self.restart or "").split(","):
+            try:
+                wanted = restart_choice(item.strip())
+            except ValueError as exc:
+                raise DryRunUsageError(f"--restart {exc}") from None
+            step = int(wanted.split("-")[1]) if wanted else 0
+            if wanted and (step > self.steps or step % self.save_steps):
+                saved = ", ".join(f"checkpoint-{s}" for s in range(self.save_steps, self.steps + 1, self.save_steps))
+                raise DryRunUsageError(f"--restart {wanted}: the dry run saves {saved}")
+            found.append(wanted)
+        return found
+
     def check(self) -> None:
         """Raise DryRunUsageError for flags out of range or contradicting each other (nothing is changed)."""
         self.resolved()
@@ -109,6 +132,10 @@ class DryRunOptions:
             raise DryRunUsageError("--at-step needs --kill-pod")
         if self.resume_pods is not None and self.kill_pod is None:
             raise DryRunUsageError("--resume-pods needs --kill-pod")
+        if self.restart is not None:
+            self.restarts()  # each one checked
+            if self.kill_pod is not None:
+                raise DryRunUsageError("--restart and --kill-pod: one of them per dry run")
         if self.kill_pod is None:
             return self
         if not 0 <= self.kill_pod < self.pods:

@@ -21,9 +21,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from recipekit.recipe.sections import TRACKERS
 from recipekit.runtime.boundary import filenames, metricslog, recipeview
 from recipekit.runtime.volume.rowledger import read_ledger
-from recipekit.validate.dryrun import policyrun
+from recipekit.validate.dryrun import policyrun, restartrun
 from recipekit.validate.dryrun.cluster.attemptlog import Attempt
 from recipekit.validate.dryrun.cluster.attempts import DryRun, pod_environment
 from recipekit.validate.dryrun.judges import training
@@ -35,6 +36,7 @@ from recipekit.validate.dryrun.judges.operations import (
     judge_profile,
 )
 from recipekit.validate.dryrun.judges.rows import judge_rows
+from recipekit.validate.dryrun.judges.trackers import judge_trackers, logged_losses
 from recipekit.validate.dryrun.options import DryRunOptions, DryRunUsageError
 from recipekit.validate.dryrun.workdir.extensions import build_extensions
 from recipekit.validate.dryrun.workdir.locks import FileLock
@@ -86,6 +88,7 @@ class _Results:
     extensions: Result
     train: Result
     resume: Result | None
+    restart: Result | None = None
 
     @classmethod
     def of(cls, options: DryRunOptions) -> _Results:
@@ -106,15 +109,23 @@ class _Results:
                 f"dry run: kill pod {options.kill_pod} at step {options.at_step}, {where}, "
                 "resume from the last complete checkpoint",
             )
+        restart = None
+        if options.restart is not None:
+            restart = Result(
+                "dryrun.restart",
+                f"dry run: once complete, restart as `recipekit restart` writes it: {options.restart}",
+            )
         return cls(
             Result("dryrun.prepare", "dry run: work copy of the bundle with the laptop substitutions"),
             Result("dryrun.ops", "dry run: DeepSpeed C++ ops (built once, cached)"),
             train,
             resume,
+            restart,
         )
 
     def all(self) -> list[Result]:
-        return [self.prep, self.extensions, self.train, *([self.resume] if self.resume else [])]
+        later = [r for r in (self.resume, self.restart) if r is not None]
+        return [self.prep, self.extensions, self.train, *later]
 
 
 def _unrunnable(bundle: Bundle, options: DryRunOptions) -> str | None:
@@ -218,18 +229,61 @@ def _run_pods(
         killed=options.kill_pod is not None,
         tensor_parallel=work.plan.layout.tensor_parallel,
     )
+    tracked = _tracker_result(copy, found)
     held = tuple(lock.fd for lock in (work.lock, cache) if lock is not None)
     run = DryRun(work, options, progress, started + options.timeout, held=held)
     with run.podset:
         try:
             _train(run, expect, train, resume, operations, checks)
+            if results.restart is not None:
+                _restart(run, expect, train, results.restart)
         finally:
             run.podset.kill_all()
             left = run.podset.leftovers()
             if left:
                 train.fail("<dry run>", "processes", f"processes still alive after cleanup: {left}")
+    if tracked is not None:
+        if logged_losses(work.output_dir):
+            judge_trackers(tracked, work.output_dir, tracked.details.pop("trackers"))
+        else:
+            tracked.skip("no training step was logged")
     train.details.update(wall_s=round(time.monotonic() - started, 1), workdir=str(work.root))
     return found
+
+
+def _restart(run: DryRun, expect: training.Expectation, train: Result, restart: Result) -> None:
+    """``--restart``: once the run completed, each restart as `recipekit restart` writes it (restartrun.py)."""
+    first = run.attempts[0] if run.attempts else None
+    if first is None or first.outcome != "completed" or train.failed:
+        restart.skip("the run did not complete")
+        return
+    work = run.work
+    restartrun.run_restarts(
+        lambda env: run.attempt(kill_at=None, env=env),
+        work.bundle,
+        work.root,
+        work.output_dir,
+        run.options.restarts(),
+        run.attempts[-1],
+        restart,
+        expect,
+        run.progress,
+    )
+    if restart.failed:
+        restart.details["log_tails"] = run.tails()
+
+
+def _tracker_result(copy: Bundle, results: list[Result]) -> Result | None:
+    """The trackers' result when the work copy reports to one (each runs offline in a dry run), added to
+    ``results``."""
+    reported = copy.args.get("report_to")
+    names = [name for name in (reported if isinstance(reported, list) else []) if name in TRACKERS]
+    if not names:
+        return None
+    result = Result("dryrun.trackers", f"dry run: {', '.join(names)} offline; their files hold the run's losses")
+    result.details["trackers"] = names
+    results.append(result)
+    return result
 
 
 def _ops_results(operations: OpsExpectation, options: DryRunOptions, results: list[Result]) -> dict[str, Result]:

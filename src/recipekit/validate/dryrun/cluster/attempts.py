@@ -157,7 +157,8 @@ class DryRun:
         ]
 
     # -- one attempt: start every pod, watch until done / failed / killed / timed out
-    def attempt(self, kill_at: int | None) -> Attempt:
+    def attempt(self, kill_at: int | None, env: dict[str, str] | None = None) -> Attempt:
+        """Start every pod (``env`` added to each pod's environment: a restart request, say) and watch them."""
         number = len(self.attempts)
         port = free_port(self.ports)
         self.ports.add(port)
@@ -173,7 +174,7 @@ class DryRun:
             # the ConfigMap mounted read-only, and the digest the Job's container carries (bundle/runfiles.py)
             digest = podmount.mount(self.work.bundle, self.work.root, pod.index)
             mounted = {runfiles.DIGEST_ENV: digest} if digest else {}
-            pod.start(header=f"attempt {number}: {label}, master port {port}", env={**hold, **mounted})
+            pod.start(header=f"attempt {number}: {label}, master port {port}", env={**hold, **mounted, **(env or {})})
         self.progress(
             f"attempt {number}: {len(self.pods)} pod(s) running run.sh (master 127.0.0.1:{port}); "
             f"logs in {self.work.logs}"

@@ -23,13 +23,15 @@ from recipekit.base import yamlfile
 from recipekit.bundle.files import RECIPE
 from recipekit.recipe.compose import group_options
 from recipekit.recipe.schema import to_data, validate
-from recipekit.recipe.sections import HardwareSpec, Recipe
+from recipekit.recipe.sections import TRACKERS, HardwareSpec, Recipe
 from recipekit.runtime.boundary import recipeview
 from recipekit.validate.dryrun.options import DryRunOptions, DryRunUsageError
 from recipekit.validate.dryrun.workdir import twinmodel
 from recipekit.validate.shared.childpython import python_argv, safe_env
 
 DRY_MAX_LEN = 128
+#: The module each reporter of train.report_to needs here (MLflow's client, mlflow-skinny, is the module mlflow).
+_CLIENTS = {"tensorboard": "tensorboard", "wandb": "wandb", "mlflow": "mlflow", "swanlab": "swanlab"}
 MAX_ACCUMULATION = 2
 #: The generated data is cut into about this many prepare chunks per pod, each at least DRY_MIN_CHUNK bytes.
 DRY_CHUNKS_PER_POD = 4
@@ -226,8 +228,8 @@ def _schedule(sub: _Substituter, dry: Recipe, recipe: Recipe, options: DryRunOpt
     """A few steps, a checkpoint midway, every step logged, at most two micro-steps per step."""
     accum = min(_accumulation(recipe), MAX_ACCUMULATION)
     report_to = list(recipe.train.report_to)
-    if "tensorboard" in report_to and importlib.util.find_spec("tensorboard") is None:
-        report_to = [r for r in report_to if r != "tensorboard"] or ["none"]
+    missing = [r for r in report_to if r in _CLIENTS and importlib.util.find_spec(_CLIENTS[r]) is None]
+    report_to = [r for r in report_to if r not in missing] or ["none"]
     dry = sub.section(
         dry,
         "train",
@@ -244,7 +246,20 @@ def _schedule(sub: _Substituter, dry: Recipe, recipe: Recipe, options: DryRunOpt
         gradient_accumulation_steps=accum,
         global_batch_size=None,
     )
-    dry = sub.section(dry, "train", "tensorboard is not installed here", report_to=report_to)
+    dry = sub.section(dry, "train", f"{' and '.join(missing) or 'a tracker'} not installed here", report_to=report_to)
+    if set(report_to) & set(TRACKERS) and dry.train.tracking.mode != "offline":
+        tracking = replace(dry.train.tracking, mode="offline")
+        dry = replace(dry, train=replace(dry.train, tracking=tracking))
+        sub.found.append(
+            Substitution(
+                RECIPE,
+                "recipe.train.tracking.mode",
+                "online",
+                "offline",
+                "no tracker server is reached from a dry run: the trackers write their files under the output "
+                "directory, and the dry run reads the losses back from them",
+            )
+        )
 
     return dry
 
