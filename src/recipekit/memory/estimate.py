@@ -27,7 +27,7 @@ from recipekit.memory.formulas import (
     tp_inside_node,
 )
 from recipekit.plan.layout import Layout
-from recipekit.plan.modelsize import LORA_MODULES, ParamCounts, count_params
+from recipekit.plan.modelsize import FUSED_MODULES, LORA_MODULES, ParamCounts, count_params
 from recipekit.plan.parallelism import EXPERTS_NEED, PIPELINE_NEEDS, model_parallel_problems
 from recipekit.plan.plan import Plan
 from recipekit.recipe.sections import ParallelSpec, Recipe, adapter_of
@@ -242,7 +242,7 @@ def _lora_target_notes(recipe: Recipe) -> list[str]:
     lora = adapter_of(recipe.mode)
     if lora is None or not isinstance(lora.target_modules, list):
         return []
-    unknown = sorted(set(lora.target_modules) - set(LORA_MODULES))
+    unknown = sorted(set(lora.target_modules) - set(LORA_MODULES) - set(FUSED_MODULES))
     return [f"LoRA targets {', '.join(unknown)} are not projections recipekit knows; not counted"] if unknown else []
 
 

@@ -21,6 +21,7 @@ from typing import Any, Literal
 from recipekit.base.errors import Collector, Problem
 from recipekit.image.matrix import ImageFamily, ImageMatrix, compatibility_problems, recipe_problems
 from recipekit.image.stack import image_reference
+from recipekit.plan.adapters import target_problems
 from recipekit.plan.datasize import DataSize, data_size
 from recipekit.plan.datasize import steps_per_epoch as steps_per_epoch_of
 from recipekit.plan.identity import run_names
@@ -230,6 +231,7 @@ def make_plan(
         layout_problems(recipe, layout, analysis_only=analysis_only or bool(problems), tp_across_pods=tp_across_pods)
     )
     errors.extend(pipeline_problems(recipe) + expert_problems(recipe, layout) + moe_lora_problems(recipe))
+    errors.extend(target_problems(recipe))
     errors.extend(mount_problems(recipe) + volume_problems(recipe) + mindcluster.problems(recipe))
     precision, problems = resolve_precision(recipe.train.precision, hw)
     errors.extend(problems + zero_problems(recipe) + data_problems(recipe))

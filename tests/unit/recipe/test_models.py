@@ -291,6 +291,7 @@ FIRST_SHIPPED = {
     "qwen3.5_35b_a3b": "5.2.0",
     "minicpm3_4b": "5.8.0",
     "mistral_small_24b": "4.43.0",
+    "phi4": "4.40.0",  # Phi3ForCausalLM, added in transformers 4.40.0
 }
 
 
@@ -434,3 +435,4 @@ def test_moe_lora_with_dropout_is_refused_with_the_fix(tmp_path: Path) -> None:
     assert run("build", *fixed).exit_code == 0
     named = ["model=qwen3_30b_a3b", "mode=lora", "parallel=zero3", "mode.lora.target_modules=[q_proj,v_proj]"]
     assert run("build", *named, "-o", str(tmp_path / "c")).exit_code == 0
+

@@ -25,7 +25,9 @@ from recipekit.recipe.sections.model import (
     MAX_DIM,
     ActivationsSpec,
     FlopsSpec,
+    LayerModulesSpec,
     ModelSpec,
+    ModuleTreeSpec,
     ParamCountsSpec,
 )
 from recipekit.recipe.sections.ops import OpsSpec, OpsTestingSpec
@@ -39,6 +41,7 @@ __all__ = [
     "DataSpec",
     "FlopsSpec",
     "HardwareSpec",
+    "LayerModulesSpec",
     "LoraMode",
     "LoraSpec",
     "MAX_COUNT",
@@ -46,6 +49,7 @@ __all__ = [
     "MindClusterSpec",
     "ModeSpec",
     "ModelSpec",
+    "ModuleTreeSpec",
     "OpsSpec",
     "OpsTestingSpec",
     "ParallelSpec",
