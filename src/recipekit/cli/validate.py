@@ -197,9 +197,8 @@ def print_verdict(report: Verdict) -> None:
             console.print(Text(tail))
     for warning in report.warnings:
         console.print(styled(("warning:", "bold yellow"), f" {warning}"))
-    counts = report.counts()
-    verdict = ("bundle OK", "green") if report.ok else ("bundle has problems", "bold red")
-    console.print(styled(f"{counts['pass']} passed, {counts['fail']} failed, {counts['skipped']} skipped: ", verdict))
+    counts, verdict = report.summary().split(": ", 1)
+    console.print(styled(f"{counts}: ", (verdict, "green" if report.ok else "bold red")))
 
 
 def substitution_lines(subs: list[dict[str, Any]], workdir: str) -> list[str]:

@@ -76,7 +76,7 @@ class DryRunOptions:
     )
     device: str = _flag(
         "cpu",
-        "Run on real devices (--procs-per-pod per pod) instead of CPU (skipped with a reason where there are too few).",
+        "Run on real devices (--procs-per-pod per pod) instead of CPU; refused (exit 2) where there are too few.",
         choices=("cpu", *(t for t in TARGETS if t != "cpu")),
     )
     workdir: Path | None = _flag(

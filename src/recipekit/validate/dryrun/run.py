@@ -70,7 +70,7 @@ def _devices(kind: str) -> tuple[int, str]:
         return 0, "probing the devices timed out"
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["failed"])[-1]
-        return 0, f"{kind} is not usable here ({last[:160]})"
+        return 0, f"no usable {kind} device here ({last[:160]})"
     try:
         return int(proc.stdout.strip().splitlines()[-1]), ""
     except (ValueError, IndexError):
@@ -128,16 +128,25 @@ def _unrunnable(bundle: Bundle, options: DryRunOptions) -> str | None:
         return f"{', '.join(missing)} not installed here (pip install 'recipekit[train]')"
     if shutil.which("bash") is None:
         return "bash not found"
-    if options.device != "cpu":
-        count, why = _devices(options.device)
-        if count == 0:
-            return why or f"no {options.device} device here"
-        wanted = options.pods * options.procs_per_pod
-        if count < wanted:
-            return (
-                f"{options.pods} pods × {options.procs_per_pod} process(es) need {wanted} {options.device} devices; "
-                f"found {count}"
-            )
+    return device_problem(options)
+
+
+def device_problem(options: DryRunOptions) -> str | None:
+    """Why this machine cannot give ``--device``'s dry run its pods × processes devices, or None (always None on the
+    CPU). ``validate`` asks before any check runs and refuses the flag (exit 2): a dry run asked for on a device this
+    machine lacks did not run, and must not read as passed."""
+    if options.device == "cpu":
+        return None
+    count, why = _devices(options.device)
+    wanted = options.pods * options.procs_per_pod
+    if count == 0:
+        why = why or f"no {options.device} device here"
+        return f"--device {options.device}: {why}; drop --device to dry-run on the CPU"
+    if count < wanted:
+        return (
+            f"--device {options.device}: {options.pods} pods × {options.procs_per_pod} process(es) need {wanted} "
+            f"{options.device} devices, this machine has {count}; fewer --pods or --procs-per-pod, or the CPU"
+        )
     return None
 
 
