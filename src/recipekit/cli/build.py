@@ -21,7 +21,11 @@ from recipekit.cli.common import SETTINGS, finite, layers, recipes_option, rich_
     type=click.Path(path_type=Path),
     help="Bundle directory (default: bundles/<name>); with -m, the root.",
 )
-@click.option("--force", is_flag=True, help="Replace OUTPUT even if it is not a recipekit bundle.")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Replace OUTPUT when it holds a bundle of another recipe (what changed is printed) or is no bundle.",
+)
 @click.option("--allow-oom", is_flag=True, help="Build even when the plan predicts the run will not fit in memory.")
 @click.option(
     "-m",
@@ -61,6 +65,10 @@ def build(
 
     built = build_bundle(overrides, output, extra_dirs=extra_dirs, force=force, allow_oom=allow_oom)
     plan, recipe = built.resolved.plan, built.resolved.recipe
+    for note in built.resolved.notes:
+        click.echo(f"note: {note}", err=True)
+    if built.replaced:
+        click.echo(f"replaced the bundle of another recipe: {', '.join(built.replaced)}", err=True)
     warn(plan.warnings)
     if not built.estimate.fits:
         from recipekit.bundle.summary import not_fit
