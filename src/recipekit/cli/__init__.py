@@ -51,6 +51,18 @@ class _Commands(click.Group):
             click.echo("interrupted", err=True)
             sys.exit(130)
 
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        """click suggests a close command name from the commands loaded so far; the lazy ones count too
+        (``recipekit bulid``: did you mean 'build'?)."""
+        try:
+            return super().resolve_command(ctx, args)
+        except click.exceptions.NoSuchCommand as exc:
+            raise click.exceptions.NoSuchCommand(
+                exc.command_name, possibilities=self.list_commands(ctx), ctx=ctx
+            ) from None
+
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         if name in self.lazy and name not in self.commands:
             import importlib

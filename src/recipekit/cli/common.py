@@ -35,7 +35,8 @@ def user_errors(func: Callable[..., Any]) -> Callable[..., Any]:
     """Turn RecipeError into the list of problems on stderr and exit code 2.
 
     An ``OSError`` that reaches here (a ``--recipes`` tree that cannot be read, say) is the user's file system
-    refusing a path they gave: it is reported the same way, one line naming the path, rather than as a traceback.
+    refusing a path they gave: it is reported the same way, one line naming the path, rather than as a traceback; a
+    path that does not exist says which names beside it are close (:func:`recipekit.base.paths.did_you_mean`).
     """
 
     @functools.wraps(func)
@@ -46,11 +47,13 @@ def user_errors(func: Callable[..., Any]) -> Callable[..., Any]:
             raise
         except OSError as exc:
             from recipekit.base.errors import Problem
+            from recipekit.base.paths import did_you_mean
 
             where = os.fsdecode(exc.filename) if exc.filename is not None else "path"
-            exit_with_problems(
-                RecipeError([Problem(where.encode("utf-8", "backslashreplace").decode(), exc.strerror or str(exc))])
-            )
+            reason = exc.strerror or str(exc)
+            if isinstance(exc, FileNotFoundError) and exc.filename is not None:
+                reason += did_you_mean(Path(where))  # a path the user mistyped: bundles/phi4-lora for phi4_lora
+            exit_with_problems(RecipeError([Problem(where.encode("utf-8", "backslashreplace").decode(), reason)]))
         except RecipeError as err:
             exit_with_problems(err)
 

@@ -24,6 +24,7 @@ import yaml
 from recipekit.base import yamlfile
 from recipekit.base.errors import Problem, RecipeError
 from recipekit.base.limits import BUNDLE_FILE, read_regular
+from recipekit.base.paths import did_you_mean
 from recipekit.runs import runfiles
 from recipekit.runtime.boundary import filenames, jsonfile, metricslog
 
@@ -329,7 +330,7 @@ def load_run(path: Path, volume: Path | None = None, plan: Path | None = None, l
     if path.is_file():
         run = load_baseline(path, name)
     elif not path.is_dir():
-        raise RecipeError([Problem(str(path), "no such run directory, bundle or baseline file")])
+        raise RecipeError([Problem(str(path), "no such run directory, bundle or baseline file" + did_you_mean(path))])
     elif (path / DRYRUN_MARKER).is_file() and (path / "bundle" / filenames.RECIPE_FILE).is_file():
         run = RunLog(name)
         output = _bundle_info(path / "bundle", run)  # the twin's own plan; its output_dir is a local path
