@@ -105,17 +105,16 @@ def _experts_words(c: Any) -> str:
     return ", top-k experts" if c.params_active != c.params_total else ""
 
 
+#: Where the MFU's FLOPs are defined (the counter's convention, LoRA's frozen base, what metrics.jsonl divides by).
+MFU_BASIS = "see docs/models.md#flops-one-definition"
+
+
 def _timing_rows(est: Estimate) -> list[tuple[str, str]]:
     c, comm, off = est.compute, est.communication, est.offload
     rows = [
         ("parameters", _params_words(est)),
-        (
-            "MFU basis",
-            "torch's FLOP counter over one forward + backward of the model (model.flops: the head counted even "
-            f"when tied, attention dense S×S over heads × head_dim{_experts_words(c)}; "
-            "LoRA: the frozen base + 6 × adapters), no recomputation; "
-            "metrics.jsonl's mfu divides by this same plan.flops.model_per_token",
-        ),
+        # the basis is explained once, in the docs; every plan points there (issue 41)
+        ("MFU basis", f"model.flops{' (top-k experts)' if _experts_words(c) else ''}; {MFU_BASIS}"),
         (
             "FLOPs per token",
             f"{c.flops_per_token / 1e9:,.1f} GFLOP"

@@ -103,16 +103,27 @@ def _build_matrix(
 @click.argument("overrides", nargs=-1)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (resolved recipe, choices, derived numbers).")
 @click.option("--compact", is_flag=True, help="Print the resolved recipe as key=value, one leaf key a line.")
+@click.option(
+    "--internals",
+    is_flag=True,
+    help="Also print what model import measured (model.params, flops, activations, modules, config).",
+)
 @recipes_option
 @user_errors
-def show(overrides: tuple[str, ...], as_json: bool, compact: bool, extra_dirs: tuple[Path, ...]) -> None:
+def show(
+    overrides: tuple[str, ...], as_json: bool, compact: bool, internals: bool, extra_dirs: tuple[Path, ...]
+) -> None:
     """Show the resolved recipe and its derived numbers; writes nothing.
+
+    The model's measured internals (exact counts, FLOPs, activations, module tree, its config.json) are left out
+    unless --internals; --json holds everything.
 
     \b
     Examples:
       recipekit show recipe=llama3_8b_lora hw=a100_80g
       recipekit show recipe=qwen2.5_14b_sft cluster.nodes=4 --json
       recipekit show recipe=qwen2.5_14b_sft --compact | grep batch
+      recipekit show recipe=qwen2.5_14b_sft --compact --internals | grep flops
     """
     import yaml
 
@@ -129,18 +140,33 @@ def show(overrides: tuple[str, ...], as_json: bool, compact: bool, extra_dirs: t
     if as_json:
         click.echo(json.dumps(document, indent=2))
         return
+    recipe = document["recipe"] if internals else _without_internals(document["recipe"])
+    left_out = "" if internals else f"# left out: model.{', '.join(MODEL_INTERNALS)} (--internals)"
     if compact:
         from recipekit.cli.compactview import compact_lines
 
-        click.echo("\n".join(compact_lines(document["recipe"])))
+        click.echo("\n".join(compact_lines(recipe)))
+        if left_out:  # stderr: stdout stays one key=value a line, for grep
+            click.echo(left_out, err=True)
         return
     from recipekit.bundle import planview
 
     # plain, whole lines: PyYAML folds at 80 columns and rich at the terminal's width, both mid-value
-    chosen = {"choices": document["choices"], "recipe": document["recipe"]}
+    chosen = {"choices": document["choices"], "recipe": recipe}
     click.echo(yaml.safe_dump(chosen, sort_keys=False, width=2**31 - 1, allow_unicode=True), nl=False)
+    if left_out:
+        click.echo(left_out)
     rich_console().print(planview.render_summary(document["plan"]))
     warn(resolved.plan.warnings)
+
+
+#: What `model import` measured: the plan reads it, a person reading the recipe rarely does (`show --internals`).
+MODEL_INTERNALS = ("params", "flops", "activations", "modules", "config")
+
+
+def _without_internals(recipe: dict[str, Any]) -> dict[str, Any]:
+    model = {key: value for key, value in recipe["model"].items() if key not in MODEL_INTERNALS}
+    return {**recipe, "model": model}
 
 
 @click.command(context_settings={**SETTINGS, "ignore_unknown_options": True})

@@ -45,19 +45,74 @@ def word_table(
     title: str | None = None,
     caption: str | None = None,
     whole: tuple[int, ...] | None = None,
+    width: int | None = None,
+    drop: tuple[int, ...] = (),
+    shorten: tuple[int, ...] = (),
 ) -> Any:
-    """A table whose cells wrap between words: each column in ``whole`` (default: all) is at least as wide as its
-    longest word (an option name, a run directory, an image reference, a number), so none is cut; in the others a
-    word wider than the column is folded, never hidden behind an ellipsis. Every cell is plain text (:func:`plain`).
+    """A table whose cells wrap between words, never inside one: every column is at least as wide as its longest
+    word (an option name, a run directory, an image reference, a number). Where that is wider than ``width`` (the
+    terminal's), the columns in ``drop`` are left out, in that order, until it fits (:func:`fitted_columns`); then
+    the words of the columns in ``shorten`` (paths, image references) are shortened from the middle (``/mnt/…/x``),
+    which keeps both ends a person recognises. Only a table that still cannot fit folds a word. The columns in
+    ``whole`` never wrap at all. Every cell is plain text (:func:`plain`); the title and caption are lines of their
+    own above and below, so no line ends in padding.
     """
+    from rich.console import Group
     from rich.table import Table
 
-    table = Table(title=plain(title) if title else None, caption=caption, title_justify="left")
-    for i, header in enumerate(headers):
-        words = [word for text in [header, *(row[i] for row in rows)] for word in text.split()]
-        kept = whole is None or i in whole  # no word of this column is cut
-        widest = max(map(len, words), default=1) if kept else None
-        table.add_column(plain(header), overflow="fold", min_width=widest, no_wrap=whole is not None and kept)
+    keep, rows = fitted_columns(headers, rows, width=width, drop=drop, shorten=shorten)
+    table = Table()
+    for i in keep:
+        words = [word for text in [headers[i], *(row[i] for row in rows)] for word in text.split()]
+        widest = max(map(len, words), default=1)
+        no_wrap = whole is not None and i in whole
+        table.add_column(plain(headers[i]), overflow="fold", min_width=widest, no_wrap=no_wrap)
     for row in rows:
-        table.add_row(*(plain(cell) for cell in row))
-    return table
+        table.add_row(*(plain(row[i]) for i in keep))
+    # title and caption as lines of their own: rich pads a table's own to the table's width (trailing spaces)
+    return Group(*([plain(title)] if title else []), table, *([plain(caption)] if caption else []))
+
+
+def fitted_columns(
+    headers: list[str],
+    rows: list[list[str]],
+    *,
+    width: int | None,
+    drop: tuple[int, ...] = (),
+    shorten: tuple[int, ...] = (),
+) -> tuple[list[int], list[list[str]]]:
+    """The columns a table of ``headers`` and ``rows`` keeps within ``width`` (each as wide as its longest word, plus
+    a rich table's borders and padding: 3 a column and 1), leaving out those of ``drop`` in order; and the rows with
+    the words of the ``shorten`` columns shortened from the middle where it still does not fit."""
+    keep = list(range(len(headers)))
+
+    def longest(i: int, cells: list[list[str]]) -> int:
+        return max((len(w) for text in [headers[i], *(r[i] for r in cells)] for w in text.split()), default=1)
+
+    def needed(cells: list[list[str]]) -> int:
+        return sum(longest(i, cells) for i in keep) + 3 * len(keep) + 1
+
+    if width is None:
+        return keep, rows
+    for column in drop:
+        if needed(rows) <= width:
+            break
+        keep.remove(column)
+    shortened = [i for i in shorten if i in keep]
+    if needed(rows) > width and shortened:
+        others = sum(longest(i, rows) for i in keep if i not in shortened) + 3 * len(keep) + 1
+        room = max(12, (width - others) // len(shortened))
+        rows = [
+            [" ".join(middle(w, room) for w in cell.split()) if i in shortened else cell for i, cell in enumerate(row)]
+            for row in rows
+        ]
+    return keep, rows
+
+
+def middle(text: str, width: int) -> str:
+    """``text`` within ``width`` characters, shortened from the middle (``registry.example.com/…/image:tag``): both
+    ends stay, which is what a person matches a path or a reference by."""
+    if len(text) <= width:
+        return text
+    head = (width - 1) // 2
+    return text[:head] + "…" + text[len(text) - (width - 1 - head) :]

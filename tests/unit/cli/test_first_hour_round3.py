@@ -57,3 +57,46 @@ def test_a_mistyped_command_says_which_was_meant() -> None:
     """`bulid` is close to `build`, a command imported only when invoked (click suggested only loaded ones)."""
     result = run("bulid")
     assert result.exit_code == 2 and "Did you mean 'build'?" in result.output, result.output
+
+
+# ------------------------------------------------------------------------------------------------------ show
+def test_show_prints_the_recipe_with_the_model_s_internals_behind_a_flag() -> None:
+    """Issue 41: show printed 286 lines, most of them what model import measured. Now those are left out, said so
+    in one line; --internals prints them; --json holds everything."""
+    import json
+
+    plain = run("show", "recipe=llama3_8b_sft")
+    assert plain.exit_code == 0 and "num_layers: 32" in plain.output
+    assert "train_per_position" not in plain.output and "rope_theta: 500000" not in plain.output.split("config")[-1]
+    assert "# left out: model.params, flops, activations, modules, config (--internals)" in plain.output
+    full = run("show", "recipe=llama3_8b_sft", "--internals")
+    assert "train_per_position" in full.output and "# left out" not in full.output
+    assert len(full.output.splitlines()) > len(plain.output.splitlines()) + 60
+    compact = CliRunner().invoke(main, ["show", "recipe=llama3_8b_sft", "--compact"])
+    assert "model.flops.train=" not in compact.stdout and "model.num_layers=32" in compact.stdout
+    assert "model.flops.train=" in run("show", "recipe=llama3_8b_sft", "--compact", "--internals").output
+    document = json.loads(run("show", "recipe=llama3_8b_sft", "--json").output)
+    assert "flops" in document["recipe"]["model"]
+
+
+# ------------------------------------------------------------------------------------------------------ list
+def test_list_hides_the_test_twins_unless_asked() -> None:
+    """Issue 41: six tiny_* test twins sat among the models a user chooses from."""
+    shown = run("list")
+    assert shown.exit_code == 0 and "llama3_8b *" in shown.output and "phi4" in shown.output
+    assert "tiny_llama" not in shown.output and "tiny_sft" not in shown.output
+    assert "7 test twins (tiny_*) not shown: --all" in shown.output
+    everything = run("list", "model", "--all")
+    assert "tiny_llama" in everything.output and "not shown" not in everything.output
+
+
+# ------------------------------------------------------------------------------------------------------ plan
+def test_plan_points_to_the_mfu_basis_instead_of_repeating_it() -> None:
+    """Issue 41: every plan printed a 6-line "MFU basis" paragraph; it is defined once, in docs/models.md."""
+    shown = run("plan", "recipe=llama3_8b_sft")
+    assert shown.exit_code == 0, shown.output
+    basis = [line for line in shown.output.splitlines() if "MFU basis" in line]
+    assert len(basis) == 1 and "docs/models.md#flops-one-definition" in basis[0], basis
+    assert "torch's FLOP counter over one forward" not in shown.output
+    docs = Path(__file__).resolve().parents[3] / "docs" / "models.md"
+    assert "### FLOPs: one definition" in docs.read_text(encoding="utf-8")

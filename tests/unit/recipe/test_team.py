@@ -115,7 +115,7 @@ def test_team_option_shadows_a_builtin_one_and_list_marks_it(repo: Path) -> None
     )
     result = run("list", "cluster")
     assert result.exit_code == 0, result.output
-    rows = {line.split("│")[2].strip(): line for line in result.output.splitlines() if line.count("│") >= 4}
+    rows = {line.split("│")[1].strip(): line for line in result.output.splitlines() if line.count("│") >= 3}
     assert "default *" in rows and "team-nlp-recipes (shadows built-in)" in rows["default *"]
     assert "team-nlp-recipes" in rows["team"] and "shadows" not in rows["team"]
     assert "built-in" in rows["local"]
