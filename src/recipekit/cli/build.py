@@ -65,21 +65,29 @@ def build(
 
     built = build_bundle(overrides, output, extra_dirs=extra_dirs, force=force, allow_oom=allow_oom)
     plan, recipe = built.resolved.plan, built.resolved.recipe
+    from recipekit.cli.terminal import echo_wrapped
+
     for note in built.resolved.notes:
-        click.echo(f"note: {note}", err=True)
-    if built.replaced:
-        click.echo(f"replaced the bundle of another recipe: {', '.join(built.replaced)}", err=True)
+        echo_wrapped(f"note: {note}", err=True)
     warn(plan.warnings)
     if not built.estimate.fits:
         from recipekit.bundle.summary import not_fit
 
         warn([not_fit(built.estimate.total_gib, built.estimate.device_gib)])
+    from recipekit.bundle.summary import pod_requests
+    from recipekit.cli.terminal import shown_path
+
     click.echo(
-        f"{click.style('built', fg='green')} {built.path} ({len(built.files)} files) for {recipe.hw.name}: "
-        f"{plan.layout.nodes} pod(s) × {plan.layout.devices_per_pod} device(s), "
-        f"global batch {plan.layout.global_batch_size}, {plan.precision}, "
-        f"{parallelism(plan)}"
+        f"{click.style('built', fg='green')} {shown_path(built.path)} ({len(built.files)} files) for {recipe.hw.name}"
     )
+    echo_wrapped(
+        f"{plan.layout.nodes} pod(s) × {plan.layout.devices_per_pod} device(s), "
+        f"global batch {plan.layout.global_batch_size}, {plan.precision}, {parallelism(plan)}",
+        indent=2,
+    )
+    echo_wrapped(f"each pod requests {pod_requests(recipe, plan)}", indent=2)
+    if built.replaced:
+        echo_wrapped(f"replaced the bundle of another recipe: {', '.join(built.replaced)}")
 
 
 def _build_matrix(
@@ -250,6 +258,10 @@ def plan(
         sys.exit(0 if estimate.fits else 1)
     console = rich_console()
     console.print(planview.render_estimate(estimate))
+    from recipekit.bundle.summary import pod_requests
+    from recipekit.cli.terminal import echo_wrapped
+
+    echo_wrapped(f"pod requests: {pod_requests(recipe, resolved.plan)}")
     if not estimate.fits:
         problem = memory.fit_problem(estimate, images=resolved.images, parallel_options=options)
         if problem is not None:

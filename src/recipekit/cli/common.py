@@ -27,8 +27,11 @@ def rich_console(stderr: bool = False) -> Any:
 
 
 def warn(warnings: list[str]) -> None:
+    """Each warning on stderr, broken between words on a terminal (one line each when piped)."""
+    from recipekit.cli.terminal import echo_wrapped
+
     for warning in warnings:
-        click.echo(f"{click.style('warning:', fg='yellow')} {warning}", err=True)
+        echo_wrapped(f"{click.style('warning:', fg='yellow')} {warning}", err=True, terminal_only=True)
 
 
 def user_errors(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -61,25 +64,28 @@ def user_errors(func: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def exit_with_problems(err: RecipeError) -> NoReturn:
-    """Every problem on its own line on stderr, then exit code 2: the one way recipekit reports unusable input.
+    """Every problem on its own line on stderr, then exit code 2: the one way recipekit reports unusable input. On a
+    terminal each is broken between words at its width (a terminal would cut a word), piped it is one line.
 
     One line each whatever text the input smuggled into a key or a message: control and invisible formatting
     characters are printed as their escapes (``\\n``, ``\\u202e``).
     """
+    from recipekit.cli.terminal import echo_wrapped
     from recipekit.recipe.schema import printable
 
     count = len(err.problems)
     click.echo(f"{click.style('error:', fg='red', bold=True)} {count} problem{'s' if count != 1 else ''}:", err=True)
-    for problem in err.problems:
-        click.echo(f"  - {printable(str(problem))}", err=True)
+    for problem in err.problems:  # on a terminal broken between words; piped, one problem a line
+        echo_wrapped(f"- {printable(str(problem))}", indent=2, err=True, terminal_only=True)
     sys.exit(2)
 
 
 def fail(message: str) -> NoReturn:
     """One problem that is not a recipe key's (a path, a flag combination): one line on stderr, exit code 2."""
+    from recipekit.cli.terminal import echo_wrapped
     from recipekit.recipe.schema import printable
 
-    click.echo(f"{click.style('error:', fg='red', bold=True)} {printable(message)}", err=True)
+    echo_wrapped(f"{click.style('error:', fg='red', bold=True)} {printable(message)}", err=True, terminal_only=True)
     sys.exit(2)
 
 

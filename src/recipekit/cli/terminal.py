@@ -116,3 +116,44 @@ def middle(text: str, width: int) -> str:
         return text
     head = (width - 1) // 2
     return text[:head] + "…" + text[len(text) - (width - 1 - head) :]
+
+
+def echo_wrapped(text: str, *, indent: int = 0, err: bool = False, terminal_only: bool = False) -> None:
+    """``text`` broken between words at the terminal's width (80 columns when piped), indented by ``indent``, its
+    continuation lines 2 further: never a word cut, never a line the terminal wraps. A word longer than the line (a
+    path) stays whole on a line of its own. ``terminal_only``: wrapped only where the stream is a terminal, so piped
+    output keeps one record a line (an error a script greps)."""
+    import shutil
+    import sys
+    import textwrap
+
+    import click
+
+    stream = sys.stderr if err else sys.stdout
+    if terminal_only and not stream.isatty():
+        click.echo(" " * indent + text, err=err)
+        return
+    width = max(40, shutil.get_terminal_size((80, 24)).columns)
+    lead = " " * indent
+    lines = textwrap.wrap(
+        text,
+        width=width,
+        initial_indent=lead,
+        subsequent_indent=lead + "  ",
+        break_long_words=False,
+        break_on_hyphens=False,
+    )
+    click.echo("\n".join(lines) or lead, err=err)
+
+
+def shown_path(path: object) -> str:
+    """``path`` as a person typed it: relative to the working directory when it is below it, else as it is."""
+    import os
+    from pathlib import Path
+
+    given = Path(str(path))
+    try:
+        here = Path.cwd()
+    except OSError:  # a working directory that no longer exists
+        return str(given)
+    return os.path.relpath(given, here) if given.is_absolute() and given.is_relative_to(here) else str(given)

@@ -100,3 +100,21 @@ def test_plan_points_to_the_mfu_basis_instead_of_repeating_it() -> None:
     assert "torch's FLOP counter over one forward" not in shown.output
     docs = Path(__file__).resolve().parents[3] / "docs" / "models.md"
     assert "### FLOPs: one definition" in docs.read_text(encoding="utf-8")
+
+
+# ------------------------------------------------------------------------------------------------- pod requests
+def test_plan_build_and_readme_say_what_each_pod_requests_and_why(tmp_path: Path) -> None:
+    """Issue 41: the pods asked for 172 CPUs and 870 GiB (the 910B option's assumed node) and nothing said so; a
+    smaller node leaves the PodGroup Pending."""
+    plan = run("plan", "recipe=qwen2.5_14b_sft")
+    said = " ".join(plan.output.split())
+    assert "pod requests: 172 CPU and 870 GiB of memory" in said, plan.output
+    assert "90% of hw.node_cpus 192" in said and "85% of hw.node_memory_gib 1024" in said
+    assert "cluster.cpu_per_pod" in said
+    build = run("build", "recipe=qwen2.5_14b_sft", "cluster.memory_gib_per_pod=512", "-o", str(tmp_path / "b"))
+    said = " ".join(build.output.split())
+    assert build.exit_code == 0 and "each pod requests 172 CPU and 512 GiB of memory" in said, build.output
+    assert "memory from cluster.memory_gib_per_pod" in said
+    readme = (tmp_path / "b" / "README.md").read_text(encoding="utf-8")
+    pending = readme.split("**PodGroup stays Pending.**")[1].split("\n- **")[0]
+    assert "Each pod requests 172 CPU and 512 GiB of memory" in pending and "allocatable" in pending
