@@ -86,7 +86,7 @@ def main() -> None:
       recipekit build recipe=llama3_8b_sft hw=ascend910b
       recipekit plan recipe=llama3_70b_sft cluster.nodes=8 --advise
       recipekit validate bundles/llama3_8b_sft --dry-run
-      recipekit image build bundles/llama3_8b_sft --push    # needs a Docker-API engine
+      recipekit image build bundles/tiny_sft --push  # needs a Docker-API engine
     """
 
 

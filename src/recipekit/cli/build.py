@@ -49,12 +49,12 @@ def build(
     \b
     Examples:
       recipekit build recipe=llama3_8b_sft hw=ascend910b
-      recipekit build recipe=qwen2.5_14b_sft cluster.nodes=4 parallel=zero3 train.micro_batch_size=2
-      recipekit build model=qwen2.5_7b mode=lora hw=h100 -o out/qwen-lora
-      recipekit build recipe=llama3_8b_sft parallel=zero2 parallel.tensor_parallel=2 -o bundles/llama3_8b_tp2
-      recipekit build --recipes ./team-recipes/recipes recipe=our_qwen_sft    # a tree `recipekit init` made
-      recipekit build -m recipe=llama3_8b_sft,qwen2.5_7b_pretrain hw=ascend910b,h100
-      recipekit build -m 'recipe=glob(*)' 'train.seed=range(1,4)' -o out/matrix
+      recipekit build recipe=qwen2.5_14b_sft cluster.nodes=4 train.epochs=1
+      recipekit build model=qwen2.5_7b mode=lora hw=h100 -o bundles/qwen-lora
+      recipekit build parallel=zero2 parallel.tensor_parallel=2 -o bundles/tp2
+      recipekit build --recipes team-recipes/recipes recipe=our_qwen_sft
+      recipekit build -m recipe=llama3_8b_sft,qwen3_8b_sft hw=ascend910b,h100
+      recipekit build -m 'recipe=glob(*)' 'train.seed=range(1,3)' -o bundles/sweep
     """
     extra_dirs = layers(extra_dirs)
     if multirun:
@@ -222,8 +222,8 @@ def plan(
       recipekit plan recipe=llama3_70b_sft hw=ascend910b cluster.nodes=8
       recipekit plan recipe=llama3_8b_lora hw=a100_80g --json
       recipekit plan recipe=qwen2.5_72b_sft hw=ascend910b --advise
-      recipekit plan recipe=llama3_70b_sft parallel.tensor_parallel=8 parallel.pipeline_parallel=2 --price 2.5
-      recipekit plan recipe=qwen2.5_7b_pretrain --data /mnt/shared/runs/prepared/4f2a.../manifest.json  # cluster volume
+      recipekit plan recipe=llama3_70b_sft parallel.pipeline_parallel=2
+      recipekit plan recipe=qwen2.5_7b_pretrain --data /mnt/shared/prepared/4f2a
     """
     from recipekit import memory
     from recipekit.bundle import planview

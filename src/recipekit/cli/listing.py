@@ -147,7 +147,7 @@ def list_(group: str | None, show_all: bool, extra_dirs: tuple[Path, ...]) -> No
       recipekit list
       recipekit list hw
       recipekit list model --all
-      recipekit list cluster --recipes ./team-recipes/recipes    # a tree `recipekit init` made
+      recipekit list cluster --recipes team-recipes/recipes
     """
     from recipekit.base.errors import Problem
     from recipekit.base.paths import GROUPS

@@ -31,8 +31,8 @@ def model_group() -> None:
 
     \b
     Examples:
-      recipekit model import /mnt/shared/models/Qwen3-8B/config.json -o recipes/model/qwen3_8b.yaml  # cluster volume
-      recipekit model import config.json -o recipes/model/my_model.yaml --name my_model
+      recipekit model import /mnt/shared/models/Qwen3-8B -o qwen3_8b.yaml
+      recipekit model import config.json -o my_model.yaml --name my_model
     """
 
 
@@ -84,8 +84,8 @@ def import_command(
 
     \b
     Examples:
-      cd team-recipes && recipekit model import /mnt/shared/models/Qwen3-30B-A3B    # cluster volume
-      recipekit model import ./Mixtral-8x7B-v0.1/config.json -o recipes/model/mixtral_8x7b.yaml
+      cd team-recipes && recipekit model import /mnt/shared/models/Qwen3-30B-A3B
+      recipekit model import Mixtral-8x7B-v0.1/config.json -o mixtral_8x7b.yaml
     """
     from recipekit.base.errors import RecipeError
     from recipekit.recipe.modelimport import ImportProblem, describe, import_config, option_yaml

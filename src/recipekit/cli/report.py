@@ -234,10 +234,10 @@ def report_command(
 
     \b
     Examples:
-      recipekit report bundles/llama3_8b_sft --volume /mnt/pvc-llm-shared -o report/    # cluster volume
+      recipekit report bundles/llama3_8b_sft --volume /mnt/pvc  # cluster
       recipekit report runs/tiny-sft-a970ef --json
-      recipekit report /mnt/shared/runs/llama3-8b-sft-5891d6 --plan bundles/llama3_8b_sft/plan.json    # cluster volume
-      recipekit report runs/tiny-sft-a970ef -o report/ --export-baseline baseline.json
+      recipekit report /mnt/shared/runs/tiny-sft-5891d6 --plan bundles/tiny_sft
+      recipekit report runs/tiny-sft-a970ef --export-baseline baseline.json
     """
     from recipekit.runs.runlog import baseline, load_run
     from recipekit.runs.runsummary import summary
@@ -411,8 +411,8 @@ def compare_command(
     \b
     Examples:
       recipekit compare runs/cuda-a100 runs/ascend-910b
-      recipekit compare bundles/llama3_8b_sft@old bundles/llama3_8b_sft --volume /mnt/pvc --html cmp/  # cluster volume
-      recipekit report runs/cuda-a100 --export-baseline b.json && recipekit compare runs/ascend-910b --baseline b.json
+      recipekit compare bundles/tiny_sft@h100 bundles/tiny_sft --volume /mnt/pvc
+      recipekit compare runs/cuda-a100 runs/ascend-910b --html compare-html
     """
     from recipekit.runs.compare import Tolerances, compare
     from recipekit.runs.runlog import load_run

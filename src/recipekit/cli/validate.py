@@ -79,10 +79,10 @@ def validate_command(ctx: click.Context, bundle: Path, dry_run: bool, as_json: b
     Examples:
       recipekit validate bundles/llama3_8b_sft
       recipekit validate bundles/llama3_8b_sft --dry-run
-      recipekit validate bundles/llama3_8b_sft --dry-run --pods 2 --kill-pod 1 --at-step 6
-      recipekit validate bundles/tiny_sft --dry-run --kill-pod 1 --at-step 6 --resume-pods 1
-      recipekit validate bundles/llama3_8b_tp2 --dry-run --pods 2 --procs-per-pod 2
-      recipekit validate bundles/llama3_8b_sft --dry-run --device npu
+      recipekit validate bundles/tiny_sft --dry-run --kill-pod 1 --at-step 6
+      recipekit validate bundles/tiny_sft --dry-run --kill-pod 1 --resume-pods 1
+      recipekit validate bundles/tp2 --dry-run --pods 2 --procs-per-pod 2
+      recipekit validate bundles/tiny_sft --dry-run --device npu  # exit 2: no NPU
       recipekit validate bundles/tiny_sft --json
     """
     from recipekit.validate import validate

@@ -118,3 +118,11 @@ def test_plan_build_and_readme_say_what_each_pod_requests_and_why(tmp_path: Path
     readme = (tmp_path / "b" / "README.md").read_text(encoding="utf-8")
     pending = readme.split("**PodGroup stays Pending.**")[1].split("\n- **")[0]
     assert "Each pod requests 172 CPU and 512 GiB of memory" in pending and "allocatable" in pending
+
+
+def test_every_help_example_fits_80_columns() -> None:
+    """Issue 41: 26 help-example lines ran to 118 characters; click prints them 4 columns in."""
+    from tests.integration.test_help_examples import discover
+
+    long = [example.line for example in discover() if len(example.line) + 4 > 80]
+    assert not long, long
