@@ -26,6 +26,7 @@ class _Commands(click.Group):
         "plan": ("recipekit.cli.build", "plan"),
         "list": ("recipekit.cli.listing", "list_"),
         "validate": ("recipekit.cli.validate", "validate_command"),
+        "clean": ("recipekit.cli.validate", "clean_command"),
         "init": ("recipekit.cli.handover", "init_command"),
         "pack": ("recipekit.cli.handover", "pack_command"),
         "verify": ("recipekit.cli.handover", "verify_command"),

@@ -9,6 +9,7 @@ Exit codes: 0 done (compare: ALIGNED), 1 compare: NOT ALIGNED, 2 unusable input 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -109,6 +110,49 @@ def _write_files(out: Path, html: str, plots: Sequence[Any], document: dict[str,
 
 
 # ------------------------------------------------------------------------------------------------------- report
+#: Where reports go without -o: one directory per report, named by run id and time (never replaced).
+REPORTS = Path("recipekit-report")
+#: Reports kept there: the oldest beyond it are removed when a new one is written (`recipekit clean` removes all).
+KEEP_REPORTS = 20
+_REPORT_NAME = re.compile(r"[0-9A-Za-z_.-]+-\d{8}-\d{6}(-\d+)?")
+
+
+def _run_id(doc: dict[str, Any]) -> str:
+    found = dict(doc.get("what_ran") or []).get("run id", "")
+    return found if isinstance(found, str) and re.fullmatch(r"[0-9A-Za-z_.-]{1,64}", found) else "run"
+
+
+def new_report_dir(run_id: str, now: float | None = None) -> Path:
+    """``recipekit-report/<run id>-<YYYYMMDD-HHMMSS>`` (UTC), not yet taken."""
+    import time
+
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(time.time() if now is None else now))
+    base = REPORTS / f"{run_id}-{stamp}"
+    candidate, n = base, 1
+    while candidate.exists():
+        n += 1
+        candidate = base.with_name(f"{base.name}-{n}")
+    return candidate
+
+
+def prune_reports(folder: Path, keep: int) -> list[Path]:
+    """Remove all but the newest ``keep`` report directories in ``folder`` (named by :func:`new_report_dir`)."""
+    import shutil
+
+    def when(path: Path) -> tuple[str, int]:
+        found = re.search(r"-(\d{8}-\d{6})(?:-(\d+))?$", path.name)
+        return (found.group(1), int(found.group(2) or 1)) if found else ("", 0)
+
+    try:
+        reports = [p for p in folder.iterdir() if _REPORT_NAME.fullmatch(p.name) and p.is_dir() and not p.is_symlink()]
+    except OSError:
+        return []
+    old = sorted(reports, key=when)[: max(0, len(reports) - keep)]
+    for path in old:
+        shutil.rmtree(path, ignore_errors=True)
+    return old
+
+
 def report_html(run: Any, doc: dict[str, Any], plots: Sequence[Any]) -> str:
     from recipekit.runs import runhtml as h
 
@@ -200,9 +244,9 @@ def report_html(run: Any, doc: dict[str, Any], plots: Sequence[Any]) -> str:
     "--output",
     "out",
     type=click.Path(path_type=Path),
-    default=Path("recipekit-report"),
-    show_default=True,
-    help="Directory for report.html, the PNGs and report.json.",
+    default=None,
+    help="Directory for report.html, the PNGs and report.json (default: a new one per report, "
+    "recipekit-report/<run id>-<time>; the newest 20 kept).",
 )
 @click.option(
     "--margin",
@@ -222,7 +266,7 @@ def report_command(
     run_dir: Path,
     volume: Path | None,
     plan: Path | None,
-    out: Path,
+    out: Path | None,
     margin: float,
     export_baseline: Path | None,
     as_json: bool,
@@ -249,6 +293,9 @@ def report_command(
     doc = summary(run, margin)
     with _progress(not as_json) as progress:
         plots = run_plots(run, progress)
+    if out is None:
+        prune_reports(REPORTS, KEEP_REPORTS - 1)  # with this one, the newest KEEP_REPORTS
+        out = new_report_dir(_run_id(doc))
     files = _write_files(out, report_html(run, doc, plots), plots, doc)
     if export_baseline is not None:
         export_baseline.parent.mkdir(parents=True, exist_ok=True)

@@ -187,18 +187,53 @@ def print_verdict(report: Verdict) -> None:
             Text(_details(result), style="red" if result.failed else ""),
         )
     console.print(table)
+    seen: set[str] = set()
+    workdir = ""
     for result in report.results:
         subs = result.details.get("substitutions")
+        workdir = workdir or str(result.details.get("workdir") or "")
         if subs and not result.failed:
             for line in substitution_lines(subs, str(result.details.get("workdir") or "")):
                 console.print(Text(line))
         for name, tail in (result.details.get("log_tails") or {}).items():
             console.print(plain(f"{result.id}: last lines of {name}", style="bold red"))
-            console.print(Text(tail))
+            # as written, never re-wrapped (a line copied is the line logged); a traceback shown once
+            console.print(Text(traceback_once(tail, seen)), soft_wrap=True)
     for warning in report.warnings:
         console.print(styled(("warning:", "bold yellow"), f" {warning}"))
+    if workdir:
+        console.print(plain(f"dry run kept in {workdir} (report, runs history read it; clean removes it)"))
     counts, verdict = report.summary().split(": ", 1)
     console.print(styled(f"{counts}: ", (verdict, "green" if report.ok else "bold red")))
+
+
+_TRACEBACK = "Traceback (most recent call last):"
+#: What torchrun puts before a worker's line (``[rank1]:``, ``[default0]:``): not part of what the worker said.
+_RANK_PREFIX = re.compile(r"^\[[\w.-]+\]:\s?")
+
+
+def traceback_once(tail: str, seen: set[str]) -> str:
+    """``tail`` with each traceback another pod's tail already showed (every rank raises the same one) replaced by
+    one line saying so; the tracebacks shown are added to ``seen`` (compared without torchrun's rank prefix)."""
+    lines = tail.splitlines()
+    bare = [_RANK_PREFIX.sub("", line) for line in lines]
+    out, i = [], 0
+    while i < len(lines):
+        if not bare[i].startswith(_TRACEBACK):
+            out.append(lines[i])
+            i += 1
+            continue
+        end = i + 1
+        while end < len(lines) and (bare[end].startswith((" ", "\t")) or not bare[end].strip()):
+            end += 1
+        block = "\n".join(bare[i : end + 1])  # the traceback and the exception line after it
+        if block in seen:
+            out.append("(the same traceback as above)")
+        else:
+            seen.add(block)
+            out.extend(lines[i : end + 1])
+        i = end + 1
+    return "\n".join(out)
 
 
 def substitution_lines(subs: list[dict[str, Any]], workdir: str) -> list[str]:
@@ -240,3 +275,44 @@ def _value(value: object, workdir: str, limit: int = 32) -> str | None:
     if workdir and text.startswith(workdir + "/"):
         text = "./" + text[len(workdir) + 1 :]
     return text if len(text) <= limit else None
+
+
+@click.command("clean", context_settings=SETTINGS)
+@click.argument("bundles", nargs=-1, type=click.Path(path_type=Path))
+@click.option(
+    "--keep",
+    type=click.IntRange(0, 10_000),
+    default=0,
+    show_default=True,
+    help="Keep the newest N dry runs of each bundle (and the newest N reports).",
+)
+def clean_command(bundles: tuple[Path, ...], keep: int) -> None:
+    """Remove the dry runs `validate --dry-run` kept and the reports `report` wrote.
+
+    Each dry run keeps its own work directory (bundles/.dryrun/<bundle>/<run id>-<time>: its logs, checkpoints and
+    report); the newest 5 of a bundle stay until this removes them. Without BUNDLE: the dry runs of every bundle
+    under ./bundles and the reports under ./recipekit-report. A dry run still running is left in place.
+
+    \b
+    Examples:
+      recipekit clean
+      recipekit clean bundles/tiny_sft --keep 1
+    """
+    from recipekit.cli.terminal import shown_path
+    from recipekit.validate.dryrun.workdir import kept
+
+    folders = [kept.runs_dir(b) for b in bundles] or sorted(Path("bundles", ".dryrun").glob("*"))
+    for folder in folders:
+        cleaned = kept.prune(folder, keep)
+        if cleaned.removed or cleaned.busy:
+            busy = f"; {len(cleaned.busy)} still running, left in place" if cleaned.busy else ""
+            click.echo(
+                f"removed {len(cleaned.removed)} dry run(s) of {folder.name} "
+                f"({cleaned.bytes_freed / 2**20:.1f} MiB) from {shown_path(folder)}{busy}"
+            )
+    if not bundles:
+        from recipekit.cli.report import REPORTS, prune_reports
+
+        removed = prune_reports(REPORTS, keep)
+        if removed:
+            click.echo(f"removed {len(removed)} report(s) from {REPORTS}")

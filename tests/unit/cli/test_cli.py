@@ -21,6 +21,7 @@ ALLOWED_FLAGS = {
     "list": {"--all", "--recipes", "--help"},
     "plan": {"--json", "--advise", "--price", "--top", "--data", "--recipes", "--help"},
     "init": {"--help"},
+    "clean": {"--keep", "--help"},
     "pack": {"--output", "--help"},
     "verify": {"--help"},
     "diff": {"--help"},

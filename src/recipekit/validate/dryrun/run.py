@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from recipekit.runtime.boundary import filenames, metricslog, recipeview
 from recipekit.runtime.volume.rowledger import read_ledger
 from recipekit.validate.dryrun import policyrun
-from recipekit.validate.dryrun.cluster.attemptlog import Attempt
+from recipekit.validate.dryrun.cluster.attemptlog import Attempt, exits_in_words
 from recipekit.validate.dryrun.cluster.attempts import DryRun, pod_environment
 from recipekit.validate.dryrun.judges import training
 from recipekit.validate.dryrun.judges.operations import (
@@ -404,10 +404,8 @@ def _attempts(
                 "<dry run>", "timeout", f"no result within --timeout {options.timeout:.0f} s (last step seen: {last})"
             )
         else:
-            bad = {i: c for i, c in first.exit_codes.items() if c not in (0, None)}
-            train.fail(
-                "<dry run>", "exit codes", f"pod(s) exited non-zero: {bad}; log tails below, full logs in {work.logs}"
-            )
+            bad = exits_in_words(first.exit_codes, failed_only=True)
+            train.fail("<dry run>", "exit codes", f"{bad}; log tails below, full logs in {work.logs}")
         train.details["log_tails"] = run.tails()
         if resume:
             resume.skip(f"the first attempt {'timed out' if first.outcome == 'timeout' else 'failed'}")
