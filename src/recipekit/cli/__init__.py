@@ -17,8 +17,29 @@ from recipekit import __version__
 from recipekit.cli.common import SETTINGS
 
 
+class _Context(click.Context):
+    """recipekit's click context: its help breaks lines between words only, never at a hyphen inside one
+    (:func:`recipekit.cli.terminal.help_formatter`)."""
+
+    def make_formatter(self) -> click.HelpFormatter:
+        from recipekit.cli.terminal import help_formatter
+
+        formatter: click.HelpFormatter = help_formatter()(width=self.terminal_width, max_width=self.max_content_width)
+        return formatter
+
+
+def _with_context(command: click.Command) -> click.Command:
+    """``command`` and every command under it made with :class:`_Context`."""
+    command.context_class = _Context
+    for sub in getattr(command, "commands", {}).values():
+        _with_context(sub)
+    return command
+
+
 class _Commands(click.Group):
     """A group whose heavier commands are imported only when invoked, so `build` does not pay for `validate`."""
+
+    context_class = _Context
 
     lazy = {
         "build": ("recipekit.cli.build", "build"),
@@ -69,7 +90,7 @@ class _Commands(click.Group):
             import importlib
 
             module, attribute = self.lazy[name]
-            self.add_command(getattr(importlib.import_module(module), attribute), name)
+            self.add_command(_with_context(getattr(importlib.import_module(module), attribute)), name)
         return super().get_command(ctx, name)
 
 

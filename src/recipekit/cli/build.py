@@ -152,8 +152,10 @@ def show(
     left_out = "" if internals else f"# left out: model.{', '.join(MODEL_INTERNALS)} (--internals)"
     if compact:
         from recipekit.cli.compactview import compact_lines
+        from recipekit.cli.terminal import echo_wrapped
 
-        click.echo("\n".join(compact_lines(recipe)))
+        for line in compact_lines(recipe):  # piped: one key=value a line, for grep; on a terminal, between words
+            echo_wrapped(line, terminal_only=True, hanging=4)
         if left_out:  # stderr: stdout stays one key=value a line, for grep
             click.echo(left_out, err=True)
         return
@@ -257,7 +259,7 @@ def plan(
         click.echo(json.dumps(output, indent=2))
         sys.exit(0 if estimate.fits else 1)
     console = rich_console()
-    console.print(planview.render_estimate(estimate))
+    console.print(planview.render_estimate(estimate), soft_wrap=False)  # notes broken between words
     from recipekit.bundle.summary import pod_requests
     from recipekit.cli.terminal import echo_wrapped
 

@@ -63,10 +63,20 @@ def _text_table(title: str, rows: Sequence[Sequence[object]], headers: Sequence[
 def _pairs(console: Any, title: str, rows: Sequence[tuple[str, str]]) -> None:
     """A titled list of ``name  value`` lines, not a table: a run directory or an image reference stays one token
     on one line (the terminal may wrap it, a table cell would cut it), and copies whole."""
+    import textwrap
+
     console.print(title, markup=False, style="bold")
     width = max((len(name) for name, _ in rows), default=0)
-    for name, value in rows:
-        console.print(f"  {name:<{width}}  {value}", markup=False, highlight=False)
+    for name, value in rows:  # a long value breaks between words, under itself; a path stays one token
+        lines = textwrap.wrap(
+            str(value),
+            width=max(20, console.width - width - 4),
+            break_long_words=False,
+            break_on_hyphens=False,
+        ) or [""]
+        console.print(f"  {name:<{width}}  {lines[0]}", markup=False, highlight=False)
+        for line in lines[1:]:
+            console.print(f"  {'':<{width}}  {line}", markup=False, highlight=False)
 
 
 def _titled(row: dict[str, Any]) -> str:

@@ -8,6 +8,7 @@ on. Everything that is not recipekit's own literal goes through :func:`plain`; r
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -118,11 +119,13 @@ def middle(text: str, width: int) -> str:
     return text[:head] + "…" + text[len(text) - (width - 1 - head) :]
 
 
-def echo_wrapped(text: str, *, indent: int = 0, err: bool = False, terminal_only: bool = False) -> None:
-    """``text`` broken between words at the terminal's width (80 columns when piped), indented by ``indent``, its
-    continuation lines 2 further: never a word cut, never a line the terminal wraps. A word longer than the line (a
-    path) stays whole on a line of its own. ``terminal_only``: wrapped only where the stream is a terminal, so piped
-    output keeps one record a line (an error a script greps)."""
+def echo_wrapped(
+    text: str, *, indent: int = 0, err: bool = False, terminal_only: bool = False, hanging: int = 2
+) -> None:
+    """``text`` broken between words at the terminal's width (80 columns when piped), indented by ``indent``,
+    its continuation lines ``hanging`` further: never a word cut, never a line the terminal wraps. A word longer
+    than the line (a path) stays whole on a line of its own. ``terminal_only``: wrapped only where the stream is
+    a terminal, so piped output keeps one record a line (an error a script greps)."""
     import shutil
     import sys
     import textwrap
@@ -139,7 +142,7 @@ def echo_wrapped(text: str, *, indent: int = 0, err: bool = False, terminal_only
         text,
         width=width,
         initial_indent=lead,
-        subsequent_indent=lead + "  ",
+        subsequent_indent=lead + " " * hanging,
         break_long_words=False,
         break_on_hyphens=False,
     )
@@ -157,3 +160,68 @@ def shown_path(path: object) -> str:
     except OSError:  # a working directory that no longer exists
         return str(given)
     return os.path.relpath(given, here) if given.is_absolute() and given.is_relative_to(here) else str(given)
+
+
+def wrap_paragraphs(
+    text: str,
+    width: int = 78,
+    initial_indent: str = "",
+    subsequent_indent: str = "",
+    preserve_paragraphs: bool = False,
+) -> str:
+    """click's ``wrap_text`` (same arguments, same ``\\b`` paragraphs kept as written), but a line breaks only
+    between words, never at a hyphen inside one (``re-sharded``, ``recipekit-report``, ``--dry-run``): what a person
+    copies from a help page is the word as written."""
+    import textwrap
+
+    def fill(lines: list[str], first: str, rest: str) -> str:
+        own = min((len(line) - len(line.lstrip()) for line in lines if line.strip()), default=0)
+        return textwrap.fill(
+            " ".join(" ".join(lines).split()),
+            width=width,
+            initial_indent=first + " " * own,
+            subsequent_indent=rest + " " * own,
+            break_on_hyphens=False,
+            break_long_words=False,
+        )
+
+    if not preserve_paragraphs:
+        return fill(text.splitlines(), initial_indent, subsequent_indent)
+    paragraphs: list[str] = []
+    for block in re.split(r"\n\s*\n", text.strip("\n")):
+        lines = block.splitlines()
+        first = initial_indent if not paragraphs else subsequent_indent
+        if lines and lines[0].strip() == "\b":  # click's marker: keep the lines as written
+            paragraphs.append("\n".join(subsequent_indent + line for line in lines[1:]))
+        else:
+            paragraphs.append(fill(lines, first, subsequent_indent))
+    return "\n\n".join(paragraphs)
+
+
+def help_formatter() -> type:
+    """A click help formatter whose prose and option help break between words only (:func:`wrap_paragraphs`):
+    click's own wraps at hyphens. Set as the ``formatter_class`` of recipekit's click contexts (cli/__init__.py)."""
+    import contextlib
+
+    import click
+    import click.formatting
+
+    @contextlib.contextmanager
+    def words_kept() -> Any:
+        original = click.formatting.wrap_text
+        click.formatting.wrap_text = wrap_paragraphs
+        try:
+            yield
+        finally:
+            click.formatting.wrap_text = original
+
+    class WordWrapFormatter(click.HelpFormatter):
+        def write_text(self, text: str) -> None:
+            with words_kept():
+                super().write_text(text)
+
+        def write_dl(self, rows: Any, col_max: int = 30, col_spacing: int = 2) -> None:
+            with words_kept():
+                super().write_dl(rows, col_max, col_spacing)
+
+    return WordWrapFormatter

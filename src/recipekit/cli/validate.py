@@ -180,11 +180,16 @@ def print_verdict(report: Verdict) -> None:
         show_lines=False,
         expand=False,
     )
+    from recipekit.cli.terminal import middle
+
+    # a word wider than the details column (an image reference, a path) is shortened from the middle, not cut
+    room = max(16, console.width - max((len(r.id) for r in report.results), default=5) - len("skipped") - 10)
     for result in report.results:
+        details = "\n".join(" ".join(middle(w, room) for w in line.split(" ")) for line in _details(result).split("\n"))
         table.add_row(
             Text(result.id),
             Text(result.status.value, style=_STYLE[result.status]),
-            Text(_details(result), style="red" if result.failed else ""),
+            Text(details, style="red" if result.failed else ""),
         )
     console.print(table)
     seen: set[str] = set()
