@@ -225,3 +225,15 @@ def help_formatter() -> type:
                 super().write_dl(rows, col_max, col_spacing)
 
     return WordWrapFormatter
+
+
+def fitted_words(text: str, width: int) -> str:
+    """``text`` whose words fit a line of ``width``: a path below the working directory shown relative to it, any
+    word still wider shortened from the middle (:func:`middle`), so a terminal or rich wraps the text between words
+    and never folds a path in two."""
+    words = []
+    for word in text.split(" "):
+        if word.startswith("/") and len(word) > width:
+            word = shown_path(word)
+        words.append(middle(word, max(12, width)))
+    return " ".join(words)

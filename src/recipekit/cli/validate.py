@@ -17,7 +17,7 @@ import click
 from click.core import ParameterSource
 
 from recipekit.cli.common import SETTINGS, fail
-from recipekit.cli.terminal import plain
+from recipekit.cli.terminal import plain, shown_path
 from recipekit.validate.dryrun.options import BUILD_PROGRESS, DryRunOptions, DryRunUsageError, Flag, flag_name, flags
 from recipekit.validate.shared.results import Result, Status, Verdict
 
@@ -138,6 +138,9 @@ class _Progress:
 
     def __call__(self, message: str) -> None:
         if self.status is not None:
+            from recipekit.cli.terminal import fitted_words
+
+            message = fitted_words(message, self.console.width - 12)  # log's time column: a path is never folded
             self.status.update(plain(message))  # a pod's line may hold "[/...]": never markup
             # Static checks and bare steps only move the spinner; a step's loss and a phase (pod launched, torchrun
             # up, train.py started, a kill, a restart) stay on screen, one line each.
@@ -199,7 +202,7 @@ def print_verdict(report: Verdict) -> None:
         workdir = workdir or str(result.details.get("workdir") or "")
         if subs and not result.failed:
             for line in substitution_lines(subs, str(result.details.get("workdir") or "")):
-                console.print(Text(line))
+                _print_wrapped(console, line)
         for name, tail in (result.details.get("log_tails") or {}).items():
             console.print(plain(f"{result.id}: last lines of {name}", style="bold red"))
             # as written, never re-wrapped (a line copied is the line logged); a traceback shown once
@@ -207,9 +210,27 @@ def print_verdict(report: Verdict) -> None:
     for warning in report.warnings:
         console.print(styled(("warning:", "bold yellow"), f" {warning}"))
     if workdir:
-        console.print(plain(f"dry run kept in {workdir} (report, runs history read it; clean removes it)"))
+        _print_wrapped(
+            console, f"dry run kept in {shown_path(workdir)} (report, runs history read it; clean removes it)"
+        )
     counts, verdict = report.summary().split(": ", 1)
     console.print(styled(f"{counts}: ", (verdict, "green" if report.ok else "bold red")))
+
+
+def _print_wrapped(console: Any, line: str) -> None:
+    """``line`` broken between words at the console's width, continuation lines indented under its text; a path
+    wider than the line stays whole (:func:`recipekit.cli.terminal.fitted_words` shortens one wider still)."""
+    import textwrap
+
+    from recipekit.cli.terminal import fitted_words
+
+    lead = " " * (len(line) - len(line.lstrip(" ")))
+    text = fitted_words(line.strip(), console.width - len(lead) - 4)
+    for part in textwrap.wrap(
+        text, width=console.width, initial_indent=lead, subsequent_indent=lead + "    ", break_long_words=False,
+        break_on_hyphens=False,
+    ) or [""]:  # fmt: skip
+        console.print(plain(part), soft_wrap=True)
 
 
 _TRACEBACK = "Traceback (most recent call last):"
@@ -254,8 +275,8 @@ def substitution_lines(subs: list[dict[str, Any]], workdir: str) -> list[str]:
     for sub in explicit:
         reasons.setdefault(str(sub.get("why")), []).append(_change(sub, workdir))
     lines = [
-        f"dry-run substitutions, {len(explicit)} in the recipe (paths relative to {workdir}; every value in "
-        "substitutions.json there):"
+        f"dry-run substitutions, {len(explicit)} in the recipe (paths relative to {shown_path(workdir)}; every value "
+        "in substitutions.json there):"
     ]
     lines += [f"  {', '.join(changes)}: {why}" for why, changes in reasons.items()]
     if derived:
