@@ -185,3 +185,35 @@ def test_a_device_that_is_not_here_is_skipped_with_a_reason(tmp_path: Path) -> N
     assert {r.status for r in results} == {Status.SKIP}
     assert all("npu" in r.reason for r in results), [r.reason for r in results]
     assert not (tmp_path / "work").exists()
+
+
+def test_each_dry_run_keeps_its_work_directory_and_the_bundle_s_run_id(tmp_path: Path, monkeypatch) -> None:
+    """Issue 41: the default work directory was replaced by the next dry run of the bundle, and the dry run's run id
+    differed from the bundle's (924d0f vs 18553a). Now each dry run works in <bundle>/../.dryrun/<name>/<run id>-<time>
+    (an older one stays), and the bundle, the dry run's records and its report carry one run id."""
+    from recipekit.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    built = build(["recipe=tiny_sft", "parallel=ddp"], tmp_path / "bundles" / "tiny_sft")
+    run_id = built.resolved.plan.run_id
+    kept = tmp_path / "bundles" / ".dryrun" / "tiny_sft"
+    older = kept / f"{run_id}-20000101-000000"
+    (older / "logs").mkdir(parents=True)
+    (older / ".recipekit-dryrun").write_text("")
+    result = CliRunner().invoke(validate_command, ["bundles/tiny_sft", "--dry-run", "--steps", "4"])
+    assert result.exit_code == 0, result.output
+    assert older.is_dir(), "an older dry run of the bundle is kept"
+    [new] = [p for p in kept.iterdir() if p != older]
+    assert new.name.startswith(f"{run_id}-") and "dry run kept in" in result.output
+    start = next(
+        json.loads(line)
+        for line in (new / "shared").rglob("metrics.jsonl").__next__().read_text().splitlines()
+        if '"event": "start"' in line
+    )
+    assert start["run_id"] == run_id, "the dry run's records carry the bundle's run id"
+    report = CliRunner().invoke(main, ["report", "bundles/.dryrun/tiny_sft", "--json"])
+    assert report.exit_code == 0, report.output
+    assert dict(json.loads(report.stdout)["what_ran"])["run id"] == run_id
+    assert (tmp_path / "recipekit-report").is_dir() and next((tmp_path / "recipekit-report").iterdir()).name.startswith(
+        f"{run_id}-"
+    )

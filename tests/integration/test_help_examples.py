@@ -11,8 +11,9 @@ a new command's examples are run the day it gets them. Each example line runs in
 * ``runs/<name>``: a finished run's output directory (metrics and one recovery, synthetic);
 * ``config.json`` and ``<Model>/config.json``: a Hugging Face config from ``tests/data/model_configs``.
 
-What an example must do is its text's: exit 0; ``# exit N: ...`` exits N; ``# cluster volume`` (a path on the
-cluster's volume, absent here) exits 2 with one error naming the ``/mnt`` path; an example of a command whose help
+What an example must do is its text's: exit 0; ``# exit N: ...`` exits N; one naming a path under ``/mnt/`` (the
+cluster's volume, absent here; ``# cluster`` says so where the path is the bundle's own) exits 2 with one error
+naming the ``/mnt`` path; an example of a command whose help
 says it "needs a Docker-API engine" (or whose comment does) exits 2 saying none is reachable (when one is, it is
 skipped: building the image is test_image_build's); one of a command whose help says it "needs a Kubernetes
 cluster" runs with tests/data/cluster/unreachable-kubeconfig.yaml and exits 4 saying the API server cannot be reached
@@ -184,7 +185,8 @@ def test_help_example_runs(example: Example, tmp_path: Path) -> None:
     if "Needs a Kubernetes cluster" in example.prose:
         assert result.returncode == 4 and "cannot reach the API server" in result.stderr, said
         return
-    if example.comment.startswith("cluster volume") and not Path("/mnt/shared").exists():
+    on_cluster = example.comment.startswith("cluster") or re.search(r"(?<![\w.])/mnt/", example.line)
+    if on_cluster and not Path("/mnt/shared").exists():
         errors = [line for line in result.stderr.splitlines() if "/mnt/" in line]
         assert result.returncode == 2 and errors and "Traceback" not in result.stderr, said
         return

@@ -94,3 +94,34 @@ def test_the_case_as_stated_is_refused_with_the_planners_fix(tmp_path: Path) -> 
     assert result.returncode == 2, result.stdout + result.stderr
     assert "parallel=zero3" in result.stderr
     assert not (tmp_path / "bundles").exists()
+
+
+def test_the_tours_leave_a_fresh_clone_clean(tmp_path: Path) -> None:
+    """Issue 41: the tour left untracked handover/, old/ and out/ in the checkout. In a fresh clone of this commit,
+    the README's and the full tour's commands (but the dry run: its work directory is under bundles/ too) leave
+    `git status` clean: what they write is ignored."""
+    import shutil
+
+    if shutil.which("git") is None:
+        import pytest
+
+        pytest.skip("git is not installed")
+    clone = tmp_path / "clone"
+    git = ["git", "-c", "init.defaultBranch=main", "-c", "advice.detachedHead=false"]
+    subprocess.run([*git, "init", "-q", str(clone)], check=True)
+    subprocess.run([*git, "-C", str(clone), "fetch", "-q", "--depth", "1", f"file://{ROOT}", "HEAD"], check=True)
+    subprocess.run([*git, "-C", str(clone), "checkout", "-q", "FETCH_HEAD"], check=True)
+    readme = [
+        shlex.split(line, comments=True)
+        for line in _block("bash", ROOT / "README.md")
+        if line.startswith("recipekit ") and "--dry-run" not in line
+    ]
+    for command in readme + tour_commands():
+        result = _run(command, clone)
+        assert result.returncode in (0, 1), f"{shlex.join(command)}\n{result.stdout}{result.stderr}"
+    status = subprocess.run(
+        ["git", "-C", str(clone), "status", "--porcelain", "--untracked-files=all"],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    assert status == "", status
+    assert (clone / "handover").is_dir() and (clone / "bundles").is_dir()  # they ran, and wrote there

@@ -28,3 +28,36 @@ def cache_dir(*parts: str) -> Path:
 
 #: The config groups of a recipe, in the order they are listed and composed.
 GROUPS = ("model", "mode", "hw", "parallel", "engine", "data", "cluster", "recipe")
+
+
+#: How many entries of a directory a did-you-mean looks at (a bundles/ folder holds a few dozen).
+_NEAR_MISS_SCAN = 2000
+
+
+def near_misses(path: Path, limit: int = 3) -> list[str]:
+    """Paths beside ``path`` (which does not exist) whose names are close to its name: ``bundles/phi4_lora`` for
+    ``bundles/phi4-lora``. Names compare with ``-`` and ``_`` alike and case ignored; at most ``limit``, closest
+    first; none when the parent cannot be read. For "did you mean" on a path the user typed."""
+    import difflib
+
+    parent = path.parent
+    try:
+        with os.scandir(parent) as entries:
+            names = [entry.name for _, entry in zip(range(_NEAR_MISS_SCAN), entries) if not entry.name.startswith(".")]
+    except OSError:
+        return []
+
+    def plain(name: str) -> str:
+        return name.lower().replace("-", "_")
+
+    wanted = plain(path.name)
+    same = [name for name in names if plain(name) == wanted]
+    close = difflib.get_close_matches(wanted, [plain(n) for n in names], n=limit, cutoff=0.75)
+    found = same + [name for key in close for name in names if plain(name) == key and name not in same]
+    return [str(parent / name) if str(parent) != "." else name for name in dict.fromkeys(found)][:limit]
+
+
+def did_you_mean(path: Path) -> str:
+    """`` (did you mean X?)`` for a path that does not exist and has near misses beside it, else ''."""
+    found = near_misses(path)
+    return f" (did you mean {' or '.join(found)}?)" if found else ""

@@ -17,11 +17,11 @@ from recipekit.base.errors import Problem, RecipeError
 from recipekit.base.paths import GROUPS
 from recipekit.bundle.documents import Documents, make_documents
 from recipekit.bundle.render import render
-from recipekit.bundle.write import write_bundle
+from recipekit.bundle.write import built_for, recipe_changes, write_bundle
 from recipekit.image.matrix import ImageMatrix, load_images
 from recipekit.memory.operations import Operations, operations
 from recipekit.plan.plan import Plan, make_plan
-from recipekit.recipe.compose import Composed, PartialComposition, compose, group_options
+from recipekit.recipe.compose import Composed, PartialComposition, compose, default_name, group_options
 from recipekit.recipe.overrides import slips, unknown_override_keys
 from recipekit.recipe.paralleloptions import load_parallel_options
 from recipekit.recipe.sections import Recipe, parse_recipe
@@ -40,6 +40,8 @@ class Resolved:
     images: ImageMatrix
     #: The team recipe trees searched besides recipekit's own (their parallel options are fit suggestions too).
     extra_dirs: tuple[Path, ...] = ()
+    #: What the user should know about how the recipe was named (:func:`unmistakable_name`).
+    notes: tuple[str, ...] = ()
 
 
 def resolve(
@@ -66,6 +68,7 @@ def resolve(
         raise RecipeError(early + err.problems) from None
     if early:
         raise RecipeError(early + _schema_problems(composed, set()))
+    composed, notes = unmistakable_name(composed, overrides, extra_dirs)
     try:
         recipe = parse_recipe(composed.raw)
         images = load_images()
@@ -76,7 +79,30 @@ def resolve(
         from recipekit.recipe.locate import locate
 
         raise RecipeError(locate(err.problems, overrides, extra_dirs)) from None
-    return Resolved(composed, recipe, plan, images, tuple(Path(d) for d in extra_dirs))
+    return Resolved(composed, recipe, plan, images, tuple(Path(d) for d in extra_dirs), notes)
+
+
+def unmistakable_name(
+    composed: Composed, overrides: Sequence[str], extra_dirs: Sequence[Path]
+) -> tuple[Composed, tuple[str, ...]]:
+    """A recipe without a preset is named after its model and mode (``llama3_8b_sft``): where a preset has that
+    name, the bundle would be taken for the preset's (``bundles/llama3_8b_sft`` from a bare ``build`` is ZeRO-2 with
+    the default batch, the preset ZeRO-3), so it is named after its hardware too (``llama3_8b_sft_ascend910b``),
+    with a note saying so. A name the user set, or a preset's own, is kept."""
+    choices = composed.choices
+    if choices.get("recipe") is not None or composed.raw.get("name") != default_name(choices):
+        return composed, ()
+    if any(o.lstrip("+~").split("=", 1)[0] == "name" for o in overrides):
+        return composed, ()
+    name = str(composed.raw["name"])
+    if name not in group_options("recipe", extra_dirs):
+        return composed, ()
+    renamed = f"{name}_{choices.get('hw')}"
+    note = (
+        f"no recipe= preset given: named {renamed}, not after the preset {name} (which sets its own layout and "
+        f"batch); add recipe={name} for the preset, or name=NAME"
+    )
+    return replace(composed, raw={**composed.raw, "name": renamed}), (note,)
 
 
 def _schema_problems(composed: Composed, refused: set[str]) -> list[Problem]:
@@ -108,10 +134,11 @@ class Compiled:
 
 @dataclass(frozen=True)
 class Built:
-    """A bundle written to ``path``."""
+    """A bundle written to ``path``; ``replaced``: how the recipe of the bundle it replaced differed (``--force``)."""
 
     compiled: Compiled
     path: Path
+    replaced: tuple[str, ...] = ()
 
     @property
     def resolved(self) -> Resolved:
@@ -166,7 +193,19 @@ def build_resolved(
     compiled = compile_bundle(resolved, allow_oom=allow_oom)
     target = output if output is not None else DEFAULT_OUTPUT_ROOT / resolved.recipe.name
     hardware = resolved.recipe.hw.name
-    return Built(compiled, write_bundle(compiled.files, target, force=force, hardware=hardware))
+    changes = recipe_changes(target, compiled.files)
+    if changes and not force and built_for(target) in (None, hardware):  # other hardware: write_bundle says so
+        raise RecipeError(
+            [
+                Problem(
+                    str(target),
+                    f"holds the bundle of another recipe ({', '.join(changes)})",
+                    "pass --force to replace it, or -o DIR to keep both",
+                )
+            ]
+        )
+    path = write_bundle(compiled.files, target, force=force, hardware=hardware)
+    return Built(compiled, path, tuple(changes))
 
 
 def compile_bundle(resolved: Resolved, *, allow_oom: bool = False) -> Compiled:

@@ -133,10 +133,16 @@ def _step_words(est: Estimate) -> str:
     return ", ".join(f"{item.name} {duration(item.seconds)}" for item in est.time)
 
 
+#: Where the MFU's FLOPs are defined (the counter's convention, LoRA's frozen base, what metrics.jsonl divides by).
+MFU_BASIS = "see docs/models.md#flops-one-definition"
+
+
 def _timing_rows(est: Estimate) -> list[tuple[str, str]]:
     c, comm, off = est.compute, est.communication, est.offload
     rows = [
         ("parameters", _params_words(est)),
+        # the basis is explained once, in the docs; every plan points there (issue 41)
+        ("MFU basis", f"model.flops{' (top-k experts)' if _experts_words(c) else ''}; {MFU_BASIS}"),
         (
             "FLOPs per token",
             f"{c.flops_per_token / 1e9:,.1f} GFLOP"

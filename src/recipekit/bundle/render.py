@@ -47,7 +47,7 @@ from recipekit.bundle.files import (
 )
 from recipekit.bundle.monitoring import dashboard, pod_monitor, prometheus_rule
 from recipekit.bundle.planview import estimate_dict, estimate_markdown
-from recipekit.bundle.summary import describe, not_fit, parallelism
+from recipekit.bundle.summary import describe, not_fit, parallelism, pod_requests
 from recipekit.image.matrix import dockerfile_values, tracker_pins
 from recipekit.memory import Estimate
 from recipekit.memory.operations import Operations
@@ -106,6 +106,7 @@ def render(
         "workdir": WORKDIR,
         "summary": describe(recipe, plan),
         "parallelism": parallelism(recipe, plan),
+        "pod_requests": pod_requests(recipe, plan),
         "not_fit": not_fit(estimate.total_gib, estimate.device_gib) if not estimate.fits else None,
         "layout": plan.layout,
         "runtime_dir": RUNTIME,

@@ -52,3 +52,28 @@ def not_fit(total_gib: float, device_gib: float) -> str:
         f"does not fit: {total_gib:.1f} GiB per device predicted, the device has {device_gib:g} GiB (built with "
         "--allow-oom); plan.md says what takes the memory and what would fit"
     )
+
+
+def pod_requests(recipe: Recipe, plan: Plan) -> str:
+    """What each pod asks the scheduler for besides its devices, and where the numbers come from: set in the
+    recipe, or the pod's share of the node the hardware option assumes (hw.node_cpus, hw.node_memory_gib) less the
+    headroom kept for the kubelet and DaemonSets. A node with less allocatable leaves the PodGroup Pending, so plan,
+    build and the bundle README all say it this way."""
+    from recipekit.plan.placement import POD_CPU_HEADROOM, POD_MEMORY_HEADROOM
+
+    hw, cluster, layout = recipe.hw, recipe.cluster, plan.layout
+    share = (
+        "" if layout.devices_per_pod == hw.devices_per_node else f" × {layout.devices_per_pod}/{hw.devices_per_node}"
+    )
+    sources = []
+    if cluster.cpu_per_pod:
+        sources.append("CPU from cluster.cpu_per_pod")
+    else:
+        sources.append(f"CPU {POD_CPU_HEADROOM:.0%} of hw.node_cpus {hw.node_cpus}{share}")
+    if cluster.memory_gib_per_pod:
+        sources.append("memory from cluster.memory_gib_per_pod")
+    else:
+        sources.append(f"memory {POD_MEMORY_HEADROOM:.0%} of hw.node_memory_gib {hw.node_memory_gib}{share}")
+    if not (cluster.cpu_per_pod and cluster.memory_gib_per_pod):
+        sources.append(f"the {hw.name} option's node: set cluster.cpu_per_pod, cluster.memory_gib_per_pod for yours")
+    return f"{plan.pod_cpus} CPU and {plan.pod_memory_gib} GiB of memory ({'; '.join(sources)})"

@@ -116,6 +116,53 @@ def built_for(directory: Path) -> str | None:
     return hardware if isinstance(hardware, str) and hardware else None
 
 
+def recipe_changes(directory: Path, files: dict[str, bytes], *, limit: int = 6) -> list[str]:
+    """What differs between the recipe of the bundle in ``directory`` and the one ``files`` were built from, one
+    ``key old → new`` each, in the recipe's order (at most ``limit``, then how many more); empty when ``directory``
+    holds no bundle or the same recipe. A section whose ``name`` changed (another model, another hardware) is one
+    line. Keys only one side has are left out: recipes are closed records, so those come from another recipekit
+    version, not from the user."""
+    if manifest_problem(directory) is not None or MANIFEST not in files:
+        return []
+    try:
+        with open(Path(directory) / MANIFEST, "rb") as handle:
+            before: Any = json.loads(handle.read(_MAX_MANIFEST_BYTES).decode("utf-8")).get("recipe")
+        after: Any = json.loads(files[MANIFEST].decode("utf-8")).get("recipe")
+    except (OSError, ValueError, RecursionError, AttributeError):
+        return []
+    if not isinstance(before, dict) or not isinstance(after, dict):
+        return []
+    old, new = _leaves(before), _leaves(after)
+    renamed = [
+        key.removesuffix(".name") for key in new if key.endswith(".name") and key in old and old[key] != new[key]
+    ]
+    changes = []
+    for key, value in new.items():
+        section = next((r for r in renamed if key.startswith(r + ".")), None)
+        if key not in old or old[key] == value or (section is not None and key != section + ".name"):
+            continue
+        shown = section or key
+        changes.append(f"{shown} {_short(old[key])} → {_short(value)}")
+    if len(changes) > limit:
+        return changes[:limit] + [f"and {len(changes) - limit} more"]
+    return changes
+
+
+def _leaves(data: Any, prefix: str = "") -> dict[str, Any]:
+    """``data``'s values by dotted key; a list is one value."""
+    if not isinstance(data, dict):
+        return {prefix: data}
+    found: dict[str, Any] = {}
+    for key, value in data.items():
+        found.update(_leaves(value, f"{prefix}.{key}" if prefix else str(key)))
+    return found
+
+
+def _short(value: Any, width: int = 24) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
 def is_bundle(directory: Path) -> bool:
     """A directory recipekit wrote: its manifest validates (:func:`manifest_problem`)."""
     return manifest_problem(directory) is None

@@ -21,8 +21,29 @@ from recipekit import __version__
 from recipekit.cli.common import SETTINGS
 
 
+class _Context(click.Context):
+    """recipekit's click context: its help breaks lines between words only, never at a hyphen inside one
+    (:func:`recipekit.cli.terminal.help_formatter`)."""
+
+    def make_formatter(self) -> click.HelpFormatter:
+        from recipekit.cli.terminal import help_formatter
+
+        formatter: click.HelpFormatter = help_formatter()(width=self.terminal_width, max_width=self.max_content_width)
+        return formatter
+
+
+def _with_context(command: click.Command) -> click.Command:
+    """``command`` and every command under it made with :class:`_Context`."""
+    command.context_class = _Context
+    for sub in getattr(command, "commands", {}).values():
+        _with_context(sub)
+    return command
+
+
 class _Commands(click.Group):
     """A group whose heavier commands are imported only when invoked, so `build` does not pay for `validate`."""
+
+    context_class = _Context
 
     lazy = {
         "build": ("recipekit.cli.build", "build"),
@@ -30,6 +51,7 @@ class _Commands(click.Group):
         "plan": ("recipekit.cli.build", "plan"),
         "list": ("recipekit.cli.listing", "list_"),
         "validate": ("recipekit.cli.validate", "validate_command"),
+        "clean": ("recipekit.cli.validate", "clean_command"),
         "init": ("recipekit.cli.handover", "init_command"),
         "pack": ("recipekit.cli.handover", "pack_command"),
         "verify": ("recipekit.cli.handover", "verify_command"),
@@ -61,12 +83,24 @@ class _Commands(click.Group):
             click.echo("interrupted", err=True)
             sys.exit(130)
 
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        """click suggests a close command name from the commands loaded so far; the lazy ones count too
+        (``recipekit bulid``: did you mean 'build'?)."""
+        try:
+            return super().resolve_command(ctx, args)
+        except click.exceptions.NoSuchCommand as exc:
+            raise click.exceptions.NoSuchCommand(
+                exc.command_name, possibilities=self.list_commands(ctx), ctx=ctx
+            ) from None
+
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         if name in self.lazy and name not in self.commands:
             import importlib
 
             module, attribute = self.lazy[name]
-            self.add_command(getattr(importlib.import_module(module), attribute), name)
+            self.add_command(_with_context(getattr(importlib.import_module(module), attribute)), name)
         return super().get_command(ctx, name)
 
 
@@ -84,7 +118,7 @@ def main() -> None:
       recipekit build recipe=llama3_8b_sft hw=ascend910b
       recipekit plan recipe=llama3_70b_sft cluster.nodes=8 --advise
       recipekit validate bundles/llama3_8b_sft --dry-run
-      recipekit image build bundles/llama3_8b_sft --push    # needs a Docker-API engine
+      recipekit image build bundles/tiny_sft --push  # needs a Docker-API engine
     """
 
 

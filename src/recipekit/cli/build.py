@@ -21,7 +21,11 @@ from recipekit.cli.common import SETTINGS, finite, layers, recipes_option, rich_
     type=click.Path(path_type=Path),
     help="Bundle directory (default: bundles/<name>); with -m, the root.",
 )
-@click.option("--force", is_flag=True, help="Replace OUTPUT even if it is not a recipekit bundle.")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Replace OUTPUT when it holds a bundle of another recipe (what changed is printed) or is no bundle.",
+)
 @click.option("--allow-oom", is_flag=True, help="Build even when the plan predicts the run will not fit in memory.")
 @click.option(
     "-m",
@@ -45,12 +49,12 @@ def build(
     \b
     Examples:
       recipekit build recipe=llama3_8b_sft hw=ascend910b
-      recipekit build recipe=qwen2.5_14b_sft cluster.nodes=4 parallel=zero3 train.micro_batch_size=2
-      recipekit build model=qwen2.5_7b mode=lora hw=h100 -o out/qwen-lora
-      recipekit build recipe=llama3_8b_sft parallel=zero2 parallel.tensor_parallel=2 -o bundles/llama3_8b_tp2
-      recipekit build --recipes ./team-recipes/recipes recipe=our_qwen_sft    # a tree `recipekit init` made
-      recipekit build -m recipe=llama3_8b_sft,qwen2.5_7b_pretrain hw=ascend910b,h100
-      recipekit build -m 'recipe=glob(*)' 'train.seed=range(1,4)' -o out/matrix
+      recipekit build recipe=qwen2.5_14b_sft cluster.nodes=4 train.epochs=1
+      recipekit build model=qwen2.5_7b mode=lora hw=h100 -o bundles/qwen-lora
+      recipekit build parallel=zero2 parallel.tensor_parallel=2 -o bundles/tp2
+      recipekit build --recipes team-recipes/recipes recipe=our_qwen_sft
+      recipekit build -m recipe=llama3_8b_sft,qwen3_8b_sft hw=ascend910b,h100
+      recipekit build -m 'recipe=glob(*)' 'train.seed=range(1,3)' -o bundles/sweep
     """
     extra_dirs = layers(extra_dirs)
     if multirun:
@@ -61,17 +65,29 @@ def build(
 
     built = build_bundle(overrides, output, extra_dirs=extra_dirs, force=force, allow_oom=allow_oom)
     plan, recipe = built.resolved.plan, built.resolved.recipe
+    from recipekit.cli.terminal import echo_wrapped
+
+    for note in built.resolved.notes:
+        echo_wrapped(f"note: {note}", err=True)
     warn(plan.warnings)
     if not built.estimate.fits:
         from recipekit.bundle.summary import not_fit
 
         warn([not_fit(built.estimate.total_gib, built.estimate.device_gib)])
+    from recipekit.bundle.summary import pod_requests
+    from recipekit.cli.terminal import shown_path
+
     click.echo(
-        f"{click.style('built', fg='green')} {built.path} ({len(built.files)} files) for {recipe.hw.name}: "
-        f"{plan.layout.nodes} pod(s) × {plan.layout.devices_per_pod} device(s), "
-        f"global batch {plan.layout.global_batch_size}, {plan.precision}, "
-        f"{parallelism(recipe, plan)}"
+        f"{click.style('built', fg='green')} {shown_path(built.path)} ({len(built.files)} files) for {recipe.hw.name}"
     )
+    echo_wrapped(
+        f"{plan.layout.nodes} pod(s) × {plan.layout.devices_per_pod} device(s), "
+        f"global batch {plan.layout.global_batch_size}, {plan.precision}, {parallelism(recipe, plan)}",
+        indent=2,
+    )
+    echo_wrapped(f"each pod requests {pod_requests(recipe, plan)}", indent=2)
+    if built.replaced:
+        echo_wrapped(f"replaced the bundle of another recipe: {', '.join(built.replaced)}")
 
 
 def _build_matrix(
@@ -95,16 +111,27 @@ def _build_matrix(
 @click.argument("overrides", nargs=-1)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (resolved recipe, choices, derived numbers).")
 @click.option("--compact", is_flag=True, help="Print the resolved recipe as key=value, one leaf key a line.")
+@click.option(
+    "--internals",
+    is_flag=True,
+    help="Also print what model import measured (model.params, flops, activations, modules, config).",
+)
 @recipes_option
 @user_errors
-def show(overrides: tuple[str, ...], as_json: bool, compact: bool, extra_dirs: tuple[Path, ...]) -> None:
+def show(
+    overrides: tuple[str, ...], as_json: bool, compact: bool, internals: bool, extra_dirs: tuple[Path, ...]
+) -> None:
     """Show the resolved recipe and its derived numbers; writes nothing.
+
+    The model's measured internals (exact counts, FLOPs, activations, module tree, its config.json) are left out
+    unless --internals; --json holds everything.
 
     \b
     Examples:
       recipekit show recipe=llama3_8b_lora hw=a100_80g
       recipekit show recipe=qwen2.5_14b_sft cluster.nodes=4 --json
       recipekit show recipe=qwen2.5_14b_sft --compact | grep batch
+      recipekit show recipe=qwen2.5_14b_sft --compact --internals | grep flops
     """
     import yaml
 
@@ -121,18 +148,35 @@ def show(overrides: tuple[str, ...], as_json: bool, compact: bool, extra_dirs: t
     if as_json:
         click.echo(json.dumps(document, indent=2))
         return
+    recipe = document["recipe"] if internals else _without_internals(document["recipe"])
+    left_out = "" if internals else f"# left out: model.{', '.join(MODEL_INTERNALS)} (--internals)"
     if compact:
         from recipekit.cli.compactview import compact_lines
+        from recipekit.cli.terminal import echo_wrapped
 
-        click.echo("\n".join(compact_lines(document["recipe"])))
+        for line in compact_lines(recipe):  # piped: one key=value a line, for grep; on a terminal, between words
+            echo_wrapped(line, terminal_only=True, hanging=4)
+        if left_out:  # stderr: stdout stays one key=value a line, for grep
+            click.echo(left_out, err=True)
         return
     from recipekit.bundle import planview
 
     # plain, whole lines: PyYAML folds at 80 columns and rich at the terminal's width, both mid-value
-    chosen = {"choices": document["choices"], "recipe": document["recipe"]}
+    chosen = {"choices": document["choices"], "recipe": recipe}
     click.echo(yaml.safe_dump(chosen, sort_keys=False, width=2**31 - 1, allow_unicode=True), nl=False)
+    if left_out:
+        click.echo(left_out)
     rich_console().print(planview.render_summary(document["plan"]))
     warn(resolved.plan.warnings)
+
+
+#: What `model import` measured: the plan reads it, a person reading the recipe rarely does (`show --internals`).
+MODEL_INTERNALS = ("params", "flops", "activations", "modules", "config")
+
+
+def _without_internals(recipe: dict[str, Any]) -> dict[str, Any]:
+    model = {key: value for key, value in recipe["model"].items() if key not in MODEL_INTERNALS}
+    return {**recipe, "model": model}
 
 
 @click.command(context_settings={**SETTINGS, "ignore_unknown_options": True})
@@ -196,9 +240,9 @@ def plan(
       recipekit plan recipe=llama3_70b_sft hw=ascend910b cluster.nodes=8
       recipekit plan recipe=llama3_8b_lora hw=a100_80g --json
       recipekit plan recipe=qwen2.5_72b_sft hw=ascend910b --advise
+      recipekit plan recipe=llama3_70b_sft parallel.pipeline_parallel=2
+      recipekit plan recipe=qwen2.5_7b_pretrain --data /mnt/shared/prepared/4f2a
       recipekit plan recipe=llama3_70b_sft hw=h100 --advise --all-layouts
-      recipekit plan recipe=llama3_70b_sft parallel.tensor_parallel=8 parallel.pipeline_parallel=2 --price 2.5
-      recipekit plan recipe=qwen2.5_7b_pretrain --data /mnt/shared/runs/prepared/4f2a.../manifest.json  # cluster volume
       recipekit plan recipe=qwen3_8b_sft --stage "data.max_len=8192 parallel=zero3"
     """
     from recipekit import memory
@@ -240,7 +284,11 @@ def plan(
         click.echo(json.dumps(output, indent=2))
         sys.exit(0 if estimate.fits else 1)
     console = rich_console()
-    console.print(planview.render_estimate(estimate))
+    console.print(planview.render_estimate(estimate), soft_wrap=False)  # notes broken between words
+    from recipekit.bundle.summary import pod_requests
+    from recipekit.cli.terminal import echo_wrapped
+
+    echo_wrapped(f"pod requests: {pod_requests(recipe, resolved.plan)}")
     if not estimate.fits:
         problem = memory.fit_problem(estimate, images=resolved.images, parallel_options=options)
         if problem is not None:

@@ -27,15 +27,19 @@ def rich_console(stderr: bool = False) -> Any:
 
 
 def warn(warnings: list[str]) -> None:
+    """Each warning on stderr, broken between words on a terminal (one line each when piped)."""
+    from recipekit.cli.terminal import echo_wrapped
+
     for warning in warnings:
-        click.echo(f"{click.style('warning:', fg='yellow')} {warning}", err=True)
+        echo_wrapped(f"{click.style('warning:', fg='yellow')} {warning}", err=True, terminal_only=True)
 
 
 def user_errors(func: Callable[..., Any]) -> Callable[..., Any]:
     """Turn RecipeError into the list of problems on stderr and exit code 2.
 
     An ``OSError`` that reaches here (a ``--recipes`` tree that cannot be read, say) is the user's file system
-    refusing a path they gave: it is reported the same way, one line naming the path, rather than as a traceback.
+    refusing a path they gave: it is reported the same way, one line naming the path, rather than as a traceback; a
+    path that does not exist says which names beside it are close (:func:`recipekit.base.paths.did_you_mean`).
     """
 
     @functools.wraps(func)
@@ -46,11 +50,13 @@ def user_errors(func: Callable[..., Any]) -> Callable[..., Any]:
             raise
         except OSError as exc:
             from recipekit.base.errors import Problem
+            from recipekit.base.paths import did_you_mean
 
             where = os.fsdecode(exc.filename) if exc.filename is not None else "path"
-            exit_with_problems(
-                RecipeError([Problem(where.encode("utf-8", "backslashreplace").decode(), exc.strerror or str(exc))])
-            )
+            reason = exc.strerror or str(exc)
+            if isinstance(exc, FileNotFoundError) and exc.filename is not None:
+                reason += did_you_mean(Path(where))  # a path the user mistyped: bundles/phi4-lora for phi4_lora
+            exit_with_problems(RecipeError([Problem(where.encode("utf-8", "backslashreplace").decode(), reason)]))
         except RecipeError as err:
             exit_with_problems(err)
 
@@ -58,25 +64,28 @@ def user_errors(func: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def exit_with_problems(err: RecipeError) -> NoReturn:
-    """Every problem on its own line on stderr, then exit code 2: the one way recipekit reports unusable input.
+    """Every problem on its own line on stderr, then exit code 2: the one way recipekit reports unusable input. On a
+    terminal each is broken between words at its width (a terminal would cut a word), piped it is one line.
 
     One line each whatever text the input smuggled into a key or a message: control and invisible formatting
     characters are printed as their escapes (``\\n``, ``\\u202e``).
     """
+    from recipekit.cli.terminal import echo_wrapped
     from recipekit.recipe.schema import printable
 
     count = len(err.problems)
     click.echo(f"{click.style('error:', fg='red', bold=True)} {count} problem{'s' if count != 1 else ''}:", err=True)
-    for problem in err.problems:
-        click.echo(f"  - {printable(str(problem))}", err=True)
+    for problem in err.problems:  # on a terminal broken between words; piped, one problem a line
+        echo_wrapped(f"- {printable(str(problem))}", indent=2, err=True, terminal_only=True)
     sys.exit(2)
 
 
 def fail(message: str) -> NoReturn:
     """One problem that is not a recipe key's (a path, a flag combination): one line on stderr, exit code 2."""
+    from recipekit.cli.terminal import echo_wrapped
     from recipekit.recipe.schema import printable
 
-    click.echo(f"{click.style('error:', fg='red', bold=True)} {printable(message)}", err=True)
+    echo_wrapped(f"{click.style('error:', fg='red', bold=True)} {printable(message)}", err=True, terminal_only=True)
     sys.exit(2)
 
 

@@ -57,8 +57,8 @@ def data_group() -> None:
 
     \b
     Examples:
-      recipekit data prepare bundles/qwen2.5_7b_pretrain --workers 32    # cluster volume
-      recipekit data verify bundles/qwen2.5_7b_pretrain    # cluster volume
+      recipekit data prepare bundles/qwen2.5_7b_pretrain --workers 32  # cluster
+      recipekit data verify bundles/qwen2.5_7b_pretrain  # cluster
     """
 
 
@@ -83,9 +83,9 @@ def prepare_command(bundle: Path, workers: int, volume: Path | None, as_json: bo
 
     \b
     Examples:
-      recipekit data prepare bundles/qwen2.5_7b_pretrain --workers 32    # cluster volume
-      recipekit data prepare bundles/llama3_8b_sft --volume /mnt/pvc-llm-shared    # cluster volume
-      recipekit data prepare bundles/tiny_sft --workers 2 --json    # cluster volume
+      recipekit data prepare bundles/qwen2.5_7b_pretrain --workers 32  # cluster
+      recipekit data prepare bundles/llama3_8b_sft --volume /mnt/pvc  # cluster
+      recipekit data prepare bundles/tiny_sft --workers 2 --json  # cluster
     """
     problem = _unusable(bundle) or (_off_this_machine(bundle) if volume is None else None)
     if problem:
@@ -131,9 +131,9 @@ def verify_command(bundle: Path | None, prepared: Path | None, volume: Path | No
 
     \b
     Examples:
-      recipekit data verify bundles/qwen2.5_7b_pretrain --volume /mnt/pvc-llm    # cluster volume
-      recipekit data verify --prepared /mnt/pvc-llm/runs/prepared/4f2a9c0e1b7d3a5f6e80    # cluster volume
-      recipekit data verify bundles/tiny_sft --json    # cluster volume
+      recipekit data verify bundles/qwen2.5_7b_pretrain --volume /mnt/pvc
+      recipekit data verify --prepared /mnt/pvc/runs/prepared/4f2a9c0e  # cluster
+      recipekit data verify bundles/tiny_sft --json  # cluster
     """
     from recipekit.runtime.volume import trust, verify
 

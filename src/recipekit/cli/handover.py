@@ -26,7 +26,7 @@ def init_command(name: Path) -> None:
     Examples:
       recipekit init team-nlp-recipes
       cd team-nlp-recipes && recipekit build recipe=our_qwen_sft
-      cd team-nlp-recipes && ./ci.sh    # builds and validates every preset of the repo
+      cd team-nlp-recipes && ./ci.sh  # builds and validates every preset
     """
     from recipekit.recipe.scaffold import init
 
@@ -89,7 +89,7 @@ def pack_command(bundle: Path, output: Path | None) -> None:
     \b
     Examples:
       recipekit pack bundles/llama3_8b_sft
-      recipekit pack bundles/our_qwen_sft -o handover/    # a team preset's bundle (recipekit init)
+      recipekit pack bundles/our_qwen_sft -o handover/  # a team preset's bundle
     """
     from recipekit.handover.package import pack
 
@@ -111,7 +111,7 @@ def verify_command(package: Path) -> None:
 
     \b
     Examples:
-      recipekit pack bundles/llama3_8b_sft -o handover && recipekit verify handover/llama3_8b_sft-*.tar.gz
+      recipekit pack bundles/tiny_sft && recipekit verify tiny_sft-*.tar.gz
     """
     from recipekit.handover.package import verify
 
@@ -134,8 +134,8 @@ def diff_command(a: Path, b: Path) -> None:
 
     \b
     Examples:
-      recipekit diff bundles/llama3_8b_sft@ascend910b bundles/llama3_8b_sft@h100    # exit 1: they differ
-      recipekit pack bundles/llama3_8b_sft -o old && recipekit diff old/llama3_8b_sft-*.tar.gz bundles/llama3_8b_sft
+      recipekit diff bundles/tiny_sft@ascend910b bundles/tiny_sft@h100  # exit 1
+      recipekit pack bundles/tiny_sft && recipekit diff *.tar.gz bundles/tiny_sft
 
     (`recipekit build -m recipe=llama3_8b_sft hw=ascend910b,h100` makes the first example's two bundles.)
     """

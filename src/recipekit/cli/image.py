@@ -51,8 +51,8 @@ def build_command(
     \b
     Examples:
       recipekit image build bundles/llama3_8b_sft --push
-      recipekit image build bundles/llama3_8b_sft --build-arg PIP_INDEX_URL=https://pypi.mirror.internal/simple
-      recipekit image build bundles/llama3_8b_sft --engine unix:///run/podman/podman.sock --tag harbor.internal/llm/a:1
+      recipekit image build bundles/tiny_sft --build-arg PIP_INDEX_URL=https://m/
+      recipekit image build bundles/tiny_sft --engine unix:///run/podman.sock
     """
     from recipekit.handover import imagebuild
 

@@ -125,22 +125,29 @@ def option_rows(groups: Sequence[str], layers: Sequence[Layer]) -> list[OptionRo
     return rows
 
 
+#: The prefix of the test twins' options (random-weight tiny models and the preset training one): the dry run and
+#: the tests use them; `list` shows them with --all.
+TWIN_PREFIX = "tiny_"
+
+
 @click.command(name="list", context_settings=SETTINGS)
 @click.argument("group", required=False)
+@click.option("--all", "show_all", is_flag=True, help="Also list the test twins (tiny_*), hidden otherwise.")
 @recipes_option
 @user_errors
-def list_(group: str | None, extra_dirs: tuple[Path, ...]) -> None:
+def list_(group: str | None, show_all: bool, extra_dirs: tuple[Path, ...]) -> None:
     """List config groups and their options: descriptions, each group's default (*), where each option comes from.
 
     An option from a team layer (recipekit.toml, --recipes, $RECIPEKIT_RECIPES) that replaces a same-named option of
-    an earlier layer is marked "shadows ...".
+    an earlier layer is marked "shadows ...". The test twins (tiny_*: random-weight tiny models the dry run and the
+    tests train) are listed with --all.
 
     \b
     Examples:
       recipekit list
       recipekit list hw
-      recipekit list recipe
-      recipekit list cluster --recipes ./team-recipes/recipes    # a tree `recipekit init` made
+      recipekit list model --all
+      recipekit list cluster --recipes team-recipes/recipes
     """
     from recipekit.base.errors import Problem
     from recipekit.base.paths import GROUPS
@@ -153,17 +160,34 @@ def list_(group: str | None, extra_dirs: tuple[Path, ...]) -> None:
     problems = check_team_trees([layer.path for layer in layers])
     if problems:
         raise RecipeError(problems)
-    from recipekit.cli.terminal import word_table
+    rows = option_rows([group] if group else GROUPS, layers)
+    hidden = [row for row in rows if row.option.startswith(TWIN_PREFIX) and not show_all]
+    print_groups([row for row in rows if row not in hidden], hidden)
 
-    cells = []
-    for row in option_rows([group] if group else GROUPS, layers):
-        origin = row.origin + (f" (shadows {', '.join(row.shadows)})" if row.shadows else "")
-        note = unsupported_note(row)
-        description = row.description + (f" ({note})" if note else "")
-        cells.append([row.group, row.option + (" *" if row.default else ""), origin, description])
-    # plain text: a team's names and descriptions show as written, never read as rich markup ("[/x]" raises); an
-    # option name is never cut, whatever the terminal's width (it is what `build group=option` takes); where an
-    # option comes from folds, since a team tree's path may be wider than the terminal and would squeeze the
-    # description out of the table
-    headers = ["group", "option", "from", "description"]
-    rich_console().print(word_table(headers, cells, caption="* the group's default", whole=(0, 1)))
+
+def print_groups(rows: list[OptionRow], hidden: list[OptionRow]) -> None:
+    """One table per group: option, where it comes from, description. Option names are never cut (they are what
+    `build group=option` takes); where a table is wider than the terminal the "from" column goes first, and is said
+    to be gone. Plain text: a team's names and descriptions show as written, never read as rich markup."""
+    from recipekit.cli.terminal import fitted_columns, word_table
+
+    console = rich_console()
+    headers = ["option", "from", "description"]
+    dropped = False
+    for group in dict.fromkeys(row.group for row in rows):
+        cells = []
+        for row in (r for r in rows if r.group == group):
+            origin = row.origin + (f" (shadows {', '.join(row.shadows)})" if row.shadows else "")
+            note = unsupported_note(row)
+            description = row.description + (f" ({note})" if note else "")
+            cells.append([row.option + (" *" if row.default else ""), origin, description])
+        keep, _ = fitted_columns(headers, cells, width=console.width, drop=(1,))
+        dropped = dropped or 1 not in keep
+        console.print(word_table(headers, cells, title=group, whole=(0,), width=console.width, drop=(1,)))
+    notes = ["* the group's default"]
+    if dropped:
+        notes.append("where a table was too wide, the from column is left out")
+    if hidden:
+        notes.append(f"{len(hidden)} test twins (tiny_*) not shown: --all")
+    for note in notes:
+        console.print(note, markup=False, highlight=False)

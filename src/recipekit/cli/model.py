@@ -14,11 +14,15 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from recipekit.cli.common import SETTINGS, fail
 from recipekit.recipe.schema import printable
+
+if TYPE_CHECKING:
+    from recipekit.recipe.sections import FlopsSpec
 
 
 @click.group("model", context_settings=SETTINGS)
@@ -27,8 +31,8 @@ def model_group() -> None:
 
     \b
     Examples:
-      recipekit model import /mnt/shared/models/Qwen3-8B/config.json -o recipes/model/qwen3_8b.yaml  # cluster volume
-      recipekit model import config.json -o recipes/model/my_model.yaml --name my_model
+      recipekit model import /mnt/shared/models/Qwen3-8B -o qwen3_8b.yaml
+      recipekit model import config.json -o my_model.yaml --name my_model
     """
 
 
@@ -80,8 +84,8 @@ def import_command(
 
     \b
     Examples:
-      cd team-recipes && recipekit model import /mnt/shared/models/Qwen3-30B-A3B    # cluster volume
-      recipekit model import ./Mixtral-8x7B-v0.1/config.json -o recipes/model/mixtral_8x7b.yaml
+      cd team-recipes && recipekit model import /mnt/shared/models/Qwen3-30B-A3B
+      recipekit model import Mixtral-8x7B-v0.1/config.json -o mixtral_8x7b.yaml
     """
     from recipekit.base.errors import RecipeError
     from recipekit.recipe.modelimport import ImportProblem, describe, import_config, option_yaml
@@ -120,7 +124,26 @@ def import_command(
     counts, flops = imported.option["params"], imported.option["flops"]
     for note in imported.notes:
         click.echo(f"note: {printable(note)}")
-    click.echo(
-        f"{target}: {imported.architecture}, {counts.total:,} parameters ({counts.active:,} active), "
-        f"{flops.train_at(4096) / 1e9:,.2f} GFLOP per training token at 4096 tokens ({flops.counted_by})"
-    )
+    click.echo(f"wrote {target}: {imported.architecture}")
+    click.echo(f"  {counts.total:,} parameters ({counts.active:,} active)")
+    context = int(imported.option["max_position_embeddings"])
+    click.echo(f"  GFLOP per training token by sequence length ({flops.counted_by}):")
+    click.echo("    " + "   ".join(_flops_at(flops, length, context) for length in flops_lengths(context)))
+
+
+#: The sequence lengths training runs usually choose; the import states FLOPs at those within the model's context.
+COMMON_LENGTHS = (2048, 4096, 8192, 32768)
+
+
+def flops_lengths(context: int) -> list[int]:
+    """The lengths `model import` states the FLOPs at: the common training lengths within the model's context, and
+    the context itself (where the model names one)."""
+    from recipekit.recipe.modelimport import UNBOUNDED_POSITIONS
+
+    lengths = [length for length in COMMON_LENGTHS if length < context]
+    return lengths + ([context] if context < UNBOUNDED_POSITIONS else [])
+
+
+def _flops_at(flops: FlopsSpec, length: int, context: int) -> str:
+    figure = f"{length:,}: {flops.train_at(length) / 1e9:,.2f}"
+    return figure + " (context)" if length == context else figure

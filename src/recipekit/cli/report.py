@@ -9,6 +9,7 @@ Exit codes: 0 done (compare: ALIGNED), 1 compare: NOT ALIGNED, 2 unusable input 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -62,10 +63,20 @@ def _text_table(title: str, rows: Sequence[Sequence[object]], headers: Sequence[
 def _pairs(console: Any, title: str, rows: Sequence[tuple[str, str]]) -> None:
     """A titled list of ``name  value`` lines, not a table: a run directory or an image reference stays one token
     on one line (the terminal may wrap it, a table cell would cut it), and copies whole."""
+    import textwrap
+
     console.print(title, markup=False, style="bold")
     width = max((len(name) for name, _ in rows), default=0)
-    for name, value in rows:
-        console.print(f"  {name:<{width}}  {value}", markup=False, highlight=False)
+    for name, value in rows:  # a long value breaks between words, under itself; a path stays one token
+        lines = textwrap.wrap(
+            str(value),
+            width=max(20, console.width - width - 4),
+            break_long_words=False,
+            break_on_hyphens=False,
+        ) or [""]
+        console.print(f"  {name:<{width}}  {lines[0]}", markup=False, highlight=False)
+        for line in lines[1:]:
+            console.print(f"  {'':<{width}}  {line}", markup=False, highlight=False)
 
 
 def _titled(row: dict[str, Any]) -> str:
@@ -109,6 +120,49 @@ def _write_files(out: Path, html: str, plots: Sequence[Any], document: dict[str,
 
 
 # ------------------------------------------------------------------------------------------------------- report
+#: Where reports go without -o: one directory per report, named by run id and time (never replaced).
+REPORTS = Path("recipekit-report")
+#: Reports kept there: the oldest beyond it are removed when a new one is written (`recipekit clean` removes all).
+KEEP_REPORTS = 20
+_REPORT_NAME = re.compile(r"[0-9A-Za-z_.-]+-\d{8}-\d{6}(-\d+)?")
+
+
+def _run_id(doc: dict[str, Any]) -> str:
+    found = dict(doc.get("what_ran") or []).get("run id", "")
+    return found if isinstance(found, str) and re.fullmatch(r"[0-9A-Za-z_.-]{1,64}", found) else "run"
+
+
+def new_report_dir(run_id: str, now: float | None = None) -> Path:
+    """``recipekit-report/<run id>-<YYYYMMDD-HHMMSS>`` (UTC), not yet taken."""
+    import time
+
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(time.time() if now is None else now))
+    base = REPORTS / f"{run_id}-{stamp}"
+    candidate, n = base, 1
+    while candidate.exists():
+        n += 1
+        candidate = base.with_name(f"{base.name}-{n}")
+    return candidate
+
+
+def prune_reports(folder: Path, keep: int) -> list[Path]:
+    """Remove all but the newest ``keep`` report directories in ``folder`` (named by :func:`new_report_dir`)."""
+    import shutil
+
+    def when(path: Path) -> tuple[str, int]:
+        found = re.search(r"-(\d{8}-\d{6})(?:-(\d+))?$", path.name)
+        return (found.group(1), int(found.group(2) or 1)) if found else ("", 0)
+
+    try:
+        reports = [p for p in folder.iterdir() if _REPORT_NAME.fullmatch(p.name) and p.is_dir() and not p.is_symlink()]
+    except OSError:
+        return []
+    old = sorted(reports, key=when)[: max(0, len(reports) - keep)]
+    for path in old:
+        shutil.rmtree(path, ignore_errors=True)
+    return old
+
+
 def report_html(run: Any, doc: dict[str, Any], plots: Sequence[Any]) -> str:
     from recipekit.runs import runhtml as h
 
@@ -200,9 +254,9 @@ def report_html(run: Any, doc: dict[str, Any], plots: Sequence[Any]) -> str:
     "--output",
     "out",
     type=click.Path(path_type=Path),
-    default=Path("recipekit-report"),
-    show_default=True,
-    help="Directory for report.html, the PNGs and report.json.",
+    default=None,
+    help="Directory for report.html, the PNGs and report.json (default: a new one per report, "
+    "recipekit-report/<run id>-<time>; the newest 20 kept).",
 )
 @click.option(
     "--margin",
@@ -222,7 +276,7 @@ def report_command(
     run_dir: Path,
     volume: Path | None,
     plan: Path | None,
-    out: Path,
+    out: Path | None,
     margin: float,
     export_baseline: Path | None,
     as_json: bool,
@@ -234,10 +288,10 @@ def report_command(
 
     \b
     Examples:
-      recipekit report bundles/llama3_8b_sft --volume /mnt/pvc-llm-shared -o report/    # cluster volume
+      recipekit report bundles/llama3_8b_sft --volume /mnt/pvc  # cluster
       recipekit report runs/tiny-sft-a970ef --json
-      recipekit report /mnt/shared/runs/llama3-8b-sft-5891d6 --plan bundles/llama3_8b_sft/plan.json    # cluster volume
-      recipekit report runs/tiny-sft-a970ef -o report/ --export-baseline baseline.json
+      recipekit report /mnt/shared/runs/tiny-sft-5891d6 --plan bundles/tiny_sft
+      recipekit report runs/tiny-sft-a970ef --export-baseline baseline.json
     """
     from recipekit.runs.runlog import baseline, load_run
     from recipekit.runs.runsummary import summary
@@ -249,6 +303,9 @@ def report_command(
     doc = summary(run, margin)
     with _progress(not as_json) as progress:
         plots = run_plots(run, progress)
+    if out is None:
+        prune_reports(REPORTS, KEEP_REPORTS - 1)  # with this one, the newest KEEP_REPORTS
+        out = new_report_dir(_run_id(doc))
     files = _write_files(out, report_html(run, doc, plots), plots, doc)
     if export_baseline is not None:
         export_baseline.parent.mkdir(parents=True, exist_ok=True)
@@ -416,8 +473,8 @@ def compare_command(
     \b
     Examples:
       recipekit compare runs/cuda-a100 runs/ascend-910b
-      recipekit compare bundles/llama3_8b_sft@old bundles/llama3_8b_sft --volume /mnt/pvc --html cmp/  # cluster volume
-      recipekit report runs/cuda-a100 --export-baseline b.json && recipekit compare runs/ascend-910b --baseline b.json
+      recipekit compare bundles/tiny_sft@h100 bundles/tiny_sft --volume /mnt/pvc
+      recipekit compare runs/cuda-a100 runs/ascend-910b --html compare-html
       recipekit compare runs/lr-1e-4 runs/lr-3e-4 runs/lr-1e-3 runs/lr-3e-3 --html sweep-report/
     """
     from recipekit.runs.compare import Tolerances, compare

@@ -31,8 +31,8 @@ def rescale_command(bundle: Path, nodes: int, output: Path | None, force: bool, 
     \b
     Examples:
       recipekit rescale bundles/llama3_8b_sft --nodes 2
-      recipekit rescale bundles/qwen2.5_72b_sft --nodes 4 -o bundles/qwen72b-4nodes
-      recipekit rescale bundles/our_qwen_sft --nodes 2 --recipes ./team-recipes/recipes    # a team preset's bundle
+      recipekit rescale bundles/qwen2.5_72b_sft --nodes 4 -o bundles/qwen72b-4
+      cd team-recipes && recipekit rescale ../bundles/our_qwen_sft --nodes 2
     """
     from recipekit.bundle.rescale import rescale
 

@@ -28,7 +28,7 @@ def runs_group() -> None:
 
     \b
     Examples:
-      recipekit runs history /mnt/shared/runs/llama3-8b-sft-5891d6    # cluster volume
+      recipekit runs history /mnt/shared/runs/llama3-8b-sft-5891d6  # cluster
       recipekit runs history ./runs/tiny-sft-a970ef --json
     """
 
@@ -82,7 +82,7 @@ def history_command(output_dir: Path, as_json: bool) -> None:
 
     \b
     Examples:
-      recipekit runs history /mnt/shared/runs/llama3-8b-sft-5891d6    # cluster volume
+      recipekit runs history /mnt/shared/runs/llama3-8b-sft-5891d6  # cluster
       recipekit runs history ./runs/tiny-sft-a970ef --json
     """
     from recipekit.runs.runsummary import mttr_text

@@ -17,7 +17,7 @@ import click
 from click.core import ParameterSource
 
 from recipekit.cli.common import SETTINGS, fail
-from recipekit.cli.terminal import plain
+from recipekit.cli.terminal import plain, shown_path
 from recipekit.validate.dryrun.options import BUILD_PROGRESS, DryRunOptions, DryRunUsageError, Flag, flag_name, flags
 from recipekit.validate.shared.results import Result, Status, Verdict
 
@@ -84,10 +84,10 @@ def validate_command(ctx: click.Context, bundle: Path, dry_run: bool, as_json: b
     Examples:
       recipekit validate bundles/llama3_8b_sft
       recipekit validate bundles/llama3_8b_sft --dry-run
-      recipekit validate bundles/llama3_8b_sft --dry-run --pods 2 --kill-pod 1 --at-step 6
-      recipekit validate bundles/tiny_sft --dry-run --kill-pod 1 --at-step 6 --resume-pods 1
-      recipekit validate bundles/llama3_8b_tp2 --dry-run --pods 2 --procs-per-pod 2
-      recipekit validate bundles/llama3_8b_sft --dry-run --device npu
+      recipekit validate bundles/tiny_sft --dry-run --kill-pod 1 --at-step 6
+      recipekit validate bundles/tiny_sft --dry-run --kill-pod 1 --resume-pods 1
+      recipekit validate bundles/tp2 --dry-run --pods 2 --procs-per-pod 2
+      recipekit validate bundles/tiny_sft --dry-run --device npu  # exit 2: no NPU
       recipekit validate bundles/tiny_sft --json
       recipekit validate bundles/tiny_sft --dry-run --restart checkpoint-4,fresh
       recipekit build -m recipe=tiny_sft train.learning_rate=1e-4,1e-3 -o sweep && recipekit validate sweep
@@ -156,6 +156,9 @@ class _Progress:
 
     def __call__(self, message: str) -> None:
         if self.status is not None:
+            from recipekit.cli.terminal import fitted_words
+
+            message = fitted_words(message, self.console.width - 12)  # log's time column: a path is never folded
             self.status.update(plain(message))  # a pod's line may hold "[/...]": never markup
             # Static checks and bare steps only move the spinner; a step's loss and a phase (pod launched, torchrun
             # up, train.py started, a kill, a restart) stay on screen, one line each.
@@ -198,26 +201,83 @@ def print_verdict(report: Verdict) -> None:
         show_lines=False,
         expand=False,
     )
+    from recipekit.cli.terminal import middle
+
+    # a word wider than the details column (an image reference, a path) is shortened from the middle, not cut
+    room = max(16, console.width - max((len(r.id) for r in report.results), default=5) - len("skipped") - 10)
     for result in report.results:
+        details = "\n".join(" ".join(middle(w, room) for w in line.split(" ")) for line in _details(result).split("\n"))
         table.add_row(
             Text(result.id),
             Text(result.status.value, style=_STYLE[result.status]),
-            Text(_details(result), style="red" if result.failed else ""),
+            Text(details, style="red" if result.failed else ""),
         )
     console.print(table)
+    seen: set[str] = set()
+    workdir = ""
     for result in report.results:
         subs = result.details.get("substitutions")
+        workdir = workdir or str(result.details.get("workdir") or "")
         if subs and not result.failed:
             for line in substitution_lines(subs, str(result.details.get("workdir") or "")):
-                console.print(Text(line))
+                _print_wrapped(console, line)
         for name, tail in (result.details.get("log_tails") or {}).items():
             console.print(plain(f"{result.id}: last lines of {name}", style="bold red"))
-            console.print(Text(tail))
+            # as written, never re-wrapped (a line copied is the line logged); a traceback shown once
+            console.print(Text(traceback_once(tail, seen)), soft_wrap=True)
     for warning in report.warnings:
         console.print(styled(("warning:", "bold yellow"), f" {warning}"))
-    counts = report.counts()
-    verdict = ("bundle OK", "green") if report.ok else ("bundle has problems", "bold red")
-    console.print(styled(f"{counts['pass']} passed, {counts['fail']} failed, {counts['skipped']} skipped: ", verdict))
+    if workdir:
+        _print_wrapped(
+            console, f"dry run kept in {shown_path(workdir)} (report, runs history read it; clean removes it)"
+        )
+    counts, verdict = report.summary().split(": ", 1)
+    console.print(styled(f"{counts}: ", (verdict, "green" if report.ok else "bold red")))
+
+
+def _print_wrapped(console: Any, line: str) -> None:
+    """``line`` broken between words at the console's width, continuation lines indented under its text; a path
+    wider than the line stays whole (:func:`recipekit.cli.terminal.fitted_words` shortens one wider still)."""
+    import textwrap
+
+    from recipekit.cli.terminal import fitted_words
+
+    lead = " " * (len(line) - len(line.lstrip(" ")))
+    text = fitted_words(line.strip(), console.width - len(lead) - 4)
+    for part in textwrap.wrap(
+        text, width=console.width, initial_indent=lead, subsequent_indent=lead + "    ", break_long_words=False,
+        break_on_hyphens=False,
+    ) or [""]:  # fmt: skip
+        console.print(plain(part), soft_wrap=True)
+
+
+_TRACEBACK = "Traceback (most recent call last):"
+#: What torchrun puts before a worker's line (``[rank1]:``, ``[default0]:``): not part of what the worker said.
+_RANK_PREFIX = re.compile(r"^\[[\w.-]+\]:\s?")
+
+
+def traceback_once(tail: str, seen: set[str]) -> str:
+    """``tail`` with each traceback another pod's tail already showed (every rank raises the same one) replaced by
+    one line saying so; the tracebacks shown are added to ``seen`` (compared without torchrun's rank prefix)."""
+    lines = tail.splitlines()
+    bare = [_RANK_PREFIX.sub("", line) for line in lines]
+    out, i = [], 0
+    while i < len(lines):
+        if not bare[i].startswith(_TRACEBACK):
+            out.append(lines[i])
+            i += 1
+            continue
+        end = i + 1
+        while end < len(lines) and (bare[end].startswith((" ", "\t")) or not bare[end].strip()):
+            end += 1
+        block = "\n".join(bare[i : end + 1])  # the traceback and the exception line after it
+        if block in seen:
+            out.append("(the same traceback as above)")
+        else:
+            seen.add(block)
+            out.extend(lines[i : end + 1])
+        i = end + 1
+    return "\n".join(out)
 
 
 def substitution_lines(subs: list[dict[str, Any]], workdir: str) -> list[str]:
@@ -233,8 +293,8 @@ def substitution_lines(subs: list[dict[str, Any]], workdir: str) -> list[str]:
     for sub in explicit:
         reasons.setdefault(str(sub.get("why")), []).append(_change(sub, workdir))
     lines = [
-        f"dry-run substitutions, {len(explicit)} in the recipe (paths relative to {workdir}; every value in "
-        "substitutions.json there):"
+        f"dry-run substitutions, {len(explicit)} in the recipe (paths relative to {shown_path(workdir)}; every value "
+        "in substitutions.json there):"
     ]
     lines += [f"  {', '.join(changes)}: {why}" for why, changes in reasons.items()]
     if derived:
@@ -259,3 +319,44 @@ def _value(value: object, workdir: str, limit: int = 32) -> str | None:
     if workdir and text.startswith(workdir + "/"):
         text = "./" + text[len(workdir) + 1 :]
     return text if len(text) <= limit else None
+
+
+@click.command("clean", context_settings=SETTINGS)
+@click.argument("bundles", nargs=-1, type=click.Path(path_type=Path))
+@click.option(
+    "--keep",
+    type=click.IntRange(0, 10_000),
+    default=0,
+    show_default=True,
+    help="Keep the newest N dry runs of each bundle (and the newest N reports).",
+)
+def clean_command(bundles: tuple[Path, ...], keep: int) -> None:
+    """Remove the dry runs `validate --dry-run` kept and the reports `report` wrote.
+
+    Each dry run keeps its own work directory (bundles/.dryrun/<bundle>/<run id>-<time>: its logs, checkpoints and
+    report); the newest 5 of a bundle stay until this removes them. Without BUNDLE: the dry runs of every bundle
+    under ./bundles and the reports under ./recipekit-report. A dry run still running is left in place.
+
+    \b
+    Examples:
+      recipekit clean
+      recipekit clean bundles/tiny_sft --keep 1
+    """
+    from recipekit.cli.terminal import shown_path
+    from recipekit.validate.dryrun.workdir import kept
+
+    folders = [kept.runs_dir(b) for b in bundles] or sorted(Path("bundles", ".dryrun").glob("*"))
+    for folder in folders:
+        cleaned = kept.prune(folder, keep)
+        if cleaned.removed or cleaned.busy:
+            busy = f"; {len(cleaned.busy)} still running, left in place" if cleaned.busy else ""
+            click.echo(
+                f"removed {len(cleaned.removed)} dry run(s) of {folder.name} "
+                f"({cleaned.bytes_freed / 2**20:.1f} MiB) from {shown_path(folder)}{busy}"
+            )
+    if not bundles:
+        from recipekit.cli.report import REPORTS, prune_reports
+
+        removed = prune_reports(REPORTS, keep)
+        if removed:
+            click.echo(f"removed {len(removed)} report(s) from {REPORTS}")

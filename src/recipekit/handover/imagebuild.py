@@ -30,6 +30,7 @@ import yaml
 from recipekit.base import yamlfile
 from recipekit.base.errors import Problem, RecipeError
 from recipekit.base.limits import BUNDLE_FILE, read_regular
+from recipekit.base.paths import did_you_mean
 from recipekit.bundle.files import read_files
 from recipekit.bundle.render import MANIFEST
 from recipekit.bundle.write import manifest_problem, write_bundle
@@ -101,6 +102,8 @@ def request(
     bundle = Path(bundle)
     problems: list[Problem] = []
     unusable = manifest_problem(bundle) if bundle.is_dir() else "not a directory"
+    if not bundle.exists():
+        unusable = "no such directory" + did_you_mean(bundle)
     if unusable:
         raise RecipeError([Problem(str(bundle), f"not a recipekit bundle ({unusable})", "recipekit build ...")])
     dockerfile = bundle / "Dockerfile"

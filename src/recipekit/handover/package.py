@@ -33,6 +33,7 @@ from typing import Any
 from recipekit import __version__
 from recipekit.base.errors import Problem, RecipeError
 from recipekit.base.limits import PACKAGE_FILE, read_regular
+from recipekit.base.paths import did_you_mean
 from recipekit.bundle.files import EXECUTABLE, MANIFEST, read_files
 from recipekit.handover.archive import read_targz, write_targz
 from recipekit.recipe.overrides import Override
@@ -127,7 +128,8 @@ def pack(bundle: Path, output_dir: Path | None = None) -> Packed:
 def read_bundle_dir(bundle: Path) -> dict[str, bytes]:
     """A bundle directory's files; RecipeError if it is not a recipekit bundle."""
     if not bundle.is_dir():
-        raise RecipeError([Problem(str(bundle), "not a directory")])
+        missing = "no such directory" + did_you_mean(bundle) if not bundle.exists() else "not a directory"
+        raise RecipeError([Problem(str(bundle), missing)])
     if not (bundle / MANIFEST).is_file():
         raise RecipeError([Problem(str(bundle), f"not a recipekit bundle (no {MANIFEST})")])
     return read_files(bundle)[0]

@@ -42,7 +42,7 @@ from recipekit.memory.overlap import Overlap, exposed, solve_compute
 from recipekit.plan.engines import engine_of, engine_problems
 from recipekit.plan.layout import Layout
 from recipekit.plan.layoutrules import stage_layers
-from recipekit.plan.modelsize import LORA_MODULES, ParamCounts, count_params
+from recipekit.plan.modelsize import FUSED_MODULES, LORA_MODULES, ParamCounts, count_params
 from recipekit.plan.nesting import Group, describe, groups
 from recipekit.plan.parallelism import EXPERTS_NEED, PIPELINE_NEEDS
 from recipekit.plan.plan import Plan
@@ -308,7 +308,7 @@ def _lora_target_notes(recipe: Recipe) -> list[str]:
     lora = adapter_of(recipe.mode)
     if lora is None or not isinstance(lora.target_modules, list):
         return []
-    unknown = sorted(set(lora.target_modules) - set(LORA_MODULES))
+    unknown = sorted(set(lora.target_modules) - set(LORA_MODULES) - set(FUSED_MODULES))
     return [f"LoRA targets {', '.join(unknown)} are not projections recipekit knows; not counted"] if unknown else []
 
 

@@ -58,7 +58,8 @@ def run_identity(recipe: Recipe, layout: Layout, precision: str) -> dict[str, An
     """
     data, train = recipe.data, to_data(recipe.train)
     return {
-        "model": {k: v for k, v in to_data(recipe.model).items() if k != "description"},
+        # what LoRA could adapt (model.modules) is a fact about the tree, not the run: recorded options keep their ids
+        "model": {k: v for k, v in to_data(recipe.model).items() if k not in ("description", "modules")},
         "mode": {k: v for k, v in to_data(recipe.mode).items() if k != "description"},
         "data": {
             "format": data.format,

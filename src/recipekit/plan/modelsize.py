@@ -196,8 +196,20 @@ def lora_targets(lora: LoraSpec) -> tuple[str, ...]:
     return tuple(m for m in LORA_MODULES if m in lora.target_modules)
 
 
-#: Families whose MLP fuses gate and up into one gate_up_proj (PEFT adapts it as one module).
+#: Families whose MLP fuses gate and up into one gate_up_proj (PEFT adapts it as one module), for an option that
+#: records no module tree; the tree says it for the others (``model.modules``).
 FUSED_GATE_UP = ("glm4",)
+#: Projections a module tree may hold fused, and the ones each holds (Phi-3/4's qkv_proj, GLM-4's gate_up_proj).
+FUSED_MODULES = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}
+
+
+def fused_modules(model: ModelSpec) -> list[str]:
+    """The fused projections of ``model``'s layers (:data:`FUSED_MODULES`), from its recorded module tree."""
+    tree = model.modules
+    if tree is None:
+        return ["gate_up_proj"] if model.family in FUSED_GATE_UP else []
+    leaves = {path.rsplit(".", 1)[-1] for kind in tree.layers for path in kind.linear}
+    return [name for name in FUSED_MODULES if name in leaves]
 
 
 def lora_params(model: ModelSpec, lora: LoraSpec) -> int:
@@ -205,19 +217,22 @@ def lora_params(model: ModelSpec, lora: LoraSpec) -> int:
 
     With ``all-linear`` the runtime adapts every attention and MLP projection the module tree has
     (``runtime/model/loader.lora_targets``; checked against the live adapters of every family's twin,
-    tests/unit/recipe/test_models.py): GLM-4's fused gate_up_proj is one module, r × (h + 2i); an MoE layer's fused
+    tests/unit/recipe/test_models.py): a fused projection is one module, GLM-4's gate_up_proj r × (h + 2i), Phi-4's
+    qkv_proj r × (h + q + 2 kv); an MoE layer's fused
     3-D experts get one adapter per expert through PEFT's target_parameters, r·E·(h + 2i) + r·E·(i + h) for the
     experts' width i; its router is left alone (adapting it would change the routing). Named targets adapt only the
     modules of those names (an MoE layer has no gate/up/down_proj)."""
     shapes = linear_shapes(model)
     h, r = model.hidden_size, lora.r
-    targets = [m for m in lora_targets(lora) if not (model.moe and m in MLP_MODULES)]
-    fused = model.family in FUSED_GATE_UP and {"gate_proj", "up_proj"} <= set(targets)
-    if fused:
-        targets = [m for m in targets if m not in ("gate_proj", "up_proj")]
+    fused = fused_modules(model)
+    named = set(LORA_MODULES) | set(fused) if lora.target_modules == "all-linear" else set(lora.target_modules)
+    parts = {part for name in fused for part in FUSED_MODULES[name]}
+    targets = [m for m in lora_targets(lora) if not (model.moe and m in MLP_MODULES) and m not in parts]
     per_layer = sum(r * (shapes[m][0] + shapes[m][1]) for m in targets)
-    if fused:
-        per_layer += r * (h + 2 * model.intermediate_size)
+    for name in fused:
+        held = FUSED_MODULES[name]
+        if (name in named or set(held) <= named) and not (model.moe and held[0] in MLP_MODULES):
+            per_layer += r * (shapes[held[0]][0] + sum(shapes[m][1] for m in held))
     if model.moe and lora.target_modules == "all-linear":
         e, i = model.num_experts, model.moe_intermediate_size
         per_layer += r * e * (h + 2 * i) + r * e * (i + h)

@@ -21,6 +21,7 @@ from typing import Any, Literal
 from recipekit.base.errors import Collector, Problem
 from recipekit.image.matrix import ImageFamily, ImageMatrix, compatibility_problems, recipe_problems
 from recipekit.image.stack import image_reference
+from recipekit.plan.adapters import target_problems
 from recipekit.plan.datasize import DataSize, data_size
 from recipekit.plan.datasize import steps_per_epoch as steps_per_epoch_of
 from recipekit.plan.engines import engine_of
@@ -245,6 +246,7 @@ def make_plan(
     errors.extend(
         layout_rule_problems(recipe, layout) if not problems else depth_problems(recipe.model, layout.pipeline_parallel)
     )
+    errors.extend(target_problems(recipe))
     errors.extend(mount_problems(recipe) + volume_problems(recipe) + mindcluster.problems(recipe))
     errors.extend(pod_label_problems(recipe))
     precision, problems = resolve_precision(recipe.train.precision, hw)

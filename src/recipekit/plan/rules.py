@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from recipekit.base.errors import Problem
 from recipekit.plan.layout import Layout
-from recipekit.recipe.sections import Recipe
+from recipekit.recipe.sections import ModelSpec, Recipe
 from recipekit.recipe.volumes import off_volumes
 from recipekit.runtime.boundary import recipeview
 
@@ -67,14 +67,42 @@ def data_problems(recipe: Recipe) -> list[Problem]:
         problems.append(
             Problem("data.format", f"{mode.kind} needs instruction data, got raw text", hint="data=alpaca or data=chat")
         )
-    if data.max_len > model.max_position_embeddings:
+    context, scaling = context_length(model)
+    if data.max_len > context:
+        basis = (
+            f"its context with {scaling} ({context})"
+            if scaling
+            else f"its max_position_embeddings ({context}), and its config has no rope scaling"
+        )
         problems.append(
             Problem(
                 "data.max_len",
-                f"{data.max_len} exceeds {model.name}'s max_position_embeddings ({model.max_position_embeddings})",
+                f"{data.max_len} exceeds {model.name}'s context: {basis}",
+                hint=f"at most {context}"
+                + ("" if scaling else ", or a model option imported from a config.json that scales RoPE (YaRN)"),
             )
         )
     return problems
+
+
+def context_length(model: ModelSpec) -> tuple[int, str]:
+    """The longest sequence ``model`` takes, and the RoPE scaling that gives it ('' for none): its
+    max_position_embeddings, or where its config scales RoPE (transformers' ``rope_scaling``, or ``rope_parameters``
+    since transformers 5, of a type other than ``default``) the scaling factor × the length it was trained at
+    (``original_max_position_embeddings``), if longer. Beyond it the positions were never trained (or, for learned
+    positions, do not exist)."""
+    config = model.config or {}
+    for key in ("rope_scaling", "rope_parameters"):
+        scaling = config.get(key)
+        if not isinstance(scaling, dict):
+            continue
+        kind, factor = scaling.get("rope_type", scaling.get("type")), scaling.get("factor")
+        if kind in (None, "default") or not isinstance(factor, (int, float)) or factor <= 1:
+            continue
+        original = scaling.get("original_max_position_embeddings") or config.get("original_max_position_embeddings")
+        trained = original if isinstance(original, int) and original > 0 else model.max_position_embeddings
+        return max(model.max_position_embeddings, int(factor * trained)), f"{kind} rope scaling"
+    return model.max_position_embeddings, ""
 
 
 def moe_lora_problems(recipe: Recipe) -> list[Problem]:

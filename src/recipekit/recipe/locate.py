@@ -4,8 +4,10 @@ The typed recipe reports dotted keys (``cluster.queue: must be a string``); a te
 ``recipes/cluster/ours.yaml`` wants ``recipes/cluster/ours.yaml:9: cluster.queue: ...``. Hydra's defaults list
 gives the files composed, in merge order, with the package each lands in (``cluster`` for a cluster option, the
 root for a ``# @package _global_`` preset); the last file whose YAML holds the key set it, and the YAML node's mark
-gives the line. A key set on the command line, or last by a built-in file, keeps its plain form: built-in recipes
-are tested, so the team's file or the command line is where the fix goes.
+gives the line. A problem with a key set on the command line (or with a section in which the command line set a
+key: ``model: hidden_size (100) must be divisible ...`` after ``model.hidden_size=100``) names the command line
+(``command line: model: ...``), never a file that does not hold the value; one set last by a built-in file keeps its
+plain form: built-in recipes are tested, so the team's file or the command line is where the fix goes.
 """
 
 from __future__ import annotations
@@ -41,9 +43,16 @@ def locate(problems: Sequence[Problem], overrides: Sequence[str], extra_dirs: Se
     cache: dict[Path, yaml.Node | None] = {}
     located = []
     for problem in problems:
-        where = None if _set_on_command_line(problem.key, on_command_line) else _where(problem.key, files, cache)
+        if _set_on_command_line(problem.key, on_command_line):
+            located.append(Problem(f"{COMMAND_LINE}: {problem.key}", problem.message, problem.hint))
+            continue
+        where = _where(problem.key, files, cache)
         located.append(Problem(f"{where}: {problem.key}", problem.message, _file_hint(problem)) if where else problem)
     return located
+
+
+#: Where a problem's value came from when the user typed it.
+COMMAND_LINE = "command line"
 
 
 def _file_hint(problem: Problem) -> str:
@@ -55,7 +64,8 @@ def _file_hint(problem: Problem) -> str:
 
 
 def _set_on_command_line(key: str, keys: set[str]) -> bool:
-    return any(key == k or key.startswith(f"{k}.") or key.startswith(f"{k}[") for k in keys)
+    """Whether the command line set ``key``, a section holding it, or a key inside the section ``key`` names."""
+    return any(key == k or key.startswith(f"{k}.") or key.startswith(f"{k}[") or k.startswith(f"{key}.") for k in keys)
 
 
 def _where(key: str, files: Sequence[ConfigFile], cache: dict[Path, yaml.Node | None]) -> str | None:

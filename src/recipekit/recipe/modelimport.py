@@ -28,7 +28,7 @@ from typing import Any, cast
 import yaml
 
 from recipekit.recipe import modelfacts, modelkind
-from recipekit.recipe.measured import modelflops, modelmemory
+from recipekit.recipe.measured import modelflops, modelmemory, moduletree
 from recipekit.recipe.schema import validate
 from recipekit.recipe.sections import MAX_DIM, FlopsSpec, ModelSpec, ParamCountsSpec
 from recipekit.runtime.boundary import jsonfile
@@ -62,6 +62,7 @@ FIRST_RELEASE = {
     "qwen3_5_moe_text": "5.2.0",
     "minicpm3": "5.8.0",
     "mistral": "4.34.0",
+    "phi3": "4.40.0",
 }
 LLAMA3_ROPE_MIN_TRANSFORMERS = "4.43.0"
 #: Architectures whose config's own head_dim (heads x head_dim other than hidden_size) a later release first read:
@@ -363,6 +364,7 @@ def import_config(path: Path) -> Imported:
         )
     counts = count_parts(model, config)
     option = option_fields(model, config, raw, counts)
+    option["modules"] = moduletree.module_tree(model)
     option["flops"] = model_flops(model, option, counts)
     activations = modelmemory.measure_or_none(config, layer_kinds(model))
     if activations is not None:
@@ -422,6 +424,10 @@ def option_yaml(option: dict[str, Any]) -> str:
             lines.append(f"{f.name}:")
             lines += [f"  {key}: {_scalar(number)}" for key, number in _section_items(value, to_data(value))]
             continue
+        if f.name == "modules":
+            lines.append("modules:")
+            lines += ["  " + line for line in _modules_yaml(value).splitlines()]
+            continue
         if f.name == "config":
             lines.append("config:")
             lines += ["  " + line for line in _config_yaml(value).splitlines()]
@@ -439,6 +445,18 @@ def _config_yaml(config: dict[str, Any]) -> str:
         )
         for key, value in config.items()
     )
+
+
+def _modules_yaml(tree: Any) -> str:
+    """``model.modules`` as block YAML, each name list on one line in flow style, empty lists left out."""
+    from recipekit.recipe.schema import to_data
+
+    def kept(data: dict[str, Any]) -> dict[str, Any]:
+        return {key: value for key, value in data.items() if value not in ([], {})}
+
+    data = kept(to_data(tree))
+    data["layers"] = [kept(kind) for kind in data["layers"]]
+    return yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=116)
 
 
 def _section_items(section: Any, data: dict[str, Any]) -> list[tuple[str, Any]]:

@@ -32,11 +32,12 @@ class DecoderConfig:
 
 
 def remote_code_note(path: Path, raw: dict[str, Any]) -> str | None:
-    """None without ``auto_map``; a note when transformers has the architecture natively; else refused."""
+    """None without ``auto_map`` (or with an empty one, which names no code: Phi-4's config.json has one); a note
+    when transformers has the architecture natively; else refused."""
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
 
     auto_map = raw.get("auto_map")
-    if auto_map is None:
+    if auto_map is None or auto_map == {}:
         return None
     names = ", ".join(sorted(auto_map)) if isinstance(auto_map, dict) else "auto_map"
     model_type = raw.get("model_type")

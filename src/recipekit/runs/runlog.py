@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ import yaml
 from recipekit.base import yamlfile
 from recipekit.base.errors import Problem, RecipeError
 from recipekit.base.limits import BUNDLE_FILE, read_regular
+from recipekit.base.paths import did_you_mean
 from recipekit.runs import runfiles
 from recipekit.runtime.boundary import filenames, jsonfile, metricslog
 
@@ -324,12 +326,12 @@ def load_run(path: Path, volume: Path | None = None, plan: Path | None = None, l
     ``volume``: where the bundle's shared volume is mounted here. ``plan``: a plan.json (or a bundle holding one) to
     hold the run against when ``path`` is a bare output directory.
     """
-    path = Path(path)
+    path = newest_dry_run(Path(path))
     name = label or str(path)
     if path.is_file():
         run = load_baseline(path, name)
     elif not path.is_dir():
-        raise RecipeError([Problem(str(path), "no such run directory, bundle or baseline file")])
+        raise RecipeError([Problem(str(path), "no such run directory, bundle or baseline file" + did_you_mean(path))])
     elif (path / DRYRUN_MARKER).is_file() and (path / "bundle" / filenames.RECIPE_FILE).is_file():
         run = RunLog(name)
         output = _bundle_info(path / "bundle", run)  # the twin's own plan; its output_dir is a local path
@@ -357,6 +359,24 @@ def load_run(path: Path, volume: Path | None = None, plan: Path | None = None, l
             raise RecipeError([Problem(str(plan_file), "not a readable plan.json")])
         run.plan = data
     return run
+
+
+def newest_dry_run(path: Path) -> Path:
+    """``path``; or, where it is the folder a bundle's dry runs are kept in (``bundles/.dryrun/<bundle>``, one work
+    directory per dry run, named by run id and time), the newest of them."""
+    if not path.is_dir() or (path / DRYRUN_MARKER).exists():
+        return path
+    try:
+        runs = [p for p in path.iterdir() if (p / DRYRUN_MARKER).is_file() and re.search(r"-\d{8}-\d{6}", p.name)]
+    except OSError:
+        return path
+    stamp = re.compile(r"-(\d{8}-\d{6})(?:-(\d+))?$")
+
+    def when(run: Path) -> tuple[str, int]:
+        found = stamp.search(run.name)
+        return (found.group(1), int(found.group(2) or 1)) if found else ("", 0)
+
+    return max(runs, key=when) if runs else path
 
 
 def _with_output(run: RunLog, output: Path) -> RunLog:

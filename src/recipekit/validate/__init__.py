@@ -46,6 +46,13 @@ def validate(
 
     if dry_run is not None:
         dry_run = dry_run.resolved()  # bad flags are reported before any work; the kill step is settled here, once
+        if dry_run.device != "cpu":  # a device this machine lacks: refused, not a dry run skipped under "bundle OK"
+            from recipekit.validate.dryrun.options import DryRunUsageError
+            from recipekit.validate.dryrun.run import device_problem
+
+            problem = device_problem(dry_run)
+            if problem is not None:
+                raise DryRunUsageError(problem)
     bundle = load_bundle(Path(bundle_dir))
     from recipekit.validate.static.memoryfit import fit_warnings
 

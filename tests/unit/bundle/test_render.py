@@ -122,7 +122,7 @@ def test_existing_non_bundle_directory_is_refused(tmp_path: Path) -> None:
 def test_rebuilding_over_a_bundle_replaces_it_whole(tmp_path: Path) -> None:
     build(["recipe=tiny_sft"], tmp_path / "b")
     (tmp_path / "b" / "stale.txt").write_text("old")
-    build(["recipe=tiny_sft", "parallel=ddp"], tmp_path / "b")
+    build(["recipe=tiny_sft", "parallel=ddp"], tmp_path / "b", force=True)  # another recipe: --force
     assert not (tmp_path / "b" / "stale.txt").exists() and not (tmp_path / "b" / "ds_config.json").exists()
     assert [p.name for p in tmp_path.iterdir()] == ["b"], "no staging directories left behind"
 

@@ -17,10 +17,11 @@ from recipekit.cli import main
 #: The frozen command-line surface. New knobs belong in recipes, not flags: extend this list deliberately.
 ALLOWED_FLAGS = {
     "build": {"--output", "--force", "--allow-oom", "--multirun", "--recipes", "--help"},
-    "show": {"--json", "--compact", "--recipes", "--help"},
-    "list": {"--recipes", "--help"},
+    "show": {"--json", "--compact", "--internals", "--recipes", "--help"},
+    "list": {"--all", "--recipes", "--help"},
     "plan": {"--json", "--advise", "--all-layouts", "--price", "--top", "--stage", "--data", "--recipes", "--help"},
     "init": {"--help"},
+    "clean": {"--keep", "--help"},
     "pack": {"--output", "--help"},
     "verify": {"--help"},
     "diff": {"--help"},

@@ -199,7 +199,7 @@ def test_data_prepare_on_a_volume_path_suggests_volume(tmp_path: Path) -> None:
 def test_show_compact_is_one_key_a_line() -> None:
     result = run("show", "recipe=qwen2.5_14b_sft", "--compact")
     assert result.exit_code == 0, result.output
-    lines = result.output.splitlines()
+    lines = result.stdout.splitlines()  # what was left out is said on stderr
     assert "train.micro_batch_size=1" in lines and "cluster.nodes=2" in lines and "parallel.zero_stage=3" in lines
     assert all(re.match(r"^[a-z_]+(\.[a-z0-9_]+)*=", line) for line in lines), lines[:5]
     assert len(lines) == len({line.split("=")[0] for line in lines})

@@ -292,6 +292,7 @@ FIRST_SHIPPED = {
     "qwen3.5_35b_a3b": "5.2.0",
     "minicpm3_4b": "5.8.0",
     "mistral_small_24b": "4.43.0",
+    "phi4": "4.40.0",  # Phi3ForCausalLM, added in transformers 4.40.0
 }
 
 
@@ -435,3 +436,14 @@ def test_moe_lora_with_dropout_is_refused_with_the_fix(tmp_path: Path) -> None:
     assert run("build", *fixed).exit_code == 0
     named = ["model=qwen3_30b_a3b", "mode=lora", "parallel=zero3", "mode.lora.target_modules=[q_proj,v_proj]"]
     assert run("build", *named, "-o", str(tmp_path / "c")).exit_code == 0
+
+
+def test_import_states_flops_at_the_lengths_users_choose(tmp_path: Path) -> None:
+    """Issue 41: not "at 4096 tokens" alone, but at the common training lengths within the model's context and at
+    the context itself (Phi-4: 16,384)."""
+    result = run(*import_args("phi4", catalog()["phi4"], tmp_path / "phi4.yaml"))
+    assert result.exit_code == 0, result.output
+    assert "at 4096 tokens" not in result.output
+    figures = next(line for line in result.output.splitlines() if "2,048:" in line)
+    assert "4,096:" in figures and "8,192:" in figures and "16,384:" in figures and "(context)" in figures
+    assert "32,768" not in figures  # beyond its context

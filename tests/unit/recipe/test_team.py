@@ -115,7 +115,7 @@ def test_team_option_shadows_a_builtin_one_and_list_marks_it(repo: Path) -> None
     )
     result = run("list", "cluster")
     assert result.exit_code == 0, result.output
-    rows = {line.split("│")[2].strip(): line for line in result.output.splitlines() if line.count("│") >= 4}
+    rows = {line.split("│")[1].strip(): line for line in result.output.splitlines() if line.count("│") >= 3}
     assert "default *" in rows and "team-nlp-recipes (shadows built-in)" in rows["default *"]
     assert "team-nlp-recipes" in rows["team"] and "shadows" not in rows["team"]
     assert "built-in" in rows["local"]
@@ -193,10 +193,14 @@ def test_team_yaml_not_matching_the_recipe_names_file_line_and_key(repo: Path) -
     assert "quote it to keep it as text: queue: '5'" in result.output
     assert f"recipes/cluster/team.yaml:{queue_line + 1}: cluster.queu: unknown key" in result.output
     assert f"recipes/recipe/our_qwen_sft.yaml:{epochs_line}: train.epochs: must be greater than 0" in result.output
-    # set on the command line: the key alone, as before
+    # set on the command line: the command line is named, never the file (issue 41)
     result = run("build", "recipe=our_qwen_sft", "train.epochs=-1", "cluster.queue=q")
-    assert "  - train.epochs: must be greater than 0" in result.output
+    assert "  - command line: train.epochs: must be greater than 0" in result.output
     assert "recipes/cluster/team.yaml" in result.output  # queu is still the file's
+    # a section's rule broken by a key the command line set: not the model file, which holds other keys
+    result = run("build", "recipe=our_qwen_sft", "model.hidden_size=100")
+    assert "  - command line: model: hidden_size (100) must be divisible" in result.output, result.output
+    assert "recipes/model/" not in result.output
 
 
 def test_a_missing_key_points_at_the_section_file(repo: Path) -> None:

@@ -469,3 +469,24 @@ def test_the_process_ends_with_its_code_and_everything_it_said(tmp_path: Path) -
     )
     assert done.returncode == 17, done.stderr
     assert done.stdout == "buffered on stdout" and "the last record" in done.stderr
+
+
+def test_lora_targets_the_model_lacks_are_a_user_error_not_a_retry():
+    """Issue 41: Phi-4's attention is one fused qkv_proj; PEFT's ValueError for [q_proj, v_proj] exited 1, which the
+    Job restarts up to maxRetry times. It is the recipe's mistake: a RunError (exit 2, TerminateJob) naming the
+    modules the model has. Targets PEFT finds are adapted as before."""
+    from peft import LoraConfig
+    from transformers import Phi3Config, Phi3ForCausalLM
+
+    small = Phi3Config(
+        hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+        vocab_size=128, max_position_embeddings=64, pad_token_id=0,
+    )  # fmt: skip
+    targets = ["q_proj", "v_proj"]
+    with pytest.raises(common.RunError) as refused:
+        loader.adapted(Phi3ForCausalLM(small), LoraConfig(r=2, target_modules=targets), targets)
+    message = str(refused.value)
+    assert "q_proj" in message and "qkv_proj" in message and "gate_up_proj" in message and "\n" not in message
+    assert exitcodes.exit_code_policies()[0] == {"exitCode": exitcodes.EXIT_USER_ERROR, "action": "TerminateJob"}
+    fused = loader.adapted(Phi3ForCausalLM(small), LoraConfig(r=2, target_modules=["qkv_proj"]), ["qkv_proj"])
+    assert any("qkv_proj.lora_A" in name for name, _ in fused.named_parameters())

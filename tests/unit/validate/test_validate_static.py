@@ -25,7 +25,7 @@ from recipekit.cli.validate import validate_command
 from recipekit.runtime.boundary import exitcodes
 from recipekit.validate import validate
 from recipekit.validate.shared.loader import BundleUnusable, load_bundle, rehash_manifest
-from recipekit.validate.shared.results import Status
+from recipekit.validate.shared.results import Result, Status, Verdict
 from recipekit.validate.static.checks import run_static
 from recipekit.validate.static.volcano import policy_findings, schema_findings, webhook_findings
 
@@ -955,6 +955,8 @@ def test_cli_exit_1_names_the_file_and_field(built: dict[str, Path], tmp_path: P
         (["{good}", "--dry-run", "--at-step", "3"], "--at-step needs --kill-pod"),
         (["{good}", "--dry-run", "--pods", "0"], "0"),
         (["{good}", "--device", "tpu"], "tpu"),
+        # issue 41: a dry run on a device this machine lacks did not run: one line, exit 2, never "bundle OK"
+        (["{good}", "--dry-run", "--device", "npu"], "--device npu: no usable npu device here"),
     ],
 )
 def test_cli_exit_2_for_unusable_input(built: dict[str, Path], tmp_path: Path, args: list[str], message: str) -> None:
@@ -971,15 +973,28 @@ def test_cli_exit_2_for_unusable_input(built: dict[str, Path], tmp_path: Path, a
     }
     result = invoke(*[a.format(**{k: str(v) for k, v in paths.items()}) for a in args])
     assert result.exit_code == 2, result.output
-    assert message in result.output and "Traceback" not in result.output
+    assert message in result.output and "Traceback" not in result.output and "bundle OK" not in result.output
+    assert len([line for line in result.output.splitlines() if line.strip()]) == 1 or "npu" not in args
     assert not (built["tiny"].parent / ".dryrun").exists()
+
+
+def test_the_verdict_says_ok_only_for_the_checks_that_ran() -> None:
+    """Issue 41: a skipped check is named in the verdict line; OK covers the checks that ran, nothing more."""
+    verdict = Verdict("b", [Result("a", "a"), Result("dryrun.train", "t").skip("torch not installed")])
+    assert verdict.summary() == (
+        "1 passed, 0 failed, 1 skipped: bundle OK in the 1 checks that ran; not run: dryrun.train"
+    )
+    verdict.results[0].fail("f", "k", "wrong")
+    assert verdict.summary().endswith(": bundle has problems")
+    assert Verdict("b", [Result("a", "a")]).summary() == "1 passed, 0 failed, 0 skipped: bundle OK"
 
 
 def test_cli_json_shape(built: dict[str, Path]) -> None:
     result = invoke(str(built["llama"]), "--json")
     assert result.exit_code == 0, result.output
     document = json.loads(result.stdout)
-    assert set(document) == {"bundle", "ok", "exit_code", "summary", "warnings", "checks"}
+    assert set(document) == {"bundle", "ok", "exit_code", "summary", "not_run", "warnings", "checks"}
+    assert document["not_run"] == [c["id"] for c in document["checks"] if c["status"] == "skipped"]
     assert document["ok"] is True and document["exit_code"] == 0
     assert set(document["summary"]) == {"pass", "fail", "skipped"}
     for check in document["checks"]:

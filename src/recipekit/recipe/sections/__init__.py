@@ -26,7 +26,9 @@ from recipekit.recipe.sections.model import (
     MAX_DIM,
     ActivationsSpec,
     FlopsSpec,
+    LayerModulesSpec,
     ModelSpec,
+    ModuleTreeSpec,
     ParamCountsSpec,
 )
 from recipekit.recipe.sections.ops import OpsSpec, OpsTestingSpec
@@ -41,6 +43,7 @@ __all__ = [
     "EngineSpec",
     "FlopsSpec",
     "HardwareSpec",
+    "LayerModulesSpec",
     "LoraMode",
     "LoraSpec",
     "MegatronEngine",
@@ -49,6 +52,7 @@ __all__ = [
     "MindClusterSpec",
     "ModeSpec",
     "ModelSpec",
+    "ModuleTreeSpec",
     "OpsSpec",
     "OpsTestingSpec",
     "ParallelSpec",

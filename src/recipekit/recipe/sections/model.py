@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any, Literal
+from collections.abc import Sized
+from typing import Annotated, Any, Literal
 
 from recipekit.recipe.domains import (
     LOCATION,
@@ -183,6 +184,56 @@ class ActivationsSpec(Section):
         return int(getattr(self, f"{prefix}peak") + getattr(self, f"{prefix}peak_per_position") * seq_len)
 
 
+#: Upper bounds of the module tree an option records (a real decoder layer has a few dozen adaptable modules).
+MAX_MODULE_NAMES = 512
+
+
+class LayerModulesSpec(Section):
+    """One kind of decoder layer (the runtime's layer kinds: dense or MoE, full or linear attention) and the modules
+    of it LoRA can adapt, named by their path inside the layer, a list's index as ``*``."""
+
+    count: int = spec(gt=0, le=10_000, description="How many decoder layers are of this kind.")
+    linear: list[Annotated[str, MODULE_NAME]] = spec(
+        default_factory=list,
+        description="Modules PEFT's LoRA wraps (nn.Linear, nn.Embedding, convolutions), e.g. self_attn.qkv_proj.",
+    )
+    experts: list[Annotated[str, MODULE_NAME]] = spec(
+        default_factory=list,
+        description="Fused routed experts' 3-D weights (every expert in one tensor; PEFT adapts them as "
+        "target_parameters), e.g. mlp.experts.gate_up_proj.",
+    )
+
+
+class ModuleTreeSpec(Section):
+    """The modules of the model LoRA's ``target_modules`` can name, read off transformers' module tree by `recipekit
+    model import`, so that ``build`` checks a recipe's targets without importing torch."""
+
+    layers: list[LayerModulesSpec] = spec(
+        description="Each kind of decoder layer, in the order the depth first has it."
+    )
+    outside: list[Annotated[str, MODULE_NAME]] = spec(
+        default_factory=list,
+        description="Adaptable modules outside the decoder layers, by their full path (the embedding, the head).",
+    )
+    expert_names: dict[Annotated[str, MODULE_NAME], Annotated[str, MODULE_NAME]] = spec(
+        default_factory=dict,
+        description="The expert projections' transformers-4 names PEFT still accepts in target_modules for this "
+        "architecture, each with the fused weight it adapts instead (PEFT rewrites the targets: "
+        "huggingface/peft#3711).",
+    )
+
+    def rules(self) -> list[str | tuple[str, str]]:
+        lists: dict[str, Sized] = {"layers": self.layers, "outside": self.outside, "expert_names": self.expert_names}
+        lists |= {
+            f"layers[{i}].{k}": getattr(kind, k) for i, kind in enumerate(self.layers) for k in ("linear", "experts")
+        }
+        return [
+            (key, f"holds {len(v)} names (at most {MAX_MODULE_NAMES})")
+            for key, v in lists.items()
+            if len(v) > MAX_MODULE_NAMES
+        ]
+
+
 class ModelSpec(Section):
     """A decoder-only transformer, described by its architecture numbers so that no download is ever needed."""
 
@@ -247,6 +298,11 @@ class ModelSpec(Section):
         None,
         description="Activation memory per token from `recipekit model import` (torch's memory tracker); None: "
         "the Llama-shaped formula of the memory estimate.",
+    )
+    modules: ModuleTreeSpec | None = spec(
+        None,
+        description="The modules LoRA can adapt, per kind of layer, from `recipekit model import`; None: not "
+        "recorded (the recipe's LoRA targets are then checked on the cluster only).",
     )
     trust_remote_code: bool = spec(False, description="Allow model code from the checkpoint; off unless needed.")
     config: dict[str, Any] | None = spec(

@@ -118,7 +118,7 @@ def load_model(path: str, run: RunConfig, args: Any, device_kind: str) -> Any:
     mark_moe_leaves(model, run.zero_stage)
     if not trains_adapter(mode.kind):
         return model
-    from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
+    from peft import LoraConfig, prepare_model_for_kbit_training
 
     if quant:
         model = prepare_model_for_kbit_training(
@@ -134,7 +134,27 @@ def load_model(path: str, run: RunConfig, args: Any, device_kind: str) -> Any:
     config = LoraConfig(
         r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, task_type="CAUSAL_LM", **lora_targets(model, lora)
     )
-    return get_peft_model(model, config)
+    return adapted(model, config, lora.target_modules)
+
+
+def adapted(model: Any, config: Any, targets: Any) -> Any:
+    """``model`` wrapped by PEFT in the adapter ``config``; targets PEFT cannot find are the recipe's mistake, not a
+    failure a restart heals: a RunError (exit 2, the Job's TerminateJob), naming the modules the model has, rather
+    than PEFT's ValueError (exit 1, which Volcano restarts up to maxRetry times). `build` refuses such targets where
+    the model option records its modules (plan/adapters.py); this is the check for the rest."""
+    from peft import get_peft_model
+
+    try:
+        return get_peft_model(model, config)
+    except ValueError as exc:
+        message = " ".join(str(exc).split())
+        if "target" not in message.lower():
+            raise
+        have = ", ".join(lora_target_modules(model)) or "none"
+        raise RunError(
+            f"recipe.mode.lora.target_modules {targets}: {message[:300]} (the model's layers have: {have}; rebuild "
+            "the bundle with names among them, or all-linear)"
+        ) from None
 
 
 def lora_targets(model: Any, lora: Any) -> dict[str, Any]:

@@ -83,11 +83,13 @@ class DryRunOptions:
     )
     device: str = _flag(
         "cpu",
-        "Run on real devices (--procs-per-pod per pod) instead of CPU (skipped with a reason where there are too few).",
+        "Run on real devices (--procs-per-pod per pod) instead of CPU; refused (exit 2) where there are too few.",
         choices=("cpu", *(t for t in TARGETS if t != "cpu")),
     )
     workdir: Path | None = _flag(
-        None, "Work directory for the dry run (default: <bundle>/../.dryrun/<name>); logs stay there."
+        None,
+        "Work directory for the dry run (default: a new one per dry run, <bundle>/../.dryrun/<name>/<run id>-<time>, "
+        "the newest 5 of a bundle kept; `recipekit clean` removes them); logs and the report stay there.",
     )
     timeout: float = _flag(900.0, "Seconds the whole dry run may take; pods are killed past it.", low=10, high=86400)
     grace: float = 20.0  # SIGTERM → SIGKILL when Volcano deletes the surviving pods (not a flag)

@@ -16,7 +16,7 @@ from typing import Any
 
 from recipekit.runtime.boundary import exitcodes
 from recipekit.runtime.volume import recovery
-from recipekit.validate.dryrun.cluster.attemptlog import Attempt
+from recipekit.validate.dryrun.cluster.attemptlog import Attempt, exits_in_words
 from recipekit.validate.dryrun.judges import training
 from recipekit.validate.shared import controller
 from recipekit.validate.shared.results import Result
@@ -42,7 +42,7 @@ def judge_first_failure(result: Result, fault: str, pod: int | None, first: Atte
         exit_codes=first.exit_codes,
     )
     if first.outcome != "failed" or failure is None:
-        result.fail(WHERE, "exit codes", f"the first attempt {first.outcome} (exit codes {first.exit_codes})")
+        result.fail(WHERE, "exit codes", f"the first attempt {first.outcome} ({exits_in_words(first.exit_codes)})")
         return controller.NO_POLICY
     failed_pod, code = failure
     action = controller.pod_failed_action(job, code, task)
@@ -98,7 +98,7 @@ def run_policy_fault(
     result.seconds = time.monotonic() - start
     result.details.update(attempts=2, second_exit_codes=second.exit_codes)
     if second.outcome != "completed":
-        result.fail(WHERE, "restart", f"the restarted Job {second.outcome} (exit codes {second.exit_codes})")
+        result.fail(WHERE, "restart", f"the restarted Job {second.outcome} ({exits_in_words(second.exit_codes)})")
         result.details["log_tails"] = tails()
         return second
     losses = [s.loss for s in second.steps if s.loss is not None]

@@ -25,7 +25,7 @@ from recipekit.recipe.sections import TRACKERS
 from recipekit.runtime.boundary import filenames, metricslog, recipeview
 from recipekit.runtime.volume.rowledger import read_ledger
 from recipekit.validate.dryrun import policyrun, restartrun
-from recipekit.validate.dryrun.cluster.attemptlog import Attempt
+from recipekit.validate.dryrun.cluster.attemptlog import Attempt, exits_in_words
 from recipekit.validate.dryrun.cluster.attempts import DryRun, pod_environment
 from recipekit.validate.dryrun.judges import training
 from recipekit.validate.dryrun.judges.operations import (
@@ -72,7 +72,7 @@ def _devices(kind: str) -> tuple[int, str]:
         return 0, "probing the devices timed out"
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["failed"])[-1]
-        return 0, f"{kind} is not usable here ({last[:160]})"
+        return 0, f"no usable {kind} device here ({last[:160]})"
     try:
         return int(proc.stdout.strip().splitlines()[-1]), ""
     except (ValueError, IndexError):
@@ -139,16 +139,25 @@ def _unrunnable(bundle: Bundle, options: DryRunOptions) -> str | None:
         return f"{', '.join(missing)} not installed here (pip install 'recipekit[train]')"
     if shutil.which("bash") is None:
         return "bash not found"
-    if options.device != "cpu":
-        count, why = _devices(options.device)
-        if count == 0:
-            return why or f"no {options.device} device here"
-        wanted = options.pods * options.procs_per_pod
-        if count < wanted:
-            return (
-                f"{options.pods} pods × {options.procs_per_pod} process(es) need {wanted} {options.device} devices; "
-                f"found {count}"
-            )
+    return device_problem(options)
+
+
+def device_problem(options: DryRunOptions) -> str | None:
+    """Why this machine cannot give ``--device``'s dry run its pods × processes devices, or None (always None on the
+    CPU). ``validate`` asks before any check runs and refuses the flag (exit 2): a dry run asked for on a device this
+    machine lacks did not run, and must not read as passed."""
+    if options.device == "cpu":
+        return None
+    count, why = _devices(options.device)
+    wanted = options.pods * options.procs_per_pod
+    if count == 0:
+        why = why or f"no {options.device} device here"
+        return f"--device {options.device}: {why}; drop --device to dry-run on the CPU"
+    if count < wanted:
+        return (
+            f"--device {options.device}: {options.pods} pods × {options.procs_per_pod} process(es) need {wanted} "
+            f"{options.device} devices, this machine has {count}; fewer --pods or --procs-per-pod, or the CPU"
+        )
     return None
 
 
@@ -449,10 +458,8 @@ def _attempts(
                 "<dry run>", "timeout", f"no result within --timeout {options.timeout:.0f} s (last step seen: {last})"
             )
         else:
-            bad = {i: c for i, c in first.exit_codes.items() if c not in (0, None)}
-            train.fail(
-                "<dry run>", "exit codes", f"pod(s) exited non-zero: {bad}; log tails below, full logs in {work.logs}"
-            )
+            bad = exits_in_words(first.exit_codes, failed_only=True)
+            train.fail("<dry run>", "exit codes", f"{bad}; log tails below, full logs in {work.logs}")
         train.details["log_tails"] = run.tails()
         if resume:
             resume.skip(f"the first attempt {'timed out' if first.outcome == 'timeout' else 'failed'}")

@@ -23,6 +23,7 @@ import yaml
 
 from recipekit.base import yamlfile
 from recipekit.base.errors import RecipeError
+from recipekit.base.paths import did_you_mean
 from recipekit.bundle.files import DOCKERFILE, JOB, LAUNCH, MANIFEST, RUN, read_files
 from recipekit.bundle.files import DS_CONFIG as DS
 from recipekit.bundle.files import RECIPE as RECIPE
@@ -98,9 +99,9 @@ def load_bundle(directory: Path) -> Bundle:
     """Read ``directory``; raise :class:`BundleUnusable` when it is not a recipekit bundle at all."""
     directory = Path(directory)
     if not directory.exists():
-        raise BundleUnusable(f"{directory}: no such directory")
+        raise BundleUnusable(f"{directory}: no such directory{did_you_mean(directory)}")
     if not directory.is_dir():
-        raise BundleUnusable(f"{directory}: not a directory")
+        raise BundleUnusable(f"{directory}: not a directory{_file_kind(directory)}")
     problem = manifest_problem(directory)
     if problem is not None:
         raise BundleUnusable(f"{directory}: {problem}: not a recipekit bundle (build one with `recipekit build`)")
@@ -110,6 +111,16 @@ def load_bundle(directory: Path) -> Bundle:
     bundle = Bundle(directory, raw, manifest, extra_entries=extra_entries)
     _parse(bundle)
     return bundle
+
+
+def _file_kind(path: Path) -> str:
+    """What to do with a file given where a bundle directory belongs: a package is verified, a bundle's own file
+    names its bundle."""
+    if path.name.endswith((".tar.gz", ".tgz")):
+        return f": a package (`recipekit pack` makes them); check it with `recipekit verify {path}`"
+    if manifest_problem(path.parent) is None:
+        return f": a file of the bundle {path.parent}; validate the bundle: `recipekit validate {path.parent}`"
+    return ""
 
 
 # ------------------------------------------------------------------------------------------------------- parsing

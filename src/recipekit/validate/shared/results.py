@@ -103,6 +103,21 @@ class Verdict:
         return not any(r.failed for r in self.results)
 
     @property
+    def not_run(self) -> list[str]:
+        """The checks that did not run (skipped, each with its reason): what "bundle OK" does not vouch for."""
+        return [r.id for r in self.results if r.status is Status.SKIP]
+
+    def summary(self) -> str:
+        """The verdict line: the counts, then OK only for the checks that ran, naming those that did not."""
+        counts = self.counts()
+        line = f"{counts['pass']} passed, {counts['fail']} failed, {counts['skipped']} skipped: "
+        if not self.ok:
+            return line + "bundle has problems"
+        if not self.not_run:
+            return line + "bundle OK"
+        return line + f"bundle OK in the {counts['pass']} checks that ran; not run: {', '.join(self.not_run)}"
+
+    @property
     def exit_code(self) -> int:
         return 0 if self.ok else 1
 
@@ -112,6 +127,7 @@ class Verdict:
             "ok": self.ok,
             "exit_code": self.exit_code,
             "summary": self.counts(),
+            "not_run": self.not_run,
             "warnings": list(self.warnings),
             "checks": [r.to_json() for r in self.results],
         }

@@ -14,6 +14,31 @@ from pathlib import Path
 from typing import Any
 
 from recipekit.runtime.boundary import metricslog
+from recipekit.runtime.boundary.exitcodes import EXIT_CODES
+
+
+def exits_in_words(codes: dict[int, int | None], *, failed_only: bool = False) -> str:
+    """Each pod's end in words, from the exit-code table the Job's policies are made of: ``pod 0 exited 2
+    (user_error), pod 1 was stopped by signal 15 (SIGTERM)``, never the dict ``{0: 2, 1: -15}``."""
+    import signal
+
+    meanings = {c.code: c.name for c in EXIT_CODES}
+    words = []
+    for pod, code in sorted(codes.items()):
+        if failed_only and code in (0, None):
+            continue
+        if code is None:
+            words.append(f"pod {pod} did not exit")
+        elif code < 0 or (code > 128 and code not in meanings):
+            number = -code if code < 0 else code - 128
+            try:
+                name = f" ({signal.Signals(number).name})"
+            except ValueError:
+                name = ""
+            words.append(f"pod {pod} was stopped by signal {number}{name}")
+        else:
+            words.append(f"pod {pod} exited {code} ({meanings.get(code, 'not a code recipekit exits with')})")
+    return ", ".join(words) or "no pod exited"
 
 
 @dataclass

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from recipekit.runtime.boundary import filenames, metricnames, metricslog
-from recipekit.validate.dryrun.cluster.attemptlog import Attempt
+from recipekit.validate.dryrun.cluster.attemptlog import Attempt, exits_in_words
 from recipekit.validate.dryrun.judges.training import judge_recorded_recovery, resumed_step
 from recipekit.validate.shared import controller
 from recipekit.validate.shared.results import Result
@@ -206,7 +206,9 @@ def judge_fault(
         noticed_at = _judge_nonfinite(result, expect, first)
     if first.outcome != "failed":
         result.fail(
-            WHERE, "exit codes", f"the first attempt {first.outcome} instead of failing (exit codes {first.exit_codes})"
+            WHERE,
+            "exit codes",
+            f"the first attempt {first.outcome} instead of failing ({exits_in_words(first.exit_codes)})",
         )
     if second is None or result.failed:
         return
@@ -291,7 +293,7 @@ def _judge_restart(
         exit_codes=second.exit_codes,
     )
     if second.outcome != "completed":
-        result.fail(WHERE, "restart", f"the restarted job {second.outcome} (exit codes {second.exit_codes})")
+        result.fail(WHERE, "restart", f"the restarted job {second.outcome} ({exits_in_words(second.exit_codes)})")
         return
     recorded = judge_recorded_recovery(result, output_dir, expected)  # the MTTR `recipekit runs history` prints
     result.details["mttr_s"] = recorded if recorded is not None else result.details["mttr_observed_s"]

@@ -22,7 +22,7 @@ from typing import Any
 
 from recipekit.runtime.boundary import checkpointdirs, filenames, metricslog
 from recipekit.runtime.volume import recovery
-from recipekit.validate.dryrun.cluster.attemptlog import Attempt, Step
+from recipekit.validate.dryrun.cluster.attemptlog import Attempt, Step, exits_in_words
 from recipekit.validate.shared.results import Result
 
 WHERE = "<dry run>"
@@ -258,7 +258,7 @@ def judge_resume(
         data=data_details(second),
     )
     if second.outcome != "completed":
-        what = "timed out" if second.outcome == "timeout" else f"failed (exit codes {second.exit_codes})"
+        what = "timed out" if second.outcome == "timeout" else f"failed ({exits_in_words(second.exit_codes)})"
         resume.fail(WHERE, "restart", f"the restarted job {what}")
         return
     if start is None:

@@ -41,6 +41,7 @@ from recipekit.bundle.files import DS_CONFIG, JOB, LAUNCH, RECIPE, RUN, RUN_FILE
 from recipekit.recipe.compose import Composed
 from recipekit.recipe.sections import Recipe
 from recipekit.validate.dryrun.options import DryRunOptions, DryRunUsageError
+from recipekit.validate.dryrun.workdir import kept
 from recipekit.validate.dryrun.workdir.locks import FileLock, claim_workdir
 from recipekit.validate.dryrun.workdir.podmount import unmount
 from recipekit.validate.dryrun.workdir.substitutions import Substitution, substitute
@@ -50,7 +51,7 @@ if TYPE_CHECKING:
     from recipekit.bundle.build import Compiled
     from recipekit.plan.plan import Plan
 
-MARKER = ".recipekit-dryrun"
+MARKER = kept.MARKER
 #: Files whose structure is compared key by key between the bundle and its work copy.
 _STRUCTURED = (RECIPE, DS_CONFIG, LAUNCH)
 
@@ -85,14 +86,21 @@ class WorkCopy:
         return self.root / "secrets" / "run-key"
 
 
-def default_workdir(bundle_dir: Path) -> Path:
-    return bundle_dir.resolve().parent / ".dryrun" / bundle_dir.resolve().name
+def bundle_run_id(bundle: Bundle) -> str:
+    """The run id the bundle was built with (recipe.yaml's plan), which its dry run keeps."""
+    plan = (bundle.doc or {}).get("plan")
+    run_id = plan.get("run_id") if isinstance(plan, dict) else None
+    return run_id if isinstance(run_id, str) else ""
 
 
 # ------------------------------------------------------------------------------------------------ the work copy
 def prepare(bundle: Bundle, options: DryRunOptions) -> WorkCopy:
-    """Re-plan the bundle's recipe for this machine into ``<workdir>/bundle``; record every difference."""
-    root = (options.workdir or default_workdir(bundle.path)).resolve()
+    """Re-plan the bundle's recipe for this machine into ``<workdir>/bundle``; record every difference.
+
+    Without ``--workdir`` every dry run has a work directory of its own (:mod:`.kept`): the newest few of a bundle
+    are kept, the older ones removed once this one holds its own."""
+    run_id = bundle_run_id(bundle)
+    root = (options.workdir or kept.new_workdir(bundle.path, run_id)).resolve()
     if root == bundle.path.resolve() or bundle.path.resolve() in root.parents:
         raise DryRunUsageError(f"--workdir {root}: must be outside the bundle (the bundle is never written to)")
     if root.exists() and any(root.iterdir()) and not (root / MARKER).exists():
@@ -100,14 +108,16 @@ def prepare(bundle: Bundle, options: DryRunOptions) -> WorkCopy:
             f"--workdir {root} exists and is not a recipekit dry-run directory: choose an empty or new directory"
         )
     lock = claim_workdir(root, MARKER)  # a second run of the same directory stops here, naming the first
+    if options.workdir is None:
+        kept.prune(root.parent, kept.KEEP)  # this one included: the newest KEEP stay
     try:
-        return _prepare_locked(bundle, options, root, lock)
+        return _prepare_locked(bundle, options, root, lock, run_id)
     except BaseException:
         lock.close()
         raise
 
 
-def _prepare_locked(bundle: Bundle, options: DryRunOptions, root: Path, lock: FileLock) -> WorkCopy:
+def _prepare_locked(bundle: Bundle, options: DryRunOptions, root: Path, lock: FileLock, run_id: str) -> WorkCopy:
     unmount(root)  # the last run's pods mounted their run files read-only
     for entry in root.iterdir():  # the last run's files; the lock (MARKER) stays, so every run locks one file
         if entry.name != MARKER:
@@ -115,7 +125,7 @@ def _prepare_locked(bundle: Bundle, options: DryRunOptions, root: Path, lock: Fi
     assert bundle.recipe is not None
     dry, subs = substitute(bundle.recipe, options, root)
     copy_dir = root / "bundle"
-    compiled, explicit = _compile_into(copy_dir, dry, bundle.manifest)
+    compiled, explicit = _compile_into(copy_dir, dry, bundle.manifest, run_id)
     plan = compiled.plan
     derived = file_differences(bundle.raw, compiled.files, covered={s.field for s in explicit})
     work = WorkCopy(
@@ -139,9 +149,13 @@ def _prepare_locked(bundle: Bundle, options: DryRunOptions, root: Path, lock: Fi
     return work
 
 
-def _compile_into(copy_dir: Path, dry: Recipe, manifest: dict[str, Any]) -> tuple[Compiled, list[Substitution]]:
+def _compile_into(
+    copy_dir: Path, dry: Recipe, manifest: dict[str, Any], run_id: str
+) -> tuple[Compiled, list[Substitution]]:
     """Plan and render ``dry`` with the code that built the bundle, with this machine's explicit edits to its
-    documents, and write the files into ``copy_dir``; returns the compiled bundle and the explicit edits."""
+    documents, and write the files into ``copy_dir``; returns the compiled bundle and the explicit edits. The work
+    copy is the bundle's run (``run_id``), so its Job, output directory, checkpoints and report carry the bundle's
+    run id, not one of the substituted recipe's own."""
     from recipekit.bundle.build import Resolved, compile_bundle
     from recipekit.bundle.render import render
     from recipekit.image.matrix import load_images
@@ -149,7 +163,7 @@ def _compile_into(copy_dir: Path, dry: Recipe, manifest: dict[str, Any]) -> tupl
 
     images = load_images()
     try:
-        plan = make_plan(dry, images, tp_across_pods=True)
+        plan = same_run(make_plan(dry, images, tp_across_pods=True), run_id)
     except RecipeError as err:
         raise DryRunUsageError(f"the substituted recipe does not plan: {err}") from None
     composed = Composed(
@@ -170,6 +184,15 @@ def _compile_into(copy_dir: Path, dry: Recipe, manifest: dict[str, Any]) -> tupl
         path.write_bytes(data)
     (copy_dir / RUN).chmod(0o755)
     return compiled, explicit
+
+
+def same_run(plan: Plan, run_id: str) -> Plan:
+    """``plan`` as run ``run_id``: the run id, and the Job name and output directory made from it."""
+    if not run_id or plan.run_id == run_id:
+        return plan
+    job_name = plan.job_name.removesuffix(plan.run_id) + run_id
+    output_dir = plan.output_dir.removesuffix(plan.job_name) + job_name
+    return replace(plan, run_id=run_id, job_name=job_name, output_dir=output_dir)
 
 
 def _tiny_model_ds_config(ds: dict[str, Any] | None) -> tuple[dict[str, Any] | None, list[Substitution]]:
@@ -205,7 +228,7 @@ def rescale_work_copy(work: WorkCopy, pods: int) -> Substitution:
     assert copy.recipe is not None
     before = copy.recipe.cluster.nodes
     target = rescaled_or_refused(copy.recipe, pods)
-    compiled, _ = _compile_into(work.bundle, target, copy.manifest)
+    compiled, _ = _compile_into(work.bundle, target, copy.manifest, work.run_id)
     plan = work.plan = compiled.plan
     if plan.run_id != work.run_id:
         raise DryRunUsageError(f"--resume-pods {pods}: the rescaled work copy is run {plan.run_id}, not {work.run_id}")
