@@ -197,10 +197,8 @@ def mark_resumed(output_dir: Path, run_id: str, step: int, key: bytes) -> None:
     before = resumed_step(output_dir, run_id, key)
     if before is not None and before >= step:
         return
-    target = Path(output_dir) / MARK_FILE
-    staging = target.with_name(f"{MARK_FILE}.tmp-{os.getpid()}")
     try:
-        staging.write_text(json.dumps(trust.seal({"run_id": run_id, "step": step}, key)) + "\n", encoding="utf-8")
-        os.replace(staging, target)
+        record = json.dumps(trust.seal({"run_id": run_id, "step": step}, key)) + "\n"
+        jsonfile.replace_text(Path(output_dir) / MARK_FILE, record)
     except OSError:
         pass  # the mark guards against a rollback; failing to write it must not stop the run
