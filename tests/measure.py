@@ -26,7 +26,8 @@ except subprocess.TimeoutExpired:
     code = 124
 usage = resource.getrusage(resource.RUSAGE_CHILDREN)
 with open(out, "w") as handle:
-    json.dump({"code": code, "wall_s": time.monotonic() - start, "rss_mib": usage.ru_maxrss / 1024}, handle)
+    json.dump({"code": code, "wall_s": time.monotonic() - start, "rss_mib": usage.ru_maxrss / 1024,
+               "cpu_s": usage.ru_utime + usage.ru_stime}, handle)
 """
 
 
@@ -37,6 +38,7 @@ class Measured:
     stderr: str
     wall_s: float
     rss_mib: float
+    cpu_s: float = 0.0  # user + system time: what the command costs, whatever else the machine is doing
 
 
 def measure(command: list[str], cwd: Path, env: dict[str, str], limit_s: float) -> Measured:
@@ -48,4 +50,4 @@ def measure(command: list[str], cwd: Path, env: dict[str, str], limit_s: float) 
             [*wrapper, *command], cwd=cwd, env=env, capture_output=True, text=True, timeout=limit_s + 60
         )
         figures = json.loads(figures_file.read_text())
-    return Measured(figures["code"], done.stdout, done.stderr, figures["wall_s"], figures["rss_mib"])
+    return Measured(figures["code"], done.stdout, done.stderr, figures["wall_s"], figures["rss_mib"], figures["cpu_s"])

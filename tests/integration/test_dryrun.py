@@ -44,11 +44,15 @@ CASES = {
 
 
 def processes_under(path: Path) -> list[int]:
-    """Processes whose command line mentions ``path`` (a dry run's leftovers)."""
+    """Processes whose command line or environment mentions ``path`` (a dry run's leftovers: every pod's process
+    tree inherits the run key's path in the work directory, and torchrun's workers read the launcher's checked copy
+    of the run files, outside it)."""
     found = []
     for process in psutil.process_iter(["pid", "cmdline"]):
         try:
-            if any(str(path) in part for part in process.info["cmdline"] or []):
+            if any(str(path) in part for part in process.info["cmdline"] or []) or any(
+                str(path) in value for value in process.environ().values()
+            ):
                 found.append(process.info["pid"])
         except (psutil.Error, TypeError):
             continue

@@ -381,8 +381,10 @@ def test_bundle_image_builds_pushes_and_is_pinned_by_digest(
     attrs = docker.DockerClient(base_url=engine["url"]).api.inspect_image(reference)
     assert (attrs["Os"], attrs["Architecture"]) == ("linux", "amd64")
     config = attrs["Config"]
-    # the image runs the run files the Job mounts from the bundle's ConfigMap; it holds none of them itself
-    assert config["Cmd"] == ["bash", "/workspace/run/run.sh"] and config["WorkingDir"] == "/workspace"
+    # the image starts its own launcher on the run files the Job mounts from the bundle's ConfigMap (it holds none of
+    # them itself, and runs none of them before checking them against the Job's digest)
+    assert config["Cmd"] == ["python3", "-m", "runtime.launch", "/workspace/run/launch.json"]
+    assert config["WorkingDir"] == "/workspace"
     if family == "cuda":
         assert any(e.startswith("PATH=/opt/venv/bin:") for e in config["Env"]), config["Env"]
 
@@ -390,28 +392,44 @@ def test_bundle_image_builds_pushes_and_is_pinned_by_digest(
 def test_a_failing_step_is_reported_with_its_last_lines(
     engine: dict, index: str, bundles: dict[str, Path], tmp_path: Path
 ) -> None:
+    """A step that fails (here: TORCH_INDEX_URL given as an index without torch) is named with its last lines."""
     bundle = Path(shutil.copytree(bundles["ascend"], tmp_path / "broken"))
-    dockerfile = bundle / "Dockerfile"
-    dockerfile.write_text(
-        dockerfile.read_text().replace(
-            "WORKDIR /workspace",
-            "RUN python3 -m pip install no-such-package-recipekit==1.0\nWORKDIR /workspace",
-        )
-    )
+    args = _build_args(engine, index, "cann")
+    args[args.index(f"TORCH_INDEX_URL={index}")] = f"TORCH_INDEX_URL={index.removesuffix('/simple')}/empty/simple"
     before = (bundle / "manifest.json").read_text()
-    proc = _image_build(
-        bundle,
-        "--engine",
-        engine["url"],
-        "--tag",
-        "localhost/recipekit/broken:test",
-        *_build_args(engine, index, "cann"),
-    )
+    proc = _image_build(bundle, "--engine", engine["url"], "--tag", "localhost/recipekit/broken:test", *args)
     output = proc.stderr
     assert proc.returncode == 1, output[-3000:]
-    assert "failing step: STEP" in output and "no-such-package-recipekit==1.0" in output.split("failing step:")[1]
+    assert "failing step: STEP" in output and "torch==" in output.split("failing step:")[1]
     assert "its last lines:" in output and "No matching distribution found" in output.split("its last lines:")[1]
     assert (bundle / "manifest.json").read_text() == before, "a failed build leaves the bundle as it was"
+
+
+@pytest.mark.parametrize("edited", ["Dockerfile", "runtime/train.py"])
+def test_a_tampered_bundle_is_never_built_under_its_stacks_tag(
+    engine: dict, index: str, tmp_path: Path, edited: str
+) -> None:
+    """Issue 38: a Dockerfile that gained a RUN step, or a runtime that gained a line, is refused (exit 2, one
+    problem naming the file) through the real engine path, before any step runs; manifest.json is left alone, so
+    validate still reports the edit; the same bundle untouched would build (the tests above)."""
+    registry = f"cluster.image_registry={engine['registry']}/recipekit"
+    bundle = build(["recipe=llama3_8b_sft", "hw.arch=amd64", registry], tmp_path / "tampered", force=True).path
+    path = bundle / edited
+    text = path.read_text()
+    if edited == "Dockerfile":
+        path.write_text(text.replace("WORKDIR /workspace", "RUN touch /planted\nWORKDIR /workspace"))
+    else:
+        path.write_text(text + "\nimport os; os.system('touch /planted')\n")
+    before = (bundle / "manifest.json").read_text()
+    proc = _image_build(bundle, "--engine", engine["url"], "--push", *_build_args(engine, index, "cann"))
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 2, output[-3000:]
+    problems = [line for line in proc.stderr.splitlines() if line.startswith("  - ")]
+    assert len(problems) == 1 and f"{path}: was edited after the build" in problems[0], proc.stderr
+    assert "STEP" not in output and "pushing" not in output, "nothing built, nothing pushed"
+    assert (bundle / "manifest.json").read_text() == before
+    results = {r.id: r for r in run_static(load_bundle(bundle), libraries=False)}
+    assert results["files.manifest"].status.value == "fail"
 
 
 def test_a_second_bundle_of_the_same_stack_builds_nothing(engine: dict, index: str, tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 from recipekit import __version__
 from recipekit.bundle import placement, trackers
 from recipekit.bundle.engines import EngineDocuments, bundle_engine
-from recipekit.bundle.files import RUN, RUN_FILES_MOUNT, WORKDIR
+from recipekit.bundle.files import POD_COMMAND, WORKDIR
 from recipekit.bundle.runfiles import pod_volume
 from recipekit.image.matrix import ARCH_LABEL, pip_packages
 from recipekit.memory.operations import Operations
@@ -155,7 +155,8 @@ def runtime_env(recipe: Recipe) -> dict[str, str]:
 
 
 def launch_spec(recipe: Recipe, plan: Plan, env: dict[str, str], module: str) -> dict[str, Any]:
-    """launch.json: everything the pod's launcher needs, as data (run.sh itself holds no recipe value).
+    """launch.json: everything the pod's launcher needs, as data (run.sh itself holds no recipe value), CANN's
+    set_env.sh scripts the launcher sources among it (the image family's; none where the image has no CANN).
 
     The launcher (runtime/launch.py) checks Volcano's variables against these numbers, waits for the master's DNS
     name, exports ``env`` (each key overridable from the pod spec) and runs torchrun. Keeping this data out of shell
@@ -174,6 +175,7 @@ def launch_spec(recipe: Recipe, plan: Plan, env: dict[str, str], module: str) ->
         "env": env,
         "module": module,
         "args": ["--resume", "auto"],
+        "cann_env": list(plan.family.cann_env),
     }
 
 
@@ -243,7 +245,7 @@ def _trainer_container(
         "name": "trainer",
         "image": plan.image,
         "imagePullPolicy": "IfNotPresent",
-        "command": ["bash", f"{RUN_FILES_MOUNT}/{RUN}"],
+        "command": list(POD_COMMAND),  # the image's launcher: nothing of the ConfigMap runs unchecked
         "workingDir": WORKDIR,
         "ports": [
             {"name": "rendezvous", "containerPort": plan.master_port, "protocol": "TCP"},

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from recipekit.base.limits import BUNDLE_FILE, read_regular
-from recipekit.image.runtimefiles import runtime_sources
+from recipekit.image.stack import runtime_paths
 from recipekit.runtime.boundary import filenames, runfiles
 
 #: Where the runtime lives inside the image and the pods (the Dockerfile's WORKDIR, the Job's workingDir).
@@ -45,6 +45,9 @@ DASHBOARD = "grafana-dashboard.json"
 RUNTIME = filenames.RUNTIME_PACKAGE
 #: The module torchrun starts in each process (``torchrun ... -m runtime.train``).
 TRAIN_MODULE = f"{RUNTIME}.train"
+#: The launcher module and the trainer container's command: the image's launcher (runtime/boundary/filenames.py).
+LAUNCH_MODULE = filenames.LAUNCH_MODULE
+POD_COMMAND = filenames.POD_COMMAND
 
 EXECUTABLE = frozenset({RUN})
 #: Files every bundle has (ds_config.json only with DeepSpeed; plan.* only when built with an estimate).
@@ -78,8 +81,9 @@ def matrix_bundles(root: Path) -> list[Path] | None:
 
 def runtime_files(engine: str) -> dict[str, Path]:
     """Bundle path → source file of every runtime module ``engine``'s bundles ship (the whole package with its inner
-    packages but other engines' rooms: image/runtimefiles.py), in a stable order."""
-    return {f"{RUNTIME}/{name}": path for name, path in runtime_sources(engine).items()}
+    packages but other engines' rooms: image/runtimefiles.py), in a stable order: what the image's Dockerfile copies
+    (image/stack.py)."""
+    return runtime_paths(engine)
 
 
 def read_files(directory: Path) -> tuple[dict[str, bytes], list[str]]:

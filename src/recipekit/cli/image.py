@@ -82,7 +82,10 @@ def build_command(
             for line in failed.tail:
                 click.echo(f"  | {line}", err=True)
         sys.exit(1)
-    imagebuild.record(req.bundle, built)
+    try:
+        imagebuild.record(req.bundle, built)
+    except RecipeError as err:
+        exit_with_problems(err)
     if built.pinned:
         click.echo(f"{click.style('pushed', fg='green')} {built.pinned}; volcano-job.yaml now runs it by digest")
     else:

@@ -78,9 +78,13 @@ def import_command(
 ) -> None:
     """Write a model option from CONFIG (a config.json or a model directory), with exact parameter counts.
 
-    The model is built on the meta device (no weights, no memory) by transformers from the config alone; no
-    remote code runs. The counts per part (embedding, attention, MLP, experts, router, norms, head) are stored in
-    the option, so `recipekit build` and `plan` use them without importing torch.
+    The model is built on the meta device (shapes, no weights) by transformers from the config alone, after every
+    count in it (a multimodal model's text config too) is checked; no remote code runs. The counts per part
+    (embedding, attention, MLP, experts, router, norms, head) are stored in the option, so `recipekit build` and
+    `plan` use them without importing torch. The FLOPs are torch's FLOP counter's on the meta device; where a module
+    cannot run there, on the CPU within a budget of 8 GiB (the depth-cut model's weights and gradients, a short
+    sequence's activations: checked before anything is allocated), and over it counted analytically (a note says
+    why).
 
     \b
     Examples:
@@ -102,6 +106,8 @@ def import_command(
         imported = import_config(config)
     except ImportProblem as exc:
         fail(str(exc))
+    except RecipeError as err:  # import_config turns its own into ImportProblem; this is the last guard
+        fail("; ".join(str(p) for p in err.problems))
     option = {
         "name": name,
         "description": describe(imported.option, title),

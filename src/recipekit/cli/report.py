@@ -55,8 +55,9 @@ def _progress(enabled: bool) -> Iterator[Callable[[str], None]]:
 def _text_table(title: str, rows: Sequence[Sequence[object]], headers: Sequence[str]) -> Any:
     """A rich table of plain text that wraps cells between words only (:func:`recipekit.cli.terminal.word_table`)."""
     from recipekit.cli.terminal import word_table
+    from recipekit.recipe.schema import printable
 
-    cells = [["" if cell is None else str(cell) for cell in row] for row in rows]
+    cells = [["" if cell is None else printable(str(cell)) for cell in row] for row in rows]
     return word_table(list(headers), cells, title=title)
 
 
@@ -65,16 +66,18 @@ def _pairs(console: Any, title: str, rows: Sequence[tuple[str, str]]) -> None:
     on one line (the terminal may wrap it, a table cell would cut it), and copies whole."""
     import textwrap
 
+    from recipekit.recipe.schema import printable
+
     console.print(title, markup=False, style="bold")
     width = max((len(name) for name, _ in rows), default=0)
-    for name, value in rows:  # a long value breaks between words, under itself; a path stays one token
-        lines = textwrap.wrap(
-            str(value),
+    for name, value in rows:  # values read from the run's files (a run id, a recipe name): escaped, never raw
+        lines = textwrap.wrap(  # a long value breaks between words, under itself; a path stays one token
+            printable(str(value)),
             width=max(20, console.width - width - 4),
             break_long_words=False,
             break_on_hyphens=False,
         ) or [""]
-        console.print(f"  {name:<{width}}  {lines[0]}", markup=False, highlight=False)
+        console.print(f"  {printable(name):<{width}}  {lines[0]}", markup=False, highlight=False)
         for line in lines[1:]:
             console.print(f"  {'':<{width}}  {line}", markup=False, highlight=False)
 
@@ -316,9 +319,10 @@ def report_command(
         click.echo(json.dumps(doc, indent=2, default=str))
         return
     from recipekit.cli.terminal import console as make_console
+    from recipekit.recipe.schema import printable
 
     console = make_console(soft_wrap=True)
-    console.print(f"run: {run.label}", markup=False)
+    console.print(printable(f"run: {run.label}"), markup=False)
     _pairs(console, "What ran", doc["what_ran"])
     _pairs(console, "How it went", doc["how_it_went"])
     console.print(
@@ -329,11 +333,11 @@ def report_command(
         )
     )
     console.print(f"plan: {doc['plan_source']}", markup=False, soft_wrap=False)
-    for line in doc["deviations"]:
+    for line in map(printable, doc["deviations"]):
         console.print(f"deviation (beyond ×{1 + margin:g}): {line}", markup=False, style="yellow", soft_wrap=False)
-    for line in doc["expected_deviations"]:
+    for line in map(printable, doc["expected_deviations"]):
         console.print(f"expected of a CPU twin (beyond ×{1 + margin:g}): {line}", markup=False, soft_wrap=False)
-    for line in doc["warnings"]:
+    for line in map(printable, doc["warnings"]):
         console.print(f"warning: {line}", markup=False, style="yellow", soft_wrap=False)
     console.print(f"report: {files[0]} ({len(plots)} plots)", markup=False)
 

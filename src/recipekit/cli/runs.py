@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 import os
 import shutil
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -42,25 +44,48 @@ def _when(seconds: float | None) -> str:
         return "?"
 
 
-def _output_dir(given: Path) -> Path:
+def _output_dir(given: Path) -> tuple[Path, int | None]:
     """``given`` when it holds recovery.jsonl (any entry of that name: the bounded reader says what is wrong with a
     FIFO or a link); else the output directory of the dry run's work directory or bundle it is, found as ``report``
-    finds it (a run that has not started yet has none)."""
+    finds it (a run that has not started yet has none), with the Job's world size from its plan (None when unknown:
+    a bare output directory)."""
     if os.path.lexists(given / recovery.RECOVERY_FILE) or not given.is_dir():
-        return given
+        return given, None
     from recipekit.base.errors import RecipeError
     from recipekit.runs.runlog import load_run
 
     try:
-        found = load_run(given).output_dir
+        run = load_run(given)
     except RecipeError as err:
         fail(f"{given}: not a run's output directory, a dry run's work directory or a bundle ({err.problems[0]})")
-    return found if found is not None else given
+    layout = (run.plan or {}).get("layout")
+    world = layout.get("world_size") if isinstance(layout, dict) else None
+    return (run.output_dir if run.output_dir is not None else given), world if isinstance(world, int) else None
+
+
+#: Recoveries printed one per line; the earlier ones are counted (``--json`` has them all).
+SHOWN_RECOVERIES = 1000
+#: The ends ``--json`` lists of each attempt (the first ones, the cause among them); ``ends_recorded`` counts them all.
+LISTED_ENDS = 100
+
+
+def strict(value: Any) -> Any:
+    """``value`` with every non-finite float as None: JSON that every parser reads (``json.dumps`` would write NaN)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {str(k): strict(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [strict(v) for v in value]
+    return value
 
 
 def _say(line: str) -> None:
     """``line`` broken between words at the terminal's width (80 columns when piped), its continuation lines indented
     under its text: a reason read from the volume is long, and a terminal would break it mid-word."""
+    from recipekit.recipe.schema import printable
+
+    line = printable(line)  # its fields are typed and escaped when read; this is the last guard
     indent = " " * (len(line) - len(line.lstrip(" ")) + 3)
     width = max(40, shutil.get_terminal_size((80, 24)).columns)
     click.echo(
@@ -85,32 +110,42 @@ def history_command(output_dir: Path, as_json: bool) -> None:
       recipekit runs history /mnt/shared/runs/llama3-8b-sft-5891d6  # cluster
       recipekit runs history ./runs/tiny-sft-a970ef --json
     """
+    from recipekit.recipe.schema import printable
     from recipekit.runs.runsummary import mttr_text
 
-    output_dir = _output_dir(output_dir)
+    output_dir, job_world = _output_dir(output_dir)
     path = output_dir / recovery.RECOVERY_FILE
     if not os.path.lexists(path):
         fail(f"{path} not found: not a run's output directory, or written by an older bundle")
     try:  # bounded, line by line, a regular file inside the directory (the volume is writable by others)
-        lines = recovery.read_lines(output_dir)
+        tail, lines = recovery.read_tail(output_dir)  # the last attempts' records only, compact
     except OSError as exc:
         fail(f"{path}: cannot be read ({exc.strerror or exc})")
-    records = [record for _, record in lines.values]
-    for note in ([lines.cut] if lines.cut else []) + [f"line {n}: {why}" for n, why in lines.refused[:3]]:
-        click.echo(f"warning: {path.name}: {note}", err=True)
+    records = tail.records
+    cut: list[str] = []
+    ends = attemptends.read_ends(output_dir, cut)  # bounded in all, typed, text printable
+    notes = [f"{path.name}: {n}" for n in ([lines.cut] if lines.cut else []) + ([tail.cut] if tail.cut else [])]
+    notes += [f"{path.name}: line {n}: {why}" for n, why in lines.refused[:3]] + cut
+    for note in notes:
+        click.echo(f"warning: {printable(note)}", err=True)
     found = recovery.history(records)
     figures = recovery.summary(found)
-    attempts = attemptends.by_attempt(records, attemptends.read_ends(output_dir))
+    attempts = attemptends.by_attempt(records, ends, job_world)
     # the attempt each recovery followed: the one before each start that found an interruption
     ended = [a for i, a in enumerate(attempts[:-1]) if attempts[i + 1]["resumed_after_interruption"]]
     restarts = recovery.restarts(records)  # the restarts asked for (recipekit restart), apart from recoveries
     if as_json:
         recoveries = [{**r.to_json(), "ended": a["why"]} for r, a in zip(found, ended)]
-        document = {"recoveries": recoveries, "attempts": attempts, **figures, "restarts": restarts}
-        click.echo(json.dumps(document, indent=2))
+        listed = [{**a, "ends": a["ends"][:LISTED_ENDS], "ends_recorded": len(a["ends"])} for a in attempts]
+        document = strict({"recoveries": recoveries, "attempts": listed, **figures, "restarts": restarts})
+        click.echo(json.dumps(document, indent=2, allow_nan=False))
         return
-    click.echo(f"{output_dir}: {len(attempts)} start(s), {figures['restarts']} recovery(ies)")
+    click.echo(f"{printable(str(output_dir))}: {len(attempts)} start(s), {figures['restarts']} recovery(ies)")
+    if len(found) > SHOWN_RECOVERIES:
+        click.echo(f"  ... {len(found) - SHOWN_RECOVERIES:,} earlier recoveries (--json lists them all)")
     for i, r in enumerate(found, 1):
+        if i <= len(found) - SHOWN_RECOVERIES:
+            continue
         mttr = mttr_text(r.mttr_s) if r.mttr_s is not None else "not recovered yet (no step since the restart)"
         _say(
             f"  {i}. interrupted after step {r.interrupted_step} ({_when(r.interrupted_time)} UTC); restarted "

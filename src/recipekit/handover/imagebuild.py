@@ -2,11 +2,14 @@
 
 ``recipekit image build`` talks to the engine with the ``docker`` SDK (the ``image`` extra), so Docker, Podman's
 ``podman system service`` or a remote engine all work the same way. The request is checked before the engine is
-contacted: the platform must be the nodes' (``hw.arch``), every ``--build-arg`` must be an ARG the Dockerfile
-declares. The build is streamed step by step; a failing step is reported with its last lines. After a push the
-registry's manifest digest is what the Job runs (``name@sha256:...``): a tag can be moved, a digest cannot. The
-bundle is rewritten whole and atomically, with manifest.json's hashes kept right, so ``recipekit validate`` still
-passes on it.
+contacted: the build context (the Dockerfile and the runtime it copies) must be the one manifest.json lists and the
+tag names (handover/buildcontext.py: an edited bundle is never built under its stack's shared tag), the platform
+must be the nodes' (``hw.arch``), every ``--build-arg`` must be an ARG the Dockerfile declares. The engine gets a tar
+of exactly the bytes checked. The build is streamed step by step; a failing step is reported with its last lines.
+After a push the registry's manifest digest is what the Job runs (``name@sha256:...``): a tag can be moved, a digest
+cannot. What is recorded changes the Job and manifest.json's ``image`` and the Job's hash only, after every other
+file was checked against its listed hash again: manifest.json is never re-hashed from files this command did not
+write, so ``recipekit validate`` still catches an edit made before or during the build.
 
 The docker SDK is imported only here, only when the command runs: ``recipekit build`` never loads it.
 """
@@ -14,6 +17,7 @@ The docker SDK is imported only here, only when the command runs: ``recipekit bu
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import re
@@ -34,6 +38,7 @@ from recipekit.base.paths import did_you_mean
 from recipekit.bundle.files import read_files
 from recipekit.bundle.render import MANIFEST
 from recipekit.bundle.write import manifest_problem, write_bundle
+from recipekit.handover.buildcontext import BuildContext, checked_context
 from recipekit.image.dockerfile import PLATFORM_ARGS, PREDEFINED_ARGS, parse, split_image
 from recipekit.runtime.boundary import jsonfile
 
@@ -54,6 +59,8 @@ class BuildRequest:
     build_args: dict[str, str]
     push: bool
     engine: str | None
+    #: the checked build context: what the engine is sent, and the stack digest it was recomputed as
+    context: BuildContext
 
     def docker_command(self) -> str:
         """The same build as plain docker commands (for a machine without an engine recipekit can reach)."""
@@ -109,11 +116,13 @@ def request(
     dockerfile = bundle / "Dockerfile"
     if not dockerfile.is_file():
         raise RecipeError([Problem(str(dockerfile), "missing: the bundle has no Dockerfile")])
+    arch, image = _recipe_facts(bundle / "recipe.yaml")
+    manifest = jsonfile.loads(read_regular(bundle / MANIFEST, BUNDLE_FILE), str(bundle / MANIFEST))  # checked above
+    context = checked_context(bundle, manifest, image, tag)
     try:
-        declared = parse(read_regular(dockerfile, BUNDLE_FILE).decode("utf-8")).args
+        declared = parse(context.dockerfile.decode("utf-8")).args
     except UnicodeDecodeError as exc:
         raise RecipeError([Problem(str(dockerfile), f"is not UTF-8 text (byte offset {exc.start})")]) from None
-    arch, image = _recipe_facts(bundle / "recipe.yaml")
     nodes = f"linux/{arch}" if arch else None
     chosen = platform or nodes or "linux/amd64"
     if nodes and chosen != nodes:
@@ -147,7 +156,7 @@ def request(
         problems.append(Problem("--tag", "recipe.yaml has no plan.image: give the image reference"))
     if problems:
         raise RecipeError(problems)
-    return BuildRequest(bundle.resolve(), str(reference), chosen, args, push, engine)
+    return BuildRequest(bundle.resolve(), str(reference), chosen, args, push, engine, context)
 
 
 def _recipe_facts(path: Path) -> tuple[str | None, str | None]:
@@ -231,10 +240,13 @@ def already_built(client: Any, req: BuildRequest) -> Built | None:
     platform; None when it must be built.
 
     The tag is a digest of the software stack (image/stack.py), so an existing tag is this stack already built: a
-    second bundle of it (another learning rate, a rescale) builds nothing. For a push the registry is asked first
-    (its manifest digest is what the Job is pinned to); an image only the engine has is pushed, not rebuilt. Any
-    engine error counts as not found: the build then says what is wrong.
+    second bundle of it (another learning rate, a rescale) builds nothing. That holds only for the stack digest
+    recomputed from this bundle's checked context: any other tag (``--tag ...:v1``) may hold anything, so it is
+    built. For a push the registry is asked first (its manifest digest is what the Job is pinned to); an image only
+    the engine has is pushed, not rebuilt. Any engine error counts as not found: the build then says what is wrong.
     """
+    if split_image(req.tag)[1] != req.context.stack:
+        return None
     if req.push:
         try:
             found = client.api.inspect_distribution(req.tag)
@@ -279,7 +291,8 @@ def build(client: Any, req: BuildRequest, echo: Callable[[str], None]) -> Built:
     image_id = ""
     try:
         events = client.api.build(
-            path=str(req.bundle),
+            fileobj=io.BytesIO(req.context.tar()),  # the checked bytes, not a second read of the directory
+            custom_context=True,
             tag=req.tag,
             buildargs=req.build_args,
             platform=req.platform,
@@ -342,13 +355,29 @@ def push(client: Any, req: BuildRequest, built: Built, echo: Callable[[str], Non
 def record(bundle: Path, built: Built) -> Path:
     """Write what was built into the bundle: manifest.json's ``image`` and, once pushed, the Job's image by digest.
 
-    The whole bundle is rewritten atomically (:func:`recipekit.bundle.write.write_bundle`), with manifest.json's hash
-    of the Job updated, so the bundle stays one that ``recipekit validate`` accepts.
+    Every file manifest.json lists must still hash as listed (the Job included, before it is pinned): this command
+    writes the Job and the manifest's ``image`` and the Job's hash, and never re-hashes a file it did not write, so
+    an edit made before or during the build stays one ``recipekit validate`` reports (RecipeError naming the file,
+    nothing written). The bundle is rewritten atomically (:func:`recipekit.bundle.write.write_bundle`).
     """
     files = read_files(Path(bundle))[0]
     manifest = jsonfile.loads(files[MANIFEST], str(Path(bundle) / MANIFEST))  # request() checked it before
+    listed = dict(manifest.get("files") or {})
+    for name, digest in listed.items():
+        if name not in files or hashlib.sha256(files[name]).hexdigest() != digest:
+            raise RecipeError(
+                [
+                    Problem(
+                        str(Path(bundle) / name),
+                        "differs from manifest.json's hash: the bundle changed before or during the build, and "
+                        "nothing was recorded",
+                        hint="rebuild the bundle with `recipekit build`, then build its image",
+                    )
+                ]
+            )
     if built.pinned:
         files[JOB] = pin_job(files[JOB].decode("utf-8"), built.pinned).encode("utf-8")
+        listed[JOB] = hashlib.sha256(files[JOB]).hexdigest()
     manifest["image"] = {
         "reference": built.reference,
         "platform": built.platform,
@@ -356,8 +385,7 @@ def record(bundle: Path, built: Built) -> Path:
         "digest": built.digest,
         "pinned": built.pinned,
     }
-    listed = manifest.get("files") or {}
-    manifest["files"] = {name: hashlib.sha256(files[name]).hexdigest() for name in sorted(listed) if name in files}
+    manifest["files"] = listed
     files[MANIFEST] = (json.dumps(manifest, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
     return write_bundle(files, Path(bundle), force=True)
 

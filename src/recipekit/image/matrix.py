@@ -59,7 +59,9 @@ class ImageFamily(Section):
     feature_packages: dict[str, list[str]] = spec(
         default_factory=dict, description="apt packages a recipe feature needs (nvme: DeepSpeed's async I/O)."
     )
-    cann_env: list[str] = spec(description="set_env.sh scripts run.sh sources, the first that exists wins.")
+    cann_env: list[str] = spec(
+        description="CANN's set_env.sh scripts the launcher sources (every one that exists; none found is an error)."
+    )
     bitsandbytes: str | None = spec(
         description="pip requirement for 4-bit loading (QLoRA); None: no build works with the pinned stack."
     )

@@ -27,6 +27,7 @@ from typing import Any, cast
 
 import yaml
 
+from recipekit.base.errors import RecipeError
 from recipekit.recipe import modelfacts, modelkind
 from recipekit.recipe.measured import modelflops, modelmemory, moduletree
 from recipekit.recipe.schema import validate
@@ -110,7 +111,20 @@ COUNT_FIELDS = {
     "moe_intermediate_size": "moe_intermediate_size",
     "shared_expert_intermediate_size": "shared_expert_intermediate_size",
     "head_dim": "num_attention_heads",  # at most as many as the heads' bound: a width per head
+    # the low-rank and per-head widths of multi-head latent attention (DeepSeek-V3, MiniCPM3): widths, as hidden_size
+    "kv_lora_rank": "hidden_size",
+    "q_lora_rank": "hidden_size",
+    "qk_rope_head_dim": "hidden_size",
+    "qk_nope_head_dim": "hidden_size",
+    "v_head_dim": "hidden_size",
+    "n_shared_experts": "num_experts",
 }
+#: Counts a config sets to 0 (or leaves None) for "none": no low-rank query, a head width taken from the heads.
+ZERO_MEANS_NONE = frozenset(
+    {"head_dim", "kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim"}
+)
+#: The most parameters a config may describe before anything is built from it (ParamCountsSpec's bound on a count).
+MAX_PARAMS = 10**12
 
 
 def read_raw(path: Path) -> dict[str, Any]:
@@ -135,7 +149,8 @@ def read_raw(path: Path) -> dict[str, Any]:
 
 
 def _count_problems(raw: dict[str, Any]) -> list[str]:
-    """Each count of ``raw`` that is not a whole number within its ModelSpec field's bounds."""
+    """Each count of ``raw`` that is not a whole number within its ModelSpec field's bounds (0 allowed where a
+    config says "none": a q_lora_rank of 0 or None is no low-rank query)."""
     bounds = {f.name: f.metadata.get("bounds", {}) for f in fields(ModelSpec)}
     problems = []
     for key, field_name in COUNT_FIELDS.items():
@@ -143,13 +158,66 @@ def _count_problems(raw: dict[str, Any]) -> list[str]:
         if value is None:
             continue
         limit = bounds[field_name]
-        least = 0 if "ge" in limit or key == "head_dim" else 1
+        least = 0 if "ge" in limit or key in ZERO_MEANS_NONE else 1
         most = int(limit.get("le", 1 << 31))
         values = value if isinstance(value, list) and value else [value]  # a list: one count per layer
         if any(type(v) is not int or not least <= v <= most for v in values):
             shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
             problems.append(f"{key} is {shown}: expected a whole number from {least} to {most:,}")
     return problems
+
+
+def built_problems(config: Any, raw: dict[str, Any]) -> list[str]:
+    """What is wrong with the (decoder) ``config`` transformers is about to build, before it builds anything: every
+    count its config.json fields ``raw`` give (a multimodal model's text config) within its bounds, no count as
+    transformers reads it (its defaults too) above them (a default below, such as XLNet's -1 for "no limit", builds
+    nothing large), query heads a whole multiple of key-value heads, and at most :data:`MAX_PARAMS` parameters as the
+    counts describe them (a config of 65,536 experts of width 2²⁴ is refused here, not built)."""
+    values = {key: getattr(config, key, None) for key in COUNT_FIELDS}
+    large = {key: value for key, value in values.items() if _above_bound(key, value)}
+    problems = _count_problems(raw) + _count_problems(large)
+    if problems:
+        return problems
+    heads, kv_heads = values["num_attention_heads"], values["num_key_value_heads"]
+    if isinstance(heads, int) and isinstance(kv_heads, int) and kv_heads and heads % kv_heads:
+        problems.append(
+            f"num_attention_heads ({heads}) is not a whole multiple of num_key_value_heads ({kv_heads}): grouped-"
+            "query attention shares each key-value head among a whole number of query heads"
+        )
+    size = _described_params(values)
+    if size > MAX_PARAMS:
+        problems.append(f"describes about {size:.2e} parameters, over the {MAX_PARAMS:.0e} an option holds")
+    return problems
+
+
+def _above_bound(key: str, value: Any) -> bool:
+    """``value`` (one count, or a list of them per layer) holds a number above ``key``'s ModelSpec bound."""
+    most = int(_BOUNDS[COUNT_FIELDS[key]].get("le", 1 << 31))
+    values = value if isinstance(value, list) else [value]
+    return any(isinstance(v, (int, float)) and not isinstance(v, bool) and v > most for v in values)
+
+
+_BOUNDS = {f.name: f.metadata.get("bounds", {}) for f in fields(ModelSpec)}
+
+
+def _described_params(values: dict[str, Any]) -> int:
+    """The parameters the counts describe, roughly (attention, dense MLP, every routed expert and the embeddings
+    with the head): enough to refuse a config far past any model before transformers builds it."""
+
+    def count(*keys: str) -> int:
+        found = [values.get(key) for key in keys]
+        return next((v for v in found if isinstance(v, int) and not isinstance(v, bool) and v > 0), 0)
+
+    hidden, layers = count("hidden_size"), count("num_hidden_layers") or 1
+    heads, head_dim = (
+        count("num_attention_heads"),
+        count("head_dim", "v_head_dim") or hidden // max(1, count("num_attention_heads")),
+    )
+    attention = 4 * hidden * max(heads * head_dim, count("kv_lora_rank"), count("q_lora_rank"))
+    experts = count("num_experts", "num_local_experts", "n_routed_experts")
+    routed = experts * 3 * hidden * count("moe_intermediate_size", "intermediate_size")
+    per_layer = attention + 3 * hidden * count("intermediate_size") + routed
+    return layers * per_layer + 2 * count("vocab_size") * hidden
 
 
 def load_config(path: Path) -> Any:
@@ -255,7 +323,7 @@ def option_fields(model: Any, config: Any, raw: dict[str, Any], counts: ParamCou
         dense = modelfacts.mlp_width(model, hidden) or (first.width if first else 0) or 4 * hidden
     return {
         "family": raw["model_type"],
-        "architecture": (getattr(config, "architectures", None) or [_causal_lm_class(config)])[0],
+        "architecture": _architecture(config),
         "num_layers": int(getattr(config, "num_hidden_layers", 0) or len(decoder_layers(model))),
         "hidden_size": hidden,
         "num_attention_heads": heads,
@@ -333,6 +401,18 @@ def _aux_loss_coef(config: Any) -> float:
     return float(value) if isinstance(value, (int, float)) and 0 <= value <= 100 else 0.001
 
 
+#: A class name as config.json's ``architectures`` lists it.
+_CLASS_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,99}")
+
+
+def _architecture(config: Any) -> str:
+    """The model class the config names first (``architectures``), or transformers' causal-LM class for it where the
+    config names none that is a class name (``[null]``, a mapping, a number)."""
+    named = getattr(config, "architectures", None)
+    first = named[0] if isinstance(named, (list, tuple)) and named else None
+    return first if isinstance(first, str) and _CLASS_NAME.fullmatch(first) else _causal_lm_class(config)
+
+
 def _causal_lm_class(config: Any) -> str:
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
@@ -340,7 +420,15 @@ def _causal_lm_class(config: Any) -> str:
 
 
 def import_config(path: Path) -> Imported:
-    """Read ``path`` (a config.json or a model directory), build its model on the meta device and count it."""
+    """Read ``path`` (a config.json or a model directory), build its model on the meta device and count it. Every
+    refusal is an :class:`ImportProblem` (one line), a schema bound the counts break included."""
+    try:
+        return _import_config(path)
+    except RecipeError as err:
+        raise ImportProblem(f"{path}: " + "; ".join(str(problem) for problem in err.problems)) from None
+
+
+def _import_config(path: Path) -> Imported:
     path = config_path(path)
     raw = read_raw(path)
     try:
@@ -349,6 +437,10 @@ def import_config(path: Path) -> Imported:
     except modelkind.KindProblem as exc:
         raise ImportProblem(str(exc)) from None
     config, raw = decoder.config, decoder.raw
+    problems = built_problems(config, raw)
+    if problems:
+        text = " (the text model's config)" if decoder.notes else ""
+        raise ImportProblem(f"{path}{text}: {'; '.join(problems)}")
     model = meta_model(config)
     uneven = modelfacts.uneven_experts(model)
     if uneven:
@@ -365,31 +457,35 @@ def import_config(path: Path) -> Imported:
     counts = count_parts(model, config)
     option = option_fields(model, config, raw, counts)
     option["modules"] = moduletree.module_tree(model)
-    option["flops"] = model_flops(model, option, counts)
+    option["flops"], flops_note = model_flops(model, option, counts)
     activations = modelmemory.measure_or_none(config, layer_kinds(model))
     if activations is not None:
         option["activations"] = activations
-    notes = ((native,) if native else ()) + decoder.notes
+    notes = ((native,) if native else ()) + decoder.notes + ((flops_note,) if flops_note else ())
     return Imported(option=option, architecture=option["architecture"], notes=notes)
 
 
-def model_flops(model: Any, option: dict[str, Any], counts: ParamCountsSpec) -> FlopsSpec:
-    """The counter's FLOPs per token of the meta ``model`` (on the CPU where a module cannot run on meta,
-    :func:`~recipekit.recipe.measured.modelflops.measure`); where neither counts it, the same convention counted from
-    ``counts`` and the measured attention (the option's ``flops.counted_by`` says which)."""
+def model_flops(model: Any, option: dict[str, Any], counts: ParamCountsSpec) -> tuple[FlopsSpec, str | None]:
+    """The counter's FLOPs per token of the meta ``model`` (on the CPU where a module cannot run on meta, within
+    ``modelflops.CPU_BUDGET_BYTES``: :func:`~recipekit.recipe.measured.modelflops.measure`); where neither counts it,
+    the same convention counted from ``counts`` and the measured attention (the option's ``flops.counted_by`` says
+    which), with a note saying why."""
     try:
-        return modelflops.measure(model)
-    except Exception:  # a module that cannot run on meta, in a model too large for the CPU (or failing there too)
-        pass
+        return modelflops.measure(model), None
+    except modelflops.TooLargeForCpu as exc:
+        why = str(exc)
+    except Exception as exc:  # a module that cannot run on meta, and fails on the CPU too
+        why = f"the counter cannot run it on the meta device nor on the CPU ({_one_line(exc)[:200]})"
     head = model.get_output_embeddings()
     head_params = int(head.weight.numel()) if head is not None else 0
     attention = modelfacts.attention_of(model, model.config)
-    return modelflops.analytic(
+    flops = modelflops.analytic(
         matmul_params=counts.active - counts.embedding - counts.norms - counts.head + head_params,
         head_params=head_params,
         layers=option["num_layers"],
         attention_width=attention.heads * (attention.head_dim + attention.v_head_dim) if attention else 0,
     )
+    return flops, f"FLOPs counted analytically, by the counter's convention: {why}"
 
 
 def describe(option: dict[str, Any], title: str) -> str:

@@ -340,13 +340,7 @@ def _value(annotation: Any, value: Any, key: str, problems: list[Problem]) -> An
     if origin in (Union, types.UnionType):
         return _union(get_args(annotation), value, key, problems)
     if origin is Literal:
-        allowed = get_args(annotation)
-        if any(value == option and type(value) is type(option) for option in allowed):
-            return value
-        problems.append(
-            Problem(key, f"must be one of {', '.join(repr(option) for option in allowed)} (got {_show(value)})")
-        )
-        return _INVALID
+        return _literal(get_args(annotation), value, key, problems)
     if origin in (list, tuple, dict):
         return _container(origin, get_args(annotation), value, key, problems)
     if isinstance(annotation, type) and issubclass(annotation, Section):
@@ -354,6 +348,27 @@ def _value(annotation: Any, value: Any, key: str, problems: list[Problem]) -> An
     if annotation is Any:
         return value
     return _scalar(annotation, value, key, problems)
+
+
+def _literal(allowed: tuple[Any, ...], value: Any, key: str, problems: list[Problem]) -> Any:
+    """``value`` when it is one of ``allowed``. YAML and Hydra's override grammar read an unquoted ``1.12`` as a
+    number: where the number's own text is one of the allowed strings (a release, a version) it is taken as that
+    string, since no other reading exists; otherwise the refusal says it was read as a number and how to quote it."""
+    if any(value == option and type(value) is type(option) for option in allowed):
+        return value
+    as_text = repr(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    if as_text is not None and as_text in allowed:
+        return as_text
+    got = f"read as the number {as_text}: it was not quoted" if as_text is not None else f"got {_show(value)}"
+    example = next((option for option in allowed if isinstance(option, str)), None)
+    hint = (
+        f"quote it to keep it as text: {key}='{example}' on the command line, \"{example}\" in YAML"
+        if as_text and example
+        else ""
+    )
+    shown = ", ".join(repr(option) for option in allowed)
+    problems.append(Problem(key, f"must be one of {shown} ({got})", hint))
+    return _INVALID
 
 
 def _scalar(annotation: type, value: Any, key: str, problems: list[Problem]) -> Any:

@@ -49,6 +49,16 @@ PLAN_FIELDS = {
     "memory_gib": MAPPING,
     "memory_gib.total": NUMBER,
 }
+#: The fields of a bundle's manifest.json the report reads (bundle/render.manifest writes them).
+MANIFEST_FIELDS = {
+    "name": TEXT,
+    "recipekit_version": TEXT,
+    "choices": MAPPING,
+    "overrides": LIST,
+    "versions": MAPPING,
+    "recipe": MAPPING,
+    "files": MAPPING,
+}
 #: cluster-check.json (runtime/ops/preflight.py).
 PREFLIGHT_FIELDS = {"ok": FLAG, "reason": TEXT, "checks": LIST}
 #: One all-reduce result of the preflight's bandwidth check.

@@ -277,7 +277,7 @@ def _bundle_info(bundle: Path, run: RunLog) -> Path:
     resolved = _recipe_yaml(bundle)
     plan = _json_file(bundle / "plan.json", runfiles.PLAN_FIELDS)
     run.plan = plan if isinstance(plan, dict) else None
-    manifest = _json_file(bundle / "manifest.json")
+    manifest = _json_file(bundle / "manifest.json", runfiles.MANIFEST_FIELDS)
     if isinstance(manifest, dict):
         run.manifest = {k: v for k, v in manifest.items() if k != "files"}
         digest = (manifest.get("files") or {}).get(filenames.RECIPE_FILE)
@@ -312,6 +312,14 @@ def _recipe_yaml(bundle: Path) -> dict[str, Any]:
         raise RecipeError([Problem(str(path), yamlfile.one_line(exc))]) from None
     if not isinstance(resolved, dict):
         raise RecipeError([Problem(str(path), "not a mapping")])
+    recipe = resolved.get("recipe")
+    sections = {key: resolved.get(key) for key in ("recipe", "plan", "training_arguments")}
+    sections["recipe.cluster"] = recipe.get("cluster") if isinstance(recipe, dict) else None
+    wrong = [key for key, value in sections.items() if value is not None and not isinstance(value, dict)]
+    if wrong:  # a bundle edited by hand or by someone else: one line, not an AttributeError
+        raise RecipeError(
+            [Problem(f"{path}: {wrong[0]}", f"must be a mapping (got {type(sections[wrong[0]]).__name__})")]
+        )
     return resolved
 
 

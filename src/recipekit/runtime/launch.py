@@ -1,13 +1,20 @@
-"""The pod's launcher: Volcano's injected variables + launch.json → one ``torchrun`` for this pod.
+"""The pod's launcher and the container's command: Volcano's injected variables + launch.json → one ``torchrun``.
 
-run.sh prepares the process environment (CANN's set_env.sh on Ascend) and execs ``python3 -m runtime.launch
-launch.json``. Everything recipe-specific is data in launch.json, read here, so no recipe value is ever parsed by a
-shell. Standard library only: it runs before anything else in the image is trusted.
+The Job starts ``python3 -m runtime.launch /workspace/run/launch.json`` from the image's working directory: this
+module is the image's own code, and it is the first thing of the run to execute. Everything recipe-specific is data
+in the run files (the ConfigMap mounted at ``/workspace/run``), which are untrusted until checked: the launcher reads
+them once, compares them with the digest the Job's spec carries (:mod:`.boundary.runfiles`; a ConfigMap editor cannot
+change the Job), copies the checked bytes into a directory of its own, and from then on nothing reads the mount
+again. No recipe value is ever parsed by a shell. Standard library only: it runs before anything else is trusted.
 
 What it checks, each failure a one-line reason and a non-zero exit so Volcano's policy acts:
 
-* the run files beside launch.json (the ConfigMap mounted read-only) are the ones whose digest the Job carries
-  (exit 2: an edited ConfigMap will not heal by restarting; :mod:`.boundary.runfiles`);
+* the run files are the ones whose digest the Job carries, and the Job carries one (exit 2: an edited ConfigMap
+  will not heal by restarting). ``--by-hand`` (what a bundle's run.sh passes, outside any Job) lets a missing digest
+  pass: the person running a bundle directory owns its files;
+* the environment set-up the image needs: CANN's ``set_env.sh`` scripts (launch.json ``cann_env``) sourced in a
+  shell whose exported variables torchrun inherits, a missing or failing one refused with the reason (exit 2), and
+  the runtime package's directory put first on ``PYTHONPATH``;
 * the env plugin's ``VC_TASK_INDEX`` and the svc plugin's ``VC_<TASK>_HOSTS`` / ``VC_<TASK>_NUM`` (or its
   ``/etc/volcano/<task>.host`` file) are there, and the pod count is the one the bundle was built for (exit 2: a
   Job edited by hand or a missing plugin will not heal by restarting);
@@ -140,12 +147,97 @@ def wait_for_master(
         sleep(DNS_RETRY_S)
 
 
-def check_run_files(directory: Path, environ: Mapping[str, str]) -> None:
-    """The mounted run files are the ones the Job was rendered with (``runfiles.DIGEST_ENV``), before any of them is
-    read: a LaunchError (exit 2) otherwise, since restarting cannot heal an edited ConfigMap."""
-    reason = runfiles.mismatch(directory, environ.get(runfiles.DIGEST_ENV))
-    if reason is not None:
-        raise LaunchError(reason)
+def checked_run_files(launch_file: Path, environ: Mapping[str, str], into: Path, by_hand: bool = False) -> Path:
+    """The run files beside ``launch_file``, checked against the Job's digest (``runfiles.DIGEST_ENV``) before any of
+    them is read, copied into ``into`` (a directory of this pod's own); returns that copy's launch.json. A
+    LaunchError (exit 2) when they differ or the Job carries no digest (``by_hand`` lets a missing one pass: a bundle
+    directory started by its run.sh, outside any Job); restarting cannot heal either."""
+    directory = launch_file.parent
+    try:
+        if by_hand and not environ.get(runfiles.DIGEST_ENV):
+            files = runfiles.read_mounted(directory)
+        else:
+            files = runfiles.verified(directory, environ.get(runfiles.DIGEST_ENV))
+    except runfiles.RunFilesRefused as exc:
+        raise LaunchError(str(exc)) from None
+    except OSError as exc:
+        raise LaunchError(f"cannot read the run files in {directory}: {exc.strerror or exc}") from None
+    into.mkdir(mode=0o700)
+    for name, data in files.items():
+        (into / name).write_bytes(data)
+    return into / filenames.LAUNCH_FILE
+
+
+#: Sources each existing script given as an argument (errexit and nounset off: CANN's scripts read unset variables
+#: and may return non-zero), then prints the environment NUL-separated after a marker. A failing script prints
+#: ``failed``, its path and its status instead; none found prints ``none``. The scripts' own output goes to stderr.
+_SOURCE = r"""
+set +eu
+__recipekit_found=0
+for __recipekit_script in "$@"; do
+  if [ -f "$__recipekit_script" ]; then
+    . "$__recipekit_script" >&2
+    __recipekit_status=$?
+    if [ "$__recipekit_status" -ne 0 ]; then
+      printf 'failed\0%s\0%s\0' "$__recipekit_script" "$__recipekit_status"
+      exit 0
+    fi
+    __recipekit_found=1
+  fi
+done
+if [ "$__recipekit_found" -eq 0 ]; then printf 'none\0'; exit 0; fi
+printf 'env\0'
+exec env -0
+"""
+
+
+def sourced_environment(scripts: list[str], environ: Mapping[str, str]) -> dict[str, str]:
+    """``environ`` after sourcing ``scripts`` (CANN's set_env.sh: it must be sourced by the process tree that
+    trains, and a Dockerfile ``RUN source`` is gone by the time the pod starts); unchanged when there are none. A
+    LaunchError (exit 2) when none of them exists or one fails: the image's CANN installation is missing or broken."""
+    if not scripts:
+        return dict(environ)
+    try:
+        proc = subprocess.run(
+            ["bash", "-c", _SOURCE, "bash", *scripts], env=dict(environ), stdout=subprocess.PIPE, timeout=120
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise LaunchError(f"cannot source CANN's environment ({', '.join(scripts)}): {exc}") from None
+    fields = proc.stdout.split(b"\0")
+    kind = fields[0].decode(errors="replace")
+    if kind == "none":
+        raise LaunchError(f"no CANN environment script found ({', '.join(scripts)}): this image has no CANN toolkit")
+    if kind == "failed" and len(fields) >= 3:
+        script, status = (f.decode(errors="replace") for f in fields[1:3])
+        raise LaunchError(f"{script} failed with exit {status}: the CANN installation in the image is broken")
+    if kind != "env" or proc.returncode != 0:
+        raise LaunchError(
+            f"sourcing CANN's environment ({', '.join(scripts)}) ended the shell (exit {proc.returncode}): "
+            "the CANN installation in the image is broken"
+        )
+    env = {}
+    for entry in fields[1:]:
+        key, sep, value = entry.decode("utf-8", errors="surrogateescape").partition("=")
+        if sep and key and key not in ("_", "SHLVL", "PWD", "OLDPWD"):
+            env[key] = value
+    return env
+
+
+def runtime_root() -> Path:
+    """The directory holding this runtime package (the image's working directory; a bundle directory by hand)."""
+    return Path(__file__).absolute().parent.parent
+
+
+def prepared_environment(spec: Mapping[str, Any], environ: Mapping[str, str]) -> dict[str, str]:
+    """What run.sh prepared before: the image's CANN environment sourced, the runtime package first on
+    PYTHONPATH (after CANN's own entries are in: torchrun's workers import ``runtime.train``)."""
+    scripts = spec.get("cann_env") or []
+    if not isinstance(scripts, list) or not all(isinstance(s, str) for s in scripts):
+        raise LaunchError("launch.json's cann_env is not a list of paths: rebuild the bundle with `recipekit build`")
+    env = sourced_environment(scripts, environ)
+    python_path = env.get("PYTHONPATH")
+    env["PYTHONPATH"] = str(runtime_root()) + (f":{python_path}" if python_path else "")
+    return env
 
 
 def torchrun_argv(spec: Mapping[str, Any], topo: Topology, bundle_dir: Path) -> list[str]:
@@ -175,43 +267,49 @@ def environment(spec: Mapping[str, Any], topo: Topology, environ: Mapping[str, s
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    path = Path(args[0] if args else filenames.LAUNCH_FILE).resolve()
+    args = list(sys.argv[1:] if argv is None else argv)
+    by_hand = "--by-hand" in args
+    args = [a for a in args if a != "--by-hand"]
+    path = Path(args[0] if args else filenames.LAUNCH_FILE).absolute()
+    private = Path(tempfile.mkdtemp(prefix="recipekit-pod-"))  # this pod's own: the checked files, the exit codes
     try:
-        check_run_files(path.parent, os.environ)
-        spec = read_spec(path)
-        topo = topology(spec, os.environ)
-        wait_for_master(topo.master, float(spec.get("master_dns_wait_s", 120)))
-    except LaunchError as exc:
-        print(f"launch: {exc}", file=sys.stderr)
-        return exc.code
-    argv_out = torchrun_argv(spec, topo, path.parent)
-    print(
-        f"launch: pod {topo.node_rank}/{topo.nodes} of {spec.get('job_name', '?')}; master "
-        f"{topo.master}:{spec['master_port']}; {spec['nproc_per_node']} processes per pod",
-        file=sys.stderr,
-        flush=True,
-    )
-    env = environment(spec, topo, os.environ)
-    exit_dir = tempfile.mkdtemp(prefix="recipekit-exit-")
-    env[exitcodes.EXIT_DIR_ENV] = exit_dir
-    env.setdefault(recovery.LAUNCH_TIME_ENV, str(time.time()))  # when this attempt of the pod began (MTTR)
-    try:
-        return supervise(argv_out, env, Path(exit_dir))
+        try:
+            checked = checked_run_files(path, os.environ, private / filenames.RUN_FILES_DIR, by_hand)
+            spec = read_spec(checked)
+            pod_env = prepared_environment(spec, os.environ)
+            topo = topology(spec, pod_env)
+            wait_for_master(topo.master, float(spec.get("master_dns_wait_s", 120)))
+        except LaunchError as exc:
+            print(f"launch: {exc}", file=sys.stderr)
+            return exc.code
+        argv_out = torchrun_argv(spec, topo, checked.parent)
+        print(
+            f"launch: pod {topo.node_rank}/{topo.nodes} of {spec.get('job_name', '?')}; master "
+            f"{topo.master}:{spec['master_port']}; {spec['nproc_per_node']} processes per pod",
+            file=sys.stderr,
+            flush=True,
+        )
+        env = environment(spec, topo, pod_env)
+        exit_dir = private / "exit"
+        exit_dir.mkdir()
+        env[exitcodes.EXIT_DIR_ENV] = str(exit_dir)
+        env.setdefault(recovery.LAUNCH_TIME_ENV, str(time.time()))  # when this attempt of the pod began (MTTR)
+        return supervise(argv_out, env, exit_dir, scratch=private)
     finally:
-        shutil.rmtree(exit_dir, ignore_errors=True)
+        shutil.rmtree(private, ignore_errors=True)
 
 
 #: The signals passed on to torchrun: the kubelet's SIGTERM, a terminal's Ctrl-C, a closed session.
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
-def supervise(argv: list[str], env: dict[str, str], exit_dir: Path) -> int:
+def supervise(argv: list[str], env: dict[str, str], exit_dir: Path, scratch: Path | None = None) -> int:
     """Run torchrun as a child, pass signals on, and return the pod's exit code (see :func:`pod_exit_code`).
 
     When a signal ended the launcher's wait, the launcher ends by that signal itself (``raise_signal``), so the
     container's status says the pod was signalled; as PID 1 of a container the kernel ignores a signal without a
-    handler, so the code 128 + N it would have had is returned instead.
+    handler, so the code 128 + N it would have had is returned instead. ``scratch`` (default ``exit_dir``) is removed
+    before that: the caller's cleanup would not run.
     """
     received: list[int] = []
 
@@ -238,7 +336,7 @@ def supervise(argv: list[str], env: dict[str, str], exit_dir: Path) -> int:
     print(f"launch: torchrun exited {code}; the pod exits {name} ({result})", file=sys.stderr)
     sys.stderr.flush()
     if received:
-        shutil.rmtree(exit_dir, ignore_errors=True)  # the caller's cleanup would not run after the signal
+        shutil.rmtree(scratch or exit_dir, ignore_errors=True)  # the caller's cleanup would not run after the signal
         signal.signal(received[0], signal.SIG_DFL)
         signal.raise_signal(received[0])  # ends the process unless it is a container's PID 1
     return result

@@ -70,8 +70,9 @@ def test_ascend_job_and_script_have_what_910b_needs() -> None:
     mounts = {m["mountPath"] for m in pod["spec"]["containers"][0]["volumeMounts"]}
     assert {"/usr/local/Ascend/driver", "/dev/shm", "/mnt/shared"} <= mounts
     assert "huawei.com/npu" not in files["volcano-job.yaml"].decode()
-    run_sh = files["run.sh"].decode()
-    assert 'source "${cann_env}"' in run_sh and "/usr/local/Ascend/ascend-toolkit/set_env.sh" in run_sh
+    # CANN is sourced by the image's launcher, from launch.json (checked with the other run files), not by run.sh
+    assert "/usr/local/Ascend/ascend-toolkit/set_env.sh" in json.loads(files["launch.json"])["cann_env"]
+    assert "set_env.sh" not in files["run.sh"].decode()
     assert json.loads(files["launch.json"])["env"]["HCCL_CONNECT_TIMEOUT"] == "1800"
     assert "ARG BASE_IMAGE=quay.io/ascend/cann:9.1.0-910b-ubuntu22.04-py3.12" in files["Dockerfile"].decode()
     assert "torch_npu==2.12.0" in files["Dockerfile"].decode()
@@ -80,6 +81,7 @@ def test_ascend_job_and_script_have_what_910b_needs() -> None:
 def test_cuda_bundle_has_no_ascend_parts() -> None:
     files = render_files(["recipe=llama3_8b_lora", "hw=h100"])
     assert "Ascend" not in files["run.sh"].decode() and "torch_npu" not in files["Dockerfile"].decode()
+    assert json.loads(files["launch.json"])["cann_env"] == []
     assert "nvidia.com/gpu: '8'" in files["volcano-job.yaml"].decode()
     assert "peft==" in files["Dockerfile"].decode()
 

@@ -256,3 +256,111 @@ def test_a_rescaled_bundle_keeps_its_sources_pinned_image(copy: Path, tmp_path: 
     assert job["spec"]["tasks"][0]["template"]["spec"]["containers"][0]["image"] == pinned
     results = {r.id: r for r in run_static(load_bundle(done.built.path), libraries=False)}
     assert results["files.manifest"].status is Status.PASS and results["runfiles.configmap"].status is Status.PASS
+
+
+# ------------------------------------------------------------------------- issue 38: images cannot be laundered
+def refused_by_the_cli(bundle: Path, *args: str) -> str:
+    """`image build` exits 2 with one problem (naming the file), before any engine is asked, and leaves the
+    bundle."""
+    before = (bundle / "manifest.json").read_bytes()
+    result = CliRunner().invoke(main, ["image", "build", str(bundle), "--engine", "unix:///nowhere.sock", *args])
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert lines[0].endswith("error: 1 problem:") and len(lines) == 2, result.output
+    assert "Traceback" not in result.output and "no Docker-API engine" not in result.output, "refused before the engine"
+    assert (bundle / "manifest.json").read_bytes() == before, "manifest.json is never re-hashed"
+    return lines[1]
+
+
+def test_a_dockerfile_that_gained_a_step_is_refused_naming_it(copy: Path) -> None:
+    dockerfile = copy / "Dockerfile"
+    dockerfile.write_text(
+        dockerfile.read_text().replace("WORKDIR /workspace", "RUN touch /planted\nWORKDIR /workspace")
+    )
+    line = refused_by_the_cli(copy)
+    assert f"{dockerfile}:" in line and "edited after the build" in line
+
+
+def test_a_runtime_that_gained_a_line_is_refused_naming_it(copy: Path) -> None:
+    train = copy / "runtime" / "train.py"
+    train.write_text(train.read_text() + "\nimport os; os.system('touch /planted')\n")
+    line = refused_by_the_cli(copy)
+    assert f"{train}:" in line and "edited after the build" in line
+
+
+def test_an_edit_with_manifest_json_rehashed_is_refused_by_the_tag(copy: Path) -> None:
+    """The manifest re-hashed to hide the edit: the files no longer hash to the stack plan.image names."""
+    from recipekit.validate.shared.loader import rehash_manifest
+
+    train = copy / "runtime" / "train.py"
+    train.write_text(train.read_text() + "\n# planted\n")
+    rehash_manifest(copy)
+    line = refused_by_the_cli(copy)
+    assert "hash to stack" in line and "recipe.yaml: plan.image names stack" in line
+    results = {r.id: r for r in run_static(load_bundle(copy), libraries=False)}
+    assert results["image.context"].status is Status.FAIL, "validate reports it too"
+
+
+@pytest.mark.parametrize("kind", ["pycache", "link", "fifo", "unlisted"])
+def test_anything_else_the_image_would_copy_is_refused(copy: Path, tmp_path: Path, kind: str) -> None:
+    import os
+
+    runtime = copy / "runtime"
+    if kind == "pycache":  # a bytecode file Python would run in place of its source
+        (runtime / "__pycache__").mkdir(exist_ok=True)
+        planted = runtime / "__pycache__" / "train.cpython-312.pyc"
+        planted.write_bytes(b"\x00" * 16)
+    elif kind == "link":
+        planted = runtime / "extra.py"
+        (tmp_path / "secret").write_text("x")
+        planted.symlink_to(tmp_path / "secret")
+    elif kind == "fifo":
+        planted = runtime / "pipe.py"
+        os.mkfifo(planted)
+    else:
+        planted = runtime / "sitecustomize.py"
+        planted.write_text("import os\n")
+    line = refused_by_the_cli(copy)
+    assert str(planted) in line, line
+
+
+def test_a_tag_claiming_another_stack_is_refused_and_an_own_tag_is_always_built(bundle: Path) -> None:
+    with pytest.raises(RecipeError) as info:
+        imagebuild.request(bundle, tag="reg.example/recipekit-ascend:0123456789ab")
+    assert "--tag names stack 0123456789ab" in str(info.value.problems[0])
+    own = imagebuild.request(bundle, tag="reg.example/team/llama:v1", push=True)
+    registry = {"Descriptor": {"digest": DIGEST}, "Platforms": [{"os": "linux", "architecture": "arm64"}]}
+    # a registry digest is trusted only for the stack digest recomputed from the bundle: v1 may hold anything
+    assert imagebuild.already_built(FakeClient(RegistryAPI(registry, local=True)), own) is None
+    stack = imagebuild.request(bundle, push=True)
+    assert stack.tag.endswith(":" + stack.context.stack)
+    assert imagebuild.already_built(FakeClient(RegistryAPI(registry, local=False)), stack) is not None
+
+
+def test_the_engine_gets_exactly_the_checked_bytes(bundle: Path) -> None:
+    import io
+    import tarfile
+
+    api = FakeAPI(GOOD_BUILD)
+    req = imagebuild.request(bundle)
+    imagebuild.build(FakeClient(api), req, lambda line: None)
+    kwargs = api.calls[0][1]
+    assert kwargs["custom_context"] is True and "path" not in kwargs
+    with tarfile.open(fileobj=io.BytesIO(kwargs["fileobj"].getvalue())) as archive:
+        names = {m.name for m in archive.getmembers() if m.isfile()}
+        assert archive.extractfile("Dockerfile").read() == (bundle / "Dockerfile").read_bytes()
+    listed = json.loads((bundle / "manifest.json").read_text())["files"]
+    assert names == {"Dockerfile", *(n for n in listed if n.startswith("runtime/"))}
+
+
+def test_recording_refuses_a_bundle_edited_during_the_build(copy: Path) -> None:
+    """record() writes the Job and manifest.json's image only; a file that changed since it was checked is
+    reported, nothing is written, and validate still sees the edit."""
+    (copy / "Dockerfile").write_text((copy / "Dockerfile").read_text() + "RUN true\n")
+    before = (copy / "manifest.json").read_bytes()
+    with pytest.raises(RecipeError) as info:
+        imagebuild.record(copy, imagebuild.Built("reg.example/a:b", "sha256:" + "cd" * 32, "linux/arm64", DIGEST))
+    assert str(copy / "Dockerfile") in str(info.value.problems[0])
+    assert (copy / "manifest.json").read_bytes() == before
+    results = {r.id: r for r in run_static(load_bundle(copy), libraries=False)}
+    assert results["files.manifest"].status is Status.FAIL

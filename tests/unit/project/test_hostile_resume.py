@@ -59,14 +59,6 @@ def unsigned(run: Path, step: int, name: str, content: bytes) -> None:
     (path / name).write_bytes(content)
 
 
-def _lookalike(name: str):
-    def plant(run: Path, run_id: str) -> None:
-        genuine(run, 4, run_id)
-        (run / name).mkdir()
-
-    return plant
-
-
 def _self_index(run: Path, run_id: str) -> None:
     unsigned(run, 9, "model.safetensors.index.json", b'{"weight_map": {"w": "model.safetensors.index.json"}}')
 
@@ -108,8 +100,6 @@ def _huge_record(run: Path, run_id: str) -> None:
 
 
 RESUME_SURFACE = [
-    Probe("checkpoint named with an Arabic-Indic digit", _lookalike("checkpoint-\u0663"), "looks like a checkpoint"),
-    Probe("checkpoint named with a superscript digit", _lookalike("checkpoint-\u00b2"), "looks like a checkpoint"),
     Probe("unsigned: weights index naming itself", _self_index, "checkpoint-9 has no readable recipekit-run.json"),
     Probe("unsigned: safetensors header 300,000 deep", _deep_header, "checkpoint-9 has no readable recipekit-run.json"),
     Probe("signature of non-ASCII characters", _non_ascii_hmac, "signature is not a sha256 hex digest"),

@@ -158,3 +158,16 @@ def test_the_bundle_readme_says_what_the_placement_needs_only_when_set() -> None
     readme = render_files(["recipe=llama3_8b_sft", "cluster=ascend_hypernode"])["README.md"].decode()
     assert "written for Volcano 1.14" in readme and "`kubectl get hypernodes`" in readme
     assert "needs 4 distinct nodes whose taints the pods tolerate" in readme
+
+
+def test_an_unquoted_version_is_taken_where_it_is_unambiguous_and_refused_naming_the_quoting_elsewhere() -> None:
+    """Issue 38: `volcano: 1.12` unquoted is the number 1.12 to YAML and to Hydra's override grammar. It is taken as
+    '1.12' (one release reads so); 1.10 is the number 1.1, which names no release: refused, saying it was read as a
+    number and how to quote it (before: "must be one of '1.12', ... (got 1.12)")."""
+    unquoted = "cluster.placement.network_topology={volcano:1.12,job:{highest_tier_allowed:2}}"
+    assert resolve([*ASCEND, unquoted]).recipe.cluster.placement.network_topology.volcano == "1.12"
+    with pytest.raises(RecipeError) as info:
+        resolve([*ASCEND, "cluster.placement.network_topology={volcano:1.10,job:{highest_tier_allowed:2}}"])
+    (problem,) = [p for p in info.value.problems if "volcano" in p.key]
+    said = f"{problem.message} {problem.hint or ''}"
+    assert "read as the number 1.1" in said and "quote it" in said, said

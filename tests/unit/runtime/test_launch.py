@@ -1,8 +1,9 @@
-"""The pod side of a bundle: run.sh and runtime/launch.py under a simulated Volcano pod, with a fake torchrun.
+"""The pod side of a bundle: runtime/launch.py under a simulated Volcano pod, with a fake torchrun.
 
-Each test starts the bundle's own run.sh the way the pod's container does (a clean environment holding only what
-Volcano's env and svc plugins inject), with a ``torchrun`` first on PATH that prints the argv and environment it was
-given as JSON and exits: what would have launched training is checked byte for byte, and nothing trains.
+Each test starts the bundle either as its pods do (the Job's container command, the image's launcher, on the run
+files mounted as the ConfigMap is) or by hand (its run.sh), in a clean environment holding only what Volcano's env
+and svc plugins inject, with a ``torchrun`` first on PATH that prints the argv and environment it was given as JSON
+and exits: what would have launched training is checked byte for byte, and nothing trains.
 """
 
 from __future__ import annotations
@@ -83,7 +84,8 @@ def test_every_env_value_reaches_torchrun_byte_for_byte_and_nothing_runs(tmp_pat
     argv = seen["argv"]
     assert "--nnodes=2" in argv and "--node_rank=1" in argv and "--master_addr=127.0.0.1" in argv
     assert argv[argv.index("-m") + 1] == "runtime.train"
-    assert argv[argv.index("--recipe") + 1] == str(bundle.path / "recipe.yaml")
+    checked = Path(argv[argv.index("--recipe") + 1])  # the launcher's own copy of the files it read
+    assert checked.name == "recipe.yaml" and bundle.path not in checked.parents and not checked.exists()
     # the launcher's defaults never override what the pod spec set
     proc = run_pod(bundle.path, pod_env(fake_bin, 0, ["127.0.0.1", "127.0.0.1"], PAYLOAD_0="from the pod spec"))
     assert json.loads(proc.stdout.strip().splitlines()[-1])["env"]["PAYLOAD_0"] == "from the pod spec"
@@ -125,26 +127,32 @@ def test_an_npu_image_without_cann_fails_with_its_reason(tmp_path: Path, fake_bi
 
 
 def test_a_cann_script_that_fails_is_reported_not_fatal_in_silence(tmp_path: Path, fake_bin: Path) -> None:
-    """set_env.sh returning non-zero under `set -e` must not kill run.sh without a word."""
+    """set_env.sh returning non-zero must not end the launch without a word, nor be ignored."""
     bundle = build(["recipe=llama3_8b_sft", "hw=ascend910b"], tmp_path / "bundle").path
     broken = tmp_path / "set_env.sh"
     broken.write_text("echo sourcing\nfalse\n")
-    script = (bundle / "run.sh").read_text().replace("/usr/local/Ascend/ascend-toolkit/set_env.sh", str(broken), 1)
-    (bundle / "run.sh").write_text(script)
+    set_launch(bundle, cann_env=[str(broken)])
     proc = run_pod(bundle, pod_env(fake_bin, 0, ["127.0.0.1"]))
     assert proc.returncode == 2 and f"{broken} failed with exit 1" in proc.stderr
+    assert proc.stdout == "" and "sourcing" in proc.stderr  # the script's own output goes to the log, not to torchrun
 
 
-def test_cann_is_sourced_before_the_launcher_runs(tmp_path: Path, fake_bin: Path) -> None:
+def test_cann_is_sourced_by_the_launcher_for_torchrun(tmp_path: Path, fake_bin: Path) -> None:
+    """The image's launcher sources CANN's set_env.sh (launch.json cann_env, the image family's): its exports reach
+    torchrun, after the scripts that do not exist are passed over, and the runtime package stays first on
+    PYTHONPATH."""
     bundle = build(["recipe=llama3_8b_sft", "hw=ascend910b"], tmp_path / "bundle").path
+    assert json.loads((bundle / "launch.json").read_text())["cann_env"][0].endswith("/set_env.sh")
     good = tmp_path / "set_env.sh"
-    good.write_text("export ASCEND_TOOLKIT_HOME=/opt/cann\n")
-    script = (bundle / "run.sh").read_text().replace("/usr/local/Ascend/ascend-toolkit/set_env.sh", str(good), 1)
-    (bundle / "run.sh").write_text(script)
+    good.write_text(
+        "export ASCEND_TOOLKIT_HOME=/opt/cann\nexport PYTHONPATH=/opt/cann/python${PYTHONPATH:+:$PYTHONPATH}\n"
+    )
+    set_launch(bundle, cann_env=[str(tmp_path / "absent.sh"), str(good)])
     proc = run_pod(bundle, pod_env(fake_bin, 0, ["127.0.0.1"]))
     assert proc.returncode == 0, proc.stderr
     seen = json.loads(proc.stdout.strip().splitlines()[-1])
     assert seen["env"]["ASCEND_TOOLKIT_HOME"] == "/opt/cann"
+    assert seen["env"]["PYTHONPATH"].split(":")[:2] == [str(bundle), "/opt/cann/python"]
     assert seen["env"]["DS_ACCELERATOR"] == "npu" and "--nproc_per_node=8" in seen["argv"]
 
 
@@ -218,35 +226,108 @@ def _no_stray_files(tmp_path: Path):
         raise AssertionError("a payload ran")
 
 
+def start_pod(bundle: Path, root: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """Pod 0 as the Job starts it: the Job's container command, read from the bundle's volcano-job.yaml, from the
+    image's working directory (its paths there mapped to the simulated pod's root)."""
+    job = yaml.safe_load((bundle / "volcano-job.yaml").read_text())
+    container = job["spec"]["tasks"][0]["template"]["spec"]["containers"][0]
+    workdir, pod = container["workingDir"], root / "pods" / "pod-0"
+    command = [str(pod / w[len(workdir) + 1 :]) if w.startswith(workdir + "/") else w for w in container["command"]]
+    return subprocess.run(command, cwd=pod, env=env, capture_output=True, text=True, timeout=60)
+
+
+def one_line_refusal(proc: subprocess.CompletedProcess[str]) -> str:
+    """The pod exited 2 with one line on stderr, nothing on stdout (torchrun never ran), no traceback."""
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert "Traceback" not in proc.stderr and not proc.stdout.strip()
+    return lines[0]
+
+
 def test_a_pod_runs_from_its_mounted_run_files_and_an_edited_recipe_exits_2_in_one_line(
     tmp_path: Path, fake_bin: Path
 ) -> None:
     """The Job's layout: the runtime in the image's working directory, the ConfigMap's run files mounted read-only
-    beside it, the Job's digest of them in the environment. The launcher starts from them; once recipe.yaml differs
-    (a ConfigMap edited by hand) the pod exits 2 with one line, before torchrun."""
+    beside it, the Job's digest of them in the environment. The launcher starts from a checked copy of them; once
+    recipe.yaml differs (a ConfigMap edited by hand) the pod exits 2 with one line, before torchrun."""
     from recipekit.validate.dryrun.workdir import podmount
 
     bundle = build(["recipe=tiny_sft"], tmp_path / "bundle").path
-    digest = podmount.mount(bundle, tmp_path / "cluster", 0)
+    root = tmp_path / "cluster"
+    digest = podmount.mount(bundle, root, 0)
     assert digest and digest.startswith("sha256:")
-    script = podmount.run_script(tmp_path / "cluster", 0)
+    mounted = podmount.run_script(root, 0).parent
     env = pod_env(fake_bin, 0, ["127.0.0.1"] * 2, RECIPEKIT_RUN_FILES_DIGEST=digest)
-    proc = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=60)
+    proc = start_pod(bundle, root, env)
     assert proc.returncode == 0, proc.stderr
     argv = json.loads(proc.stdout.strip().splitlines()[-1])["argv"]
-    assert argv[argv.index("--recipe") + 1] == str(script.parent / "recipe.yaml")
-    assert not os.access(script.parent / "recipe.yaml", os.W_OK) or os.geteuid() == 0  # mounted read-only
+    recipe_read = Path(argv[argv.index("--recipe") + 1])
+    assert recipe_read.name == "recipe.yaml" and mounted not in recipe_read.parents  # the checked copy, not the mount
+    assert not recipe_read.exists(), "the launcher's copy goes with it"
+    assert not os.access(mounted / "recipe.yaml", os.W_OK) or os.geteuid() == 0  # mounted read-only
 
-    recipe = script.parent / "recipe.yaml"
-    script.parent.chmod(0o755)
+    recipe = mounted / "recipe.yaml"
+    mounted.chmod(0o755)
     recipe.chmod(0o644)
     recipe.write_text(recipe.read_text().replace("learning_rate:", "learning_rate: 1.0e-09 #"))
-    proc = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 2, proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and "differ from the digest the Job carries" in lines[0], proc.stderr
-    assert "Traceback" not in proc.stderr and not proc.stdout.strip()
-    podmount.unmount(tmp_path / "cluster")
+    assert "differ from the digest the Job carries" in one_line_refusal(start_pod(bundle, root, env))
+    podmount.unmount(root)
+
+
+def test_a_configmap_edited_run_sh_never_runs(tmp_path: Path, fake_bin: Path) -> None:
+    """Issue 38: the ConfigMap's run.sh gains a command (and the line that would switch the check off). The pod's
+    command is the image's launcher, which checks every run file before any of them runs: the command never runs,
+    the pod exits 2 with one line. Through the dry run's own pod command too (workdir/podmount.pod_command)."""
+    from recipekit.validate.dryrun.workdir import podmount
+
+    bundle = build(["recipe=tiny_sft"], tmp_path / "bundle").path
+    root = tmp_path / "cluster"
+    digest = podmount.mount(bundle, root, 0)
+    assert digest is not None
+    marker = tmp_path / "PLANTED"
+    script = podmount.run_script(root, 0)
+    script.parent.chmod(0o755)
+    script.chmod(0o644)
+    text = script.read_text()
+    script.write_text(
+        text.replace("set -euo pipefail\n", f"set -euo pipefail\ntouch {marker}\nunset RECIPEKIT_RUN_FILES_DIGEST\n")
+    )
+    env = pod_env(fake_bin, 0, ["127.0.0.1"] * 2, RECIPEKIT_RUN_FILES_DIGEST=digest)
+    assert "differ from the digest the Job carries" in one_line_refusal(start_pod(bundle, root, env))
+    assert not marker.exists()
+    command = podmount.pod_command(bundle, root, 0)
+    assert command[:3] == ["python3", "-m", "runtime.launch"] and "bash" not in command
+    proc = subprocess.run(command, cwd=podmount.pod_root(root, 0), env=env, capture_output=True, text=True, timeout=60)
+    assert "differ from the digest the Job carries" in one_line_refusal(proc)
+    assert not marker.exists()
+    podmount.unmount(root)
+
+
+def test_a_pod_whose_job_carries_no_digest_is_refused(tmp_path: Path, fake_bin: Path) -> None:
+    """An absent (or empty) digest is a refusal, not a pass: nothing of the mounted files is trusted unchecked."""
+    from recipekit.validate.dryrun.workdir import podmount
+
+    bundle = build(["recipe=tiny_sft"], tmp_path / "bundle").path
+    root = tmp_path / "cluster"
+    podmount.mount(bundle, root, 0)
+    for extra in ({}, {"RECIPEKIT_RUN_FILES_DIGEST": ""}):
+        line = one_line_refusal(start_pod(bundle, root, pod_env(fake_bin, 0, ["127.0.0.1"] * 2, **extra)))
+        assert "RECIPEKIT_RUN_FILES_DIGEST is not set" in line
+    podmount.unmount(root)
+
+
+def test_the_refusal_never_echoes_control_characters_of_the_digest(tmp_path: Path, fake_bin: Path) -> None:
+    from recipekit.validate.dryrun.workdir import podmount
+
+    bundle = build(["recipe=tiny_sft"], tmp_path / "bundle").path
+    root = tmp_path / "cluster"
+    podmount.mount(bundle, root, 0)
+    hostile = "sha256:\x1b]0;owned\x07\x1b[2J\r\x9b31m"
+    env = pod_env(fake_bin, 0, ["127.0.0.1"] * 2, RECIPEKIT_RUN_FILES_DIGEST=hostile)
+    line = one_line_refusal(start_pod(bundle, root, env))
+    assert "differ from the digest" in line and "\\x1b" in line
+    assert not any(ord(c) < 32 or 0x7F <= ord(c) < 0xA0 for c in line), repr(line)
+    podmount.unmount(root)
 
 
 def test_the_run_files_digest_follows_every_run_file_and_nothing_else() -> None:

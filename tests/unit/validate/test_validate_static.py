@@ -80,6 +80,7 @@ def test_good_bundle_passes_every_static_check(built: dict[str, Path], name: str
         "consistency.batch",
         "consistency.precision",
         "consistency.image",
+        "image.context",
         "consistency.storage",
         "lint.shellcheck",
         "lint.hadolint",
@@ -775,6 +776,32 @@ BREAKAGES += [
         edit_yaml("volcano-job.yaml", lambda j: _set(container(j)["volumeMounts"][-1], "readOnly", False)),
         "runfiles.configmap",
         ("volumeMounts", "mounted readOnly: true"),
+        True,
+    ),
+    (  # issue 38: a Dockerfile or runtime edited after the build, manifest.json re-hashed to hide it
+        "dockerfile-edited-rehashed",
+        "tiny",
+        edit_text("Dockerfile", "WORKDIR /workspace", "RUN echo planted\nWORKDIR /workspace"),
+        "image.context",
+        ("Dockerfile, runtime/", "hash to stack", "plan.image is"),
+        True,
+    ),
+    (
+        "runtime-edited-rehashed",
+        "tiny",
+        edit_text(
+            "runtime/train.py", "from __future__ import annotations\n", "from __future__ import annotations\n#\n"
+        ),
+        "image.context",
+        ("Dockerfile, runtime/", "hash to stack"),
+        True,
+    ),
+    (
+        "job-command-runs-run-sh",  # issue 38: a file of the ConfigMap would run before the launcher checks it
+        "tiny",
+        edit_yaml("volcano-job.yaml", lambda j: _set(container(j), "command", ["bash", "/workspace/run/run.sh"])),
+        "runfiles.configmap",
+        ("containers[0].command", "the image's launcher, which checks the run files before any of them"),
         True,
     ),
     (

@@ -19,10 +19,15 @@ the config names (64 at least: transformers' torch chunked delta rules chunk by 
 and every length that is one follows exactly.
 
 On the meta device, transformers' packed-sequence check, which reads position ids' values, is given its known answer
-for the one sequence the counter feeds (:func:`counting`). Where a module still cannot run there (a ``Tensor.item()``
-on data, a tensor made on the CPU), the same counter counts the same (depth-cut) model built on the CPU with real
-tensors, if it is small enough (:data:`CPU_PARAM_BYTES`); only where that fails too does :func:`analytic` give the
-same convention from the parameter counts. The option's ``counted_by`` says which: ``counter``, ``counter_cpu`` or
+for the one sequence the counter feeds, and a rotary embedding that reads the positions' values (LongRoPE) computes on
+the CPU from those known positions (:func:`counting`). Where a module still cannot run there (a ``Tensor.item()`` on
+data, a tensor made on the CPU), the same counter counts the same (depth-cut) model
+built on the CPU with real tensors, within a memory budget checked before anything is allocated
+(:data:`CPU_BUDGET_BYTES`: the cut's weights and their gradients, and the activations of the longest counting
+sequence, :func:`cpu_bytes`); its experts run transformers' ``eager`` implementation there, which routes each token
+through its top-k experts as ``batched_mm`` does (the same FLOPs) without gathering a copy of every expert's weights
+per token. Over the budget, or where that fails too, :func:`analytic` gives the same convention from the parameter
+counts, and the import says why. The option's ``counted_by`` says which: ``counter``, ``counter_cpu`` or
 ``analytic``.
 torch is imported inside the functions that need it: the plan reads the stored numbers only.
 """
@@ -36,10 +41,11 @@ from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Any
 
-from recipekit.recipe.measured.unpacked import unpacked_batches
+from recipekit.recipe.measured.unpacked import rotary_on_known_positions, unpacked_batches
 from recipekit.recipe.schema import validate
 from recipekit.recipe.sections import FlopsSpec
 from recipekit.runtime.boundary.layerkinds import (
+    decoder_layers,
     decoder_layers_path,
     depth_keeping_every_kind,
     layer_kinds,
@@ -54,15 +60,19 @@ _CHUNK_KEY = re.compile(r"(chunk_size|block_size)$")
 #: What the counter counts per matmul parameter per token: 2 forward; 2 more for the input gradient and 2 for the
 #: weight gradient in backward (the analytic count uses these; the counter finds them on its own).
 FORWARD_PER_PARAM, INPUT_GRAD_PER_PARAM, WEIGHT_GRAD_PER_PARAM = 2, 2, 2
-#: The largest model counted on the CPU where the meta device cannot run it, in parameter bytes. A training pass holds
-#: the weights, their gradients and a short sequence's activations, a little over twice this: about 9 GiB at the
-#: bound, what a workstation or a CI runner spares. Depth-cut models are small (every one the sweep counts on the CPU
-#: is under 2 GiB); a cut past the bound (one holding a huge MoE layer's every expert) is counted analytically.
-CPU_PARAM_BYTES = 4 * 2**30
+#: The memory the count on the CPU may take, where the meta device cannot run a model: the depth-cut model's weights,
+#: their gradients and the activations of the longest counting sequence (:func:`cpu_bytes`), checked before anything
+#: is allocated; 8 GiB, what a workstation or a CI runner spares. Depth-cut models are small (every one the sweep
+#: counts on the CPU is under 2 GiB of weights); a cut past the budget (one holding a huge MoE layer's every expert)
+#: is counted analytically.
+CPU_BUDGET_BYTES = 8 * 2**30
+#: What the activations of a counting pass are estimated at, per token and per element of every weight's inputs and
+#: outputs it touches, over the one stored: what autograd keeps for the backward pass, with room to spare.
+ACTIVATION_MARGIN = 4
 
 
 class TooLargeForCpu(Exception):
-    """A model the import does not build on the CPU to count: its parameters exceed :data:`CPU_PARAM_BYTES`."""
+    """A model the import does not build on the CPU to count: it needs more than :data:`CPU_BUDGET_BYTES`."""
 
 
 @dataclass(frozen=True)
@@ -103,6 +113,10 @@ def measure(model: Any, lengths: tuple[int, int, int] | None = None) -> FlopsSpe
         samples, counted_by = _samples(model, cut, lengths), "counter"
     except Exception:  # a module that cannot run on meta (Tensor.item(), a tensor made on the CPU)
         samples, counted_by = _samples_on_cpu(model, cut, lengths), "counter_cpu"
+    return _solved(samples, counted_by)
+
+
+def _solved(samples: list[Sample], counted_by: str) -> FlopsSpec:
     numbers: dict[str, Any] = {"counted_by": counted_by}
     for kind in ("train", "frozen", "recompute"):
         terms = _solve([(s.seq_len, getattr(s, kind)) for s in samples])
@@ -112,7 +126,7 @@ def measure(model: Any, lengths: tuple[int, int, int] | None = None) -> FlopsSpe
 
 def _samples(model: Any, cut: DepthCut | None, lengths: tuple[int, ...]) -> list[Sample]:
     """The full depth's :class:`Sample` at each length: over ``cut`` where there is one, else over ``model``."""
-    with counting(model):
+    with counting(cut.model if cut is not None else model):
         if cut is None:
             return [sample(model, seq_len) for seq_len in lengths]
         return [cut.sample(seq_len) for seq_len in lengths]
@@ -125,26 +139,57 @@ def _samples_on_cpu(model: Any, cut: DepthCut | None, lengths: tuple[int, ...]) 
 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
-        real = on_cpu(cut.model if cut is not None else model)
+        real = on_cpu(cut.model if cut is not None else model, max(lengths))
         return _samples(real, replace(cut, model=real) if cut is not None else None, lengths)
 
 
-def on_cpu(model: Any) -> Any:
+def on_cpu(model: Any, seq_len: int = 3 * CHUNK) -> Any:
     """``model`` (a causal LM on the meta device) built again on the CPU with real, randomly initialized tensors, for
     the counter where the meta device cannot run a module of it; FLOP counts do not depend on the dtype. float32
-    where it fits in :data:`CPU_PARAM_BYTES` (every CPU kernel has it: XLNet adds float32 tensors of its own and
-    fails in bfloat16), bfloat16 up to it; :class:`TooLargeForCpu` beyond."""
+    where the count fits in :data:`CPU_BUDGET_BYTES` (every CPU kernel has it: XLNet adds float32 tensors of its own
+    and fails in bfloat16), bfloat16 where only that fits (:func:`cpu_bytes` at ``seq_len``, the longest counting
+    sequence); :class:`TooLargeForCpu` beyond, before anything is allocated. The experts run transformers' ``eager``
+    implementation: each token through its top-k experts, as ``batched_mm`` counts on the meta device."""
     import torch
     from transformers import AutoModelForCausalLM
 
-    params = sum({id(p): p.numel() for p in model.parameters()}.values())
-    fitting = [dtype for dtype in (torch.float32, torch.bfloat16) if params * dtype.itemsize <= CPU_PARAM_BYTES]
+    needed = {dtype: cpu_bytes(model, seq_len, dtype.itemsize) for dtype in (torch.float32, torch.bfloat16)}
+    fitting = [dtype for dtype, size in needed.items() if size <= CPU_BUDGET_BYTES]
     if not fitting:
         raise TooLargeForCpu(
-            f"{params * 2 / 2**30:.1f} GiB of parameters in bfloat16, over {CPU_PARAM_BYTES / 2**30:g} GiB"
+            f"counting it on the CPU would need {needed[torch.bfloat16] / 2**30:.1f} GiB in bfloat16 (the depth-cut "
+            f"model's weights, their gradients and the activations), over the budget of "
+            f"{CPU_BUDGET_BYTES / 2**30:g} GiB"
         )
     with torch.device("cpu"):
-        return AutoModelForCausalLM.from_config(model.config, experts_implementation="batched_mm", dtype=fitting[0])
+        return AutoModelForCausalLM.from_config(model.config, experts_implementation="eager", dtype=fitting[0])
+
+
+def cpu_bytes(model: Any, seq_len: int, itemsize: int) -> int:
+    """What counting ``model`` (on the meta device: shapes only) on the CPU takes at ``itemsize`` bytes an element:
+    its weights and their gradients (the largest twice more, while it is summed), and the activations of one sequence
+    of ``seq_len`` tokens, estimated from the weights' shapes (each matrix's inputs and outputs per token, a routed
+    expert's only for the top-k experts a token uses, :data:`ACTIVATION_MARGIN` times), plus attention's S × S scores
+    per head and layer and the logits."""
+    config = model.config
+    params = sum({id(p): p.numel() for p in model.parameters()}.values())
+    top_k = int(getattr(config, "num_experts_per_tok", 0) or 0)
+    per_token = 0
+    for parameter in {id(p): p for p in model.parameters()}.values():
+        shape = tuple(parameter.shape)
+        if len(shape) == 2:
+            per_token += shape[0] + shape[1]
+        elif len(shape) == 3:  # fused experts: (experts, out, in); a token uses top-k of them
+            per_token += min(shape[0], top_k or shape[0]) * (shape[1] + shape[2])
+    heads = int(getattr(config, "num_attention_heads", 0) or 0)
+    layers = len(decoder_layers(model)) or 1
+    vocab = int(getattr(config, "vocab_size", 0) or 0)
+    activations = ACTIVATION_MARGIN * itemsize * seq_len * (per_token + heads * layers * seq_len)
+    logits = 3 * 4 * seq_len * vocab  # float32 logits, their softmax and its gradient
+    # the largest weight's gradient twice more while it is summed (an expert's slice of a fused tensor has a
+    # gradient the size of the whole tensor)
+    largest = max((p.numel() for p in model.parameters()), default=0)
+    return (2 * params + 2 * largest) * itemsize + activations + logits
 
 
 @contextmanager
@@ -154,9 +199,10 @@ def counting(model: Any) -> Iterator[None]:
     On the CPU, attention runs through the math backend of scaled dot-product attention: the counter has no FLOPs
     formula for the CPU's flash kernel (``_scaled_dot_product_flash_attention_for_cpu``: it would count 0), and the
     math backend runs the two S×S matmuls the meta device counts. On the meta device, transformers' check for packed
-    sequences is answered (:func:`.unpacked.unpacked_batches`)."""
+    sequences is answered (:func:`.unpacked.unpacked_batches`), and a rotary embedding computes from the positions fed
+    (:func:`.unpacked.rotary_on_known_positions`)."""
     if model.device.type == "meta":
-        with unpacked_batches():
+        with unpacked_batches(), rotary_on_known_positions(model):
             yield
         return
     from torch.nn.attention import SDPBackend, sdpa_kernel

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from . import jsonfile
+
 
 @dataclass(frozen=True)
 class ExitCode:
@@ -144,10 +146,8 @@ def record_exit(code: int, environ: Any = None) -> None:
         return
     rank = env.get("RANK", str(os.getpid()))
     try:
-        target = Path(directory) / f"rank-{rank}.json"
-        staging = target.with_name(target.name + ".tmp")
-        staging.write_text(json.dumps({"code": int(code), "time": time.time(), "rank": rank}), encoding="utf-8")
-        os.replace(staging, target)
+        record = json.dumps({"code": int(code), "time": time.time(), "rank": rank})
+        jsonfile.replace_text(Path(directory) / f"rank-{rank}.json", record)
     except (OSError, ValueError):
         pass
 

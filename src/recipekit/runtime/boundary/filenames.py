@@ -21,8 +21,14 @@ POD_WORKDIR = "/workspace"
 #: The run's own files (recipe.yaml, launch.json, ds_config.json, run.sh) travel beside the image, in a ConfigMap
 #: mounted read-only at ``<POD_WORKDIR>/<RUN_FILES_DIR>``; the runtime package is found in the directory above it.
 RUN_FILES_DIR = "run"
-#: The script every pod starts (one of the run files).
+#: The script that starts a bundle by hand (one of the run files; a pod runs :data:`POD_COMMAND` instead).
 RUN_SCRIPT = "run.sh"
+#: The launcher, the first of a run to execute in a pod (runtime/launch.py).
+LAUNCH_MODULE = f"{RUNTIME_PACKAGE}.launch"
+#: The trainer container's command (the Job's, and the image's CMD): the image's own launcher, run from the image's
+#: working directory, on the mounted launch.json. It checks every run file against the digest the Job carries before
+#: any of them is read or run; run.sh is for a bundle started by hand and is never what a pod runs.
+POD_COMMAND = ("python3", "-m", LAUNCH_MODULE, f"{POD_WORKDIR}/{RUN_FILES_DIR}/{LAUNCH_FILE}")
 #: The bundle's file holding that ConfigMap (it sorts before volcano-job.yaml: kubectl applies it first).
 RUN_FILES_CONFIGMAP = "run-files.yaml"
 

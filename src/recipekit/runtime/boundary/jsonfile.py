@@ -8,6 +8,9 @@ walks it recursively (``repr``, ``json.dumps``, ``copy.deepcopy``). So every suc
 at most :data:`MAX_BYTES` for a file, at most :data:`MAX_DEPTH` levels deep, and any failure is one
 :class:`UntrustedJSON` line naming the source. It is a ``ValueError``, so callers that already turn a
 ``ValueError`` into their own one-line message keep doing so.
+
+Its second half is the writers' side of :func:`open_regular` (:func:`append`, :func:`replace`): every write of a run
+to the shared volume goes through it, never through a link, never into a FIFO, a device or someone else's file.
 """
 
 from __future__ import annotations
@@ -15,8 +18,10 @@ from __future__ import annotations
 import io
 import json
 import os
+import socket
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -72,7 +77,7 @@ def loads(data: str | bytes, source: str, max_depth: int = MAX_DEPTH) -> Any:
         raise UntrustedJSON(source, f"not valid JSON ({exc.msg} at {at})") from None
     except ValueError as exc:  # a number longer than int() converts
         raise UntrustedJSON(source, f"not valid JSON ({' '.join(str(exc).split())[:120]})") from None
-    if nesting(value) > max_depth:
+    if data.count("[") + data.count("{") > max_depth and nesting(value) > max_depth:  # fewer brackets: not as deep
         raise UntrustedJSON(source, too_deep(max_depth))
     return value
 
@@ -180,3 +185,117 @@ def read_lines(
             if kept is not None:
                 values.append((number, kept))
     return Lines(values, refused, cut)
+
+
+# ------------------------------------------------------------------------------------------------------- writing
+# Writing to the shared volume without following a link: the writers' side of open_regular.
+#
+# Anyone who can write to the volume can plant a name where a run is about to write: a symlink
+# (``attempt-ends/rank-3.jsonl`` → a file elsewhere that the pod's user may write, which every failing rank would then
+# append to), a hard link to another file, a FIFO (a writer would block on it forever), a device. The readers refuse
+# those; so does every write of a run to its output directory, through here:
+#
+# * the directory written into is opened without following a link (``O_DIRECTORY | O_NOFOLLOW``; a missing one is
+#   created first, its last component never through a link) and must be owned by this process's user or by root: a
+#   directory someone else owns is theirs to rearrange;
+# * the file is opened relative to that directory's descriptor, never through a link and without blocking or becoming
+#   a terminal (``O_NOFOLLOW | O_NOCTTY | O_NONBLOCK``), and must then be a regular file this user owns with no other
+#   name (one hard link): a planted file is refused, not written to;
+# * a replacement (:func:`replace`) is written to a staging file of its own (``O_CREAT | O_EXCL``) in that directory
+#   and renamed over the name: a rename replaces a link, it never writes through one.
+#
+# Each refusal is an ``OSError`` naming the path; the callers that must never stop training (the records) swallow it as
+# they swallow a full disk. Standard library only: shipped in every bundle.
+
+#: How every file of the volume is opened for writing: never through a link, never as a terminal, never blocking.
+SAFE_FLAGS = os.O_NOFOLLOW | os.O_NOCTTY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+_DIRECTORY_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+#: The users whose directories a run writes into: itself, and root (a mount point an admin made).
+_TRUSTED_OWNERS = frozenset({0})
+
+
+@contextmanager
+def own_directory(path: Path, create: bool = True) -> Iterator[int]:
+    """A descriptor of the directory ``path`` (created with its parents first when ``create``), opened without
+    following a link and owned by this user or root; ``OSError`` naming it otherwise."""
+    path = Path(path)
+    if create:
+        path.mkdir(parents=True, exist_ok=True)  # an existing link passes here, and is refused just below
+    try:
+        fd = os.open(path, _DIRECTORY_FLAGS)
+    except OSError as exc:
+        raise OSError(exc.errno, f"{path}: not a directory of this run (a link, or not a directory)") from None
+    try:
+        owner = os.fstat(fd).st_uid
+        if owner != os.geteuid() and owner not in _TRUSTED_OWNERS:
+            raise OSError(f"{path}: owned by user {owner}, not by this run's user {os.geteuid()}: not written to")
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def _check_own_file(fd: int, path: Path) -> None:
+    """The opened file is a regular file of this user's with no second name, or ``OSError``."""
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        raise OSError(f"{path}: not a regular file (a FIFO, device or directory): not written to")
+    if info.st_uid != os.geteuid():
+        raise OSError(f"{path}: owned by user {info.st_uid}, not by this run's user {os.geteuid()}: not written to")
+    if info.st_nlink != 1:
+        raise OSError(f"{path}: has {info.st_nlink} names (a hard link): not written to")
+
+
+def append(path: Path, data: bytes, mode: int = 0o644) -> None:
+    """Append ``data`` to ``path`` in one ``write`` on an append-mode descriptor (lines of two writers never
+    interleave), creating it when absent; a link, FIFO, device or someone else's file there is refused."""
+    path = Path(path)
+    with own_directory(path.parent) as parent:
+        fd = os.open(path.name, os.O_WRONLY | os.O_APPEND | os.O_CREAT | SAFE_FLAGS, mode, dir_fd=parent)
+        try:
+            _check_own_file(fd, path)
+            os.write(fd, data)
+        finally:
+            os.close(fd)
+
+
+@contextmanager
+def replacing(path: Path, mode: int = 0o644) -> Iterator[BinaryIO]:
+    """A file handle whose content becomes ``path``'s, atomically, when the block ends without an exception (a
+    reader sees the old file or the new one): it writes a staging file of its own, unique to this host and process,
+    renamed over ``path`` at the end, whatever ``path`` is (a link there is replaced, never followed)."""
+    path = Path(path)
+    staging = f"{path.name}.tmp-{socket.gethostname()}-{os.getpid()}"
+    with own_directory(path.parent) as parent:
+        try:
+            os.unlink(staging, dir_fd=parent)  # a leftover (or a planted link): unlink never follows one
+        except FileNotFoundError:
+            pass
+        fd = os.open(staging, os.O_WRONLY | os.O_CREAT | os.O_EXCL | SAFE_FLAGS, mode, dir_fd=parent)
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                yield handle
+            os.replace(staging, path.name, src_dir_fd=parent, dst_dir_fd=parent)
+        except BaseException:
+            try:
+                os.unlink(staging, dir_fd=parent)
+            except OSError:
+                pass
+            raise
+
+
+def replace(path: Path, data: bytes, mode: int = 0o644) -> None:
+    """Make ``data`` the whole content of ``path`` atomically (:func:`replacing`)."""
+    with replacing(path, mode) as handle:
+        handle.write(data)
+
+
+def replace_text(path: Path, text: str) -> None:
+    """:func:`replace` of UTF-8 text."""
+    replace(path, text.encode("utf-8"))
+
+
+def remove(path: Path) -> None:
+    """Remove the name ``path`` (a file or a link; never what a link points to) inside a directory of this run."""
+    path = Path(path)
+    with own_directory(path.parent, create=False) as parent:
+        os.unlink(path.name, dir_fd=parent)

@@ -6,11 +6,12 @@ Standard library only: the run writes with it, recipekit's report, dry run and t
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
+
+from . import jsonfile
 
 #: ``metrics.jsonl`` holds one JSON object per line. Training logs carry ``step`` and the Trainer's figures (loss,
 #: learning_rate, ...); the records below carry ``event`` instead, so readers never parse log text.
@@ -58,14 +59,11 @@ def append_record(path: Path, record: dict[str, Any]) -> None:
     """Append one record as a JSON line (rank 0 only writes; a reader may see a partial last line).
 
     The line goes out in one ``write`` on an append-mode descriptor, so the one record other ranks may write (the
-    watchdog's ``stalled``, when rank 0 may be the rank that hangs) does not interleave with rank 0's lines.
+    watchdog's ``stalled``, when rank 0 may be the rank that hangs) does not interleave with rank 0's lines. The file
+    lies on the shared volume: it is opened without following a link, and a FIFO, device or someone else's file
+    there is refused (``OSError``, :func:`.jsonfile.append`).
     """
-    line = (json.dumps(record, sort_keys=False) + "\n").encode()
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, line)
-    finally:
-        os.close(fd)
+    jsonfile.append(Path(path), (json.dumps(record, sort_keys=False) + "\n").encode())
 
 
 def read_records(path: Path) -> list[dict[str, Any]]:

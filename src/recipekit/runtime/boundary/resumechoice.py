@@ -7,7 +7,6 @@ every bundle).
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -35,11 +34,9 @@ def run_record(
 
 
 def write_run_record(directory: Path, record: dict[str, Any]) -> None:
-    """Write :data:`RUN_FILE` into ``directory`` atomically: a reader sees the whole record or none."""
-    target = Path(directory) / RUN_FILE
-    staging = target.with_name(f"{RUN_FILE}.tmp-{os.getpid()}")
-    staging.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-    os.replace(staging, target)
+    """Write :data:`RUN_FILE` into ``directory`` atomically: a reader sees the whole record or none (never through
+    a link planted there: :func:`.jsonfile.append`)."""
+    jsonfile.replace_text(Path(directory) / RUN_FILE, json.dumps(record, indent=2) + "\n")
 
 
 def read_run_record(directory: Path) -> dict[str, Any] | None:

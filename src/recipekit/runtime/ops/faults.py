@@ -20,7 +20,7 @@ import logging
 import threading
 from pathlib import Path
 
-from ..boundary import exitcodes, filenames
+from ..boundary import exitcodes, filenames, jsonfile
 from ..boundary.common import LOG, RunError
 from ..boundary.recipeview import FaultsView
 
@@ -57,8 +57,7 @@ class Faults:
 
     def _mark(self, kind: str, step: int) -> None:
         try:
-            self.dir.mkdir(parents=True, exist_ok=True)
-            self._marker(kind, step).write_text(f"injected by rank {self.rank}\n", encoding="utf-8")
+            jsonfile.replace_text(self._marker(kind, step), f"injected by rank {self.rank}\n")
         except OSError as exc:
             LOG.warning("faults: cannot write the %s marker: %s", kind, exc)
 

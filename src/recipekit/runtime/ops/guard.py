@@ -27,7 +27,7 @@ from typing import Any
 import torch
 from transformers import Trainer, TrainerCallback
 
-from ..boundary import checkpointdirs, filenames
+from ..boundary import checkpointdirs, filenames, jsonfile
 from ..boundary.common import LOG
 from ..volume.rowledger import ROWS_KEY, RowLedger
 from .faults import Faults
@@ -149,10 +149,9 @@ def nonfinite_report(guard: LossGuard, output_dir: Path, rank: int, log_history:
     the report (the step, the ranks, the last good checkpoint, the recent logs). Returns the directory."""
     step = guard.stopped_at or 0
     where = output_dir / f"{filenames.NONFINITE_PREFIX}{step}"
-    where.mkdir(parents=True, exist_ok=True)
     if guard.batch is not None:
         batch = {k: v.tolist() for k, v in guard.batch.items() if isinstance(v, torch.Tensor)}
-        (where / f"batch-rank-{rank}.json").write_text(json.dumps(batch) + "\n", encoding="utf-8")
+        jsonfile.replace_text(where / f"batch-rank-{rank}.json", json.dumps(batch) + "\n")
     if rank == 0:
         last_good = checkpointdirs.latest_complete_checkpoint(output_dir)
         report = {
@@ -162,6 +161,6 @@ def nonfinite_report(guard: LossGuard, output_dir: Path, rank: int, log_history:
             "last_good_checkpoint": str(last_good) if last_good else None,
             "recent_logs": log_history[-10:],
         }
-        (where / "report.json").write_text(json.dumps(report, indent=2, default=str) + "\n", encoding="utf-8")
+        jsonfile.replace_text(where / "report.json", json.dumps(report, indent=2, default=str) + "\n")
     LOG.debug("non-finite loss report in %s", where)
     return where

@@ -43,7 +43,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ..boundary import exitcodes, filenames, metricslog
+from ..boundary import exitcodes, filenames, jsonfile, metricslog
 from ..boundary.common import LOG, RunError, version
 from .watchdog import Watchdog
 
@@ -193,8 +193,7 @@ def storage_write(output_dir: Path, pod: int, token: str) -> dict[str, Any]:
     try:
         if output_dir.exists() and not output_dir.is_dir():
             return {"error": f"{output_dir} is not a directory"}
-        marker.parent.mkdir(parents=True, exist_ok=True)
-        marker.write_text(f"{pod}\n", encoding="utf-8")
+        jsonfile.replace_text(marker, f"{pod}\n")
     except OSError as exc:
         return {"error": f"cannot write to {output_dir}: {exc.strerror or exc}"}
     usage = shutil.disk_usage(output_dir)
@@ -476,7 +475,7 @@ def run_preflight(
 
 def _remove(path: Path) -> None:
     try:
-        path.unlink()
+        jsonfile.remove(path)
     except OSError:
         pass
 
@@ -495,7 +494,7 @@ def _publish(report: dict[str, Any], output_dir: Path, metrics_file: Path) -> No
     for line in table(report):
         LOG.info(line) if report["ok"] else LOG.error(line)
     try:
-        (output_dir / filenames.CLUSTER_CHECK_FILE).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+        jsonfile.replace_text(output_dir / filenames.CLUSTER_CHECK_FILE, json.dumps(report, indent=2) + "\n")
         metricslog.append_record(
             metrics_file,
             metricslog.event(

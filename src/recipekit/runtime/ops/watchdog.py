@@ -26,7 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..boundary import exitcodes, filenames, metricslog
+from ..boundary import exitcodes, filenames, jsonfile, metricslog
 from ..volume import attemptends
 
 #: The longest the thread sleeps between looks at the deadline, seconds.
@@ -109,9 +109,8 @@ class Watchdog:
         print(f"rank {self.rank}: {message}", file=sys.stderr, flush=True)
         faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
         try:
-            dump.parent.mkdir(parents=True, exist_ok=True)
-            with dump.open("w", encoding="utf-8") as handle:
-                handle.write(message + "\n\n")
+            with jsonfile.replacing(dump) as handle:  # never through a link planted in hang/
+                handle.write((message + "\n\n").encode("utf-8"))
                 handle.flush()
                 faulthandler.dump_traceback(file=handle, all_threads=True)
         except OSError as exc:

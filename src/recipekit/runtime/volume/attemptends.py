@@ -8,29 +8,43 @@ a file), one line per exit: the global rank, the pod (torchrun's ``GROUP_RANK``,
 step this attempt completed and the time. A process killed outright (SIGKILL, the kernel's OOM killer, a lost node)
 writes nothing: its rank is then named as missing, which is itself the cause more often than not.
 
-Standard library only (it ships in the bundle); the reader bounds what it reads, refuses links and anything but
-regular files, and keeps only typed fields.
+Standard library only (it ships in the bundle). The writer never follows a link or writes to a FIFO, a device or a
+file it does not own (:mod:`..boundary.jsonfile`: anyone who can write to the volume could plant one); the reader
+bounds what it reads, refuses links and anything but regular files, and keeps only typed fields.
 """
 
 from __future__ import annotations
 
+import bisect
 import json
+import math
 import os
 import signal
 import socket
 import stat
+import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..boundary import exitcodes, filenames
+from ..boundary import exitcodes, filenames, jsonfile
 
 ENDS_DIR = "attempt-ends"
 #: The most a rank's file is read (one line is about 200 bytes: thousands of attempts).
 MAX_FILE_BYTES = 1 << 20
-#: The most rank files read (the largest world recipekit plans is far below).
+#: The most read from every rank file together: about 80,000 ends (a thousand ranks failing eighty times).
+MAX_TOTAL_BYTES = 16 << 20
+#: The most rank files read, and the largest world size taken from a record (the largest world recipekit plans is
+#: far below; a larger one is no world this run had).
 MAX_RANKS = 65_536
+#: The ranks a reason names when some left no record; the others are counted.
+NAMED_RANKS = 8
+#: The longest text kept from an end (a host name is at most 253 characters).
+MAX_TEXT = 253
+#: The largest time (Unix seconds) or step taken from a record: a larger one is no time or step this run logged.
+MAX_TIME_S = 1e11
+MAX_STEP = 10**12
 
 #: Where this process's end goes, and the last step it completed (set by the run's RecoveryLog).
 _state: dict[str, Any] = {"dir": None, "step": None}
@@ -71,13 +85,11 @@ def record_end(code: int, environ: Mapping[str, str] | None = None) -> None:
         "step": _state["step"],
         "time": time.time(),
     }
+    rank = line["rank"] if line["rank"] is not None else os.getpid()
     try:
-        (directory / ENDS_DIR).mkdir(parents=True, exist_ok=True)
-        rank = line["rank"] if line["rank"] is not None else os.getpid()
-        with open(directory / ENDS_DIR / f"rank-{rank}.jsonl", "a", encoding="utf-8") as handle:
-            handle.write(json.dumps(line) + "\n")
+        jsonfile.append(directory / ENDS_DIR / f"rank-{rank}.jsonl", (json.dumps(line) + "\n").encode())
     except OSError:
-        pass
+        pass  # a full disk or a planted name: the end goes unrecorded, the exit is unchanged
 
 
 def _int(value: Any) -> int | None:
@@ -100,8 +112,10 @@ _FIELDS: dict[str, tuple[type, ...]] = {
 }
 
 
-def read_ends(output_dir: Path) -> list[dict[str, Any]]:
-    """Every well-formed end under ``output_dir``, oldest first; malformed lines and unreadable files are skipped."""
+def read_ends(output_dir: Path, cut: list[str] | None = None) -> list[dict[str, Any]]:
+    """Every well-formed end under ``output_dir``, oldest first; malformed lines and unreadable files are skipped.
+    At most :data:`MAX_FILE_BYTES` of a file and :data:`MAX_TOTAL_BYTES` of them all are read: what was left
+    unread is said in ``cut`` (when given). Text fields come back printable (a control character as its escape)."""
     directory = Path(output_dir) / ENDS_DIR
     try:
         if not stat.S_ISDIR(os.lstat(directory).st_mode):
@@ -109,30 +123,77 @@ def read_ends(output_dir: Path) -> list[dict[str, Any]]:
         files = sorted(p for p in directory.iterdir() if p.name.startswith("rank-") and p.suffix == ".jsonl")
     except OSError:
         return []
-    ends = [end for path in files[:MAX_RANKS] for end in _lines(path)]
+    ends: list[dict[str, Any]] = []
+    budget = MAX_TOTAL_BYTES
+    for number, path in enumerate(files[:MAX_RANKS]):
+        if budget <= 0:
+            if cut is not None:
+                cut.append(f"{ENDS_DIR}: {len(files) - number:,} of {len(files):,} rank files left unread (past "
+                           f"{MAX_TOTAL_BYTES >> 20} MiB in all)")  # fmt: skip
+            break
+        found, used = _lines(path, min(MAX_FILE_BYTES, budget))
+        ends.extend(found)
+        budget -= used
     return sorted(ends, key=lambda end: end["time"])
 
 
-def _lines(path: Path) -> list[dict[str, Any]]:
+def _lines(path: Path, most: int) -> tuple[list[dict[str, Any]], int]:
+    """The typed ends among the first ``most`` bytes of ``path`` (a regular file, not a link), and the bytes read."""
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0))
         with os.fdopen(fd, "rb") as handle:
             if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-                return []
-            data = handle.read(MAX_FILE_BYTES)
+                return [], 0
+            data = handle.read(most)
     except OSError:
-        return []
+        return [], 0
     found = []
     for raw in data.decode("utf-8", errors="replace").splitlines():
         try:
             record = json.loads(raw)
         except (ValueError, RecursionError):
             continue
-        if isinstance(record, dict) and all(
-            isinstance(record.get(k), kinds) and not isinstance(record.get(k), bool) for k, kinds in _FIELDS.items()
-        ):
-            found.append({k: record[k] for k in _FIELDS})
-    return found
+        end = typed_end(record)
+        if end is not None:
+            found.append(end)
+    return found, len(data)
+
+
+def typed_end(record: Any) -> dict[str, Any] | None:
+    """An end as the reader keeps it: every field of its type and within its bounds (a rank below
+    :data:`MAX_RANKS`, a finite time, an exit code of a process), text printable and short; None otherwise."""
+    if not isinstance(record, dict) or not all(
+        isinstance(record.get(k), kinds) and not isinstance(record.get(k), bool) for k, kinds in _FIELDS.items()
+    ):
+        return None
+    end = {k: record[k] for k in _FIELDS}
+    if not (0 <= end["rank"] < MAX_RANKS and 0 <= end["code"] <= 255) or finite_time(end["time"]) is None:
+        return None
+    if end["pod"] is not None and not 0 <= end["pod"] < MAX_RANKS:
+        end["pod"] = None
+    if end["step"] is not None and not 0 <= end["step"] <= MAX_STEP:
+        end["step"] = None
+    for key in ("host", "name", "signal"):
+        if end[key] is not None:
+            end[key] = sys.intern(printable(end[key]))  # the same host and name on thousands of lines
+    return end
+
+
+def printable(text: str, most: int = MAX_TEXT) -> str:
+    """At most ``most`` characters of ``text`` with every control or invisible formatting character written as its
+    escape: a field read from the volume never reaches a terminal as a sequence."""
+    text = text[:most]
+    return text if text.isprintable() else "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def finite_time(value: Any) -> float | None:
+    """A finite time within :data:`MAX_TIME_S` (a bool, a string, NaN or 1e20 is none)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if isinstance(value, int) and abs(value) > MAX_TIME_S:
+        return None
+    number = float(value)
+    return number if math.isfinite(number) and 0 <= number <= MAX_TIME_S else None
 
 
 # ---------------------------------------------------------------------------------------------------- explaining
@@ -160,19 +221,40 @@ def describe(end: dict[str, Any]) -> str:
     return f"rank {end['rank']} (pod {end['pod']}, host {end['host']}): {how}{after}"
 
 
+def missing_ranks(ends: list[dict[str, Any]], world_size: int) -> tuple[list[int], int]:
+    """The first :data:`NAMED_RANKS` ranks below ``world_size`` that left no end among ``ends``, and how many did:
+    linear in ``ends``, whatever the world size."""
+    seen = {end["rank"] for end in ends if end["rank"] < world_size}
+    named: list[int] = []
+    rank = 0
+    while len(named) < NAMED_RANKS and rank < world_size:
+        if rank not in seen:
+            named.append(rank)
+        rank += 1
+    return named, world_size - len(seen)
+
+
+def _lost(ends: list[dict[str, Any]], world_size: int | None, per_pod: int | None) -> str:
+    """The ranks that left no record, in words (empty when none did or the world size is unknown)."""
+    named, count = missing_ranks(ends, world_size) if world_size else ([], 0)
+    if not count:
+        return ""
+    ranks = ", ".join(map(str, named))
+    pods = ", ".join(map(str, sorted({rank // per_pod for rank in named}))) if per_pod else ""
+    if count > len(named):
+        who = f"{count:,} ranks (the first: {ranks}" + (f"; pod(s) {pods}" if pods else "") + ")"
+    else:
+        who = f"pod(s) {pods} (rank(s) {ranks})" if pods else f"rank(s) {ranks}"
+    return f"{who} left no record: killed outright (SIGKILL, the OOM killer or a lost node)"
+
+
 def explain(ends: list[dict[str, Any]], world_size: int | None, per_pod: int | None = None) -> str:
     """Why an attempt ended, in one line, and what the Job did. A recorded failure with a meaning of its own (a code
     other than ``failed`` and ``preempted``) is the cause; otherwise ranks that left no record come first: killed
     outright, they are the likely cause, and the others' failures are lost peers and the teardown's SIGTERMs."""
-    missing = sorted(set(range(world_size)) - {e["rank"] for e in ends}) if world_size else []
+    lost = _lost(ends, world_size, per_pod)
     first = cause(ends)
     telling = first is not None and first["code"] not in (exitcodes.EXIT_FAILED, exitcodes.EXIT_PREEMPTED)
-    lost = ""
-    if missing:
-        pods = sorted({rank // per_pod for rank in missing}) if per_pod else []
-        ranks = ", ".join(map(str, missing))
-        named = f"pod(s) {', '.join(map(str, pods))} (rank(s) {ranks})" if pods else f"rank(s) {ranks}"
-        lost = f"{named} left no record: killed outright (SIGKILL, the OOM killer or a lost node)"
     if first is None:
         return f"{lost}; the Job: RestartJob (PodFailed)" if lost else "no end recorded"
     if telling or not lost:
@@ -183,26 +265,33 @@ def explain(ends: list[dict[str, Any]], world_size: int | None, per_pod: int | N
     return "; ".join([*parts, f"the Job: {action}"])
 
 
-def by_attempt(records: list[dict[str, Any]], ends: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def by_attempt(
+    records: list[dict[str, Any]], ends: list[dict[str, Any]], job_world: int | None = None
+) -> list[dict[str, Any]]:
     """Each attempt of ``recovery.jsonl``'s ``start`` records, in order, with its world size, whether it was resumed
     after an interruption, and the ends recorded between its launch and the next attempt's (an attempt that failed
-    before training began writes no start: its ends join the attempt before it)."""
-    starts = [r for r in records if r.get("event") == "start"]
+    before training began writes no start: its ends join the attempt before it). A world size above ``job_world``
+    (the Job's, when known) or :data:`MAX_RANKS` is none this run had: unknown. Each end goes to the attempt with
+    the latest launch at or before it, found by bisection over the launches sorted once: linear in what was read,
+    up to a logarithm."""
+    bound = min(job_world or MAX_RANKS, MAX_RANKS)
     found: list[dict[str, Any]] = []
-    for record in starts:
-        launched = record.get("launch_time") or record.get("time")
+    for record in (r for r in records if r.get("event") == "start"):
+        world = _count(record.get("world_size"))
         found.append(
             {
-                "launched": launched if isinstance(launched, (int, float)) else None,
-                "world_size": _count(record.get("world_size")),
+                "launched": finite_time(record.get("launch_time")) or finite_time(record.get("time")),
+                "world_size": world if world is not None and world <= bound else None,
                 "ranks_per_pod": _count(record.get("ranks_per_pod")),
                 "resumed_after_interruption": isinstance(record.get("interrupted"), dict),
                 "ends": [],
             }
         )
+    launches = sorted((a["launched"], i) for i, a in enumerate(found) if a["launched"] is not None)
+    times = [launched for launched, _ in launches]
     for end in ends:
-        later = [a for a in found if a["launched"] is not None and a["launched"] <= end["time"]]
-        target = later[-1] if later else (found[0] if found else None)
+        at = bisect.bisect_right(times, end["time"]) - 1
+        target = found[launches[at][1]] if at >= 0 else (found[0] if found else None)
         if target is not None:
             target["ends"].append(end)
     skipped = [r["step"] for r in records if r.get("event") == "skip" and all(_whole(r.get(k)) for k in SKIP_FIELDS)]
@@ -237,7 +326,7 @@ def nonfinite_next(why: str, restarted: bool, skipped: list[Any], step: int | No
 
 
 def _count(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 < value <= MAX_RANKS else None
 
 
 def _whole(value: Any) -> bool:

@@ -20,8 +20,6 @@ workers writes the same bytes.
 from __future__ import annotations
 
 import json
-import os
-import socket
 from pathlib import Path
 from typing import Any
 
@@ -48,12 +46,9 @@ def dumps(data: Any) -> bytes:
 
 
 def write_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` under a name unique to this process, then rename it into place."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    staging = path.with_name(f"{path.name}.tmp-{socket.gethostname()}-{os.getpid()}")
-    with staging.open("wb") as handle:
-        handle.write(data)
-    os.replace(staging, path)
+    """Write ``data`` to ``path`` under a name unique to this host and process, then rename it into place (never
+    through a link planted on the volume: :mod:`..boundary.jsonfile`)."""
+    jsonfile.replace(path, data)
 
 
 def write_json(path: Path, data: Any) -> None:

@@ -23,11 +23,11 @@ the people waiting. Steps lost = that last step − the checkpoint step resumed 
 from __future__ import annotations
 
 import json
-import math
 import os
 import time
+from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -80,18 +80,16 @@ MAX_RECOVERY_BYTES = 64 << 20
 MAX_RECOVERY_LINE = 64 << 10
 MAX_RECOVERY_LINES = 1_000_000
 #: The largest time (Unix seconds) or step taken from a record: a larger one is no time this run logged.
-MAX_TIME_S = 1e11
-MAX_STEP = 10**12
+MAX_TIME_S = attemptends.MAX_TIME_S
+MAX_STEP = attemptends.MAX_STEP
+#: The most attempts ``runs history`` keeps: the last ones (a Job restarts at most ``maxRetry`` times; thousands of
+#: starts in one directory are no run's).
+MAX_ATTEMPTS = 10_000
+#: The fields of the records :func:`history` and ``runs history`` use; the rest of a record is not kept.
+_USED = ("event", "time", "launch_time", "world_size", "ranks_per_pod", "resume_step", "step", "epoch", "start",
+         "stop")  # fmt: skip
 
-
-def _time(value: Any) -> float | None:
-    """A finite time within :data:`MAX_TIME_S` (a bool, a string, NaN or 1e20 is none)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    if isinstance(value, int) and abs(value) > MAX_TIME_S:
-        return None
-    number = float(value)
-    return number if math.isfinite(number) and 0 <= number <= MAX_TIME_S else None
+_time = attemptends.finite_time
 
 
 def _step(value: Any) -> int | None:
@@ -162,6 +160,69 @@ def read_lines(output_dir: Path) -> jsonfile.Lines:
         max_lines=MAX_RECOVERY_LINES,
         within=Path(output_dir),
         keep=lambda value: value if isinstance(value, dict) else None,
+    )
+
+
+def compact(value: Any) -> dict[str, Any] | None:
+    """A record with only the fields history uses, each a scalar (``interrupted``: its step and time), or None when
+    it is no object: what a reader of thousands of records keeps of each."""
+    if not isinstance(value, dict):
+        return None
+    kept = {k: value[k] for k in _USED if k in value and isinstance(value[k], (int, float, str, type(None)))}
+    interrupted = value.get("interrupted")
+    if isinstance(interrupted, dict):
+        kept["interrupted"] = {
+            k: interrupted.get(k) for k in ("step", "time") if isinstance(interrupted.get(k), (int, float, str))
+        }
+    return kept
+
+
+@dataclass
+class Tail:
+    """The records of the last :data:`MAX_ATTEMPTS` attempts of ``recovery.jsonl`` (each start with the records
+    after it), gathered while the file is read so that no more is ever held; ``starts`` counts them all."""
+
+    most: int = MAX_ATTEMPTS
+    starts: int = 0
+    groups: deque[list[dict[str, Any]]] = field(default_factory=deque)
+
+    def keep(self, value: Any) -> None:
+        record = compact(value)
+        if record is None:
+            return
+        if record.get("event") == "start" or not self.groups:
+            if record.get("event") == "start":
+                self.starts += 1
+            self.groups.append([])
+            if len(self.groups) > self.most:
+                self.groups.popleft()
+        self.groups[-1].append(record)
+
+    @property
+    def records(self) -> list[dict[str, Any]]:
+        return [record for group in self.groups for record in group]
+
+    @property
+    def cut(self) -> str | None:
+        shown = sum(1 for group in self.groups if group and group[0].get("event") == "start")
+        return f"only the last {shown:,} of {self.starts:,} starts are shown" if shown < self.starts else None
+
+
+def read_tail(output_dir: Path, most: int = MAX_ATTEMPTS) -> tuple[Tail, jsonfile.Lines]:
+    """``recovery.jsonl`` read within its bounds, keeping the records of its last ``most`` attempts only (compact:
+    the fields history uses); ``OSError`` as :func:`read_lines`."""
+    tail = Tail(most)
+
+    def keep(value: Any) -> None:
+        tail.keep(value)
+
+    return tail, jsonfile.read_lines(
+        Path(output_dir) / RECOVERY_FILE,
+        max_bytes=MAX_RECOVERY_BYTES,
+        max_line_bytes=MAX_RECOVERY_LINE,
+        max_lines=MAX_RECOVERY_LINES,
+        within=Path(output_dir),
+        keep=keep,
     )
 
 
@@ -328,11 +389,8 @@ class RecoveryLog:
         return data if isinstance(data, dict) else None
 
     def _write_progress(self, data: dict[str, Any]) -> None:
-        target = self.dir / PROGRESS_FILE
-        staging = target.with_name(f"{PROGRESS_FILE}.tmp")
         try:
-            staging.write_text(json.dumps(data), encoding="utf-8")
-            os.replace(staging, target)
+            jsonfile.replace_text(self.dir / PROGRESS_FILE, json.dumps(data))
         except OSError:
             pass
 

@@ -37,7 +37,8 @@ RECORD_EXCLUDED = frozenset({filenames.RUN_FILE})
 def candidates(output_dir: Path) -> list[tuple[int, Path]]:
     """(step, path) of every entry named ``checkpoint-N`` (N in ASCII digits), newest first; links included, so
     that they are refused rather than passed over. A name that only looks like one (digits of another script, a
-    superscript, more digits than a step has) is :class:`trust.Untrusted`: no run writes it, someone planted it."""
+    superscript, more digits than a step has) is no checkpoint by any reading, so it cannot stand for a newer one
+    than those listed: it is passed over (refusing it would let anyone who can write to the volume stop the run)."""
     try:
         names = os.listdir(output_dir)
     except OSError:
@@ -47,11 +48,6 @@ def candidates(output_dir: Path) -> list[tuple[int, Path]]:
         step = checkpointdirs.checkpoint_step(Path(name))
         if step is not None:
             found.append((step, Path(output_dir) / name))
-        elif name.startswith(filenames.CHECKPOINT_PREFIX) and name[len(filenames.CHECKPOINT_PREFIX) :].isdigit():
-            raise trust.Untrusted(
-                f"{ascii(name)[1:-1]} looks like a checkpoint but its step is not "
-                f"{checkpointdirs.MAX_STEP_DIGITS} ASCII digits or fewer: no run wrote it; remove it"
-            )
     return sorted(found, reverse=True)
 
 
@@ -209,10 +205,8 @@ def mark_resumed(output_dir: Path, run_id: str, step: int, key: bytes) -> None:
     before = resumed_step(output_dir, run_id, key)
     if before is not None and before >= step:
         return
-    target = Path(output_dir) / MARK_FILE
-    staging = target.with_name(f"{MARK_FILE}.tmp-{os.getpid()}")
     try:
-        staging.write_text(json.dumps(trust.seal({"run_id": run_id, "step": step}, key)) + "\n", encoding="utf-8")
-        os.replace(staging, target)
+        record = json.dumps(trust.seal({"run_id": run_id, "step": step}, key)) + "\n"
+        jsonfile.replace_text(Path(output_dir) / MARK_FILE, record)
     except OSError:
         pass  # the mark guards against a rollback; failing to write it must not stop the run

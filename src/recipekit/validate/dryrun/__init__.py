@@ -1,1 +1,1 @@
-"""The dry run: the bundle's own run.sh and runtime as simulated Volcano pods on this machine, judged."""
+"""The dry run: the bundle's own launcher and runtime as simulated Volcano pods on this machine, judged."""

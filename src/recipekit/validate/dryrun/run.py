@@ -1,4 +1,4 @@
-"""The dry run: the bundle's own run.sh and runtime, as N simulated Volcano pods on this machine.
+"""The dry run: the bundle's own launcher and runtime, as N simulated Volcano pods on this machine.
 
 The bundle is never written to: :mod:`recipekit.validate.dryrun.workdir.workcopy` re-plans its recipe for this machine
 (tiny twin, generated data, a few steps, pods × --procs-per-pod processes, the CPU) into a work directory and records
@@ -94,7 +94,7 @@ class _Results:
     def of(cls, options: DryRunOptions) -> _Results:
         train = Result(
             "dryrun.train",
-            f"dry run: {options.pods} pod(s) × run.sh → train.py ({options.procs_per_pod} process(es) each), "
+            f"dry run: {options.pods} pod(s) × launcher → train.py ({options.procs_per_pod} process(es) each), "
             f"{options.steps} steps, checkpoint at {options.save_steps}",
         )
         resume = None

@@ -31,6 +31,7 @@ from recipekit.validate.static.consistency import (
     check_world_size,
 )
 from recipekit.validate.static.image import stack
+from recipekit.validate.static.image.context import check_context
 from recipekit.validate.static.image.pins import check_image
 from recipekit.validate.static.image.torchbuild import check_torch_build
 from recipekit.validate.static.linters import check_hadolint, check_shellcheck
@@ -62,6 +63,7 @@ CHECKS: tuple[Callable[[Bundle], Result], ...] = (
     check_tensor_parallel,
     check_precision,
     check_image,
+    check_context,
     check_storage,
     check_port,
     check_operations,

@@ -6,7 +6,8 @@ things must hold for a pod to start from the files this bundle describes, and ea
 * **the object**: a ``v1 ConfigMap`` the API server accepts (kubernetes-validate's strict schema, as the pod template
   is checked), in the Job's namespace, within Kubernetes' 1 MiB, holding exactly the bundle's run files, byte for byte;
 * **the mount**: every task's pods declare a volume of that ConfigMap and the trainer mounts it read-only where the
-  Job's command starts run.sh;
+  Job's command, the image's own launcher (``python3 -m runtime.launch``, from the image's working directory),
+  reads it: a command that starts anything of the ConfigMap (run.sh) would run it before the launcher checks it;
 * **the digest**: the ConfigMap's annotation and the trainer's ``RECIPEKIT_RUN_FILES_DIGEST`` are the digest of the
   bundle's run files, which the launcher compares with what it finds mounted (it refuses to start otherwise).
 """
@@ -18,7 +19,7 @@ from typing import Any
 import yaml
 
 from recipekit.base import yamlfile
-from recipekit.bundle.files import JOB, RUN, RUN_FILES, RUN_FILES_CONFIGMAP, RUN_FILES_MOUNT
+from recipekit.bundle.files import JOB, POD_COMMAND, RUN_FILES, RUN_FILES_CONFIGMAP, RUN_FILES_MOUNT, WORKDIR
 from recipekit.bundle.runfiles import CONFIGMAP_LIMIT_BYTES, DIGEST_ANNOTATION, configmap_name
 from recipekit.runtime.boundary import runfiles
 from recipekit.validate.shared.loader import Bundle
@@ -115,7 +116,8 @@ def digest_findings(configmap: dict[str, Any], job: Any, expected: str) -> list[
 
 
 def mount_findings(job: dict[str, Any], configmap: dict[str, Any]) -> list[Finding]:
-    """Each task's pods mount the ConfigMap read-only at the run files' path, and start run.sh from there."""
+    """Each task's pods mount the ConfigMap read-only at the run files' path, and start the image's launcher on it
+    from the image's working directory."""
     out = []
     name = (configmap.get("metadata") or {}).get("name")
     job_name = (job.get("metadata") or {}).get("name")
@@ -129,8 +131,16 @@ def mount_findings(job: dict[str, Any], configmap: dict[str, Any]) -> list[Findi
             out.append(Finding(JOB, f"{where}.volumeMounts", f"no mount of ConfigMap {name!r} at {RUN_FILES_MOUNT}"))
         elif not all(m.get("readOnly") is True for m in mounts):
             out.append(Finding(JOB, f"{where}.volumeMounts", f"ConfigMap {name!r} must be mounted readOnly: true"))
-        if f"{RUN_FILES_MOUNT}/{RUN}" not in (container.get("command") or []):
-            out.append(Finding(JOB, f"{where}.command", f"must start {RUN_FILES_MOUNT}/{RUN}, the mounted run.sh"))
+        if container.get("command") != list(POD_COMMAND) or container.get("workingDir") != WORKDIR:
+            out.append(
+                Finding(
+                    JOB,
+                    f"{where}.command",
+                    f"must be {list(POD_COMMAND)} in workingDir {WORKDIR}: the image's launcher, which checks the "
+                    "run files before any of them is read or run",
+                    hint="rebuild the bundle (a command that starts run.sh runs a ConfigMap file unchecked)",
+                )
+            )
     return out
 
 

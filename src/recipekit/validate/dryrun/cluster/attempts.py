@@ -1,12 +1,11 @@
 """The attempts of a dry run: start every pod, watch them, kill one when asked, stop the rest as Volcano does.
 
-Each pod is ``bash run/run.sh`` from the run files mounted read-only as the Job mounts its ConfigMap
-(:mod:`~recipekit.validate.dryrun.workdir.podmount`), with what Volcano's env and svc plugins inject
-(:func:`pod_environment`). While an
-attempt runs, :class:`DryRun` follows metrics.jsonl (steps and train.py's records, filed into the
-:class:`~recipekit.validate.dryrun.cluster.attemptlog.Attempt`), reports each phase the pods reach
-(:class:`~recipekit.validate.dryrun.cluster.startup.PhaseReporter`), and ends the attempt when every pod has exited, one
-pod failed, the kill step was reached, or the deadline passed. Whether what happened is right is
+Each pod runs the Job's container command (the image's launcher) on the run files mounted read-only as the Job
+mounts its ConfigMap (:mod:`~recipekit.validate.dryrun.workdir.podmount`), with what Volcano's env and svc plugins
+inject (:func:`pod_environment`). While an attempt runs, :class:`DryRun` follows metrics.jsonl (steps and train.py's
+records, filed into the :class:`~recipekit.validate.dryrun.cluster.attemptlog.Attempt`), reports each phase the pods
+reach (:class:`~recipekit.validate.dryrun.cluster.startup.PhaseReporter`), and ends the attempt when every pod has
+exited, one pod failed, the kill step was reached, or the deadline passed. Whether what happened is right is
 :mod:`recipekit.validate.dryrun.judges.training`'s question, not this module's.
 """
 
@@ -146,7 +145,7 @@ class DryRun:
             self.podset.add(
                 Pod(
                     i,
-                    ["bash", str(podmount.run_script(self.work.root, i))],
+                    podmount.pod_command(self.work.bundle, self.work.root, i),
                     podmount.pod_root(self.work.root, i),
                     pod_environment(self.work, i, self.options, self.metrics_ports[i] if self.metrics_ports else None),
                     self.work.logs / f"pod-{i}.log",
@@ -176,7 +175,7 @@ class DryRun:
             mounted = {runfiles.DIGEST_ENV: digest} if digest else {}
             pod.start(header=f"attempt {number}: {label}, master port {port}", env={**hold, **mounted, **(env or {})})
         self.progress(
-            f"attempt {number}: {len(self.pods)} pod(s) running run.sh (master 127.0.0.1:{port}); "
+            f"attempt {number}: {len(self.pods)} pod(s) running the launcher (master 127.0.0.1:{port}); "
             f"logs in {self.work.logs}"
         )
         phases = PhaseReporter(

@@ -1,11 +1,11 @@
 """Local processes standing in for Volcano pods, and the guarantee that none outlives the dry run.
 
-A pod is ``bash run.sh`` in its own session (so a terminal's Ctrl-C reaches only recipekit, which then cleans up),
-with its output in a log file. Killing a pod must kill its whole tree: run.sh ``exec`` s the launcher, which runs
-torchrun as its child, and torchrun starts its workers with ``start_new_session=True``, so they are in sessions
-of their own and a signal to the pod's process group would leave them running (holding ports and the rendezvous).
-The tree is therefore walked by parent id and every member is signalled; every process ever seen in a tree is
-remembered, so that one reparented to init when its parent died is still found at cleanup.
+A pod is the Job's container command (the image's launcher) in its own session (so a terminal's Ctrl-C reaches only
+recipekit, which then cleans up), with its output in a log file. Killing a pod must kill its whole tree: the
+launcher runs torchrun as its child, and torchrun starts its workers with ``start_new_session=True``, so they are in
+sessions of their own and a signal to the pod's process group would leave them running (holding ports and the
+rendezvous). The tree is therefore walked by parent id and every member is signalled; every process ever seen in a
+tree is remembered, so that one reparented to init when its parent died is still found at cleanup.
 
 :class:`PodSet` is a context manager: whatever happens inside (success, failure, an exception, Ctrl-C, SIGTERM to
 recipekit), every process it started is gone when the ``with`` block ends; an ``atexit`` hook covers an exit that
@@ -28,7 +28,7 @@ import psutil
 
 @dataclass
 class Pod:
-    """One simulated pod: ``bash run.sh`` with the environment Volcano would inject."""
+    """One simulated pod: the Job's container command with the environment Volcano would inject."""
 
     index: int
     command: list[str]
@@ -42,7 +42,7 @@ class Pod:
     killed: bool = False
 
     def start(self, header: str = "", env: dict[str, str] | None = None) -> None:
-        """Start ``bash run.sh`` (with ``env`` added to the pod's environment for this start only)."""
+        """Start the pod's command (with ``env`` added to the pod's environment for this start only)."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
             if header:

@@ -4,8 +4,12 @@ On the cluster the image holds the runtime package in the working directory and 
 read-only at ``<workdir>/run`` (bundle/runfiles.py). A dry-run pod gets the same layout under
 ``<work root>/pods/pod-<i>``: ``runtime`` is the work copy's (the image's content), ``run/`` holds a read-only copy of
 the ConfigMap's data written from the work copy's ``run-files.yaml`` — the object itself, not the files beside it —
-and the pod runs ``bash run/run.sh`` with the digest the work copy's Job carries, so the launcher's check of the
-mounted files is the one a cluster pod makes.
+and the pod runs the Job's own container command (the image's launcher, ``python3 -m runtime.launch
+run/launch.json``, its paths in the image's working directory read as the pod's root) with the digest the work
+copy's Job carries, so the launcher's check of the mounted files is the one a cluster pod makes.
+
+The pods' directories are the dry run's own, but a work directory is reused: :func:`unmount` opens each entry it
+makes writable again without following a link, so a link planted at ``pods/pod-0`` is never chmodded through.
 """
 
 from __future__ import annotations
@@ -16,7 +20,16 @@ from pathlib import Path
 
 import yaml
 
-from recipekit.bundle.files import JOB, RUN, RUN_FILES, RUN_FILES_CONFIGMAP, RUN_FILES_MOUNT, RUNTIME
+from recipekit.bundle.files import (
+    JOB,
+    POD_COMMAND,
+    RUN,
+    RUN_FILES,
+    RUN_FILES_CONFIGMAP,
+    RUN_FILES_MOUNT,
+    RUNTIME,
+    WORKDIR,
+)
 from recipekit.bundle.runfiles import FILE_MODE, job_digest
 
 #: The mount's directory inside a pod's root (``run`` of ``/workspace/run``).
@@ -29,8 +42,22 @@ def pod_root(root: Path, index: int) -> Path:
 
 
 def run_script(root: Path, index: int) -> Path:
-    """What pod ``index`` starts: run.sh as mounted."""
+    """run.sh as mounted in pod ``index`` (what a person would start by hand there; the pod's command is
+    :func:`pod_command`)."""
     return pod_root(root, index) / MOUNT_DIR / RUN
+
+
+def pod_command(bundle: Path, root: Path, index: int) -> list[str]:
+    """What pod ``index`` starts: the work copy's Job's container command (the image's launcher where the Job sets
+    none), each argument inside the image's working directory mapped to the pod's root."""
+    try:
+        job = yaml.safe_load((bundle / JOB).read_text(encoding="utf-8")) or {}
+        container = job["spec"]["tasks"][0]["template"]["spec"]["containers"][0]
+        command = [str(word) for word in container.get("command") or POD_COMMAND]
+    except (OSError, yaml.YAMLError, KeyError, IndexError, TypeError, AttributeError):
+        command = list(POD_COMMAND)
+    pod = pod_root(root, index)
+    return [str(pod / word[len(WORKDIR) + 1 :]) if word.startswith(WORKDIR + "/") else word for word in command]
 
 
 def mount(bundle: Path, root: Path, index: int) -> str | None:
@@ -38,6 +65,9 @@ def mount(bundle: Path, root: Path, index: int) -> str | None:
     files; return the digest the Job carries (None when it carries none)."""
     pod = pod_root(root, index)
     pod.mkdir(parents=True, exist_ok=True)
+    for path in (pod.parent, pod, pod / MOUNT_DIR):
+        if path.is_symlink():
+            raise OSError(f"{path} is a link: the dry run lays out its pods itself (remove it)")
     runtime = pod / RUNTIME
     if not runtime.is_symlink():
         runtime.symlink_to(bundle / RUNTIME, target_is_directory=True)
@@ -60,11 +90,32 @@ def mount(bundle: Path, root: Path, index: int) -> str | None:
 
 
 def unmount(root: Path) -> None:
-    """Make the pods' read-only mounts removable again (the next dry run clears the work directory)."""
-    pods = root / "pods"
-    if not pods.is_dir():
+    """Make the pods' read-only mounts removable again (the next dry run clears the work directory). Every entry is
+    opened without following a link (``pods``, each ``pod-<i>``, its ``run``) and changed through its descriptor: a
+    link planted in a used work directory is left as it is, and nothing it points to is touched."""
+    try:
+        pods = os.open(root / "pods", _DIRECTORY)
+    except OSError:
         return
-    for pod in pods.iterdir():
-        mounted = pod / MOUNT_DIR
-        if mounted.is_dir() and not mounted.is_symlink():
-            os.chmod(mounted, 0o755)
+    try:
+        for name in os.listdir(pods):
+            try:
+                pod = os.open(name, _DIRECTORY, dir_fd=pods)
+            except OSError:
+                continue  # a link, a file: not a pod this module laid out
+            try:
+                mounted = os.open(MOUNT_DIR, _DIRECTORY, dir_fd=pod)
+            except OSError:
+                continue
+            finally:
+                os.close(pod)
+            try:
+                os.fchmod(mounted, 0o755)
+            finally:
+                os.close(mounted)
+    finally:
+        os.close(pods)
+
+
+#: A directory opened to be changed through its descriptor, never through a link.
+_DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
