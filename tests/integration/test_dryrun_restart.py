@@ -50,7 +50,7 @@ def test_a_restart_from_a_checkpoint_and_a_fresh_start_each_recorded_in_runs_his
     assert f"({restarts[0]['id']}) asked for: from checkpoint-4" in history.output
     assert f"({restarts[1]['id']}) asked for: fresh, from step 0" in history.output
     document = json.loads(CliRunner().invoke(main, ["runs", "history", str(tmp_path / "work"), "--json"]).output)
-    assert [r["superseded"] for r in document["restarts"]] == [["checkpoint-8"], ["checkpoint-4", "checkpoint-8"]]
+    assert [r["superseded"] for r in document["restarts_asked"]] == [["checkpoint-8"], ["checkpoint-4", "checkpoint-8"]]
     output = next((tmp_path / "work" / "shared" / "runs").glob("tiny-sft-*"))
     assert sorted(p.name for p in (output / SUPERSEDED_DIR / restarts[1]["id"]).iterdir()) == [
         "checkpoint-4",

@@ -243,7 +243,7 @@ def plan(
       recipekit plan recipe=llama3_70b_sft parallel.pipeline_parallel=2
       recipekit plan recipe=qwen2.5_7b_pretrain --data /mnt/shared/prepared/4f2a
       recipekit plan recipe=llama3_70b_sft hw=h100 --advise --all-layouts
-      recipekit plan recipe=qwen3_8b_sft --stage "data.max_len=8192 parallel=zero3"
+      recipekit plan recipe=qwen3_8b_sft --stage "data.max_len=8192"
     """
     from recipekit import memory
     from recipekit.bundle import planview

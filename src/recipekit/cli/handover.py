@@ -55,7 +55,7 @@ def cp_command(option: str, name: str | None, to: Path | None, force: bool) -> N
 
     \b
     Examples:
-      cd team-nlp-recipes && recipekit cp hw/ascend910b            # the team's own 910B option, same name
+      cd team-nlp-recipes && recipekit cp hw/ascend910b  # same name: shadows it
       cd team-nlp-recipes && recipekit cp recipe/llama3_8b_sft our_llama_sft
       recipekit cp model/qwen2.5_7b our_qwen --to team-recipes/recipes
     """

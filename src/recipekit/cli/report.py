@@ -479,7 +479,7 @@ def compare_command(
       recipekit compare runs/cuda-a100 runs/ascend-910b
       recipekit compare bundles/tiny_sft@h100 bundles/tiny_sft --volume /mnt/pvc
       recipekit compare runs/cuda-a100 runs/ascend-910b --html compare-html
-      recipekit compare runs/lr-1e-4 runs/lr-3e-4 runs/lr-1e-3 runs/lr-3e-3 --html sweep-report/
+      recipekit compare runs/lr-1e-4 runs/lr-3e-4 runs/lr-1e-3 --html sweep/
     """
     from recipekit.runs.compare import Tolerances, compare
     from recipekit.runs.runlog import load_run

@@ -137,7 +137,7 @@ def history_command(output_dir: Path, as_json: bool) -> None:
     if as_json:
         recoveries = [{**r.to_json(), "ended": a["why"]} for r, a in zip(found, ended)]
         listed = [{**a, "ends": a["ends"][:LISTED_ENDS], "ends_recorded": len(a["ends"])} for a in attempts]
-        document = strict({"recoveries": recoveries, "attempts": listed, **figures, "restarts": restarts})
+        document = strict({"recoveries": recoveries, "attempts": listed, **figures, "restarts_asked": restarts})
         click.echo(json.dumps(document, indent=2, allow_nan=False))
         return
     click.echo(f"{printable(str(output_dir))}: {len(attempts)} start(s), {figures['restarts']} recovery(ies)")

@@ -90,7 +90,8 @@ def validate_command(ctx: click.Context, bundle: Path, dry_run: bool, as_json: b
       recipekit validate bundles/tiny_sft --dry-run --device npu  # exit 2: no NPU
       recipekit validate bundles/tiny_sft --json
       recipekit validate bundles/tiny_sft --dry-run --restart checkpoint-4,fresh
-      recipekit build -m recipe=tiny_sft train.learning_rate=1e-4,1e-3 -o sweep && recipekit validate sweep
+      recipekit build -m recipe=tiny_sft train.seed=1,2 -o bundles/seeds
+      recipekit validate bundles/seeds  # the sweep the line above built, as one
     """
     from recipekit.validate import validate
     from recipekit.validate.shared.loader import BundleUnusable

@@ -29,7 +29,8 @@ def test_the_tracker_pins_move_no_image_of_a_recipe_without_a_tracker() -> None:
     resolved = resolve(["recipe=tiny_sft"])
     family, recipe = resolved.plan.family, resolved.recipe
     bare = dataclasses.replace(family, trackers={})
-    assert stack_digest(recipe, family, True) == stack_digest(recipe, bare, True)
+    name = resolved.plan.image_family
+    assert stack_digest(recipe, name, family, True) == stack_digest(recipe, name, bare, True)
     files = render_files(["recipe=tiny_sft"])
     assert b"wandb" not in files[DOCKERFILE] and b"tracking" not in files[RECIPE]
     assert b"WANDB" not in files[LAUNCH] and b"secretKeyRef" not in files[JOB]

@@ -104,4 +104,5 @@ def test_runs_history_lists_the_restarts_apart_from_the_recoveries(tmp_path: Pat
     assert "set aside: checkpoint-6" in result.output
     assert "restart 2 (123456abcdef) asked for: fresh, from step 0" in result.output
     document = json.loads(CliRunner().invoke(main, ["runs", "history", str(tmp_path), "--json"]).output)
-    assert [r["from"] for r in document["restarts"]] == ["checkpoint-4", None] and document["recoveries"] == []
+    assert [r["from"] for r in document["restarts_asked"]] == ["checkpoint-4", None] and document["recoveries"] == []
+    assert document["restarts"] == 0  # the count of recoveries; the restarts asked for are restarts_asked

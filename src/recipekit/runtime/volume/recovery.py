@@ -87,7 +87,9 @@ MAX_STEP = attemptends.MAX_STEP
 MAX_ATTEMPTS = 10_000
 #: The fields of the records :func:`history` and ``runs history`` use; the rest of a record is not kept.
 _USED = ("event", "time", "launch_time", "world_size", "ranks_per_pod", "resume_step", "step", "epoch", "start",
-         "stop")  # fmt: skip
+         "stop", "restart", "id", "from")  # fmt: skip
+#: The most checkpoints a restart record's ``superseded`` list keeps as it is read back.
+MAX_SUPERSEDED = 1000
 
 _time = attemptends.finite_time
 
@@ -174,6 +176,9 @@ def compact(value: Any) -> dict[str, Any] | None:
         kept["interrupted"] = {
             k: interrupted.get(k) for k in ("step", "time") if isinstance(interrupted.get(k), (int, float, str))
         }
+    aside = value.get("superseded")
+    if isinstance(aside, list):  # a restart's checkpoints set aside: names, bounded in number and length
+        kept["superseded"] = [name[:64] for name in aside[:MAX_SUPERSEDED] if isinstance(name, str)]
     return kept
 
 
@@ -241,7 +246,7 @@ def restarts(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
             continue
         start_from = record.get("from")
         aside = record.get("superseded")
-        superseded = [s[:64] for s in aside if isinstance(s, str)][:1000] if isinstance(aside, list) else []
+        superseded = [s[:64] for s in aside if isinstance(s, str)][:MAX_SUPERSEDED] if isinstance(aside, list) else []
         found.append(
             {
                 "id": record["id"][:32],
