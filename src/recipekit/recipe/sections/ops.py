@@ -181,6 +181,12 @@ class OpsSpec(Section):
         description="Alert (PrometheusRule) when the last recovery took longer than this, seconds: MTTR, from the "
         "last step before an interruption to the first step after the restart (recipekit runs history).",
     )
+    log_event_window_s: int = spec(
+        900,
+        gt=0,
+        description="Alert (PrometheusRule) for this long after a rank's log or fatal error named an HCCL/NCCL "
+        "timeout, an ECC error or Xid, or a device out of memory (recipekit_log_event_timestamp_seconds).",
+    )
     device_utilisation_min: float = spec(
         0.5, ge=0, le=1, description="Warn when the device's utilisation (driver's figure) stays below this."
     )
