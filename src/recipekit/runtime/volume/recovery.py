@@ -115,7 +115,9 @@ MAX_STEP = attemptends.MAX_STEP
 MAX_ATTEMPTS = 10_000
 #: The fields of the records :func:`history` and ``runs history`` use; the rest of a record is not kept.
 _USED = ("event", "time", "launch_time", "world_size", "ranks_per_pod", "resume_step", "step", "epoch", "start",
-         "stop")  # fmt: skip
+         "stop", "restart", "id", "from")  # fmt: skip
+#: The most checkpoint names a ``restart`` record's ``superseded`` keeps.
+MAX_SUPERSEDED = 1000
 
 _time = attemptends.finite_time
 
@@ -211,6 +213,9 @@ def compact(value: Any) -> dict[str, Any] | None:
     if not isinstance(value, dict):
         return None
     kept = {k: value[k] for k in _USED if k in value and isinstance(value[k], (int, float, str, type(None)))}
+    aside = value.get("superseded")
+    if isinstance(aside, list):  # a restart's checkpoints set aside (restarts() reads them)
+        kept["superseded"] = [name[:64] for name in aside[:MAX_SUPERSEDED] if isinstance(name, str)]
     interrupted = value.get("interrupted")
     if isinstance(interrupted, dict):
         kept["interrupted"] = {
