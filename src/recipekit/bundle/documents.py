@@ -91,7 +91,8 @@ def operations_view(recipe: Recipe, plan: Plan, ops: Operations) -> OperationsVi
     spec = recipe.ops
     return OperationsView(
         preflight=PreflightView(
-            enabled=spec.preflight,
+            enabled=spec.preflight_mode != "off",
+            mode=spec.preflight_mode,
             timeout_s=spec.preflight_timeout_s,
             allreduce_sizes_mb=list(spec.allreduce_sizes_mb),
             allreduce_iterations=spec.allreduce_iterations,
@@ -103,6 +104,15 @@ def operations_view(recipe: Recipe, plan: Plan, ops: Operations) -> OperationsVi
             checkpoint_bytes=ops.checkpoint_bytes,
             storage_needed_bytes=ops.storage_needed_bytes,
             collective_hint=ops.collective_hint,
+            p2p_size_mb=spec.p2p_size_mb,
+            p2p_iterations=spec.p2p_iterations,
+            p2p_max_rounds=spec.p2p_max_rounds,
+            p2p_slow_fraction=spec.p2p_slow_fraction,
+            storage_probe_mb=spec.storage_probe_mb,
+            checkpoint_save_limit_s=spec.checkpoint_save_limit_s,
+            burn_in_s=spec.burn_in_s,
+            burn_in_slow_fraction=spec.burn_in_slow_fraction,
+            burn_in_tflops=round(ops.burn_in_tflops, 3),
         ),
         watchdog=WatchdogView(
             planned_step_time_s=round(ops.planned_step_time_s, 3),

@@ -114,8 +114,30 @@ def alert_rules(recipe: Recipe, plan: Plan, ops: Operations) -> list[dict[str, A
             f"the last recovery took longer than {a.mttr_limit_s} s (MTTR: last step before the interruption to the "
             "first step after the restart); recipekit runs history says why the attempt ended",
         ),
+        *_log_event_rules(recipe, plan, rule),
         *_device_rules(recipe, plan),
     ]
+
+
+#: The alert of each log-event kind (metricnames.LOG_EVENT_KINDS): name, severity, what happened.
+LOG_EVENT_ALERTS = {
+    "collective_timeout": ("RecipekitCollectiveTimeout", "critical", "an HCCL/NCCL collective timed out"),
+    "device_ecc": ("RecipekitDeviceEccError", "critical", "an ECC error or Xid was reported on the device"),
+    "device_oom": ("RecipekitDeviceOutOfMemory", "warning", "the device ran out of memory"),
+}
+
+
+def _log_event_rules(recipe: Recipe, plan: Plan, rule: Any) -> list[dict[str, Any]]:
+    """One alert per kind of fault a rank's log or fatal error named (runtime/ops/logevents.py), for
+    ``ops.log_event_window_s`` after it: on the time, which the restarted process serves again, not on the counter,
+    whose last increment dies with the failed process before Prometheus scrapes it."""
+    window, found = recipe.ops.log_event_window_s, []
+    for kind in metricnames.LOG_EVENT_KINDS:
+        alert, severity, what = LOG_EVENT_ALERTS[kind]
+        series = f'{metricnames.LOG_EVENT_TIME.name}{{{_selector(plan)},{metricnames.KIND_LABEL}="{kind}"}}'
+        summary = f"{what} in the last {window} s (pod {{{{ $labels.pod }}}}; the pod's log says which step)"
+        found.append(rule(alert, f"time() - {series} < {window}", severity, summary))
+    return found
 
 
 def _device_rules(recipe: Recipe, plan: Plan) -> list[dict[str, Any]]:

@@ -54,6 +54,7 @@ class Operations:
     link_gbps: float
     bandwidth_warn_gbps: float
     mfu_target: float
+    burn_in_tflops: float  # the achieved TFLOP/s per device the plan assumes: burn-in's bar on a device
     metrics_ports: tuple[int, ...]  # local rank i serves on metrics_ports[i] ("rank0": one port)
     env: dict[str, str]  # added to launch.json's environment where the plan and hw.env leave the key unset
     expected_versions: dict[str, str]
@@ -150,6 +151,7 @@ def operations(recipe: Recipe, plan: Plan, estimate: Estimate) -> Operations:
         link_gbps=gbps,
         bandwidth_warn_gbps=ops.bandwidth_warn_fraction * gbps,
         mfu_target=target,
+        burn_in_tflops=plan.flops.peak_tflops * target,
         metrics_ports=ports,
         env=env,
         expected_versions=expected_versions(recipe, plan),

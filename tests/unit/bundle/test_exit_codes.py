@@ -154,6 +154,7 @@ def test_the_jobs_exit_code_policies_come_from_the_table_and_pass_the_webhook(bu
         exitcodes.EXIT_PREFLIGHT: "RestartJob",
         exitcodes.EXIT_STALLED: "RestartJob",
         exitcodes.EXIT_NONFINITE: "TerminateJob",  # a data-caused NaN would repeat on every restart
+        exitcodes.EXIT_PREFLIGHT_GATE: "TerminateJob",  # a restart would measure the same slow part again
     }
     assert webhook_findings(job) == []
     assert controller.unreachable_policy_findings(job) == []

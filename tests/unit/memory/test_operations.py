@@ -48,7 +48,8 @@ def test_every_threshold_has_its_default_in_the_record() -> None:
     assert (ops.metrics_port, ops.metrics_ranks) == (9400, "all")
     assert (ops.loss_spike_ratio, ops.grad_norm_jump_ratio) == (0.3, 0.3)
     assert ops.mfu_target is None and ops.checkpoint_save_limit_s == 600 and ops.device_utilisation_min == 0.5
-    assert ops.nonfinite_loss == "stop" and ops.mttr_limit_s == 1800
+    assert ops.nonfinite_loss == "stop" and ops.mttr_limit_s == 300  # the seeds' 5 minutes
+    assert ops.preflight_mode == "warn" and ops.burn_in_s == 0 and ops.log_event_window_s == 900
     testing = ops.testing
     assert testing.stall_at_step is None and testing.nan_at_step is None and testing.device_count is None
 
@@ -192,6 +193,9 @@ def test_alerts_use_the_recipes_thresholds_and_the_runtimes_metric_names() -> No
         "RecipekitDeviceUtilisationLow",
         "RecipekitStalled",
         "RecipekitRecoverySlow",
+        "RecipekitCollectiveTimeout",
+        "RecipekitDeviceEccError",
+        "RecipekitDeviceOutOfMemory",
     }
     assert rules["RecipekitLossSpike"]["expr"].endswith("> 0.5")
     assert rules["RecipekitRecoverySlow"]["expr"].startswith(metricnames.RECOVERY_SECONDS.name)

@@ -78,3 +78,21 @@ def test_runs_history_prints_the_same_mttr(tmp_path: Path) -> None:
     assert "interrupted after step 6" in text.output and "MTTR 35.00 s" in text.output
     missing = CliRunner().invoke(main, ["runs", "history", str(tmp_path / "nope")])
     assert missing.exit_code == 2 and "not found" in missing.output
+
+
+def test_the_mttr_is_recorded_in_its_parts_that_add_up(tmp_path: Path) -> None:
+    clock = Clock()
+    _attempt(tmp_path, clock, range(1, 7), None, launched=990.0)  # last step 6 at t=1011
+    clock.now = 1040.0
+    _attempt(tmp_path, clock, range(5, 9), 4, launched=1030.0, done=True)  # start 1040, loaded 1045, step 1046
+    (bare,) = recovery.history(recovery.read(tmp_path))
+    # no end record: detection is not told apart, its time joins rescheduling
+    assert bare.parts == {"detect": None, "reschedule": 19.0, "restart": 10.0, "load": 5.0, "first_step": 1.0}
+    ends = [[{"time": 1005.0}, {"time": 1013.5}, {"time": 1012.0}]]  # one before the last step: not this step's end
+    (r,) = recovery.detected([bare], ends)
+    assert r.parts == {"detect": 1.0, "reschedule": 18.0, "restart": 10.0, "load": 5.0, "first_step": 1.0}
+    assert sum(v for v in r.parts.values() if v is not None) == r.mttr_s == 35.0
+    result = CliRunner().invoke(main, ["runs", "history", str(tmp_path), "--json"])
+    assert json.loads(result.output)["recoveries"][0]["parts_s"]["load"] == 5.0
+    text = " ".join(CliRunner().invoke(main, ["runs", "history", str(tmp_path)]).output.split())  # 80 columns
+    assert "parts: detect -, reschedule 19.00 s, restart 10.00 s, load 5.00 s, first step 1.00 s" in text

@@ -58,8 +58,13 @@ class OpsSpec(Section):
     metrics for Prometheus, and alert thresholds. Defaults are the operators' own; derived numbers (stall and
     collective timeouts, checkpoint sizes, bandwidth floors) are computed by recipekit.memory.operations from these."""
 
-    preflight: bool = spec(
-        True, description="Check devices, versions, shared storage and the collective on every pod before training."
+    preflight: Literal["strict", "warn", "off", True, False] = spec(
+        "warn",
+        description="Check devices, versions, shared storage and its throughput, the collective and every "
+        "point-to-point link on every pod before training. A failed check stops the pods (exit preflight, "
+        "RestartJob) in either mode; strict also ends the Job (exit preflight_gate, TerminateJob) on what warn only "
+        "warns about: a slow node or link, a volume too slow for the checkpoint, a device error counter, a node "
+        "failing burn-in. off: no preflight. true means warn and false off (YAML reads an unquoted off as false).",
     )
     preflight_timeout_s: int = spec(
         120, ge=10, le=3600, description="Preflight's collectives must finish within this; past it the pod fails."
@@ -75,6 +80,51 @@ class OpsSpec(Section):
         le=1,
         description="Warn when the all-reduce bus bandwidth is below this fraction of the hardware's link bandwidth "
         "(hw.inter_node_gbps across nodes, hw.intra_node_gbps within one).",
+    )
+    p2p_size_mb: float = spec(
+        64.0,
+        gt=0,
+        le=4096,
+        description="Message size (MB) of preflight's point-to-point test: each round pairs every rank with one "
+        "other (rank XOR k) and both send this much to each other at once.",
+    )
+    p2p_iterations: int = spec(
+        3, ge=1, le=100, description="Timed exchanges per pair of the point-to-point test; the fastest counts."
+    )
+    p2p_max_rounds: int = spec(
+        16,
+        ge=1,
+        le=1024,
+        description="Rounds of the point-to-point test at most (every pair needs world size − 1 rounds; beyond "
+        "this the rounds that cross nodes are taken first, so a slow node is always found, a slow link mostly).",
+    )
+    p2p_slow_fraction: float = spec(
+        0.5,
+        gt=0,
+        lt=1,
+        description="A point-to-point pair is slow below this fraction of the median pair's bandwidth; a rank all "
+        "of whose pairs are slow names its node, a slow pair between healthy ranks names the link.",
+    )
+    storage_probe_mb: int = spec(
+        256,
+        ge=1,
+        le=65536,
+        description="Bytes (MB) each pod writes to the shared volume and reads back (sequential, synced, the page "
+        "cache dropped) to measure its throughput; the checkpoint's time follows from it.",
+    )
+    burn_in_s: int = spec(
+        0,
+        ge=0,
+        le=86400,
+        description="Opt-in burn-in before training: this many seconds of matmuls and all-reduces on every rank, "
+        "with a per-node verdict (its rate against the plan's and against the other nodes'); 0: none.",
+    )
+    burn_in_slow_fraction: float = spec(
+        0.8,
+        gt=0,
+        lt=1,
+        description="Burn-in names a node whose matmul rate is below this fraction of the median node's (or, on a "
+        "device, of the rate the plan expects).",
     )
     stall_timeout_floor_s: int = spec(
         300, ge=10, description="The hang watchdog's timeout is never shorter than this, seconds."
@@ -126,10 +176,16 @@ class OpsSpec(Section):
         600, gt=0, description="Warn when saving a checkpoint takes longer, seconds (twice this is a hang)."
     )
     mttr_limit_s: int = spec(
-        1800,
+        300,
         gt=0,
         description="Alert (PrometheusRule) when the last recovery took longer than this, seconds: MTTR, from the "
         "last step before an interruption to the first step after the restart (recipekit runs history).",
+    )
+    log_event_window_s: int = spec(
+        900,
+        gt=0,
+        description="Alert (PrometheusRule) for this long after a rank's log or fatal error named an HCCL/NCCL "
+        "timeout, an ECC error or Xid, or a device out of memory (recipekit_log_event_timestamp_seconds).",
     )
     device_utilisation_min: float = spec(
         0.5, ge=0, le=1, description="Warn when the device's utilisation (driver's figure) stays below this."
@@ -142,6 +198,13 @@ class OpsSpec(Section):
         "run's recovery record) or only warn.",
     )
     testing: OpsTestingSpec = spec(default_factory=OpsTestingSpec, description="Fault injection: TESTING ONLY.")
+
+    @property
+    def preflight_mode(self) -> str:
+        """``preflight`` as one of strict, warn, off (true is warn, false off)."""
+        if isinstance(self.preflight, bool):
+            return "warn" if self.preflight else "off"
+        return self.preflight
 
     def rules(self) -> list[str]:
         broken = []

@@ -66,6 +66,15 @@ EXIT_CODES: tuple[ExitCode, ...] = (
         "TerminateJob",
     ),
     ExitCode(
+        "preflight_gate",
+        6,
+        "ops.preflight: strict and preflight found a part below its bar (a slow node or link, a shared volume too "
+        "slow for the plan's checkpoint, a device error counter, a node failing burn-in), named in one line and in "
+        "cluster-check.json: the Job ends without a retry, as a restart would land on the same part; replace or "
+        "cordon it, then resubmit",
+        "TerminateJob",
+    ),
+    ExitCode(
         "preempted",
         128 + 15,
         "stopped by SIGTERM after saving a checkpoint (the pod was deleted or evicted): non-zero, so the Job "
@@ -121,6 +130,8 @@ EXIT_USER_ERROR = exit_code("user_error")
 EXIT_PREEMPTED = exit_code("preempted")
 #: Preflight found this pod or the cluster unfit to train (the reason is one line in the log and in the report).
 EXIT_PREFLIGHT = exit_code("preflight")
+#: ops.preflight: strict and a check found a part below its bar (a warning under ``warn``): the Job ends.
+EXIT_PREFLIGHT_GATE = exit_code("preflight_gate")
 #: The hang watchdog saw no step complete within the stall timeout; every rank's stacks are in HANG_DIR.
 EXIT_STALLED = exit_code("stalled")
 #: The loss became NaN or infinite (ops.nonfinite_loss: stop or skip); the last good checkpoint is kept.
@@ -132,6 +143,9 @@ EXIT_DIR_ENV = "RECIPEKIT_EXIT_DIR"
 #: TESTING ONLY (the dry run's --kill-pod): every rank holds before the step after this one until it is killed, so
 #: the simulated node failure lands at exactly that step whatever the machine's load (session/callbacks.py).
 HOLD_AT_STEP_ENV = "RECIPEKIT_TESTING_HOLD_AT_STEP"
+#: TESTING ONLY (the dry run's slow node): this global rank waits this many seconds before each of preflight's
+#: point-to-point transfers and burn-in steps (``<rank>:<seconds>``), so preflight must name its node.
+SLOW_RANK_ENV = "RECIPEKIT_TESTING_SLOW_RANK"
 
 
 def record_exit(code: int, environ: Any = None) -> None:

@@ -47,7 +47,15 @@ STREAM_STATE_FILE = "recipekit-stream.json"
 INCOMPLETE_MARKER = "checkpoint-is-incomplete.txt"
 #: The operations layer's outputs (runtime/ops/preflight.py, watchdog.py, health.py, profiling.py, faults.py).
 CLUSTER_CHECK_FILE = "cluster-check.json"  # preflight's report
-PREFLIGHT_CHECKS = ("devices", "versions", "storage", "allreduce")  # what every report lists, in order
+PREFLIGHT_CHECKS = (
+    "devices",
+    "versions",
+    "storage",
+    "throughput",
+    "allreduce",
+    "p2p",
+    "burnin",
+)  # what every report lists, in order
 PREFLIGHT_DIR = "preflight"  # each pod's storage marker, removed once every pod has read the others'
 HANG_DIR = "hang"  # the stack dumps of a stalled run: stall-step-<N>-rank-<R>.txt
 NONFINITE_PREFIX = "nonfinite-step-"  # nonfinite-step-<N>/: the report and batches of a NaN/inf loss

@@ -22,6 +22,10 @@ RANK_LABEL = "rank"
 LABELS = (JOB_LABEL, RANK_LABEL)
 #: The extra label of :data:`ALERTS`: which in-process alert fired.
 ALERT_LABEL = "alert"
+#: The extra label of :data:`LOG_EVENTS` and :data:`LOG_EVENT_TIME`: which kind of fault a log line named.
+KIND_LABEL = "kind"
+#: Its values (runtime/ops/logevents.py holds the keywords of each).
+LOG_EVENT_KINDS = ("collective_timeout", "device_ecc", "device_oom")
 
 
 @dataclass(frozen=True)
@@ -30,6 +34,7 @@ class Metric:
     help: str
     unit: str = ""  # Grafana's unit id for the dashboard panel
     kind: str = "gauge"  # gauge | counter
+    label: str = ""  # a label of its own beyond LABELS (ALERT_LABEL, KIND_LABEL)
 
 
 STEP = Metric("recipekit_step", "Last completed optimizer step.", "none")
@@ -63,7 +68,24 @@ DATALOADER_WAIT = Metric(
 DEVICE_UTILISATION = Metric(
     "recipekit_device_utilisation", "Device utilisation (0-1) as the driver reports it (absent on CPU).", "percentunit"
 )
-ALERTS = Metric("recipekit_alerts_total", "In-process alerts raised, by alert.", "none", kind="counter")
+ALERTS = Metric(
+    "recipekit_alerts_total", "In-process alerts raised, by alert.", "none", kind="counter", label=ALERT_LABEL
+)
+#: Log keywords (runtime/ops/logevents.py): counted from this process's log records and its fatal error's text, kept
+#: in the run directory so that the restarted process serves what the failed one saw.
+LOG_EVENTS = Metric(
+    "recipekit_log_events_total",
+    "Log lines or errors of this rank naming a known fault (collective_timeout, device_ecc, device_oom), this run.",
+    "none",
+    kind="counter",
+    label=KIND_LABEL,
+)
+LOG_EVENT_TIME = Metric(
+    "recipekit_log_event_timestamp_seconds",
+    "Unix time a log line or error of this rank last named this kind of fault.",
+    "dateTimeAsIso",
+    label=KIND_LABEL,
+)
 #: MTTR in production (runtime/volume/recovery.py, from the run directory's recovery.jsonl; rank 0 reads it).
 RECOVERY_SECONDS = Metric(
     "recipekit_recovery_seconds",
@@ -93,6 +115,8 @@ METRICS = (
     DATALOADER_WAIT,
     DEVICE_UTILISATION,
     ALERTS,
+    LOG_EVENTS,
+    LOG_EVENT_TIME,
     RECOVERY_SECONDS,
     RESTARTS,
     STEPS_LOST,
@@ -100,5 +124,7 @@ METRICS = (
 
 #: Metrics only where the driver reports them (no utilisation on a CPU, nor without NVML): a scrape may lack them.
 DEVICE_ONLY = (DEVICE_UTILISATION,)
+#: Metrics with a series only once something happened (an alert raised, a fault named in the log).
+ON_EVENT = (ALERTS, LOG_EVENTS, LOG_EVENT_TIME)
 #: Metrics of the whole run that global rank 0 alone measures (the checkpoint directory holds every rank's shards).
 RANK0_ONLY = (CHECKPOINT_BYTES, RECOVERY_SECONDS, RESTARTS, STEPS_LOST)

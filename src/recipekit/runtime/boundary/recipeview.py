@@ -212,9 +212,11 @@ class RecipeView:
 # -------------------------------------------------------------------------------------------------- operations
 @dataclass(frozen=True, slots=True)
 class PreflightView:
-    """``operations.preflight``: whether preflight runs, and every threshold of its checks."""
+    """``operations.preflight``: whether preflight runs and gates (``mode``: strict, warn, off), and every threshold
+    of its checks."""
 
     enabled: bool
+    mode: str
     timeout_s: float
     allreduce_sizes_mb: list[float]
     allreduce_iterations: int
@@ -226,6 +228,15 @@ class PreflightView:
     checkpoint_bytes: int
     storage_needed_bytes: int
     collective_hint: str
+    p2p_size_mb: float
+    p2p_iterations: int
+    p2p_max_rounds: int
+    p2p_slow_fraction: float
+    storage_probe_mb: int
+    checkpoint_save_limit_s: float
+    burn_in_s: int
+    burn_in_slow_fraction: float
+    burn_in_tflops: float
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,22 +34,27 @@ class Exporter:
 
         self.registry = prom.CollectorRegistry(auto_describe=True)
         self.port, self.labels = port, {names.JOB_LABEL: job, names.RANK_LABEL: str(rank)}
-        self._gauges: dict[str, Any] = {}
-        self._alerts: Any = None
+        self._series: dict[str, Any] = {}
         for metric in names.METRICS:
-            if metric.kind == "counter":
-                self._alerts = prom.Counter(
-                    metric.name, metric.help, [*names.LABELS, names.ALERT_LABEL], registry=self.registry
-                )
-            else:
-                self._gauges[metric.name] = prom.Gauge(metric.name, metric.help, names.LABELS, registry=self.registry)
+            kind = prom.Counter if metric.kind == "counter" else prom.Gauge
+            labels = [*names.LABELS, metric.label] if metric.label else list(names.LABELS)
+            self._series[metric.name] = kind(metric.name, metric.help, labels, registry=self.registry)
         self.server = prom.start_http_server(port, addr=bind, registry=self.registry)
 
-    def set(self, metric: names.Metric, value: float) -> None:
-        self._gauges[metric.name].labels(**self.labels).set(value)
+    def set(self, metric: names.Metric, value: float, label: str = "") -> None:
+        """Set a gauge (``label``: the value of the metric's own label, where it has one)."""
+        self._of(metric, label).set(value)
+
+    def inc(self, metric: names.Metric, label: str = "", amount: float = 1.0) -> None:
+        """Add to a counter (``label`` as for :meth:`set`)."""
+        self._of(metric, label).inc(amount)
 
     def alert(self, alert: str) -> None:
-        self._alerts.labels(**self.labels, **{names.ALERT_LABEL: alert}).inc()
+        self.inc(names.ALERTS, alert)
+
+    def _of(self, metric: names.Metric, label: str) -> Any:
+        extra = {metric.label: label} if metric.label else {}
+        return self._series[metric.name].labels(**self.labels, **extra)
 
     def close(self) -> None:
         server = self.server[0] if isinstance(self.server, tuple) else None
@@ -62,7 +67,10 @@ class NoExporter:
 
     port = None
 
-    def set(self, metric: names.Metric, value: float) -> None:
+    def set(self, metric: names.Metric, value: float, label: str = "") -> None:
+        pass
+
+    def inc(self, metric: names.Metric, label: str = "", amount: float = 1.0) -> None:
         pass
 
     def alert(self, alert: str) -> None:

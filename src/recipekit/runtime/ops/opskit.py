@@ -20,7 +20,7 @@ from ..boundary.common import LOG
 from ..boundary.config import RunConfig
 from ..data.sampler import step_positions
 from ..volume.recovery import RecoveryLog
-from . import trackers
+from . import logevents, trackers
 from .device import Device
 from .exporter import start_exporter
 from .faults import Faults
@@ -47,6 +47,8 @@ class OpsLayer:
         self.trackers: list[trackers.GuardedTracker] = []
         #: interruptions and recoveries in the run directory (rank 0 writes; runtime/volume/recovery.py)
         self.recovery = RecoveryLog(self.output_dir, enabled=self.rank == 0)
+        #: log keywords naming a fault (HCCL/NCCL timeout, ECC/Xid, OOM), counted from here to the process's end
+        self.log_events = logevents.install(self.output_dir, self.rank)
 
     # -- before training
     def preflight(self) -> dict[str, Any] | None:
@@ -79,6 +81,7 @@ class OpsLayer:
         trainer.guard, trainer.faults = self.guard, self.faults
         operations, job = self.operations, self.run.plan.job_name
         self.exporter = start_exporter(operations.metrics, job, self.rank, int(os.environ.get("LOCAL_RANK", "0")))
+        self.log_events.events.attach(self.exporter)
         health = HealthCallback(trainer, Alerts(operations.alerts), self.exporter, records, self.device.kind)
         handler = trainer.callback_handler.callbacks
         handler.insert(1, health)  # after throughput, before the reporters and metrics.jsonl: they see its figures

@@ -10,21 +10,30 @@ The checks (``recipe.yaml`` ``operations.preflight`` holds every threshold, comp
 * **devices**: the pod sees as many devices as it runs processes (``ops.testing.device_count`` simulates another
   count), each healthy (``npu-smi info`` on Ascend) and held by no other process (device memory in use that this
   process did not allocate: the stale-process failure that makes HCCL's initialisation fail); skipped on CPU;
-* **versions**: torch, torch_npu, transformers, DeepSpeed, CANN, the Ascend driver and CUDA equal on every pod
-  (gathered over torch.distributed, compared by every rank alike) — a difference fails; a difference from the image's
-  pins only warns (the Job may run another image than this bundle's);
+* **versions**: torch, torch_npu, transformers, DeepSpeed, CANN, the Ascend driver and firmware, CUDA, NCCL and the
+  NVIDIA driver equal on every pod (gathered over torch.distributed as JSON text, compared by every rank alike) — a
+  difference fails; a difference from the image's pins only warns (the Job may run another image than this bundle's);
 * **storage**: the output directory exists (created if missing), every pod can write a marker there that every other
   pod reads (one shared volume, not a pod-local directory), and it has room for the configured checkpoints;
 * **allreduce**: an all-reduce at each configured message size over all ranks, as nccl-tests/hccl_test measure it:
   algorithm bandwidth = bytes / time, bus bandwidth = algbw × 2(n−1)/n (the link traffic a ring all-reduce needs,
   comparable with the link's rating); below ``bandwidth_warn_gbps`` is a warning; not finishing within the preflight
   timeout is a failure with the bundle README's collective hints (the watchdog thread ends the process: a hung
-  collective cannot be interrupted).
+  collective cannot be interrupted);
+* **throughput**: the shared volume's sequential write and read rate and the time a checkpoint of this plan takes
+  (volumeprobe.py);
+* **p2p**: every pair of ranks timed alone, which names the slow node or link (p2p.py);
+* **burnin**: opt-in (``ops.burn_in_s``), minutes of matmuls and all-reduces with a verdict per node (burnin.py).
+
+``mode`` (``ops.preflight``) decides what a warning does: ``warn`` logs it and trains; ``strict`` ends the Job before
+training with :class:`PreflightGate` (``exitcodes.EXIT_PREFLIGHT_GATE``, TerminateJob): a restart would measure the
+same slow part again.
 
 Every rank gathers every pod's findings and reaches the same verdict, so all ranks stop together (none is left
 waiting in a collective). Rank 0 writes the cluster check report (``cluster-check.json``) into the output directory,
 a table into the log, and a ``preflight`` record into metrics.jsonl. A failed check raises :class:`PreflightFailed`:
-train.py prints its one-line reason and exits ``exitcodes.EXIT_PREFLIGHT``; no training starts.
+train.py prints its one-line reason and exits ``exitcodes.EXIT_PREFLIGHT``; no training starts. What pods send each
+other is JSON text (:func:`_gather`): a peer's record is parsed, never unpickled beyond torch's own collective.
 """
 
 from __future__ import annotations
@@ -34,6 +43,7 @@ import os
 import re
 import secrets
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -45,6 +55,7 @@ import torch.distributed as dist
 
 from ..boundary import exitcodes, filenames, jsonfile, metricslog
 from ..boundary.common import LOG, RunError, version
+from . import burnin, p2p, volumeprobe
 from .watchdog import Watchdog
 
 GIB = 1024**3
@@ -60,6 +71,12 @@ class PreflightFailed(RunError):
     """A check failed: one line, exit ``exitcodes.EXIT_PREFLIGHT``."""
 
     code = exitcodes.EXIT_PREFLIGHT
+
+
+class PreflightGate(RunError):
+    """``ops.preflight: strict`` and a check warned: one line, exit ``exitcodes.EXIT_PREFLIGHT_GATE``."""
+
+    code = exitcodes.EXIT_PREFLIGHT_GATE
 
 
 # --------------------------------------------------------------------------------------------------- local facts
@@ -98,6 +115,9 @@ def ascend_versions() -> dict[str, str]:
     driver = _read_key(Path("/usr/local/Ascend/driver/version.info"), "Version")
     if driver:
         found["ascend_driver"] = driver
+    firmware = _read_key(Path("/usr/local/Ascend/firmware/version.info"), "Version")
+    if firmware:
+        found["ascend_firmware"] = firmware
     for variable in ("ASCEND_TOOLKIT_HOME", "ASCEND_HOME_PATH"):
         home = os.environ.get(variable)
         if not home:
@@ -138,7 +158,48 @@ def software_versions(kind: str) -> dict[str, str]:
         driver = nvidia_driver()
         if driver:
             found["nvidia_driver"] = driver
+        try:
+            found["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
+        except Exception:  # noqa: BLE001 - a build without NCCL has no version to compare
+            pass
     return found
+
+
+#: NVIDIA's error counters preflight reads (``nvidia-smi --help-query-gpu``): uncorrectable ECC errors since the
+#: driver loaded, and retired pages / remapped rows waiting for a reset (the device must be reset before training).
+NVIDIA_COUNTERS = ("ecc.errors.uncorrected.volatile.total", "retired_pages.pending", "remapped_rows.pending")
+#: Bytes of nvidia-smi's answer read at most (one line per GPU).
+SMI_OUTPUT_MAX = 64 * 1024
+
+
+def nvidia_counters(text: str) -> list[tuple[str, str, int]]:
+    """(GPU index, counter, value) of every counter above zero in ``nvidia-smi --query-gpu=index,<counters>
+    --format=csv,noheader,nounits`` output; "[N/A]", "[Not Supported]", "No"/"Yes" and malformed rows are read
+    defensively (only a count or Yes counts)."""
+    found = []
+    for line in text[:SMI_OUTPUT_MAX].splitlines()[:64]:
+        cells = [cell.strip() for cell in line.split(",")]
+        if len(cells) != 1 + len(NVIDIA_COUNTERS) or not cells[0].isdigit():
+            continue
+        for name, cell in zip(NVIDIA_COUNTERS, cells[1:]):
+            value = 1 if cell.lower() == "yes" else int(cell) if cell.isdigit() and len(cell) < 12 else 0
+            if value > 0:
+                found.append((cells[0], name, value))
+    return found
+
+
+def _nvidia_smi() -> dict[str, Any]:
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return {"skipped": "nvidia-smi not found"}
+    query = f"--query-gpu=index,{','.join(NVIDIA_COUNTERS)}"
+    try:
+        out = subprocess.run([smi, query, "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return {"skipped": f"nvidia-smi: {exc}"}
+    if out.returncode != 0:
+        return {"skipped": f"nvidia-smi exited {out.returncode}"}
+    return {"counters": nvidia_counters(out.stdout)}
 
 
 _NPU_ROW = re.compile(r"^\|\s*(\d+)\s+(\S+)\s*\|\s*([A-Za-z]+)\s*\|")
@@ -171,6 +232,8 @@ def device_facts(kind: str, count: int, simulated: int | None, runtime_context_g
         facts["memory_error"] = f"{type(exc).__name__}: {exc}"
     if kind == "npu" and local_rank() == 0:
         facts["health"] = _npu_smi()
+    if kind == "cuda" and local_rank() == 0:
+        facts["health"] = _nvidia_smi()
     return facts
 
 
@@ -255,6 +318,13 @@ def judge_devices(facts: list[dict[str, Any]], expected: int) -> dict[str, Any]:
         return check("devices", FAIL, "; ".join(dict.fromkeys(problems)))
     notes = {fact["health"]["skipped"] for fact in facts if (fact.get("health") or {}).get("skipped")}
     detail = f"{expected} {first['kind']} device(s) per pod, free" + (f" ({'; '.join(notes)})" if notes else "")
+    counted = [
+        f"pod {fact['pod']} GPU {gpu}: {name} {value}"
+        for fact in facts
+        for gpu, name, value in (fact.get("health") or {}).get("counters", [])
+    ]
+    if counted:
+        return check("devices", WARN, f"{detail}; error counters above zero: {'; '.join(counted)}")
     return check("devices", PASS, detail)
 
 
@@ -342,12 +412,26 @@ def _grouped() -> bool:
     return dist.is_available() and dist.is_initialized()
 
 
+#: Characters of one rank's gathered record at most.
+GATHER_MAX = 1024 * 1024
+
+
 def _gather(value: Any) -> list[Any]:
+    """Every rank's ``value``, sent as JSON text: what a peer sends is parsed as JSON, bounded, never unpickled
+    beyond torch's own collective (which carries a str)."""
     if not _grouped():
         return [value]
     out: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(out, value)
-    return out
+    dist.all_gather_object(out, json.dumps(value))
+    parsed = []
+    for rank, text in enumerate(out):
+        try:
+            if not isinstance(text, str) or len(text) > GATHER_MAX:
+                raise ValueError(type(text).__name__)
+            parsed.append(json.loads(text))
+        except ValueError:
+            raise PreflightFailed(f"preflight failed: rank {rank} sent a malformed record (not JSON text)") from None
+    return parsed
 
 
 def _barrier() -> None:
@@ -392,6 +476,92 @@ def _synchronize(device: torch.device) -> None:
         getattr(torch, device.type).synchronize(device)
 
 
+# ----------------------------------------------------------------------------- finding the slow part (gateable)
+def measure_throughput(output_dir: Path, pod: int, size_mb: int, first_on_pod: bool) -> list[dict[str, Any]]:
+    """Every pod writes at once, then reads at once (volumeprobe.py); each pod's figures, gathered."""
+    folder = output_dir / filenames.PREFLIGHT_DIR
+    probe = volumeprobe.write_probe(folder, pod, size_mb) if first_on_pod else None
+    _barrier()  # every pod has written before any reads: the reads hit the volume, not a neighbour's write
+    if probe is not None and not probe.get("error"):
+        probe.update(volumeprobe.read_probe(probe))
+    probes = _gather({"pod": pod, **probe} if probe is not None else None)
+    return [p for p in probes if p is not None]
+
+
+def judge_throughput(probes: list[dict[str, Any]], settings: dict[str, Any]) -> dict[str, Any]:
+    found = volumeprobe.judge(
+        probes,
+        int(settings["checkpoint_bytes"]),
+        float(settings["checkpoint_save_limit_s"]),
+        float(settings["p2p_slow_fraction"]),
+    )
+    figures = {k: found[k] for k in ("write_mbps", "read_mbps", "checkpoint_s") if k in found}
+    if found["problems"]:
+        return check("throughput", WARN, "; ".join(found["problems"]) + f" ({found['detail']})", **figures)
+    return check("throughput", PASS, found["detail"], **figures)
+
+
+def judge_p2p(
+    times: list[dict[str, float]], pods: list[int], hosts: list[str], settings: dict[str, Any], kind: str
+) -> dict[str, Any]:
+    size = max(1, int(float(settings["p2p_size_mb"]) * 1e6) // 4) * 4
+    found = p2p.pairs(times, pods, size)
+    if not found:
+        return check("p2p", SKIP, "one rank: no pair to measure")
+    floor = float(settings["bandwidth_warn_gbps"]) if kind in ("cuda", "npu") else None
+    slow = p2p.slow_pairs(found, float(settings["p2p_slow_fraction"]), floor, len(set(pods)) > 1)
+    bad, links = p2p.verdict(found, slow, hosts)
+    matrix = [[p.a, p.b, p.gbps] for p in found]
+    shown = f"{p2p.summary(found)} ({float(settings['p2p_size_mb']):g} MB each way)"
+    if bad or links:
+        return check(
+            "p2p",
+            WARN,
+            f"{p2p.describe(found, bad, links, pods, hosts)}; {shown}",
+            matrix=matrix,
+            slow_pods=sorted({pods[r] for r in bad}),
+        )
+    return check("p2p", PASS, f"no slow node or link: {shown}", matrix=matrix, slow_pods=[])
+
+
+def judge_burnin(results: list[dict[str, Any]], pods: list[int], hosts: list[str], settings: dict[str, Any], kind: str):
+    bar = float(settings["burn_in_tflops"]) if kind in ("cuda", "npu") else None
+    verdicts, problems = burnin.judge(results, pods, hosts, float(settings["burn_in_slow_fraction"]), bar)
+    shown = ", ".join(f"pod {v['pod']} {v['tflops']:.3g} TFLOP/s {v['verdict']}" for v in verdicts)
+    detail = f"{int(settings['burn_in_s'])} s of matmuls and all-reduces: {shown}"
+    if problems:
+        return check("burnin", WARN, "; ".join(problems) + f" ({detail})", nodes=verdicts)
+    return check("burnin", PASS, detail, nodes=verdicts)
+
+
+def gateable(
+    settings: dict[str, Any], world: int, torch_device: torch.device, kind: str, where: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """The checks that find the slow part: the volume's throughput, the pairs, the burn-in (opt-in)."""
+    rank, pod, first = where["rank"], where["pod"], where["first_on_pod"]
+    delay = p2p.slow_delay(rank)
+    probes = measure_throughput(where["output_dir"], pod, int(settings["storage_probe_mb"]), first)
+    checks = [judge_throughput(probes, settings)]
+    if world < 2:
+        checks.append(check("p2p", SKIP, "one rank: no pair to measure"))
+    else:
+        local = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1))
+        offsets = p2p.rounds(world, local, int(settings["p2p_max_rounds"]))
+        mine = p2p.measure(
+            offsets, float(settings["p2p_size_mb"]), int(settings["p2p_iterations"]), torch_device, delay
+        )
+        checks.append(judge_p2p(_gather(mine), where["pods"], where["hosts"], settings, kind))
+    seconds = int(settings["burn_in_s"])
+    if seconds <= 0:
+        checks.append(check("burnin", SKIP, "off (ops.burn_in_s: 0)"))
+    elif not _grouped():
+        checks.append(check("burnin", SKIP, "one process: no all-reduce to burn in"))
+    else:
+        results = _gather(burnin.run(float(seconds), torch_device, delay))
+        checks.append(judge_burnin(results, where["pods"], where["hosts"], settings, kind))
+    return checks
+
+
 # ------------------------------------------------------------------------------------------------------- the run
 def run_preflight(
     settings: dict[str, Any],
@@ -417,7 +587,8 @@ def run_preflight(
             f"a link does not answer; {settings['collective_hint']}"
         )
 
-    watchdog.arm("the preflight collectives", timeout, 0, reason)
+    # burn-in runs for its own seconds on top of the checks' allowance
+    watchdog.arm("the preflight collectives", timeout + float(settings.get("burn_in_s", 0)), 0, reason)
     try:
         token_box = [secrets.token_hex(6) if rank == 0 else None]
         if _grouped():
@@ -427,6 +598,7 @@ def run_preflight(
         first_on_pod = local_rank() == 0
         mine = {
             "pod": pod,
+            "host": socket.gethostname()[:64],
             "devices": {
                 "pod": pod,
                 **device_facts(device_kind, device_count, simulated_devices, runtime_context_gib),
@@ -447,14 +619,27 @@ def run_preflight(
         if first_on_pod and mine["write"].get("marker"):
             _remove(Path(mine["write"]["marker"]))
         if any(c["status"] == FAIL for c in checks):
-            checks.append(check("allreduce", SKIP, "not run: an earlier check failed"))
-        elif world < 2:
-            checks.append(check("allreduce", SKIP, "one rank: no collective to measure"))
+            checks += [check(name, SKIP, "not run: an earlier check failed") for name in CHECKS[len(checks) :]]
         else:
-            results = measure_allreduce(
-                [float(s) for s in settings["allreduce_sizes_mb"]], int(settings["allreduce_iterations"]), torch_device
-            )
-            checks.append(judge_bandwidth(results, world, settings))
+            where = {
+                "rank": rank,
+                "pod": pod,
+                "first_on_pod": first_on_pod,
+                "output_dir": output_dir,
+                "pods": [int(f["pod"]) for f in facts],
+                "hosts": [str(f["host"]) for f in facts],
+            }
+            found = gateable(settings, world, torch_device, device_kind, where)
+            if world < 2:
+                found.insert(1, check("allreduce", SKIP, "one rank: no collective to measure"))
+            else:
+                results = measure_allreduce(
+                    [float(s) for s in settings["allreduce_sizes_mb"]],
+                    int(settings["allreduce_iterations"]),
+                    torch_device,
+                )
+                found.insert(1, judge_bandwidth(results, world, settings))
+            checks += found
     finally:
         watchdog.disarm()
     report = {
@@ -465,11 +650,18 @@ def run_preflight(
         "checks": checks,
     }
     failed = [c for c in checks if c["status"] == FAIL]
-    report["reason"] = "; ".join(f"{c['check']}: {c['detail']}" for c in failed) or None
+    strict = settings.get("mode") == "strict"
+    gated = [c for c in checks if c["status"] == WARN] if strict and not failed else []
+    report["mode"] = settings.get("mode", "warn")
+    report["gated"] = bool(gated)
+    report["ok"] = not failed and not gated
+    report["reason"] = "; ".join(f"{c['check']}: {c['detail']}" for c in failed + gated) or None
     if rank == 0:
         _publish(report, output_dir, metrics_file)
     if failed:
         raise PreflightFailed(f"preflight failed: {report['reason']}")
+    if gated:
+        raise PreflightGate(f"preflight failed (ops.preflight: strict): {report['reason']}")
     return report
 
 
@@ -500,6 +692,8 @@ def _publish(report: dict[str, Any], output_dir: Path, metrics_file: Path) -> No
             metricslog.event(
                 metricslog.EVENT_PREFLIGHT,
                 ok=report["ok"],
+                mode=report["mode"],
+                gated=report["gated"],
                 checks=[{k: c[k] for k in ("check", "status", "detail")} for c in report["checks"]],
                 seconds=report["seconds"],
                 reason=report["reason"],

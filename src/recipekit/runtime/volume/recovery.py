@@ -17,7 +17,13 @@ Two files in the output directory:
 
 MTTR of one recovery = time of the first step after the restart − time of the last step completed before the
 interruption: detection, teardown, rescheduling, start-up, loading and the first step all count, as they do for
-the people waiting. Steps lost = that last step − the checkpoint step resumed from (work done twice).
+the people waiting. :attr:`Recovery.parts` splits it at the times the run recorded: **detect** (last step → the
+first rank's end record, attempt-ends/: the watchdog, a collective's timeout or the kill noticed), **reschedule**
+(→ the launcher started again: teardown, Volcano's restart, scheduling, the container's start), **restart** (→ the
+``start`` record: torchrun, the process group, preflight), **load** (→ ``loaded``: model and checkpoint) and
+**first step** (→ ``first_step``). A part whose end time is not recorded is None and its time joins the next part's
+(no end record: detection counts as rescheduling). Steps lost = that last step − the checkpoint step resumed from
+(work done twice).
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ import os
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +57,27 @@ class Recovery:
     loaded_time: float | None  # checkpoint loaded, training loop begins
     first_step: int | None
     first_step_time: float | None
+    started_time: float | None = None  # the ``start`` record: the process group exists, preflight passed
+    detected_time: float | None = None  # the interrupted attempt's first end record (attempt-ends/), where known
+
+    @property
+    def parts(self) -> dict[str, float | None]:
+        """The MTTR in its parts, seconds (see the module's docstring); they add up to :attr:`mttr_s`."""
+        marks = [
+            ("detect", self.detected_time),
+            ("reschedule", self.restart_time),
+            ("restart", self.started_time),
+            ("load", self.loaded_time),
+            ("first_step", self.first_step_time),
+        ]
+        found: dict[str, float | None] = {}
+        since = self.interrupted_time
+        for name, at in marks:
+            if at is None or at < since:  # not recorded, or a clock of another pod behind this one
+                found[name] = None
+                continue
+            found[name], since = round(at - since, 2), at
+        return found
 
     @property
     def mttr_s(self) -> float | None:
@@ -71,6 +98,7 @@ class Recovery:
             "first_step": self.first_step,
             "first_step_time": self.first_step_time,
             "mttr_s": self.mttr_s,
+            "parts_s": self.parts,
             "steps_lost": self.steps_lost,
         }
 
@@ -117,6 +145,7 @@ def history(records: list[dict[str, Any]]) -> list[Recovery]:
                     loaded_time=current.get("loaded_time"),
                     first_step=current.get("first_step"),
                     first_step_time=current.get("first_step_time"),
+                    started_time=current.get("started_time"),
                 )
             )
 
@@ -135,12 +164,25 @@ def history(records: list[dict[str, Any]]) -> list[Recovery]:
                         "interrupted_time": at,
                         "restart_time": restart,
                         "resume_step": _step(record.get("resume_step")) or 0,
+                        "started_time": _time(record.get("time")),
                     }
         elif current is not None and kind == "loaded" and "loaded_time" not in current:
             current["loaded_time"] = _time(record.get("time"))
         elif current is not None and kind == "first_step" and "first_step" not in current:
             current["first_step"], current["first_step_time"] = _step(record.get("step")), _time(record.get("time"))
     close()
+    return found
+
+
+def detected(recoveries: list[Recovery], ends: list[list[dict[str, Any]]]) -> list[Recovery]:
+    """Each recovery with the time its interruption was detected: the first end record (attempt-ends/) of the attempt
+    it followed (``ends[i]``, the ends of recovery ``i``'s interrupted attempt; typed by attemptends.read_ends), at
+    or after the last step (an earlier one is no end of that step's attempt)."""
+    found = []
+    for i, r in enumerate(recoveries):
+        times = [e["time"] for e in (ends[i] if i < len(ends) else []) if e.get("time") is not None]
+        first = min((t for t in times if t >= r.interrupted_time), default=None)
+        found.append(replace(r, detected_time=first))
     return found
 
 
@@ -171,14 +213,14 @@ def compact(value: Any) -> dict[str, Any] | None:
     if not isinstance(value, dict):
         return None
     kept = {k: value[k] for k in _USED if k in value and isinstance(value[k], (int, float, str, type(None)))}
+    aside = value.get("superseded")
+    if isinstance(aside, list):  # a restart's checkpoints set aside (restarts() reads them)
+        kept["superseded"] = [name[:64] for name in aside[:MAX_SUPERSEDED] if isinstance(name, str)]
     interrupted = value.get("interrupted")
     if isinstance(interrupted, dict):
         kept["interrupted"] = {
             k: interrupted.get(k) for k in ("step", "time") if isinstance(interrupted.get(k), (int, float, str))
         }
-    aside = value.get("superseded")
-    if isinstance(aside, list):  # a restart's checkpoints set aside: names, bounded in number and length
-        kept["superseded"] = [name[:64] for name in aside[:MAX_SUPERSEDED] if isinstance(name, str)]
     return kept
 
 
