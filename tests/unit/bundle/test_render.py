@@ -284,3 +284,14 @@ def test_the_hot_tier_is_a_node_local_volume_of_the_job_only_when_asked_for() ->
 def test_the_hot_tier_keeps_one_or_two_checkpoints() -> None:
     with pytest.raises(RecipeError, match="keep"):
         render_files(["recipe=tiny_sft", "train.hot_checkpoints.medium=hostPath", "train.hot_checkpoints.keep=3"])
+
+
+def test_a_hot_tier_mounted_on_the_shared_volume_is_refused() -> None:
+    with pytest.raises(RecipeError, match="train.hot_checkpoints.mount_path"):
+        render_files(
+            [
+                "recipe=tiny_sft",
+                "train.hot_checkpoints.medium=emptyDir",
+                "train.hot_checkpoints.mount_path=/mnt/shared/hot",
+            ]
+        )
