@@ -267,11 +267,7 @@ def run_training(run: RunConfig, device: Device, resume: str) -> int:
         trainer.ledger = RowLedger(output_dir, args.process_index, args.world_size, tensor_parallel(run))
     if isinstance(train_set, StreamDataset) and resume_from:  # the stream skips itself; the random state is ours
         trainer.add_callback(ResumeRandomState(trainer, resume_from))
-    tier = hot_tier(run)
-    drainer = make_drainer(tier, output_dir, identity, key, run, ops)
-    trainer.hot_dir = str(tier.directory) if tier is not None else None
-    trainer.add_callback(RunRecordCallback(identity, key, drainer))  # last: it signs what every other callback wrote
-    ops.time_saves(trainer, trainer.checkpoint_dir(), drained_later=drainer is not None)
+    drainer = install_checkpoints(trainer, run, output_dir, identity, key, ops)
     for line in summary_lines(run, args, device, model_path, (trainable, total), train_set, eval_set, resume_from):
         log0(line)
     records.add(metricslog.EVENT_START, **start_fields(run, args, device, layout, choice, (trainable, total)))
@@ -297,6 +293,24 @@ def run_training(run: RunConfig, device: Device, resume: str) -> int:
     records.add(metricslog.EVENT_DONE, step=step, output=str(output_dir), merged=str(merged) if merged else None)
     log0("done: %d steps; model in %s", step, output_dir)
     return exitcodes.EXIT_OK
+
+
+def install_checkpoints(
+    trainer: SessionTrainer,
+    run: RunConfig,
+    output_dir: Path,
+    identity: dict[str, Any],
+    key: bytes | None,
+    ops: OpsLayer,
+) -> hottier.Drainer | None:
+    """Where checkpoints go (the hot tier, when there is one) and the callbacks that sign and time them, added last:
+    the run record's signs what every other callback wrote, and the timer counts it. Returns the hot tier's drain."""
+    tier = hot_tier(run)
+    drainer = make_drainer(tier, output_dir, identity, key, run, ops)
+    trainer.hot_dir = str(tier.directory) if tier is not None else None
+    trainer.add_callback(RunRecordCallback(identity, key, drainer))
+    ops.time_saves(trainer, trainer.checkpoint_dir(), drained_later=drainer is not None)
+    return drainer
 
 
 def make_drainer(
