@@ -59,6 +59,8 @@ def test_each_tier_keeps_its_own_count_newest_first(tmp_path: Path) -> None:
         drain(hot, shared, step, keep=3)
     assert sorted(p.name for p in hot.directory.iterdir()) == ["checkpoint-10", "checkpoint-8"]
     assert sorted(p.name for p in shared.iterdir()) == ["checkpoint-10", "checkpoint-6", "checkpoint-8"]
+    # a restart asked for forgets the hot tier (session.forget_hot_tier): nothing of it is kept
+    assert hottier.retain(hot.directory, 0) == ["checkpoint-10", "checkpoint-8"] and not any(hot.directory.iterdir())
 
 
 def test_several_pods_files_become_one_checkpoint_signed_by_global_rank_0(tmp_path: Path) -> None:

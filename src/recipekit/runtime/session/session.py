@@ -267,7 +267,7 @@ def run_training(run: RunConfig, device: Device, resume: str) -> int:
         trainer.ledger = RowLedger(output_dir, args.process_index, args.world_size, tensor_parallel(run))
     if isinstance(train_set, StreamDataset) and resume_from:  # the stream skips itself; the random state is ours
         trainer.add_callback(ResumeRandomState(trainer, resume_from))
-    drainer = install_checkpoints(trainer, run, output_dir, identity, key, ops)
+    drainer = install_checkpoints(trainer, run, output_dir, (identity, key), ops, restarted=request is not None)
     for line in summary_lines(run, args, device, model_path, (trainable, total), train_set, eval_set, resume_from):
         log0(line)
     records.add(metricslog.EVENT_START, **start_fields(run, args, device, layout, choice, (trainable, total)))
@@ -299,18 +299,32 @@ def install_checkpoints(
     trainer: SessionTrainer,
     run: RunConfig,
     output_dir: Path,
-    identity: dict[str, Any],
-    key: bytes | None,
+    signing: tuple[dict[str, Any], bytes | None],
     ops: OpsLayer,
+    restarted: bool,
 ) -> hottier.Drainer | None:
-    """Where checkpoints go (the hot tier, when there is one) and the callbacks that sign and time them, added last:
-    the run record's signs what every other callback wrote, and the timer counts it. Returns the hot tier's drain."""
+    """Where checkpoints go (the hot tier, when there is one) and the callbacks that sign (``signing``: the run
+    record and the run key) and time them, added last: the run record's signs what every other callback wrote, and
+    the timer counts it. ``restarted``: a restart was asked for, so this pod's hot checkpoints are forgotten.
+    Returns the hot tier's drain."""
+    identity, key = signing
+    if restarted:
+        forget_hot_tier(run)  # its checkpoints belong to the trajectory the restart leaves
     tier = hot_tier(run)
     drainer = make_drainer(tier, output_dir, identity, key, run, ops)
     trainer.hot_dir = str(tier.directory) if tier is not None else None
     trainer.add_callback(RunRecordCallback(identity, key, drainer))
     ops.time_saves(trainer, trainer.checkpoint_dir(), drained_later=drainer is not None)
     return drainer
+
+
+def forget_hot_tier(run: RunConfig) -> None:
+    """Remove this pod's hot checkpoints (its local rank 0): a restart asked for (``recipekit restart``) leaves their
+    trajectory, and a later automatic resume must not find them newer than the shared volume's."""
+    tier = hot_tier(run)
+    if tier is not None and hottier.PodPlace.from_env().drains and tier.directory.is_dir():
+        removed = hottier.retain(tier.directory, 0)
+        log0("restart: removed from the hot tier: %s", ", ".join(removed) or "nothing")
 
 
 def make_drainer(
