@@ -217,9 +217,14 @@ def run_key_command(namespace: str) -> str:
     )
 
 
+#: The pod volume of the checkpoints' node-local hot tier (``train.hot_checkpoints``).
+HOT_VOLUME = "hot-checkpoints"
+
+
 def _pod_storage(recipe: Recipe, plan: Plan) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The pod's volumes and the trainer's mounts of them: /dev/shm, the shared volume, the run key, the host paths
-    the hardware needs, the NVMe scratch directory of an NVMe offload, and the run files (the bundle's ConfigMap)."""
+    the hardware needs, the NVMe scratch directory of an NVMe offload, the checkpoints' hot tier, and the run files
+    (the bundle's ConfigMap)."""
     hw, cl, par = recipe.hw, recipe.cluster, recipe.parallel
     volumes: list[dict[str, Any]] = [
         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{cl.shm_gib}Gi"}},
@@ -239,6 +244,13 @@ def _pod_storage(recipe: Recipe, plan: Plan) -> tuple[list[dict[str, Any]], list
     if par.nvme_path and "nvme" in (par.offload_optimizer, par.offload_param):
         volumes.append({"name": "nvme", "hostPath": {"path": par.nvme_path, "type": "DirectoryOrCreate"}})
         mounts.append({"name": "nvme", "mountPath": par.nvme_path})
+    hot = recipe.train.hot_checkpoints
+    if hot.medium != "none":  # the checkpoints' node-local hot tier (runtime/volume/hottier.py)
+        source: dict[str, Any] = {"hostPath": {"path": hot.host_path, "type": "DirectoryOrCreate"}}
+        if hot.medium == "emptyDir":
+            source = {"emptyDir": {"sizeLimit": f"{hot.size_gib}Gi"} if hot.size_gib else {}}
+        volumes.append({"name": HOT_VOLUME, **source})
+        mounts.append({"name": HOT_VOLUME, "mountPath": hot.mount_path})
     run_files, run_files_mount = pod_volume(plan.job_name)  # the bundle's ConfigMap, read-only (bundle/runfiles.py)
     return [*volumes, run_files], [*mounts, run_files_mount]
 

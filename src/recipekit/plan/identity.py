@@ -125,4 +125,14 @@ def run_names(recipe: Recipe, layout: Layout, precision: str) -> tuple[RunNames,
                 hint="every pod prepares a share and reads every shard: put prepared_dir under mount_path",
             )
         )
+    hot = recipe.train.hot_checkpoints
+    hot_mount = hot.mount_path.rstrip("/") + "/"
+    if hot.medium != "none" and (hot_mount.startswith(mount) or mount.startswith(hot_mount)):
+        problems.append(
+            Problem(
+                "train.hot_checkpoints.mount_path",
+                f"{hot.mount_path} overlaps the shared volume {cl.mount_path}",
+                hint="the hot tier is the node's own disk: mount it apart from the shared volume",
+            )
+        )
     return RunNames(identity, job_name, output_dir, prepared_dir), problems

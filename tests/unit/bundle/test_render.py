@@ -261,3 +261,37 @@ def test_kubectl_apply_k_of_the_bundle_applies_the_configmap_then_the_job() -> N
     assert kinds == ["ConfigMap", "Job"]  # the run files exist before a pod mounts them
     # what kubectl -f of the directory would trip on is left out: every listed file is a Kubernetes object
     assert not [name for name in kustomization["resources"] if not name.endswith(".yaml")]
+
+
+def test_the_hot_tier_is_a_node_local_volume_of_the_job_only_when_asked_for() -> None:
+    """train.hot_checkpoints: a hostPath (kept on the node across pod restarts) or an emptyDir (deleted with the pod)
+    mounted where the runtime saves checkpoints first; without it the Job has no such volume."""
+
+    def hot_volume(overrides: list[str]) -> tuple[list[dict], list[dict]]:
+        job = yaml.safe_load(render_files(["recipe=tiny_sft", *overrides])["volcano-job.yaml"])
+        spec = job["spec"]["tasks"][0]["template"]["spec"]
+        volumes = [v for v in spec["volumes"] if v["name"] == "hot-checkpoints"]
+        return volumes, [m for m in spec["containers"][0]["volumeMounts"] if m["name"] == "hot-checkpoints"]
+
+    assert hot_volume([]) == ([], [])
+    volumes, mounts = hot_volume(["train.hot_checkpoints.medium=hostPath", "train.hot_checkpoints.host_path=/nvme/ck"])
+    assert volumes == [{"name": "hot-checkpoints", "hostPath": {"path": "/nvme/ck", "type": "DirectoryOrCreate"}}]
+    assert mounts == [{"name": "hot-checkpoints", "mountPath": "/var/lib/recipekit/hot"}]
+    volumes, _ = hot_volume(["train.hot_checkpoints.medium=emptyDir", "train.hot_checkpoints.size_gib=200"])
+    assert volumes == [{"name": "hot-checkpoints", "emptyDir": {"sizeLimit": "200Gi"}}]
+
+
+def test_the_hot_tier_keeps_one_or_two_checkpoints() -> None:
+    with pytest.raises(RecipeError, match="keep"):
+        render_files(["recipe=tiny_sft", "train.hot_checkpoints.medium=hostPath", "train.hot_checkpoints.keep=3"])
+
+
+def test_a_hot_tier_mounted_on_the_shared_volume_is_refused() -> None:
+    with pytest.raises(RecipeError, match="train.hot_checkpoints.mount_path"):
+        render_files(
+            [
+                "recipe=tiny_sft",
+                "train.hot_checkpoints.medium=emptyDir",
+                "train.hot_checkpoints.mount_path=/mnt/shared/hot",
+            ]
+        )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from recipekit.recipe.domains import DNS_SUBDOMAIN, INDEX_URL
+from recipekit.recipe.domains import DNS_SUBDOMAIN, HOST_PATH, INDEX_URL, MOUNT_PATH
 from recipekit.recipe.schema import Section, pattern_domain, spec
 from recipekit.recipe.sections.model import MAX_COUNT
 
@@ -55,6 +55,38 @@ class TrackingSpec(Section):
     )
 
 
+# ---------------------------------------------------------------------------------------------------- hot tier
+class HotCheckpointsSpec(Section):
+    """Checkpoints written first to node-local storage (the hot tier), then drained to the shared volume in the
+    background, so training waits for a local disk rather than for the volume (docs/operations.md, "Checkpoints
+    that do not stall training").
+
+    ``medium: hostPath`` keeps the hot tier on the node across pod restarts: a restarted Job placed on the same node
+    resumes from it when it is newer than the shared volume's copy. An ``emptyDir`` is deleted with its pod (every
+    Volcano restart), so it only takes the volume's time off the step; its copy is never resumed from.
+    """
+
+    medium: Literal["none", "hostPath", "emptyDir"] = spec(
+        "none",
+        description="none: checkpoints go straight to the shared volume, as the Trainer writes them; hostPath or "
+        "emptyDir: first to node-local storage, then drained to the shared volume in the background.",
+    )
+    mount_path: str = spec(
+        "/var/lib/recipekit/hot",
+        domain=MOUNT_PATH,
+        description="Where the pod mounts the node-local storage.",
+    )
+    host_path: str = spec(
+        "/var/lib/recipekit/hot",
+        domain=HOST_PATH,
+        description="The node's directory (hostPath; a fast local NVMe disk).",
+    )
+    size_gib: int | None = spec(None, gt=0, le=1_048_576, description="emptyDir's sizeLimit in GiB (none: no limit).")
+    keep: int = spec(
+        1, ge=1, le=2, description="Checkpoints kept on the node (the shared volume keeps train.save_total_limit)."
+    )
+
+
 # --------------------------------------------------------------------------------------------------------- train
 class TrainSpec(Section):
     """Optimisation and bookkeeping; the Trainer arguments are derived from these by the plan."""
@@ -83,6 +115,11 @@ class TrainSpec(Section):
     )
     save_steps: int = spec(500, gt=0, le=MAX_COUNT, description="Checkpoint every N optimizer steps.")
     save_total_limit: int = spec(3, gt=0, le=100_000, description="Checkpoints kept (oldest deleted first).")
+    hot_checkpoints: HotCheckpointsSpec = spec(
+        default_factory=HotCheckpointsSpec,
+        omit_default=True,
+        description="A node-local hot tier for checkpoints, drained to the shared volume in the background.",
+    )
     logging_steps: int = spec(10, gt=0, le=MAX_COUNT, description="Log every N optimizer steps.")
     seed: int = spec(42, ge=0, le=2**32 - 1, description="Random seed (NumPy's seeds are 32-bit).")
     report_to: list[Literal["tensorboard", "wandb", "mlflow", "swanlab", "none"]] = spec(

@@ -60,7 +60,16 @@ GRAD_NORM_JUMP = Metric(
 )
 LEARNING_RATE = Metric("recipekit_learning_rate", "Learning rate.", "none")
 MFU_LOW_STEPS = Metric("recipekit_mfu_low_steps", "Logging steps in a row with MFU below the target.", "none")
-CHECKPOINT_SECONDS = Metric("recipekit_checkpoint_save_seconds", "Wall time of the last checkpoint save.", "s")
+CHECKPOINT_SECONDS = Metric(
+    "recipekit_checkpoint_seconds",
+    "Seconds training stood still for the last checkpoint save (with a hot tier: the node-local write).",
+    "s",
+)
+CHECKPOINT_TOTAL_SECONDS = Metric(
+    "recipekit_checkpoint_total_seconds",
+    "Seconds from the last checkpoint's save to its signed copy on the shared volume (hot tier: plus the drain).",
+    "s",
+)
 CHECKPOINT_BYTES = Metric("recipekit_checkpoint_size_bytes", "Size of the last checkpoint on disk.", "bytes")
 DATALOADER_WAIT = Metric(
     "recipekit_dataloader_wait_fraction", "Share of the last step spent waiting for the next batch.", "percentunit"
@@ -111,6 +120,7 @@ METRICS = (
     LEARNING_RATE,
     MFU_LOW_STEPS,
     CHECKPOINT_SECONDS,
+    CHECKPOINT_TOTAL_SECONDS,
     CHECKPOINT_BYTES,
     DATALOADER_WAIT,
     DEVICE_UTILISATION,
@@ -127,4 +137,4 @@ DEVICE_ONLY = (DEVICE_UTILISATION,)
 #: Metrics with a series only once something happened (an alert raised, a fault named in the log).
 ON_EVENT = (ALERTS, LOG_EVENTS, LOG_EVENT_TIME)
 #: Metrics of the whole run that global rank 0 alone measures (the checkpoint directory holds every rank's shards).
-RANK0_ONLY = (CHECKPOINT_BYTES, RECOVERY_SECONDS, RESTARTS, STEPS_LOST)
+RANK0_ONLY = (CHECKPOINT_BYTES, CHECKPOINT_TOTAL_SECONDS, RECOVERY_SECONDS, RESTARTS, STEPS_LOST)

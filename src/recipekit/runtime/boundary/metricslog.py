@@ -30,12 +30,15 @@ EVENT_PHASE = "phase"
 #: The operations layer's records. ``preflight``: rank 0's verdict and every check (also cluster-check.json);
 #: ``stalled``: the hang watchdog fired (written by *each* rank that detects it: rank 0 may be the one that hangs);
 #: ``nonfinite``: a NaN/inf loss stopped or warned; ``alert``: an in-process warning (``alert``, ``step``,
-#: ``message``); ``checkpoint``: a save's ``seconds`` and ``bytes``; ``profile``: where a trace went.
+#: ``message``); ``checkpoint``: a save's ``seconds`` (training waited) and ``bytes``; ``profile``: where a trace went.
 EVENT_PREFLIGHT = "preflight"
 EVENT_STALLED = "stalled"
 EVENT_NONFINITE = "nonfinite"
 EVENT_ALERT = "alert"
 EVENT_CHECKPOINT = "checkpoint"
+#: A hot tier's checkpoint reached the shared volume: ``step``, the drain's ``seconds``, the ``total`` from the save's
+#: start, ``bytes`` copied (runtime/volume/hottier.py).
+EVENT_CHECKPOINT_DRAINED = "checkpoint_drained"
 EVENT_PROFILE = "profile"
 
 #: metrics.jsonl's measured memory of each logged step, GiB, the largest over ranks: the device's peak allocated

@@ -189,10 +189,21 @@ class ClusterView:
 
 
 @dataclass(frozen=True, slots=True)
+class HotCheckpointsView:
+    """``recipe.train.hot_checkpoints``: the node-local hot tier of the checkpoints (volume/hottier.py)."""
+
+    medium: str
+    mount_path: str
+    keep: int
+
+
+@dataclass(frozen=True, slots=True)
 class TrainView:
-    """``recipe.train``: the profiler window (the Trainer's own arguments are recipe.yaml's training_arguments)."""
+    """``recipe.train``: the profiler window and the checkpoints' hot tier (absent: none; the Trainer's own
+    arguments are recipe.yaml's training_arguments)."""
 
     profile_steps: list[int] | None
+    hot_checkpoints: HotCheckpointsView | None = None
 
 
 @dataclass(frozen=True, slots=True)

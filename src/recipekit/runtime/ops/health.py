@@ -140,6 +140,8 @@ class HealthCallback(TrainerCallback):
         self.step_time: float | None = None
         self.wait_fraction: float | None = None
         self.step_ended = time.perf_counter()
+        #: each saved step's blocking seconds, until its drain reports the total (hot tier only)
+        self.blocking_s: dict[int, float] = {}
         self._utilisation_works = device_kind in ("cuda", "npu")
 
     def raise_alert(self, alert: str, step: int, message: str) -> None:
@@ -201,19 +203,43 @@ class HealthCallback(TrainerCallback):
         for alert, message in raised:
             self.raise_alert(alert, step, message)
 
-    def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        """A save (and the evaluation before it) ran between the step's end and now."""
-        step = state.global_step
+    def checkpoint_saved(self, step: int, checkpoint_dir: Path, writer: bool, drained_later: bool) -> None:
+        """A save (the evaluation before it, and its signature or hand-over to the drain) ran between the step's end
+        and now: the seconds training stood still (:class:`SaveTimerCallback`, the last callback, calls this).
+        ``drained_later``: a hot tier's drain reports the total (:meth:`checkpoint_drained`); else it is the same."""
         seconds = time.perf_counter() - self.step_ended
         self.exporter.set(names.CHECKPOINT_SECONDS, seconds)
-        if not state.is_world_process_zero:
+        if not drained_later:
+            self.exporter.set(names.CHECKPOINT_TOTAL_SECONDS, seconds)
+        self.blocking_s[step] = seconds
+        if not writer:
             return
-        path = Path(args.output_dir) / f"{filenames.CHECKPOINT_PREFIX}{step}"
+        path = checkpoint_dir / f"{filenames.CHECKPOINT_PREFIX}{step}"
         size = directory_bytes(path) if path.is_dir() else 0
         self.exporter.set(names.CHECKPOINT_BYTES, size)
         self.records.add(metricslog.EVENT_CHECKPOINT, step=step, seconds=round(seconds, 3), bytes=size)
         for alert, message in self.alerts.on_checkpoint(step, seconds):
             self.raise_alert(alert, step, message)
+
+    def checkpoint_drained(self, step: int, seconds: float, size: int) -> None:
+        """The hot tier's drain put ``checkpoint-<step>`` on the shared volume (called in the drain's thread)."""
+        total = self.blocking_s.pop(step, 0.0) + seconds
+        self.exporter.set(names.CHECKPOINT_TOTAL_SECONDS, total)
+        self.records.add(
+            metricslog.EVENT_CHECKPOINT_DRAINED, step=step, seconds=round(seconds, 3), total=round(total, 3), bytes=size
+        )
+
+
+class SaveTimerCallback(TrainerCallback):
+    """Appended after the run record's callback (the last of all), so that the time it gives the health callback
+    includes every part of a save that training waits for."""
+
+    def __init__(self, health: HealthCallback, checkpoint_dir: Path, drained_later: bool):
+        self.health, self.checkpoint_dir, self.drained_later = health, checkpoint_dir, drained_later
+
+    def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        writer = state.is_world_process_zero
+        self.health.checkpoint_saved(state.global_step, self.checkpoint_dir, writer, self.drained_later)
 
 
 # -------------------------------------------------------------------------------------------------- the watchdog

@@ -25,7 +25,7 @@ from .device import Device
 from .exporter import start_exporter
 from .faults import Faults
 from .guard import GuardCallback, LossGuard, nonfinite_report
-from .health import Alerts, HealthCallback, WatchdogCallback
+from .health import Alerts, HealthCallback, SaveTimerCallback, WatchdogCallback
 from .preflight import PreflightFailed, pod_index, run_preflight
 from .profiling import ProfilerCallback
 from .recoverycallback import RecoveryCallback
@@ -44,6 +44,7 @@ class OpsLayer:
         self.faults = Faults(self.operations.testing, self.output_dir, self.rank, pod_index())
         self.guard = LossGuard()
         self.exporter: Any = None
+        self.health: HealthCallback | None = None
         self.trackers: list[trackers.GuardedTracker] = []
         #: interruptions and recoveries in the run directory (rank 0 writes; runtime/volume/recovery.py)
         self.recovery = RecoveryLog(self.output_dir, enabled=self.rank == 0)
@@ -83,6 +84,7 @@ class OpsLayer:
         self.exporter = start_exporter(operations.metrics, job, self.rank, int(os.environ.get("LOCAL_RANK", "0")))
         self.log_events.events.attach(self.exporter)
         health = HealthCallback(trainer, Alerts(operations.alerts), self.exporter, records, self.device.kind)
+        self.health = health
         handler = trainer.callback_handler.callbacks
         handler.insert(1, health)  # after throughput, before the reporters and metrics.jsonl: they see its figures
         # the trackers' integrations, guarded where they stand: one that is down is turned off, never the run
@@ -98,6 +100,17 @@ class OpsLayer:
         steps = self.run.recipe.train.profile_steps
         if steps:
             trainer.add_callback(ProfilerCallback(steps, self.output_dir, self.rank, self.device.kind, records))
+
+    def time_saves(self, trainer: Any, checkpoint_dir: Path, drained_later: bool) -> None:
+        """Add the callback that times each save: after the run record's, the last of all (health.py)."""
+        assert self.health is not None, "install() first"
+        trainer.add_callback(SaveTimerCallback(self.health, checkpoint_dir, drained_later))
+
+    def checkpoint_drained(self, drained: Any) -> None:
+        """A hot tier's drain (volume/hottier.py ``Drained``) reached the shared volume: the total time's gauge
+        and record (called in the drain's thread)."""
+        if self.health is not None:
+            self.health.checkpoint_drained(drained.step, drained.seconds, drained.bytes)
 
     # -- after training
     def stopped(self, trainer: Any, records: Any) -> int | None:

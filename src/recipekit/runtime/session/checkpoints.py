@@ -24,20 +24,25 @@ from transformers import TrainerCallback
 
 from ..boundary import filenames, resumechoice
 from ..boundary.common import RunError, log0, rank
-from ..volume import reshard, trust
+from ..volume import hottier, reshard, trust
 from ..volume.resume import RECORD_EXCLUDED, mark_resumed
-from ..volume.resume import choose as proven_choice
 
 
 def choose_resume(
-    output_dir: Path, resume: str, run_id: str, layout: resumechoice.WorldLayout
+    output_dir: Path,
+    resume: str,
+    run_id: str,
+    layout: resumechoice.WorldLayout,
+    tier: hottier.HotTier | None = None,
 ) -> resumechoice.ResumeChoice:
     """The checkpoint to continue from, proven before any byte of it is parsed (volume/resume.py), logged: each
-    skipped checkpoint and why, each warning; a refusal is a RunError. Rank 0 records the step resumed from, so a
-    later restart that finds only older checkpoints refuses the rollback."""
+    skipped checkpoint and why, each warning; a refusal is a RunError. With a hot tier, its checkpoint when that is
+    newer than the shared volume's and proves itself the same way (volume/hottier.py). Rank 0 records the step
+    resumed from, so a later restart that finds only older checkpoints refuses the rollback."""
     try:
         key = trust.load_key()
-        choice = proven_choice(output_dir, run_id, resume, layout, key)
+        pods = hottier.PodPlace.from_env().pods
+        choice = hottier.choose(tier, output_dir, run_id, resume, layout, key, pods)
     except resumechoice.ResumeRefused as exc:
         raise RunError(str(exc)) from None
     except trust.Untrusted as exc:
@@ -45,7 +50,8 @@ def choose_resume(
     for name, reason in choice.skipped:
         log0("skipping %s: %s", name, reason)
     if choice.path is not None:
-        log0("%s: signed record and %s verified", choice.path.name, "file digests")
+        where = " (hot tier)" if tier is not None and choice.path.parent == tier.directory else ""
+        log0("%s%s: signed record and %s verified", choice.path.name, where, "file digests")
         if key is not None and choice.step is not None and rank() == 0:
             mark_resumed(output_dir, run_id, choice.step, key)
     for warning in choice.warnings:
@@ -169,13 +175,19 @@ class RunRecordCallback(TrainerCallback):
     A checkpoint whose save was cut before the record is complete by the contract's rules but cannot be resumed:
     without the signed record nothing proves this run wrote it. Without a run key the record is written unsigned
     (a run started by hand), and such a checkpoint is refused on resume.
+
+    With a hot tier (``drainer``) the checkpoint was saved to node-local storage: each pod's local rank 0 hands it
+    to its drain (volume/hottier.py), which signs it and copies it to the shared volume in the background.
     """
 
-    def __init__(self, record: dict[str, Any], key: bytes | None):
-        self.record, self.key = record, key
+    def __init__(self, record: dict[str, Any], key: bytes | None, drainer: hottier.Drainer | None = None):
+        self.record, self.key, self.drainer = record, key, drainer
 
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         _barrier()  # every rank's files (DeepSpeed partitions, rng states) are written before they are hashed
+        if self.drainer is not None:
+            self._hand_over(args, state.global_step)
+            return
         if not state.is_world_process_zero:
             return
         checkpoint = Path(args.output_dir) / f"{filenames.CHECKPOINT_PREFIX}{state.global_step}"
@@ -185,6 +197,45 @@ class RunRecordCallback(TrainerCallback):
                 record = trust.sign(record, self.key, trust.digests(checkpoint, RECORD_EXCLUDED))
             resumechoice.write_run_record(checkpoint, record)
             drop_resharded(Path(args.output_dir))
+
+    def _hand_over(self, args: Any, step: int) -> None:
+        """Every pod's files of ``step`` to the drains: a stale staging copy (an earlier attempt's) removed first by
+        global rank 0, while the others wait at a barrier, so no pod's copy lands in it."""
+        assert self.drainer is not None
+        place = self.drainer.place
+        if place.signs:
+            self.drainer.wait()  # the previous checkpoint is on the shared volume before its staging is touched
+            hottier.remove_tree(hottier.staging_dir(Path(args.output_dir), step))
+            drop_resharded(Path(args.output_dir))
+        _barrier()
+        if place.drains:
+            self.drainer.submit(step)
+
+
+class HotTierSaves:
+    """Trainer mixin: the Trainer's own save path writes checkpoints into the hot tier's directory (``hot_dir``)
+    instead of ``output_dir``; everything else (metrics, the final model) stays in ``output_dir``. The Trainer's
+    rotation is off (``save_total_limit`` None, session.training_arguments): the drain keeps each tier's count, and
+    never removes the checkpoint it is copying."""
+
+    hot_dir: str | None = None
+    _saving_checkpoint = False
+
+    def checkpoint_dir(self) -> Path:
+        """Where this process's checkpoints are saved."""
+        return Path(self.hot_dir or self.args.output_dir)  # type: ignore[attr-defined]  # the Trainer's
+
+    def _save_checkpoint(self, model: Any, trial: Any) -> None:
+        self._saving_checkpoint = True
+        try:
+            super()._save_checkpoint(model, trial)  # type: ignore[misc]  # the Trainer's
+        finally:
+            self._saving_checkpoint = False
+
+    def _get_output_dir(self, trial: Any) -> str:
+        if self._saving_checkpoint and self.hot_dir:
+            return self.hot_dir
+        return str(super()._get_output_dir(trial))  # type: ignore[misc]  # the Trainer's
 
 
 def _barrier() -> None:

@@ -27,7 +27,7 @@ from ..ops.device import Device
 from ..ops.guard import OpsTrainer
 from ..ops.opskit import OpsLayer
 from ..ops.preflight import make_output_dir
-from ..volume import restart
+from ..volume import hottier, restart
 from ..volume.recovery import skipped_batches
 from ..volume.reshard import ds_config_for_universal, reshard_refusal
 from ..volume.rowledger import RowIndexed, RowLedger
@@ -39,7 +39,7 @@ from .callbacks import (
     PreemptionCallback,
     ThroughputCallback,
 )
-from .checkpoints import RunRecordCallback, choose_resume, resharded, run_key
+from .checkpoints import HotTierSaves, RunRecordCallback, choose_resume, resharded, run_key
 from .distributed import join_deepspeed_group, launched, leave_process_group, prepare_environment
 from .rundata import prepare_for_run, world
 
@@ -72,6 +72,8 @@ def training_arguments(run: RunConfig, device: Device, universal: bool = False) 
     if universal and isinstance(kwargs.get("deepspeed"), dict):
         kwargs["deepspeed"] = ds_config_for_universal(kwargs["deepspeed"])
         notes.append("resuming a checkpoint re-sharded for this world size: checkpoint.load_universal for this start")
+    if hot_tier(run) is not None:  # the drain keeps each tier's count (volume/hottier.py), the Trainer none
+        kwargs["save_total_limit"] = None
     if "report_to" in kwargs:  # a tracker whose client is missing: not reported to, said so
         kwargs["report_to"], missing = trackers.importable(kwargs["report_to"])
         notes += missing
@@ -98,9 +100,15 @@ def tensor_parallel(run: RunConfig) -> int:
     return run.plan.tensor_parallel
 
 
-class SessionTrainer(OpsTrainer, PreparedTrainer):
-    """The Trainer with both of recipekit's changes: rows drawn in the resumable order (sampler.py) and each step's
-    loss guarded, batch wait timed and faults injected for drills (guard.py)."""
+def hot_tier(run: RunConfig) -> hottier.HotTier | None:
+    """The checkpoints' node-local hot tier recipe.yaml asks for (None: straight to the shared volume)."""
+    return hottier.hot_tier(run.recipe.train.hot_checkpoints, run.plan.job_name)
+
+
+class SessionTrainer(HotTierSaves, OpsTrainer, PreparedTrainer):
+    """The Trainer with recipekit's changes: rows drawn in the resumable order (sampler.py), each step's loss
+    guarded, batch wait timed and faults injected for drills (guard.py), and checkpoints saved into the hot tier
+    when there is one (checkpoints.py)."""
 
 
 def make_trainer(
@@ -259,7 +267,7 @@ def run_training(run: RunConfig, device: Device, resume: str) -> int:
         trainer.ledger = RowLedger(output_dir, args.process_index, args.world_size, tensor_parallel(run))
     if isinstance(train_set, StreamDataset) and resume_from:  # the stream skips itself; the random state is ours
         trainer.add_callback(ResumeRandomState(trainer, resume_from))
-    trainer.add_callback(RunRecordCallback(identity, key))  # last: it signs what every other callback wrote
+    drainer = install_checkpoints(trainer, run, output_dir, (identity, key), ops, restarted=request is not None)
     for line in summary_lines(run, args, device, model_path, (trainable, total), train_set, eval_set, resume_from):
         log0(line)
     records.add(metricslog.EVENT_START, **start_fields(run, args, device, layout, choice, (trainable, total)))
@@ -270,6 +278,8 @@ def run_training(run: RunConfig, device: Device, resume: str) -> int:
     try:
         trainer.train(resume_from_checkpoint=load_from)
     finally:
+        if drainer is not None:  # the last checkpoint reaches the shared volume before anything ends
+            drainer.wait()
         ops.close()
     code = ops.stopped(trainer, records)
     if code is not None:  # the loss guard stopped every rank at the same step
@@ -283,6 +293,63 @@ def run_training(run: RunConfig, device: Device, resume: str) -> int:
     records.add(metricslog.EVENT_DONE, step=step, output=str(output_dir), merged=str(merged) if merged else None)
     log0("done: %d steps; model in %s", step, output_dir)
     return exitcodes.EXIT_OK
+
+
+def install_checkpoints(
+    trainer: SessionTrainer,
+    run: RunConfig,
+    output_dir: Path,
+    signing: tuple[dict[str, Any], bytes | None],
+    ops: OpsLayer,
+    restarted: bool,
+) -> hottier.Drainer | None:
+    """Where checkpoints go (the hot tier, when there is one) and the callbacks that sign (``signing``: the run
+    record and the run key) and time them, added last: the run record's signs what every other callback wrote, and
+    the timer counts it. ``restarted``: a restart was asked for, so this pod's hot checkpoints are forgotten.
+    Returns the hot tier's drain."""
+    identity, key = signing
+    if restarted:
+        forget_hot_tier(run)  # its checkpoints belong to the trajectory the restart leaves
+    tier = hot_tier(run)
+    drainer = make_drainer(tier, output_dir, identity, key, run, ops)
+    trainer.hot_dir = str(tier.directory) if tier is not None else None
+    trainer.add_callback(RunRecordCallback(identity, key, drainer))
+    ops.time_saves(trainer, trainer.checkpoint_dir(), drained_later=drainer is not None)
+    return drainer
+
+
+def forget_hot_tier(run: RunConfig) -> None:
+    """Remove this pod's hot checkpoints (its local rank 0): a restart asked for (``recipekit restart``) leaves their
+    trajectory, and a later automatic resume must not find them newer than the shared volume's."""
+    tier = hot_tier(run)
+    if tier is not None and hottier.PodPlace.from_env().drains and tier.directory.is_dir():
+        removed = hottier.retain(tier.directory, 0)
+        log0("restart: removed from the hot tier: %s", ", ".join(removed) or "nothing")
+
+
+def make_drainer(
+    tier: hottier.HotTier | None,
+    output_dir: Path,
+    identity: dict[str, Any],
+    key: bytes | None,
+    run: RunConfig,
+    ops: OpsLayer,
+) -> hottier.Drainer | None:
+    """The background drain of this pod's hot tier to the shared volume (None without a hot tier)."""
+    if tier is None:
+        return None
+    tier.directory.mkdir(parents=True, exist_ok=True)
+    keep = run.training_arguments.get("save_total_limit")  # the shared volume's count (train.save_total_limit)
+    keep = keep if isinstance(keep, int) and keep > 0 else 3
+    log0(
+        "checkpoints: saved to the hot tier %s (keeps %d), drained to %s (keeps %d)",
+        tier.directory,
+        tier.keep,
+        output_dir,
+        keep,
+    )
+    place = hottier.PodPlace.from_env()
+    return hottier.Drainer(tier, output_dir, place, identity, key, keep, done=ops.checkpoint_drained)
 
 
 def restart_request(output_dir: Path, run_id: str, key: bytes | None) -> restart.RestartRequest | None:
@@ -310,7 +377,7 @@ def resume_point(
     signed record, checkpoints.py), is refused in seconds and before any of its bytes is parsed.
     """
     layout = world_layout(run, run.zero_stage)
-    choice = choose_resume(output_dir, resume, run.plan.run_id, layout)
+    choice = choose_resume(output_dir, resume, run.plan.run_id, layout, hot_tier(run))
     load_from = str(choice.path) if choice.path is not None else None
     resized = choice.saved_world_size not in (None, layout.world_size)
     if resized and tensor_parallel(run) > 1:

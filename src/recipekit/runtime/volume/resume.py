@@ -31,7 +31,8 @@ MARK_FILE = "recipekit-resumed.json"
 RECORD_MAX_BYTES = 16 << 20
 MARK_MAX_BYTES = 64 << 10
 #: Not covered by the digests: the record itself.
-RECORD_EXCLUDED = frozenset({filenames.RUN_FILE})
+RUN_FILE = filenames.RUN_FILE
+RECORD_EXCLUDED = frozenset({RUN_FILE})
 
 
 def candidates(output_dir: Path) -> list[tuple[int, Path]]:
@@ -128,13 +129,22 @@ def _read(path: Path, max_bytes: int, where: str) -> dict[str, Any]:
 
 
 def choose(
-    output_dir: Path, run_id: str, resume: str, layout: resumechoice.WorldLayout | None, key: bytes | None
+    output_dir: Path,
+    run_id: str,
+    resume: str,
+    layout: resumechoice.WorldLayout | None,
+    key: bytes | None,
+    mark_dir: Path | None = None,
+    unsigned_passed_over: bool = False,
 ) -> resumechoice.ResumeChoice:
     """The checkpoint this run continues from (``resume``: auto | none | a checkpoint path), proven first.
 
     ``auto``: the newest ``checkpoint-N``; an interrupted save (never signed) is passed over with its reason, as is
     a proven one that is incomplete; any other that does not prove itself is refused, not passed over. A choice
-    older than the step this run already resumed from is a rollback, refused. A path: it must prove itself."""
+    older than the step this run already resumed from (the mark in ``mark_dir``, default ``output_dir``: the shared
+    volume's, also for the hot tier, volume/hottier.py) is a rollback, refused. A path: it must prove itself.
+    ``unsigned_passed_over``: a checkpoint without a record is an unfinished save too (the hot tier, where the
+    drain signs after the save: volume/hottier.py), passed over rather than refused."""
     if resume == "none":
         return resumechoice.ResumeChoice(None)
     if resume != "auto":
@@ -148,6 +158,8 @@ def choose(
     chosen: tuple[int, Path] | None = None
     for step, path in candidates(output_dir):
         reason = interrupted(path)
+        if reason is None and unsigned_passed_over and not os.path.islink(path) and not _exists(path / RUN_FILE):
+            reason = "saved, never signed (the pod stopped before its drain signed it)"
         if reason is None:
             prove(path, step, run_id, key)
             reason = checkpointdirs.checkpoint_problem(path)
@@ -155,7 +167,7 @@ def choose(
             chosen = (step, path)
             break
         skipped.append((path.name, reason))
-    _no_rollback(output_dir, run_id, key, chosen)
+    _no_rollback(output_dir if mark_dir is None else mark_dir, run_id, key, chosen)
     if chosen is None:
         return resumechoice.ResumeChoice(None, tuple(skipped))
     choice = resumechoice.resume_choice(output_dir, run_id, str(chosen[1]), layout=layout)

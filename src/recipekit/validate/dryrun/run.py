@@ -20,13 +20,16 @@ import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from recipekit.recipe.sections import TRACKERS
 from recipekit.runtime.boundary import filenames, metricslog, recipeview
+from recipekit.runtime.boundary.recipeview import HotCheckpointsView
+from recipekit.runtime.volume import hottier
 from recipekit.runtime.volume.rowledger import read_ledger
 from recipekit.validate.dryrun import policyrun, restartrun
 from recipekit.validate.dryrun.cluster.attemptlog import Attempt, exits_in_words
-from recipekit.validate.dryrun.cluster.attempts import DryRun, pod_environment
+from recipekit.validate.dryrun.cluster.attempts import DryRun, node_local_dir, pod_environment
 from recipekit.validate.dryrun.judges import training
 from recipekit.validate.dryrun.judges.operations import (
     OpsExpectation,
@@ -399,6 +402,17 @@ def _train(
             judge_profile(checks["profile"], work.output_dir, operations.profile_steps, run.attempts)
 
 
+def hot_tier_of_one_pod(run: DryRun) -> Path | None:
+    """The hot tier a restart of a one-pod run may resume from (train.hot_checkpoints; runtime/volume/hottier.py
+    says where it lies and why only one pod's counts), or None."""
+    work = run.work
+    if work.hot_tier == "none" or run.options.pods != 1:
+        return None
+    view = HotCheckpointsView(work.hot_tier, "/", 1)
+    tier = hottier.hot_tier(view, work.plan.job_name, {hottier.HOT_DIR_ENV: str(node_local_dir(work, 0))})
+    return tier.directory if tier is not None else None
+
+
 def _recover(
     run: DryRun,
     expect: training.Expectation,
@@ -487,8 +501,11 @@ def _attempts(
         f"{train.details['steps_per_s']} steps/s"
     )
     checkpoints = training.complete_checkpoints(work.output_dir)
-    expected = training.expected_resume_step(work.output_dir)
+    hot = hot_tier_of_one_pod(run) if options.resume_pods is None else None
+    expected = training.expected_resume_step(work.output_dir, hot)
     resume.details["kill_requested_at_step"] = options.at_step
+    if hot is not None:
+        resume.details["hot_checkpoints_at_restart"] = training.signed_hot_checkpoints(hot)
     start = time.monotonic()
     if options.resume_pods is not None:  # the node is gone for good: the Job is rebuilt for the pods (rescale)
         change = rescale_work_copy(work, options.resume_pods)

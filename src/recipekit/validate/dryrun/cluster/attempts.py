@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import threading
 import time
@@ -28,6 +29,7 @@ from recipekit.bundle.files import JOB, LAUNCH, TRAIN_MODULE
 from recipekit.runtime.boundary import exitcodes, filenames, metricslog, runfiles
 from recipekit.runtime.boundary.metricnames import PORT_ENV as METRICS_PORT_ENV
 from recipekit.runtime.volume import trust
+from recipekit.runtime.volume.hottier import HOT_DIR_ENV
 from recipekit.runtime.volume.rowledger import ledger_sizes
 from recipekit.validate.dryrun.cluster.attemptlog import Attempt, MetricsTail
 from recipekit.validate.dryrun.cluster.pods import Pod, PodSet, loopback_interface
@@ -41,6 +43,11 @@ from recipekit.validate.shared.ports import free_port
 
 #: How often the pods' process trees and logs are looked at (metrics.jsonl is read every loop).
 LOOK_EVERY_S = 0.5
+
+
+def node_local_dir(work: WorkCopy, index: int) -> Path:
+    """The node-local disk of the "node" pod ``index`` runs on (the same node in every attempt)."""
+    return work.root / "hot" / f"node-{index}"
 
 
 def pod_environment(
@@ -83,6 +90,9 @@ def pod_environment(
         }
     )
     env[trust.KEY_ENV] = str(work.run_key)  # the Secret the Job mounts (docs/trust.md)
+    # the pod's node-local disk (train.hot_checkpoints): its own directory, kept across attempts as a hostPath is
+    # on a node; pod ``index`` of every attempt runs on "node" ``index``
+    env[HOT_DIR_ENV] = str(node_local_dir(work, index))
     if metrics_port is not None:
         env[METRICS_PORT_ENV] = str(metrics_port)
     if options.device == "cpu":
@@ -124,6 +134,8 @@ class DryRun:
         self.resize(options.pods)
         self.metrics = MetricsTail(work.output_dir / filenames.METRICS_FILE)
         self.attempts: list[Attempt] = []
+        #: the attempts that drained a checkpoint from the hot tier to the shared volume (train.hot_checkpoints)
+        self.drained: set[int] = set()
         self.ports: set[int] = set()
         try:
             spec = json.loads((work.bundle / LAUNCH).read_text(encoding="utf-8"))
@@ -170,6 +182,8 @@ class DryRun:
         hold = {exitcodes.HOLD_AT_STEP_ENV: str(kill_at)} if kill_at is not None else {}
         for pod in self.pods:
             attempt.log_offsets[pod.index] = pod.log_path.stat().st_size if pod.log_path.exists() else 0
+            if self.work.hot_tier == "emptyDir":  # an emptyDir is deleted with its pod: every attempt's is new
+                shutil.rmtree(node_local_dir(self.work, pod.index), ignore_errors=True)
             # the ConfigMap mounted read-only, and the digest the Job's container carries (bundle/runfiles.py)
             digest = podmount.mount(self.work.bundle, self.work.root, pod.index)
             mounted = {runfiles.DIGEST_ENV: digest} if digest else {}
@@ -234,13 +248,17 @@ class DryRun:
                 )
             elif "event" in record:
                 phases.record(record)
-                if record.get("event") == metricslog.EVENT_CHECKPOINT:
+                if record.get("event") == metricslog.EVENT_CHECKPOINT_DRAINED:
+                    self.drained.add(attempt.number)
+                if record.get("event") in (metricslog.EVENT_CHECKPOINT, metricslog.EVENT_CHECKPOINT_DRAINED):
                     self._scrape(attempt, int(record.get("step") or 0) + 1)
 
     def _scrape(self, attempt: Attempt, step: int) -> None:
         """Read the serving pods' metrics endpoints once training has checkpointed (so every gauge has a value)."""
         if not self.metrics_ports or step <= self.options.save_steps:
             return
+        if self.work.hot_tier != "none" and attempt.number not in self.drained:
+            return  # the total time of a save has its value once the checkpoint is drained to the shared volume
         if attempt.scraped is not None and not attempt.scraped.get("error"):
             return
         attempt.scraped = scrape_pods({pod: self.metrics_ports[pod] for pod in self.serving_pods})

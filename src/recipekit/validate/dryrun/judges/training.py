@@ -45,11 +45,23 @@ def complete_checkpoints(output_dir: Path) -> list[int]:
     return sorted(step for step, _, problem in checkpointdirs.checkpoints(output_dir) if problem is None)
 
 
-def expected_resume_step(output_dir: Path) -> int | None:
+def expected_resume_step(output_dir: Path, hot_dir: Path | None = None) -> int | None:
     """The step a restarted train.py (``--resume auto``) must continue from: its newest complete checkpoint, chosen
-    by the same contract function train.py calls; None when it must start from scratch."""
+    by the same contract function train.py calls; None when it must start from scratch. ``hot_dir``: the pod's hot
+    tier (one pod, train.hot_checkpoints), whose newest complete checkpoint its drain signed counts too."""
     path = checkpointdirs.latest_complete_checkpoint(output_dir)
-    return checkpointdirs.checkpoint_step(path) if path is not None else None
+    shared = checkpointdirs.checkpoint_step(path) if path is not None else None
+    hot = max(signed_hot_checkpoints(hot_dir), default=None) if hot_dir is not None else None
+    return max((s for s in (shared, hot) if s is not None), default=None)
+
+
+def signed_hot_checkpoints(hot_dir: Path) -> list[int]:
+    """Steps of the complete checkpoints of a hot tier that its drain signed (the record is there), oldest first."""
+    return sorted(
+        step
+        for step, path, problem in checkpointdirs.checkpoints(hot_dir)
+        if problem is None and (path / filenames.RUN_FILE).is_file()
+    )
 
 
 def final_global_step(output_dir: Path) -> int | None:

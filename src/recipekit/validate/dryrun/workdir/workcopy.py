@@ -72,6 +72,8 @@ class WorkCopy:
     substitutions: list[Substitution] = field(default_factory=list)
     deepspeed_extensions: list[str] = field(default_factory=list)
     records_rows: bool = False  # the pods write the row ledger (ops.testing.record_rows, prepared data)
+    #: checkpoints go to each pod's node-local hot tier first (train.hot_checkpoints): its own directory per pod
+    hot_tier: str = "none"
     #: this run's hold on the work directory (workdir/locks.py), released by :meth:`release` or by dying
     lock: FileLock | None = field(default=None, repr=False, compare=False)
 
@@ -140,6 +142,7 @@ def _prepare_locked(bundle: Bundle, options: DryRunOptions, root: Path, lock: Fi
         plan=plan,
         deepspeed_extensions=deepspeed_extensions(compiled.documents.engine.files.get(DS_CONFIG), options.device),
         records_rows=dry.ops.testing.record_rows and not dry.data.streaming,
+        hot_tier=dry.train.hot_checkpoints.medium,
         lock=lock,
     )
     write_substitutions(work)
