@@ -73,6 +73,7 @@ class BridgeOps:
         self.phases: PhaseWatch | None = None
         self.recent: deque[dict[str, Any]] = deque(maxlen=RECENT)
         self._first_published = False
+        self._after_save = False
 
     # -- Bridge's on_train_start
     def train_started(self, step: int) -> None:
@@ -90,8 +91,13 @@ class BridgeOps:
 
     # -- on_train_step_start / on_train_step_end
     def step_begins(self, step: int) -> None:
-        if self.phases is not None:
-            self.phases.step_begins(step)
+        """Step ``step`` begins: after a save (or an evaluation), the stall timeout again; the stall drill."""
+        if self.phases is None:
+            return
+        if self._after_save:  # Bridge has no "saved" event: the next step's start is the first moment after it
+            self._after_save = False
+            self.phases.next_step(step - 1)
+        self.phases.step_begins(step)
 
     def logged(self, step: int, record: dict[str, Any], step_time: float) -> None:
         """The step's metrics line (the rank that has the loss), before it is written: step time, alerts, gauges."""
@@ -110,7 +116,8 @@ class BridgeOps:
             self._first_published = True
             publish_recovery(self.core.recovery, self.core.exporter)
         self.health.stepped(step, step_time)
-        self.phases.step_ended(step, self.save_follows(step))
+        self._after_save = self.save_follows(step)
+        self.phases.step_ended(step, self._after_save)
 
     def save_follows(self, step: int) -> bool:
         """Whether Bridge saves or evaluates after ``step`` (train.py's checkpoint_and_decide_exit, eval_interval)."""
