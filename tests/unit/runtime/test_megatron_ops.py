@@ -251,3 +251,16 @@ def test_a_pod_preflight_stops_never_reaches_the_first_step(room, tmp_path) -> N
     ops.close()
     assert getattr(stopped.value, "code", None) == exitcodes.EXIT_USER_ERROR
     assert not (run.output_dir / recovery.RECOVERY_FILE).exists()  # no attempt began
+
+
+def test_bridges_own_sigterm_handler_is_entered_when_the_document_asks_for_it(room) -> None:
+    """Bridge 0.3.1 makes its DistributedSignalHandler but never enters it for training: the room does, at the
+    loop's start, so a SIGTERM reaches Bridge's check after the step instead of killing the process unsaved."""
+    entered: list[bool] = []
+    handler = SimpleNamespace(__enter__=lambda: entered.append(True))
+    asked = SimpleNamespace(
+        cfg=SimpleNamespace(train=SimpleNamespace(exit_signal_handler=True)), signal_handler=handler
+    )
+    off = SimpleNamespace(cfg=SimpleNamespace(train=SimpleNamespace(exit_signal_handler=False)), signal_handler=handler)
+    assert room.install_signal_handler(asked) and entered == [True]
+    assert not room.install_signal_handler(off) and entered == [True]

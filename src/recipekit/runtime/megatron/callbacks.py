@@ -59,6 +59,7 @@ class RoomCallback(Callback):
     def on_train_start(self, context: Any) -> None:
         self.state = context.state
         self.ops.train_started(int(context.state.train_state.step))
+        install_signal_handler(context.state)
         self._clock = time.perf_counter()
 
     def on_train_step_start(self, context: Any) -> None:
@@ -126,6 +127,18 @@ class RoomCallback(Callback):
         while time.monotonic() < until and not self.signalled():
             time.sleep(0.05)
         self.hold_at = None
+
+
+def install_signal_handler(state: Any) -> bool:
+    """Enter Bridge's own SIGTERM handler (``train.exit_signal_handler``): Bridge 0.3.1 creates its
+    ``DistributedSignalHandler`` (state.py) and polls it after each step (train.py's checkpoint_and_decide_exit), but
+    never enters it for training (only its dataloader workers do, data/loaders.py), so a SIGTERM killed the process
+    without the checkpoint. Megatron-LM enters it at initialisation; this is that, once the loop begins."""
+    train = getattr(getattr(state, "cfg", None), "train", None)
+    if not getattr(train, "exit_signal_handler", False):
+        return False
+    state.signal_handler.__enter__()
+    return True
 
 
 def _scalar(value: Any) -> float:
