@@ -141,6 +141,27 @@ def install_signal_handler(state: Any) -> bool:
     return True
 
 
+def shield_checkpoint_writer() -> bool:
+    """Start megatron-core's torch_dist writer's results queue (a multiprocessing Manager: a spawned process of its
+    own, created at the first save and kept) with SIGTERM ignored, which a spawned process inherits. On SIGTERM
+    torchrun signals each worker's whole process group, that process included; killed, it breaks the very save
+    Bridge's signal handler makes at the step (BrokenPipeError, measured here). Every rank calls this before its
+    first save; False where the writer has no such queue (another megatron-core: nothing to shield)."""
+    import signal
+
+    from megatron.core.dist_checkpointing.strategies import filesystem_async
+
+    start = getattr(filesystem_async, "_get_write_results_queue", None)
+    if start is None:
+        return False
+    previous = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        start()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    return True
+
+
 def _scalar(value: Any) -> float:
     """A loss entry as Bridge reports it: a tensor (a sum and a count for per-token losses) or a number."""
     if hasattr(value, "numel"):

@@ -125,11 +125,12 @@ def train_with_bridge(
     from megatron.bridge.training.pretrain import pretrain
 
     from . import container, hfimport
-    from .callbacks import HF_DIR, RoomCallback
+    from .callbacks import HF_DIR, RoomCallback, shield_checkpoint_writer
     from .checkpoints import INIT_DIR
     from .ops import BridgeOps, NonFiniteStop, poisoning
 
     doc, output_dir = run.megatron, run.output_dir
+    shield_checkpoint_writer()  # before any save: a SIGTERM's checkpoint must survive the SIGTERM (callbacks.py)
     backend = str(doc.get("dist", "distributed_backend"))
     model_fields = dict(doc.sections["model"])
     init_dir = hfimport.imported(
