@@ -264,3 +264,24 @@ def test_bridges_own_sigterm_handler_is_entered_when_the_document_asks_for_it(ro
     off = SimpleNamespace(cfg=SimpleNamespace(train=SimpleNamespace(exit_signal_handler=False)), signal_handler=handler)
     assert room.install_signal_handler(asked) and entered == [True]
     assert not room.install_signal_handler(off) and entered == [True]
+
+
+def test_the_checkpoint_writers_queue_starts_with_sigterm_ignored(room, monkeypatch) -> None:
+    """torchrun signals each worker's process group: the writer's spawned Manager must outlive that SIGTERM, so it
+    starts with SIGTERM ignored (inherited by a spawned process); this process's handler is restored after."""
+    import signal
+
+    seen: list[Any] = []
+    writer = types.ModuleType("megatron.core.dist_checkpointing.strategies.filesystem_async")
+    writer._get_write_results_queue = lambda: seen.append(signal.getsignal(signal.SIGTERM))  # type: ignore[attr-defined]
+    strategies = types.ModuleType("megatron.core.dist_checkpointing.strategies")
+    strategies.filesystem_async = writer  # type: ignore[attr-defined]
+    for name in ("megatron.core", "megatron.core.dist_checkpointing"):
+        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+    monkeypatch.setitem(sys.modules, "megatron.core.dist_checkpointing.strategies", strategies)
+    monkeypatch.setitem(sys.modules, writer.__name__, writer)
+    before = signal.getsignal(signal.SIGTERM)
+    assert room.shield_checkpoint_writer()
+    assert seen == [signal.SIG_IGN] and signal.getsignal(signal.SIGTERM) == before
+    del writer._get_write_results_queue  # type: ignore[attr-defined]
+    assert not room.shield_checkpoint_writer()  # another megatron-core: nothing to shield, nothing changed
