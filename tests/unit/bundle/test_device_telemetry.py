@@ -163,7 +163,7 @@ def test_a_broken_fixture_fails_so_the_fixtures_can_fail(tmp_path: Path) -> None
 def test_the_in_process_alert_warns_on_a_grad_norm_drop_too() -> None:
     from types import SimpleNamespace
 
-    from recipekit.runtime.ops.health import Alerts
+    from recipekit.runtime.ops.alerts import Alerts
 
     thresholds = SimpleNamespace(loss_spike_ratio=0.3, grad_norm_jump_ratio=0.3, mfu_target=0.0, mfu_low_steps=5)
     alerts = Alerts(thresholds)

@@ -209,7 +209,7 @@ def test_a_rearmed_watchdog_does_not_fire(tmp_path: Path) -> None:
 
 # --------------------------------------------------------------------------------------------------- alerts
 def test_alert_rules() -> None:
-    from recipekit.runtime.ops.health import Alerts
+    from recipekit.runtime.ops.alerts import Alerts
 
     t = AlertsView(
         loss_spike_ratio=0.3,

@@ -34,3 +34,24 @@ def causal_share(attention: float, total: float) -> float:
 def utilisation(tokens_per_s_per_device: float, flops_per_token: float, peak: float) -> float:
     """Achieved FLOP/s over the peak: MFU with model FLOPs, HFU with hardware FLOPs."""
     return tokens_per_s_per_device * flops_per_token / (peak * 1e12) if peak > 0 else 0.0
+
+
+#: Significant digits of the utilisation figures a run logs: enough to compare with :func:`utilisation` to 1e-5.
+DIGITS = 6
+
+
+def step_figures(
+    tokens_per_s_per_device: float, model_per_token: float, hardware_per_token: float, peak: float
+) -> dict[str, float]:
+    """What a run logs of its throughput, per device: tokens/s, the model TFLOP/s achieved, MFU and HFU. One
+    definition for every engine's metrics (the Trainer's throughput callback, the Megatron room's callback)."""
+    return {
+        "tokens_per_second_per_device": round(tokens_per_s_per_device, 1),
+        "tflops_per_device": round(tokens_per_s_per_device * model_per_token / 1e12, 4),
+        "mfu": significant(utilisation(tokens_per_s_per_device, model_per_token, peak)),
+        "hfu": significant(utilisation(tokens_per_s_per_device, hardware_per_token, peak)),
+    }
+
+
+def significant(value: float, digits: int = DIGITS) -> float:
+    return float(f"{value:.{digits}g}")

@@ -16,12 +16,17 @@ Outputs in ``megatron.recipekit.output_dir``:
   megatron-init/       the HF weights as a Megatron checkpoint, signed: the base every start loads
   random-init/         the random twin (``model.init: random``)
   hf/                  the trained model as HF weights (merged under LoRA), loadable by transformers
-  metrics.jsonl        per step: loss, grad norm, learning rate, tokens/s, TFLOP/s, MFU, HFU; and the records
+  metrics.jsonl        per step: loss, grad norm, learning rate, tokens/s, TFLOP/s, MFU, HFU, step time; and the
+                       records (start, preflight, alert, nonfinite, preempted, done)
   attempt-ends/        why each attempt ended (a rank's non-zero exit)
+  recovery.jsonl       the attempts, what each resumed and its first step (volume/recovery.py: runs history, MTTR)
+  cluster-check.json   preflight's report; hang/ the stacks of a stalled rank; nonfinite-step-N/ the loss guard's
 
-Exit codes are the runtime's (boundary/exitcodes.py), each process's written where the launcher reads it: 0 done;
-2 a recipe, checkpoint or data problem (one line); 1 a failure (a traceback); 143 (``preempted``) after SIGTERM, when
-Bridge's own signal handler has saved a checkpoint.
+The operations contract is the Trainer's, at Bridge's callback events (ops.py). Exit codes are the runtime's
+(boundary/exitcodes.py), each process's written where the launcher reads it: 0 done; 2 a recipe, checkpoint or data
+problem (one line); 1 a failure (a traceback); 3 a failed preflight; 5 (``nonfinite``) a non-finite loss the guard
+stopped at; 4 a rank the hang watchdog found stalled; 143 (``preempted``) after SIGTERM, when Bridge's own signal
+handler has saved a checkpoint.
 """
 
 from __future__ import annotations
@@ -61,10 +66,10 @@ def setup_logging() -> None:
 
 
 class Records:
-    """metrics.jsonl's structured records, appended by rank 0 only."""
+    """metrics.jsonl's structured records, appended by one rank only (``writer``: rank 0 unless said)."""
 
-    def __init__(self, output_dir: Path):
-        self.path, self.writer = output_dir / filenames.METRICS_FILE, rank() == 0
+    def __init__(self, output_dir: Path, writer: int = 0):
+        self.path, self.writer = output_dir / filenames.METRICS_FILE, rank() == writer
 
     def add(self, kind: str, **fields: Any) -> None:
         if self.writer:
@@ -120,10 +125,12 @@ def train_with_bridge(
     from megatron.bridge.training.pretrain import pretrain
 
     from . import container, hfimport
-    from .callbacks import HF_DIR, RoomCallback
+    from .callbacks import HF_DIR, RoomCallback, shield_checkpoint_writer
     from .checkpoints import INIT_DIR
+    from .ops import BridgeOps, NonFiniteStop, poisoning
 
     doc, output_dir = run.megatron, run.output_dir
+    shield_checkpoint_writer()  # before any save: a SIGTERM's checkpoint must survive the SIGTERM (callbacks.py)
     backend = str(doc.get("dist", "distributed_backend"))
     model_fields = dict(doc.sections["model"])
     init_dir = hfimport.imported(
@@ -133,13 +140,20 @@ def train_with_bridge(
     cfg = container.build(doc, model, prepared, output_dir, choice, init_dir)
     if doc.entry == "finetune" and cfg.checkpoint.pretrained_checkpoint is None and cfg.checkpoint.load is None:
         raise RunError("finetune needs a base: the imported HF weights or a checkpoint to resume")
+    # the loss guard (ops.py) stops every rank at a non-finite loss; Bridge's own check would fail the last stage only
+    cfg.rerun_state_machine.check_for_nan_in_loss = False
     tokens = int(doc.get("train", "global_batch_size")) * int(doc.get("model", "seq_length"))
-    callback = RoomCallback(output_dir, layout, key, run.plan.flops, tokens)
+    resume = (choice.step, str(choice.path) if choice.path is not None else None)
+    # alerts come from the rank with the loss (the last), the run's own records from rank 0
+    ops = BridgeOps(run, device, layout.world_size, resume, Records(output_dir, writer=layout.world_size - 1))
+    callback = RoomCallback(output_dir, layout, key, run.plan.flops, tokens, ops)
     if doc.export_hf:
         callback.export = (bridge, output_dir / HF_DIR)
     records.add(metricslog.EVENT_START, **start_fields(run, device, layout, choice, prepared))
     try:
-        pretrain(cfg, forward_step, callbacks=[callback])
+        pretrain(cfg, poisoning(forward_step, ops), callbacks=[callback])
+    except NonFiniteStop:  # every rank, at the same step, before Bridge saved it
+        return ops.stopped(records)
     except SystemExit as stop:  # Bridge ends the loop this way after its SIGTERM checkpoint
         callback.sign(1 << 62)
         if callback.signalled():
@@ -148,8 +162,11 @@ def train_with_bridge(
             records.add(metricslog.EVENT_PREEMPTED, step=step)
             return exitcodes.EXIT_PREEMPTED
         raise RunError(f"Megatron-Bridge stopped the run (exit {stop.code}); its reason is logged above") from None
+    finally:
+        ops.close()
     callback.sign(1 << 62)
     step = int(callback.state.train_state.step) if callback.state is not None else None
+    ops.done(step or 0)
     exported = str(callback.exported) if callback.exported else None
     records.add(metricslog.EVENT_DONE, step=step, output=str(output_dir), hf=exported)
     log0("done: %s steps; checkpoints in %s, HF weights in %s", step, output_dir, exported)

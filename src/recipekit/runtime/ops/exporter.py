@@ -21,6 +21,7 @@ from ..boundary import metricnames as names
 from ..boundary.common import LOG
 from ..boundary.metricnames import PORT_ENV
 from ..boundary.recipeview import MetricsView
+from ..volume.recovery import RecoveryLog, history, read, summary
 
 #: Every interface: Prometheus scrapes the pod IP (the usual recipe.yaml ``operations.metrics.bind``).
 DEFAULT_BIND = "0.0.0.0"
@@ -100,3 +101,14 @@ def start_exporter(settings: MetricsView, job: str, rank: int, local_rank: int) 
         return NoExporter()
     LOG.info("metrics: serving Prometheus metrics on %s port %d", bind, port)
     return exporter
+
+
+def publish_recovery(log: RecoveryLog, exporter: Any) -> None:
+    """Rank 0 sets the recovery gauges (restarts, steps lost, the last recovery's seconds) from the run's recovery
+    records: the Trainer's RecoveryCallback and the Megatron room call it at the same points."""
+    if not log.enabled:
+        return
+    figures = summary(history(read(log.dir)))
+    exporter.set(names.RESTARTS, figures["restarts"])
+    exporter.set(names.STEPS_LOST, figures["steps_lost"])
+    exporter.set(names.RECOVERY_SECONDS, figures["last_mttr_s"] or 0.0)

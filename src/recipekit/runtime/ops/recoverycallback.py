@@ -7,8 +7,8 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from ..boundary import metricnames as names
-from ..volume.recovery import RecoveryLog, history, read, summary
+from ..volume.recovery import RecoveryLog
+from .exporter import publish_recovery
 
 
 class RecoveryCallback(TrainerCallback):
@@ -19,12 +19,7 @@ class RecoveryCallback(TrainerCallback):
         self.reported_first = False
 
     def _publish(self) -> None:
-        if not self.log.enabled:
-            return
-        figures = summary(history(read(self.log.dir)))
-        self.exporter.set(names.RESTARTS, figures["restarts"])
-        self.exporter.set(names.STEPS_LOST, figures["steps_lost"])
-        self.exporter.set(names.RECOVERY_SECONDS, figures["last_mttr_s"] or 0.0)
+        publish_recovery(self.log, self.exporter)
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self.log.loaded(state.global_step)  # the Trainer has loaded the checkpoint by now

@@ -16,13 +16,6 @@ from transformers import TrainerCallback
 
 from ..boundary import exitcodes, flopcount, metricslog
 
-#: Significant digits of the utilisation figures: enough to compare with flopcount.utilisation to 1e-5.
-_DIGITS = 6
-
-
-def _significant(value: float, digits: int = _DIGITS) -> float:
-    return float(f"{value:.{digits}g}")
-
 
 class ThroughputCallback(TrainerCallback):
     """Adds tokens/s, achieved TFLOP/s, MFU and HFU per device to every training log, over the interval since the last.
@@ -61,12 +54,7 @@ class ThroughputCallback(TrainerCallback):
         if elapsed <= 0 or seen <= 0:
             return
         per_device = seen / self.replicas / elapsed / self.world_size
-        logs.update(
-            tokens_per_second_per_device=round(per_device, 1),
-            tflops_per_device=round(per_device * self.model_flops / 1e12, 4),
-            mfu=_significant(flopcount.utilisation(per_device, self.model_flops, self.peak_tflops)),
-            hfu=_significant(flopcount.utilisation(per_device, self.hardware_flops, self.peak_tflops)),
-        )
+        logs.update(flopcount.step_figures(per_device, self.model_flops, self.hardware_flops, self.peak_tflops))
 
 
 GIB = 1024**3

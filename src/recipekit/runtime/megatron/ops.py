@@ -1,0 +1,200 @@
+"""The runtime's operations contract inside Megatron-Bridge's loop: the same parts the Trainer's runs use
+(ops/engineops.EngineOps, ops/alerts.Health, ops/phases.PhaseWatch, ops/lossguard.LossGuard,
+volume/recovery.RecoveryLog), driven
+from Bridge's own callback events (callbacks.py's RoomCallback calls this module; no loop of recipekit's).
+
+At Bridge's ``on_train_start`` (its setup has formed the process group, built the model and loaded the checkpoint):
+
+* preflight (ops/preflight.py): devices, versions, storage and the all-reduce, every rank; a failed check raises
+  PreflightFailed out of ``pretrain()`` on every rank alike, exit ``preflight`` before the first step. Bridge forms
+  its process group inside ``pretrain()`` and has no event between that and its model build, so on this engine the
+  checks run after the model is loaded (the Trainer's run before);
+* the exporter (Prometheus), the health figures and alerts, the recovery records (``loaded``, MTTR gauges) and the
+  hang watchdog, armed with the startup timeout for the first step.
+
+At each ``on_train_step_start`` the watchdog's stall drill (``ops.testing.stall_at_step``); at each
+``on_train_step_end``, after the step's metrics line: the loss guard, then the recovery progress, then the watchdog
+for what follows (a save at ``checkpoint.save_interval``, an evaluation at ``train.eval_interval``: the steady
+timeout; else the stall one).
+
+The loss guard: Bridge hands the reduced loss of the step to the last pipeline stage only; every rank all-reduces
+its flag (LossGuard.agree), so all stop at the same step by raising :class:`NonFiniteStop` out of the callback —
+before Bridge saves that step (its saves follow the event), so the poisoned weights never become a checkpoint. The
+room then writes the report and exits ``nonfinite`` (train.py). Bridge's own NaN check (``rerun_state_machine.
+check_for_nan_in_loss``) raises on the last stage's ranks only (exit ``failed``, RestartJob, while the other ranks
+wait in a collective); the room turns it off, as the guard does its work on every rank. ``ops.nonfinite_loss:
+skip`` cannot leave a batch out of Bridge's data order: the run stops as under ``stop`` and says so.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+from ..boundary import filenames
+from ..boundary.common import LOG, rank
+from ..ops.alerts import Alerts, Health
+from ..ops.device import Device
+from ..ops.engineops import EngineOps
+from ..ops.exporter import publish_recovery
+from ..ops.phases import PhaseWatch
+from .checkpoints import CHECKPOINTS_DIR, iterations
+
+#: The metrics lines the non-finite report keeps (the Trainer's keeps its last ten logs).
+RECENT = 10
+
+
+class NonFiniteStop(Exception):
+    """Every rank saw the guard's verdict at the same step: leave Bridge's loop before it saves that step."""
+
+
+def collective_device(kind: str) -> Any:
+    """Where this process's collectives run once Bridge has set its device (cpu under gloo)."""
+    import torch
+
+    if kind == "cpu":
+        return torch.device("cpu")
+    return torch.device(kind, getattr(torch, kind).current_device())
+
+
+class BridgeOps:
+    """One process's operations layer at Bridge's events (see the module docstring)."""
+
+    def __init__(self, run: Any, device: Device, world: int, resume: tuple[int | None, str | None], records: Any):
+        self.run, self.device, self.world, self.resume, self.records = run, device, world, resume, records
+        doc = run.megatron
+        self.save_interval = int(doc.get("checkpoint", "save_interval") or 0)
+        evaluates = int(doc.get("train", "eval_iters") or 0) > 0
+        self.eval_interval = int(doc.get("train", "eval_interval") or 0) if evaluates else 0
+        self.core: EngineOps | None = None
+        self.health: Health | None = None
+        self.phases: PhaseWatch | None = None
+        self.recent: deque[dict[str, Any]] = deque(maxlen=RECENT)
+        self._first_published = False
+        self._after_save = False
+
+    # -- Bridge's on_train_start
+    def train_started(self, step: int) -> None:
+        """Preflight, then the exporter, health, recovery records and the watchdog (``step``: resumed from)."""
+        core = EngineOps(self.run, self.run.output_dir, rank(), self.device, collective_device(self.device.kind))
+        self.core = core
+        core.preflight()
+        exporter = core.start_exporter()
+        self.health = Health(Alerts(self.run.operations.alerts), exporter, self.records, self.device.kind)
+        core.recovery.started(self.resume[0], self.resume[1], self.world)
+        core.recovery.loaded(step)
+        publish_recovery(core.recovery, exporter)
+        self.phases = PhaseWatch(core.watchdog(), self.run.operations.watchdog, core.faults)
+        self.phases.begin(step, rank() == 0)
+
+    # -- on_train_step_start / on_train_step_end
+    def step_begins(self, step: int) -> None:
+        """Step ``step`` begins: after a save (or an evaluation), the stall timeout again; the stall drill."""
+        if self.phases is None:
+            return
+        if self._after_save:  # Bridge has no "saved" event: the next step's start is the first moment after it
+            self._after_save = False
+            self.phases.next_step(step - 1)
+        self.phases.step_begins(step)
+
+    def logged(self, step: int, record: dict[str, Any], step_time: float) -> None:
+        """The step's metrics line (the rank that has the loss), before it is written: step time, alerts, gauges."""
+        record["step_time_s"] = round(step_time, 4)
+        if self.health is not None:
+            self.health.logged(step, record)
+        self.recent.append(dict(record))
+
+    def step_ended(self, step: int, losses: list[float], step_time: float) -> None:
+        """Every rank, after the step's metrics line: the loss guard (may raise NonFiniteStop), the recovery
+        progress, the gauges and the watchdog for what comes next."""
+        assert self.core is not None and self.phases is not None and self.health is not None
+        self.guard(step, losses)
+        self.core.recovery.step(step)
+        if not self._first_published:  # the first step after a restart completes the recovery: its MTTR is known
+            self._first_published = True
+            publish_recovery(self.core.recovery, self.core.exporter)
+        self.health.stepped(step, step_time)
+        self._after_save = self.save_follows(step)
+        self.phases.step_ended(step, self._after_save)
+
+    def save_follows(self, step: int) -> bool:
+        """Whether Bridge saves or evaluates after ``step`` (train.py's checkpoint_and_decide_exit, eval_interval)."""
+        saves = self.save_interval > 0 and step % self.save_interval == 0
+        return saves or (self.eval_interval > 0 and step % self.eval_interval == 0)
+
+    def guard(self, step: int, losses: list[float]) -> None:
+        """Agree on a non-finite loss of ``step`` (every rank, one all-reduce; ``losses``: what this rank has of
+        the step's, none but on the last pipeline stage); stop or warn per the recipe."""
+        import torch
+
+        assert self.core is not None and self.health is not None
+        guard, mode = self.core.guard, self.run.operations.alerts.nonfinite_loss
+        for loss in losses:
+            guard.observe(torch.tensor(float(loss)), None)
+        ranks = guard.agree(self.core.torch_device)
+        if ranks and mode in ("stop", "skip"):
+            guard.stopped_at, guard.ranks = step, ranks
+            guard.keep_offending()
+            guard.reset()
+            raise NonFiniteStop(step)
+        if ranks:
+            self.health.raise_alert(
+                "nonfinite_loss",
+                step,
+                f"loss is not finite at step {step} (ranks {', '.join(map(str, ranks))}); training goes on "
+                "(ops.nonfinite_loss: warn)",
+            )
+        guard.reset()
+
+    # -- the end of the loop
+    def export_begins(self, step: int) -> None:
+        """The HF export (a collective of every rank) runs after the last step: watched with the steady timeout."""
+        if self.phases is not None:
+            self.phases.watchdog.arm("the HF export", float(self.run.operations.watchdog.steady_timeout_s), step)
+
+    def done(self, step: int) -> None:
+        """The run finished (``pretrain()`` returned): the watchdog stops, recovery.jsonl gets its ``done``."""
+        if self.phases is not None:
+            self.phases.end()
+        if self.core is not None:
+            self.core.recovery.done(step)
+
+    def stopped(self, records: Any) -> int:
+        """The loss guard stopped the run: the report, the record, the exit code (``nonfinite``)."""
+        assert self.core is not None
+        if self.run.operations.alerts.nonfinite_loss == "skip":
+            LOG.warning("ops.nonfinite_loss: skip: Megatron-Bridge's data order cannot leave a batch out; stopped")
+        return self.core.nonfinite_stop(records, last_signed(self.run.output_dir), list(self.recent))
+
+    def close(self) -> None:
+        if self.phases is not None:
+            self.phases.end()
+        if self.core is not None:
+            self.core.close()
+
+
+def last_signed(output_dir: Path) -> Path | None:
+    """The newest checkpoint this run signed (what a restart resumes from), else None."""
+    for _, path in iterations(Path(output_dir) / CHECKPOINTS_DIR):
+        if not path.is_symlink() and (path / filenames.RUN_FILE).is_file():
+            return path
+    return None
+
+
+def poisoning(forward_step: Any, ops: BridgeOps | None) -> Any:
+    """TESTING ONLY (``ops.testing.nan_at_step``): Bridge's forward step, whose output becomes NaN at that step, so the
+    loss, the gradients and the update are poisoned as a real divergence poisons them. Without the fault: as is."""
+    if ops is None or ops.run.operations.testing.nan_at_step is None:
+        return forward_step
+
+    @functools.wraps(forward_step)  # Bridge reads the step function's signature (forward_step_func_types)
+    def poisoned(state: Any, data_iterator: Any, model: Any, *args: Any, **kwargs: Any) -> Any:
+        output, loss_func = forward_step(state, data_iterator, model, *args, **kwargs)
+        core = ops.core
+        if core is not None and core.faults.poison_loss(int(state.train_state.step) + 1):
+            output = output * float("nan")
+        return output, loss_func
+
+    return poisoned

@@ -1,0 +1,108 @@
+"""The operations contract of a Megatron run end to end on this CPU: Megatron-Bridge 0.3.1's own ``pretrain()`` at
+TP 2 × PP 2 on 4 gloo ranks (the first layout of test_megatron_engine.py), started as the launcher starts a pod's
+workers, stopped by SIGTERM at a step as the kubelet stops a pod, and started again.
+
+What the room's operations wiring (runtime/megatron/ops.py) must leave, written by the room itself at Bridge's
+events: preflight's report before the first step of each attempt; metrics.jsonl with every step's loss, step time
+and MFU from the plan's FLOPs; on SIGTERM a checkpoint of the step Bridge's own signal handler stopped at, signed,
+every rank's exit ``preempted`` in attempt-ends/; recovery.jsonl with both attempts, the second resuming the
+verified checkpoint; and ``recipekit runs history`` and ``recipekit report`` reading the run as they read a
+Trainer's.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from recipekit.cli import main
+from recipekit.runtime.boundary import exitcodes, filenames, metricslog
+from recipekit.runtime.volume import attemptends, recovery
+from tests.integration import megatronengine as engine
+from tests.integration.megatronengine import Case
+
+pytestmark = [pytest.mark.slow, pytest.mark.longest]
+
+CASE = Case(model="tiny_qwen3", tp=2, pp=2)
+HOLD_AT = 3  # every rank holds after step 3 (saved, signed); the SIGTERM comes then
+
+
+@pytest.fixture(scope="module")
+def python() -> Path:
+    from recipekit.validate.dryrun.workdir.enginevenv import engine_python
+
+    return engine_python(progress=print)
+
+
+def bundle(root: Path) -> Path:
+    """The case's bundle, with preflight's all-reduce at one small size (four CPU ranks share two cores)."""
+    path = engine.make_bundle(root, CASE) / "recipe.yaml"
+    text = yaml.safe_load(path.read_text(encoding="utf-8"))
+    text["operations"]["preflight"]["allreduce_sizes_mb"] = [1.0]
+    text["operations"]["preflight"]["allreduce_iterations"] = 2
+    path.write_text(yaml.safe_dump(text, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def sigterm_at_hold(root: Path, python: Path, step: int, timeout_s: float = 600) -> int:
+    """Start the run, wait until every rank holds after ``step``, SIGTERM torchrun (which passes it on to its
+    workers, as the launcher passes the kubelet's on) and wait for the run to end; its exit status."""
+    proc = engine.start(root, python, hold_at=step, log_name="stopped.log")
+    log = root / "stopped.log"
+    try:
+        deadline = time.monotonic() + timeout_s
+        while "TESTING: holding after step" not in log.read_text(errors="replace"):
+            assert proc.poll() is None, f"the run ended (exit {proc.returncode}) before step {step}: see {log}"
+            assert time.monotonic() < deadline, f"no hold at step {step} within {timeout_s} s"
+            time.sleep(0.5)
+        time.sleep(2.0)  # every rank reaches the hold (each prints the line)
+        proc.send_signal(signal.SIGTERM)
+        return proc.wait(timeout=timeout_s)
+    finally:
+        engine._kill(proc)
+
+
+def test_a_sigterm_stopped_megatron_run_leaves_the_trainers_operations_records(python: Path, tmp_path: Path) -> None:
+    bundle(tmp_path)
+    run = tmp_path / "volume" / "run"
+    assert sigterm_at_hold(tmp_path, python, HOLD_AT) != 0
+    ends = attemptends.read_ends(run)
+    tail = (tmp_path / "stopped.log").read_text(errors="replace")[-4000:]
+    assert sorted(e["rank"] for e in ends) == [0, 1, 2, 3], tail
+    assert {e["code"] for e in ends} == {exitcodes.EXIT_PREEMPTED}, tail
+    stopped_at = {e["step"] for e in ends}
+    assert len(stopped_at) == 1 and stopped_at.pop() == HOLD_AT + 1  # Bridge stops after the step in progress
+    saved = run / "checkpoints" / f"iter_{HOLD_AT + 1:07d}"
+    assert json.loads((saved / filenames.RUN_FILE).read_text())["step"] == HOLD_AT + 1  # saved at the signal, signed
+
+    assert engine.run_to_end(tmp_path, python) == 0, (tmp_path / "run.log").read_text(errors="replace")[-4000:]
+    records = engine.metrics(tmp_path)
+    events = [r["event"] for r in records if "event" in r]
+    assert events.count(metricslog.EVENT_PREFLIGHT) == 2  # each attempt checked before its first step
+    assert [r["resume_step"] for r in records if r.get("event") == "start"] == [None, HOLD_AT + 1]
+    assert [r["step"] for r in records if r.get("event") == metricslog.EVENT_PREEMPTED] == [HOLD_AT + 1]
+    assert (run / filenames.CLUSTER_CHECK_FILE).is_file()
+    steps = [r for r in records if "loss" in r and "step" in r]
+    assert sorted({r["step"] for r in steps}) == list(range(1, CASE.train_iters + 1))
+    assert all(r["mfu"] > 0 and r["step_time_s"] > 0 and r["tokens_per_second_per_device"] > 0 for r in steps)
+
+    kinds = [r["event"] for r in recovery.read(run)]
+    assert kinds == ["start", "loaded", "first_step", "start", "loaded", "first_step", "done"], kinds
+    result = CliRunner().invoke(main, ["runs", "history", str(run), "--json"])
+    assert result.exit_code == 0, result.output
+    history = json.loads(result.output)
+    print("runs history:", json.dumps(history, indent=1)[:3000])
+    (found,) = history["recoveries"]
+    assert (found["interrupted_step"], found["resume_step"], found["steps_lost"]) == (HOLD_AT + 1, HOLD_AT + 1, 0)
+    assert found["mttr_s"] is not None and found["mttr_s"] > 0
+    first = history["attempts"][0]
+    assert first["world_size"] == 4 and "preempted" in first["why"], first
+    report = CliRunner().invoke(main, ["report", str(run)])
+    assert report.exit_code == 0, report.output
+    print("report:", report.output[:3000])

@@ -1,0 +1,287 @@
+"""The operations contract in the Megatron room, wired at Bridge's callback events (runtime/megatron/ops.py and
+callbacks.py), driven here by fakes of Bridge's events on one process: what each event leaves behind (metrics.jsonl
+with the shared throughput figures, preflight's report, recovery.jsonl and the progress file that `runs history`
+reads, the watchdog's phases), the loss guard stopping before Bridge saves a poisoned step, and the fault drill's
+poisoned forward step. Bridge's own loop runs these events in tests/integration/test_megatron_ops_run.py.
+
+Bridge is not installed in the dev venv: the callback module's one import of it (``Callback``) is stood in for.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import json
+import math
+import sys
+import types
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+torch = pytest.importorskip("torch")
+
+from recipekit.runtime.boundary import exitcodes, filenames, flopcount, metricslog  # noqa: E402
+from recipekit.runtime.megatron.checkpoints import Layout  # noqa: E402
+from recipekit.runtime.megatron.ops import BridgeOps, NonFiniteStop, poisoning  # noqa: E402
+from recipekit.runtime.megatron.settings import load_engine_run  # noqa: E402
+from recipekit.runtime.ops.device import Device  # noqa: E402
+from recipekit.runtime.volume import attemptends, recovery  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[3]
+TEMPLATE = ROOT / "tests" / "golden" / "bundles" / "tiny_sft" / "recipe.yaml"
+DOCUMENT = ROOT / "tests" / "fixtures" / "megatron" / "document.yaml"
+TOKENS_PER_STEP = 8 * 64  # the document's global batch × sequence length
+
+
+def engine_run(tmp_path: Path, **operations: Any) -> Any:
+    """A Megatron bundle's recipe.yaml (the tiny_sft preset's sections, the fixture's document) with its output in
+    ``tmp_path``/run, no metrics port, and ``operations`` merged into recipe.yaml's operations section."""
+    template = yaml.safe_load(TEMPLATE.read_text(encoding="utf-8"))
+    document = yaml.safe_load(DOCUMENT.read_text(encoding="utf-8"))
+    document["recipekit"]["output_dir"] = str(tmp_path / "run")
+    ops = copy.deepcopy(template["operations"])
+    ops["metrics"]["ports"] = []
+    ops["preflight"]["allreduce_sizes_mb"] = [0.01]
+    for section, values in operations.items():
+        ops[section].update(values)
+    text = {"recipe": template["recipe"], "plan": template["plan"], "operations": ops, "megatron": document}
+    path = tmp_path / "bundle" / "recipe.yaml"
+    path.parent.mkdir(parents=True)
+    path.write_text(yaml.safe_dump(text, sort_keys=False), encoding="utf-8")
+    return load_engine_run(path)
+
+
+class Records:
+    def __init__(self, output_dir: Path):
+        self.path = output_dir / filenames.METRICS_FILE
+
+    def add(self, kind: str, **fields: Any) -> None:
+        metricslog.append_record(self.path, metricslog.stamped(metricslog.event(kind, **fields)))
+
+
+@pytest.fixture
+def room(monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
+    """runtime/megatron/callbacks.py, imported with a stand-in for Bridge's ``Callback`` base class."""
+    for name in ("megatron", "megatron.bridge", "megatron.bridge.training"):
+        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+    bridge_callbacks = types.ModuleType("megatron.bridge.training.callbacks")
+    bridge_callbacks.Callback = type("Callback", (), {})  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "megatron.bridge.training.callbacks", bridge_callbacks)
+    monkeypatch.delitem(sys.modules, "recipekit.runtime.megatron.callbacks", raising=False)
+    import recipekit.runtime.megatron.callbacks as callbacks
+
+    return callbacks
+
+
+def context(step: int, loss: float | None = None) -> SimpleNamespace:
+    """Bridge's CallbackContext at ``step`` completed steps (a loss only on the last pipeline stage)."""
+    return SimpleNamespace(
+        state=SimpleNamespace(train_state=SimpleNamespace(step=step)),
+        model=None,
+        loss_dict={} if loss is None else {"lm loss": torch.tensor(loss)},
+        grad_norm=None if loss is None else 0.5,
+        optimizer=SimpleNamespace(param_groups=[{"lr": 1e-3}]),
+    )
+
+
+def start(room: Any, run: Any, resume: tuple[int | None, str | None] = (None, None)) -> tuple[Any, Any]:
+    """One attempt's BridgeOps and the room's callback over it, on one CPU process."""
+    output = run.output_dir
+    output.mkdir(parents=True, exist_ok=True)
+    ops = BridgeOps(run, Device("cpu", 0), 1, resume, Records(output))
+    layout = Layout(run.plan.run_id, 1, {"tensor": 1}, 8)
+    callback = room.RoomCallback(output, layout, None, run.plan.flops, TOKENS_PER_STEP, ops)
+    return ops, callback
+
+
+def steps(callback: Any, first: int, last: int, losses: dict[int, float] | None = None) -> None:
+    """Bridge's events of steps ``first``..``last`` (Bridge's step counter is the steps completed before)."""
+    for step in range(first, last + 1):
+        callback.on_train_step_start(context(step - 1))
+        callback.on_train_step_end(context(step - 1, (losses or {}).get(step, 3.0 - 0.1 * step)))
+
+
+def test_a_run_leaves_the_trainers_operations_records(room: Any, tmp_path: Path) -> None:
+    run = engine_run(tmp_path)
+    ops, callback = start(room, run)
+    callback.on_train_start(context(0))
+    assert (run.output_dir / filenames.CLUSTER_CHECK_FILE).is_file()  # preflight ran before the first step
+    assert ops.phases is not None and ops.phases.watchdog._phase == "the first step"
+    steps(callback, 1, 4)
+    ops.done(4)
+    ops.close()
+
+    records = metricslog.read_records(run.output_dir / filenames.METRICS_FILE)
+    assert [r["event"] for r in records if "event" in r] == [metricslog.EVENT_PREFLIGHT]
+    lines = [r for r in records if "step" in r and "loss" in r]
+    assert [r["step"] for r in lines] == [1, 2, 3, 4] and lines[0]["loss"] == pytest.approx(2.9)
+    line = lines[-1]
+    assert line["step_time_s"] >= 0 and line["grad_norm"] == 0.5 and line["learning_rate"] == 1e-3
+    # the throughput figures are flopcount.step_figures' over the step's tokens, as the Trainer's
+    flops = run.plan.flops
+    expected = flopcount.step_figures(
+        line["tokens_per_second_per_device"], flops.model_per_token, flops.hardware_per_token, flops.peak_tflops
+    )
+    assert line["mfu"] == pytest.approx(expected["mfu"], rel=1e-3) and line["mfu"] > 0
+
+    events = [r["event"] for r in recovery.read(run.output_dir)]
+    assert events == ["start", "loaded", "first_step", "done"]
+    progress = json.loads((run.output_dir / recovery.PROGRESS_FILE).read_text())
+    assert progress["step"] == 4 and progress["done"] is True
+
+
+def test_the_watchdog_gets_the_steady_timeout_for_a_save_and_the_stall_one_for_a_step(room, tmp_path) -> None:
+    run = engine_run(tmp_path, watchdog={"stall_timeout_s": 300, "steady_timeout_s": 1200})
+    ops, callback = start(room, run)
+    callback.on_train_start(context(0))
+    assert ops.phases is not None
+    watchdog = ops.phases.watchdog
+    steps(callback, 1, 2)
+    assert (watchdog._phase, watchdog._timeout) == ("step 3", 300.0)
+    steps(callback, 3, 3)  # the document saves every 3 steps: Bridge saves after this event
+    assert (watchdog._phase, watchdog._timeout) == ("the checkpoint save after step 3", 1200.0)
+    callback.on_train_step_start(context(3))  # the save is over: step 4 begins
+    assert watchdog._phase == "step 4"
+    ops.close()
+    assert watchdog._deadline is None
+
+
+def test_a_nonfinite_loss_stops_before_bridge_saves_and_exits_nonfinite(room, tmp_path) -> None:
+    run = engine_run(tmp_path)
+    ops, callback = start(room, run)
+    callback.on_train_start(context(0))
+    signed = run.output_dir / "checkpoints" / "iter_0000001"
+    signed.mkdir(parents=True)
+    (signed / filenames.RUN_FILE).write_text("{}")
+    with pytest.raises(NonFiniteStop):
+        steps(callback, 1, 2, {2: math.nan})
+    code = ops.stopped(Records(run.output_dir))
+    ops.close()
+    assert code == exitcodes.EXIT_NONFINITE
+    report = json.loads((run.output_dir / f"{filenames.NONFINITE_PREFIX}2" / "report.json").read_text())
+    assert report["step"] == 2 and report["ranks"] == [0] and report["last_good_checkpoint"] == str(signed)
+    assert [r["step"] for r in report["recent_logs"]] == [1, 2]
+    records = metricslog.read_records(run.output_dir / filenames.METRICS_FILE)
+    stop = [r for r in records if r.get("event") == metricslog.EVENT_NONFINITE]
+    assert len(stop) == 1 and stop[0]["action"] == "TerminateJob" and stop[0]["step"] == 2
+    # the progress stayed at the last good step: the step that went wrong is never counted as done
+    assert json.loads((run.output_dir / recovery.PROGRESS_FILE).read_text())["step"] == 1
+
+
+def test_under_warn_a_nonfinite_loss_is_an_alert_and_training_goes_on(room, tmp_path) -> None:
+    run = engine_run(tmp_path, alerts={"nonfinite_loss": "warn"})
+    ops, callback = start(room, run)
+    callback.on_train_start(context(0))
+    steps(callback, 1, 3, {2: math.inf})
+    ops.close()
+    alerts = [r for r in metricslog.read_records(run.output_dir / filenames.METRICS_FILE) if r.get("alert")]
+    assert [(a["alert"], a["step"]) for a in alerts] == [("nonfinite_loss", 2)]
+
+
+def test_a_rank_without_the_loss_still_joins_the_verdict(room, tmp_path, monkeypatch) -> None:
+    """A first pipeline stage has no loss: it takes its verdict from the all-reduce, as every rank does."""
+    run = engine_run(tmp_path)
+    ops, callback = start(room, run)
+    callback.on_train_start(context(0))
+    assert ops.core is not None
+    monkeypatch.setattr(ops.core.guard, "agree", lambda device: [3])  # rank 3 (the last stage) saw a NaN
+    callback.on_train_step_start(context(0))
+    with pytest.raises(NonFiniteStop):
+        callback.on_train_step_end(context(0, None))
+    assert ops.core.guard.stopped_at == 1 and ops.core.guard.ranks == [3]
+    ops.close()
+
+
+def test_a_restarted_attempt_is_a_recovery_runs_history_reads(room, tmp_path) -> None:
+    from recipekit.cli import main
+
+    run = engine_run(tmp_path)
+    ops, callback = start(room, run)
+    callback.on_train_start(context(0))
+    steps(callback, 1, 4)
+    ops.close()
+    attemptends.record_end(exitcodes.EXIT_PREEMPTED, {"RANK": "0", "GROUP_RANK": "0"})  # SIGTERM after step 4
+    checkpoint = str(run.output_dir / "checkpoints" / "iter_0000003")
+    ops2, callback2 = start(room, run, resume=(3, checkpoint))
+    callback2.on_train_start(context(3))
+    steps(callback2, 4, 6)
+    ops2.done(6)
+    ops2.close()
+
+    found = recovery.history(recovery.read(run.output_dir))
+    assert len(found) == 1 and (found[0].interrupted_step, found[0].resume_step) == (4, 3)
+    assert found[0].steps_lost == 1 and found[0].first_step == 4
+    result = CliRunner().invoke(main, ["runs", "history", str(run.output_dir), "--json"])
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.output)
+    assert len(document["recoveries"]) == 1 and document["steps_lost"] == 1
+    assert "exit 143 preempted" in document["attempts"][0]["why"]
+
+
+def test_the_fault_drill_poisons_bridges_forward_step_at_its_step_only(room, tmp_path) -> None:
+    def forward_step(state: Any, data_iterator: Any, model: Any, return_schedule_plan: bool = False) -> Any:
+        return torch.ones(2), "loss_func"
+
+    run = engine_run(tmp_path, testing={"nan_at_step": 2})
+    ops, _ = start(room, run)
+    assert poisoning(forward_step, None) is forward_step
+    step = poisoning(forward_step, ops)
+    assert inspect.signature(step) == inspect.signature(forward_step)  # Bridge reads it to call the step
+    ops.train_started(0)
+    clean, _ = step(SimpleNamespace(train_state=SimpleNamespace(step=0)), None, None)
+    poisoned, loss_func = step(SimpleNamespace(train_state=SimpleNamespace(step=1)), None, None)
+    ops.close()
+    assert torch.isfinite(clean).all() and torch.isnan(poisoned).all() and loss_func == "loss_func"
+    assert (run.output_dir / filenames.FAULTS_DIR / "nan-at-step-2").is_file()
+
+
+def test_a_pod_preflight_stops_never_reaches_the_first_step(room, tmp_path) -> None:
+    """What preflight raises at Bridge's on_train_start leaves ``pretrain()`` with its exit code, before any step."""
+    from recipekit.runtime.boundary.common import RunError
+
+    run = engine_run(tmp_path, testing={"user_error_pod": 0})
+    ops, callback = start(room, run)
+    with pytest.raises(RunError) as stopped:
+        callback.on_train_start(context(0))
+    ops.close()
+    assert getattr(stopped.value, "code", None) == exitcodes.EXIT_USER_ERROR
+    assert not (run.output_dir / recovery.RECOVERY_FILE).exists()  # no attempt began
+
+
+def test_bridges_own_sigterm_handler_is_entered_when_the_document_asks_for_it(room) -> None:
+    """Bridge 0.3.1 makes its DistributedSignalHandler but never enters it for training: the room does, at the
+    loop's start, so a SIGTERM reaches Bridge's check after the step instead of killing the process unsaved."""
+    entered: list[bool] = []
+    handler = SimpleNamespace(__enter__=lambda: entered.append(True))
+    asked = SimpleNamespace(
+        cfg=SimpleNamespace(train=SimpleNamespace(exit_signal_handler=True)), signal_handler=handler
+    )
+    off = SimpleNamespace(cfg=SimpleNamespace(train=SimpleNamespace(exit_signal_handler=False)), signal_handler=handler)
+    assert room.install_signal_handler(asked) and entered == [True]
+    assert not room.install_signal_handler(off) and entered == [True]
+
+
+def test_the_checkpoint_writers_queue_starts_with_sigterm_ignored(room, monkeypatch) -> None:
+    """torchrun signals each worker's process group: the writer's spawned Manager must outlive that SIGTERM, so it
+    starts with SIGTERM ignored (inherited by a spawned process); this process's handler is restored after."""
+    import signal
+
+    seen: list[Any] = []
+    writer = types.ModuleType("megatron.core.dist_checkpointing.strategies.filesystem_async")
+    writer._get_write_results_queue = lambda: seen.append(signal.getsignal(signal.SIGTERM))  # type: ignore[attr-defined]
+    strategies = types.ModuleType("megatron.core.dist_checkpointing.strategies")
+    strategies.filesystem_async = writer  # type: ignore[attr-defined]
+    for name in ("megatron.core", "megatron.core.dist_checkpointing"):
+        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+    monkeypatch.setitem(sys.modules, "megatron.core.dist_checkpointing.strategies", strategies)
+    monkeypatch.setitem(sys.modules, writer.__name__, writer)
+    before = signal.getsignal(signal.SIGTERM)
+    assert room.shield_checkpoint_writer()
+    assert seen == [signal.SIG_IGN] and signal.getsignal(signal.SIGTERM) == before
+    del writer._get_write_results_queue  # type: ignore[attr-defined]
+    assert not room.shield_checkpoint_writer()  # another megatron-core: nothing to shield, nothing changed
