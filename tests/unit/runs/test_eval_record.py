@@ -67,7 +67,8 @@ def test_written_then_read_back_equal(tmp_path: Path) -> None:
         ('{"ok": true, "scores": 3}', "scores: not a list"),
         ('{"ok": "yes", "scores": []}', "ok: not true or false"),
         (
-            '{"ok": true, "harness": "lm_eval", "version": "1", "model": "m", "reason": "", "scores": [{"value": "1"}]}',
+            '{"ok": true, "harness": "lm_eval", "version": "1", "model": "m", "reason": "", '
+            '"scores": [{"value": "1"}]}',
             "scores[0].value: not a finite number",
         ),
         ("[" * 100 + "]" * 100, "nested more than 8 levels"),
