@@ -4,7 +4,7 @@ A bundle built with ``eval.enabled`` (its tasks the Hub's arc_easy and hellaswag
 tiny local multiple-choice task, trains the twin on two simulated pods, and rank 0 scores the saved twin with
 lm-evaluation-harness (its ``hf`` model on the output directory, the locally trained tokenizer beside it). The
 judge reads the record back; `recipekit report` of the work directory states the score. Slow: about a minute and a
-half (the shortest dry run: 2 steps).
+half (a short dry run: 4 steps).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ if _MISSING:
 def test_a_dry_runs_benchmark_score_is_in_its_report(tmp_path: Path) -> None:
     bundle = build(["recipe=tiny_sft", "eval.enabled=true"], tmp_path / "bundle", force=True).path
     work = tmp_path / "work"
-    results = {r.id: r for r in run_dry_run(load_bundle(bundle), DryRunOptions(steps=2, workdir=work, timeout=600))}
+    results = {r.id: r for r in run_dry_run(load_bundle(bundle), DryRunOptions(steps=4, workdir=work, timeout=600))}
     assert processes_under(work) == []
     assert all(r.status is Status.PASS for r in results.values() if r.id.startswith("dryrun.")), _explain(
         results.values()
