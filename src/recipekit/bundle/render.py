@@ -51,7 +51,7 @@ from recipekit.bundle.monitoring import dashboard, pod_monitor, prometheus_rule
 from recipekit.bundle.planview import estimate_dict, estimate_markdown
 from recipekit.bundle.summary import describe, not_fit, parallelism, pod_requests
 from recipekit.image import stack
-from recipekit.image.matrix import dockerfile_values, tracker_pins
+from recipekit.image.matrix import dockerfile_values, evaluation_pins, tracker_pins
 from recipekit.memory import Estimate
 from recipekit.memory.operations import Operations
 from recipekit.plan.plan import Plan
@@ -187,7 +187,7 @@ def manifest(recipe: Recipe, plan: Plan, files: dict[str, bytes], composed: Comp
     family = plan.family
     base = dockerfile_values(recipe, family)["base"]
     versions = {"recipekit": __version__, "base_image": base, "torch": family.torch, **family.packages}
-    for pin in tracker_pins(recipe, family):  # only the trackers it reports to
+    for pin in tracker_pins(recipe, family) + evaluation_pins(recipe, family):  # only what the recipe uses
         name, _, version = pin.partition("==")
         versions[name] = version
     if family.torch_npu:

@@ -553,6 +553,17 @@ def _print_comparison(result: Any, doc: dict[str, Any]) -> None:
             ["figure (unit)", "A", "B", "B / A"],
         )
     )
+    if doc.get("benchmarks"):  # eval.enabled: the scores after training, side by side (not in the verdict)
+        console.print(
+            _text_table(
+                "Benchmarks after training",
+                [
+                    [f"{r['task']} {r['metric']}", _fmt(r["a"]), _fmt(r["b"]), _fmt(r["difference"])]
+                    for r in doc["benchmarks"]
+                ],
+                ["task metric", "A", "B", "B − A"],
+            )
+        )
     for line in doc["recipe_changes"]:
         console.print(f"recipe: {line}", markup=False)
     for line in doc["version_changes"]:

@@ -74,9 +74,17 @@ class ImageFamily(Section):
         "only in the images of recipes that report to it.",
     )
 
+    evaluation: str | None = spec(
+        None,
+        description="The pinned pip requirement of the benchmark harness (eval.enabled: lm-evaluation-harness), "
+        "installed only in the images of recipes that evaluate.",
+    )
+
     def rules(self) -> list[str]:
         broken = [f"trackers.{name}: {pin!r} is not name==version" for name, pin in self.trackers.items()]
         broken = [line for line, pin in zip(broken, self.trackers.values()) if not _PIN.fullmatch(pin)]
+        if self.evaluation is not None and not _PIN.fullmatch(self.evaluation):
+            broken.append(f"evaluation: {self.evaluation!r} is not name==version")
         for arch, build in self.torch_builds.items():
             if arch not in ARCHS:
                 broken.append(f"torch_builds: unknown architecture {arch!r} (allowed: {', '.join(ARCHS)})")
@@ -188,6 +196,7 @@ def recipe_problems(name: str, family: ImageFamily, recipe: Recipe) -> list[Prob
         + mode_problems(name, family, recipe.mode)
         + transformers_problems(name, family, recipe)
         + tracker_problems(name, family, recipe)
+        + evaluation_problems(name, family, recipe)
     )
 
 
@@ -255,7 +264,36 @@ def pip_packages(recipe: Recipe, family: ImageFamily, deepspeed: bool) -> list[s
     pins = [f"{name}=={version}" for name, version in sorted(wanted.items())]
     if recipe.mode.kind == "qlora" and family.bitsandbytes:
         pins.append(family.bitsandbytes)
-    return pins + tracker_pins(recipe, family)
+    return pins + tracker_pins(recipe, family) + evaluation_pins(recipe, family)
+
+
+def evaluation_pins(recipe: Recipe, family: ImageFamily) -> list[str]:
+    """The benchmark harness, for a recipe that evaluates after training (``eval.enabled``) only."""
+    return [family.evaluation] if recipe.eval.enabled and family.evaluation else []
+
+
+def evaluation_problems(name: str, family: ImageFamily, recipe: Recipe) -> list[Problem]:
+    """An evaluation the image cannot run: no harness pinned, or an engine whose room does not evaluate."""
+    if not recipe.eval.enabled:
+        return []
+    problems = []
+    if family.evaluation is None:
+        problems.append(
+            Problem(
+                "eval.enabled",
+                f"image family {name} pins no benchmark harness (images/matrix.yaml evaluation)",
+                hint="pin lm_eval in the family's evaluation, or set eval.enabled=false",
+            )
+        )
+    if recipe.engine.kind != "trainer":
+        problems.append(
+            Problem(
+                "eval.enabled",
+                f"the {recipe.engine.kind} engine does not evaluate after training (the Trainer's room does)",
+                hint="set eval.enabled=false, or engine=trainer",
+            )
+        )
+    return problems
 
 
 def tracker_pins(recipe: Recipe, family: ImageFamily) -> list[str]:

@@ -29,6 +29,7 @@ from enum import Enum
 from typing import Any
 
 from recipekit.handover.diff import recipe_changes
+from recipekit.runs.evaluation import compare_scores
 from recipekit.runs.runlog import RunLog, Series
 from recipekit.runs.runplan import steady
 
@@ -114,6 +115,8 @@ class Comparison:
     notes: list[str]
     #: Why the runs cannot tell, when they do not diverge (:func:`cannot_tell`); empty when they can.
     undecided: list[str] = field(default_factory=list)
+    #: The benchmark scores after training of both runs (runs/evaluation.py): informative, not part of the verdict.
+    benchmarks: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def diverged(self) -> bool:
@@ -173,6 +176,7 @@ class Comparison:
             "version_changes": self.version_changes,
             "throughput": self.throughput,
             "notes": self.notes,
+            "benchmarks": self.benchmarks,
         }
 
 
@@ -316,4 +320,5 @@ def compare(a: RunLog, b: RunLog, tolerances: Tolerances = Tolerances()) -> Comp
         _throughput(a, b),
         notes,
         cannot_tell(loss, a.series.get("learning_rate", []), b.series.get("learning_rate", []), t),
+        compare_scores(a, b),
     )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from recipekit.runs.evaluation import eval_json, eval_rows
 from recipekit.runs.runlog import Restart, RunLog
 from recipekit.runs.runplan import Row, deviations, rows
 
@@ -107,7 +108,7 @@ def how_it_went(run: RunLog) -> list[tuple[str, str]]:
     if run.preflight:
         ok = run.preflight.get("ok")
         found.append(("preflight", "passed" if ok else f"failed: {run.preflight.get('reason')}"))
-    return found
+    return found + eval_rows(run)  # eval.enabled: the benchmark after training
 
 
 def cpu_twin(run: RunLog) -> bool:
@@ -171,5 +172,6 @@ def summary(run: RunLog, margin: float) -> dict[str, Any]:
             for r in run.restarts
         ],
         "versions": run.versions,
+        "evaluation": eval_json(run),
         "warnings": list(run.warnings) + ([] if run.plan else ["no plan.json: the run is not held against a plan"]),
     }

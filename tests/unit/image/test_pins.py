@@ -49,9 +49,12 @@ def test_train_extra_pins_the_image_stack() -> None:
     trackers = dict(pin.split("==") for pin in matrix.families["cpu"].trackers.values())
     for name, version in trackers.items():  # the dry run runs the trackers' clients the cpu image installs
         assert pins.get(name) == version, f"pyproject train extra pins {name}=={pins.get(name)}, images {version}"
+    harness = dict([(matrix.families["cpu"].evaluation or "-==-").split("==")])
+    for name, version in harness.items():  # the dry run runs the benchmark harness the cpu image installs
+        assert pins.get(name) == version, f"pyproject train extra pins {name}=={pins.get(name)}, images {version}"
     for name in pins:
         expected = name in reference or name == "torch" or name in DRY_RUN_ONLY or name in VALIDATE_TOOLS
-        assert expected or name in trackers, f"{name}: pinned for the dry run only"
+        assert expected or name in trackers or name in harness, f"{name}: pinned for the dry run only"
 
 
 def test_dry_run_torch_is_the_cpu_family_torch() -> None:

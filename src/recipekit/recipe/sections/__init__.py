@@ -10,6 +10,7 @@ the arithmetic is, so the error can show it. The names the other stages use are 
 from recipekit.recipe.sections.cluster import ClusterSpec, MindClusterSpec
 from recipekit.recipe.sections.data import DataSpec
 from recipekit.recipe.sections.engine import EngineSpec, MegatronEngine, TrainerEngine
+from recipekit.recipe.sections.evaluation import HARNESS, EvalSpec
 from recipekit.recipe.sections.hardware import HardwareSpec
 from recipekit.recipe.sections.mode import (
     LoraMode,
@@ -41,7 +42,9 @@ __all__ = [
     "ClusterSpec",
     "DataSpec",
     "EngineSpec",
+    "EvalSpec",
     "FlopsSpec",
+    "HARNESS",
     "HardwareSpec",
     "LayerModulesSpec",
     "LoraMode",

@@ -8,6 +8,7 @@ from recipekit.recipe.schema import Section, spec, validate
 from recipekit.recipe.sections.cluster import ClusterSpec
 from recipekit.recipe.sections.data import DataSpec
 from recipekit.recipe.sections.engine import EngineSpec, TrainerEngine
+from recipekit.recipe.sections.evaluation import EvalSpec
 from recipekit.recipe.sections.hardware import HardwareSpec
 from recipekit.recipe.sections.mode import ModeSpec
 from recipekit.recipe.sections.model import ModelSpec
@@ -40,6 +41,11 @@ class Recipe(Section):
     train: TrainSpec = spec(default_factory=TrainSpec, description="Optimisation and bookkeeping.")
     ops: OpsSpec = spec(
         default_factory=OpsSpec, description="Preflight, hang watchdog, metrics and alerts (the operations layer)."
+    )
+    eval: EvalSpec = spec(
+        default_factory=EvalSpec,
+        omit_default=True,
+        description="A benchmark run on the trained model after training (lm-evaluation-harness); off by default.",
     )
 
 

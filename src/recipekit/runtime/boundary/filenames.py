@@ -43,6 +43,8 @@ RUN_FILE = "recipekit-run.json"
 #: A streaming run's place in its input (runtime/data/stream.py): each chunk's row count, so a resume skips whole
 #: chunks.
 STREAM_STATE_FILE = "recipekit-stream.json"
+#: The benchmark scores of the evaluation after training (``eval.enabled``; runtime/volume/evalrecord.py).
+EVAL_FILE = "recipekit-eval.json"
 #: transformers marks a checkpoint whose save did not finish with this file.
 INCOMPLETE_MARKER = "checkpoint-is-incomplete.txt"
 #: The operations layer's outputs (runtime/ops/preflight.py, watchdog.py, health.py, profiling.py, faults.py).

@@ -207,6 +207,18 @@ class TrainView:
 
 
 @dataclass(frozen=True, slots=True)
+class EvalView:
+    """``recipe.eval``: the benchmark after training (absent from recipe.yaml while off)."""
+
+    enabled: bool
+    tasks: list[str]
+    task_dir: str | None
+    limit: int | None
+    num_fewshot: int | None
+    batch_size: int
+
+
+@dataclass(frozen=True, slots=True)
 class RecipeView:
     """recipe.yaml's ``recipe``, as the runtime reads it."""
 
@@ -218,6 +230,7 @@ class RecipeView:
     data: DataView
     cluster: ClusterView
     train: TrainView
+    eval: EvalView | None = None  # recipe.yaml leaves the section out while it has its default (off)
 
 
 # -------------------------------------------------------------------------------------------------- operations

@@ -41,6 +41,7 @@ from .callbacks import (
 )
 from .checkpoints import HotTierSaves, RunRecordCallback, choose_resume, resharded, run_key
 from .distributed import join_deepspeed_group, launched, leave_process_group, prepare_environment
+from .evaluation import evaluate_after_training
 from .rundata import prepare_for_run, world
 
 
@@ -292,6 +293,8 @@ def run_training(run: RunConfig, device: Device, resume: str) -> int:
     ops.recovery.done(step)
     records.add(metricslog.EVENT_DONE, step=step, output=str(output_dir), merged=str(merged) if merged else None)
     log0("done: %d steps; model in %s", step, output_dir)
+    if args.process_index == 0:  # eval.enabled: the benchmark on what was saved (the other ranks have left)
+        evaluate_after_training(recipe, output_dir, model_path, merged, precision(args), device.kind)
     return exitcodes.EXIT_OK
 
 

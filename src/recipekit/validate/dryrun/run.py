@@ -31,6 +31,7 @@ from recipekit.validate.dryrun import policyrun, restartrun
 from recipekit.validate.dryrun.cluster.attemptlog import Attempt, exits_in_words
 from recipekit.validate.dryrun.cluster.attempts import DryRun, node_local_dir, pod_environment
 from recipekit.validate.dryrun.judges import training
+from recipekit.validate.dryrun.judges.evaluation import eval_result, judge_eval
 from recipekit.validate.dryrun.judges.operations import (
     OpsExpectation,
     judge_fault,
@@ -242,6 +243,7 @@ def _run_pods(
         tensor_parallel=work.plan.layout.tensor_parallel,
     )
     tracked = _tracker_result(copy, found)
+    evaluated = eval_result(copy, found)
     held = tuple(lock.fd for lock in (work.lock, cache) if lock is not None)
     run = DryRun(work, options, progress, started + options.timeout, held=held)
     with run.podset:
@@ -259,6 +261,11 @@ def _run_pods(
             judge_trackers(tracked, work.output_dir, tracked.details.pop("trackers"))
         else:
             tracked.skip("no training step was logged")
+    if evaluated is not None:  # eval.enabled: rank 0 scored the twin after the final save
+        if train.failed:
+            evaluated.skip("training did not finish")
+        else:
+            judge_eval(evaluated, work.output_dir)
     train.details.update(wall_s=round(time.monotonic() - started, 1), workdir=str(work.root))
     return found
 

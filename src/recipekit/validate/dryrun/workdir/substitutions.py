@@ -138,7 +138,19 @@ def substitute(recipe: Recipe, options: DryRunOptions, root: Path) -> tuple[Reci
     dry = _data_and_world(sub, dry, recipe, options, root)
     dry = _schedule(sub, dry, recipe, options)
     dry = _machine(sub, dry, recipe, options, root)
+    dry = _evaluation(sub, dry, root)
     return dry, sub.found
+
+
+def _evaluation(sub: _Substituter, dry: Recipe, root: Path) -> Recipe:
+    """``eval.enabled``: the benchmark's tasks by a tiny local one on the work copy's volume (no Hub here)."""
+    if not dry.eval.enabled:
+        return dry
+    from recipekit.validate.dryrun.workdir.tinyeval import ITEMS, TASK, write_tiny_task
+
+    task_dir = write_tiny_task(root / "shared" / "eval-tasks")
+    why = f"no dataset hub here: {ITEMS} generated multiple-choice items, a local lm-evaluation-harness task"
+    return sub.section(dry, "eval", why, tasks=[TASK], task_dir=str(task_dir), limit=ITEMS, num_fewshot=0)
 
 
 def _model(sub: _Substituter, recipe: Recipe, options: DryRunOptions, root: Path) -> Recipe:
