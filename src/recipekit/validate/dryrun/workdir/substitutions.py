@@ -103,7 +103,7 @@ def async_io_compatible() -> bool:
     return proc.stdout.strip().endswith("True")
 
 
-class _Substituter:
+class Substituter:
     """Collects recipe substitutions, each with its reason, as dotted recipe keys."""
 
     def __init__(self) -> None:
@@ -132,8 +132,13 @@ def _plain(value: Any) -> Any:
 
 
 def substitute(recipe: Recipe, options: DryRunOptions, root: Path) -> tuple[Recipe, list[Substitution]]:
-    """The dry-run recipe: ``recipe`` with only what a laptop must change, and why each change was made."""
-    sub = _Substituter()
+    """The dry-run recipe: ``recipe`` with only what a laptop must change, and why each change was made (the
+    engine's own layout scaling first: the twin's heads follow its TP)."""
+    from recipekit.validate.dryrun.workdir.engines import dryrun_engine
+
+    sub = Substituter()
+    engine = dryrun_engine(recipe.engine.kind)
+    recipe = engine.layout(sub, recipe, options)
     dry = _model(sub, recipe, options, root)
     dry = _data_and_world(sub, dry, recipe, options, root)
     dry = _schedule(sub, dry, recipe, options)
@@ -141,7 +146,7 @@ def substitute(recipe: Recipe, options: DryRunOptions, root: Path) -> tuple[Reci
     return dry, sub.found
 
 
-def _model(sub: _Substituter, recipe: Recipe, options: DryRunOptions, root: Path) -> Recipe:
+def _model(sub: Substituter, recipe: Recipe, options: DryRunOptions, root: Path) -> Recipe:
     """The tiny twin of the recipe's model (:func:`.twinmodel.choose_twin`), with whole heads per rank under TP."""
     procs = options.procs_per_pod
     tp = recipe.parallel.tensor_parallel
@@ -171,7 +176,7 @@ def _model(sub: _Substituter, recipe: Recipe, options: DryRunOptions, root: Path
     return dry
 
 
-def _data_and_world(sub: _Substituter, dry: Recipe, recipe: Recipe, options: DryRunOptions, root: Path) -> Recipe:
+def _data_and_world(sub: Substituter, dry: Recipe, recipe: Recipe, options: DryRunOptions, root: Path) -> Recipe:
     """Generated data on the work copy's volume (the PVC is a local directory), and the simulated pods."""
     from recipekit.validate.dryrun.workdir.tinydata import write_tiny_dataset
 
@@ -224,7 +229,7 @@ def _data_and_world(sub: _Substituter, dry: Recipe, recipe: Recipe, options: Dry
     return dry
 
 
-def _schedule(sub: _Substituter, dry: Recipe, recipe: Recipe, options: DryRunOptions) -> Recipe:
+def _schedule(sub: Substituter, dry: Recipe, recipe: Recipe, options: DryRunOptions) -> Recipe:
     """A few steps, a checkpoint midway, every step logged, at most two micro-steps per step."""
     accum = min(_accumulation(recipe), MAX_ACCUMULATION)
     report_to = list(recipe.train.report_to)
@@ -264,9 +269,12 @@ def _schedule(sub: _Substituter, dry: Recipe, recipe: Recipe, options: DryRunOpt
     return dry
 
 
-def _machine(sub: _Substituter, dry: Recipe, recipe: Recipe, options: DryRunOptions, root: Path) -> Recipe:
+def _machine(sub: Substituter, dry: Recipe, recipe: Recipe, options: DryRunOptions, root: Path) -> Recipe:
     """This machine's hardware (the ``cpu`` option on CPU), quick operations tests, rows recorded for the resume
-    check, offload a laptop can do, and TP across the simulated pods (said so)."""
+    check (where the engine's room records them), offload a laptop can do, and TP across the simulated pods (said
+    so)."""
+    from recipekit.validate.dryrun.workdir.engines import dryrun_engine
+
     procs = options.procs_per_pod
     tp = recipe.parallel.tensor_parallel
     if options.device == "cpu":
@@ -276,7 +284,7 @@ def _machine(sub: _Substituter, dry: Recipe, recipe: Recipe, options: DryRunOpti
         if dry.train.precision == "fp16":
             dry = sub.section(dry, "train", "CPUs have no fp16", precision="bf16")
     dry = _operations(sub, dry, options)
-    if not dry.data.streaming and not dry.ops.testing.record_rows:
+    if not dry.data.streaming and not dry.ops.testing.record_rows and dryrun_engine(dry.engine.kind).records_rows:
         testing = replace(dry.ops.testing, record_rows=True)
         dry = replace(dry, ops=replace(dry.ops, testing=testing))
         sub.found.append(
@@ -339,7 +347,7 @@ DRY_STALL_TIMEOUT_S = 30
 DRY_GRAD_NORM_JUMP = 3.0
 
 
-def _operations(sub: _Substituter, dry: Recipe, options: DryRunOptions) -> Recipe:
+def _operations(sub: Substituter, dry: Recipe, options: DryRunOptions) -> Recipe:
     """The operations layer on a laptop: a quick bandwidth test on CPU, and a fault injected by the recipe
     (``ops.testing``) within the dry run's steps and detected quickly."""
     if options.device == "cpu":
