@@ -32,6 +32,8 @@ def check_tensor_parallel(bundle: Bundle) -> Result:
         "consistency.tensor-parallel",
         "TP × DP = world size, TP inside a pod, ds_config AutoTP = plan TP (ZeRO 0-2, weights gathered on save)",
     )
+    if "megatron" in (bundle.doc or {}):
+        return result.skip("a bundle of the Megatron engine: its TP is Megatron's (consistency.megatron checks it)")
     plan, ds = bundle.plan, bundle.ds_config
     tp = plan.get("tensor_parallel", 1)
     autotp = _autotp_size(ds)
