@@ -1,7 +1,9 @@
-"""The Megatron engine's rules, checked on a built bundle: recipe.yaml's ``megatron`` document read by the room's own
-reader (:mod:`recipekit.runtime.boundary.megatronview`: every field typed, SP needing TP) and laid against the plan and
-the model, as Megatron-core's argument validation would at start-up (``megatron/training/arguments.py``
-``validate_args`` and ``ModelParallelConfig.__post_init__`` in 0.16.1), before any pod is scheduled:
+"""The Megatron engine's rules, checked on a built bundle before any pod is scheduled: recipe.yaml's ``megatron``
+document read by the room's own reader and laid against the plan and the model.
+
+The reader is :mod:`recipekit.runtime.boundary.megatronview` (every field typed, SP needing TP); the rules are the
+ones Megatron-core's argument validation applies at start-up (``megatron/training/arguments.py`` ``validate_args``
+and ``ModelParallelConfig.__post_init__`` in 0.16.1):
 
 * the world the Job starts (plan.world_size) holds TP × PP × CP, the global batch is micro × data-parallel ×
   accumulation, EP × expert-TP × PP divides the world (the room's own ``check_world``);
