@@ -11,22 +11,21 @@ from __future__ import annotations
 
 import functools
 import importlib.util
-import json
 import math
 import os
 import subprocess
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from recipekit.base import yamlfile
 from recipekit.bundle.files import RECIPE
 from recipekit.recipe.compose import group_options
-from recipekit.recipe.schema import to_data, validate
+from recipekit.recipe.schema import validate
 from recipekit.recipe.sections import TRACKERS, HardwareSpec, Recipe
 from recipekit.runtime.boundary import recipeview
 from recipekit.validate.dryrun.options import DryRunOptions, DryRunUsageError
 from recipekit.validate.dryrun.workdir import twinmodel
+from recipekit.validate.dryrun.workdir.changes import Substituter, Substitution
 from recipekit.validate.shared.childpython import python_argv, safe_env
 
 DRY_MAX_LEN = 128
@@ -36,37 +35,6 @@ MAX_ACCUMULATION = 2
 #: The generated data is cut into about this many prepare chunks per pod, each at least DRY_MIN_CHUNK bytes.
 DRY_CHUNKS_PER_POD = 4
 DRY_MIN_CHUNK = 1024
-
-
-@dataclass
-class Substitution:
-    """One difference between the bundle and its work copy: a recipe substitution (with its reason) or a file
-    value that follows from them."""
-
-    file: str
-    field: str
-    old: Any
-    new: Any
-    why: str
-    derived: bool = False  # a consequence of the substitutions, found by comparing the two bundles
-
-    def __str__(self) -> str:
-        return f"{self.file} {self.field}: {_short(self.old)} → {_short(self.new)} ({self.why})"
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "file": self.file,
-            "field": self.field,
-            "old": self.old,
-            "new": self.new,
-            "why": self.why,
-            "derived": self.derived,
-        }
-
-
-def _short(value: Any, limit: int = 60) -> str:
-    text = json.dumps(value, default=str) if not isinstance(value, str) else value
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def cpu_hardware() -> HardwareSpec:
@@ -101,34 +69,6 @@ def async_io_compatible() -> bool:
     except subprocess.TimeoutExpired:
         return False
     return proc.stdout.strip().endswith("True")
-
-
-class Substituter:
-    """Collects recipe substitutions, each with its reason, as dotted recipe keys."""
-
-    def __init__(self) -> None:
-        self.found: list[Substitution] = []
-
-    def section(self, recipe: Recipe, name: str, why: str, **changes: Any) -> Recipe:
-        """``recipe`` with ``changes`` applied to section ``name``, each change that changes something recorded."""
-        old = getattr(recipe, name)
-        real = {k: v for k, v in changes.items() if getattr(old, k) != v}
-        for key, value in real.items():
-            self.found.append(
-                Substitution(RECIPE, f"recipe.{name}.{key}", _plain(getattr(old, key)), _plain(value), why)
-            )
-        return replace(recipe, **{name: replace(old, **real)}) if real else recipe
-
-    def whole(self, recipe: Recipe, name: str, new: Any, why: str) -> Recipe:
-        old = getattr(recipe, name)
-        if old == new:
-            return recipe
-        self.found.append(Substitution(RECIPE, f"recipe.{name}", old.name, new.name, why))
-        return replace(recipe, **{name: new})
-
-
-def _plain(value: Any) -> Any:
-    return to_data(value) if hasattr(value, "__dataclass_fields__") else value
 
 
 def substitute(recipe: Recipe, options: DryRunOptions, root: Path) -> tuple[Recipe, list[Substitution]]:

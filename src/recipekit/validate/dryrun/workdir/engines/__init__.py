@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from recipekit.bundle.engines.documents import EngineDocuments
     from recipekit.recipe.sections import Recipe
     from recipekit.validate.dryrun.options import DryRunOptions
-    from recipekit.validate.dryrun.workdir.substitutions import Substituter, Substitution
+    from recipekit.validate.dryrun.workdir.changes import Substituter, Substitution
     from recipekit.validate.shared.loader import Bundle
 
 

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from recipekit.bundle.engines.documents import EngineDocuments
     from recipekit.recipe.sections import Recipe
     from recipekit.validate.dryrun.options import DryRunOptions
-    from recipekit.validate.dryrun.workdir.substitutions import Substituter, Substitution
+    from recipekit.validate.dryrun.workdir.changes import Substituter, Substitution
     from recipekit.validate.shared.loader import Bundle
 
 #: Below the room's output directory: Bridge's checkpoints (runtime/megatron/checkpoints.py, CHECKPOINTS_DIR).
@@ -145,7 +145,7 @@ class MegatronDryRun:
 
     def edit(self, engine: EngineDocuments, device: str) -> tuple[EngineDocuments, list[Substitution]]:
         """recipe.yaml's ``megatron`` document for the CPU: local layers, no fusion, gloo."""
-        from recipekit.validate.dryrun.workdir.substitutions import Substitution
+        from recipekit.validate.dryrun.workdir.changes import Substitution
 
         doc = engine.recipe_sections.get("megatron")
         if device != "cpu" or not isinstance(doc, dict):
@@ -247,7 +247,7 @@ def _without_adapter_dropout(sub: Substituter, dry: Recipe) -> Recipe:
     """LoRA without dropout: a resumed CPU run does not draw the adapters' dropout masks again as the first attempt
     did (measured with 0.05: replayed steps within 3e-4, not equal), so the exact resume is checked without it."""
     from recipekit.recipe.sections import adapter_of
-    from recipekit.validate.dryrun.workdir.substitutions import Substitution
+    from recipekit.validate.dryrun.workdir.changes import Substitution
 
     lora = adapter_of(dry.mode)
     if lora is None or lora.dropout == 0:

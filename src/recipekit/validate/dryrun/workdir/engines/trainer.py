@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from recipekit.bundle.engines.documents import EngineDocuments
     from recipekit.recipe.sections import Recipe
     from recipekit.validate.dryrun.options import DryRunOptions
-    from recipekit.validate.dryrun.workdir.substitutions import Substituter, Substitution
+    from recipekit.validate.dryrun.workdir.changes import Substituter, Substitution
     from recipekit.validate.shared.loader import Bundle
 
 
@@ -83,7 +83,7 @@ class TrainerDryRun:
 def tiny_model_ds_config(ds: dict[str, Any] | None) -> tuple[dict[str, Any] | None, list[Substitution]]:
     """The ds_config a tiny twin needs: ZeRO-3 must partition its parameters, which are all below the persistence
     threshold a real model's bundle sets."""
-    from recipekit.validate.dryrun.workdir.substitutions import Substitution
+    from recipekit.validate.dryrun.workdir.changes import Substitution
 
     zero = (ds or {}).get("zero_optimization") or {}
     if ds is None or zero.get("stage") != 3 or zero.get("stage3_param_persistence_threshold") == 0:
