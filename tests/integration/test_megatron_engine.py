@@ -1,11 +1,18 @@
-"""The Megatron engine's room end to end on this CPU: Megatron-Bridge 0.3.1's own ``pretrain()`` started as the
-launcher starts a pod's workers (torchrun, 4 gloo ranks, ``-m runtime.megatron.train --recipe recipe.yaml --resume
-auto``), in the engine's own venv (images/engines/megatron-bridge.txt), with the dry run's pinned CPU redirect.
+"""The Megatron engine's bundles, dry-run proven: built by ``recipekit build engine=megatron`` from presets, then run
+by ``validate``'s dry run as simulated Volcano pods on this CPU — each pod the Job's own command (the image's
+launcher), which starts Megatron-Bridge 0.3.1's own ``pretrain()`` through the room (``runtime.megatron.train``) in
+the engine's venv (images/engines/megatron-bridge.txt), with the dry run's substitutions (tiny twin, the layout
+scaled to 2 pods × 2 processes, the CPU edits of the megatron document, the pinned CPU redirect).
 
-Each layout trains a tiny twin twice: once to the end, and once killed outright (SIGKILL of every process) while it
-holds after a signed checkpoint, then started again. The restarted run must resume from that checkpoint and log the
-very losses of the uninterrupted run after it (same rows in the same order, same optimizer and RNG states), and its
-final HF export must load in transformers and run. What a CPU run cannot prove is in docs/engines.md.
+Each layout runs once, and that one run is both the uninterrupted run and the interrupted one: pod 1 is killed
+outright (SIGKILL of its whole tree) after step 5, while the checkpoint of step 3 is the newest signed one; every pod
+is restarted as Volcano's RestartJob does. The restarted run must resume from iter 3 (the room's rule, read by the
+judges) and train steps 4 and 5 again to the very losses of the first attempt (same rows in the same order, same
+optimizer and RNG states: equal, not close), then finish; its final HF export must load in transformers and run
+(LoRA: merged into the projections only). The MoE twin is not exported on the CPU (the dry run turns export_hf off
+and says why). What a CPU run cannot prove is validate's ``dryrun.unproven`` (and docs/engines.md).
+
+Slow: about 2.5 minutes a layout on 2 cores, once the engine venv is built (about 5 minutes, once per machine).
 """
 
 from __future__ import annotations
@@ -16,63 +23,85 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration import megatronengine as engine
-from tests.integration.megatronengine import Case
+from recipekit.bundle.build import build
+from recipekit.runtime.boundary import filenames, metricslog
+from recipekit.validate.dryrun.options import DryRunOptions
+from recipekit.validate.dryrun.run import run_dry_run
+from recipekit.validate.shared.loader import load_bundle
+from recipekit.validate.shared.results import Status
+from tests.integration.test_dryrun import _explain
 
 pytestmark = [pytest.mark.slow, pytest.mark.longest]
 
+MEGATRON = ["engine=megatron", "parallel=distopt"]
+#: Each case: the build's overrides (a preset on 910B, as a platform team would write it), and the layout its dry
+#: run must start with (TP, PP, EP) on 2 pods × 2 processes.
 CASES = {
-    "dense TP 2 x PP 2": Case(model="tiny_qwen3", tp=2, pp=2),
-    "dense PP 2 x DP 2, distributed optimizer": Case(model="tiny_llama", pp=2),
-    # Bridge 0.3.1 exports experts only under grouped-GEMM names (TE's): the local spec's SequentialMLP cannot be
-    # exported on this CPU (param_mapping.gather_from_ep_ranks reads the expert from "...weight<N>"); docs/engines.md
-    "MoE PP 2 x EP 2": Case(model="tiny_qwen3_moe", pp=2, ep=2, export_hf=False),
-    "LoRA SFT PP 2 x DP 2": Case(model="tiny_qwen3", entry="finetune", pp=2, lora=True),
+    "dense TP 2 x PP 2": (
+        ["recipe=qwen2.5_7b_pretrain", "parallel.tensor_parallel=2", "parallel.pipeline_parallel=2"],
+        (2, 2, 1),
+    ),
+    "dense PP 2 x DP 2, distributed optimizer": (["recipe=llama3_8b_sft", "parallel.pipeline_parallel=2"], (1, 2, 1)),
+    "MoE PP 2 x EP 2": (
+        [
+            "model=qwen3_30b_a3b",
+            "mode=pretrain",
+            "data=text",
+            "parallel.pipeline_parallel=2",
+            "parallel.expert_parallel=4",  # scaled to EP 2 by the dry run
+        ],
+        (1, 2, 2),
+    ),
+    "LoRA SFT PP 2 x DP 2": (["recipe=llama3_8b_lora", "parallel.pipeline_parallel=2"], (1, 2, 1)),
 }
-KILL_AT = 3
-
-
-@pytest.fixture(scope="module")
-def python() -> Path:
-    from recipekit.validate.dryrun.workdir.enginevenv import engine_python
-
-    return engine_python(progress=print)
+STEPS, SAVED, KILL_AFTER = 6, 3, 5
+TIMEOUT_S = 600
 
 
 @pytest.mark.parametrize("name", list(CASES))
-def test_killed_at_a_step_and_resumed_with_the_same_losses(name: str, python: Path, tmp_path: Path) -> None:
-    case = CASES[name]
-    full, cut = tmp_path / "full", tmp_path / "cut"
-    engine.make_bundle(full, case)
-    engine.make_bundle(cut, case)
-    assert engine.run_to_end(full, python) == 0, (full / "run.log").read_text(errors="replace")[-4000:]
-    expected = engine.step_losses(full)
-    assert sorted(expected) == list(range(1, case.train_iters + 1))
-    assert expected[case.train_iters] < expected[1]  # it learns
+def test_killed_at_a_step_and_resumed_with_the_same_losses(name: str, tmp_path: Path) -> None:
+    overrides, (tp, pp, ep) = CASES[name]
+    bundle = build([*MEGATRON, *overrides], tmp_path / "bundle", force=True, allow_oom=True).path
+    options = DryRunOptions(
+        pods=2, procs_per_pod=2, steps=STEPS, kill_pod=1, at_step=KILL_AFTER, workdir=tmp_path / "dry",
+        timeout=TIMEOUT_S,
+    )  # fmt: skip
+    results = {r.id: r for r in run_dry_run(load_bundle(bundle), options, print)}
+    assert all(r.status is not Status.FAIL for r in results.values()), _explain(results.values())
+    assert results["dryrun.train"].status is Status.PASS and results["dryrun.resume"].status is Status.PASS
+    assert "kernels" in results["dryrun.unproven"].reason  # validate says what the CPU run does not prove
 
-    engine.kill_at(cut, python, KILL_AT)
-    assert engine.run_to_end(cut, python) == 0, (cut / "run.log").read_text(errors="replace")[-4000:]
-    starts = [r for r in engine.metrics(cut) if r.get("event") == "start"]
-    assert [s["resume_step"] for s in starts] == [None, KILL_AT]
-    print(f"{name}: uninterrupted {expected}; killed after step {KILL_AT}, resumed {engine.step_losses(cut)}")
-    assert engine.step_losses(cut) == expected  # steps after the resume equal the uninterrupted run's
+    resume = results["dryrun.resume"].details
+    assert resume["resumed_step"] == SAVED and resume["first_step_after_restart"] == SAVED + 1
+    assert resume["replayed_steps"] == list(range(SAVED + 1, KILL_AFTER + 1))
+    assert resume["replayed_loss_max_abs_diff"] == 0.0  # the uninterrupted first attempt's losses, exactly
 
-    checkpoints = cut / "volume" / "run" / "checkpoints"
-    for step in range(case.save_interval, case.train_iters + 1, case.save_interval):
-        record = json.loads((checkpoints / f"iter_{step:07d}" / "recipekit-run.json").read_text())
+    (run,) = (tmp_path / "dry" / "shared" / "runs").glob(f"*/{filenames.METRICS_FILE}")
+    run = run.parent
+    records = [json.loads(line) for line in (run / filenames.METRICS_FILE).read_text().splitlines()]
+    starts = [r for r in records if r.get("event") == metricslog.EVENT_START]
+    assert [s["resume_step"] for s in starts] == [None, SAVED]
+    assert all(s["engine"] == "megatron" and s["world_size"] == 4 for s in starts)
+    parallel = starts[0]["parallel"]
+    assert (parallel["tensor"], parallel["pipeline"], parallel["expert"]) == (tp, pp, ep)
+    losses = {r["step"]: r["loss"] for r in records if "loss" in r}
+    assert sorted(losses) == list(range(1, STEPS + 1))
+    for step in (SAVED, STEPS):
+        record = json.loads((run / "checkpoints" / f"iter_{step:07d}" / filenames.RUN_FILE).read_text())
         assert record["step"] == step and record["engine"] == "megatron" and len(record["hmac"]) == 64
-    done = [r for r in engine.metrics(cut) if r.get("event") == "done"]
-    assert len(done) == 1 and done[0]["step"] == case.train_iters
-    if case.export_hf:
-        assert_export_loads(python, cut, case)
+    (done,) = [r for r in records if r.get("event") == metricslog.EVENT_DONE]
+    assert done["step"] == STEPS
+    if ep > 1:
+        assert done["hf"] is None and not (run / "hf").exists()
     else:
-        assert done[0]["hf"] is None and not (cut / "volume" / "run" / "hf").exists()
+        assert_export_loads(run, lora="lora" in name.lower())
 
 
-def assert_export_loads(python: Path, root: Path, case: Case) -> None:
+def assert_export_loads(run: Path, *, lora: bool) -> None:
     """The final HF export loads in transformers (the engine venv's), runs a forward with a finite loss, and its
     weights are the trained ones: they differ from the twin it started from (LoRA: merged into the targets only)."""
-    run = root / "volume" / "run"
+    from recipekit.validate.dryrun.workdir.enginevenv import engine_python
+
     probe = f"""
 import json, torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -84,10 +113,10 @@ with torch.no_grad():
 changed = sorted(n for n, p in model.state_dict().items() if not torch.equal(p, base.state_dict()[n]))
 print(json.dumps({{"loss": loss, "changed": changed}}))
 """
-    done = subprocess.run([str(python), "-c", probe], capture_output=True, text=True, timeout=300)
+    done = subprocess.run([str(engine_python()), "-c", probe], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     found = json.loads(done.stdout.strip().splitlines()[-1])
     assert found["loss"] == found["loss"] and found["loss"] < 100  # finite
     assert found["changed"]
-    if case.lora:  # adapters merged into the attention and MLP projections; embeddings and norms stay the base's
+    if lora:  # adapters merged into the attention and MLP projections; embeddings and norms stay the base's
         assert all(("proj" in name or "mlp" in name) for name in found["changed"]), found["changed"]

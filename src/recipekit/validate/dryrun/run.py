@@ -13,7 +13,6 @@ period, SIGKILL), and the restart, which must resume from the newest complete ch
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 import subprocess
@@ -23,7 +22,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from recipekit.recipe.sections import TRACKERS
-from recipekit.runtime.boundary import filenames, metricslog, recipeview
+from recipekit.runtime.boundary import filenames, metricslog
 from recipekit.runtime.boundary.recipeview import HotCheckpointsView
 from recipekit.runtime.volume import hottier
 from recipekit.runtime.volume.rowledger import read_ledger
@@ -42,6 +41,7 @@ from recipekit.validate.dryrun.judges.operations import (
 from recipekit.validate.dryrun.judges.rows import judge_rows
 from recipekit.validate.dryrun.judges.trackers import judge_trackers, logged_losses
 from recipekit.validate.dryrun.options import DryRunOptions, DryRunUsageError
+from recipekit.validate.dryrun.workdir.engines import dryrun_engine, engine_of_doc
 from recipekit.validate.dryrun.workdir.extensions import build_extensions
 from recipekit.validate.dryrun.workdir.locks import FileLock
 from recipekit.validate.dryrun.workdir.workcopy import WorkCopy, prepare, rescale_work_copy, rescaled_or_refused
@@ -55,15 +55,6 @@ Progress = Callable[[str], None]
 
 
 # ---------------------------------------------------------------------------------------------- prerequisites
-def _missing_modules(bundle: Bundle) -> list[str]:
-    needed = ["torch", "transformers", "datasets", "tokenizers", "psutil"]
-    if bundle.ds_config is not None:  # the bundle's own answer: it has a ds_config when it runs DeepSpeed
-        needed.append("deepspeed")
-    if bundle.recipe is not None and recipeview.trains_adapter(bundle.recipe.mode.kind):
-        needed.append("peft")
-    return [name for name in needed if importlib.util.find_spec(name) is None]
-
-
 def _devices(kind: str) -> tuple[int, str]:
     """How many ``kind`` devices this machine has (asked in a child: importing torch_npu here is not wanted)."""
     probe = {
@@ -132,18 +123,17 @@ class _Results:
         return [self.prep, self.extensions, self.train, *later]
 
 
-def _unrunnable(bundle: Bundle, options: DryRunOptions) -> str | None:
-    """Why this machine cannot dry-run ``bundle`` (every result is skipped with it), or None."""
-    if bundle.doc is None or bundle.recipe is None or bundle.run_sh is None or "runtime/train.py" not in bundle.raw:
-        return "needs a parseable recipe.yaml, run.sh and train.py (see files.parse)"
+def _unrunnable(bundle: Bundle, options: DryRunOptions, progress: Progress) -> str | None:
+    """Why this machine cannot dry-run ``bundle`` (every result is skipped with it), or None. The engine's own
+    prerequisites are its room's (the Megatron engine builds its venv here, once per machine)."""
+    engine = engine_of_doc(bundle.doc)
+    if bundle.doc is None or bundle.recipe is None or bundle.run_sh is None or engine.entry_file not in bundle.raw:
+        return f"needs a parseable recipe.yaml, run.sh and {engine.entry_file} (see files.parse)"
     if bundle.args.get("deepspeed") and bundle.ds_config is None:
         return "a DeepSpeed bundle without a parseable ds_config.json (see files.parse)"
-    missing = _missing_modules(bundle)
-    if missing:
-        return f"{', '.join(missing)} not installed here (pip install 'recipekit[train]')"
     if shutil.which("bash") is None:
         return "bash not found"
-    return device_problem(options)
+    return device_problem(options) or engine.unrunnable(bundle, progress)
 
 
 def device_problem(options: DryRunOptions) -> str | None:
@@ -173,9 +163,10 @@ def run_dry_run(bundle: Bundle, options: DryRunOptions, progress: Progress = lam
     options = options.resolved()  # resolved options come back unchanged (validate() resolves them first)
     started = time.monotonic()
     results = _Results.of(options)
-    why = _unrunnable(bundle, options)
+    unproven = _not_proven(bundle)
+    why = _unrunnable(bundle, options, progress)
     if why is not None:
-        return [r.skip(why) for r in results.all()]
+        return [r.skip(why) for r in results.all()] + unproven
     progress(f"preparing the work copy of {bundle.path}")
     preparing = time.monotonic()
     work = prepare(bundle, options)
@@ -191,10 +182,22 @@ def run_dry_run(bundle: Bundle, options: DryRunOptions, progress: Progress = lam
                 cache.close()
     finally:
         work.release()
+    found += unproven
     (work.root / "report.json").write_text(
         json.dumps([r.to_json() for r in found], indent=2, default=str) + "\n", encoding="utf-8"
     )
     return found
+
+
+def _not_proven(bundle: Bundle) -> list[Result]:
+    """What a CPU dry run of the bundle's engine does not prove, as one result of validate's report (skipped: not
+    a check that passed); none for an engine whose limits are the dry run's usual ones (docs/validate.md)."""
+    items = engine_of_doc(bundle.doc).not_proven(bundle)
+    if not items:
+        return []
+    result = Result("dryrun.unproven", "dry run: what a CPU dry run of this engine does not prove")
+    result.details["not_proven"] = items
+    return [result.skip("not proven here: " + "; ".join(items))]
 
 
 def _judge_work_copy(work: WorkCopy, prep: Result, options: DryRunOptions, seconds: float) -> Bundle:
@@ -231,7 +234,10 @@ def _run_pods(
             if result is not None:
                 result.skip("the DeepSpeed ops could not be built")
         return found
-    operations = OpsExpectation.from_doc(copy.doc, options.device)
+    engine = dryrun_engine(work.plan.engine)
+    operations = _engine_operations(
+        OpsExpectation.from_doc(copy.doc, options.device), engine.operations, options.restart
+    )
     if operations.fault is not None and options.kill_pod is not None:
         raise DryRunUsageError(f"--kill-pod and an injected {operations.fault} (ops.testing): one fault per dry run")
     checks = _ops_results(operations, options, found)
@@ -241,6 +247,8 @@ def _run_pods(
         world_size=work.plan.layout.world_size,
         killed=options.kill_pod is not None,
         tensor_parallel=work.plan.layout.tensor_parallel,
+        engine=engine,
+        weights=engine.exports_weights(copy.doc),
     )
     tracked = _tracker_result(copy, found)
     evaluated = eval_result(copy, found)
@@ -268,6 +276,23 @@ def _run_pods(
             judge_eval(evaluated, work.output_dir)
     train.details.update(wall_s=round(time.monotonic() - started, 1), workdir=str(work.root))
     return found
+
+
+def _engine_operations(operations: OpsExpectation, runs: frozenset[str], restart: str | None) -> OpsExpectation:
+    """``operations`` less what the engine's room does not run (its dry run then judges none of it: validate's
+    report says so in dryrun.unproven); a fault the recipe injects into such a room is refused."""
+    if restart is not None and "restart" not in runs:
+        raise DryRunUsageError(f"--restart {restart}: this engine's room does not take `recipekit restart` requests")
+    if operations.fault is not None and "fault" not in runs:
+        raise DryRunUsageError(
+            f"ops.testing injects a {operations.fault} fault, which this engine's room does not run: drop ops.testing"
+        )
+    return replace(
+        operations,
+        preflight=operations.preflight and "preflight" in runs,
+        metrics=operations.metrics and "metrics" in runs,
+        profile_steps=operations.profile_steps if "profile" in runs else None,
+    )
 
 
 def _restart(run: DryRun, expect: training.Expectation, train: Result, restart: Result) -> None:
@@ -429,8 +454,8 @@ def _recover(
     first: Attempt,
 ) -> None:
     """A fault the recipe injects: the first attempt must fail because of it, then RestartJob and a resumed run."""
-    expected = training.expected_resume_step(run.work.output_dir)
-    fault.details["complete_checkpoints_at_restart"] = training.complete_checkpoints(run.work.output_dir)
+    expected = training.expected_resume_step(run.work.output_dir, engine=expect.engine)
+    fault.details["complete_checkpoints_at_restart"] = training.complete_checkpoints(run.work.output_dir, expect.engine)
     judge_fault(fault, operations.fault or "", operations, first, None, expected)
     if fault.failed:
         fault.details["log_tails"] = run.tails()
@@ -507,9 +532,9 @@ def _attempts(
         f"{len(first.steps)} steps before the kill; {train.details['time_to_first_step_s']} s to the first step, "
         f"{train.details['steps_per_s']} steps/s"
     )
-    checkpoints = training.complete_checkpoints(work.output_dir)
+    checkpoints = training.complete_checkpoints(work.output_dir, expect.engine)
     hot = hot_tier_of_one_pod(run) if options.resume_pods is None else None
-    expected = training.expected_resume_step(work.output_dir, hot)
+    expected = training.expected_resume_step(work.output_dir, hot, expect.engine)
     resume.details["kill_requested_at_step"] = options.at_step
     if hot is not None:
         resume.details["hot_checkpoints_at_restart"] = training.signed_hot_checkpoints(hot)
@@ -520,7 +545,8 @@ def _attempts(
         run.progress(f"continuing on {options.resume_pods} pod(s): {change}")
     second = run.attempt(kill_at=None)
     resume.seconds = time.monotonic() - start
-    training.judge_resume(resume, first, second, checkpoints, expected, work.output_dir)
+    recorded = work.output_dir if "recovery" in expect.engine.operations else None  # the room's recovery.jsonl
+    training.judge_resume(resume, first, second, checkpoints, expected, recorded)
     if second.outcome == "completed":
         if options.resume_pods is not None:
             world = options.resume_pods * options.procs_per_pod

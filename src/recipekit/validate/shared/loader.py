@@ -155,7 +155,7 @@ def _parse_recipe(bundle: Bundle) -> None:
         out.append(Finding(RECIPE, "", "must be a mapping with recipe, plan and training_arguments"))
         return
     bundle.doc = doc
-    for key in ("recipekit_version", "recipe", "plan", "training_arguments"):
+    for key in ("recipekit_version", "recipe", "plan", engine_section(doc)):
         if key not in doc:
             out.append(Finding(RECIPE, key, "required section is missing"))
     if isinstance(doc.get("recipe"), dict):
@@ -172,6 +172,20 @@ def _parse_recipe(bundle: Bundle) -> None:
         out.append(Finding(RECIPE, "plan", "must be a mapping"))
     if "training_arguments" in doc and not isinstance(doc["training_arguments"], dict):
         out.append(Finding(RECIPE, "training_arguments", "must be a mapping"))
+
+
+#: The section of recipe.yaml each engine's entrypoint reads (bundle/engines: the Trainer's arguments, the Megatron
+#: room's document).
+ENGINE_SECTIONS = {"trainer": "training_arguments", "megatron": "megatron"}
+
+
+def engine_section(doc: dict[str, Any]) -> str:
+    """The engine section a bundle's recipe.yaml must hold, by its ``recipe.engine.kind`` (the Trainer's before the
+    seam)."""
+    recipe = doc.get("recipe")
+    engine = recipe.get("engine") if isinstance(recipe, dict) else None
+    kind = engine.get("kind") if isinstance(engine, dict) else None
+    return ENGINE_SECTIONS.get(kind if isinstance(kind, str) else "trainer", "training_arguments")
 
 
 def _typed_keys(

@@ -35,6 +35,7 @@ from recipekit.validate.static.image.context import check_context
 from recipekit.validate.static.image.pins import check_image
 from recipekit.validate.static.image.torchbuild import check_torch_build
 from recipekit.validate.static.linters import check_hadolint, check_shellcheck
+from recipekit.validate.static.megatronlayout import check_megatron_layout
 from recipekit.validate.static.monitoring import check_monitoring, check_operations
 from recipekit.validate.static.runfiles import check_run_files
 from recipekit.validate.static.structure import (
@@ -61,6 +62,7 @@ CHECKS: tuple[Callable[[Bundle], Result], ...] = (
     check_device,
     check_batch,
     check_tensor_parallel,
+    check_megatron_layout,
     check_precision,
     check_image,
     check_context,

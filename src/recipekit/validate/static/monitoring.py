@@ -178,8 +178,15 @@ def check_operations(bundle: Bundle) -> Result:
             )
     if backend == "nccl" and env.get("TORCH_NCCL_ASYNC_ERROR_HANDLING") not in ("1", "3"):
         result.fail(LAUNCH, "env.TORCH_NCCL_ASYNC_ERROR_HANDLING", "unset: a timed-out NCCL collective would hang")
-    ddp = bundle.args.get("ddp_timeout")
-    if ddp != startup:
+    megatron = (bundle.doc or {}).get("megatron")
+    if isinstance(megatron, dict):  # the Megatron room's process group timeout, in whole minutes
+        minutes = (megatron.get("dist") or {}).get("distributed_timeout_minutes")
+        if not isinstance(minutes, int) or not isinstance(startup, (int, float)) or minutes * 60 < startup:
+            result.fail(
+                RECIPE, "megatron.dist.distributed_timeout_minutes", f"{minutes}, the startup timeout is {startup} s"
+            )
+    elif bundle.args.get("ddp_timeout") != startup:
+        ddp = bundle.args.get("ddp_timeout")
         result.fail(RECIPE, "training_arguments.ddp_timeout", f"{ddp}, the startup timeout is {startup}")
     if not result.failed:
         result.reason = (

@@ -25,13 +25,21 @@ def _autotp_size(ds: dict | None) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+CHECK_ID = "consistency.tensor-parallel"
+TITLE = "TP × DP = world size, TP inside a pod, ds_config AutoTP = plan TP (ZeRO 0-2, weights gathered on save)"
+
+
 def check_tensor_parallel(bundle: Bundle) -> Result:
     """TP × DP = world size, TP inside a pod and dividing the heads, ds_config's AutoTP = the plan's TP under
     DeepSpeed at ZeRO 0-2, full weights gathered on save, no fixed train_batch_size."""
-    result = Result(
-        "consistency.tensor-parallel",
-        "TP × DP = world size, TP inside a pod, ds_config AutoTP = plan TP (ZeRO 0-2, weights gathered on save)",
-    )
+    if "megatron" in (bundle.doc or {}):
+        return Result(CHECK_ID, TITLE).skip(
+            "a bundle of the Megatron engine: its TP is Megatron's (consistency.megatron checks it)"
+        )
+    return _trainer_tensor_parallel(bundle, Result(CHECK_ID, TITLE))
+
+
+def _trainer_tensor_parallel(bundle: Bundle, result: Result) -> Result:
     plan, ds = bundle.plan, bundle.ds_config
     tp = plan.get("tensor_parallel", 1)
     autotp = _autotp_size(ds)

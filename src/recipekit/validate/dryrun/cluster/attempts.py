@@ -37,6 +37,7 @@ from recipekit.validate.dryrun.cluster.scrape import metric_ports, scrape_pods
 from recipekit.validate.dryrun.cluster.startup import PhaseReporter
 from recipekit.validate.dryrun.options import DryRunOptions
 from recipekit.validate.dryrun.workdir import podmount
+from recipekit.validate.dryrun.workdir.engines import dryrun_engine
 from recipekit.validate.dryrun.workdir.extensions import extensions_dir
 from recipekit.validate.dryrun.workdir.workcopy import WorkCopy, set_master_port
 from recipekit.validate.shared.ports import free_port
@@ -53,8 +54,9 @@ def node_local_dir(work: WorkCopy, index: int) -> Path:
 def pod_environment(
     work: WorkCopy, index: int, options: DryRunOptions, metrics_port: int | None = None
 ) -> dict[str, str]:
-    """What Volcano's env and svc plugins inject into pod ``index``, plus the laptop's runtime settings (and the
-    pod's own metrics port: on one host the pods cannot share the bundle's)."""
+    """What Volcano's env and svc plugins inject into pod ``index``, plus the laptop's runtime settings, the pod's own
+    metrics port (on one host the pods cannot share the bundle's) and what the engine's pods need (its own
+    interpreter first on PATH: workdir/engines)."""
     env = {
         k: v
         for k, v in os.environ.items()
@@ -110,6 +112,7 @@ def pod_environment(
         devices = ",".join(str(index * per_pod + k) for k in range(per_pod))
         visible = "CUDA_VISIBLE_DEVICES" if options.device == "cuda" else "ASCEND_RT_VISIBLE_DEVICES"
         env.update({"DS_ACCELERATOR": options.device, visible: devices})
+    env.update(dryrun_engine(work.plan.engine).pod_environment(options, env))
     return env
 
 

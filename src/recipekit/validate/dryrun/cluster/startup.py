@@ -85,10 +85,15 @@ def describe(record: dict[str, Any]) -> str | None:
             else "parameters unknown"
         )
         where = record.get("resume_from")
+        parallel = record.get("parallel")  # the Megatron room's sizes; the Trainer's record has its ZeRO stage
+        split = (
+            " × ".join(f"{k} {v}" for k, v in parallel.items() if v != 1) or "no model parallelism"
+            if isinstance(parallel, dict)
+            else f"ZeRO {record.get('zero_stage')}"
+        )
         return (
             f"train.py started: world size {record.get('world_size')}, {record.get('device')}, "
-            f"{record.get('precision')}, ZeRO {record.get('zero_stage')}, {params}; "
-            + (f"resuming from {where}" if where else "from scratch")
+            f"{record.get('precision')}, {split}, {params}; " + (f"resuming from {where}" if where else "from scratch")
         )
     if kind == metricslog.EVENT_DATA and record.get("streaming"):
         return (

@@ -14,7 +14,6 @@ record (``resume_step``, ``resume_from``), not a line of its log.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,9 +22,11 @@ from typing import Any
 from recipekit.runtime.boundary import checkpointdirs, filenames, metricslog
 from recipekit.runtime.volume import recovery
 from recipekit.validate.dryrun.cluster.attemptlog import Attempt, Step, exits_in_words
+from recipekit.validate.dryrun.workdir.engines import DryRunEngine, dryrun_engine
 from recipekit.validate.shared.results import Result
 
 WHERE = "<dry run>"
+TRAINER = dryrun_engine("trainer")
 
 
 @dataclass(frozen=True)
@@ -37,20 +38,24 @@ class Expectation:
     world_size: int | None  # the work copy's planned world size (pods × processes per pod); None: not checked
     killed: bool = False  # a pod is killed, so the midway checkpoint may be replaced by a later one
     tensor_parallel: int | None = None  # the work copy's TP degree; None: not checked
+    #: the engine whose room ran: where its checkpoints and final weights are (workdir/engines)
+    engine: DryRunEngine = TRAINER
+    weights: bool = True  # the bundle writes final weights (a Megatron bundle without its HF export does not)
 
 
 # ----------------------------------------------------------------------------------------------- the output dir
-def complete_checkpoints(output_dir: Path) -> list[int]:
-    """Steps of the checkpoints a restart can resume from, oldest first (the runtime contract's rule)."""
-    return sorted(step for step, _, problem in checkpointdirs.checkpoints(output_dir) if problem is None)
+def complete_checkpoints(output_dir: Path, engine: DryRunEngine = TRAINER) -> list[int]:
+    """Steps of the checkpoints a restart can resume from, oldest first (the engine's room's rule; the Trainer's is
+    the runtime contract's)."""
+    return engine.checkpoints(output_dir)
 
 
-def expected_resume_step(output_dir: Path, hot_dir: Path | None = None) -> int | None:
-    """The step a restarted train.py (``--resume auto``) must continue from: its newest complete checkpoint, chosen
-    by the same contract function train.py calls; None when it must start from scratch. ``hot_dir``: the pod's hot
-    tier (one pod, train.hot_checkpoints), whose newest complete checkpoint its drain signed counts too."""
-    path = checkpointdirs.latest_complete_checkpoint(output_dir)
-    shared = checkpointdirs.checkpoint_step(path) if path is not None else None
+def expected_resume_step(output_dir: Path, hot_dir: Path | None = None, engine: DryRunEngine = TRAINER) -> int | None:
+    """The step a restarted run (``--resume auto``) must continue from: its newest complete checkpoint, chosen by the
+    rule the room itself applies (for the Trainer, the contract function train.py calls); None when it must start
+    from scratch. ``hot_dir``: the pod's hot tier (one pod, train.hot_checkpoints), whose newest complete checkpoint
+    its drain signed counts too."""
+    shared = engine.resume_step(output_dir)
     hot = max(signed_hot_checkpoints(hot_dir), default=None) if hot_dir is not None else None
     return max((s for s in (shared, hot) if s is not None), default=None)
 
@@ -64,13 +69,9 @@ def signed_hot_checkpoints(hot_dir: Path) -> list[int]:
     )
 
 
-def final_global_step(output_dir: Path) -> int | None:
-    """The Trainer's final ``global_step`` (trainer_state.json at the top of the output directory)."""
-    try:
-        state = json.loads((output_dir / filenames.TRAINER_STATE_FILE).read_text(encoding="utf-8"))
-        return int(state["global_step"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+def final_global_step(output_dir: Path, engine: DryRunEngine = TRAINER) -> int | None:
+    """The final step the room's own state says (the Trainer's trainer_state.json, Bridge's tracker file)."""
+    return engine.final_step(output_dir)
 
 
 def rate(steps: list[Step]) -> float | None:
@@ -116,11 +117,13 @@ def judge_start(
             f"attempt {attempt.number}: train.py started at world size {start.get('world_size')}, but the work "
             f"copy plans {world_size} (pods × processes per pod)",
         )
-    if tensor_parallel is not None and start.get("tensor_parallel", 1) != tensor_parallel:
+    # the Trainer's record says tensor_parallel; the Megatron room's gives every size under parallel
+    started_tp = start.get("tensor_parallel", (start.get("parallel") or {}).get("tensor", 1))
+    if tensor_parallel is not None and started_tp != tensor_parallel:
         result.fail(
             WHERE,
             f"{filenames.METRICS_FILE} start.tensor_parallel",
-            f"attempt {attempt.number}: train.py started with TP {start.get('tensor_parallel', 1)}, but the work "
+            f"attempt {attempt.number}: train.py started with TP {started_tp}, but the work "
             f"copy plans TP {tensor_parallel}",
         )
     return start
@@ -155,9 +158,9 @@ def judge_completion(
 ) -> None:
     """The run finished: final step reached, the checkpoints complete, final weights written, every loss finite,
     and train.py's done record agrees."""
-    final_step = final_global_step(output_dir)
-    checkpoints = complete_checkpoints(output_dir)
-    weights = [name for name in filenames.WEIGHT_FILES if (output_dir / name).is_file()]
+    final_step = final_global_step(output_dir, expect.engine)
+    checkpoints = complete_checkpoints(output_dir, expect.engine)
+    weights = expect.engine.final_weights(output_dir)
     finite = [loss for loss in losses if isinstance(loss, (int, float)) and math.isfinite(loss)]
     done = last.last(metricslog.EVENT_DONE)
     train.details.update(
@@ -180,7 +183,7 @@ def judge_completion(
         )
     if expect.steps not in checkpoints:
         train.fail(WHERE, "checkpoints", f"no complete checkpoint-{expect.steps} (complete: {checkpoints or 'none'})")
-    if not weights:
+    if expect.weights and not weights:
         train.fail(WHERE, "final model", f"no model weights in {output_dir} after training")
     if len(finite) != len(losses) or not losses:
         train.fail(WHERE, "loss", f"losses not all finite: {losses}")

@@ -11,22 +11,21 @@ from __future__ import annotations
 
 import functools
 import importlib.util
-import json
 import math
 import os
 import subprocess
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from recipekit.base import yamlfile
 from recipekit.bundle.files import RECIPE
 from recipekit.recipe.compose import group_options
-from recipekit.recipe.schema import to_data, validate
+from recipekit.recipe.schema import validate
 from recipekit.recipe.sections import TRACKERS, HardwareSpec, Recipe
 from recipekit.runtime.boundary import recipeview
 from recipekit.validate.dryrun.options import DryRunOptions, DryRunUsageError
 from recipekit.validate.dryrun.workdir import twinmodel
+from recipekit.validate.dryrun.workdir.changes import Substituter, Substitution
 from recipekit.validate.shared.childpython import python_argv, safe_env
 
 DRY_MAX_LEN = 128
@@ -36,37 +35,6 @@ MAX_ACCUMULATION = 2
 #: The generated data is cut into about this many prepare chunks per pod, each at least DRY_MIN_CHUNK bytes.
 DRY_CHUNKS_PER_POD = 4
 DRY_MIN_CHUNK = 1024
-
-
-@dataclass
-class Substitution:
-    """One difference between the bundle and its work copy: a recipe substitution (with its reason) or a file
-    value that follows from them."""
-
-    file: str
-    field: str
-    old: Any
-    new: Any
-    why: str
-    derived: bool = False  # a consequence of the substitutions, found by comparing the two bundles
-
-    def __str__(self) -> str:
-        return f"{self.file} {self.field}: {_short(self.old)} → {_short(self.new)} ({self.why})"
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "file": self.file,
-            "field": self.field,
-            "old": self.old,
-            "new": self.new,
-            "why": self.why,
-            "derived": self.derived,
-        }
-
-
-def _short(value: Any, limit: int = 60) -> str:
-    text = json.dumps(value, default=str) if not isinstance(value, str) else value
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def cpu_hardware() -> HardwareSpec:
@@ -103,37 +71,14 @@ def async_io_compatible() -> bool:
     return proc.stdout.strip().endswith("True")
 
 
-class _Substituter:
-    """Collects recipe substitutions, each with its reason, as dotted recipe keys."""
-
-    def __init__(self) -> None:
-        self.found: list[Substitution] = []
-
-    def section(self, recipe: Recipe, name: str, why: str, **changes: Any) -> Recipe:
-        """``recipe`` with ``changes`` applied to section ``name``, each change that changes something recorded."""
-        old = getattr(recipe, name)
-        real = {k: v for k, v in changes.items() if getattr(old, k) != v}
-        for key, value in real.items():
-            self.found.append(
-                Substitution(RECIPE, f"recipe.{name}.{key}", _plain(getattr(old, key)), _plain(value), why)
-            )
-        return replace(recipe, **{name: replace(old, **real)}) if real else recipe
-
-    def whole(self, recipe: Recipe, name: str, new: Any, why: str) -> Recipe:
-        old = getattr(recipe, name)
-        if old == new:
-            return recipe
-        self.found.append(Substitution(RECIPE, f"recipe.{name}", old.name, new.name, why))
-        return replace(recipe, **{name: new})
-
-
-def _plain(value: Any) -> Any:
-    return to_data(value) if hasattr(value, "__dataclass_fields__") else value
-
-
 def substitute(recipe: Recipe, options: DryRunOptions, root: Path) -> tuple[Recipe, list[Substitution]]:
-    """The dry-run recipe: ``recipe`` with only what a laptop must change, and why each change was made."""
-    sub = _Substituter()
+    """The dry-run recipe: ``recipe`` with only what a laptop must change, and why each change was made (the
+    engine's own layout scaling first: the twin's heads follow its TP)."""
+    from recipekit.validate.dryrun.workdir.engines import dryrun_engine
+
+    sub = Substituter()
+    engine = dryrun_engine(recipe.engine.kind)
+    recipe = engine.layout(sub, recipe, options)
     dry = _model(sub, recipe, options, root)
     dry = _data_and_world(sub, dry, recipe, options, root)
     dry = _schedule(sub, dry, recipe, options)
@@ -142,7 +87,7 @@ def substitute(recipe: Recipe, options: DryRunOptions, root: Path) -> tuple[Reci
     return dry, sub.found
 
 
-def _evaluation(sub: _Substituter, dry: Recipe, root: Path) -> Recipe:
+def _evaluation(sub: Substituter, dry: Recipe, root: Path) -> Recipe:
     """``eval.enabled``: the benchmark's tasks by a tiny local one on the work copy's volume (no Hub here)."""
     if not dry.eval.enabled:
         return dry
@@ -153,7 +98,7 @@ def _evaluation(sub: _Substituter, dry: Recipe, root: Path) -> Recipe:
     return sub.section(dry, "eval", why, tasks=[TASK], task_dir=str(task_dir), limit=ITEMS, num_fewshot=0)
 
 
-def _model(sub: _Substituter, recipe: Recipe, options: DryRunOptions, root: Path) -> Recipe:
+def _model(sub: Substituter, recipe: Recipe, options: DryRunOptions, root: Path) -> Recipe:
     """The tiny twin of the recipe's model (:func:`.twinmodel.choose_twin`), with whole heads per rank under TP."""
     procs = options.procs_per_pod
     tp = recipe.parallel.tensor_parallel
@@ -183,7 +128,7 @@ def _model(sub: _Substituter, recipe: Recipe, options: DryRunOptions, root: Path
     return dry
 
 
-def _data_and_world(sub: _Substituter, dry: Recipe, recipe: Recipe, options: DryRunOptions, root: Path) -> Recipe:
+def _data_and_world(sub: Substituter, dry: Recipe, recipe: Recipe, options: DryRunOptions, root: Path) -> Recipe:
     """Generated data on the work copy's volume (the PVC is a local directory), and the simulated pods."""
     from recipekit.validate.dryrun.workdir.tinydata import write_tiny_dataset
 
@@ -236,7 +181,7 @@ def _data_and_world(sub: _Substituter, dry: Recipe, recipe: Recipe, options: Dry
     return dry
 
 
-def _schedule(sub: _Substituter, dry: Recipe, recipe: Recipe, options: DryRunOptions) -> Recipe:
+def _schedule(sub: Substituter, dry: Recipe, recipe: Recipe, options: DryRunOptions) -> Recipe:
     """A few steps, a checkpoint midway, every step logged, at most two micro-steps per step."""
     accum = min(_accumulation(recipe), MAX_ACCUMULATION)
     report_to = list(recipe.train.report_to)
@@ -276,9 +221,12 @@ def _schedule(sub: _Substituter, dry: Recipe, recipe: Recipe, options: DryRunOpt
     return dry
 
 
-def _machine(sub: _Substituter, dry: Recipe, recipe: Recipe, options: DryRunOptions, root: Path) -> Recipe:
+def _machine(sub: Substituter, dry: Recipe, recipe: Recipe, options: DryRunOptions, root: Path) -> Recipe:
     """This machine's hardware (the ``cpu`` option on CPU), quick operations tests, rows recorded for the resume
-    check, offload a laptop can do, and TP across the simulated pods (said so)."""
+    check (where the engine's room records them), offload a laptop can do, and TP across the simulated pods (said
+    so)."""
+    from recipekit.validate.dryrun.workdir.engines import dryrun_engine
+
     procs = options.procs_per_pod
     tp = recipe.parallel.tensor_parallel
     if options.device == "cpu":
@@ -288,7 +236,7 @@ def _machine(sub: _Substituter, dry: Recipe, recipe: Recipe, options: DryRunOpti
         if dry.train.precision == "fp16":
             dry = sub.section(dry, "train", "CPUs have no fp16", precision="bf16")
     dry = _operations(sub, dry, options)
-    if not dry.data.streaming and not dry.ops.testing.record_rows:
+    if not dry.data.streaming and not dry.ops.testing.record_rows and dryrun_engine(dry.engine.kind).records_rows:
         testing = replace(dry.ops.testing, record_rows=True)
         dry = replace(dry, ops=replace(dry.ops, testing=testing))
         sub.found.append(
@@ -351,7 +299,7 @@ DRY_STALL_TIMEOUT_S = 30
 DRY_GRAD_NORM_JUMP = 3.0
 
 
-def _operations(sub: _Substituter, dry: Recipe, options: DryRunOptions) -> Recipe:
+def _operations(sub: Substituter, dry: Recipe, options: DryRunOptions) -> Recipe:
     """The operations layer on a laptop: a quick bandwidth test on CPU, and a fault injected by the recipe
     (``ops.testing``) within the dry run's steps and detected quickly."""
     if options.device == "cpu":

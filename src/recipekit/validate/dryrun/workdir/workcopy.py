@@ -18,9 +18,10 @@ Trainer arguments, ds_config) follows from the substitutions exactly as it would
 * a TP group may span the simulated pods (TP 2 on 2 pods of one process): on one machine every link is local, so
   the rule that keeps TP inside a node is lifted for the work copy, and said so.
 
-Two edits stay explicit because they are about this machine, not the recipe: ZeRO-3's
-``stage3_param_persistence_threshold`` → 0 (else a tiny model partitions nothing), and the rendezvous port (a free
-one per attempt, in launch.json). ``substitutions.json`` lists the recipe substitutions with their reasons, then
+Some edits stay explicit because they are about this machine, not the recipe: the engine's own
+(:mod:`~recipekit.validate.dryrun.workdir.engines`: ZeRO-3's ``stage3_param_persistence_threshold`` → 0 for the
+Trainer, else a tiny model partitions nothing; the Megatron document's CPU settings), and the rendezvous port (a
+free one per attempt, in launch.json). ``substitutions.json`` lists the recipe substitutions with their reasons, then
 the difference between the bundle's files and the work copy's, key by key.
 """
 
@@ -42,6 +43,7 @@ from recipekit.recipe.compose import Composed
 from recipekit.recipe.sections import Recipe
 from recipekit.validate.dryrun.options import DryRunOptions, DryRunUsageError
 from recipekit.validate.dryrun.workdir import kept
+from recipekit.validate.dryrun.workdir.engines import dryrun_engine
 from recipekit.validate.dryrun.workdir.locks import FileLock, claim_workdir
 from recipekit.validate.dryrun.workdir.podmount import unmount
 from recipekit.validate.dryrun.workdir.substitutions import Substitution, substitute
@@ -141,7 +143,7 @@ def _prepare_locked(bundle: Bundle, options: DryRunOptions, root: Path, lock: Fi
         substitutions=subs + explicit + derived,
         plan=plan,
         deepspeed_extensions=deepspeed_extensions(compiled.documents.engine.files.get(DS_CONFIG), options.device),
-        records_rows=dry.ops.testing.record_rows and not dry.data.streaming,
+        records_rows=dry.ops.testing.record_rows and not dry.data.streaming and dryrun_engine(plan.engine).records_rows,
         hot_tier=dry.train.hot_checkpoints.medium,
         lock=lock,
     )
@@ -173,11 +175,8 @@ def _compile_into(
         raw={}, choices=dict(manifest.get("choices") or {}), overrides=list(manifest.get("overrides") or [])
     )
     compiled = compile_bundle(Resolved(composed, dry, plan, images), allow_oom=True)
-    engine = compiled.documents.engine
-    ds_config, explicit = _tiny_model_ds_config(engine.files.get(DS_CONFIG))
+    engine, explicit = dryrun_engine(plan.engine).edit(compiled.documents.engine, dry.hw.torch_device)
     if explicit:
-        assert ds_config is not None
-        engine = replace(engine, files={**engine.files, DS_CONFIG: ds_config})
         documents = replace(compiled.documents, engine=engine)
         files = render(dry, plan, documents, composed, compiled.estimate, compiled.operations)
         compiled = replace(compiled, documents=documents, files=files)
@@ -196,18 +195,6 @@ def same_run(plan: Plan, run_id: str) -> Plan:
     job_name = plan.job_name.removesuffix(plan.run_id) + run_id
     output_dir = plan.output_dir.removesuffix(plan.job_name) + job_name
     return replace(plan, run_id=run_id, job_name=job_name, output_dir=output_dir)
-
-
-def _tiny_model_ds_config(ds: dict[str, Any] | None) -> tuple[dict[str, Any] | None, list[Substitution]]:
-    """The ds_config a tiny twin needs: ZeRO-3 must partition its parameters, which are all below the persistence
-    threshold a real model's bundle sets."""
-    zero = (ds or {}).get("zero_optimization") or {}
-    if ds is None or zero.get("stage") != 3 or zero.get("stage3_param_persistence_threshold") == 0:
-        return ds, []
-    old = zero["stage3_param_persistence_threshold"]
-    why = "else ZeRO-3 partitions no parameter of a tiny model"
-    change = Substitution(DS_CONFIG, "zero_optimization.stage3_param_persistence_threshold", old, 0, why)
-    return {**ds, "zero_optimization": {**zero, "stage3_param_persistence_threshold": 0}}, [change]
 
 
 def rescaled_or_refused(recipe: Recipe, pods: int) -> Recipe:
