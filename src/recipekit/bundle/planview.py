@@ -336,6 +336,7 @@ def render_estimate(est: Estimate) -> RenderableType:
         parts.append(_rows_table("Model parallelism", three_d))
     if est.experts is not None:
         parts.append(_rows_table("Mixture of experts", _expert_rows(est)))
+    parts.append(_rows_table("Performance settings", _performance_rows(est)))
     parts += [Text(f"note: {n}", style="dim") for n in _notes(est)]
     return Group(*parts)
 
@@ -349,6 +350,13 @@ def _rows_table(title: str, rows: list[tuple[str, str]]) -> RenderableType:
     for name, value in rows:
         table.add_row(name, value)
     return table
+
+
+def _performance_rows(est: Estimate) -> list[tuple[str, str]]:
+    """plan/performance.py's settings: the value, then where it lives and who applies it."""
+    from recipekit.plan.performance import performance_settings
+
+    return [(s.name, f"{s.value} ({s.where})") for s in performance_settings(est.recipe, est.plan)]
 
 
 def _notes(est: Estimate) -> list[str]:
@@ -473,6 +481,8 @@ def estimate_markdown(est: Estimate) -> str:
     if est.experts is not None:
         lines += ["", "| mixture of experts | estimate |", "|---|---|"]
         lines += [f"| {name} | {value} |" for name, value in _expert_rows(est)]
+    lines += ["", "| performance setting | value (where it lives) |", "|---|---|"]
+    lines += [f"| {name} | {value} |" for name, value in _performance_rows(est)]
     notes = _notes(est)
     if notes:
         lines += [""] + [f"- {n}" for n in notes]

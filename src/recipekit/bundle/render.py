@@ -51,7 +51,8 @@ from recipekit.bundle.monitoring import dashboard, pod_monitor, prometheus_rule
 from recipekit.bundle.planview import estimate_dict, estimate_markdown
 from recipekit.bundle.summary import describe, not_fit, parallelism, pod_requests
 from recipekit.image import stack
-from recipekit.image.matrix import dockerfile_values, evaluation_pins, tracker_pins
+from recipekit.image.enginestack import engine_pins
+from recipekit.image.matrix import ImageFamily, dockerfile_values, engine_stack, evaluation_pins, tracker_pins
 from recipekit.memory import Estimate
 from recipekit.memory.operations import Operations
 from recipekit.plan.plan import Plan
@@ -182,11 +183,20 @@ def restamp_run_files(files: dict[str, bytes]) -> dict[str, bytes]:
     }
 
 
+def _packages(recipe: Recipe, family: ImageFamily) -> dict[str, str]:
+    """The pinned packages the image installs for the recipe's engine: the family's, or its engine stack's (the
+    Megatron stack's frozen set: image/enginestack.py), as the Dockerfile installs them."""
+    stack = engine_stack(recipe, family)
+    if stack is None:
+        return dict(family.packages)
+    return dict(pin.split("==", 1) for pin in engine_pins(stack, kept=family.base_packages))
+
+
 def manifest(recipe: Recipe, plan: Plan, files: dict[str, bytes], composed: Composed) -> bytes:
     """What was built from what: enough to rebuild the same bundle and to notice a hand-edited file."""
     family = plan.family
     base = dockerfile_values(recipe, family)["base"]
-    versions = {"recipekit": __version__, "base_image": base, "torch": family.torch, **family.packages}
+    versions = {"recipekit": __version__, "base_image": base, "torch": family.torch, **_packages(recipe, family)}
     for pin in tracker_pins(recipe, family) + evaluation_pins(recipe, family):  # only what the recipe uses
         name, _, version = pin.partition("==")
         versions[name] = version

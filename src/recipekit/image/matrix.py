@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from recipekit.base import yamlfile
 from recipekit.base.errors import Problem
 from recipekit.base.paths import IMAGES_DIR
+from recipekit.image.enginestack import EngineStack, engine_pins, git_requirements
 from recipekit.recipe.schema import Section, spec, validate
 from recipekit.runtime.boundary.recipeview import trains_adapter
 
@@ -72,6 +73,11 @@ class ImageFamily(Section):
         default_factory=dict,
         description="Experiment tracker (train.report_to) -> the pinned pip requirement of its client, installed "
         "only in the images of recipes that report to it.",
+    )
+    engines: dict[str, EngineStack] = spec(
+        default_factory=dict,
+        description="Engine (engine.kind) other than the Trainer -> its stack on this family, installed in place of "
+        "the Python stack (image/enginestack.py).",
     )
 
     evaluation: str | None = spec(
@@ -155,8 +161,11 @@ def features(recipe: Recipe) -> list[str]:
 
 
 def apt_packages(recipe: Recipe, family: ImageFamily) -> list[str]:
-    """System packages the Dockerfile installs: a Python where the base has none, then what features need."""
+    """System packages the Dockerfile installs: a Python where the base has none, what the engine's stack needs
+    to install (git), then what features need."""
     wanted = list(family.python_packages)
+    stack = family.engines.get(recipe.engine.kind)
+    wanted += [p for p in (stack.apt_packages if stack else []) if p not in wanted]
     for feature in features(recipe):
         wanted += [p for p in family.feature_packages.get(feature, []) if p not in wanted]
     return wanted
@@ -193,11 +202,32 @@ def recipe_problems(name: str, family: ImageFamily, recipe: Recipe) -> list[Prob
         )
     return (
         problems
+        + engine_problems(name, family, recipe)
         + mode_problems(name, family, recipe.mode)
         + transformers_problems(name, family, recipe)
         + tracker_problems(name, family, recipe)
         + evaluation_problems(name, family, recipe)
     )
+
+
+def engine_stack(recipe: Recipe, family: ImageFamily) -> EngineStack | None:
+    """The family's stack of the recipe's engine; None for the Trainer (the family's Python stack) and for an
+    engine the family has none of (:func:`engine_problems` refuses that recipe)."""
+    return family.engines.get(recipe.engine.kind)
+
+
+def engine_problems(name: str, family: ImageFamily, recipe: Recipe) -> list[Problem]:
+    """An engine other than the Trainer that this family's image has no stack of."""
+    kind = recipe.engine.kind
+    if kind == "trainer" or kind in family.engines:
+        return []
+    return [
+        Problem(
+            "engine",
+            f"image family {name} has no {kind} stack (images/matrix.yaml families.{name}.engines)",
+            hint="families with one: " + ", ".join(family.engines) if family.engines else "engine=trainer",
+        )
+    ]
 
 
 def mode_problems(name: str, family: ImageFamily, mode: ModeSpec) -> list[Problem]:
@@ -249,8 +279,12 @@ def pip_packages(recipe: Recipe, family: ImageFamily, deepspeed: bool) -> list[s
     """Pinned requirements the Dockerfile installs on top of torch (and torch_npu).
 
     The packages the base image pins for its own tools (CANN's protobuf) are pinned again, so that pip refuses a
-    stack that would replace them instead of silently upgrading them.
+    stack that would replace them instead of silently upgrading them. An engine's stack is its own frozen set
+    (:func:`engine_stack`), with its git sources last.
     """
+    stack = engine_stack(recipe, family)
+    if stack is not None:
+        return engine_pins(stack, kept=family.base_packages) + git_requirements(stack)
     wanted = dict(family.packages)
     if not deepspeed:
         wanted.pop("deepspeed", None)
@@ -319,8 +353,9 @@ def tracker_problems(name: str, family: ImageFamily, recipe: Recipe) -> list[Pro
 
 def dockerfile_values(recipe: Recipe, family: ImageFamily) -> dict[str, object]:
     """What templates/Dockerfile.j2 needs beyond the plan: build-arg defaults (the recipe's values), system
-    packages, and the torch build per architecture."""
+    packages, and the torch build per architecture; the engine's stack where the recipe runs one."""
     cluster = recipe.cluster
+    stack = engine_stack(recipe, family)
     return {
         "base": base_reference(family, cluster.base_image_registry),
         "pip_index_url": cluster.pip_index_url,
@@ -328,7 +363,14 @@ def dockerfile_values(recipe: Recipe, family: ImageFamily) -> dict[str, object]:
         "torch_index_url": (cluster.torch_index_url or family.torch_index) if family.torch_index else None,
         "apt_packages": apt_packages(recipe, family),
         "python_packages": family.python_packages,
-        "feature_packages": [p for p in apt_packages(recipe, family) if p not in family.python_packages],
+        "engine_packages": stack.apt_packages if stack else [],
+        "feature_packages": [
+            p
+            for p in apt_packages(recipe, family)
+            if p not in family.python_packages and p not in (stack.apt_packages if stack else [])
+        ],
+        "engine": stack,
+        "engine_pip_check": sorted(stack.left_out) if stack else [],
         "torch_builds": {arch: family.torch_builds[arch] for arch in ARCHS if arch in family.torch_builds},
         "machines": ARCHS,
         "arch": recipe.hw.arch,

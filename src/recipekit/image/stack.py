@@ -73,6 +73,7 @@ def dockerfile(recipe: Recipe, family_name: str, family: ImageFamily, deepspeed:
         "version": __version__,
         "family_name": family_name,
         "family": family,
+        "engine_kind": recipe.engine.kind,
         "image": dockerfile_values(recipe, family),
         "pins": pip_packages(recipe, family, deepspeed),
         "cann_env": family.cann_env,

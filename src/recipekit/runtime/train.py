@@ -48,8 +48,9 @@ import os
 import sys
 from pathlib import Path
 
+from . import matmulmode
 from .boundary import exitcodes, filenames
-from .boundary.common import LOG, RunError, rank
+from .boundary.common import LOG, RunError, log0, rank
 from .boundary.config import load_run_config
 from .ops.device import detect
 from .volume import attemptends
@@ -77,6 +78,7 @@ def setup_logging() -> None:
 def train(options: argparse.Namespace) -> int:
     run = load_run_config(options.recipe)
     device = detect(run.recipe.hw)
+    log0(matmulmode.apply(run.recipe.hw.fp32_matmul))
     # Only now the training stack: transformers probes torch_npu by itself, and a broken one must have been
     # reported by detect() in one line rather than by transformers' import in a traceback.
     from .session.session import run_training

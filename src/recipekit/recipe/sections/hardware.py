@@ -50,6 +50,13 @@ class HardwareSpec(Section):
     torch_device: Literal[DEVICE_TARGETS] = spec(  # type: ignore[valid-type]  # the runtime's own list
         description="torch device type the training processes must find; train.py refuses to run on another."
     )
+    fp32_matmul: Literal["hf32", "tf32"] | None = spec(
+        None,
+        omit_default=True,
+        description="Reduced-precision fp32 matmuls the runtime enables at start: hf32 on Ascend "
+        "(torch.npu.matmul.allow_hf32, torch.npu.conv.allow_hf32), tf32 on NVIDIA Ampere+ "
+        "(torch.backends.cuda.matmul.allow_tf32, cudnn.allow_tf32); None: full fp32.",
+    )
     ds_accelerator: str = spec(
         pattern=r"^[a-z][a-z0-9_]*$", description="DeepSpeed's accelerator name (DS_ACCELERATOR): npu, cuda, cpu."
     )

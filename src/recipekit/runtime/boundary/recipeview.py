@@ -154,6 +154,7 @@ class HardwareView:
     device_resource: str | None
     host_mounts: dict[str, str]
     runtime_context_gib: float
+    fp32_matmul: str | None = None  # hf32 / tf32: runtime/matmulmode.py enables it at start
 
 
 @dataclass(frozen=True, slots=True)

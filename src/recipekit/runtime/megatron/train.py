@@ -38,6 +38,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from .. import matmulmode
 from ..boundary import exitcodes, filenames, metricslog
 from ..boundary.common import LOG, RunError, log0, rank
 from ..boundary.megatronview import check_world
@@ -96,6 +97,7 @@ def train(options: argparse.Namespace) -> int:
     if problems:
         raise RunError("; ".join(problems))
     device = detect(run.recipe.hw)
+    log0(matmulmode.apply(run.recipe.hw.fp32_matmul))
     install_if_asked(run.recipe.hw)  # the dry run's CPU redirect, before Bridge is imported
     output_dir = run.output_dir
     output_dir.mkdir(parents=True, exist_ok=True)

@@ -93,17 +93,21 @@ def resolve(
     extra_index_urls: tuple[str, ...] = (),
     constraints: tuple[str, ...] = (),
     overrides: tuple[str, ...] = (),
+    no_deps: bool = False,
     timeout: float = 600.0,
 ) -> Resolution:
     """Resolve ``requirements`` for ``python`` on ``platform``; raise :class:`Unreachable` without index or uv.
 
     ``constraints`` limit versions without requiring them (what the base image keeps); ``overrides`` replace every
     requirement on a package (torch's public version standing in for a local ``+cpu`` build the index lacks).
+    ``no_deps``: each pin is found for the Python and platform, its own requirements are not followed (an engine's
+    frozen set, installed ``--no-deps``).
     """
     uv = uv_binary()
     if uv is None:
         raise Unreachable(f"uv is not installed ({install_hint('image.resolve')})")
-    key = _key(requirements, python, platform, index_url, extra_index_urls, constraints, overrides)
+    flags = ["no-deps"] * no_deps
+    key = _key(requirements, python, platform, index_url, extra_index_urls, constraints, overrides, *flags)
     cached = _cache_path(key)
     try:
         data = json.loads(cached.read_text(encoding="utf-8"))
@@ -125,6 +129,7 @@ def resolve(
         ]  # fmt: skip
         for extra in extra_index_urls:
             command += ["--extra-index-url", extra]
+        command += ["--no-deps"] * no_deps
         env = {**os.environ, "UV_PYTHON_DOWNLOADS": "never", "UV_NO_CONFIG": "1", "NO_COLOR": "1"}
         try:
             proc = subprocess.run(command, cwd=tmp, capture_output=True, text=True, timeout=timeout, env=env)

@@ -18,6 +18,9 @@ such rule; each failure names the Dockerfile line to change and the library's ow
 * ``image.torch-features`` — torch features run.sh and train.py rely on, against the pinned torch.
 * ``image.skew`` — what the dry run ran versus what the image installs, and what the dry run therefore did not
   prove.
+* ``image.engine`` — an engine's stack (engine=megatron): the Dockerfile installs the matrix's frozen set, its git
+  sources at their commits and its sdists; and what of it this machine cannot prove (the git sources, the sdists
+  built at image build, the declared requirements left out, the family's own kernels).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from dataclasses import dataclass
 
 from recipekit.bundle.files import DOCKERFILE, JOB, LAUNCH, README
 from recipekit.image.dockerfile import Dockerfile, normalize, parse, split_image
+from recipekit.image.enginestack import EngineStack, engine_pins
 from recipekit.image.matrix import ARCH_LABEL, ARCHS, ImageFamily, features, load_images
 from recipekit.validate.shared.loader import Bundle
 from recipekit.validate.shared.results import Result, Status
@@ -285,6 +289,9 @@ def check_resolve(bundle: Bundle) -> Result:
     platform = platform_tag(stack.machine, glibc)
     requirements = [f"torch=={stack.torch}", *(f"{name}=={version}" for name, version in sorted(stack.pins.items()))]
     kept = tuple(f"{n}=={v}" for n, v in sorted((stack.family.base_packages if stack.family else {}).items()))
+    engine = _engine_stack(bundle, stack)
+    if engine is not None:  # installed --no-deps: each pin must exist; pip check at build covers the rest
+        requirements = [r for r in requirements if normalize(r.split("==")[0]) not in _sdists(engine)]
     try:
         resolution = resolve(
             requirements,
@@ -296,6 +303,7 @@ def check_resolve(bundle: Bundle) -> Result:
             # Every requirement on torch (torch_npu's ``torch==X+cpu`` on x86_64 among them) is met by the image's
             # own build, which comes from TORCH_INDEX_URL: resolve its public version in its place.
             overrides=(f"torch=={stack.torch}",),
+            no_deps=engine is not None,
         )
     except Unreachable as exc:
         return result.skip(f"{exc}; the pins were not resolved")
@@ -311,8 +319,25 @@ def check_resolve(bundle: Bundle) -> Result:
             f"; torch {stack.torch_build} is the TORCH_INDEX_URL build, resolved here as its public version "
             f"{stack.torch} (torch_npu's and the others' requirements on torch hold for both)"
         )
+    if engine is not None:
+        note += (
+            "; the engine's frozen set: each pin found, installed --no-deps (its declared requirements are "
+            "checked by the build's pip check, image.engine)"
+        )
     result.reason = f"{len(resolution.packages)} packages for {where} from {stack.index_url}{note}"
     return result
+
+
+def _engine_stack(bundle: Bundle, stack: ImageStack) -> EngineStack | None:
+    """The matrix's stack of the bundle's engine on its family; None for the Trainer or an unknown family."""
+    if bundle.recipe is None or stack.family is None:
+        return None
+    return stack.family.engines.get(bundle.recipe.engine.kind)
+
+
+def _sdists(engine: EngineStack) -> set[str]:
+    """The stack's packages built from an sdist against the installed torch: no index resolves them for a platform."""
+    return {normalize(name) for name in engine.build_packages}
 
 
 def check_minimums(bundle: Bundle) -> Result:
@@ -455,6 +480,51 @@ def check_skew(bundle: Bundle) -> Result:
     return result
 
 
+def check_engine(bundle: Bundle) -> Result:
+    """An engine's stack: the Dockerfile installs the matrix's set, and what of it this machine cannot prove."""
+    result = Result("image.engine", "the engine's stack: the matrix's pins, git commits, and what is not proven here")
+    stack = _skip_or(bundle, result)
+    if stack is None:
+        return result
+    recipe = bundle.recipe
+    assert recipe is not None
+    kind = recipe.engine.kind
+    if kind == "trainer":
+        result.reason = "no engine stack: the Trainer runs the family's Python stack (image.resolve, image.skew)"
+        return result
+    engine = _engine_stack(bundle, stack)
+    if engine is None:
+        result.fail(DOCKERFILE, "RUN pip install", f"image family {stack.family_name} has no {kind} stack "
+                    f"(images/matrix.yaml families.{stack.family_name}.engines)")  # fmt: skip
+        return result
+    kept = stack.family.base_packages if stack.family else {}
+    wanted = dict(pin.split("==", 1) for pin in engine_pins(engine, kept=kept))
+    wanted |= dict(engine.build_packages)
+    for name, version in sorted(wanted.items()):
+        found = stack.pins.get(normalize(name))
+        if found != version:
+            result.fail(DOCKERFILE, f"RUN pip install {name}", f"the {kind} stack pins {name}=={version}, the "
+                        f"Dockerfile installs {found or 'none'}", hint="rebuild the bundle")  # fmt: skip
+    runs = stack.dockerfile.run_text()
+    for name, source in sorted(engine.git.items()):
+        if f"git+{source}" not in runs:
+            result.fail(DOCKERFILE, f"RUN pip install {name}", f"the {kind} stack installs {name} from {source}; "
+                        "the Dockerfile does not", hint="rebuild the bundle")  # fmt: skip
+    if result.status is not Status.PASS:
+        return result
+    git = "; ".join(f"{name} at {source.rsplit('@', 1)[1][:12]} from {source.rsplit('@', 1)[0]}"
+                    for name, source in sorted(engine.git.items()))  # fmt: skip
+    parts = [f"{kind} on {stack.family_name}: {len(wanted)} pins from images/engines/{engine.requirements}"]
+    parts.append(f"Not resolved here: {git} (git sources, installed from their repositories)" if git else "")
+    built = ", ".join(f"{n} {v}" for n, v in sorted(engine.build_packages.items()))
+    parts.append(f"Built at image build, never here: {built}" if built else "")
+    parts.append("Declared but not installed: " + ", ".join(sorted(engine.left_out)))
+    parts.append(f"Not proven here: {engine.not_proven}")
+    result.details.update(left_out=dict(engine.left_out), git=dict(engine.git), not_proven=engine.not_proven)
+    result.reason = ". ".join(part for part in parts if part)
+    return result
+
+
 #: The image checks, in report order (run by :func:`recipekit.validate.static.checks.run_static`).
 CHECKS: tuple[Callable[[Bundle], Result], ...] = (
     check_dockerfile,
@@ -464,4 +534,5 @@ CHECKS: tuple[Callable[[Bundle], Result], ...] = (
     check_system,
     check_torch_features,
     check_skew,
+    check_engine,
 )
