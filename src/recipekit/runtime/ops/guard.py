@@ -27,8 +27,9 @@ from typing import Any
 import torch
 from transformers import Trainer, TrainerCallback
 
-from ..boundary import checkpointdirs, filenames, jsonfile
+from ..boundary import filenames, jsonfile
 from ..boundary.common import LOG
+from ..boundary.resume import checkpointdirs
 from ..volume.rowledger import ROWS_KEY, RowLedger
 from .faults import Faults
 

@@ -15,9 +15,10 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from ..boundary import checkpointdirs, exitcodes, filenames, metricslog
+from ..boundary import exitcodes, filenames, metricslog
 from ..boundary.common import LOG
 from ..boundary.config import RunConfig
+from ..boundary.resume import checkpointdirs
 from ..data.sampler import step_positions
 from ..volume.recovery import RecoveryLog
 from . import trackers
