@@ -11,15 +11,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from recipekit.memory.formulas import (
-    DROPOUT_MASK_BYTES,
     FULL,
     HALF,
     LOGITS_SAVED_BYTES,
-    NORM_FP32_BYTES,
     Regime,
 )
 from recipekit.plan.modelsize import linear_shapes, lora_targets, mlp_width
 from recipekit.recipe.sections import LoraSpec, ModelSpec
+
+#: RMSNorm as Hugging Face writes it upcasts its input to fp32 and autograd keeps that copy (4 bytes per element).
+NORM_FP32_BYTES = 4
+#: A dropout mask is a bool tensor on CUDA and NPU.
+DROPOUT_MASK_BYTES = 1
 
 
 @dataclass(frozen=True)

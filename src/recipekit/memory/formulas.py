@@ -57,10 +57,6 @@ NF4_DOUBLE_QUANT_BLOCK = 256
 #: Hugging Face upcasts logits to fp32 before the loss (``ForCausalLMLoss``: ``logits = logits.float()``).
 LOGITS_SAVED_BYTES = 4
 LOGITS_PEAK_BYTES = 12
-#: RMSNorm as Hugging Face writes it upcasts its input to fp32 and autograd keeps that copy (4 bytes per element).
-NORM_FP32_BYTES = 4
-#: A dropout mask is a bool tensor on CUDA and NPU.
-DROPOUT_MASK_BYTES = 1
 
 #: Allowance for what no formula above counts: allocator fragmentation and caching, cuBLAS/CANN workspaces,
 #: optimizer temporaries. A round figure, not a measurement.
