@@ -22,7 +22,8 @@ from pathlib import Path
 import pytest
 
 from recipekit.bundle.build import build
-from recipekit.runtime.boundary import filenames, metricslog, resumechoice
+from recipekit.runtime.boundary import filenames, metricslog
+from recipekit.runtime.boundary.resume import resumechoice
 from recipekit.runtime.volume import trust
 from recipekit.validate.dryrun.cluster.attempts import DryRun, pod_environment
 from recipekit.validate.dryrun.options import DryRunOptions

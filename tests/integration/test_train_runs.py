@@ -26,7 +26,8 @@ import yaml
 
 from recipekit.bundle.build import build
 from recipekit.bundle.files import TRAIN_MODULE
-from recipekit.runtime.boundary import exitcodes, filenames, flopcount, metricslog, resumechoice
+from recipekit.runtime.boundary import exitcodes, filenames, flopcount, metricslog
+from recipekit.runtime.boundary.resume import resumechoice
 from recipekit.runtime.volume import trust
 from recipekit.validate.dryrun.workdir.extensions import extensions_dir
 from recipekit.validate.dryrun.workdir.tinydata import write_tiny_dataset

@@ -103,8 +103,9 @@ def read_files(directory: Path) -> tuple[dict[str, bytes], list[str]]:
     return files, strays
 
 
-#: How deep the runtime's packages nest in a bundle (runtime/<room>/<module>.py); deeper directories are strays.
-RUNTIME_DEPTH = 2
+#: How deep the runtime's packages nest in a bundle (runtime/<room>/<inner room>/<module>.py); deeper directories are
+#: strays.
+RUNTIME_DEPTH = 3
 
 
 def _read_package(directory: Path, name: str, files: dict[str, bytes], strays: list[str], depth: int = 1) -> None:

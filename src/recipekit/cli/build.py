@@ -4,13 +4,21 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from recipekit.base.errors import RecipeError
 from recipekit.cli.common import SETTINGS, finite, layers, recipes_option, rich_console, user_errors, warn
+
+if TYPE_CHECKING:  # the CLI imports a stage where a command runs it
+    from rich.console import Console
+
+    from recipekit.bundle.build import Resolved
+    from recipekit.memory import Advice
+    from recipekit.recipe.sections import ParallelSpec
 
 
 @click.command(context_settings={**SETTINGS, "ignore_unknown_options": True})
@@ -247,36 +255,18 @@ def plan(
     """
     from recipekit import memory
     from recipekit.bundle import planview
-    from recipekit.bundle.build import resolve
     from recipekit.recipe.paralleloptions import load_parallel_options
 
     extra_dirs = layers(extra_dirs)
     if stages:
         _plan_stages(overrides, stages, price, as_json, extra_dirs)
         return
-    document = None
-    if manifest is not None:
-        from recipekit.plan import prepared
-
-        document = prepared.read(manifest)
-        overrides = (*overrides, *prepared.overrides(document))
-    resolved = resolve(overrides, extra_dirs, analysis_only=True)
+    overrides, resolved = _resolve_planned(overrides, extra_dirs, manifest)
     recipe = resolved.recipe
-    if document is not None:
-        mismatched = prepared.problems(document, recipe, str(manifest))
-        if mismatched:
-            raise RecipeError(mismatched)
     estimate = memory.estimate(recipe, resolved.plan, price_per_device_hour=price)
     # the parallel options on disk are candidates only for --advise and for the fix of a layout that does not fit
     options = load_parallel_options(extra_dirs) if advise or not estimate.fits else {}
-    advices: list[memory.Advice] = []
-    if advise:
-        from recipekit.plan.layoutrules import megatron_features
-
-        search_all = all_layouts or bool(megatron_features(recipe, resolved.plan.layout))
-        advices = memory.advise(recipe, resolved.images, top=top, search_pp=search_all, parallel_options=options)
-        if not advices and not search_all:  # nothing the bundle builds fits: what would, with Megatron-core
-            advices = memory.advise(recipe, resolved.images, top=top, search_pp=True, parallel_options=options)
+    advices = _advices(resolved, options, top=top, all_layouts=all_layouts) if advise else []
     if as_json:
         output: dict[str, Any] = {"estimate": planview.estimate_dict(estimate)}
         if advise:
@@ -296,20 +286,68 @@ def plan(
 
             console.print(styled(("to fit:", "bold"), f" {problem.hint}"))
     if advise:
-        console.print(planview.render_advice(advices, why=memory.why_first(advices)))
-        for line in planview.advice_lines(advices):  # plain: a line of overrides is never wrapped or cut
-            click.echo(line)
-        buildable = [a for a in advices if a.buildable]
-        if advices and not buildable:  # Megatron-core's layouts lead: the fastest the bundle builds, to paste
-            buildable = memory.advise(recipe, resolved.images, top=1, parallel_options=options)
-        if buildable:  # the fastest layout build accepts: PP (and TP the bundle cannot run) is analysis only
-            from recipekit.recipe.overrides import merge
-
-            click.echo(f"paste: recipekit build {' '.join(merge(overrides, buildable[0].overrides))}")
-        elif advices:
-            console.print("no layout recipekit tried builds (Megatron-core's layouts are analysis only)")
+        _print_advice(console, advices, resolved, options, overrides)
     if not estimate.fits:
         sys.exit(1)
+
+
+def _resolve_planned(
+    overrides: tuple[str, ...], extra_dirs: tuple[Path, ...], manifest: Path | None
+) -> tuple[tuple[str, ...], Resolved]:
+    """The recipe ``plan`` estimates, resolved for analysis, with its overrides: with ``--data``, the prepared
+    data's overrides added and the recipe checked against the manifest."""
+    from recipekit.bundle.build import resolve
+
+    if manifest is None:
+        return overrides, resolve(overrides, extra_dirs, analysis_only=True)
+    from recipekit.plan import prepared
+
+    document = prepared.read(manifest)
+    overrides = (*overrides, *prepared.overrides(document))
+    resolved = resolve(overrides, extra_dirs, analysis_only=True)
+    mismatched = prepared.problems(document, resolved.recipe, str(manifest))
+    if mismatched:
+        raise RecipeError(mismatched)
+    return overrides, resolved
+
+
+def _advices(resolved: Resolved, options: Mapping[str, ParallelSpec], *, top: int, all_layouts: bool) -> list[Advice]:
+    """``--advise``: the layouts that fit, fastest first; Megatron-core's too with ``--all-layouts``, when the
+    recipe's own layout is one, or when nothing the bundle builds fits."""
+    from recipekit import memory
+    from recipekit.plan.layoutrules import megatron_features
+
+    recipe = resolved.recipe
+    search_all = all_layouts or bool(megatron_features(recipe, resolved.plan.layout))
+    advices = memory.advise(recipe, resolved.images, top=top, search_pp=search_all, parallel_options=options)
+    if not advices and not search_all:  # nothing the bundle builds fits: what would, with Megatron-core
+        advices = memory.advise(recipe, resolved.images, top=top, search_pp=True, parallel_options=options)
+    return advices
+
+
+def _print_advice(
+    console: Console,
+    advices: list[Advice],
+    resolved: Resolved,
+    options: Mapping[str, ParallelSpec],
+    overrides: tuple[str, ...],
+) -> None:
+    """The advised layouts, their overrides a plain line each, and the fastest one ``build`` accepts, to paste."""
+    from recipekit import memory
+    from recipekit.bundle import planview
+
+    console.print(planview.render_advice(advices, why=memory.why_first(advices)))
+    for line in planview.advice_lines(advices):  # plain: a line of overrides is never wrapped or cut
+        click.echo(line)
+    buildable = [a for a in advices if a.buildable]
+    if advices and not buildable:  # Megatron-core's layouts lead: the fastest the bundle builds, to paste
+        buildable = memory.advise(resolved.recipe, resolved.images, top=1, parallel_options=options)
+    if buildable:  # the fastest layout build accepts: PP (and TP the bundle cannot run) is analysis only
+        from recipekit.recipe.overrides import merge
+
+        click.echo(f"paste: recipekit build {' '.join(merge(overrides, buildable[0].overrides))}")
+    elif advices:
+        console.print("no layout recipekit tried builds (Megatron-core's layouts are analysis only)")
 
 
 def _plan_stages(

@@ -356,7 +356,7 @@ def clean_command(bundles: tuple[Path, ...], keep: int) -> None:
                 f"({cleaned.bytes_freed / 2**20:.1f} MiB) from {shown_path(folder)}{busy}"
             )
     if not bundles:
-        from recipekit.cli.report import REPORTS, prune_reports
+        from recipekit.cli.run.report import REPORTS, prune_reports
 
         removed = prune_reports(REPORTS, keep)
         if removed:

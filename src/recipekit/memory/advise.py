@@ -3,7 +3,9 @@
 ``fixes``/``fit_problem`` find the cheapest change that makes a recipe fit (what a refused ``build`` proposes);
 ``advise`` ranks every layout of the recipe's cluster that fits (``plan --advise``). The parallel options to try are
 passed in by the caller (they are data, ``recipes/parallel/*.yaml`` and the team's trees: see
-:mod:`recipekit.recipe.paralleloptions`); nothing here reads from disk. Each variation is planned by
+:mod:`recipekit.recipe.paralleloptions`); nothing here reads from disk, but for the built-in ``engine=megatron``
+option a candidate moved to Megatron-core composes to (read when a candidate first needs it, never at import). The
+layouts tried come from :mod:`recipekit.memory.layoutsearch`. Each variation is planned by
 :func:`recipekit.plan.plan.make_plan` (numbers only, no bundle documents), so its layout numbers come from the
 plan's own derivation.
 
@@ -16,19 +18,19 @@ its own recomputation, bubble and exposed traffic, reaches another MFU, which it
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
 from recipekit.base.errors import Problem, RecipeError
 from recipekit.image.matrix import ImageMatrix
 from recipekit.memory.estimate import Estimate, estimate
+from recipekit.memory.layoutsearch import layouts, options_for
 from recipekit.memory.overlap import exposed
 from recipekit.plan.engines import buildable
-from recipekit.plan.layout import Layout, Shape, derive_layout, recipe_layout
-from recipekit.plan.layoutrules import layout_rule_problems, megatron_features, stage_layers
+from recipekit.plan.layout import recipe_layout
+from recipekit.plan.layoutrules import megatron_features
 from recipekit.plan.plan import Plan, make_plan
-from recipekit.recipe.paralleloptions import builtin_engine
 from recipekit.recipe.schema import to_data
 from recipekit.recipe.sections import ParallelSpec, Recipe
 from recipekit.runtime.boundary import flopcount
@@ -136,7 +138,10 @@ def candidate(
         changed = replace(changed, hw=replace(changed.hw, assumed_mfu=assumed_mfu))
         out.append(f"hw.assumed_mfu={assumed_mfu:g}")
     if changed.engine.kind == "trainer" and megatron_features(changed, recipe_layout(changed)[0]):
-        # a layout only Megatron-core runs is proposed with the engine that builds it (plan/engines)
+        # a layout only Megatron-core runs is proposed with the engine that builds it (plan/engines); the built-in
+        # engine option is read only here, when a candidate needs it, so importing the estimators reads no recipe tree
+        from recipekit.recipe.paralleloptions import builtin_engine
+
         changed = replace(changed, engine=builtin_engine("megatron"))
         out.insert(0, "engine=megatron")
     return Candidate(changed, tuple(out))
@@ -352,8 +357,8 @@ def advise(
     efficiency = estimate(recipe, base_plan).compute.efficiency
     gb = base_plan.layout.global_batch_size
     found: dict[tuple[str, ...], tuple[Candidate, Estimate]] = {}
-    for layout, keys in _layouts(recipe, base_plan.layout, search_pp):
-        for option in _options_for(recipe, layout, parallel_options, search_pp):
+    for layout, keys in layouts(recipe, base_plan.layout, search_pp):
+        for option in options_for(recipe, layout, parallel_options, search_pp):
             for gc in (False, True):
                 cand = candidate(
                     recipe,
@@ -383,163 +388,6 @@ def _step_at(est: Estimate, efficiency: float) -> float:
     bubble = est.parallel3d.bubble_fraction if est.parallel3d else 0.0
     compute = flops.hardware_per_token * est.compute.tokens_per_step / (capacity * efficiency)
     return compute / (1 - bubble) + sum(exposed(est.overlaps, compute).values())
-
-
-def _options_for(
-    recipe: Recipe, layout: Layout, options: Mapping[str, ParallelSpec], search_pp: bool
-) -> list[ParallelSpec]:
-    """The parallel options a layout can train with: AutoTP's ZeRO ≤ 2 under TP; a Megatron-core layout its
-    distributed optimizer (or, without one among the options, ZeRO ≤ 1 as pipeline engines support); without the
-    Megatron-core search, no distributed optimizer."""
-    megatron = bool(megatron_features(recipe, layout))
-    if megatron:
-        dist = [o for o in options.values() if o.distributed_optimizer]
-        return dist or [o for o in options.values() if o.zero_stage <= 1 and o.offload_optimizer == "none"]
-    return [
-        o
-        for o in options.values()
-        if not o.distributed_optimizer and (layout.tensor_parallel == 1 or o.zero_stage <= 2)
-    ]
-
-
-def _layouts(recipe: Recipe, base: Layout, search_pp: bool) -> Iterator[tuple[Layout, dict[str, int | bool]]]:
-    """Every layout of ``base``'s devices that keeps its global batch and obeys Megatron-core's rules, with the
-    shape keys that select it: each TP dividing the heads within a pod × (searching Megatron-core's layouts) each
-    PP, virtual stages, CP and EP × each micro batch, as the plan derives them."""
-    seen: set[Layout] = set()
-    for tp, shape in _shapes(recipe, base, search_pp):
-        micros = _powers_of_two(base.global_batch_size)
-        if shape.context_parallel > 1 or shape.expert_parallel > 1 or shape.sequence_parallel or shape.pp > 1:
-            micros = [m for m in micros if m <= 2]
-        for micro in micros:
-            layout, problems = derive_layout(
-                base.nodes,
-                base.devices_per_pod,
-                tensor_parallel=tp,
-                pipeline_parallel=shape.pp,
-                micro_batch_size=micro,
-                global_batch_size=base.global_batch_size,
-                shape=shape.shape,
-            )
-            if problems or layout in seen or layout_rule_problems(recipe, layout):
-                continue
-            seen.add(layout)
-            yield layout, _shape_keys(recipe, tp, shape)
-
-
-@dataclass(frozen=True)
-class _Dims:
-    """One combination of the dimensions beyond TP the search tries."""
-
-    pp: int
-    shape: Shape
-
-    @property
-    def context_parallel(self) -> int:
-        return self.shape.context_parallel
-
-    @property
-    def expert_parallel(self) -> int:
-        return self.shape.expert_parallel
-
-    @property
-    def sequence_parallel(self) -> bool:
-        return self.shape.sequence_parallel
-
-
-def _shape_keys(recipe: Recipe, tp: int, dims: _Dims) -> dict[str, int | bool]:
-    """The parallel section's keys of a layout: TP and PP always (what advice lists), the rest where they differ
-    from the recipe's."""
-    shape, par = dims.shape, recipe.parallel
-    values: dict[str, int | bool] = {
-        "tensor_parallel": tp,
-        "sequence_parallel": shape.sequence_parallel,
-        "pipeline_parallel": dims.pp,
-        "virtual_pipeline_stages": shape.virtual_stages,
-        "first_stage_layers": shape.first_stage_layers,
-        "last_stage_layers": shape.last_stage_layers,
-        "context_parallel": shape.context_parallel,
-        "expert_parallel": shape.expert_parallel,
-    }
-    always = [
-        key
-        for key, shown in (
-            ("tensor_parallel", tp > 1 or par.tensor_parallel > 1),
-            ("pipeline_parallel", dims.pp > 1 or par.pipeline_parallel > 1),
-        )
-        if shown
-    ]
-    return {k: v for k, v in values.items() if k in always or v != getattr(par, k)}
-
-
-def _shapes(recipe: Recipe, base: Layout, search_pp: bool) -> Iterator[tuple[int, _Dims]]:
-    """(TP, the other dimensions) to try: the recipe's own dimensions, or (searching Megatron-core's layouts) every
-    PP with its split and virtual stages, CP where sequences are long, EP where the model has experts."""
-    model, par = recipe.model, recipe.parallel
-    per_pod = base.devices_per_pod
-    tps = [t for t in _powers_of_two(per_pod) if per_pod % t == 0 and _heads_split(recipe, t)]
-    if base.tensor_parallel not in tps:
-        tps.append(base.tensor_parallel)  # the recipe's own, analysed even where the bundle cannot run it
-    own = Shape(
-        context_parallel=base.context_parallel,
-        expert_parallel=base.expert_parallel,
-        expert_tensor_parallel=base.expert_tensor_parallel,
-        virtual_stages=base.virtual_stages,
-        sequence_parallel=base.sequence_parallel,
-        schedule=base.schedule,
-        first_stage_layers=base.first_stage_layers,
-        last_stage_layers=base.last_stage_layers,
-    )
-    if not search_pp:
-        for tp in tps:
-            yield tp, _Dims(base.pipeline_parallel, replace(own, sequence_parallel=own.sequence_parallel and tp > 1))
-        return
-    seq = recipe.data.max_len
-    cps = [c for c in _powers_of_two(64) if c == 1 or (seq % (2 * c) == 0 and seq // c >= 8192)]
-    eps = [
-        e for e in _powers_of_two(min(model.num_experts, base.world_size)) if model.moe and model.num_experts % e == 0
-    ]
-    for tp in tps:
-        for pp in _powers_of_two(min(model.num_layers, base.world_size // tp)):
-            for first, last in _splits(model.num_layers, pp):
-                for vpp in (1, 2, 4) if pp > 1 else (1,):
-                    for cp in cps:
-                        for ep in eps or [1]:
-                            yield (
-                                tp,
-                                _Dims(
-                                    pp,
-                                    Shape(
-                                        context_parallel=cp,
-                                        expert_parallel=ep,
-                                        expert_tensor_parallel=par.expert_tensor_parallel,
-                                        virtual_stages=vpp,
-                                        sequence_parallel=tp > 1 and (pp > 1 or cp > 1 or ep > 1 or model.moe),
-                                        schedule="interleaved_1f1b" if vpp > 1 else "1f1b",
-                                        first_stage_layers=first,
-                                        last_stage_layers=last,
-                                    ),
-                                ),
-                            )
-
-
-def _splits(layers: int, pp: int) -> list[tuple[int, int]]:
-    """How to split ``layers`` over ``pp`` stages: evenly where they divide, else with lighter (or one lighter)
-    first and last stages, the split Megatron-core accepts that is closest to even."""
-    probe = Layout(1, 1, pipeline_parallel=pp)
-    if stage_layers(layers, probe) is not None:
-        return [(0, 0)]
-    each = -(-layers // pp)
-    for edge in range(each, 0, -1):
-        for first, last in ((edge, edge), (edge, 0)):
-            if stage_layers(layers, replace(probe, first_stage_layers=first, last_stage_layers=last)) is not None:
-                return [(first, last)]
-    return []
-
-
-def _heads_split(recipe: Recipe, tp: int) -> bool:
-    model = recipe.model
-    return model.num_attention_heads % tp == 0 and model.num_kv_heads % tp == 0
 
 
 def shown_step(seconds: float) -> float:
@@ -596,7 +444,3 @@ def why_first(advices: list[Advice]) -> str:
     if first[2] < second[2]:
         return f"1 is first: as fast as 2 with as much headroom, on fewer devices ({one.layout.world_size})"
     return "1 is first: as fast as 2 with as much headroom, and the simpler layout"
-
-
-def _powers_of_two(limit: int) -> list[int]:
-    return [2**k for k in range(0, max(0, limit).bit_length()) if 2**k <= limit]

@@ -9,6 +9,12 @@ from __future__ import annotations
 
 from dataclasses import astuple, dataclass
 
+from recipekit.memory.activations import (
+    activation_bytes,
+    fused_kernel_savings,
+    tp_activation_share,
+    vocab_parallel_logits,
+)
 from recipekit.memory.formulas import (
     ALLOCATOR_ALLOWANCE_GIB,
     GIB,
@@ -16,17 +22,13 @@ from recipekit.memory.formulas import (
     LOGITS_PEAK_BYTES,
     ModelStates,
     Regime,
-    activation_bytes,
     dtype_name,
-    fused_kernel_savings,
-    layers_in_flight,
     model_states,
     qlora_base_bytes,
     regime,
-    tp_activation_share,
-    vocab_parallel_logits,
     zero_buffers,
 )
+from recipekit.memory.pipeline import layers_in_flight
 from recipekit.plan.engines import engine_of
 from recipekit.plan.layout import Layout
 from recipekit.plan.layoutrules import megatron_features, stage_layers

@@ -21,33 +21,24 @@ from recipekit.memory.breakdown import (
     DeviceShare,
     MemoryItem,
     device_share,
-    megatron_layout,
     memory_items,
     plan_regime,
 )
-from recipekit.memory.formulas import (
-    GB,
-    GIB,
-    HOST_BUFFER_FACTOR,
-    Regime,
-    bubble_fraction,
-    dp_traffic,
-    model_states,
-    offload_seconds,
-    tp_allreduce_bytes_per_layer,
-    tp_allreduce_count,
-    tp_head_bytes,
-)
+from recipekit.memory.experts import ExpertParallel, alltoall_overlaps, experts_of
+from recipekit.memory.formulas import GB, GIB, HOST_BUFFER_FACTOR, Regime
 from recipekit.memory.overlap import Overlap, exposed, solve_compute
-from recipekit.plan.engines import engine_of, engine_problems
+from recipekit.memory.parallel3d import ThreeD, three_d_of, three_d_overlaps
+from recipekit.memory.pipeline import bubble_fraction
+from recipekit.memory.traffic import (
+    dp_traffic,
+    offload_seconds,
+)
 from recipekit.plan.layout import Layout
-from recipekit.plan.layoutrules import stage_layers
-from recipekit.plan.modelsize import FUSED_MODULES, LORA_MODULES, ParamCounts, count_params
-from recipekit.plan.nesting import Group, describe, groups
-from recipekit.plan.parallelism import EXPERTS_NEED, PIPELINE_NEEDS
+from recipekit.plan.modelsize import FUSED_MODULES, LORA_MODULES, count_params
+from recipekit.plan.nesting import Group, groups
 from recipekit.plan.plan import Plan
 from recipekit.recipe.sections import ParallelSpec, Recipe, adapter_of
-from recipekit.runtime.boundary import flopcount, recipeview
+from recipekit.runtime.boundary import flopcount
 
 
 # --------------------------------------------------------------------------------------------------------- records
@@ -105,65 +96,6 @@ class Offload:
     @property
     def host_fits(self) -> bool:
         return self.host_gib_per_node <= self.host_limit_gib
-
-
-@dataclass(frozen=True)
-class ThreeD:
-    """Tensor, context and pipeline parallelism: the schedule's bubble, TP's and CP's traffic and the links they
-    cross, and whether the bundle runs it (TP through DeepSpeed AutoTP; the rest is analysis only)."""
-
-    tensor_parallel: int
-    pipeline_parallel: int
-    micro_batches: int
-    bubble_fraction: float
-    tp_allreduces_per_layer: int  # b·s·h all-reduces (or all-gather + reduce-scatter pairs) per layer per micro-step
-    tp_allreduce_gb_per_layer: float  # per device, one micro-batch's forward and backward
-    tp_head_gb: float  # per device, one micro-batch: the embedding and head's TP traffic
-    tp_volume_gb: float  # per device, per optimizer step
-    tp_inside_node: bool
-    tp_link: str
-    tp_time_s: float
-    buildable: bool  # the bundle runs this layout
-    note: str
-    context_parallel: int = 1
-    virtual_stages: int = 1
-    schedule: str = "1f1b"
-    sequence_parallel: bool = False
-    stage_layers: tuple[int, ...] = ()
-    cp_volume_gb: float = 0.0  # per device per step: keys and values passed around the ring
-    cp_time_s: float = 0.0
-    cp_exposed_s: float = 0.0  # what the attention's own compute cannot hide
-    groups: str = ""  # where each group lies (plan.nesting.describe)
-
-
-@dataclass(frozen=True)
-class ExpertParallel:
-    """An MoE model's experts: total against active parameters, and what expert parallelism would save and cost.
-
-    The bundle runs no EP (analysis only, :data:`recipekit.plan.parallelism.EXPERTS_NEED`): every rank holds its ZeRO
-    share of all experts. With EP the experts of a layer are split over ``expert_parallel`` ranks, whose ZeRO share is
-    then taken over the dp / EP ranks that hold the same experts; tokens travel to their experts and back by
-    all-to-all."""
-
-    num_experts: int
-    experts_per_token: int
-    params_total: int
-    params_active: int
-    expert_params: int  # routed-expert parameters, all layers
-    expert_parallel: int  # the recipe's EP, or the one analysed when the recipe has none
-    expert_gib: float  # the experts' weights, gradients and optimizer states per device without EP
-    expert_gib_with_ep: float  # the same with ``expert_parallel``
-    dp_gb: float  # the experts' data-parallel traffic per device per step without EP (ZeRO's gathers, reductions)
-    dp_gb_with_ep: float  # the same with EP: only the experts' own dp / EP replicas exchange them
-    alltoall_gb: float  # per device per optimizer step, with EP
-    alltoall_time_s: float
-    link: str
-    buildable: bool
-    note: str
-
-    @property
-    def saved_gib(self) -> float:
-        return self.expert_gib - self.expert_gib_with_ep
 
 
 @dataclass(frozen=True)
@@ -247,11 +179,11 @@ def estimate(recipe: Recipe, plan: Plan, *, price_per_device_hour: float | None 
         layout.pipeline_parallel, layout.gradient_accumulation_steps, layout.virtual_stages, schedule=layout.schedule
     )
     comm, dp_overlaps = _dp_communication(recipe, plan, reg, share, found)
-    three_d = _three_d(recipe, plan, reg, share, found, bubble) if layout.model_parallel > 1 else None
-    experts = _experts(recipe, plan, reg, counts, found, share) if model.moe else None
+    three_d = three_d_of(recipe, plan, reg, share, found, bubble) if layout.model_parallel > 1 else None
+    experts = experts_of(recipe, plan, reg, counts, found, share) if model.moe else None
     overlaps = (
-        *_three_d_overlaps(three_d, plan),
-        *_alltoall_overlaps(recipe, plan, experts),
+        *three_d_overlaps(three_d, plan),
+        *alltoall_overlaps(recipe, plan, experts),
         *dp_overlaps,
         Overlap("offload", offload.time_s, 0.0, 0.0),
     )
@@ -449,7 +381,7 @@ def dp_group_crosses_nodes(layout: Layout) -> bool:
 def _dp_communication(
     recipe: Recipe, plan: Plan, reg: Regime, share: DeviceShare, found: dict[str, Group]
 ) -> tuple[Communication, tuple[Overlap, ...]]:
-    """The step's data-parallel traffic (:func:`~recipekit.memory.formulas.dp_traffic`) of the dense weights over
+    """The step's data-parallel traffic (:func:`~recipekit.memory.traffic.dp_traffic`) of the dense weights over
     the data-parallel (× CP) group and of the experts over theirs, each on the link its group crosses
     (:mod:`recipekit.plan.nesting`: a group spanning pods shares their network), and what of it compute can hide
     (nothing without ``overlap_comm`` under ZeRO). The record's exposed seconds are filled in once the compute
@@ -486,224 +418,3 @@ def _dp_communication(
         volume += (traffic.hideable + traffic.exposed) / GB
     comm = Communication(pattern, volume, dense_group.link, dense_group.crosses_nodes, dense_group.gbps, time_s, 0.0)
     return comm, tuple(overlaps)
-
-
-def _three_d_overlaps(three_d: ThreeD | None, plan: Plan) -> tuple[Overlap, ...]:
-    """TP's collectives sit between two layers' compute: all waited for. CP's ring runs behind the attention
-    computed on the chunk already there: its share of the compute."""
-    if three_d is None:
-        return ()
-    flops = plan.flops
-    attention = flops.attention_per_token / flops.hardware_per_token
-    return (
-        Overlap("TP traffic", three_d.tp_time_s, 0.0, 0.0),
-        Overlap("CP traffic", 0.0, three_d.cp_time_s, attention),
-    )
-
-
-def _alltoall_overlaps(recipe: Recipe, plan: Plan, experts: ExpertParallel | None) -> tuple[Overlap, ...]:
-    """The experts' all-to-all: all of it waited for, or with ``parallel.overlap_moe_alltoall`` (or DualPipe, which
-    pairs one micro-batch's forward with another's backward for this) behind another micro-batch's compute."""
-    if experts is None or plan.layout.expert_parallel == 1:
-        return ()
-    if recipe.parallel.overlap_moe_alltoall or plan.layout.schedule == "dualpipe":
-        return (Overlap("EP all-to-all", 0.0, experts.alltoall_time_s, 1.0),)
-    return (Overlap("EP all-to-all", experts.alltoall_time_s, 0.0, 0.0),)
-
-
-def token_copies(recipe: Recipe, layout: Layout, ep: int) -> float:
-    """Copies of a token the all-to-all sends off its rank, per direction.
-
-    Inside a node, each of its top-k experts on another rank gets one: k × (EP − 1)/EP. Where the EP group spans
-    nodes, what crosses the network is one copy per other node that holds one of its experts, forwarded inside the
-    node over its own links (DeepEP's dispatch, DeepSeek-V3's, §3.2.2): of n nodes, k random experts fall in
-    n × (1 − (1 − 1/n)^k) of them, at most the groups node-limited routing allows (``topk_group`` of a config with
-    ``n_group`` > 1), the own node's not counted."""
-    k = recipe.model.experts_per_token
-    nodes = max(1, layout.expert_tp * ep // layout.devices_per_pod)
-    if nodes == 1:
-        return k * (ep - 1) / ep
-    config = recipe.model.config or {}
-    reached = nodes * (1 - (1 - 1 / nodes) ** k)
-    if isinstance(config.get("n_group"), int) and config["n_group"] > 1 and isinstance(config.get("topk_group"), int):
-        reached = min(reached, config["topk_group"])
-    return reached * (nodes - 1) / nodes
-
-
-def _alltoall_gb(recipe: Recipe, plan: Plan, reg: Regime, ep: int, layers: int) -> float:
-    """Token all-to-all volume per device per step with ``ep``-way EP over ``layers`` MoE layers: each rank's tokens
-    (after CP, and SP's split) go to their experts (:func:`token_copies`) and back: dispatch and combine in forward,
-    their gradients in backward, the forward's again under full recomputation. FP8 training dispatches in FP8 (one
-    byte an element; the combine and the gradients stay 16-bit), as DeepSeek-V3 does (§3.3.2)."""
-    model, layout = recipe.model, plan.layout
-    tokens = layout.micro_batch_size * recipe.data.max_len / layout.context_parallel
-    tokens /= layout.tensor_parallel if layout.sequence_parallel else 1
-    dispatch = 1 if plan.precision == "fp8" else reg.element
-    forward = dispatch + reg.element
-    recomputed = recipe.parallel.gradient_checkpointing and recipe.parallel.recompute_granularity == "full"
-    element_passes = forward + 2 * reg.element + (forward if recomputed else 0)
-    per_layer = element_passes * tokens * token_copies(recipe, layout, ep) * model.hidden_size
-    return per_layer * layers * layout.gradient_accumulation_steps / GB
-
-
-def _expert_state_bytes(recipe: Recipe, reg: Regime, expert_params: float, ranks: int, ep: int) -> float:
-    """Device bytes of the experts' model states with ``ep``-way expert parallelism (1: none)."""
-    share = expert_params / ep
-    full = not recipeview.trains_adapter(recipe.mode.kind)  # PEFT does not adapt fused experts: they stay frozen
-    states = model_states(
-        share,
-        reg,
-        dp=max(1, ranks // ep),
-        trainable=share if full else 0,
-        offload_optimizer=recipe.parallel.offload_optimizer,
-        offload_param=recipe.parallel.offload_param,
-    )
-    return states.device
-
-
-def _expert_traffic_gb(recipe: Recipe, reg: Regime, layout: Layout, expert_params: float, ranks: int, ep: int) -> float:
-    """The experts' share of the data-parallel traffic per device per step with ``ep``-way EP (1: none)."""
-    group = max(1, ranks // ep)
-    if group == 1:
-        return 0.0
-    full = not recipeview.trains_adapter(recipe.mode.kind)
-    share = expert_params / ep
-    traffic = dp_traffic(
-        reg,
-        dp=group,
-        accum=layout.gradient_accumulation_steps,
-        params=share,
-        trainable=share if full else 0,
-        checkpointing=recipe.parallel.gradient_checkpointing,
-    )
-    return (traffic.hideable + traffic.exposed) / GB
-
-
-def _experts(
-    recipe: Recipe, plan: Plan, reg: Regime, counts: ParamCounts, found: dict[str, Group], share: DeviceShare
-) -> ExpertParallel:
-    """Total and active parameters, and EP's saving and all-to-all cost over the heaviest stage's layers (the
-    recipe's EP, else the widest EP inside a pod that divides the experts and the ranks that could hold them)."""
-    model, hw, layout = recipe.model, recipe.hw, plan.layout
-    ranks = layout.world_size // (layout.expert_tp * layout.pipeline_parallel)  # EP × expert-DP
-    ep = layout.expert_parallel
-    if ep == 1:
-        fits = [d for d in range(1, layout.devices_per_pod + 1) if model.num_experts % d == 0 and ranks % d == 0]
-        ep = max(fits)
-    stage_experts = counts.experts * share.layers / counts.layers / layout.expert_tp
-    group = found.get("EP")
-    if group is not None:
-        link, gbps = group.link, group.alltoall_gbps
-    else:
-        inside = ep <= layout.devices_per_pod
-        link, gbps = (
-            (hw.intra_node_link, hw.intra_node_gbps)
-            if inside
-            else (hw.inter_node_link, hw.inter_node_gbps / layout.devices_per_pod)
-        )
-    volume = _alltoall_gb(recipe, plan, reg, ep, share.layers) if ep > 1 else 0.0
-    problems = engine_problems(recipe, layout) if layout.expert_parallel > 1 else []
-    chosen = "the recipe's" if layout.expert_parallel > 1 else "analysed (parallel.expert_parallel is 1)"
-    if ep == 1:
-        note = "no EP inside a pod divides the experts and the ranks"
-    elif layout.expert_parallel > 1 and not problems:
-        note = f"EP {ep} {chosen}: {engine_of(recipe).runs(recipe, layout)}"
-    else:
-        note = f"EP {ep} {chosen}: {EXPERTS_NEED}"
-    return ExpertParallel(
-        num_experts=model.num_experts,
-        experts_per_token=model.experts_per_token,
-        params_total=counts.total,
-        params_active=counts.active,
-        expert_params=counts.experts,
-        expert_parallel=ep,
-        expert_gib=_expert_state_bytes(recipe, reg, stage_experts, ranks, 1) / GIB,
-        expert_gib_with_ep=_expert_state_bytes(recipe, reg, stage_experts, ranks, ep) / GIB,
-        dp_gb=_expert_traffic_gb(recipe, reg, layout, stage_experts, ranks, 1),
-        dp_gb_with_ep=_expert_traffic_gb(recipe, reg, layout, stage_experts, ranks, ep),
-        alltoall_gb=volume,
-        alltoall_time_s=volume / gbps,
-        link=link,
-        buildable=not problems and (ep == 1 or layout.expert_parallel == ep),
-        note=note,
-    )
-
-
-def _three_d(
-    recipe: Recipe,
-    plan: Plan,
-    reg: Regime,
-    share: DeviceShare,
-    found: dict[str, Group],
-    bubble: float,
-) -> ThreeD:
-    """TP's collectives over the heaviest stage's layers and its embedding/head traffic (none of it hidden: every
-    one sits between two layers' compute) on the link TP crosses; CP's ring (hidden behind the attention's own
-    compute where it can be); the schedule's bubble."""
-    model, layout = recipe.model, plan.layout
-    tp, pp, m = layout.tensor_parallel, layout.pipeline_parallel, layout.gradient_accumulation_steps
-    checkpointing = recipe.parallel.gradient_checkpointing and recipe.parallel.recompute_granularity == "full"
-    megatron = megatron_layout(recipe, layout)
-    shape = dict(
-        tensor_parallel=tp, micro_batch=layout.micro_batch_size, seq_len=recipe.data.max_len // layout.context_parallel
-    )
-    per_layer = tp_allreduce_bytes_per_layer(
-        reg, hidden=model.hidden_size, checkpointing=checkpointing, megatron=megatron, **shape
-    )
-    ends = share.stage in (0, pp - 1)
-    head = tp_head_bytes(reg, model, **shape) / GB if tp > 1 and ends else 0.0
-    step_volume = (per_layer / GB * share.layers + head) * m
-    tp_group = found["TP"]
-    cp_volume, cp_time = _cp_traffic(recipe, plan, reg, share, found)
-    problems = engine_problems(recipe, layout)
-    if not problems:
-        note = engine_of(recipe).runs(recipe, layout)
-    elif pp > 1:
-        note = f"analysis only: {PIPELINE_NEEDS}"
-    else:
-        note = "analysis only: " + "; ".join(p.message for p in problems)
-    return ThreeD(
-        tensor_parallel=tp,
-        pipeline_parallel=pp,
-        micro_batches=m,
-        bubble_fraction=bubble,
-        tp_allreduces_per_layer=tp_allreduce_count(checkpointing, megatron=megatron) if tp > 1 else 0,
-        tp_allreduce_gb_per_layer=per_layer / GB,
-        tp_head_gb=head,
-        tp_volume_gb=step_volume,
-        tp_inside_node=not tp_group.crosses_nodes,
-        tp_link=tp_group.link,
-        tp_time_s=step_volume / tp_group.gbps if tp > 1 else 0.0,
-        buildable=not problems,
-        note=note,
-        context_parallel=layout.context_parallel,
-        virtual_stages=layout.virtual_stages,
-        schedule=layout.schedule,
-        sequence_parallel=layout.sequence_parallel,
-        stage_layers=stage_layers(model.num_layers, layout) or (),
-        cp_volume_gb=cp_volume,
-        cp_time_s=cp_time,
-        cp_exposed_s=0.0,  # known once the compute time is
-        groups=describe(found),
-    )
-
-
-#: Ring attention's passes of one rank's keys and values around the CP ring per layer and micro-step: forward, and
-#: in backward the keys and values again with their gradients (Megatron-core's attention with cp_comm_type p2p).
-CP_RING_PASSES = 3
-
-
-def _cp_traffic(
-    recipe: Recipe, plan: Plan, reg: Regime, share: DeviceShare, found: dict[str, Group]
-) -> tuple[float, float]:
-    """(GB per device per step, seconds) of context parallelism's ring over the heaviest stage: each rank's keys
-    and values (seq / CP tokens × 2 × kv width, its TP share) travel CP − 1 hops."""
-    layout, model = plan.layout, recipe.model
-    cp = layout.context_parallel
-    if cp == 1:
-        return 0.0, 0.0
-    kv = 2 * model.num_kv_heads * model.head_dim * reg.element / max(1, layout.tensor_parallel)
-    tokens = layout.micro_batch_size * recipe.data.max_len / cp
-    passes = CP_RING_PASSES + (1 if recipe.parallel.gradient_checkpointing else 0)
-    volume = passes * (cp - 1) * tokens * kv * share.layers * layout.gradient_accumulation_steps / GB
-    return volume, volume / found["CP"].gbps

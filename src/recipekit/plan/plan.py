@@ -237,15 +237,7 @@ def make_plan(
     """
     errors, hw, cl = Collector(), recipe.hw, recipe.cluster
     engine = engine_of(recipe)
-    layout, problems = recipe_layout(recipe)
-    errors.extend(problems)
-    errors.extend(layout_problems(recipe, layout))
-    # a layout that does not even divide is not checked for what its model-parallel groups could run
-    unchecked = analysis_only or bool(problems)
-    errors.extend(engine.problems(recipe, layout, analysis_only=unchecked, tp_across_pods=tp_across_pods))
-    errors.extend(
-        layout_rule_problems(recipe, layout) if not problems else depth_problems(recipe.model, layout.pipeline_parallel)
-    )
+    layout = _checked_layout(recipe, errors, analysis_only=analysis_only, tp_across_pods=tp_across_pods)
     errors.extend(target_problems(recipe))
     errors.extend(mount_problems(recipe) + volume_problems(recipe) + mindcluster.problems(recipe))
     errors.extend(pod_label_problems(recipe))
@@ -301,3 +293,17 @@ def make_plan(
     )
     # the image of the plan's software stack, shared by every bundle of it (image/stack.py)
     return replace(plan, image=image_reference(recipe, hw.image_family, family, plan.uses_deepspeed))
+
+
+def _checked_layout(recipe: Recipe, errors: Collector, *, analysis_only: bool, tp_across_pods: bool) -> Layout:
+    """The recipe's layout, its problems (its own, the engine's and Megatron-core's rules) added to ``errors``."""
+    layout, problems = recipe_layout(recipe)
+    errors.extend(problems)
+    errors.extend(layout_problems(recipe, layout))
+    # a layout that does not even divide is not checked for what its model-parallel groups could run
+    unchecked = analysis_only or bool(problems)
+    errors.extend(engine_of(recipe).problems(recipe, layout, analysis_only=unchecked, tp_across_pods=tp_across_pods))
+    errors.extend(
+        layout_rule_problems(recipe, layout) if not problems else depth_problems(recipe.model, layout.pipeline_parallel)
+    )
+    return layout

@@ -22,7 +22,7 @@ from recipekit.plan.layout import Layout, derive_layout, recipe_layout
 from recipekit.recipe.overrides import merge
 from recipekit.recipe.sections import Recipe
 from recipekit.recipe.sections.cluster import ClusterSpec
-from recipekit.runtime.boundary import resumechoice
+from recipekit.runtime.boundary.resume import resumechoice
 from recipekit.runtime.volume.reshard import reshard_refusal
 
 #: The most nodes a run may be rescaled to, and the most node counts searched for ones that keep the global batch:

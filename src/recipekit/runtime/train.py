@@ -12,7 +12,7 @@ torch_npu is reported in one line), how the data is read, validated, tokenised, 
 shards once for every run that needs it (sources.py, data.py, chat.py, samples.py, prepare.py, shards.py,
 workers.py, dataprep.py), the order rows are drawn in (sampler.py), how the model is built (model.py; twin.py for
 a random twin with a tokenizer trained here), which checkpoint to resume from and whether it belongs to this run
-(checkpoints.py; boundary/resumechoice.py), and what to do on SIGTERM (callbacks.py). session.py strings these
+(checkpoints.py; boundary/resume/resumechoice.py), and what to do on SIGTERM (callbacks.py). session.py strings these
 together; this module parses the command line, maps failures to exit codes and starts the session once the device is
 known to work.
 

@@ -24,6 +24,7 @@ from recipekit.image.matrix import load_images  # noqa: E402
 from recipekit.memory import (  # noqa: E402
     GIB,
     activation_bytes,
+    activations,
     bubble_fraction,
     estimate,
     fit_problem,
@@ -248,7 +249,7 @@ def test_activations_match_what_autograd_keeps(monkeypatch, autocast, kind, chec
     lora = None if kind == "full" else LoraSpec(r=16, dropout=0.0 if kind == "lora-nodropout" else 0.05)
     # On CPU dropout keeps its mask in the input's dtype (fp32 for PEFT's fp32 adapters under AMP); CUDA and NPU
     # keep a bool mask, which is what the estimator assumes.
-    monkeypatch.setattr(formulas, "DROPOUT_MASK_BYTES", 4 if autocast else 2)
+    monkeypatch.setattr(activations, "DROPOUT_MASK_BYTES", 4 if autocast else 2)
     measured = _saved_bytes(torch, transformers, autocast=autocast, lora=lora, checkpointing=checkpointing)
     spec = ModelSpec(
         name="t",

@@ -20,14 +20,9 @@ import pytest
 
 from recipekit.image.matrix import load_images
 from recipekit.memory import advise, estimate
-from recipekit.memory.formulas import (
-    activation_bytes,
-    model_states,
-    regime,
-    tp_allreduce_bytes_per_layer,
-    tp_allreduce_count,
-    tp_head_bytes,
-)
+from recipekit.memory.activations import activation_bytes
+from recipekit.memory.formulas import model_states, regime
+from recipekit.memory.traffic import tp_allreduce_bytes_per_layer, tp_allreduce_count, tp_head_bytes
 from recipekit.plan.modelsize import count_params, tensor_parallel_share
 from recipekit.plan.plan import make_plan
 from recipekit.recipe.compose import compose

@@ -10,7 +10,8 @@ import pytest
 from recipekit.base.errors import RecipeError
 from recipekit.image.matrix import load_images
 from recipekit.memory import estimate
-from recipekit.memory.formulas import bubble_fraction, layers_in_flight, tp_activation_share
+from recipekit.memory.activations import tp_activation_share
+from recipekit.memory.pipeline import bubble_fraction, layers_in_flight
 from recipekit.plan.layout import Layout
 from recipekit.plan.layoutrules import megatron_features, stage_layers
 from recipekit.plan.nesting import groups

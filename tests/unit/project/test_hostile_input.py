@@ -1315,7 +1315,8 @@ def test_data_surface(probe: Probe, tmp_path: Path) -> None:
 
 def test_a_fifo_as_trainer_state_is_an_incomplete_checkpoint_not_a_hang(tmp_path: Path) -> None:
     """What resume reads from the shared volume is opened without blocking: a planted FIFO is refused at once."""
-    from recipekit.runtime.boundary import checkpointdirs, filenames, resumechoice
+    from recipekit.runtime.boundary import filenames
+    from recipekit.runtime.boundary.resume import checkpointdirs, resumechoice
 
     checkpoint = tmp_path / "checkpoint-3"
     checkpoint.mkdir()

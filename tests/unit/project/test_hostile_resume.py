@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from recipekit.runtime.boundary import filenames, resumechoice
+from recipekit.runtime.boundary import filenames
+from recipekit.runtime.boundary.resume import resumechoice
 from recipekit.runtime.volume import resume, trust
 from tests.measure import measure
 from tests.unit.project.test_hostile_input import MAX_RSS_MIB, MAX_WALL_S, Probe, snapshot, surface

@@ -70,7 +70,7 @@ def test_every_table_has_units_and_no_cell_breaks_a_word_at_80_columns(tmp_path:
 
 def test_a_unit_that_is_part_of_a_word_is_still_shown() -> None:
     """ "s" is a letter of "step time", not its unit: the figure still says (s)."""
-    from recipekit.cli.report import _titled
+    from recipekit.cli.run.report import _titled
 
     assert _titled({"title": "step time", "unit": "s"}) == "step time (s)"
     assert _titled({"title": "tokens/s per device", "unit": "tokens/s"}) == "tokens/s per device"
@@ -78,7 +78,7 @@ def test_a_unit_that_is_part_of_a_word_is_still_shown() -> None:
 
 
 def test_the_html_note_says_expected_of_a_cpu_twin_not_deviates() -> None:
-    from recipekit.cli.report import _html_note
+    from recipekit.cli.run.report import _html_note
 
     assert _html_note({"deviates": True, "note": ""}, cpu_twin=True) == "expected of a CPU twin"
     assert _html_note({"deviates": True, "note": "x"}, cpu_twin=False) == "DEVIATES; x"

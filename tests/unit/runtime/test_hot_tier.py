@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from recipekit.runtime.boundary import filenames, resumechoice
+from recipekit.runtime.boundary import filenames
 from recipekit.runtime.boundary.recipeview import HotCheckpointsView
+from recipekit.runtime.boundary.resume import resumechoice
 from recipekit.runtime.volume import hottier, resume, trust
 
 KEY = b"hot-tier-test-key-" + b"0" * 32

@@ -14,8 +14,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from recipekit.runtime.boundary import filenames, resumechoice
+from recipekit.runtime.boundary import filenames
 from recipekit.runtime.boundary.common import RunError
+from recipekit.runtime.boundary.resume import resumechoice
 from recipekit.runtime.session import checkpoints
 from recipekit.runtime.volume import reshard, trust
 

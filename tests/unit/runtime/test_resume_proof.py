@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from recipekit.runtime.boundary import checkpointdirs, filenames, resumechoice
+from recipekit.runtime.boundary import filenames
+from recipekit.runtime.boundary.resume import checkpointdirs, resumechoice
 from recipekit.runtime.volume import resume, trust
 
 KEY = b"resume-proof-key-" + b"0" * 32

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from recipekit.runtime.boundary import checkpointdirs, filenames, resumechoice
+from recipekit.runtime.boundary import filenames
+from recipekit.runtime.boundary.resume import checkpointdirs, resumechoice
 
 RUN_ID = "4b4d9e"
 

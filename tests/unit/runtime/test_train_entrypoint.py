@@ -27,8 +27,9 @@ from recipekit.bundle.files import RUNTIME, runtime_files
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from recipekit.runtime.boundary import common, config, exitcodes, filenames, flopcount, resumechoice  # noqa: E402
+from recipekit.runtime.boundary import common, config, exitcodes, filenames, flopcount  # noqa: E402
 from recipekit.runtime.boundary.recipeview import LoraView, ModeView, QuantView  # noqa: E402
+from recipekit.runtime.boundary.resume import resumechoice  # noqa: E402
 from recipekit.runtime.model import loader, twin  # noqa: E402
 from recipekit.runtime.ops import device  # noqa: E402
 from recipekit.runtime.session import arguments, callbacks, checkpoints  # noqa: E402

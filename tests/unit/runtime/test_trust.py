@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from recipekit.runtime.boundary import filenames, resumechoice
+from recipekit.runtime.boundary import filenames
+from recipekit.runtime.boundary.resume import resumechoice
 from recipekit.runtime.volume import trust
 
 KEY = b"k" * 32

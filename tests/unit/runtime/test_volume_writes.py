@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from recipekit.runtime.boundary import exitcodes, filenames, metricslog, resumechoice
+from recipekit.runtime.boundary import exitcodes, filenames, metricslog
+from recipekit.runtime.boundary.resume import resumechoice
 from recipekit.runtime.ops import faults, preflight
 from recipekit.runtime.volume import attemptends, manifest, recovery, resume, rowledger
 

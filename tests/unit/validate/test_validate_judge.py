@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from recipekit.runtime.boundary import checkpointdirs, filenames, metricslog
+from recipekit.runtime.boundary import filenames, metricslog
+from recipekit.runtime.boundary.resume import checkpointdirs
 from recipekit.validate.dryrun.cluster.attemptlog import Attempt, MetricsTail, Step
 from recipekit.validate.dryrun.cluster.startup import PhaseReporter, announcement, describe, workers
 from recipekit.validate.dryrun.judges import training

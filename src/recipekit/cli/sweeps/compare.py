@@ -23,7 +23,7 @@ def compare_sweep(
     runs: list[RunLog], window: int, html_out: Path | None, as_json: bool, progress: Any, write_files: Any
 ) -> int:
     """Print (or write) the sweep's table; the exit code. ``progress`` and ``write_files``: compare's own progress
-    display and report writer (cli/report.py), so that the two views draw and write alike."""
+    display and report writer (cli/run/report.py), so that the two views draw and write alike."""
     from recipekit.runs.sweep import sweep_document, sweep_rows
 
     rows = sweep_rows(runs, window)

@@ -4,4 +4,5 @@ metrics.jsonl's records, recipe.yaml as the run reads it, metric names, the trai
 A bundle never imports recipekit, so what build time (the planner, the validator, the report) and run time (the
 launcher, train.py) must agree on lives here, below every other runtime room: recipekit imports these modules as
 ``recipekit.runtime.boundary``, every bundle carries them as ``runtime/boundary/``, and both sides run the same code.
+Checkpoints and resume, one rule in two modules, have an inner room: :mod:`~recipekit.runtime.boundary.resume`.
 """

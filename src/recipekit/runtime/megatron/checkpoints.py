@@ -24,8 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..boundary import filenames, jsonfile, resumechoice
+from ..boundary import filenames, jsonfile
 from ..boundary.common import RunError, log0
+from ..boundary.resume import resumechoice
 from ..volume import trust
 from ..volume.resume import RECORD_EXCLUDED, RECORD_MAX_BYTES, mark_resumed, resumed_step
 

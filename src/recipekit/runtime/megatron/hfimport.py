@@ -24,8 +24,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..boundary import filenames, jsonfile, resumechoice
+from ..boundary import filenames, jsonfile
 from ..boundary.common import RunError, log0, rank
+from ..boundary.resume import resumechoice
 from ..volume import trust
 from ..volume.resume import RECORD_EXCLUDED, RECORD_MAX_BYTES
 

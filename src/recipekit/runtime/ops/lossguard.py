@@ -12,8 +12,9 @@ from typing import Any
 
 import torch
 
-from ..boundary import checkpointdirs, filenames, jsonfile
+from ..boundary import filenames, jsonfile
 from ..boundary.common import LOG
+from ..boundary.resume import checkpointdirs
 
 
 class LossGuard:

@@ -13,9 +13,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..boundary import checkpointdirs
 from ..boundary.common import LOG
 from ..boundary.config import RunConfig
+from ..boundary.resume import checkpointdirs
 from ..data.sampler import step_positions
 from . import trackers
 from .device import Device

@@ -22,8 +22,9 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from ..boundary import filenames, resumechoice
+from ..boundary import filenames
 from ..boundary.common import RunError, log0, rank
+from ..boundary.resume import resumechoice
 from ..volume import hottier, reshard, trust
 from ..volume.resume import RECORD_EXCLUDED, mark_resumed
 

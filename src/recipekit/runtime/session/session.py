@@ -14,10 +14,11 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..boundary import exitcodes, filenames, metricslog, recipeview, resumechoice
+from ..boundary import exitcodes, filenames, metricslog, recipeview
 from ..boundary.common import RunError, log0, precision, rank
 from ..boundary.config import RunConfig
 from ..boundary.recipeview import RecipeView
+from ..boundary.resume import resumechoice
 from ..data.sampler import PreparedTrainer
 from ..data.samples import SequenceCollator
 from ..data.stream import ResumeRandomState, StreamDataset, StreamStateCallback

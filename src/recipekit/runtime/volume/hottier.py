@@ -33,8 +33,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ..boundary import filenames, resumechoice
+from ..boundary import filenames
 from ..boundary.recipeview import HotCheckpointsView
+from ..boundary.resume import resumechoice
 from . import trust
 from .resume import RECORD_EXCLUDED, candidates
 from .resume import choose as choose_in

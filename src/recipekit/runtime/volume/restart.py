@@ -35,8 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..boundary import jsonfile
-from ..boundary.checkpointdirs import MAX_STEP_DIGITS
 from ..boundary.filenames import CHECKPOINT_PREFIX
+from ..boundary.resume.checkpointdirs import MAX_STEP_DIGITS
 from . import resume, trust
 
 #: The trainer container's variable that carries a restart request (set by the overlay ``recipekit restart`` writes).

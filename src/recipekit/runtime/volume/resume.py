@@ -22,7 +22,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ..boundary import checkpointdirs, filenames, jsonfile, resumechoice
+from ..boundary import filenames, jsonfile
+from ..boundary.resume import checkpointdirs, resumechoice
 from . import trust
 
 #: In the output directory: the newest step this run resumed from, sealed with the run key.

@@ -6,8 +6,8 @@ nothing starts a process, and no log text is read. So each rule is unit-tested w
 checkpoint directories.
 
 Where training must resume is decided by the runtime contract's own rule —
-:func:`~recipekit.runtime.boundary.checkpointdirs.latest_complete_checkpoint`, which train.py's ``--resume auto`` calls
-— so the expectation and the runtime cannot disagree about what "complete" means (a truncated safetensors file, a
+:func:`~recipekit.runtime.boundary.resume.checkpointdirs.latest_complete_checkpoint`, which train.py's ``--resume auto``
+calls — so the expectation and the runtime cannot disagree about what "complete" means (a truncated safetensors file, a
 sharded index whose shard is missing, an interrupted save). Where it did resume is what train.py says in its ``start``
 record (``resume_step``, ``resume_from``), not a line of its log.
 """
@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from recipekit.runtime.boundary import checkpointdirs, filenames, metricslog
+from recipekit.runtime.boundary import filenames, metricslog
+from recipekit.runtime.boundary.resume import checkpointdirs
 from recipekit.runtime.volume import recovery
 from recipekit.validate.dryrun.cluster.attemptlog import Attempt, Step, exits_in_words
 from recipekit.validate.dryrun.workdir.engines import DryRunEngine, dryrun_engine

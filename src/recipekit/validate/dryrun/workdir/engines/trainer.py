@@ -2,7 +2,7 @@
 
 Its pods run recipekit's own interpreter (the dev venv holds the Trainer's stack); its one explicit edit is ZeRO-3's
 persistence threshold (else a tiny model partitions nothing); its checkpoints are the Trainer's ``checkpoint-N``
-directories, chosen by the runtime contract's rule (:mod:`recipekit.runtime.boundary.checkpointdirs`).
+directories, chosen by the runtime contract's rule (:mod:`recipekit.runtime.boundary.resume.checkpointdirs`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from recipekit.bundle.files import DS_CONFIG
-from recipekit.runtime.boundary import checkpointdirs, filenames, recipeview
+from recipekit.runtime.boundary import filenames, recipeview
+from recipekit.runtime.boundary.resume import checkpointdirs
 
 if TYPE_CHECKING:
     from recipekit.bundle.engines.documents import EngineDocuments

@@ -10,8 +10,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from . import jsonfile
-from .filenames import CHECKPOINT_PREFIX, INCOMPLETE_MARKER, TRAINER_STATE_FILE, WEIGHT_FILES
+from .. import jsonfile
+from ..filenames import CHECKPOINT_PREFIX, INCOMPLETE_MARKER, TRAINER_STATE_FILE, WEIGHT_FILES
 
 #: The most digits a checkpoint's step may have in its name (2^63 has 19): a longer name is no checkpoint.
 MAX_STEP_DIGITS = 18

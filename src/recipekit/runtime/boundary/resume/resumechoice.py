@@ -11,9 +11,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from . import jsonfile
+from .. import jsonfile
+from ..filenames import RUN_FILE
 from .checkpointdirs import checkpoint_problem, checkpoint_step, checkpoints
-from .filenames import RUN_FILE
 
 #: The remedies a refusal names, each one a user can apply to a built bundle (``recipekit restart``; the request it
 #: writes: runtime/volume/restart.py).
