@@ -14,7 +14,7 @@ from recipekit.runtime.boundary import exitcodes, filenames, metricslog
 
 torch = pytest.importorskip("torch")
 preflight = pytest.importorskip("recipekit.runtime.ops.preflight")
-from recipekit.runtime.ops import burnin, p2p, volumeprobe  # noqa: E402
+from recipekit.runtime.ops.preflight import burnin, p2p, volumeprobe  # noqa: E402
 
 PODS_2x2 = [0, 0, 1, 1]
 HOSTS_2x2 = ["node-a", "node-a", "node-b", "node-b"]

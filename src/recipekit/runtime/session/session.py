@@ -242,17 +242,10 @@ def run_training(run: RunConfig, device: Device, resume: str) -> int:
         records.add(metricslog.EVENT_ADAPTED, note=note)
     ops = OpsLayer(run, args, device)
     if request is not None and key is not None and args.process_index == 0:  # every rank has chosen by now
-        superseded = restart.apply(output_dir, plan.run_id, key, request)
-        ops.recovery.restarted(request.id, request.start_from, superseded)
-        log0("restart %s applied; set aside: %s", request.id, ", ".join(superseded) or "nothing")
+        _apply_restart(output_dir, plan.run_id, key, request, ops)
     ops.preflight()  # every pod checks devices, versions, storage and the collective before the model is loaded
     model = load_model(model_path, run, args, device.kind)
-    if recipe.data.packing and recipe.model.trust_remote_code:
-        log0(
-            "packing with remote model code: samples stay apart only if that code masks by position_ids as "
-            "transformers' own models do",
-            level=logging.WARNING,
-        )
+    _warn_remote_packing(recipe)
     trainable, total = parameter_counts(model)
     identity = resumechoice.run_record(
         plan.run_id,
@@ -297,6 +290,23 @@ def run_training(run: RunConfig, device: Device, resume: str) -> int:
     if args.process_index == 0:  # eval.enabled: the benchmark on what was saved (the other ranks have left)
         evaluate_after_training(recipe, output_dir, model_path, merged, precision(args), device.kind)
     return exitcodes.EXIT_OK
+
+
+def _warn_remote_packing(recipe: Any) -> None:
+    """Packing keeps samples apart by position_ids: a remote model's own code may not mask by them."""
+    if recipe.data.packing and recipe.model.trust_remote_code:
+        log0(
+            "packing with remote model code: samples stay apart only if that code masks by position_ids as "
+            "transformers' own models do",
+            level=logging.WARNING,
+        )
+
+
+def _apply_restart(output_dir: Path, run_id: str, key: bytes, request: Any, ops: OpsLayer) -> None:
+    """Rank 0: the restart asked for sets the superseded checkpoints aside, recorded in recovery.jsonl."""
+    superseded = restart.apply(output_dir, run_id, key, request)
+    ops.recovery.restarted(request.id, request.start_from, superseded)
+    log0("restart %s applied; set aside: %s", request.id, ", ".join(superseded) or "nothing")
 
 
 def install_checkpoints(

@@ -487,6 +487,20 @@ def _recover(
         train.details["log_tails"] = run.tails()
 
 
+def _judge_rows(run: DryRun, resume: Result, first: Attempt, second: Attempt, expected: int | None) -> None:
+    """The row ledger: the resumed attempt trains exactly the rows the killed one had not (ops.testing.record_rows)."""
+    output_dir = run.work.output_dir
+    ledger = (
+        read_ledger(output_dir, first.ledger_from, first.ledger_to),
+        read_ledger(output_dir, second.ledger_from, second.ledger_to),
+    )
+    batch = (first.last(metricslog.EVENT_START) or {}).get("global_batch_size")
+    if isinstance(batch, int):
+        judge_rows(resume, *ledger, resumed_at=expected or 0, global_batch=batch)
+    else:
+        resume.fail("<dry run>", "rows", "the first attempt's start record gives no global batch")
+
+
 def _attempts(
     run: DryRun,
     expect: training.Expectation,
@@ -552,15 +566,7 @@ def _attempts(
             world = options.resume_pods * options.procs_per_pod
             training.judge_rescale(resume, first, second, world)
         if work.records_rows:
-            ledger = (
-                read_ledger(work.output_dir, first.ledger_from, first.ledger_to),
-                read_ledger(work.output_dir, second.ledger_from, second.ledger_to),
-            )
-            batch = (first.last(metricslog.EVENT_START) or {}).get("global_batch_size")
-            if isinstance(batch, int):
-                judge_rows(resume, *ledger, resumed_at=expected or 0, global_batch=batch)
-            else:
-                resume.fail("<dry run>", "rows", "the first attempt's start record gives no global batch")
+            _judge_rows(run, resume, first, second, expected)
     if resume.failed:
         resume.details["log_tails"] = run.tails()
         if second.outcome != "completed":

@@ -29,7 +29,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ..boundary import exitcodes
+from ...boundary import exitcodes
 
 #: Untimed exchanges per pair before the timed ones (connection setup, allocator warm-up).
 WARMUP = 1

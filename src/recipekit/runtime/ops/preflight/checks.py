@@ -40,12 +40,9 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import secrets
 import shutil
 import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -53,12 +50,19 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ..boundary import exitcodes, filenames, jsonfile, metricslog
-from ..boundary.common import LOG, RunError, version
+from ...boundary import exitcodes, filenames, jsonfile, metricslog
+from ...boundary.common import LOG, RunError
+from ..watchdog import Watchdog
 from . import burnin, p2p, volumeprobe
-from .watchdog import Watchdog
+from .nodefacts import (
+    GIB,
+    device_facts,
+    local_rank,
+    pod_index,
+    public,
+    software_versions,
+)
 
-GIB = 1024**3
 #: Device memory another process may legitimately leave in use before this one counts as "held" (driver, firmware).
 HELD_SLACK_GIB = 1.0
 #: Warm-up all-reduces per size before timing.
@@ -77,177 +81,6 @@ class PreflightGate(RunError):
     """``ops.preflight: strict`` and a check warned: one line, exit ``exitcodes.EXIT_PREFLIGHT_GATE``."""
 
     code = exitcodes.EXIT_PREFLIGHT_GATE
-
-
-# --------------------------------------------------------------------------------------------------- local facts
-def local_rank() -> int:
-    return int(os.environ.get("LOCAL_RANK", "0"))
-
-
-def pod_index() -> int:
-    """This pod's index: torchrun's node rank (GROUP_RANK), Volcano's task index, else 0."""
-    for name in ("GROUP_RANK", "VC_TASK_INDEX", "NODE_RANK"):
-        value = os.environ.get(name, "")
-        if value.isdigit():
-            return int(value)
-    return 0
-
-
-def public(text: str) -> str:
-    """A version without its local part (``2.13.0+cpu`` → ``2.13.0``): builds of one release compare equal."""
-    return text.split("+", 1)[0]
-
-
-def _read_key(path: Path, key: str) -> str | None:
-    try:
-        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-            name, sep, value = line.partition("=")
-            if sep and name.strip().lower() == key.lower():
-                return value.strip().strip('"')
-    except OSError:
-        return None
-    return None
-
-
-def ascend_versions() -> dict[str, str]:
-    """CANN's and the Ascend driver's versions from their install records (absent where they are not installed)."""
-    found: dict[str, str] = {}
-    driver = _read_key(Path("/usr/local/Ascend/driver/version.info"), "Version")
-    if driver:
-        found["ascend_driver"] = driver
-    firmware = _read_key(Path("/usr/local/Ascend/firmware/version.info"), "Version")
-    if firmware:
-        found["ascend_firmware"] = firmware
-    for variable in ("ASCEND_TOOLKIT_HOME", "ASCEND_HOME_PATH"):
-        home = os.environ.get(variable)
-        if not home:
-            continue
-        for info in sorted(Path(home).glob("*-linux/ascend_toolkit_install.info")):
-            cann = _read_key(info, "version")
-            if cann:
-                found["cann"] = cann
-                return found
-    return found
-
-
-def nvidia_driver() -> str | None:
-    smi = shutil.which("nvidia-smi")
-    if smi is None:
-        return None
-    try:
-        out = subprocess.run(
-            [smi, "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True, text=True, timeout=10
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    lines = out.stdout.strip().splitlines()
-    return lines[0].strip() if out.returncode == 0 and lines else None
-
-
-def software_versions(kind: str) -> dict[str, str]:
-    """What this process runs: the Python stack and, per vendor, the runtime and driver versions."""
-    found = {"python": sys.version.split()[0], "torch": torch.__version__}
-    for package in ("transformers", "deepspeed", "peft", "torch_npu"):
-        installed = version(package)
-        if installed != "?":
-            found[package] = installed
-    if kind == "npu":
-        found.update(ascend_versions())
-    if kind == "cuda":
-        found["cuda"] = str(torch.version.cuda)
-        driver = nvidia_driver()
-        if driver:
-            found["nvidia_driver"] = driver
-        try:
-            found["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
-        except Exception:  # noqa: BLE001 - a build without NCCL has no version to compare
-            pass
-    return found
-
-
-#: NVIDIA's error counters preflight reads (``nvidia-smi --help-query-gpu``): uncorrectable ECC errors since the
-#: driver loaded, and retired pages / remapped rows waiting for a reset (the device must be reset before training).
-NVIDIA_COUNTERS = ("ecc.errors.uncorrected.volatile.total", "retired_pages.pending", "remapped_rows.pending")
-#: Bytes of nvidia-smi's answer read at most (one line per GPU).
-SMI_OUTPUT_MAX = 64 * 1024
-
-
-def nvidia_counters(text: str) -> list[tuple[str, str, int]]:
-    """(GPU index, counter, value) of every counter above zero in ``nvidia-smi --query-gpu=index,<counters>
-    --format=csv,noheader,nounits`` output; "[N/A]", "[Not Supported]", "No"/"Yes" and malformed rows are read
-    defensively (only a count or Yes counts)."""
-    found = []
-    for line in text[:SMI_OUTPUT_MAX].splitlines()[:64]:
-        cells = [cell.strip() for cell in line.split(",")]
-        if len(cells) != 1 + len(NVIDIA_COUNTERS) or not cells[0].isdigit():
-            continue
-        for name, cell in zip(NVIDIA_COUNTERS, cells[1:]):
-            value = 1 if cell.lower() == "yes" else int(cell) if cell.isdigit() and len(cell) < 12 else 0
-            if value > 0:
-                found.append((cells[0], name, value))
-    return found
-
-
-def _nvidia_smi() -> dict[str, Any]:
-    smi = shutil.which("nvidia-smi")
-    if smi is None:
-        return {"skipped": "nvidia-smi not found"}
-    query = f"--query-gpu=index,{','.join(NVIDIA_COUNTERS)}"
-    try:
-        out = subprocess.run([smi, query, "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=20)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return {"skipped": f"nvidia-smi: {exc}"}
-    if out.returncode != 0:
-        return {"skipped": f"nvidia-smi exited {out.returncode}"}
-    return {"counters": nvidia_counters(out.stdout)}
-
-
-_NPU_ROW = re.compile(r"^\|\s*(\d+)\s+(\S+)\s*\|\s*([A-Za-z]+)\s*\|")
-
-
-def npu_smi_health(text: str) -> list[tuple[str, str]]:
-    """(NPU id, health) of each NPU ``npu-smi info`` lists (its first table: ``| 0  910B3 | OK | ...``)."""
-    rows = []
-    for line in text.splitlines():
-        match = _NPU_ROW.match(line)
-        if match:
-            rows.append((match.group(1), match.group(3)))
-    return rows
-
-
-def device_facts(kind: str, count: int, simulated: int | None, runtime_context_gib: float) -> dict[str, Any]:
-    """This process's view of its devices: how many it sees, whether its own is free of other processes."""
-    facts: dict[str, Any] = {"kind": kind, "visible": simulated if simulated is not None else count}
-    facts["simulated"] = simulated is not None
-    if kind not in ("npu", "cuda"):
-        return facts
-    module = getattr(torch, kind)
-    index = local_rank()
-    try:
-        free, total = module.mem_get_info(index)
-        ours = module.memory_reserved(index)
-        held = (total - free - ours) / GIB - runtime_context_gib
-        facts.update(device=index, used_gib=round((total - free) / GIB, 2), held_by_others_gib=round(held, 2))
-    except Exception as exc:  # noqa: BLE001 - any driver error is the finding
-        facts["memory_error"] = f"{type(exc).__name__}: {exc}"
-    if kind == "npu" and local_rank() == 0:
-        facts["health"] = _npu_smi()
-    if kind == "cuda" and local_rank() == 0:
-        facts["health"] = _nvidia_smi()
-    return facts
-
-
-def _npu_smi() -> dict[str, Any]:
-    smi = shutil.which("npu-smi")
-    if smi is None:
-        return {"skipped": "npu-smi not found (hw.host_mounts mounts it from the host)"}
-    try:
-        out = subprocess.run([smi, "info"], capture_output=True, text=True, timeout=20)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return {"error": f"npu-smi info: {exc}"}
-    if out.returncode != 0:
-        return {"error": f"npu-smi info exited {out.returncode}: {' '.join(out.stderr.split())[:200]}"}
-    return {"npus": npu_smi_health(out.stdout)}
 
 
 def storage_write(output_dir: Path, pod: int, token: str) -> dict[str, Any]:
@@ -596,7 +429,7 @@ def run_preflight(
         token = str(token_box[0])
         pod = pod_index()
         first_on_pod = local_rank() == 0
-        mine = {
+        mine: dict[str, Any] = {
             "pod": pod,
             "host": socket.gethostname()[:64],
             "devices": {
@@ -629,17 +462,7 @@ def run_preflight(
                 "pods": [int(f["pod"]) for f in facts],
                 "hosts": [str(f["host"]) for f in facts],
             }
-            found = gateable(settings, world, torch_device, device_kind, where)
-            if world < 2:
-                found.insert(1, check("allreduce", SKIP, "one rank: no collective to measure"))
-            else:
-                results = measure_allreduce(
-                    [float(s) for s in settings["allreduce_sizes_mb"]],
-                    int(settings["allreduce_iterations"]),
-                    torch_device,
-                )
-                found.insert(1, judge_bandwidth(results, world, settings))
-            checks += found
+            checks += _collective_checks(settings, world, torch_device, device_kind, where)
     finally:
         watchdog.disarm()
     report = {
@@ -649,6 +472,33 @@ def run_preflight(
         "seconds": round(time.monotonic() - started, 2),
         "checks": checks,
     }
+    return _verdict(report, settings, rank, output_dir, metrics_file)
+
+
+def _collective_checks(
+    settings: dict[str, Any], world: int, torch_device: torch.device, device_kind: str, where: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """The checks that run collectives over every rank (the all-reduce, then the gateable measurements), once the
+    node checks passed."""
+    found = gateable(settings, world, torch_device, device_kind, where)
+    if world < 2:
+        found.insert(1, check("allreduce", SKIP, "one rank: no collective to measure"))
+    else:
+        results = measure_allreduce(
+            [float(s) for s in settings["allreduce_sizes_mb"]],
+            int(settings["allreduce_iterations"]),
+            torch_device,
+        )
+        found.insert(1, judge_bandwidth(results, world, settings))
+    return found
+
+
+def _verdict(
+    report: dict[str, Any], settings: dict[str, Any], rank: int, output_dir: Path, metrics_file: Path
+) -> dict[str, Any]:
+    """The verdict every rank reaches alike: a failed check raises PreflightFailed; under ``strict`` a warning
+    raises PreflightGate; rank 0 publishes the report first."""
+    checks = report["checks"]
     failed = [c for c in checks if c["status"] == FAIL]
     strict = settings.get("mode") == "strict"
     gated = [c for c in checks if c["status"] == WARN] if strict and not failed else []
