@@ -11,10 +11,18 @@ for about ``--minutes`` (the step count comes from the plan's own step time) on 
   * peak device memory (``peak_device_memory_gib``: torch's ``max_memory_allocated``, the largest over the run)
     against the plan's memory per device (``plan.memory_gib.total``) and the device's capacity.
 
+With ``--engine megatron`` it runs the Megatron engine's path instead (issue 39, item 6): the bundle of
+``engine=megatron`` at ``--tp`` × ``--pp`` on one node of ``--devices`` devices, started as a pod starts its workers
+(torchrun, ``-m runtime.megatron.train``: Megatron-Bridge's own ``pretrain()`` / ``finetune()``), the same figures read
+from the room's metrics.jsonl (its MFU is the same definition: runtime/boundary/flopcount.py). It needs Megatron-Bridge
+and Transformer Engine installed where it runs (the image's stack, images/matrix.yaml ``engines.megatron``); without
+them it prints ``skipped: ...`` and exits 0.
+
 Where no CUDA device is present it prints ``skipped: no CUDA device`` and exits 0 (so it can sit in a benchmark
 sweep). Run from the repository root on the machine with the device:
 
     .venv/bin/python benchmarks/bench_device.py [--model qwen3_8b] [--mode lora] [--minutes 3] [--set KEY=VALUE]
+    .venv/bin/python benchmarks/bench_device.py --engine megatron --mode sft --tp 2 --pp 2 --devices 8
 
 Budget about 2 minutes on top of ``--minutes``: the random twin's weights are created and written once per run.
 """
@@ -67,27 +75,48 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seq-len", type=int, default=2048, help="tokens per packed sequence")
     parser.add_argument("--micro-batch", type=int, default=4, help="sequences per step")
     parser.add_argument("--set", dest="extra", action="append", default=[], metavar="KEY=VALUE", help="more overrides")
+    parser.add_argument("--engine", choices=("trainer", "megatron"), default="trainer", help="the training engine")
+    parser.add_argument("--tp", type=int, default=2, help="--engine megatron: tensor-parallel size")
+    parser.add_argument("--pp", type=int, default=2, help="--engine megatron: pipeline-parallel size")
+    parser.add_argument("--devices", type=int, default=8, help="--engine megatron: devices of the one node")
     options = parser.parse_args(argv)
     if not 0.5 <= options.minutes <= 9:
         parser.error("--minutes must be from 0.5 to 9 (a device check is one short command)")
     if options.seq_len < 16 or options.micro_batch < 1:
         parser.error("--seq-len must be at least 16 and --micro-batch at least 1")
+    if options.engine == "megatron" and (
+        min(options.tp, options.pp) < 1 or options.devices % (options.tp * options.pp)
+    ):
+        parser.error("--tp × --pp must divide --devices (the rest is data parallel)")
     bad = [item for item in options.extra if "=" not in item or item.startswith("=")]
     if bad:
         parser.error(f"--set takes KEY=VALUE, not {bad[0]!r}")
     return options
 
 
+def engine_overrides(options: argparse.Namespace) -> list[str]:
+    """The engine's part of the overrides: one device for the Trainer; for Megatron, one node of ``--devices`` at
+    ``--tp`` × ``--pp`` with its distributed optimizer."""
+    if options.engine == "trainer":
+        return ["parallel=ddp", "hw.devices_per_node=1"]
+    return [
+        "engine=megatron",
+        "parallel=distopt",
+        f"parallel.tensor_parallel={options.tp}",
+        f"parallel.pipeline_parallel={options.pp}",
+        f"hw.devices_per_node={options.devices}",
+    ]
+
+
 def overrides(options: argparse.Namespace, root: Path, data: Path, steps: int) -> list[str]:
-    """The recipe overrides of the device check's bundle: one pod of one device, random weights, no checkpoint."""
+    """The recipe overrides of the device check's bundle: one pod, random weights, no checkpoint."""
     return [
         f"model={options.model}",
         f"mode={options.mode}",
         f"hw={options.hw}",
-        "parallel=ddp",
+        *engine_overrides(options),
         "cluster=local",
         "cluster.nodes=1",
-        "hw.devices_per_node=1",
         "model.init=random",
         "data=alpaca",
         f"data.path={data}",
@@ -162,7 +191,6 @@ def run(options: argparse.Namespace, root: Path) -> Summary:
     import yaml
 
     from recipekit.bundle.build import build
-    from recipekit.bundle.files import TRAIN_MODULE
     from recipekit.validate.dryrun.workdir.tinydata import write_tiny_dataset
 
     data = write_tiny_dataset("alpaca", root / "data.jsonl", n=20_000)
@@ -170,10 +198,12 @@ def run(options: argparse.Namespace, root: Path) -> Summary:
     steps = steps_for(json.loads((probe / "plan.json").read_text()), options.minutes)
     bundle = build(overrides(options, root, data, steps), output=root / "bundle", force=True).path
     plan = json.loads((bundle / "plan.json").read_text())
-    out = Path(yaml.safe_load((bundle / "recipe.yaml").read_text())["training_arguments"]["output_dir"])
+    out, command = start_command(options, bundle, yaml.safe_load((bundle / "recipe.yaml").read_text()))
     env = {**os.environ, "PYTHONPATH": str(bundle), "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    command = [sys.executable, "-m", TRAIN_MODULE, "--recipe", str(bundle / "recipe.yaml"), "--resume", "none"]
-    print(f"{steps} steps of {options.model} ({options.mode}) on one {options.hw} device", flush=True)
+    where = (
+        "one device" if options.engine == "trainer" else f"{options.devices} devices, TP {options.tp} × PP {options.pp}"
+    )
+    print(f"{steps} steps of {options.model} ({options.mode}, {options.engine}) on {options.hw}: {where}", flush=True)
     try:
         done = subprocess.run(command, env=env, timeout=options.minutes * 60 * 2 + START_UP_S, check=False)
         if done.returncode:
@@ -181,6 +211,29 @@ def run(options: argparse.Namespace, root: Path) -> Summary:
     except subprocess.TimeoutExpired:
         print("train.py ran past its time and was stopped: the figures below are from what it logged", flush=True)
     return summarise(options.model, read_records(out / "metrics.jsonl"), plan)
+
+
+def start_command(options: argparse.Namespace, bundle: Path, recipe: dict[str, Any]) -> tuple[Path, list[str]]:
+    """The run's output directory and the command a pod's launcher would run: train.py in one process for the
+    Trainer; torchrun over the node's devices with the Megatron room's entry for Megatron."""
+    from recipekit.bundle.files import TRAIN_MODULE
+
+    if options.engine == "trainer":
+        out = Path(recipe["training_arguments"]["output_dir"])
+        return out, [sys.executable, "-m", TRAIN_MODULE, "--recipe", str(bundle / "recipe.yaml"), "--resume", "none"]
+    out = Path(recipe["megatron"]["recipekit"]["output_dir"])
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={options.devices}"]
+    return out, [*torchrun, "-m", "runtime.megatron.train", "--recipe", str(bundle / "recipe.yaml"), "--resume", "none"]
+
+
+def _engine_missing(engine: str) -> str | None:
+    """Why the engine cannot run here (its packages are not installed), or None."""
+    if engine == "trainer":
+        return None
+    import importlib.util
+
+    missing = [name for name in ("megatron.bridge", "transformer_engine") if importlib.util.find_spec(name) is None]
+    return f"skipped: {', '.join(missing)} not installed (the image's Megatron stack)" if missing else None
 
 
 def _cuda_available() -> bool:
@@ -195,6 +248,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     options = parse_args(argv)
     if not _cuda_available():
         print("skipped: no CUDA device")
+        return 0
+    missing = _engine_missing(options.engine)
+    if missing:
+        print(missing)
         return 0
     with tempfile.TemporaryDirectory() as tmp:
         print(report(run(options, Path(tmp))))

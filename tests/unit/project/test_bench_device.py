@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from recipekit.bundle.build import build
 
@@ -34,6 +35,7 @@ def bench():
         (["--minutes", "0.1"], "--minutes must be from 0.5 to 9"),
         (["--seq-len", "8"], "--seq-len must be at least 16"),
         (["--set", "novalue"], "--set takes KEY=VALUE, not 'novalue'"),
+        (["--engine", "megatron", "--tp", "3"], "--tp × --pp must divide --devices"),
     ],
 )
 def test_bad_arguments_are_one_usage_line(bench, argv: list[str], message: str, capsys) -> None:
@@ -50,6 +52,20 @@ def test_the_bundle_it_asks_for_is_one_device_of_a_full_size_model_with_random_w
     assert 1e9 <= plan["compute"]["params_total"] <= 9e9 and plan["compute"]["flops_per_token"] > 0
     assert "init: random" in (bundle / "recipe.yaml").read_text()
     assert bench.MIN_STEPS <= bench.steps_for(plan, 3.0) <= bench.MAX_STEPS
+
+
+def test_the_megatron_path_builds_one_node_at_tp_x_pp_and_starts_the_rooms_entry(bench, tmp_path: Path) -> None:
+    """Issue 39 item 6: the engine's bundle at TP 2 × PP 2 on 8 devices (DP 2), started by torchrun over the node's
+    devices with the Megatron room's own entry, its metrics read from the room's output directory."""
+    options = bench.parse_args(["--engine", "megatron", "--mode", "sft", "--model", "qwen3_8b"])
+    bundle = build(bench.overrides(options, tmp_path, tmp_path / "data.jsonl", 40), output=tmp_path / "b").path
+    recipe = yaml.safe_load((bundle / "recipe.yaml").read_text())
+    model = recipe["megatron"]["model"]
+    assert (model["tensor_model_parallel_size"], model["pipeline_model_parallel_size"]) == (2, 2)
+    assert json.loads((bundle / "plan.json").read_text())["layout"]["world_size"] == 8
+    out, command = bench.start_command(options, bundle, recipe)
+    assert out == Path(recipe["megatron"]["recipekit"]["output_dir"])
+    assert "--nproc-per-node=8" in command and command[-6:-4] == ["-m", "runtime.megatron.train"]
 
 
 def test_steps_follow_the_plans_step_time_within_bounds(bench) -> None:
