@@ -137,6 +137,7 @@ def test_an_unusable_sweep_builds_nothing(tmp_path: Path, arguments: list[str], 
 def test_glob_sweeps_a_groups_options() -> None:
     found = combinations(["recipe=glob(llama3_*)"])
     assert [c.overrides for c in found] == [
+        ["recipe=llama3_70b_pretrain"],
         ["recipe=llama3_70b_sft"],
         ["recipe=llama3_8b_lora"],
         ["recipe=llama3_8b_sft"],

@@ -52,6 +52,7 @@ IMAGE_PACKAGES = {
     "numpy",
     "pyarrow",
     "prometheus_client",  # the metrics endpoint, pinned in every image family (imported only when serving)
+    "lm_eval",  # the benchmark harness: in the images of recipes that evaluate (eval.enabled), imported only then
 }
 
 

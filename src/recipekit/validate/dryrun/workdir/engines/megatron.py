@@ -92,10 +92,12 @@ class MegatronDryRun:
 
     kind = "megatron"
     entry_file = "runtime/megatron/train.py"
-    #: The room writes the steps, start, done and checkpoint records; preflight, the metrics endpoint, the profiler
-    #: window, injected faults, restarts and the recovery record are the Trainer's operations layer, not wired into
-    #: this room yet (each one added here as the room runs it).
-    operations: frozenset[str] = frozenset()
+    #: The room writes the steps, start, done and checkpoint records and, through the engine-neutral operations core
+    #: (runtime/ops/engineops.py, driven from Bridge's callbacks), the recovery record the resume is judged by.
+    #: Its preflight runs after Bridge has built the model (no Bridge event comes earlier), where the dry run's
+    #: preflight judge wants no training started; the metrics endpoint, the profiler window, injected faults and
+    #: restarts are not judged for this room yet (each one added here once a dry run proves it).
+    operations: frozenset[str] = frozenset({"recovery"})
     records_rows = False
 
     def unrunnable(self, bundle: Bundle, progress: Callable[[str], None]) -> str | None:
