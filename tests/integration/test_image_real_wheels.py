@@ -46,6 +46,7 @@ import pytest
 from recipekit.base.paths import cache_dir
 from recipekit.bundle.build import build
 from recipekit.image.dockerfile import normalize
+from recipekit.image.stack import context_digest
 from recipekit.validate.shared.loader import rehash_manifest
 from tests.integration import test_image_build
 from tests.integration.test_image_build import (
@@ -286,6 +287,24 @@ def _bundle(tmp_path: Path, *overrides: str) -> Path:
     return build(["recipe=llama3_8b_sft", *overrides], tmp_path / "bundle", force=True).path
 
 
+def _edit_dockerfile(bundle: Path, old: str, new: str) -> None:
+    """A test's stand-in edit to the bundle's Dockerfile, with what `recipekit build` would have written for it:
+    manifest.json's hashes and plan.image's stack tag (`image build` refuses files that are not the tag's)."""
+    dockerfile = bundle / "Dockerfile"
+    runtime = {
+        f"runtime/{path.relative_to(bundle / 'runtime').as_posix()}": path.read_bytes()
+        for path in sorted((bundle / "runtime").rglob("*"))
+        if path.is_file()
+    }
+    before = context_digest(dockerfile.read_bytes(), runtime)
+    dockerfile.write_text(dockerfile.read_text().replace(old, new))
+    after = context_digest(dockerfile.read_bytes(), runtime)
+    recipe = bundle / "recipe.yaml"
+    assert before in recipe.read_text(), "plan.image names the stack the bundle's files hash to"
+    recipe.write_text(recipe.read_text().replace(before, after))
+    rehash_manifest(bundle)
+
+
 def _podman_build(engine: dict, tag: str, dockerfile: str, folder: Path, platform: str = "linux/amd64") -> None:
     (folder / "Dockerfile").write_text(dockerfile)
     proc = subprocess.run(
@@ -351,9 +370,7 @@ def test_ascend_install_steps_pass_with_an_old_pip_and_torch_npu_before_deepspee
 ) -> None:
     bundle = _bundle(tmp_path, "hw.arch=amd64")
     # torch_npu 2.12.0's torch, 2.12.0+cpu, is on the PyTorch CPU index only: the CPU build at hand stands in for it
-    dockerfile = bundle / "Dockerfile"
-    dockerfile.write_text(dockerfile.read_text().replace("torch==2.12.0+cpu", f"torch=={TORCH_CPU}"))
-    rehash_manifest(bundle)
+    _edit_dockerfile(bundle, "torch==2.12.0+cpu", f"torch=={TORCH_CPU}")
     stand_in = tmp_path / "stand-in"
     stand_in.mkdir()
     mirror = mirror_of({"torch": [torch_cpu_wheel], "torch_npu": [_torch_npu(stand_in, "2.12.0")]})

@@ -39,8 +39,8 @@ window.addEventListener("load", () => {
 
 
 def _span(work: Path) -> tuple[float, float]:
-    """The first and last record time of the run in a dry run's work directory."""
-    output = next((work / "shared" / "runs").glob("tiny-sft-*"))
+    """The first and last record time of the run in a bundle's dry-run directory (one work directory per dry run)."""
+    output = next(work.glob("*/shared/runs/tiny-sft-*"))
     times = [r["time"] for r in metricslog.read_records(output / filenames.METRICS_FILE) if "time" in r]
     return min(times), max(times)
 

@@ -173,6 +173,12 @@ def built_problems(config: Any, raw: dict[str, Any]) -> list[str]:
     transformers reads it (its defaults too) above them (a default below, such as XLNet's -1 for "no limit", builds
     nothing large), query heads a whole multiple of key-value heads, and at most :data:`MAX_PARAMS` parameters as the
     counts describe them (a config of 65,536 experts of width 2²⁴ is refused here, not built)."""
+    varying = _per_layer_counts(config)
+    if varying:
+        return [
+            f"sets {', '.join(varying)} per layer (transformers' heterogeneous config): recipekit plans one shape "
+            "for every layer of a kind, so its FLOPs and memory would be another model's"
+        ]
     values = {key: getattr(config, key, None) for key in COUNT_FIELDS}
     large = {key: value for key, value in values.items() if _above_bound(key, value)}
     problems = _count_problems(raw) + _count_problems(large)
@@ -188,6 +194,14 @@ def built_problems(config: Any, raw: dict[str, Any]) -> list[str]:
     if size > MAX_PARAMS:
         problems.append(f"describes about {size:.2e} parameters, over the {MAX_PARAMS:.0e} an option holds")
     return problems
+
+
+def _per_layer_counts(config: Any) -> list[str]:
+    """The fields ``config`` overrides layer by layer (transformers' heterogeneous configs keep them in
+    ``_heterogeneity_spec`` and refuse a global read of them), sorted; empty for a config of one layer shape."""
+    spec = vars(config).get("_heterogeneity_spec")
+    overrides = getattr(spec, "per_layer_overrides", None) or {}
+    return sorted({key for layer in overrides.values() if isinstance(layer, dict) for key in layer})
 
 
 def _above_bound(key: str, value: Any) -> bool:

@@ -242,3 +242,18 @@ def test_the_published_phi_3_5_moe_imports_within_the_budget_with_the_exact_coun
     assert {k: v for k, v in option["flops"].items() if k != "counted_by"} == {
         k: v for k, v in on_meta.items() if k != "counted_by"
     }
+
+
+def test_a_heterogeneous_config_is_refused_in_one_line_naming_its_per_layer_fields(tmp_path: Path) -> None:
+    """transformers' heterogeneous configs (dots3's text model: 128 heads on some layers, 64 on others) refuse a
+    global read of a per-layer field; the import names the fields instead of planning one shape for all layers."""
+    from transformers import AutoConfig
+
+    try:
+        config = AutoConfig.for_model("dots3_note_text").to_dict()
+    except (KeyError, ValueError):
+        pytest.skip("the pinned transformers has no dots3_note_text")
+    result, output = import_in_child(tmp_path, json.loads(json.dumps(config, default=str)))
+    lines = [line for line in output.splitlines() if line.strip() and "Warning" not in line]
+    assert result.code == 2 and "Traceback" not in output and len(lines) == 1, output[-2000:]
+    assert "sets kv_lora_rank, num_attention_heads, num_key_value_heads, qk_nope_head_dim per layer" in lines[0]
