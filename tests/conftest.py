@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator, Sequence
 
 import pytest
@@ -10,6 +11,13 @@ from recipekit import memory
 from recipekit.bundle.build import Resolved, compile_bundle, resolve
 from recipekit.bundle.documents import Documents, make_documents
 from recipekit.memory.operations import operations
+
+# Two test workers share two cores (pyproject's addopts): one compute thread each. torch would start a thread a core
+# in every worker and in every process a test starts, and those fight over the cores (the dry run's pods already run
+# one each: validate/dryrun/cluster/attempts.py). Set before any test imports torch (recipekit's
+# build path, imported above, never does).
+for _threads in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_threads, "1")
 
 
 @pytest.fixture(autouse=True)

@@ -157,9 +157,19 @@ def stage(scratch: Path, line: str) -> None:
             shutil.copy(REPO / "tests" / "data" / "model_configs" / model / "config.json", scratch / relative)
 
 
+#: Examples another test runs verbatim, where it sees more than an exit code: the example's line → that test's file.
+#: Run once there, not twice (a dry run is a minute of the suite); test_examples_run_elsewhere_are_run_there checks
+#: that the file still holds the line.
+RUN_ELSEWHERE = {
+    "recipekit validate bundles/tiny_sft --dry-run --kill-pod 1 --at-step 6": "tests/integration/test_terminal_80.py",
+}
+
+
 def _params() -> list[object]:
     params: list[object] = []
     for example in EXAMPLES:
+        if example.line in RUN_ELSEWHERE:
+            continue
         marks = [pytest.mark.slow, pytest.mark.longest] if "--dry-run" in example.line else []
         params.append(pytest.param(example, id=f"{example.command}: {example.line[:70]}", marks=marks))
     return params
@@ -170,6 +180,14 @@ def test_every_command_with_examples_is_found() -> None:
     commands = {name for name, command in _commands(main, ["recipekit"]) if "Examples" in (command.help or "")}
     assert {"recipekit build", "recipekit data prepare", "recipekit runs history", "recipekit rescale"} <= commands
     assert {example.command for example in EXAMPLES} <= commands and len(EXAMPLES) > 40
+
+
+def test_examples_run_elsewhere_are_run_there() -> None:
+    """Each example left to another test is still a help example, and that test's file runs its very line."""
+    lines = {example.line for example in EXAMPLES}
+    for line, test_file in RUN_ELSEWHERE.items():
+        assert line in lines, f"no longer a help example: {line}"
+        assert f'"{line}"' in (REPO / test_file).read_text(encoding="utf-8"), f"{test_file} does not run {line}"
 
 
 @pytest.mark.parametrize("example", _params())

@@ -208,12 +208,13 @@ def engine(tools: None, standins: dict[str, Path], tmp_path_factory: pytest.Temp
         # env: what the podman CLI needs to see the same storage (tests that mount an image's root filesystem)
         yield {"url": f"unix://{socket_path}", "registry": registry, "bases": bases, "env": env}
     finally:
-        for proc in (service, registry_proc):
+        for proc in (service, registry_proc):  # a throw-away service: a few seconds to stop, then killed
             proc.terminate()
             try:
-                proc.wait(timeout=20)
+                proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 proc.kill()
+                proc.wait()
         log.close()
         registry_log.close()
         # overlay storage mounts its layer directory on itself: unmount it so the temporary directory can go

@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from recipekit.bundle.files import matrix_bundles
-from recipekit.runs.runlog import DRYRUN_MARKER, RunLog
+from recipekit.runs.runlog import RunLog
 from recipekit.runs.runplan import memory_row, predictions, steady
+from recipekit.validate.dryrun.workdir.kept import kept_runs, runs_dir
 
 #: Resolved recipe keys that differ between any two runs of one recipe without being what was swept.
 _NOT_SWEPT = ("name", "description")
@@ -116,14 +117,15 @@ def sweep_document(rows: list[SweepRow], window: int) -> dict[str, Any]:
 
 
 def matrix_runs(root: Path) -> list[Path] | None:
-    """The runs of a matrix root (the directory ``build -m`` wrote, bundle/sweep.py): for each bundle, its dry run's
-    work directory when ``validate --dry-run`` left one (``<root>/.dryrun/<bundle>``), else the bundle (its output
-    directory then comes from ``--volume``). None when ``root`` is not a matrix root."""
+    """The runs of a matrix root (the directory ``build -m`` wrote, bundle/sweep.py): for each bundle, the work
+    directory of its newest dry run when ``validate --dry-run`` left one (``<root>/.dryrun/<bundle>/<run id>-<time>``,
+    validate.dryrun.workdir.kept), else the bundle (its output directory then comes from ``--volume``). None when
+    ``root`` is not a matrix root."""
     bundles = matrix_bundles(root)
     if bundles is None:
         return None
     found = []
     for bundle in bundles:
-        work = root / ".dryrun" / bundle.name
-        found.append(work if (work / DRYRUN_MARKER).is_file() else bundle)
+        dry_runs = kept_runs(runs_dir(bundle))
+        found.append(dry_runs[-1] if dry_runs else bundle)
     return found

@@ -26,6 +26,7 @@ from recipekit.recipe.measured import modelflops, modelmemory
 from recipekit.recipe.schema import validate
 from recipekit.recipe.sections import ModelSpec, Recipe
 from recipekit.runtime.boundary import layerkinds
+from recipekit.runtime.model import shrink
 
 torch = pytest.importorskip("torch")
 
@@ -158,8 +159,9 @@ def test_the_plan_s_flops_are_the_counter_s_for_every_imported_architecture(
     swept: dict[str, Swept], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Each architecture at the fewest first layers that keep every layer kind (widths and the layer pattern kept:
-    the counts per token do not depend on depth beyond the kinds), imported with the counter (on the CPU where a
-    module cannot run on meta; the analytic count where neither can), then the plan's FLOPs per token (recipe_flops,
+    the counts per token do not depend on depth beyond the kinds; a module that cannot run on meta at the twin's
+    widths, :func:`_checked_config`), imported with the counter (on the CPU where a module cannot run on meta; the
+    analytic count where neither can), then the plan's FLOPs per token (recipe_flops,
     what MFU divides by) against an independent FlopCounterMode pass over transformers' module at two lengths the
     import did not measure: within 2%. That pass runs on the meta device, or on the CPU with real tensors (the same
     depth-cut config built there) where a module cannot run on meta. An MoE model's active count is its total less the
@@ -171,7 +173,7 @@ def test_the_plan_s_flops_are_the_counter_s_for_every_imported_architecture(
     base = resolve(["model=tiny_qwen3", "mode=sft"], analysis_only=True).recipe
     found, imported = FlopsSweep(), 0
     for model_type, arch in swept.items():
-        small = layerkinds.shortest_cut(arch.config, arch.kinds, _builds_on_meta) or arch.config
+        small, counted = _checked_config(arch)
         result, out = _import(tmp_path / model_type, small)
         if result.exit_code:  # a config whose per-layer settings the cut does not follow (full depth: minutes)
             with pytest.MonkeyPatch.context() as patch:  # imported at full depth? counts only, as the sweep above
@@ -190,7 +192,7 @@ def test_the_plan_s_flops_are_the_counter_s_for_every_imported_architecture(
             found.counted_by.setdefault(option.flops.counted_by, []).append(model_type)
         lengths = [m * modelflops.sequences(small)[0] for m in CHECKED_MULTIPLES]
         try:
-            counted = _counted(model, small, lengths, found.on_cpu, model_type)
+            counted |= _counted(model, small, [n for n in lengths if n not in counted], found.on_cpu, model_type)
         except Exception as exc:  # neither on meta nor on the CPU: said in the summary
             found.not_checked[model_type] = "the counter cannot run it: " + " ".join(str(exc).split())[:160]
             continue
@@ -203,6 +205,30 @@ def test_the_plan_s_flops_are_the_counter_s_for_every_imported_architecture(
     # settings still name, and any module that runs neither on meta nor on the CPU
     assert len(found.ratios) >= FLOOR * imported, f"only {len(found.ratios)} of {imported} checked"
     assert {"llama", "qwen3_moe", "mixtral", "deepseek_v3", "mamba", "qwen3_next"} <= set(found.ratios)
+
+
+#: The twin's vocabulary where a model is checked at the twin's widths (the logits' FLOPs scale with it like any width).
+TWIN_VOCAB = 1024
+
+
+def _checked_config(arch: Swept) -> tuple[Any, dict[int, float]]:
+    """The config the FLOPs are checked on, and the counter's FLOPs per token of it already counted (length → count):
+    the fewest first layers keeping every layer kind, at the architecture's own widths where its module runs on the
+    meta device at the longest checked length (that pass is the count there). Where it cannot (a ``Tensor.item()`` on
+    data: the counter runs on the CPU with real tensors), at the tiny twin's widths (runtime.model.shrink.twin_config,
+    what a dry run trains): the plan's count is a formula of the widths, so any widths check it, and real tensors at
+    full width cost the import and the check minutes a model on 2 cores (JetMoE: over a minute). A config the twin
+    cannot shrink is checked at its own widths."""
+    small = layerkinds.shortest_cut(arch.config, arch.kinds, _builds_on_meta) or arch.config
+    longest = max(CHECKED_MULTIPLES) * modelflops.sequences(small)[0]
+    try:
+        return small, {longest: _counter_per_token(_meta_model(small), longest)}
+    except Exception:  # noqa: BLE001 - the counter cannot run it on meta: real tensors, at the twin's widths
+        pass
+    try:
+        return shrink.twin_config(arch.config, TWIN_VOCAB), {}
+    except shrink.ShrinkProblem:
+        return small, {}
 
 
 def _builds_on_meta(config: Any) -> bool:
@@ -244,12 +270,14 @@ def _counted(model: Any, config: Any, lengths: list[int], on_cpu: list[str], mod
 
 def _cpu_model(config: Any, params: int) -> Any:
     """The causal LM of ``config`` (``params`` parameters) on the CPU with real, random tensors: float32, or bfloat16
-    where float32 would pass the import's bound (modelflops.CPU_PARAM_BYTES; FLOP counts do not depend on the dtype)."""
+    where float32 weights and gradients would pass the import's budget (modelflops.CPU_BUDGET_BYTES; FLOP counts do
+    not depend on the dtype)."""
     from transformers import AutoModelForCausalLM
 
-    if 2 * params > modelflops.CPU_PARAM_BYTES:
-        raise RuntimeError(f"cannot run on meta, and {2 * params / 2**30:.1f} GiB in bfloat16 is too large for the CPU")
-    dtype = torch.float32 if 4 * params <= modelflops.CPU_PARAM_BYTES else torch.bfloat16
+    if 4 * params > modelflops.CPU_BUDGET_BYTES:
+        raise RuntimeError(f"cannot run on meta, and {4 * params / 2**30:.1f} GiB of bfloat16 weights and gradients "
+                           "is too large for the CPU")  # fmt: skip
+    dtype = torch.float32 if 8 * params <= modelflops.CPU_BUDGET_BYTES else torch.bfloat16
     with torch.device("cpu"):
         return AutoModelForCausalLM.from_config(config, experts_implementation="batched_mm", dtype=dtype)
 

@@ -290,6 +290,9 @@ def dry_shard_mib(data: Path, pods: int) -> float:
 
 #: The dry run's all-reduce test on CPU: small messages (gloo on one host measures memory copies, not a link).
 DRY_ALLREDUCE_SIZES_MB = [1.0, 4.0]
+#: The dry run's point-to-point exchange and storage probe on CPU: 4 MB each. The bundle's sizes (64 MB a pair, 256 MB
+#: a pod) measure links and volumes; on one host they copy memory and fill the page cache, seconds of every attempt.
+DRY_P2P_MB, DRY_STORAGE_PROBE_MB = 4.0, 4
 #: The hang watchdog's floor when the recipe injects a stall: detected in half a minute, not the bundle's minutes.
 DRY_STALL_TIMEOUT_S = 30
 #: The grad-norm alert's limit in a dry run: each logged step there is one step of a random tiny twin on a batch of a
@@ -306,9 +309,12 @@ def _operations(sub: Substituter, dry: Recipe, options: DryRunOptions) -> Recipe
         dry = sub.section(
             dry,
             "ops",
-            "a short all-reduce test: gloo on one host copies memory, it measures no link",
+            "short all-reduce and point-to-point tests and a small storage probe: gloo on one host copies memory, "
+            "it measures no link, and this machine's disk is not the shared volume",
             allreduce_sizes_mb=DRY_ALLREDUCE_SIZES_MB,
             allreduce_iterations=5,
+            p2p_size_mb=min(dry.ops.p2p_size_mb, DRY_P2P_MB),
+            storage_probe_mb=min(dry.ops.storage_probe_mb, DRY_STORAGE_PROBE_MB),
         )
     if dry.ops.grad_norm_jump_ratio < DRY_GRAD_NORM_JUMP:
         dry = sub.section(
