@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import math
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ from recipekit.base.limits import BUNDLE_FILE, read_regular
 from recipekit.base.paths import did_you_mean
 from recipekit.runs import runfiles
 from recipekit.runtime.boundary import filenames, jsonfile, metricslog
+from recipekit.validate.dryrun.workdir.kept import MARKER, kept_runs
 
 #: metrics.jsonl is read up to this many bytes (a month-long run logging every step stays far below).
 MAX_METRICS_BYTES = 256 * 1024 * 1024
@@ -38,8 +38,8 @@ MAX_LINE_BYTES = 64 * 1024
 MAX_METRICS_LINES = 1_000_000
 #: A baseline file's format marker; another value is refused.
 BASELINE_FORMAT = "recipekit-baseline/1"
-#: The dry run's work directory marker (validate/workcopy.py writes it).
-DRYRUN_MARKER = ".recipekit-dryrun"
+#: The dry run's work directory marker (its one home: validate.dryrun.workdir.kept).
+DRYRUN_MARKER = MARKER
 
 #: The per-step figures a training log carries (callbacks.py and health.py add all after the first three; the last two
 #: are the measured peak memory, GiB).
@@ -371,20 +371,11 @@ def load_run(path: Path, volume: Path | None = None, plan: Path | None = None, l
 
 def newest_dry_run(path: Path) -> Path:
     """``path``; or, where it is the folder a bundle's dry runs are kept in (``bundles/.dryrun/<bundle>``, one work
-    directory per dry run, named by run id and time), the newest of them."""
+    directory per dry run, named by run id and time: validate.dryrun.workdir.kept), the newest of them."""
     if not path.is_dir() or (path / DRYRUN_MARKER).exists():
         return path
-    try:
-        runs = [p for p in path.iterdir() if (p / DRYRUN_MARKER).is_file() and re.search(r"-\d{8}-\d{6}", p.name)]
-    except OSError:
-        return path
-    stamp = re.compile(r"-(\d{8}-\d{6})(?:-(\d+))?$")
-
-    def when(run: Path) -> tuple[str, int]:
-        found = stamp.search(run.name)
-        return (found.group(1), int(found.group(2) or 1)) if found else ("", 0)
-
-    return max(runs, key=when) if runs else path
+    runs = kept_runs(path)
+    return runs[-1] if runs else path
 
 
 def _with_output(run: RunLog, output: Path) -> RunLog:

@@ -49,7 +49,14 @@ def kept_runs(directory: Path) -> list[Path]:
         entries = [p for p in directory.iterdir() if _NAME.fullmatch(p.name) and _is_workdir(p)]
     except OSError:
         return []
-    return sorted(entries, key=lambda p: (p.name.split("-", 1)[1], p.name))
+    return sorted(entries, key=_started)
+
+
+def _started(path: Path) -> tuple[str, str, int]:
+    """A kept dry run's start, to order by (its name is :data:`_NAME`'s): its UTC date and time, then its suffix
+    (``-2``, ``-10``: in number order; none is the first)."""
+    _, date, clock, *suffix = path.name.split("-")
+    return date, clock, int(suffix[0]) if suffix else 1
 
 
 def _is_workdir(path: Path) -> bool:
