@@ -28,6 +28,7 @@ import base64
 import functools
 import hashlib
 import http.server
+import json
 import os
 import re
 import shutil
@@ -42,11 +43,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 from recipekit.base.paths import cache_dir
 from recipekit.bundle.build import build
-from recipekit.image.dockerfile import normalize
-from recipekit.image.stack import context_digest
+from recipekit.handover.buildcontext import checked_context
+from recipekit.image.dockerfile import normalize, split_image
 from recipekit.validate.shared.loader import rehash_manifest
 from tests.integration import test_image_build
 from tests.integration.test_image_build import (
@@ -289,20 +291,13 @@ def _bundle(tmp_path: Path, *overrides: str) -> Path:
 
 def _edit_dockerfile(bundle: Path, old: str, new: str) -> None:
     """A test's stand-in edit to the bundle's Dockerfile, with what `recipekit build` would have written for it:
-    manifest.json's hashes and plan.image's stack tag (`image build` refuses files that are not the tag's)."""
-    dockerfile = bundle / "Dockerfile"
-    runtime = {
-        f"runtime/{path.relative_to(bundle / 'runtime').as_posix()}": path.read_bytes()
-        for path in sorted((bundle / "runtime").rglob("*"))
-        if path.is_file()
-    }
-    before = context_digest(dockerfile.read_bytes(), runtime)
+    manifest.json's hashes and plan.image's stack tag, the one `image build`'s own context check computes."""
+    dockerfile, recipe = bundle / "Dockerfile", bundle / "recipe.yaml"
+    before = split_image(yaml.safe_load(recipe.read_text())["plan"]["image"])[1]
     dockerfile.write_text(dockerfile.read_text().replace(old, new))
-    after = context_digest(dockerfile.read_bytes(), runtime)
-    recipe = bundle / "recipe.yaml"
-    assert before in recipe.read_text(), "plan.image names the stack the bundle's files hash to"
-    recipe.write_text(recipe.read_text().replace(before, after))
     rehash_manifest(bundle)
+    after = checked_context(bundle, json.loads((bundle / "manifest.json").read_text()), None, None).stack
+    recipe.write_text(recipe.read_text().replace(before, after))
 
 
 def _podman_build(engine: dict, tag: str, dockerfile: str, folder: Path, platform: str = "linux/amd64") -> None:
