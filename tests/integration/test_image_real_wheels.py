@@ -297,7 +297,10 @@ def _edit_dockerfile(bundle: Path, old: str, new: str) -> None:
     dockerfile.write_text(dockerfile.read_text().replace(old, new))
     rehash_manifest(bundle)
     after = checked_context(bundle, json.loads((bundle / "manifest.json").read_text()), None, None).stack
-    recipe.write_text(recipe.read_text().replace(before, after))
+    for path in bundle.rglob("*"):
+        if path.is_file() and not path.is_symlink() and before in (text := path.read_text(errors="replace")):
+            path.write_text(text.replace(before, after))
+    rehash_manifest(bundle)
 
 
 def _podman_build(engine: dict, tag: str, dockerfile: str, folder: Path, platform: str = "linux/amd64") -> None:
