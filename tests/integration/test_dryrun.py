@@ -169,11 +169,12 @@ def test_kill_a_pod_and_resume_from_the_checkpoint(tmp_path: Path, overrides: li
 
 
 def test_a_run_past_its_timeout_is_stopped_and_cleaned_up(tmp_path: Path) -> None:
-    """A pod waiting on a peer would wait forever: the dry run's timeout kills every pod and reports a failure."""
+    """A run longer than its timeout (10,000 steps in 10 s; a pod waiting on a peer forever is the case in the
+    field): the dry run's timeout kills every pod and reports a failure."""
     bundle = build(["recipe=tiny_sft", "parallel=ddp"], tmp_path / "bundle", force=True).path
     workdir = tmp_path / "work"
     result = CliRunner().invoke(
-        validate_command, [str(bundle), "--dry-run", "--workdir", str(workdir), "--timeout", "10"]
+        validate_command, [str(bundle), "--dry-run", "--steps", "10000", "--workdir", str(workdir), "--timeout", "10"]
     )
     assert result.exit_code == 1, result.output
     assert "dryrun.train" in result.stdout and "--timeout 10" in result.stdout

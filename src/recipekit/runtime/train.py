@@ -52,6 +52,7 @@ from . import matmulmode
 from .boundary import exitcodes, filenames
 from .boundary.common import LOG, RunError, log0, rank
 from .boundary.config import load_run_config
+from .ops import trackerclients
 from .ops.device import detect
 from .volume import attemptends
 
@@ -79,6 +80,7 @@ def train(options: argparse.Namespace) -> int:
     run = load_run_config(options.recipe)
     device = detect(run.recipe.hw)
     log0(matmulmode.apply(run.recipe.hw.fp32_matmul))
+    trackerclients.keep_out_unused(run.training_arguments.get("report_to"))
     # Only now the training stack: transformers probes torch_npu by itself, and a broken one must have been
     # reported by detect() in one line rather than by transformers' import in a traceback.
     from .session.session import run_training

@@ -27,11 +27,10 @@ from typing import Any
 from transformers import TrainerCallback
 
 from ..boundary.common import LOG
+from .trackerclients import MODULES
 
 #: The integration callbacks guarded, by class name, with the tracker each reports to.
 INTEGRATIONS = {"WandbCallback": "wandb", "MLflowCallback": "mlflow", "SwanLabCallback": "swanlab"}
-#: The module each tracker's client is imported as (MLflow's client package is mlflow-skinny: module mlflow).
-MODULES = {"wandb": "wandb", "mlflow": "mlflow", "swanlab": "swanlab"}
 #: Seconds the end of training waits for a tracker to send what it holds.
 FINISH_WAIT_S = 60.0
 #: Alert name of a tracker turned off (metrics.jsonl ``alert`` record, the alerts counter).
