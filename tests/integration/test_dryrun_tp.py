@@ -8,8 +8,9 @@ dry-run with the Llama twin (4 attention heads, 2 key/value heads: TP 2 divides 
   pod — both are one data-parallel rank on the same data and twin — to :data:`LOSS_TOLERANCE`;
 * the same, with pod 0 killed at step 6 and every pod restarted: it resumes from checkpoint-4 and replays steps 5-6
   to the same loss;
-* TP 2 × DP 2 on 2 pods of two processes (each pod one TP group): it trains, and its loss follows the run without
-  TP on 2 pods of one (DP 2), which shows every rank of a TP group got its group's batch.
+* TP 2 × DP 2 on 2 pods of two processes (each pod one TP group; validate's help example, on build's example
+  bundle ``parallel=zero2 parallel.tensor_parallel=2``): it trains, and its loss follows the run without TP on 2 pods
+  of one (DP 2), which shows every rank of a TP group got its group's batch.
 
 Slow (about 5 minutes on 2 cores once DeepSpeed's op is built): deselect with ``-m 'not slow'``.
 """
@@ -28,9 +29,11 @@ from recipekit.cli.validate import validate_command
 from recipekit.runtime.boundary import filenames
 from recipekit.validate.dryrun.options import DryRunOptions
 from recipekit.validate.dryrun.run import run_dry_run
+from recipekit.validate.dryrun.workdir.kept import kept_runs, runs_dir
 from recipekit.validate.shared.loader import load_bundle
 from recipekit.validate.shared.results import Status
 from tests.integration.test_dryrun import _explain
+from tests.integration.test_help_examples import run_example
 
 pytestmark = pytest.mark.slow
 
@@ -122,12 +125,22 @@ def test_kill_a_pod_under_tp_and_resume(bundles: dict[str, Path], tmp_path: Path
     assert checks["dryrun.train"]["details"]["final_step"] == 8
 
 
-def test_tp2_by_dp2_on_two_pods_of_two_trains(bundles: dict[str, Path], tmp_path: Path) -> None:
-    results = dry_run(bundles["tp2"], tmp_path / "tpdp", pods=2, procs=2)
-    train = results["dryrun.train"].details
+#: validate's help example for TP 2 × DP 2 (its bundle built by build's help example ``-o bundles/tp2``): run here as
+#: a user pastes it, so test_help_examples leaves it to this file.
+TP2_BY_DP2 = "recipekit validate bundles/tp2 --dry-run --pods 2 --procs-per-pod 2"
+
+
+def test_tp2_by_dp2_on_two_pods_of_two_trains(tmp_path: Path) -> None:
+    done = run_example(TP2_BY_DP2, tmp_path)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    (work,) = kept_runs(runs_dir(tmp_path / "bundles" / "tp2"))
+    results = {r["id"]: r for r in json.loads((work / "report.json").read_text())}
+    train = results["dryrun.train"]["details"]
     assert train["started"]["world_size"] == 4 and train["started"]["tensor_parallel"] == 2
     assert train["final_step"] == 8
-    subs = {s["field"] for s in results["dryrun.prepare"].details["substitutions"]}
+    subs = {s["field"] for s in results["dryrun.prepare"]["details"]["substitutions"]}
     assert "plan.tensor_parallel" not in subs  # each pod is one TP group, as on a cluster
-    dry_run(bundles["plain"], tmp_path / "dp2", pods=2)
-    assert_same_curve(losses(tmp_path / "tpdp"), losses(tmp_path / "dp2"))
+    # the same recipe without TP (build's example less its tensor_parallel) on 2 pods of one: DP 2
+    plain = build(["parallel=zero2"], tmp_path / "plain", force=True).path
+    dry_run(plain, tmp_path / "dp2", pods=2)
+    assert_same_curve(losses(work), losses(tmp_path / "dp2"))

@@ -157,11 +157,21 @@ def stage(scratch: Path, line: str) -> None:
             shutil.copy(REPO / "tests" / "data" / "model_configs" / model / "config.json", scratch / relative)
 
 
-#: Examples another test runs verbatim, where it sees more than an exit code: the example's line → that test's file.
+def run_example(line: str, scratch: Path) -> subprocess.CompletedProcess[str]:
+    """``line`` run as a user would paste it, in ``scratch`` after what it names is put there (:func:`stage`)."""
+    stage(scratch, line)
+    return _run(["bash", "-c", line], scratch)
+
+
+#: Examples another test runs verbatim, where it sees more than an exit code: the example's line → that test's file
+#: (in tests/integration).
 #: Run once there, not twice (a dry run is a minute of the suite); test_examples_run_elsewhere_are_run_there checks
 #: that the file still holds the line.
 RUN_ELSEWHERE = {
-    "recipekit validate bundles/tiny_sft --dry-run --kill-pod 1 --at-step 6": "tests/integration/test_terminal_80.py",
+    "recipekit validate bundles/tiny_sft --dry-run --kill-pod 1 --at-step 6": "test_terminal_80.py",
+    "recipekit validate bundles/tiny_sft --dry-run --restart checkpoint-4,fresh": "test_dryrun_restart.py",
+    "recipekit validate bundles/tp2 --dry-run --pods 2 --procs-per-pod 2": "test_dryrun_tp.py",
+    "recipekit validate bundles/tiny_sft --dry-run --kill-pod 1 --resume-pods 1": "test_dryrun_rescale.py",
 }
 
 
@@ -187,13 +197,13 @@ def test_examples_run_elsewhere_are_run_there() -> None:
     lines = {example.line for example in EXAMPLES}
     for line, test_file in RUN_ELSEWHERE.items():
         assert line in lines, f"no longer a help example: {line}"
-        assert f'"{line}"' in (REPO / test_file).read_text(encoding="utf-8"), f"{test_file} does not run {line}"
+        text = (Path(__file__).parent / test_file).read_text(encoding="utf-8")
+        assert f'"{line}"' in text, f"{test_file} does not run {line}"
 
 
 @pytest.mark.parametrize("example", _params())
 def test_help_example_runs(example: Example, tmp_path: Path) -> None:
-    stage(tmp_path, example.line)
-    result = _run(["bash", "-c", example.line], tmp_path)
+    result = run_example(example.line, tmp_path)
     said = f"{example.command}: {example.line}\nexit {result.returncode}\n{result.stdout[-2000:]}{result.stderr}"
     if "needs a Docker-API engine" in example.prose or "needs a Docker-API engine" in example.comment:
         if result.returncode == 0:
