@@ -6,7 +6,7 @@ in the image (image/matrix.py ``tracker_pins``), its settings in launch.json's e
 covered by their digest) and its credentials in the pod's environment from the Kubernetes Secret
 ``train.tracking.secret`` names, by ``secretKeyRef`` (never in the bundle). Every key is optional in the Secret: a
 missing key leaves the variable unset, the tracker then fails to log in, and the runtime turns it off for the run
-instead of failing the pod (runtime/ops/trackers.py).
+instead of failing the pod (runtime/ops/trackers/guarded.py).
 
 Offline (``train.tracking.mode=offline``, and always in the dry run) each tracker writes its files under the run's
 output directory, for ``wandb sync``, ``swanlab sync`` or MLflow's file store: ``wandb/``, ``mlruns/``, ``swanlog/``.

@@ -52,8 +52,8 @@ from . import matmulmode
 from .boundary import exitcodes, filenames
 from .boundary.common import LOG, RunError, log0, rank
 from .boundary.config import load_run_config
-from .ops import trackerclients
 from .ops.device import detect
+from .ops.trackers import clients as trackerclients
 from .volume import attemptends
 
 

@@ -1,4 +1,4 @@
-"""A run imports only the tracker clients it reports to (runtime/ops/trackerclients.py): DeepSpeed's own import of
+"""A run imports only the tracker clients it reports to (runtime/ops/trackers/clients.py): DeepSpeed's own import of
 mlflow, seconds of every rank's start, is skipped where the run does not report to MLflow."""
 
 from __future__ import annotations
@@ -9,13 +9,13 @@ import sys
 
 import pytest
 
-from recipekit.runtime.ops.trackerclients import reported_to
+from recipekit.runtime.ops.trackers.clients import reported_to
 
 #: A fresh interpreter keeps out what ``report_to`` does not name, then imports DeepSpeed's autotuner (the module
 #: that imports mlflow when it can) and says what it found.
 PROBE = """
 import importlib.util, json, sys
-from recipekit.runtime.ops.trackerclients import keep_out_unused
+from recipekit.runtime.ops.trackers.clients import keep_out_unused
 kept_out = keep_out_unused(json.loads(sys.argv[1]))
 from deepspeed.autotuning import autotuner
 print(json.dumps({"kept_out": kept_out, "deepspeed_has_mlflow": autotuner.has_mlflow,

@@ -1,4 +1,4 @@
-"""A tracker that is down never stops training (runtime/ops/trackers.py).
+"""A tracker that is down never stops training (runtime/ops/trackers/guarded.py).
 
 The guard is shown on the real Trainer: MLflow's own integration pointed at a port nothing listens on (its client
 raises when it cannot reach the server), and stand-ins for a tracker whose call raises, one whose call blocks, and one
@@ -18,7 +18,7 @@ import pytest
 import torch
 from transformers import Trainer, TrainerCallback, TrainingArguments
 
-from recipekit.runtime.ops import trackers
+from recipekit.runtime.ops.trackers import guarded as trackers
 
 STEPS = 3
 

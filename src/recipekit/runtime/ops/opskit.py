@@ -4,7 +4,7 @@ verdict on a stopped run.
 The engine-neutral part (preflight, exporter, watchdog, recovery records, the loss guard's verdict) is
 engineops.py's EngineOps, which the Megatron room uses too; this module adds the Trainer's callbacks, in their
 own modules: guard.py (the Trainer that feeds the loss guard), health.py (timing, alerts, metrics, the watchdog's
-arming), recoverycallback.py, profiling.py (the profiler window) and trackers.py (W&B, MLflow and SwanLab,
+arming), recoverycallback.py, profiling.py (the profiler window) and trackers/ (W&B, MLflow and SwanLab,
 guarded).
 """
 
@@ -17,13 +17,13 @@ from ..boundary.common import LOG
 from ..boundary.config import RunConfig
 from ..boundary.resume import checkpointdirs
 from ..data.sampler import step_positions
-from . import trackers
 from .device import Device
 from .engineops import EngineOps
 from .guard import GuardCallback
 from .health import Alerts, HealthCallback, SaveTimerCallback, WatchdogCallback
 from .profiling import ProfilerCallback
 from .recoverycallback import RecoveryCallback
+from .trackers import guarded as trackers
 
 
 class OpsLayer(EngineOps):

@@ -23,11 +23,11 @@ from ..data.sampler import PreparedTrainer
 from ..data.samples import SequenceCollator
 from ..data.stream import ResumeRandomState, StreamDataset, StreamStateCallback
 from ..model.loader import load_model, parameter_counts, save_merged
-from ..ops import trackers
 from ..ops.device import Device
 from ..ops.guard import OpsTrainer
 from ..ops.opskit import OpsLayer
 from ..ops.preflight import make_output_dir
+from ..ops.trackers import guarded as trackers
 from ..volume import hottier, restart
 from ..volume.recovery import skipped_batches
 from ..volume.reshard import ds_config_for_universal, reshard_refusal

@@ -26,8 +26,8 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from ..boundary.common import LOG
-from .trackerclients import MODULES
+from ...boundary.common import LOG
+from .clients import MODULES
 
 #: The integration callbacks guarded, by class name, with the tracker each reports to.
 INTEGRATIONS = {"WandbCallback": "wandb", "MLflowCallback": "mlflow", "SwanLabCallback": "swanlab"}
