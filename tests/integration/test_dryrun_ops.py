@@ -55,8 +55,11 @@ def output_dir(tmp_path: Path) -> Path:
     return Path(recipe["training_arguments"]["output_dir"])
 
 
-def test_preflight_metrics_and_the_profiling_window(tmp_path: Path) -> None:
-    results = dry_run(tmp_path, "train.profile_steps=[2,3]")
+def test_preflight_metrics_the_profiling_window_and_a_loss_spike(tmp_path: Path) -> None:
+    """Rank 1's loss of step 5 is ten times (ops.testing.spike_at_step): the loss-spike alert fires there, and its
+    report names rank 1 and each rank's batch by fingerprint."""
+    spike = ["ops.testing.spike_rank=1", "ops.testing.spike_at_step=5"]
+    results = dry_run(tmp_path, "train.profile_steps=[2,3]", *spike)
     assert all(r.status is not Status.FAIL for r in results.values()), _explain(results.values())
     pre = results["dryrun.preflight"]
     assert pre.status is Status.PASS and pre.details["ok"] is True
@@ -77,6 +80,20 @@ def test_preflight_metrics_and_the_profiling_window(tmp_path: Path) -> None:
     assert profile.status is Status.PASS
     assert any(p.endswith("rank-0.pt.trace.json") for p in profile.details["traces"])
     assert results["dryrun.train"].details["final_step"] == 8
+
+    records = metricslog.read_records(output_dir(tmp_path) / filenames.METRICS_FILE)
+    (spiked,) = metricslog.events(records, metricslog.EVENT_LOSS_SPIKE)
+    assert spiked["step"] == 5 and spiked["highest_rank"] == 1
+    per_token = [loss / tokens for loss, tokens in zip(spiked["losses"], spiked["tokens"])]
+    assert per_token[1] > 5 * per_token[0]  # ten times a loss per token of about rank 0's
+    alerts = [r["alert"] for r in metricslog.events(records, metricslog.EVENT_ALERT) if r["step"] == 5]
+    assert "loss_jump" in alerts
+    where = Path(spiked["report"])
+    report = json.loads((where / "report.json").read_text())
+    assert report["steps"][-1]["step"] == 5 and report["steps"][-1]["highest_ranks"] == [1, 0]
+    prints = [json.loads((where / f"batches-rank-{r}.json").read_text())["5"] for r in (0, 1)]
+    assert all(p and all(len(b["sha256"]) == 64 and b["tokens"] > 0 for b in p) for p in prints)  # each micro-batch
+    assert prints[0] != prints[1]  # each rank's own batches
 
 
 def test_a_pod_with_the_wrong_device_count_fails_preflight_and_trains_nothing(tmp_path: Path) -> None:

@@ -62,10 +62,10 @@ def operations_problems(recipe: Recipe, layout: Layout, total_steps: int | None)
     if tr.profile_steps is not None and total_steps and tr.profile_steps[1] > total_steps:
         warnings.append(f"train.profile_steps {list(tr.profile_steps)} ends after the last step ({total_steps})")
     testing = ops.testing
-    if testing.stall_rank >= layout.world_size:
-        problems.append(
-            Problem("ops.testing.stall_rank", f"{testing.stall_rank}, but ranks are 0..{layout.world_size - 1}")
-        )
+    for name in ("stall_rank", "spike_rank"):
+        rank = getattr(testing, name)
+        if rank >= layout.world_size:
+            problems.append(Problem(f"ops.testing.{name}", f"{rank}, but ranks are 0..{layout.world_size - 1}"))
     for name in ("device_count_pod", "user_error_pod"):
         pod = getattr(testing, name)
         if pod is not None and pod >= layout.nodes:
@@ -75,6 +75,7 @@ def operations_problems(recipe: Recipe, layout: Layout, total_steps: int | None)
         for name, value in (
             ("stall_at_step", testing.stall_at_step),
             ("nan_at_step", testing.nan_at_step),
+            ("spike_at_step", testing.spike_at_step),
             ("device_count", testing.device_count),
             ("user_error_pod", testing.user_error_pod),
             ("record_rows", testing.record_rows or None),

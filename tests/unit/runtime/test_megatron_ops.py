@@ -189,7 +189,7 @@ def test_a_rank_without_the_loss_still_joins_the_verdict(room, tmp_path, monkeyp
     ops, callback = start(room, run)
     callback.on_train_start(context(0))
     assert ops.core is not None
-    monkeypatch.setattr(ops.core.guard, "agree", lambda device: [3])  # rank 3 (the last stage) saw a NaN
+    monkeypatch.setattr(ops.core.guard, "agree", lambda device, step: [3])  # rank 3 (the last stage) saw a NaN
     callback.on_train_step_start(context(0))
     with pytest.raises(NonFiniteStop):
         callback.on_train_step_end(context(0, None))

@@ -17,7 +17,7 @@ from recipekit.validate.dryrun.cluster.scrape import parse_exposition
 torch = pytest.importorskip("torch")
 preflight = pytest.importorskip("recipekit.runtime.ops.preflight")
 from recipekit.runtime.boundary.recipeview import AlertsView, FaultsView, MetricsView  # noqa: E402
-from recipekit.runtime.ops.faults import Faults  # noqa: E402
+from recipekit.runtime.ops.faults import SPIKE_FACTOR, Faults  # noqa: E402
 from recipekit.runtime.ops.watchdog import Watchdog  # noqa: E402
 
 NPU_SMI = """\
@@ -240,6 +240,8 @@ def test_a_fault_fires_once_per_output_directory(tmp_path: Path) -> None:
         stall_rank=1,
         stall_at_step=5,
         nan_at_step=3,
+        spike_rank=1,
+        spike_at_step=4,
         device_count=None,
         device_count_pod=None,
         user_error_pod=None,
@@ -252,6 +254,10 @@ def test_a_fault_fires_once_per_output_directory(tmp_path: Path) -> None:
     assert Faults(testing, tmp_path, 0).nan_at is None  # the restarted job runs clean
     (tmp_path / filenames.FAULTS_DIR / "stall-at-step-5").write_text("")
     assert Faults(testing, tmp_path, 1).stall_at is None
+    # the spike: the chosen rank's every micro-batch of the step, ten times; then never again
+    assert rank0.spike(4) == 1.0 and rank1.spike(3) == 1.0
+    assert rank1.spike(4) == rank1.spike(4) == SPIKE_FACTOR == 10.0
+    assert Faults(testing, tmp_path, 1).spike_at is None
 
 
 # -------------------------------------------------------------------------------------------------- exporter

@@ -27,6 +27,13 @@ class OpsTestingSpec(Section):
     nan_at_step: int | None = spec(
         None, ge=1, description="TESTING ONLY: the loss of this optimizer step becomes NaN on every rank."
     )
+    spike_rank: int = spec(0, ge=0, description="TESTING ONLY: the global rank whose loss spikes (with spike_at_step).")
+    spike_at_step: int | None = spec(
+        None,
+        ge=2,
+        description="TESTING ONLY: spike_rank's loss of this optimizer step is ten times what it was (from 2: a spike "
+        "is a rise over the step before), so the loss-spike alert must fire and its report name that rank's batch.",
+    )
     device_count: int | None = spec(
         None,
         ge=0,

@@ -61,6 +61,7 @@ PREFLIGHT_CHECKS = (
 PREFLIGHT_DIR = "preflight"  # each pod's storage marker, removed once every pod has read the others'
 HANG_DIR = "hang"  # the stack dumps of a stalled run: stall-step-<N>-rank-<R>.txt
 NONFINITE_PREFIX = "nonfinite-step-"  # nonfinite-step-<N>/: the report and batches of a NaN/inf loss
+LOSS_SPIKE_PREFIX = "loss-spike-step-"  # loss-spike-step-<N>/: each rank's loss and batch fingerprints at a spike
 PROFILE_DIR = "profile"  # profile/steps-<a>-<b>/: the profiler's traces
 FAULTS_DIR = "faults"  # markers of injected faults (ops.testing), so a restarted job is not broken again
 #: Model weights as the Trainer, PEFT and DeepSpeed save them: single files and sharded indexes.

@@ -34,6 +34,7 @@ EVENT_PHASE = "phase"
 EVENT_PREFLIGHT = "preflight"
 EVENT_STALLED = "stalled"
 EVENT_NONFINITE = "nonfinite"
+EVENT_LOSS_SPIKE = "loss_spike"  # the loss-spike alert's step, each rank's loss there, the report (lossguard.py)
 EVENT_ALERT = "alert"
 EVENT_CHECKPOINT = "checkpoint"
 #: A hot tier's checkpoint reached the shared volume: ``step``, the drain's ``seconds``, the ``total`` from the save's

@@ -303,6 +303,8 @@ class FaultsView:
     stall_rank: int
     stall_at_step: int | None
     nan_at_step: int | None
+    spike_rank: int
+    spike_at_step: int | None
     device_count: int | None
     device_count_pod: int | None
     user_error_pod: int | None

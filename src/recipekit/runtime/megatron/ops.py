@@ -133,7 +133,7 @@ class BridgeOps:
         guard, mode = self.core.guard, self.run.operations.alerts.nonfinite_loss
         for loss in losses:
             guard.observe(torch.tensor(float(loss)), None)
-        ranks = guard.agree(self.core.torch_device)
+        ranks = guard.agree(self.core.torch_device, step)
         if ranks and mode in ("stop", "skip"):
             guard.stopped_at, guard.ranks = step, ranks
             guard.keep_offending()

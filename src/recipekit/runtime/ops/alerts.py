@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -22,6 +23,9 @@ from ..boundary import metricnames as names
 from ..boundary import metricslog
 from ..boundary.common import LOG
 from ..boundary.recipeview import AlertsView
+
+#: The alert a loss spike raises (a rise over ``loss_spike_ratio`` from one logged step to the next).
+LOSS_SPIKE_ALERT = "loss_jump"
 
 
 # ----------------------------------------------------------------------------------------------------- alerts
@@ -122,6 +126,8 @@ class Health:
         self.alerts, self.exporter, self.records = alerts, exporter, records
         self.device_kind = device_kind
         self._utilisation_works = device_kind in ("cuda", "npu")
+        #: called on every rank with (step, message) when the loss-spike alert fires (EngineOps.loss_spike)
+        self.on_loss_spike: Callable[[int, str], None] | None = None
 
     def raise_alert(self, alert: str, step: int, message: str) -> None:
         """One alert: a warning on rank 0's log, an ``alert`` record, and the exporter's counter."""
@@ -168,3 +174,5 @@ class Health:
                 self.exporter.set(metric, figures[key])
         for alert, message in raised:
             self.raise_alert(alert, step, message)
+            if alert == LOSS_SPIKE_ALERT and self.on_loss_spike is not None:
+                self.on_loss_spike(step, message)

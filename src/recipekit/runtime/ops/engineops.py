@@ -10,6 +10,7 @@ guard's state and report), alerts.py (the alerts and the figures), exporter.py (
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import asdict
 from pathlib import Path
@@ -22,7 +23,7 @@ from . import logevents
 from .device import Device
 from .exporter import start_exporter
 from .faults import Faults
-from .lossguard import LossGuard, nonfinite_report
+from .lossguard import LossGuard, nonfinite_report, spike_report
 from .preflight import PreflightFailed, pod_index, run_preflight
 from .watchdog import Watchdog
 
@@ -87,6 +88,28 @@ class EngineOps:
     def watchdog(self) -> Watchdog:
         """The hang watchdog of this process (armed by the engine's loop, health.PhaseWatch)."""
         return Watchdog(output_dir=self.output_dir, rank=self.rank, metrics_file=self.metrics_file)
+
+    # -- during training
+    def loss_spike(self, step: int, message: str, records: Any) -> None:
+        """The loss-spike alert fired at logged ``step`` (every rank): the guard's report of the steps it averaged
+        (each rank's loss and tokens, its batches' fingerprints) and, from rank 0, a ``loss_spike`` record naming
+        the rank whose loss per token was highest at the last of them."""
+        where = spike_report(self.guard, step, message, self.output_dir, self.rank)
+        if where is None or not self.guard.window:
+            return
+        last = self.guard.window[-1]
+        highest = last.highest()
+        if self.rank == 0:
+            LOG.warning("loss spike at step %d: the highest loss was rank %s's; each rank's loss and batch "
+                        "fingerprints are in %s", step, highest[0] if highest else "?", where)  # fmt: skip
+        records.add(
+            metricslog.EVENT_LOSS_SPIKE,
+            step=step,
+            losses=[loss if loss is None or math.isfinite(loss) else str(loss) for loss in last.losses],
+            tokens=last.tokens,
+            highest_rank=highest[0] if highest else None,
+            report=str(where),
+        )
 
     # -- after training
     def nonfinite_stop(

@@ -4,6 +4,8 @@
   detect it, dump the stacks and fail the pod, and the restarted job must resume.
 * ``nan_at_step``: the loss of that step becomes NaN on every rank before backward, so the gradients and the update
   are poisoned as a real divergence poisons them; the loss guard must stop the run without saving them.
+* ``spike_at_step`` (with ``spike_rank``): that rank's loss of that step is :data:`SPIKE_FACTOR` times what it was
+  (and so are its gradients, as a bad batch's are); the loss-spike alert must fire and its report name that rank.
 * ``device_count`` with ``device_count_pod``: that pod's preflight sees the wrong number of devices, once; the pod
   exits with the preflight code and the Job's policy restarts it (one faulty node).
 * ``user_error_pod``: that pod stops before training with the configuration-error code, every time (a broken
@@ -23,6 +25,9 @@ from pathlib import Path
 from ..boundary import exitcodes, filenames, jsonfile
 from ..boundary.common import LOG, RunError
 from ..boundary.recipeview import FaultsView
+
+#: How many times its loss ``ops.testing.spike_at_step`` makes the spiking rank's.
+SPIKE_FACTOR = 10.0
 
 
 class InjectedUserError(RunError):
@@ -51,6 +56,10 @@ class Faults:
             self.stall_at = None
         if self.nan_at is not None and self._marker("nan", self.nan_at).exists():
             self.nan_at = None
+        spike_at = testing.spike_at_step
+        self.spike_at = spike_at if spike_at and rank == testing.spike_rank else None
+        if self.spike_at is not None and self._marker("spike", self.spike_at).exists():
+            self.spike_at = None
 
     def _marker(self, kind: str, step: int) -> Path:
         return self.dir / f"{kind}-at-step-{step}"
@@ -78,6 +87,17 @@ class Faults:
             self._mark("nan", next_step)
             LOG.warning("TESTING: ops.testing.nan_at_step: the loss of step %d becomes NaN", next_step)
         return True
+
+    def spike(self, next_step: int) -> float:
+        """The factor of this rank's loss of ``next_step``: :data:`SPIKE_FACTOR` where the spike is armed for it
+        (every micro-batch of the step; the marker is written once), else 1."""
+        if self.spike_at is None or next_step != self.spike_at:
+            return 1.0
+        if not self._marker("spike", next_step).exists():
+            self._mark("spike", next_step)
+            LOG.warning("TESTING: ops.testing.spike_at_step: rank %d's loss of step %d is %g times", self.rank,
+                        next_step, SPIKE_FACTOR)  # fmt: skip
+        return SPIKE_FACTOR
 
     def simulated_devices(self) -> int | None:
         """The device count preflight must see instead of the driver's (ops.testing.device_count), or None."""

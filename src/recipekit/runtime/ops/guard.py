@@ -32,7 +32,8 @@ from .lossguard import LossGuard
 
 class OpsTrainer(Trainer):
     """The Trainer, with each step's batch wait timed, each micro-batch's loss checked, and (testing only) a
-    poisoned loss at ``ops.testing.nan_at_step`` and each micro-batch's rows in the ledger."""
+    poisoned loss at ``ops.testing.nan_at_step``, a spiked one at ``spike_at_step`` and each micro-batch's rows in
+    the ledger."""
 
     guard: LossGuard | None = None  # None until OpsLayer.install gives it one (nothing checks the loss)
     faults: Faults | None = None
@@ -48,11 +49,13 @@ class OpsTrainer(Trainer):
 
     def compute_loss(self, model: Any, inputs: Any, return_outputs: bool = False, **kwargs: Any) -> Any:
         result = super().compute_loss(model, inputs, return_outputs=return_outputs, **kwargs)
-        if self.faults is not None and self.faults.poison_loss(self.state.global_step + 1):
-            if return_outputs:
-                return result[0] * float("nan"), result[1]
-            return result * float("nan")
-        return result
+        if self.faults is None:
+            return result
+        step = self.state.global_step + 1
+        factor = float("nan") if self.faults.poison_loss(step) else self.faults.spike(step)
+        if factor == 1.0:
+            return result
+        return (result[0] * factor, result[1]) if return_outputs else result * factor
 
     def training_step(self, model: Any, inputs: Any, *args: Any, **kwargs: Any) -> torch.Tensor:
         rows = inputs.pop(ROWS_KEY, None)  # the row ledger's indices (testing only): never the model's input
@@ -71,8 +74,8 @@ class GuardCallback(TrainerCallback):
         self.guard, self.mode, self.on_alert = guard, mode, on_alert
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        ranks = self.guard.agree(args.device)
         step = state.global_step
+        ranks = self.guard.agree(args.device, step)
         if ranks and self.mode in ("stop", "skip"):
             control.should_save = False  # the weights took the non-finite update: never a resumable checkpoint
             control.should_training_stop = True

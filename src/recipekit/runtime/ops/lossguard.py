@@ -1,12 +1,22 @@
-"""The loss guard's state and its report, engine-neutral (torch only): what a rank saw of a step's losses, the ranks'
-verdict (one all-reduce per step) and ``nonfinite-step-N/``. The Trainer feeds it from its training step (guard.py);
-the Megatron room from Bridge's step-end event (runtime/megatron/ops.py). guard.py says why a step must stop.
+"""The loss guard's state and its reports, engine-neutral (torch only): what a rank saw of a step's losses, the
+ranks' verdict (one all-reduce per step, which also tells every rank each rank's loss), ``nonfinite-step-N/`` for a
+NaN/inf loss and ``loss-spike-step-N/`` for a spike. The Trainer feeds it from its training step (guard.py); the
+Megatron room from Bridge's step-end event (runtime/megatron/ops.py). guard.py says why a step must stop.
+
+A loss spike is the alerts' (alerts.py ``loss_jump``: the logged loss rose more than ``loss_spike_ratio`` over the
+previous logged one). The logged loss is every rank's mean, so it cannot say whose batch rose; the guard can: it
+keeps each rank's loss of the steps since the last log and this rank's micro-batches, and at the alert every rank
+writes the fingerprints of its batches (sha256 of their token ids) and rank 0 the ranks' losses, highest first.
+No batch is copied from the device unless a spike is reported.
 """
 
 from __future__ import annotations
 
+import collections
+import hashlib
 import json
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,15 +26,53 @@ from ..boundary import filenames, jsonfile
 from ..boundary.common import LOG
 from ..boundary.resume import checkpointdirs
 
+#: The label of a position that trains nothing (transformers' ignore index).
+LABEL_IGNORED = -100
+#: Loss-spike reports one process writes at most (a noisy run's alert may fire often; the alert still counts each).
+MAX_SPIKE_REPORTS = 10
+
+
+@dataclass(frozen=True)
+class StepLosses:
+    """One step as the guard saw it: each rank's loss, its label tokens, and this rank's micro-batches' token ids.
+
+    A rank's loss is the sum of its micro-batch losses as the engine scales them (the Trainer divides each token's
+    loss by the step's tokens over every rank: a rank's share, not its mean), None for a rank that has none (a
+    pipeline stage before the last); its tokens are the labels it trained on (None where the engine does not hand
+    its batches over: the Megatron room, whose ``batches`` are then None too)."""
+
+    step: int
+    losses: list[float | None]
+    tokens: list[int | None]
+    batches: list[Any]
+
+    def per_token(self) -> list[float | None]:
+        """Each rank's loss per label token: comparable across ranks whatever their token counts (the shares'
+        common scale cancels); the loss itself where tokens are not known."""
+        return [
+            None if loss is None else loss / tokens if tokens else loss
+            for loss, tokens in zip(self.losses, self.tokens)
+        ]
+
+    def highest(self) -> list[int]:
+        """The ranks with a loss, highest loss per token first."""
+        ranked = [(loss, rank) for rank, loss in enumerate(self.per_token()) if loss is not None]
+        return [rank for _, rank in sorted(ranked, key=lambda pair: (-_sortable(pair[0]), pair[1]))]
+
+
+def _sortable(loss: float) -> float:
+    return math.inf if math.isnan(loss) else loss
+
 
 class LossGuard:
-    """What this rank saw of the current step: whether a micro-batch loss was not finite, and the step's batches.
+    """What this rank saw of the current step: whether a micro-batch loss was not finite, the step's losses and
+    batches; and the steps since the last logged one (:attr:`window`, for a spike's report).
 
-    The check stays on the device until the step ends (one flag per step), so it adds no synchronisation per
-    micro-batch; :meth:`agree` all-reduces it once per step.
+    The check stays on the device until the step ends (one flag and one loss sum per step), so it adds no
+    synchronisation per micro-batch; :meth:`agree` all-reduces them once per step.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, window_steps: int = 1) -> None:
         self.flag: torch.Tensor | None = None
         self.seen: list[tuple[torch.Tensor, Any]] = []  # (loss, inputs) of the current step's micro-batches
         self.nonfinite: list[float] = []  # this rank's non-finite losses of the step the run stopped at
@@ -32,21 +80,42 @@ class LossGuard:
         self.stopped_at: int | None = None
         self.ranks: list[int] = []
         self.steps_per_epoch: int | None = None  # of the stopped run (to place the step's batch in its epoch)
+        self.window: collections.deque[StepLosses] = collections.deque(maxlen=max(1, window_steps))
+        self.spike_reports = 0
 
     def observe(self, loss: torch.Tensor, inputs: Any) -> None:
         bad = ~torch.isfinite(loss.detach()).all()
         self.flag = bad if self.flag is None else self.flag | bad
         self.seen.append((loss.detach(), inputs))
 
-    def agree(self, device: torch.device) -> list[int]:
-        """The ranks that saw a non-finite loss this step (every rank gets the same list)."""
-        mine = self.flag.float().to(device) if self.flag is not None else torch.zeros((), device=device)
+    def agree(self, device: torch.device, step: int) -> list[int]:
+        """The ranks that saw a non-finite loss at ``step`` (every rank gets the same list); the step's losses of
+        every rank join :attr:`window`."""
+        mine = torch.zeros(4, device=device)  # flag, loss sum, micro-batches seen, label tokens (0: not known)
+        if self.flag is not None:
+            mine[0] = self.flag.float().to(device)
+        if self.seen:
+            mine[1] = torch.stack([loss.float().sum() for loss, _ in self.seen]).sum().to(device)
+            mine[2] = len(self.seen)
+            labels = [inputs["labels"] for _, inputs in self.seen if isinstance(inputs, dict) and "labels" in inputs]
+            if labels:  # counted where they are: no copy, no sync
+                mine[3] = torch.stack([(ids != LABEL_IGNORED).sum() for ids in labels]).sum().float().to(device)
         if torch.distributed.is_available() and torch.distributed.is_initialized():
-            flags = torch.zeros(torch.distributed.get_world_size(), device=device)
-            flags[torch.distributed.get_rank()] = mine
-            torch.distributed.all_reduce(flags)
-            return [i for i, f in enumerate(flags.tolist()) if f > 0]
-        return [0] if float(mine) > 0 else []
+            table = torch.zeros(torch.distributed.get_world_size(), 4, device=device)
+            table[torch.distributed.get_rank()] = mine
+            torch.distributed.all_reduce(table)
+            rows = table.tolist()
+        else:
+            rows = [mine.tolist()]
+        losses = [loss if seen > 0 else None for _, loss, seen, _ in rows]
+        tokens = [int(count) if seen > 0 and count > 0 else None for _, _, seen, count in rows]
+        self.window.append(StepLosses(step, losses, tokens, [_token_ids(inputs) for _, inputs in self.seen]))
+        return [i for i, (flag, _, _, _) in enumerate(rows) if flag > 0]
+
+    def keep_steps(self, steps: int) -> None:
+        """Keep the last ``steps`` steps in :attr:`window` (the engine's logging interval: a spike's report covers
+        the steps the logged loss averaged)."""
+        self.window = collections.deque(self.window, maxlen=max(1, steps))
 
     def keep_offending(self) -> None:
         """Keep this rank's non-finite losses and the first batch that produced one (for the report)."""
@@ -58,6 +127,56 @@ class LossGuard:
 
     def reset(self) -> None:
         self.flag, self.seen = None, []
+
+
+def _token_ids(inputs: Any) -> torch.Tensor | None:
+    """A micro-batch's token ids, the one tensor of it the window keeps (where they stay: no copy, no sync)."""
+    ids = inputs.get("input_ids") if isinstance(inputs, dict) else None
+    return ids if isinstance(ids, torch.Tensor) else None
+
+
+def batch_fingerprint(ids: torch.Tensor | None) -> dict[str, Any]:
+    """A micro-batch as a fingerprint: the sha256 of its token ids (as int64, row-major) and their count."""
+    if ids is None:
+        return {"sha256": None, "tokens": None}
+    data = ids.detach().to("cpu", torch.int64).contiguous().numpy().tobytes()
+    return {"sha256": hashlib.sha256(data).hexdigest(), "tokens": int(ids.numel())}
+
+
+def spike_report(guard: LossGuard, step: int, message: str, output_dir: Path, rank: int) -> Path | None:
+    """Write ``loss-spike-step-N/`` for the spike reported at logged step ``step``: each rank its micro-batches'
+    fingerprints for the steps since the previous log, rank 0 ``report.json`` with every rank's loss at each of
+    those steps (highest first). None once :data:`MAX_SPIKE_REPORTS` are written (the alert still fires)."""
+    if guard.spike_reports >= MAX_SPIKE_REPORTS or not guard.window:
+        return None
+    guard.spike_reports += 1
+    where = output_dir / f"{filenames.LOSS_SPIKE_PREFIX}{step}"
+    steps = list(guard.window)
+    batches = {str(s.step): [batch_fingerprint(ids) for ids in s.batches] for s in steps}
+    if any(ids is not None for s in steps for ids in s.batches):
+        jsonfile.replace_text(where / f"batches-rank-{rank}.json", json.dumps(batches, indent=1) + "\n")
+    if rank == 0:
+        report = {
+            "step": step,
+            "message": message,
+            "steps": [
+                {
+                    "step": s.step,
+                    "losses": [_plain(loss) for loss in s.losses],
+                    "tokens": s.tokens,
+                    "highest_ranks": s.highest(),
+                }
+                for s in steps
+            ],
+            "batches": "batches-rank-R.json: rank R's micro-batches of each step, sha256 of their token ids",
+        }
+        jsonfile.replace_text(where / "report.json", json.dumps(report, indent=2) + "\n")
+    return where
+
+
+def _plain(loss: float | None) -> float | str | None:
+    """A loss as JSON holds it: a non-finite one as its name."""
+    return loss if loss is None or math.isfinite(loss) else str(loss)
 
 
 def nonfinite_report(

@@ -43,6 +43,9 @@ class OpsLayer(EngineOps):
         self.start_exporter()
         health = HealthCallback(trainer, Alerts(operations.alerts), self.exporter, records, self.device.kind)
         self.health = health
+        # a spike's report covers the steps the logged loss averaged (logging_steps, or 1 where it is a fraction)
+        self.guard.keep_steps(int(self.args.logging_steps) if self.args.logging_steps >= 1 else 1)
+        health.on_loss_spike = lambda step, message: self.loss_spike(step, message, records)
         handler = trainer.callback_handler.callbacks
         handler.insert(1, health)  # after throughput, before the reporters and metrics.jsonl: they see its figures
         # the trackers' integrations, guarded where they stand: one that is down is turned off, never the run
