@@ -316,13 +316,25 @@ def test_bad_data_exits_2_with_one_line(tmp_path):
 
 # ------------------------------------------------------------------------------------------ distributed
 def test_two_processes_with_gloo_under_torchrun(tmp_path):
-    """Both ranks prepare a share of the data (2 KiB chunks) before the process group forms; a rerun reuses it."""
+    """Both ranks prepare a share of the data (2 KiB chunks) before the process group forms; a rerun reuses it.
+    The cold tier (train.cold_checkpoints): rank 0 runs the command once a checkpoint is final; the copy of step 3
+    fails (an alert, training goes on), and the last checkpoint's copy is awaited before the process ends."""
+    cold = tmp_path / "cold"
+    copy = f"mkdir -p {cold} && test {{step}} != 3 && cp -r {{checkpoint}} {cold}/{{name}}"
     bundle = make_bundle(
-        tmp_path, "alpaca", "cluster.nodes=2", "train.max_steps=6", "train.save_steps=3", "data.shard_mib=0.002"
-    )
+        tmp_path, "alpaca", "cluster.nodes=2", "train.max_steps=6", "train.save_steps=3", "data.shard_mib=0.002",
+        f'train.cold_checkpoints.command=[sh,-c,"{copy}"]',
+    )  # fmt: skip
     result = run_train(bundle, processes=2)
     assert succeeded(result)
     out = output_dir(bundle)
+    copies = {r["step"]: r["code"] for r in records(out, metricslog.EVENT_CHECKPOINT_COLD)}
+    assert copies == {3: 1, 6: 0}
+    assert any(r["alert"] == "checkpoint_cold_failed" and r["step"] == 3 for r in records(out, metricslog.EVENT_ALERT))
+    assert sorted(p.name for p in cold.iterdir()) == ["checkpoint-6"]
+    # the cold copy is the final checkpoint, its run record included (a restart resumes it once copied back)
+    run_file = f"checkpoint-6/{filenames.RUN_FILE}"
+    assert (cold / run_file).read_bytes() == (out / run_file).read_bytes()
     assert "world size 2 | device cpu | backend gloo" in result.stderr
     assert "global batch 4 = micro 2 × accumulation 1 × data-parallel 2" in result.stderr
     assert [e["step"] for e in training_logs(out)] == list(range(1, 7))

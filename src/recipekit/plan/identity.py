@@ -18,6 +18,7 @@ from recipekit.plan.layout import Layout
 from recipekit.recipe.k8snames import MAX_DNS_LABEL, k8s_name
 from recipekit.recipe.schema import to_data
 from recipekit.recipe.sections import Recipe
+from recipekit.runtime.volume import coldtier
 
 #: Hex digits of the run fingerprint in the Job name and output directory: enough to keep runs of one team apart.
 RUN_ID_LENGTH = 6
@@ -135,4 +136,9 @@ def run_names(recipe: Recipe, layout: Layout, precision: str) -> tuple[RunNames,
                 hint="the hot tier is the node's own disk: mount it apart from the shared volume",
             )
         )
+    command = recipe.train.cold_checkpoints.command
+    if command and not command[0].strip():
+        problems.append(Problem("train.cold_checkpoints.command", "its first part, the program, is empty"))
+    for problem in coldtier.unknown_fields(command):
+        problems.append(Problem("train.cold_checkpoints.command", problem))
     return RunNames(identity, job_name, output_dir, prepared_dir), problems

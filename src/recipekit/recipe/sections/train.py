@@ -87,6 +87,26 @@ class HotCheckpointsSpec(Section):
     )
 
 
+# --------------------------------------------------------------------------------------------------- cold tier
+class ColdCheckpointsSpec(Section):
+    """A copy of each checkpoint in a cold store (an object store), made by a command of the image after the
+    checkpoint is signed on the shared volume, in the background: rank 0 runs it, one copy at a time, and training
+    never waits for it (docs/operations.md, "The cold tier"). Retention there is the store's (its lifecycle rules).
+    """
+
+    command: list[str] = spec(
+        default_factory=list,
+        description="The command and its arguments, run without a shell; {checkpoint} (its directory on the shared "
+        "volume), {name} (checkpoint-N), {step} and {run} (the run id) are filled in, e.g. [obsutil, cp, -r, -f, "
+        "'{checkpoint}', 'obs://bucket/runs/{run}/'] or [aws, s3, sync, '{checkpoint}', "
+        "'s3://bucket/runs/{run}/{name}']. Empty: no cold tier.",
+    )
+    every: int = spec(1, ge=1, le=1_000_000, description="Copy every Nth checkpoint saved (1: every one).")
+    timeout_s: int = spec(
+        3600, ge=10, le=7 * 86_400, description="A copy still running after this is stopped and counted a failure."
+    )
+
+
 # --------------------------------------------------------------------------------------------------------- train
 class TrainSpec(Section):
     """Optimisation and bookkeeping; the Trainer arguments are derived from these by the plan."""
@@ -119,6 +139,11 @@ class TrainSpec(Section):
         default_factory=HotCheckpointsSpec,
         omit_default=True,
         description="A node-local hot tier for checkpoints, drained to the shared volume in the background.",
+    )
+    cold_checkpoints: ColdCheckpointsSpec = spec(
+        default_factory=ColdCheckpointsSpec,
+        omit_default=True,
+        description="A copy of checkpoints in a cold store (an object store), by a command of the image.",
     )
     logging_steps: int = spec(10, gt=0, le=MAX_COUNT, description="Log every N optimizer steps.")
     seed: int = spec(42, ge=0, le=2**32 - 1, description="Random seed (NumPy's seeds are 32-bit).")

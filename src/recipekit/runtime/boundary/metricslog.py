@@ -40,6 +40,7 @@ EVENT_CHECKPOINT = "checkpoint"
 #: A hot tier's checkpoint reached the shared volume: ``step``, the drain's ``seconds``, the ``total`` from the save's
 #: start, ``bytes`` copied (runtime/volume/hottier.py).
 EVENT_CHECKPOINT_DRAINED = "checkpoint_drained"
+EVENT_CHECKPOINT_COLD = "checkpoint_cold"  # a checkpoint's copy to the cold store: ``step``, ``seconds``, ``code``
 EVENT_PROFILE = "profile"
 
 #: metrics.jsonl's measured memory of each logged step, GiB, the largest over ranks: the device's peak allocated

@@ -199,12 +199,22 @@ class HotCheckpointsView:
 
 
 @dataclass(frozen=True, slots=True)
+class ColdCheckpointsView:
+    """``recipe.train.cold_checkpoints``: the command that copies checkpoints to a cold store (volume/coldtier.py)."""
+
+    command: list[str]
+    every: int
+    timeout_s: int
+
+
+@dataclass(frozen=True, slots=True)
 class TrainView:
-    """``recipe.train``: the profiler window and the checkpoints' hot tier (absent: none; the Trainer's own
-    arguments are recipe.yaml's training_arguments)."""
+    """``recipe.train``: the profiler window and the checkpoints' hot and cold tiers (absent: none; the Trainer's
+    own arguments are recipe.yaml's training_arguments)."""
 
     profile_steps: list[int] | None
     hot_checkpoints: HotCheckpointsView | None = None
+    cold_checkpoints: ColdCheckpointsView | None = None
 
 
 @dataclass(frozen=True, slots=True)

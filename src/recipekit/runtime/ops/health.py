@@ -19,6 +19,9 @@ from .faults import Faults
 from .phases import PhaseWatch
 from .watchdog import Watchdog
 
+#: The alert of a checkpoint the cold tier's command did not copy (volume/coldtier.py).
+COLD_COPY_FAILED = "checkpoint_cold_failed"
+
 
 def directory_bytes(path: Path) -> int:
     total = 0
@@ -85,6 +88,13 @@ class HealthCallback(Health, TrainerCallback):
         self.records.add(metricslog.EVENT_CHECKPOINT, step=step, seconds=round(seconds, 3), bytes=size)
         for alert, message in self.alerts.on_checkpoint(step, seconds):
             self.raise_alert(alert, step, message)
+
+    def checkpoint_cold(self, step: int, seconds: float, code: int | None, error: str | None) -> None:
+        """The cold tier's copy of ``checkpoint-<step>`` ended (called in the copier's thread): its record, and an
+        alert when it failed (the checkpoint stays on the shared volume; the next one is copied as usual)."""
+        self.records.add(metricslog.EVENT_CHECKPOINT_COLD, step=step, seconds=round(seconds, 3), code=code, error=error)
+        if code != 0:
+            self.raise_alert(COLD_COPY_FAILED, step, f"checkpoint-{step} was not copied to the cold store: {error}")
 
     def checkpoint_drained(self, step: int, seconds: float, size: int) -> None:
         """The hot tier's drain put ``checkpoint-<step>`` on the shared volume (called in the drain's thread)."""

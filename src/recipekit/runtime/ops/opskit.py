@@ -72,6 +72,11 @@ class OpsLayer(EngineOps):
         if self.health is not None:
             self.health.checkpoint_drained(drained.step, drained.seconds, drained.bytes)
 
+    def checkpoint_cold(self, copied: Any) -> None:
+        """The cold tier's copy of a checkpoint ended (volume/coldtier.py ``ColdCopy``; called in its thread)."""
+        if self.health is not None:
+            self.health.checkpoint_cold(copied.step, copied.seconds, copied.code, copied.error)
+
     # -- after training
     def stopped(self, trainer: Any, records: Any) -> int | None:
         """The exit code of a run the loss guard stopped (after writing what can be saved), else None."""

@@ -25,7 +25,7 @@ from transformers import TrainerCallback
 from ..boundary import filenames
 from ..boundary.common import RunError, log0, rank
 from ..boundary.resume import resumechoice
-from ..volume import hottier, reshard, trust
+from ..volume import coldtier, hottier, reshard, trust
 from ..volume.resume import RECORD_EXCLUDED, mark_resumed
 
 
@@ -178,11 +178,19 @@ class RunRecordCallback(TrainerCallback):
     (a run started by hand), and such a checkpoint is refused on resume.
 
     With a hot tier (``drainer``) the checkpoint was saved to node-local storage: each pod's local rank 0 hands it
-    to its drain (volume/hottier.py), which signs it and copies it to the shared volume in the background.
+    to its drain (volume/hottier.py), which signs it and copies it to the shared volume in the background. Without
+    one, a signed checkpoint goes to the cold tier's copier (``cold``, volume/coldtier.py; the drain hands it over
+    itself).
     """
 
-    def __init__(self, record: dict[str, Any], key: bytes | None, drainer: hottier.Drainer | None = None):
-        self.record, self.key, self.drainer = record, key, drainer
+    def __init__(
+        self,
+        record: dict[str, Any],
+        key: bytes | None,
+        drainer: hottier.Drainer | None = None,
+        cold: coldtier.ColdCopier | None = None,
+    ):
+        self.record, self.key, self.drainer, self.cold = record, key, drainer, cold
 
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         _barrier()  # every rank's files (DeepSpeed partitions, rng states) are written before they are hashed
@@ -198,6 +206,8 @@ class RunRecordCallback(TrainerCallback):
                 record = trust.sign(record, self.key, trust.digests(checkpoint, RECORD_EXCLUDED))
             resumechoice.write_run_record(checkpoint, record)
             drop_resharded(Path(args.output_dir))
+            if self.cold is not None:  # signed and final: the cold tier copies it in the background
+                self.cold.submit(checkpoint, state.global_step)
 
     def _hand_over(self, args: Any, step: int) -> None:
         """Every pod's files of ``step`` to the drains: a stale staging copy (an earlier attempt's) removed first by

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,7 @@ from ..ops.guard import OpsTrainer
 from ..ops.opskit import OpsLayer
 from ..ops.preflight import make_output_dir
 from ..ops.trackers import guarded as trackers
-from ..volume import hottier, restart
+from ..volume import coldtier, hottier, restart
 from ..volume.recovery import skipped_batches
 from ..volume.reshard import ds_config_for_universal, reshard_refusal
 from ..volume.rowledger import RowIndexed, RowLedger
@@ -262,7 +263,7 @@ def run_training(run: RunConfig, device: Device, resume: str) -> int:
         trainer.ledger = RowLedger(output_dir, args.process_index, args.world_size, tensor_parallel(run))
     if isinstance(train_set, StreamDataset) and resume_from:  # the stream skips itself; the random state is ours
         trainer.add_callback(ResumeRandomState(trainer, resume_from))
-    drainer = install_checkpoints(trainer, run, output_dir, (identity, key), ops, restarted=request is not None)
+    saves = install_checkpoints(trainer, run, output_dir, (identity, key), ops, restarted=request is not None)
     for line in summary_lines(run, args, device, model_path, (trainable, total), train_set, eval_set, resume_from):
         log0(line)
     records.add(metricslog.EVENT_START, **start_fields(run, args, device, layout, choice, (trainable, total)))
@@ -273,8 +274,7 @@ def run_training(run: RunConfig, device: Device, resume: str) -> int:
     try:
         trainer.train(resume_from_checkpoint=load_from)
     finally:
-        if drainer is not None:  # the last checkpoint reaches the shared volume before anything ends
-            drainer.wait()
+        saves.finish()  # the last checkpoint reaches the shared volume (and the cold store) before anything ends
         ops.close()
     code = ops.stopped(trainer, records)
     if code is not None:  # the loss guard stopped every rank at the same step
@@ -316,20 +316,36 @@ def install_checkpoints(
     signing: tuple[dict[str, Any], bytes | None],
     ops: OpsLayer,
     restarted: bool,
-) -> hottier.Drainer | None:
+) -> CheckpointTiers:
     """Where checkpoints go (the hot tier, when there is one) and the callbacks that sign (``signing``: the run
     record and the run key) and time them, added last: the run record's signs what every other callback wrote, and
     the timer counts it. ``restarted``: a restart was asked for, so this pod's hot checkpoints are forgotten.
-    Returns the hot tier's drain."""
+    Returns the hot tier's drain and the cold tier's copier, the background work the end of training waits for."""
     identity, key = signing
     if restarted:
         forget_hot_tier(run)  # its checkpoints belong to the trajectory the restart leaves
     tier = hot_tier(run)
-    drainer = make_drainer(tier, output_dir, identity, key, run, ops)
+    cold = coldtier.cold_copier(run.recipe.train.cold_checkpoints, run.plan.run_id, rank(), ops.checkpoint_cold)
+    drainer = make_drainer(tier, output_dir, identity, key, run, ops, cold)
     trainer.hot_dir = str(tier.directory) if tier is not None else None
-    trainer.add_callback(RunRecordCallback(identity, key, drainer))
+    trainer.add_callback(RunRecordCallback(identity, key, drainer, cold))
     ops.time_saves(trainer, trainer.checkpoint_dir(), drained_later=drainer is not None)
-    return drainer
+    return CheckpointTiers(drainer, cold)
+
+
+@dataclass(frozen=True)
+class CheckpointTiers:
+    """The checkpoints' background work: the hot tier's drain and the cold tier's copies (each None when off)."""
+
+    drainer: hottier.Drainer | None
+    cold: coldtier.ColdCopier | None
+
+    def finish(self) -> None:
+        """Wait for the last drain, then for the last cold copy (it copies what the drain put in place)."""
+        if self.drainer is not None:
+            self.drainer.wait()
+        if self.cold is not None:
+            self.cold.close()
 
 
 def forget_hot_tier(run: RunConfig) -> None:
@@ -348,8 +364,10 @@ def make_drainer(
     key: bytes | None,
     run: RunConfig,
     ops: OpsLayer,
+    cold: coldtier.ColdCopier | None = None,
 ) -> hottier.Drainer | None:
-    """The background drain of this pod's hot tier to the shared volume (None without a hot tier)."""
+    """The background drain of this pod's hot tier to the shared volume (None without a hot tier); each drained
+    checkpoint then goes to ``cold``, the cold tier's copier (global rank 0's)."""
     if tier is None:
         return None
     tier.directory.mkdir(parents=True, exist_ok=True)
@@ -363,7 +381,13 @@ def make_drainer(
         keep,
     )
     place = hottier.PodPlace.from_env()
-    return hottier.Drainer(tier, output_dir, place, identity, key, keep, done=ops.checkpoint_drained)
+
+    def drained(checkpoint: hottier.Drained) -> None:
+        ops.checkpoint_drained(checkpoint)
+        if cold is not None:
+            cold.submit(coldtier.checkpoint_path(output_dir, checkpoint.step), checkpoint.step)
+
+    return hottier.Drainer(tier, output_dir, place, identity, key, keep, done=drained)
 
 
 def restart_request(output_dir: Path, run_id: str, key: bytes | None) -> restart.RestartRequest | None:

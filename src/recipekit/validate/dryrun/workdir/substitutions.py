@@ -37,6 +37,10 @@ DRY_CHUNKS_PER_POD = 4
 DRY_MIN_CHUNK = 1024
 
 
+#: The dry run's cold store, a directory on the work copy's volume (train.cold_checkpoints).
+COLD_STORE = "cold-store"
+
+
 def cpu_hardware() -> HardwareSpec:
     """The ``cpu`` hardware option: what a laptop is, in the recipe's own terms."""
     return validate(HardwareSpec, yamlfile.read(group_options("hw")["cpu"]), root="hw")
@@ -84,7 +88,30 @@ def substitute(recipe: Recipe, options: DryRunOptions, root: Path) -> tuple[Reci
     dry = _schedule(sub, dry, recipe, options)
     dry = _machine(sub, dry, recipe, options, root)
     dry = _evaluation(sub, dry, root)
+    dry = _cold_tier(sub, dry, root)
     return dry, sub.found
+
+
+def _cold_tier(sub: Substituter, dry: Recipe, root: Path) -> Recipe:
+    """``train.cold_checkpoints``: the command copies into a directory of the work copy (no object store here)."""
+    cold = dry.train.cold_checkpoints
+    if not cold.command:
+        return dry
+    store = root / "shared" / COLD_STORE
+    store.mkdir(parents=True, exist_ok=True)
+    command = ["cp", "-r", "{checkpoint}", f"{store}/{{name}}"]
+    dry = replace(dry, train=replace(dry.train, cold_checkpoints=replace(cold, command=command)))
+    sub.found.append(
+        Substitution(
+            RECIPE,
+            "recipe.train.cold_checkpoints.command",
+            " ".join(cold.command),
+            " ".join(command),
+            f"no object store here: the cold store is {store} (the command's program, {cold.command[0]}, is the "
+            "image's and is not run)",
+        )
+    )
+    return dry
 
 
 def _evaluation(sub: Substituter, dry: Recipe, root: Path) -> Recipe:
