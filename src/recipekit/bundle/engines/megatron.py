@@ -129,6 +129,10 @@ def _model(recipe: Recipe, plan: Plan) -> dict[str, Any]:
         "recompute_method": "uniform" if full else None,
         "recompute_num_layers": 1 if full else None,
     }
+    if layout.first_stage_layers:  # an edge stage of its own length: the other stages split the rest evenly
+        values["num_layers_in_first_pipeline_stage"] = layout.first_stage_layers
+    if layout.last_stage_layers:
+        values["num_layers_in_last_pipeline_stage"] = layout.last_stage_layers
     if selective:
         values["recompute_modules"] = ["core_attn"]
     if model.moe:

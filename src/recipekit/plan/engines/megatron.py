@@ -10,8 +10,8 @@ experts per EP rank, SP needing TP, CP's sequence chunks), are Megatron-core's a
   which shards the fp32 master weights and Adam's moments over the data-parallel ranks; DeepSpeed's ZeRO stages and
   offload are DeepSpeed's, not Megatron's;
 * adapters are Bridge's LoRA on Megatron's fused projections; 4-bit QLoRA bases it does not load;
-* DualPipe is DeepSeek's own schedule, not Megatron-core's; a first or last stage of its own length is not compiled
-  for yet (``num_layers_in_first_pipeline_stage`` exists in Megatron-core; the room's document does not carry it);
+* DualPipe is DeepSeek's own schedule, not Megatron-core's (a first or last stage of its own length is
+  Megatron-core's ``num_layers_in_first_pipeline_stage`` / ``..._last_...``, which the document carries);
 * Bridge trains for a number of iterations, so the run's step count must be known at build;
 * a TP group stays inside a pod (its all-reduces run every layer).
 """
@@ -84,7 +84,7 @@ def _optimizer_problems(recipe: Recipe) -> list[Problem]:
 
 
 def _schedule_problems(recipe: Recipe) -> list[Problem]:
-    """What the room's document cannot say: DualPipe, uneven edge stages, an unknown step count, an eval split."""
+    """What the room's document cannot say: DualPipe, an unknown step count, an eval split."""
     par, problems = recipe.parallel, []
     if par.pipeline_schedule == "dualpipe":
         problems.append(
@@ -94,15 +94,6 @@ def _schedule_problems(recipe: Recipe) -> list[Problem]:
                 hint="parallel.pipeline_schedule=auto (interleaved with virtual stages)",
             )
         )
-    for key in ("first_stage_layers", "last_stage_layers"):
-        if getattr(par, key):
-            problems.append(
-                Problem(
-                    f"parallel.{key}",
-                    "an edge stage of its own length is not compiled for the Megatron engine yet",
-                    hint=f"parallel.{key}=0 (pipeline stages of equal length)",
-                )
-            )
     if recipe.data.eval_fraction > 0:
         problems.append(
             Problem(

@@ -19,6 +19,8 @@ left out keeps the value of Bridge's base recipe: ``_pretrain_common()`` for ``p
         tensor_model_parallel_size: 2          # required, >= 1 (each size below: >= 1)
         pipeline_model_parallel_size: 2        # required
         virtual_pipeline_model_parallel_size: null
+        num_layers_in_first_pipeline_stage: null   # an edge stage of its own length (the rest split evenly)
+        num_layers_in_last_pipeline_stage: null
         expert_model_parallel_size: 1          # required
         expert_tensor_parallel_size: null
         context_parallel_size: 1               # required
@@ -162,6 +164,8 @@ SECTIONS: dict[str, dict[str, Field]] = {
         "tensor_model_parallel_size": _size(required=True),
         "pipeline_model_parallel_size": _size(required=True),
         "virtual_pipeline_model_parallel_size": _size(nullable=True),
+        "num_layers_in_first_pipeline_stage": _size(nullable=True),
+        "num_layers_in_last_pipeline_stage": _size(nullable=True),
         "expert_model_parallel_size": _size(required=True),
         "expert_tensor_parallel_size": _size(nullable=True),
         "context_parallel_size": _size(required=True),

@@ -101,6 +101,8 @@ LAYOUT_FIELDS = frozenset(
         "tensor_model_parallel_size",
         "pipeline_model_parallel_size",
         "virtual_pipeline_model_parallel_size",
+        "num_layers_in_first_pipeline_stage",
+        "num_layers_in_last_pipeline_stage",
         "expert_model_parallel_size",
         "expert_tensor_parallel_size",
         "context_parallel_size",

@@ -122,6 +122,15 @@ class MegatronDryRun:
         dry = sub.section(dry, "parallel", "the layout scaled to a few gloo processes, each split kept", **scaled)
         if par.tensor_parallel > 1 and par.expert_parallel > 1:
             sub.found[-1:] = [replace(s, why=s.why + "; TP with EP needs sequence parallelism") for s in sub.found[-1:]]
+        if par.first_stage_layers or par.last_stage_layers:
+            dry = sub.section(
+                dry,
+                "parallel",
+                "the twin's layers split evenly over its stages (the document's edge-stage lengths are checked "
+                "against Megatron-core's own split, tests/unit/plan/test_megatron_stages.py)",
+                first_stage_layers=0,
+                last_stage_layers=0,
+            )
         dry = sub.section(
             dry,
             "parallel",
