@@ -167,6 +167,8 @@ def run_dry_run(bundle: Bundle, options: DryRunOptions, progress: Progress = lam
     why = _unrunnable(bundle, options, progress)
     if why is not None:
         return [r.skip(why) for r in results.all()] + unproven
+    # the engine's own word on the layout as built, then what the run cannot prove (its venv: unrunnable() built it)
+    engine_results = engine_of_doc(bundle.doc).own_checks(bundle) + unproven
     progress(f"preparing the work copy of {bundle.path}")
     preparing = time.monotonic()
     work = prepare(bundle, options)
@@ -182,7 +184,7 @@ def run_dry_run(bundle: Bundle, options: DryRunOptions, progress: Progress = lam
                 cache.close()
     finally:
         work.release()
-    found += unproven
+    found += engine_results
     (work.root / "report.json").write_text(
         json.dumps([r.to_json() for r in found], indent=2, default=str) + "\n", encoding="utf-8"
     )

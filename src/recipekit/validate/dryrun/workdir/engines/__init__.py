@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from recipekit.validate.dryrun.options import DryRunOptions
     from recipekit.validate.dryrun.workdir.changes import Substituter, Substitution
     from recipekit.validate.shared.loader import Bundle
+    from recipekit.validate.shared.results import Result
 
 
 class DryRunEngine(Protocol):
@@ -76,6 +77,11 @@ class DryRunEngine(Protocol):
 
     def not_proven(self, bundle: Bundle) -> list[str]:
         """What a CPU dry run of this engine's bundle does not prove (validate's report lists it)."""
+        ...
+
+    def own_checks(self, bundle: Bundle) -> list[Result]:
+        """The engine's own checks of the bundle as built (before the dry run scales it), where its code can be
+        asked here: Megatron-core's argument validation of the layout. None for an engine the dry run runs whole."""
         ...
 
 

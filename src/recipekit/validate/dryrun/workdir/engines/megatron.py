@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from recipekit.validate.dryrun.options import DryRunOptions
     from recipekit.validate.dryrun.workdir.changes import Substituter, Substitution
     from recipekit.validate.shared.loader import Bundle
+    from recipekit.validate.shared.results import Result
 
 #: Below the room's output directory: Bridge's checkpoints (runtime/megatron/checkpoints.py, CHECKPOINTS_DIR).
 CHECKPOINTS_DIR = "checkpoints"
@@ -231,6 +232,13 @@ class MegatronDryRun:
 
     def final_weights(self, output_dir: Path) -> list[str]:
         return [name for name in filenames.WEIGHT_FILES if (output_dir / HF_DIR / name).is_file()]
+
+    def own_checks(self, bundle: Bundle) -> list[Result]:
+        """Megatron-core's argument validation of the layout as built (megatronconfig.py), in the engine's venv."""
+        from recipekit.validate.dryrun.workdir.engines.megatronconfig import check_config
+        from recipekit.validate.dryrun.workdir.enginevenv import engine_python
+
+        return [check_config(bundle.doc or {}, engine_python())]
 
     def not_proven(self, bundle: Bundle) -> list[str]:
         """:data:`NOT_PROVEN`, the recipe's own splits the dry run scaled away, and the image's engine version."""
