@@ -274,7 +274,7 @@ def run_training(run: RunConfig, device: Device, resume: str) -> int:
     try:
         trainer.train(resume_from_checkpoint=load_from)
     finally:
-        saves.finish()  # the last checkpoint reaches the shared volume (and the cold store) before anything ends
+        saves.drained()  # the last checkpoint reaches the shared volume before anything ends
         ops.close()
     code = ops.stopped(trainer, records)
     if code is not None:  # the loss guard stopped every rank at the same step
@@ -289,6 +289,7 @@ def run_training(run: RunConfig, device: Device, resume: str) -> int:
     log0("done: %d steps; model in %s", step, output_dir)
     if args.process_index == 0:  # eval.enabled: the benchmark on what was saved (the other ranks have left)
         evaluate_after_training(recipe, output_dir, model_path, merged, precision(args), device.kind)
+    saves.copied()  # a finished run's last checkpoint is in the cold store before the pod ends (within its timeout)
     return exitcodes.EXIT_OK
 
 
@@ -340,10 +341,14 @@ class CheckpointTiers:
     drainer: hottier.Drainer | None
     cold: coldtier.ColdCopier | None
 
-    def finish(self) -> None:
-        """Wait for the last drain, then for the last cold copy (it copies what the drain put in place)."""
+    def drained(self) -> None:
+        """Wait for the last drain (every run's end: a restart resumes what is on the shared volume)."""
         if self.drainer is not None:
             self.drainer.wait()
+
+    def copied(self) -> None:
+        """Wait for the last cold copy (a finished run's end only: a failed or preempted pod ends at once, and its
+        copy, a daemon thread's, ends with it)."""
         if self.cold is not None:
             self.cold.close()
 

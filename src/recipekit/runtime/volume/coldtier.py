@@ -9,8 +9,9 @@ become a command) with the checkpoint's directory, name, step and the run id fil
 The copy starts once the checkpoint is final on the shared volume (signed there, or renamed into place by the hot
 tier's drain), so the cold copy holds the signed run record and verifies as any checkpoint does. Global rank 0 runs
 one copy at a time in a daemon thread: a checkpoint saved while a copy runs waits, and a newer one replaces it
-(the store gets the newest, not a queue that falls behind). Training never waits, but at the end the last copy is
-awaited (within its timeout), so the pod does not end before the run's last checkpoint is in the store.
+(the store gets the newest, not a queue that falls behind). Training never waits, but at the end of a finished run
+the last copy is awaited (within its timeout), so the pod does not end before the run's last checkpoint is in the
+store; a failed or preempted pod ends at once.
 
 Standard library only, like the rest of the runtime.
 """
