@@ -115,8 +115,20 @@ def alert_rules(recipe: Recipe, plan: Plan, ops: Operations) -> list[dict[str, A
             "first step after the restart); recipekit runs history says why the attempt ended",
         ),
         *_log_event_rules(recipe, plan, rule),
+        *_cold_tier_rules(recipe, plan, rule),
         *_device_rules(recipe, plan),
     ]
+
+
+def _cold_tier_rules(recipe: Recipe, plan: Plan, rule: Any) -> list[dict[str, Any]]:
+    """A checkpoint the cold tier's command did not copy (train.cold_checkpoints), from the in-process alert's
+    counter: once, for the hour after (the alert record in metrics.jsonl says why)."""
+    if not recipe.train.cold_checkpoints.command:
+        return []
+    failed = f'{metricnames.ALERT_LABEL}="{metricnames.COLD_COPY_FAILED}"'
+    expr = f"increase({metricnames.ALERTS.name}{{{_selector(plan)},{failed}}}[1h]) > 0"
+    summary = "a checkpoint was not copied to the cold store (train.cold_checkpoints) in the last hour"
+    return [rule("RecipekitColdCopyFailed", expr, "warning", summary)]
 
 
 #: The alert of each log-event kind (metricnames.LOG_EVENT_KINDS): name, severity, what happened.

@@ -157,3 +157,33 @@ def test_a_log_keyword_alerts_with_pod_and_rank_for_its_window(rules, served, tm
 def test_the_exporter_served_every_kind_with_its_count(served) -> None:
     for kind in names.LOG_EVENT_KINDS:
         assert f"{names.LOG_EVENTS.name}/{kind}" in served and f"{names.LOG_EVENT_TIME.name}/{kind}" in served
+
+
+@needs_promtool
+def test_a_failed_cold_copy_alerts_for_the_hour_after(tmp_path: Path) -> None:
+    """train.cold_checkpoints: the in-process alert's counter, as a real exporter serves it, fires the rule once a
+    copy failed, for an hour; without a cold tier there is no rule."""
+    assert b"RecipekitColdCopyFailed" not in render_files(["recipe=tiny_sft"])["prometheusrule.yaml"]
+    cold = 'train.cold_checkpoints.command=[aws,s3,sync,"{checkpoint}","s3://b/{run}/{name}"]'
+    rules = yaml.safe_load(render_files(["recipe=tiny_sft", cold])["prometheusrule.yaml"])
+    rule = _rule(rules, "RecipekitColdCopyFailed")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    exporter = Exporter(port, _job(rules), 0, "127.0.0.1")
+    try:
+        exporter.alert(names.COLD_COPY_FAILED)  # what health.checkpoint_cold raises for a failed copy
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    finally:
+        exporter.close()
+    (line,) = [x for x in text.splitlines() if x.startswith(names.ALERTS.name + "{")]
+    labels = {**dict(_LABEL.findall(_SAMPLE.match(line).group(2))), "pod": f"{_job(rules)}-worker-0"}
+    assert labels[names.ALERT_LABEL] == names.COLD_COPY_FAILED
+    name = names.ALERTS.name
+    cases = [
+        _case(rule, name, labels, "0x5 1x10", "10m", True),  # failed at 5 min: fires after
+        _case(rule, name, labels, "0x5 1x90", "80m", False),  # over an hour later: quiet
+        _case(rule, name, labels, "0x15", "10m", False),  # never failed
+    ]
+    proc = _promtool_test(tmp_path, rules, cases)
+    assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -22,6 +22,8 @@ RANK_LABEL = "rank"
 LABELS = (JOB_LABEL, RANK_LABEL)
 #: The extra label of :data:`ALERTS`: which in-process alert fired.
 ALERT_LABEL = "alert"
+#: The in-process alert of a checkpoint the cold tier's command did not copy (runtime/volume/coldtier.py).
+COLD_COPY_FAILED = "checkpoint_cold_failed"
 #: The extra label of :data:`LOG_EVENTS` and :data:`LOG_EVENT_TIME`: which kind of fault a log line named.
 KIND_LABEL = "kind"
 #: Its values (runtime/ops/logevents.py holds the keywords of each).

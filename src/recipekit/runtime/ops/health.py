@@ -19,9 +19,6 @@ from .faults import Faults
 from .phases import PhaseWatch
 from .watchdog import Watchdog
 
-#: The alert of a checkpoint the cold tier's command did not copy (volume/coldtier.py).
-COLD_COPY_FAILED = "checkpoint_cold_failed"
-
 
 def directory_bytes(path: Path) -> int:
     total = 0
@@ -94,7 +91,8 @@ class HealthCallback(Health, TrainerCallback):
         alert when it failed (the checkpoint stays on the shared volume; the next one is copied as usual)."""
         self.records.add(metricslog.EVENT_CHECKPOINT_COLD, step=step, seconds=round(seconds, 3), code=code, error=error)
         if code != 0:
-            self.raise_alert(COLD_COPY_FAILED, step, f"checkpoint-{step} was not copied to the cold store: {error}")
+            message = f"checkpoint-{step} was not copied to the cold store: {error}"
+            self.raise_alert(names.COLD_COPY_FAILED, step, message)
 
     def checkpoint_drained(self, step: int, seconds: float, size: int) -> None:
         """The hot tier's drain put ``checkpoint-<step>`` on the shared volume (called in the drain's thread)."""
