@@ -196,7 +196,7 @@ def test_nemo_automodel_qwen3_moe_step_with_its_mfu_in_its_own_count() -> None:
 def test_advise_on_a_1024_card_cluster_proposes_tp_pp_dp_for_a_405b_model() -> None:
     """The seeds' example: 1,024 H100s (128 nodes), a dense 405B model at 8K. Searching Megatron-core's layouts, the
     first advice splits the model over TP inside a node and PP across nodes, data-parallel over the rest; it fits,
-    and its bubble and its exposed TP traffic are stated."""
+    its bubble and its exposed TP traffic are stated, and the Megatron engine builds it."""
     recipe = recipe_of(
         "model=llama3.1_405b",
         "mode=pretrain",
@@ -214,7 +214,8 @@ def test_advise_on_a_1024_card_cluster_proposes_tp_pp_dp_for_a_405b_model() -> N
     assert best.fits and best.parallel3d is not None and best.parallel3d.tp_inside_node
     assert best.parallel3d.bubble_fraction > 0 and best.seconds("pipeline bubble") > 0
     assert best.seconds("TP traffic") > 0
-    assert not advices[0].buildable  # PP is Megatron-core's: analysis only until an engine builds it
+    # the Megatron engine builds it, edge stages of their own length included (126 layers: one on each end)
+    assert advices[0].buildable and "engine=megatron" in advices[0].overrides
 
 
 def test_advise_for_deepseek_v3_on_64_nodes_of_910b_uses_expert_parallelism() -> None:
