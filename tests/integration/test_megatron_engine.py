@@ -71,6 +71,7 @@ def test_killed_at_a_step_and_resumed_with_the_same_losses(name: str, tmp_path: 
     assert all(r.status is not Status.FAIL for r in results.values()), _explain(results.values())
     assert results["dryrun.train"].status is Status.PASS and results["dryrun.resume"].status is Status.PASS
     assert "kernels" in results["dryrun.unproven"].reason  # validate says what the CPU run does not prove
+    assert results["dryrun.engine-config"].status is Status.PASS  # Megatron-core's own checks of the layout as built
 
     resume = results["dryrun.resume"].details
     assert resume["resumed_step"] == SAVED and resume["first_step_after_restart"] == SAVED + 1
