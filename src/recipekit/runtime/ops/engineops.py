@@ -10,7 +10,6 @@ guard's state and report), alerts.py (the alerts and the figures), exporter.py (
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import asdict
 from pathlib import Path
@@ -23,7 +22,7 @@ from . import logevents
 from .device import Device
 from .exporter import start_exporter
 from .faults import Faults
-from .lossguard import LossGuard, nonfinite_report, spike_report
+from .lossguard import LossGuard, nonfinite_report, plain_losses, spike_report
 from .preflight import PreflightFailed, pod_index, run_preflight
 from .watchdog import Watchdog
 
@@ -105,7 +104,7 @@ class EngineOps:
         records.add(
             metricslog.EVENT_LOSS_SPIKE,
             step=step,
-            losses=[loss if loss is None or math.isfinite(loss) else str(loss) for loss in last.losses],
+            losses=plain_losses(last.losses),
             tokens=last.tokens,
             highest_rank=highest[0] if highest else None,
             report=str(where),

@@ -72,7 +72,7 @@ class LossGuard:
     synchronisation per micro-batch; :meth:`agree` all-reduces them once per step.
     """
 
-    def __init__(self, window_steps: int = 1) -> None:
+    def __init__(self) -> None:
         self.flag: torch.Tensor | None = None
         self.seen: list[tuple[torch.Tensor, Any]] = []  # (loss, inputs) of the current step's micro-batches
         self.nonfinite: list[float] = []  # this rank's non-finite losses of the step the run stopped at
@@ -80,7 +80,7 @@ class LossGuard:
         self.stopped_at: int | None = None
         self.ranks: list[int] = []
         self.steps_per_epoch: int | None = None  # of the stopped run (to place the step's batch in its epoch)
-        self.window: collections.deque[StepLosses] = collections.deque(maxlen=max(1, window_steps))
+        self.window: collections.deque[StepLosses] = collections.deque(maxlen=1)  # keep_steps sets the interval
         self.spike_reports = 0
 
     def observe(self, loss: torch.Tensor, inputs: Any) -> None:
@@ -162,7 +162,7 @@ def spike_report(guard: LossGuard, step: int, message: str, output_dir: Path, ra
             "steps": [
                 {
                     "step": s.step,
-                    "losses": [_plain(loss) for loss in s.losses],
+                    "losses": plain_losses(s.losses),
                     "tokens": s.tokens,
                     "highest_ranks": s.highest(),
                 }
@@ -174,9 +174,9 @@ def spike_report(guard: LossGuard, step: int, message: str, output_dir: Path, ra
     return where
 
 
-def _plain(loss: float | None) -> float | str | None:
-    """A loss as JSON holds it: a non-finite one as its name."""
-    return loss if loss is None or math.isfinite(loss) else str(loss)
+def plain_losses(losses: list[float | None]) -> list[float | str | None]:
+    """Losses as JSON holds them: a non-finite one as its name."""
+    return [loss if loss is None or math.isfinite(loss) else str(loss) for loss in losses]
 
 
 def nonfinite_report(
