@@ -17,7 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 import yaml
-from click.testing import CliRunner
+from click.testing import CliRunner, Result
 
 from recipekit.bundle.build import build
 from recipekit.cli.validate import validate_command
@@ -35,11 +35,12 @@ if _MISSING:
     pytest.skip(f"the training stack is not installed ({', '.join(_MISSING)})", allow_module_level=True)
 
 TIMEOUT_S = 420
+#: Each case's overrides. The README's own dry run (Llama 3 8B SFT, ZeRO-3 on one 8-device node) is judged by
+#: :func:`assert_trains_checkpoints_and_finishes` too, in test_compare_presets.py, which runs it as pasted.
 CASES = {
     "ddp": ["recipe=tiny_sft", "parallel=ddp"],
-    "zero2": ["recipe=llama3_8b_sft", "parallel=zero2"],  # one 8-device node in the bundle, two 1-process pods here
     "zero3": ["recipe=qwen2.5_14b_sft"],  # 2 nodes × 8 NPUs, ZeRO-3, the Qwen2 twin
-    "lora": ["recipe=llama3_8b_lora"],  # LoRA on ZeRO-2
+    "lora": ["recipe=llama3_8b_lora"],  # LoRA on ZeRO-2, one 8-device node in the bundle, two 1-process pods here
 }
 
 
@@ -72,14 +73,25 @@ def _explain(results) -> str:
 def test_dry_run_trains_checkpoints_and_finishes(tmp_path: Path, case: str) -> None:
     bundle = build(CASES[case], tmp_path / "bundle", force=True).path
     workdir = tmp_path / "work"
-    results = {
-        r.id: r for r in run_dry_run(load_bundle(bundle), DryRunOptions(pods=2, workdir=workdir, timeout=TIMEOUT_S))
-    }
+    ran = run_dry_run(load_bundle(bundle), DryRunOptions(pods=2, workdir=workdir, timeout=TIMEOUT_S))
+    assert all(r.status is not Status.FAIL for r in ran), _explain(ran)
+    results = {r.id: json.loads(json.dumps(r.to_json())) for r in ran}  # as report.json and --json hold them
+    assert_trains_checkpoints_and_finishes(
+        bundle, workdir, results, zero3=case == "zero3", one_node_of_8=case == "lora"
+    )
+
+
+def assert_trains_checkpoints_and_finishes(
+    bundle: Path, workdir: Path, results: dict[str, dict], *, zero3: bool, one_node_of_8: bool
+) -> None:
+    """A default dry run's account (``results``: each check's JSON by id) of ``bundle`` in ``workdir``: 8 steps on two
+    pods, checkpoints at 4 and 8, the data prepared by both pods, nothing left running. ``zero3``: ZeRO-3's settings
+    were scaled to the twin; ``one_node_of_8``: the bundle's one 8-device node became two 1-process pods."""
+    assert all(r["status"] != Status.FAIL.value for r in results.values()), json.dumps(results)[-6000:]
     train = results["dryrun.train"]
-    assert all(r.status is not Status.FAIL for r in results.values()), _explain(results.values())
-    assert train.status is Status.PASS
-    details = train.details
-    assert details["exit_codes"] == {0: 0, 1: 0}
+    assert train["status"] == Status.PASS.value
+    details = train["details"]
+    assert details["exit_codes"] == {"0": 0, "1": 0}
     assert details["final_step"] == 8 and details["checkpoints"][-2:] == [4, 8]
     assert details["final_weights"], "no final model written"
     assert details["time_to_first_step_s"] > 0 and details["steps_per_s"] > 0
@@ -97,42 +109,34 @@ def test_dry_run_trains_checkpoints_and_finishes(tmp_path: Path, case: str) -> N
     # The bundle itself is untouched; every process is gone.
     assert not (bundle / "shared").exists() and (workdir / "substitutions.json").is_file()
     assert processes_under(workdir) == []
-    subs = {s["field"] for s in results["dryrun.prepare"].details["substitutions"]}
+    subs = {s["field"] for s in results["dryrun.prepare"]["details"]["substitutions"]}
     assert "training_arguments.output_dir" in subs
-    if case == "zero3":
+    if zero3:
         assert "zero_optimization.stage3_param_persistence_threshold" in subs
-    if case in ("zero2", "lora"):  # an 8-device single-node bundle becomes two 1-process pods
+    if one_node_of_8:
         assert {"plan.world_size", "nodes", "nproc_per_node", "train_batch_size", "recipe.hw"} <= subs
 
 
-@pytest.mark.parametrize(
-    "overrides, victim", [(["recipe=tiny_sft"], 1), (["recipe=llama3_8b_sft"], 0)], ids=["zero2-worker", "zero3-master"]
-)
-def test_kill_a_pod_and_resume_from_the_checkpoint(tmp_path: Path, overrides: list[str], victim: int) -> None:
-    """Through the CLI, with --json: a pod dies at step 6, the job restarts and resumes at checkpoint-4.
+def test_kill_the_master_pod_and_resume_from_the_checkpoint(tmp_path: Path) -> None:
+    """Pod 0 (the rendezvous host and rank 0) of a ZeRO-3 bundle, whose checkpoint holds partitioned optimizer and
+    parameter state. (Pod 1 of a ZeRO-2 bundle: test_compare_dryruns' killed run, judged the same way.)"""
+    bundle = build(["recipe=llama3_8b_sft"], tmp_path / "bundle", force=True).path
+    result = kill_and_resume(bundle, tmp_path / "work", victim=0)
+    assert_killed_and_resumed(result, bundle, tmp_path / "work", victim=0)
 
-    Pod 1 of a ZeRO-2 bundle; pod 0 (the rendezvous host and rank 0) of a ZeRO-3 one, whose checkpoint holds
-    partitioned optimizer and parameter state."""
-    bundle = build(overrides, tmp_path / "bundle", force=True).path
-    workdir = tmp_path / "work"
-    result = CliRunner().invoke(
-        validate_command,
-        [
-            str(bundle),
-            "--dry-run",
-            "--pods",
-            "2",
-            "--kill-pod",
-            str(victim),
-            "--at-step",
-            "6",
-            "--workdir",
-            str(workdir),
-            "--timeout",
-            str(TIMEOUT_S),
-            "--json",
-        ],
+
+def kill_and_resume(bundle: Path, workdir: Path, *, victim: int) -> Result:
+    """Through the CLI, with --json: pod ``victim`` dies at step 6, the job restarts (and should resume at
+    checkpoint-4)."""
+    argv = ["--pods", "2", "--kill-pod", str(victim), "--at-step", "6", "--workdir", str(workdir)]
+    return CliRunner().invoke(
+        validate_command, [str(bundle), "--dry-run", *argv, "--timeout", str(TIMEOUT_S), "--json"]
     )
+
+
+def assert_killed_and_resumed(result: Result, bundle: Path, workdir: Path, *, victim: int) -> None:
+    """What :func:`kill_and_resume` must show: the kill at step 6, the restart from checkpoint-4 row by row, every
+    phase reported once per pod and attempt, the data prepared once."""
     document = json.loads(result.stdout)
     checks = {c["id"]: c for c in document["checks"]}
     assert result.exit_code == 0, json.dumps({k: checks[k] for k in checks if k.startswith("dryrun")}, indent=1)

@@ -172,6 +172,7 @@ RUN_ELSEWHERE = {
     "recipekit validate bundles/tiny_sft --dry-run --restart checkpoint-4,fresh": "test_dryrun_restart.py",
     "recipekit validate bundles/tp2 --dry-run --pods 2 --procs-per-pod 2": "test_dryrun_tp.py",
     "recipekit validate bundles/tiny_sft --dry-run --kill-pod 1 --resume-pods 1": "test_dryrun_rescale.py",
+    "recipekit validate bundles/llama3_8b_sft --dry-run": "test_compare_presets.py",
 }
 
 
