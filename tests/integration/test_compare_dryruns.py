@@ -3,8 +3,9 @@
 Four dry runs, shared by every test of this module (about 1-2 minutes each on 2 cores): one whose pod 1 is killed at
 step 6 and resumes from checkpoint-4, one clean run of the same recipe and seed, one with the learning rate ×10 and
 one with another seed. The killed run is the reference: its final curve (the replayed steps as trained the second
-time) must align with the clean run's, which also shows that a resume loses nothing. Slow: deselect with
-``-m 'not slow'``.
+time) must align with the clean run's, which also shows that a resume loses nothing. The killed run is also judged
+as test_dryrun judges a kill, and `recipekit runs history` of it must print the MTTR the dry run reported. Slow:
+deselect with ``-m 'not slow'``.
 """
 
 from __future__ import annotations
@@ -15,10 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 from click.testing import CliRunner, Result
 
 from recipekit.bundle.build import build
 from recipekit.cli import main
+from recipekit.runtime.boundary import filenames
 from recipekit.validate.dryrun.options import DryRunOptions
 from recipekit.validate.dryrun.run import run_dry_run
 from recipekit.validate.shared.loader import load_bundle
@@ -59,6 +62,27 @@ def killed(tmp_path_factory: pytest.TempPathFactory) -> Killed:
 def test_the_killed_run_resumed_from_its_checkpoint(killed: Killed) -> None:
     """Pod 1 of a ZeRO-2 bundle (test_dryrun kills pod 0 of a ZeRO-3 one)."""
     assert_killed_and_resumed(killed.result, killed.bundle, killed.bundle.parent / "work", victim=1)
+
+
+def test_runs_history_prints_the_dry_runs_mttr_for_the_same_kill(killed: Killed) -> None:
+    """MTTR measured in production equals the dry run's: the restarted run recorded the recovery in its output
+    directory, and `recipekit runs history` prints the MTTR the dry run's judge reported."""
+    resume = {c["id"]: c for c in json.loads(killed.result.stdout)["checks"]}["dryrun.resume"]["details"]
+    recipe = yaml.safe_load((killed.bundle.parent / "work" / "bundle" / filenames.RECIPE_FILE).read_text())
+    printed = invoke("runs", "history", recipe["training_arguments"]["output_dir"], "--json")
+    assert printed.exit_code == 0, printed.output
+    history = json.loads(printed.output)
+    assert history["restarts"] == 1
+    assert history["last_mttr_s"] == resume["mttr_s"] > 0
+    recovered = history["recoveries"][0]
+    assert recovered["resume_step"] == resume["resumed_step"] == 4
+    assert recovered["interrupted_step"] >= 6 and recovered["steps_lost"] == recovered["interrupted_step"] - 4
+    assert recovered["first_step"] == 5
+    # why the attempt ended: the killed pod left no record (its processes were SIGKILLed); the Job restarted
+    assert recovered["ended"].startswith("pod(s) 1 (rank(s) 1) left no record: killed outright")
+    assert recovered["ended"].endswith("the Job: RestartJob (PodFailed)")
+    # the dry run's own observation (kill → first step seen) agrees within the time it takes to notice a step
+    assert abs(resume["mttr_observed_s"] - resume["mttr_s"]) < 2.0
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -83,8 +82,10 @@ def train_command(bundle: Path, *args: str, processes: int = 0) -> list[str]:
     entry = ["-m", TRAIN_MODULE, "--recipe", str(bundle / "recipe.yaml"), *args]
     if not processes:
         return [sys.executable, *entry]
-    torchrun = ["-m", "torch.distributed.run", "--nnodes=1", f"--nproc_per_node={processes}"]
-    return [sys.executable, *torchrun, f"--master_port={_free_port()}", *entry]
+    # --standalone: torchrun's agent binds a free port itself (a port picked here and bound later by torchrun could be
+    # taken in between by another test's process: EADDRINUSE, seen in a full run)
+    torchrun = ["-m", "torch.distributed.run", "--standalone", "--nnodes=1", f"--nproc_per_node={processes}"]
+    return [sys.executable, *torchrun, *entry]
 
 
 def bundle_env(bundle: Path) -> dict[str, str]:
@@ -123,12 +124,6 @@ def terminate_mid_run(bundle: Path, processes: int = 0) -> tuple[int, str]:
     finally:
         process.kill()
     return process.returncode, stderr
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def succeeded(result: subprocess.CompletedProcess) -> bool:
