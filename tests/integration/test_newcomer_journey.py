@@ -72,7 +72,8 @@ def test_the_tour_runs_as_written(tmp_path: Path) -> None:
 
 
 def test_the_readmes_tour_runs_as_written(tmp_path: Path) -> None:
-    """The README's short tour too, but for its dry run (tests/integration/test_dryrun.py runs those)."""
+    """The README's short tour too, but for its dry runs: test_compare_presets runs its first command's as pasted,
+    test_dryrun kills a pod of the same bundle."""
     commands = [
         shlex.split(line, comments=True)
         for line in _block("bash", ROOT / "README.md")
