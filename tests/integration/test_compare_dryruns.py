@@ -45,30 +45,32 @@ RUNS = {
 
 @dataclass(frozen=True)
 class Killed:
-    """The killed run as `validate` reported it (its --json on stdout, progress on stderr), and its bundle."""
+    """The killed run as `validate` reported it (its --json on stdout, progress on stderr), its bundle and its work
+    directory."""
 
     result: Result
     bundle: Path
+    workdir: Path
 
 
 @pytest.fixture(scope="module")
 def killed(tmp_path_factory: pytest.TempPathFactory) -> Killed:
     """The killed run, through the CLI as test_dryrun kills a pod, so that it judges this run too."""
     root = tmp_path_factory.mktemp("killed")
-    bundle = build(["recipe=tiny_sft"], root / "bundle", force=True).path
-    return Killed(kill_and_resume(bundle, root / "work", victim=1), bundle)
+    bundle, workdir = build(["recipe=tiny_sft"], root / "bundle", force=True).path, root / "work"
+    return Killed(kill_and_resume(bundle, workdir, victim=1), bundle, workdir)
 
 
 def test_the_killed_run_resumed_from_its_checkpoint(killed: Killed) -> None:
     """Pod 1 of a ZeRO-2 bundle (test_dryrun kills pod 0 of a ZeRO-3 one)."""
-    assert_killed_and_resumed(killed.result, killed.bundle, killed.bundle.parent / "work", victim=1)
+    assert_killed_and_resumed(killed.result, killed.bundle, killed.workdir, victim=1)
 
 
 def test_runs_history_prints_the_dry_runs_mttr_for_the_same_kill(killed: Killed) -> None:
     """MTTR measured in production equals the dry run's: the restarted run recorded the recovery in its output
     directory, and `recipekit runs history` prints the MTTR the dry run's judge reported."""
     resume = {c["id"]: c for c in json.loads(killed.result.stdout)["checks"]}["dryrun.resume"]["details"]
-    recipe = yaml.safe_load((killed.bundle.parent / "work" / "bundle" / filenames.RECIPE_FILE).read_text())
+    recipe = yaml.safe_load((killed.workdir / "bundle" / filenames.RECIPE_FILE).read_text())
     printed = invoke("runs", "history", recipe["training_arguments"]["output_dir"], "--json")
     assert printed.exit_code == 0, printed.output
     history = json.loads(printed.output)
@@ -91,7 +93,7 @@ def runs(killed: Killed, tmp_path_factory: pytest.TempPathFactory) -> dict[str, 
     # metrics endpoint's scrape, say) are test_dryrun's and test_dryrun_ops's to judge.
     assert killed.result.exit_code == 0, killed.result.stdout[-4000:]
     root = tmp_path_factory.mktemp("runs")
-    found = {"killed": killed.bundle.parent / "work"}
+    found = {"killed": killed.workdir}
     for name, overrides in RUNS.items():
         bundle = build(["recipe=tiny_sft", *overrides], root / f"bundle-{name}", force=True).path
         options = DryRunOptions(pods=2, workdir=root / name, timeout=TIMEOUT_S)

@@ -75,18 +75,19 @@ def test_dry_run_trains_checkpoints_and_finishes(tmp_path: Path, case: str) -> N
     workdir = tmp_path / "work"
     ran = run_dry_run(load_bundle(bundle), DryRunOptions(pods=2, workdir=workdir, timeout=TIMEOUT_S))
     assert all(r.status is not Status.FAIL for r in ran), _explain(ran)
-    results = {r.id: json.loads(json.dumps(r.to_json())) for r in ran}  # as report.json and --json hold them
-    assert_trains_checkpoints_and_finishes(
-        bundle, workdir, results, zero3=case == "zero3", one_node_of_8=case == "lora"
-    )
+    assert_trains_checkpoints_and_finishes(bundle, workdir, zero3=case == "zero3", one_node_of_8=case == "lora")
 
 
-def assert_trains_checkpoints_and_finishes(
-    bundle: Path, workdir: Path, results: dict[str, dict], *, zero3: bool, one_node_of_8: bool
-) -> None:
-    """A default dry run's account (``results``: each check's JSON by id) of ``bundle`` in ``workdir``: 8 steps on two
-    pods, checkpoints at 4 and 8, the data prepared by both pods, nothing left running. ``zero3``: ZeRO-3's settings
-    were scaled to the twin; ``one_node_of_8``: the bundle's one 8-device node became two 1-process pods."""
+def reported(workdir: Path) -> dict[str, dict]:
+    """Each check of the dry run kept in ``workdir``, by id, as its report.json holds it (what --json prints)."""
+    return {r["id"]: r for r in json.loads((workdir / "report.json").read_text())}
+
+
+def assert_trains_checkpoints_and_finishes(bundle: Path, workdir: Path, *, zero3: bool, one_node_of_8: bool) -> None:
+    """A default dry run of ``bundle`` in ``workdir``, by its report: 8 steps on two pods, checkpoints at 4 and 8, the
+    data prepared by both pods, nothing left running. ``zero3``: ZeRO-3's settings were scaled to the twin;
+    ``one_node_of_8``: the bundle's one 8-device node became two 1-process pods."""
+    results = reported(workdir)
     assert all(r["status"] != Status.FAIL.value for r in results.values()), json.dumps(results)[-6000:]
     train = results["dryrun.train"]
     assert train["status"] == Status.PASS.value

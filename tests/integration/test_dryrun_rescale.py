@@ -10,7 +10,6 @@ attempts of a CPU dry run per case (about a minute each on 2 cores).
 from __future__ import annotations
 
 import importlib.util
-import json
 from pathlib import Path
 
 import pytest
@@ -20,6 +19,7 @@ from recipekit.validate.dryrun.options import DryRunOptions
 from recipekit.validate.dryrun.run import run_dry_run
 from recipekit.validate.dryrun.workdir.kept import kept_runs, runs_dir
 from recipekit.validate.shared.loader import load_bundle
+from tests.integration.test_dryrun import reported
 from tests.integration.test_help_examples import run_example
 
 pytestmark = pytest.mark.slow
@@ -61,7 +61,7 @@ def test_the_help_example_continues_zero2_on_one_pod(tmp_path: Path) -> None:
     done = run_example(ZERO2_2TO1, tmp_path)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     (work,) = kept_runs(runs_dir(tmp_path / "bundles" / "tiny_sft"))
-    results = {r["id"]: r for r in json.loads((work / "report.json").read_text())}
+    results = reported(work)
     assert_continued(results, work, 2, 1, resharded=True)
 
 

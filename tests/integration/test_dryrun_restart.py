@@ -21,7 +21,7 @@ from click.testing import CliRunner
 from recipekit.cli import main
 from recipekit.runtime.volume.restart import SUPERSEDED_DIR
 from recipekit.validate.dryrun.workdir.kept import kept_runs, runs_dir
-from tests.integration.test_dryrun import processes_under
+from tests.integration.test_dryrun import processes_under, reported
 from tests.integration.test_help_examples import run_example
 
 pytestmark = pytest.mark.slow
@@ -38,7 +38,7 @@ def test_a_restart_from_a_checkpoint_and_a_fresh_start_each_recorded_in_runs_his
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     bundle = tmp_path / "bundles" / "tiny_sft"
     (work,) = kept_runs(runs_dir(bundle))
-    results = {r["id"]: r for r in json.loads((work / "report.json").read_text())}
+    results = reported(work)
     assert processes_under(work) == []
     assert all(r["status"] == "pass" for r in results.values() if r["id"].startswith("dryrun.")), results
     restarts = results["dryrun.restart"]["details"]["restarts"]

@@ -32,7 +32,7 @@ from recipekit.validate.dryrun.run import run_dry_run
 from recipekit.validate.dryrun.workdir.kept import kept_runs, runs_dir
 from recipekit.validate.shared.loader import load_bundle
 from recipekit.validate.shared.results import Status
-from tests.integration.test_dryrun import _explain
+from tests.integration.test_dryrun import _explain, reported
 from tests.integration.test_help_examples import run_example
 
 pytestmark = pytest.mark.slow
@@ -134,7 +134,7 @@ def test_tp2_by_dp2_on_two_pods_of_two_trains(tmp_path: Path) -> None:
     done = run_example(TP2_BY_DP2, tmp_path)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     (work,) = kept_runs(runs_dir(tmp_path / "bundles" / "tp2"))
-    results = {r["id"]: r for r in json.loads((work / "report.json").read_text())}
+    results = reported(work)
     train = results["dryrun.train"]["details"]
     assert train["started"]["world_size"] == 4 and train["started"]["tensor_parallel"] == 2
     assert train["final_step"] == 8
