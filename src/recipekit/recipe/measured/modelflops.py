@@ -327,33 +327,46 @@ def _sample(model: Any, seq_len: int) -> Sample:
 def _sample_by_layer(model: Any, seq_len: int) -> tuple[Sample, dict[str, Sample]]:
     """:func:`_sample`'s counts, and each decoder layer's own (by the counter's module name).
 
-    The counter gives a module the backward FLOPs of its forward only when one counter saw both; so here each count
-    has its own forward pass: forward alone (the recomputation), forward and the embedding output's gradients
-    (frozen), forward and the full backward pass (train)."""
+    The counter gives a module the backward FLOPs of its forward only when the counter that saw the forward sees the
+    backward too (its module tracker hooks the backward during the forward). So one counter sees the whole step, and
+    its counts are read between the phases: after the forward (the recomputation), after the embedding output's
+    gradients (frozen: forward and that backward) and after the full backward (train: forward and the full backward,
+    less the frozen backward read before it). One forward pass serves all three, as in :func:`_sample`."""
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
     model.train()
     ids = torch.zeros((1, seq_len), dtype=torch.long, device=model.device)
-    forward, frozen, train = (FlopCounterMode(display=False) for _ in range(3))
-    with forward:
-        model(input_ids=ids, labels=ids)
     embedded: list[Any] = []
     hook = model.get_input_embeddings().register_forward_hook(lambda _m, _i, out: embedded.append(out))
+    counter = FlopCounterMode(display=False)
     try:
-        with frozen:
-            torch.autograd.grad(model(input_ids=ids, labels=ids).loss, embedded)
+        with counter:
+            loss = model(input_ids=ids, labels=ids).loss
+            forward = _per_module(counter)
+            torch.autograd.grad(loss, embedded, retain_graph=True)
+            frozen = _per_module(counter)
+            loss.backward()
+            step = _per_module(counter)
     finally:
         hook.remove()
-    with train:
-        model(input_ids=ids, labels=ids).loss.backward()
     model.zero_grad(set_to_none=True)
-    counts = [{name: sum(ops.values()) for name, ops in c.get_flop_counts().items()} for c in (train, frozen, forward)]
-    whole = Sample(seq_len, train.get_total_flops(), frozen.get_total_flops(), _layers_forward(model, forward))
+    train = {name: step[name] - frozen.get(name, 0) + forward.get(name, 0) for name in step}
     checkpointed = {f"{type(model).__name__}.{name}" for name in _checkpointed(model)}
-    recompute = {name: flops if name in checkpointed else 0 for name, flops in counts[2].items()}
-    names = set().union(*counts)
-    return whole, {name: Sample(seq_len, *(c.get(name, 0) for c in (*counts[:2], recompute))) for name in names}
+    recompute = {name: flops if name in checkpointed else 0 for name, flops in forward.items()}
+    whole = Sample(seq_len, train[_TOTAL], frozen[_TOTAL], sum(recompute.values()))
+    names = set().union(train, frozen, recompute) - {_TOTAL}
+    counts = (train, frozen, recompute)
+    return whole, {name: Sample(seq_len, *(c.get(name, 0) for c in counts)) for name in names}
+
+
+#: The counter's name for the whole step's count among its per-module ones.
+_TOTAL = "Global"
+
+
+def _per_module(counter: Any) -> dict[str, int]:
+    """The FLOPs the counter has counted so far, per module name (and the whole step's under :data:`_TOTAL`)."""
+    return {name: sum(ops.values()) for name, ops in counter.get_flop_counts().items()}
 
 
 def _layers_forward(model: Any, counter: Any) -> int:
