@@ -257,8 +257,13 @@ class DryRun:
                     self._scrape(attempt, int(record.get("step") or 0) + 1)
 
     def _scrape(self, attempt: Attempt, step: int) -> None:
-        """Read the serving pods' metrics endpoints once training has checkpointed (so every gauge has a value)."""
+        """Read the serving pods' metrics endpoints once this attempt has checkpointed (so every gauge has a value).
+
+        A gauge lives in its process: a restarted attempt's processes have no checkpoint time and no jump ratio
+        until they have saved and logged steps of their own, whatever step they resumed at."""
         if not self.metrics_ports or step <= self.options.save_steps:
+            return
+        if not attempt.events(metricslog.EVENT_CHECKPOINT):
             return
         if self.work.hot_tier != "none" and attempt.number not in self.drained:
             return  # the total time of a save has its value once the checkpoint is drained to the shared volume

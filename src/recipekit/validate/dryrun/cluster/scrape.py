@@ -59,7 +59,12 @@ def scrape_pods(ports: dict[int, int]) -> dict[str, Any]:
     return {"error": None, "pods": found}
 
 
-def scrape(port: int, timeout: float = 3.0) -> dict[str, Any]:
+#: How long an endpoint may take to answer: a training process serves it from a thread that waits for the GIL,
+#: on a CI runner whose cores every other test keeps busy.
+SCRAPE_TIMEOUT_S = 10.0
+
+
+def scrape(port: int, timeout: float = SCRAPE_TIMEOUT_S) -> dict[str, Any]:
     """GET http://127.0.0.1:<port>/metrics: the names declared and sampled, or the error."""
     url = f"http://127.0.0.1:{port}/metrics"
     try:
