@@ -3,8 +3,9 @@
 The first test builds DeepSpeed's op in a cache of its own, kills the dry run's whole process group while g++ runs
 (torch's FileBaton ``lock`` is left behind, as a Ctrl-C, --timeout or a killed test left it), and then runs another
 dry run: it must say that it cleared the dead build's lock, build the op again and pass. The second keeps both
-cores busy while a kill dry run runs: the pods hold at the step boundary until the kill, so it lands at step 6. The
-third starts two dry runs of one bundle side by side: the second is refused in one line, before any pod starts.
+cores busy while a kill dry run trains to its kill: the pods hold at the step boundary until the kill, so it lands at
+step 6. The third starts two dry runs of one bundle side by side: the second is refused in one line, before any pod
+starts.
 Slow (minutes: the first one builds the op twice with g++).
 """
 
@@ -105,19 +106,32 @@ def busy_cores(seconds: float) -> Iterator[None]:
 
 
 def test_a_kill_lands_at_its_step_with_every_core_busy(tmp_path: Path) -> None:
+    """Every core is kept busy from the dry run's start until the pod to be killed holds at the kill's step: the
+    load the kill must not lag behind. The restarted attempt then runs on a machine as loaded as the suite leaves it
+    (the loops would only slow its resume, which test_dryrun checks)."""
     bundle = build(["recipe=tiny_sft"], tmp_path / "bundle", force=True).path
-    with busy_cores(TIMEOUT_S):
-        result = subprocess.run(
-            _validate(bundle, tmp_path / "work", dict(os.environ), "--kill-pod", "1", "--at-step", "6", "--json"),
-            capture_output=True,
-            text=True,
-            timeout=TIMEOUT_S + 60,
-        )
-    checks = {c["id"]: c for c in json.loads(result.stdout)["checks"]}
-    assert result.returncode == 0, json.dumps({k: v for k, v in checks.items() if k.startswith("dryrun")})[-4000:]
+    command = _validate(bundle, tmp_path / "work", dict(os.environ), "--kill-pod", "1", "--at-step", "6", "--json")
+    out = tmp_path / "validate.json"
+    with out.open("w") as stdout:  # a file, not a pipe: nobody reads a pipe while the cores are kept busy
+        run = subprocess.Popen(command, stdout=stdout, stderr=subprocess.DEVNULL, text=True)
+        with busy_cores(TIMEOUT_S):
+            _wait_for_the_hold(tmp_path / "work" / "logs" / "pod-1.log", run, step=6)
+        run.wait(timeout=TIMEOUT_S + 60)
+    checks = {c["id"]: c for c in json.loads(out.read_text())["checks"]}
+    assert run.returncode == 0, json.dumps({k: v for k, v in checks.items() if k.startswith("dryrun")})[-4000:]
     resume = checks["dryrun.resume"]["details"]
     assert resume["killed_at_step"] == 6 and resume["kill_requested_at_step"] == 6
     assert resume["resumed_step"] == 4 and checks["dryrun.train"]["details"]["final_step"] == 8
+
+
+def _wait_for_the_hold(log: Path, run: subprocess.Popen, step: int) -> None:
+    """Until the pod's log says it holds after ``step`` (the kill comes next), or the dry run ended."""
+    said = f"holding after step {step} until this pod is killed"
+    until = time.monotonic() + TIMEOUT_S
+    while run.poll() is None and time.monotonic() < until:
+        if log.is_file() and said in log.read_text(errors="replace"):
+            return
+        time.sleep(0.2)
 
 
 def test_two_dry_runs_of_one_bundle_one_runs_the_other_says_why_not(tmp_path: Path) -> None:
