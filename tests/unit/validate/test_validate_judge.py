@@ -427,3 +427,23 @@ def test_a_failed_pods_tail_keeps_the_workers_last_words_not_torchruns_traceback
     kept = without_launcher_traceback(lines)
     assert kept[-4:] == [lines[0], lines[1], lines[-2], lines[-1]] and len(kept) == 4
     assert without_launcher_traceback(lines[:2]) == lines[:2]  # nothing of torchrun's: unchanged
+
+
+def test_a_restarted_attempt_is_scraped_only_after_its_own_checkpoint(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A gauge lives in its process: a restart resumed at step 4 serves no checkpoint time and no jump ratio at its
+    first step 5, so the endpoints are read once that attempt has checkpointed, not at any step past save_steps."""
+    from types import SimpleNamespace
+
+    from recipekit.validate.dryrun.cluster import attempts
+
+    monkeypatch.setattr(attempts, "scrape_pods", lambda ports: {"error": None, "pods": {}})
+    run = object.__new__(attempts.DryRun)
+    run.metrics_ports, run.serving_pods, run.drained = [9100], [0], set()
+    run.options = SimpleNamespace(save_steps=4)
+    run.work = SimpleNamespace(hot_tier="none")
+    restarted = Attempt(1, 29501, 0.0)
+    run._scrape(restarted, 5)
+    assert restarted.scraped is None
+    restarted.observe({"event": metricslog.EVENT_CHECKPOINT, "step": 8}, 1.0)
+    run._scrape(restarted, 9)
+    assert restarted.scraped == {"error": None, "pods": {}, "step": 9}
