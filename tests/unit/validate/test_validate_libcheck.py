@@ -79,3 +79,19 @@ def test_a_new_bundle_with_equal_trainer_arguments_is_answered_from_the_cache(
     assert ran["library.transformers"].details["modelling_stack_imported"] is False  # the trimmed imports held
     hit = [r for r in run_static(b) if r.id.startswith("library.")]
     assert all(r.status.value == "pass" and r.reason.endswith("(cached result)") for r in hit), hit
+
+
+def test_a_ds_config_the_loader_refused_starts_no_child(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An unreadable ds_config.json (its finding names it) is not checked against a stand-in: no child imports the
+    training stack for it (a hostile bundle's validate stays small), and both results say why they were skipped."""
+    from recipekit.validate.shared.results import Finding, Status
+
+    monkeypatch.setattr(libraries, "_versions", lambda: VERSIONS)
+    started = []
+    monkeypatch.setattr(libraries.subprocess, "Popen", lambda *a, **k: started.append(a))
+    refused = bundle_like(ARGS)
+    refused.ds_config = None
+    refused.parse_findings = [Finding("ds_config.json", "", "JSON nested more than 64 levels deep")]
+    results = libraries.finish(libraries.start(refused))
+    assert not started
+    assert all(r.status is Status.SKIP and "ds_config.json could not be read" in r.reason for r in results)

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from recipekit.base.paths import cache_dir
+from recipekit.bundle.files import DS_CONFIG
 from recipekit.validate.shared.childpython import python_argv, safe_env
 from recipekit.validate.shared.ports import free_port
 from recipekit.validate.shared.results import Result
@@ -99,6 +100,13 @@ def payload_of(bundle: Any) -> dict[str, Any]:
     }
 
 
+def _unreadable(bundle: Any) -> str | None:
+    """The checked file the loader refused (not JSON, nested too deep), if any: checking the bundle without it would
+    start a child that imports the training stack to judge a config the bundle does not hold."""
+    refused = {finding.file for finding in getattr(bundle, "parse_findings", [])}
+    return DS_CONFIG if DS_CONFIG in refused else None
+
+
 def cache_key(payload: dict[str, Any], versions: dict[str, str | None]) -> str:
     """The answer's identity: the checked inputs, the library versions, and the checking code (this module and
     :mod:`~recipekit.validate.static.librarychild`)."""
@@ -119,6 +127,9 @@ def start(bundle: Any) -> Pending:
         return pending
     if versions["transformers"] is None and versions["deepspeed"] is None:
         pending.skip = "transformers and deepspeed are not installed here (pip install 'recipekit[train]')"
+        return pending
+    if unreadable := _unreadable(bundle):
+        pending.skip = f"{unreadable} could not be read (its finding says why): the libraries would check a stand-in"
         return pending
     cached = cache_dir("validate") / f"libcheck-{pending.key}.json"
     if cached.is_file():
