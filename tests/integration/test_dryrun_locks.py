@@ -114,9 +114,12 @@ def test_a_kill_lands_at_its_step_with_every_core_busy(tmp_path: Path) -> None:
     out = tmp_path / "validate.json"
     with out.open("w") as stdout:  # a file, not a pipe: nobody reads a pipe while the cores are kept busy
         run = subprocess.Popen(command, stdout=stdout, stderr=subprocess.DEVNULL, text=True)
-        with busy_cores(TIMEOUT_S):
-            _wait_for_the_hold(tmp_path / "work" / "logs" / "pod-1.log", run, step=6)
-        run.wait(timeout=TIMEOUT_S + 60)
+        try:
+            with busy_cores(TIMEOUT_S):
+                _wait_for_the_hold(tmp_path / "work" / "logs" / "pod-1.log", run, step=6)
+            run.wait(timeout=TIMEOUT_S + 60)
+        finally:
+            run.kill()  # a no-op once it has exited
     checks = {c["id"]: c for c in json.loads(out.read_text())["checks"]}
     assert run.returncode == 0, json.dumps({k: v for k, v in checks.items() if k.startswith("dryrun")})[-4000:]
     resume = checks["dryrun.resume"]["details"]
