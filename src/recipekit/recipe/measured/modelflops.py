@@ -320,7 +320,7 @@ def _sample(model: Any, seq_len: int) -> Sample:
         seq_len=seq_len,
         train=ahead + backward.get_total_flops(),
         frozen=ahead + frozen.get_total_flops(),
-        recompute=_layers_forward(model, forward),
+        recompute=_layers_forward(model, _per_module(forward)),
     )
 
 
@@ -352,9 +352,9 @@ def _sample_by_layer(model: Any, seq_len: int) -> tuple[Sample, dict[str, Sample
         hook.remove()
     model.zero_grad(set_to_none=True)
     train = {name: step[name] - frozen.get(name, 0) + forward.get(name, 0) for name in step}
-    checkpointed = {f"{type(model).__name__}.{name}" for name in _checkpointed(model)}
+    checkpointed = _checkpointed(model)
     recompute = {name: flops if name in checkpointed else 0 for name, flops in forward.items()}
-    whole = Sample(seq_len, train[_TOTAL], frozen[_TOTAL], sum(recompute.values()))
+    whole = Sample(seq_len, train[_TOTAL], frozen[_TOTAL], _layers_forward(model, forward))
     names = set().union(train, frozen, recompute) - {_TOTAL}
     counts = (train, frozen, recompute)
     return whole, {name: Sample(seq_len, *(c.get(name, 0) for c in counts)) for name in names}
@@ -369,18 +369,20 @@ def _per_module(counter: Any) -> dict[str, int]:
     return {name: sum(ops.values()) for name, ops in counter.get_flop_counts().items()}
 
 
-def _layers_forward(model: Any, counter: Any) -> int:
-    """The forward FLOPs of the modules transformers' gradient checkpointing wraps (its decoder layers)."""
-    per_module = {name.partition(".")[2]: sum(ops.values()) for name, ops in counter.get_flop_counts().items()}
-    return sum(per_module.get(name, 0) for name in _checkpointed(model))
+def _layers_forward(model: Any, forward: dict[str, int]) -> int:
+    """The forward FLOPs (``forward``: :func:`_per_module` of a forward pass) of the modules transformers' gradient
+    checkpointing wraps (its decoder layers)."""
+    return sum(forward.get(name, 0) for name in _checkpointed(model))
 
 
-def _checkpointed(model: Any) -> list[str]:
-    """The names of the modules transformers' gradient checkpointing wraps: none where a model's layers are not
-    ``GradientCheckpointingLayer`` (XLNet's), whose recomputation is then 0 at every depth."""
+def _checkpointed(model: Any) -> set[str]:
+    """The counter's names (the root's class, then the module's path) of the modules transformers' gradient
+    checkpointing wraps: none where a model's layers are not ``GradientCheckpointingLayer`` (XLNet's), whose
+    recomputation is then 0 at every depth."""
     from transformers.modeling_layers import GradientCheckpointingLayer
 
-    return [name for name, module in model.named_modules() if isinstance(module, GradientCheckpointingLayer)]
+    wrapped = [name for name, module in model.named_modules() if isinstance(module, GradientCheckpointingLayer)]
+    return {f"{type(model).__name__}.{name}" for name in wrapped}
 
 
 def analytic(*, matmul_params: int, head_params: int, layers: int, attention_width: int) -> FlopsSpec:
