@@ -103,7 +103,7 @@ def payload_of(bundle: Any) -> dict[str, Any]:
 def _unreadable(bundle: Any) -> str | None:
     """The checked file the loader refused (not JSON, nested too deep), if any: checking the bundle without it would
     start a child that imports the training stack to judge a config the bundle does not hold."""
-    refused = {finding.file for finding in getattr(bundle, "parse_findings", [])}
+    refused = {finding.file for finding in bundle.parse_findings}
     return DS_CONFIG if DS_CONFIG in refused else None
 
 
@@ -129,7 +129,7 @@ def start(bundle: Any) -> Pending:
         pending.skip = "transformers and deepspeed are not installed here (pip install 'recipekit[train]')"
         return pending
     if unreadable := _unreadable(bundle):
-        pending.skip = f"{unreadable} could not be read (its finding says why): the libraries would check a stand-in"
+        pending.skip = f"{unreadable} could not be read (files.parse says why): nothing for the libraries to check"
         return pending
     cached = cache_dir("validate") / f"libcheck-{pending.key}.json"
     if cached.is_file():
