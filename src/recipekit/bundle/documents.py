@@ -186,6 +186,9 @@ def launch_spec(recipe: Recipe, plan: Plan, env: dict[str, str], module: str) ->
         "module": module,
         "args": ["--resume", "auto"],
         "cann_env": list(plan.family.cann_env),
+        "elastic": (
+            {"min_nodes": plan.elastic.min_nodes, "max_restarts": recipe.cluster.max_retry} if plan.elastic else None
+        ),
     }
 
 
@@ -322,18 +325,13 @@ def _job_spec(recipe: Recipe, plan: Plan, pod_spec: dict[str, Any]) -> dict[str,
         annotations[SUPERPOD_ANNOTATION] = str(plan.superpod_block)
     spec: dict[str, Any] = {
         "schedulerName": "volcano",
-        "minAvailable": plan.layout.nodes,
+        "minAvailable": plan.elastic.min_nodes if plan.elastic else plan.layout.nodes,
+        **({"minSuccess": plan.elastic.min_nodes} if plan.elastic else {}),
         "queue": cl.queue,
         "maxRetry": cl.max_retry,
         # Ranks resolve each other before any pod is Ready (none is until training runs).
         "plugins": {"env": [], "svc": ["--publish-not-ready-addresses"]},
-        # The first matching policy wins: the exitCode policies (the runtime contract's table) before PodFailed's.
-        "policies": [
-            *exitcodes.exit_code_policies(recipe.ops.nonfinite_loss),
-            {"event": "PodEvicted", "action": "RestartJob"},
-            {"event": "PodFailed", "action": "RestartJob"},
-            {"event": "TaskCompleted", "action": "CompleteJob"},
-        ],
+        "policies": _policies(recipe, plan),
         "tasks": [
             {
                 "name": plan.task_name,
@@ -353,6 +351,23 @@ def _job_spec(recipe: Recipe, plan: Plan, pod_spec: dict[str, Any]) -> dict[str,
     if cl.priority_class:
         spec["priorityClassName"] = cl.priority_class
     return spec
+
+
+def _policies(recipe: Recipe, plan: Plan) -> list[dict[str, Any]]:
+    """What Volcano does when a pod ends. The first matching policy wins: the exitCode policies (the runtime
+    contract's table) before PodFailed's.
+
+    An elastic Job (``cluster.min_nodes``) is not restarted when a pod is evicted (its node drained or lost):
+    Volcano's job controller recreates the pod, which waits in Pending for capacity while torchrun's agents continue
+    on the pods that are left, and it rejoins when it is scheduled (plan/rescale.py). It completes once ``minSuccess``
+    pods (its fewest) succeeded, not when every replica did: a replica still Pending never will."""
+    evicted = [] if plan.elastic else [{"event": "PodEvicted", "action": "RestartJob"}]
+    return [
+        *exitcodes.exit_code_policies(recipe.ops.nonfinite_loss),
+        *evicted,
+        {"event": "PodFailed", "action": "RestartJob"},
+        {"event": "TaskCompleted", "action": "CompleteJob"},
+    ]
 
 
 def _job_metadata(recipe: Recipe, plan: Plan) -> dict[str, Any]:

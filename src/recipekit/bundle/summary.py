@@ -43,6 +43,8 @@ def describe(recipe: Recipe, plan: Plan) -> str:
     if par.gradient_checkpointing:
         parts.append("gradient checkpointing")
     parts.append(plan.precision)
+    if plan.elastic is not None:  # cluster.min_nodes: faults.md "Continuing without a person"
+        parts.append(f"elastic down to {_counted(plan.elastic.min_nodes, 'pod')} at the same global batch")
     return ", ".join(parts) + "."
 
 

@@ -31,6 +31,7 @@ from recipekit.plan.layoutrules import depth_problems, layout_rule_problems
 from recipekit.plan.modelsize import count_params, lora_params, model_flops
 from recipekit.plan.ops import operations_problems
 from recipekit.plan.placement import host_volume_problems, pod_resources, superpod_block_size
+from recipekit.plan.rescale import Elastic, elastic_of
 from recipekit.plan.rules import (
     data_problems,
     layout_problems,
@@ -156,6 +157,7 @@ class Plan:
     image: str
     image_family: str
     family: ImageFamily
+    elastic: Elastic | None = None  # cluster.min_nodes: the sizes the run continues on (plan/rescale.py)
     warnings: list[str] = field(default_factory=list)
 
     def summary(self) -> dict[str, Any]:
@@ -176,6 +178,7 @@ class Plan:
             "data": self.data.summary(),
             "flops": asdict(self.flops),
             "image": self.image,
+            "elastic": self.elastic.summary() if self.elastic else None,
         }
 
     @property
@@ -260,6 +263,8 @@ def make_plan(
     errors.extend(problems)
     superpod_block, problems = superpod_block_size(hw, layout)
     errors.extend(problems + host_volume_problems(hw))
+    elastic, problems = elastic_of(recipe, layout, engine.resize_refusal)
+    errors.extend(problems)
     family, problems = image_family_of(recipe, images)
     errors.extend(problems)
     errors.raise_if_any()
@@ -289,6 +294,7 @@ def make_plan(
         image="",
         image_family=hw.image_family,
         family=family,
+        elastic=elastic,
         warnings=[*steps.warnings, *notes],
     )
     # the image of the plan's software stack, shared by every bundle of it (image/stack.py)

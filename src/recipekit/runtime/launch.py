@@ -241,14 +241,23 @@ def prepared_environment(spec: Mapping[str, Any], environ: Mapping[str, str]) ->
 
 
 def torchrun_argv(spec: Mapping[str, Any], topo: Topology, bundle_dir: Path) -> list[str]:
-    """One torchrun per pod: static rendezvous on the first pod, ``nproc_per_node`` workers here."""
+    """One torchrun per pod, ``nproc_per_node`` workers here: a static rendezvous on the first pod, or for an
+    elastic run (launch.json ``elastic``) torchrun's own elastic agent (:func:`elastic_options`)."""
+    elastic, nproc = spec.get("elastic"), f"--nproc_per_node={spec['nproc_per_node']}"
+    rendezvous = (
+        [*elastic_options(spec, topo, elastic), nproc]
+        if isinstance(elastic, dict)
+        else [
+            f"--nnodes={topo.nodes}",
+            f"--node_rank={topo.node_rank}",
+            nproc,
+            f"--master_addr={topo.master}",
+            f"--master_port={spec['master_port']}",
+        ]
+    )
     return [
         "torchrun",
-        f"--nnodes={topo.nodes}",
-        f"--node_rank={topo.node_rank}",
-        f"--nproc_per_node={spec['nproc_per_node']}",
-        f"--master_addr={topo.master}",
-        f"--master_port={spec['master_port']}",
+        *rendezvous,
         "-m",
         str(spec["module"]),
         "--recipe",
@@ -257,12 +266,43 @@ def torchrun_argv(spec: Mapping[str, Any], topo: Topology, bundle_dir: Path) -> 
     ]
 
 
+def elastic_options(spec: Mapping[str, Any], topo: Topology, elastic: Mapping[str, Any]) -> list[str]:
+    """torchrun's elastic agent: ``--nnodes MIN:MAX`` over its c10d rendezvous at the first pod's fixed port.
+
+    When a pod is lost, the agents that are left restart their workers on the pods that answer (at least MIN,
+    after torchrun's last-call wait); when its replacement is scheduled, its agent joins and every agent restarts
+    its workers at the larger size. The first pod hosts the rendezvous store (``is_host``, not torchrun's guess
+    from host names, which every pod of a one-host dry run would match), and each agent names itself by its own
+    entry in Volcano's host list (``--local-addr``), which the other pods resolve. Node ranks are the
+    rendezvous's to give. A worker failure costs one of ``max_restarts``; a change of size costs none."""
+    low, restarts = elastic.get("min_nodes"), elastic.get("max_restarts")
+    if not (isinstance(low, int) and 1 <= low <= topo.nodes) or not (isinstance(restarts, int) and restarts >= 0):
+        raise LaunchError(f"launch.json's elastic is not a min_nodes and max_restarts of this Job: {dict(elastic)}")
+    return [
+        f"--nnodes={low}:{topo.nodes}",
+        "--rdzv-backend=c10d",
+        f"--rdzv-endpoint={topo.master}:{spec['master_port']}",
+        f"--rdzv-id={spec.get('run_id') or spec.get('job_name') or 'recipekit'}",
+        f"--rdzv-conf=is_host={'true' if topo.node_rank == 0 else 'false'}",
+        f"--max-restarts={restarts}",
+        f"--local-addr={topo.hosts[topo.node_rank]}",
+    ]
+
+
+#: torch 2.13's agents hang when a node joins a running elastic job while the workers share the agents' rendezvous
+#: store (the round's rank 0 waits for every agent's role, the newcomer for the store's address: both time out after
+#: 60 s); with a store of their own, shrinking and growing both work (measured, 2 × 1 process on this machine).
+ELASTIC_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+
+
 def environment(spec: Mapping[str, Any], topo: Topology, environ: Mapping[str, str]) -> dict[str, str]:
     """The process environment torchrun starts with: the pod's, plus launch.json's defaults and the rendezvous."""
     env = dict(environ)
     for key, value in spec["env"].items():
         env.setdefault(str(key), str(value))
     env["MASTER_ADDR"], env["MASTER_PORT"] = topo.master, str(spec["master_port"])
+    if isinstance(spec.get("elastic"), dict):
+        env.update(ELASTIC_ENV)
     return env
 
 

@@ -54,7 +54,7 @@ from .boundary.common import LOG, RunError, log0, rank
 from .boundary.config import load_run_config
 from .ops.device import detect
 from .ops.trackers import clients as trackerclients
-from .volume import attemptends
+from .volume import attemptends, recovery  # noqa: F401  (recovery first: it notes when this worker began)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

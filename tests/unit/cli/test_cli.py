@@ -30,6 +30,8 @@ ALLOWED_FLAGS = {
         "--pods",
         "--procs-per-pod",
         "--kill-pod",
+        "--lose-pod",
+        "--return-at-step",
         "--at-step",
         "--resume-pods",
         "--restart",

@@ -96,3 +96,28 @@ def test_the_mttr_is_recorded_in_its_parts_that_add_up(tmp_path: Path) -> None:
     assert json.loads(result.output)["recoveries"][0]["parts_s"]["load"] == 5.0
     text = " ".join(CliRunner().invoke(main, ["runs", "history", str(tmp_path)]).output.split())  # 80 columns
     assert "parts: detect -, reschedule 19.00 s, restart 10.00 s, load 5.00 s, first step 1.00 s" in text
+
+
+def test_an_elastic_restart_is_timed_from_its_new_workers_and_said_to_be_torchruns(tmp_path: Path) -> None:
+    """The pods went on (cluster.min_nodes): the next start carries the same launcher's time, older than the
+    interruption, so the restart is when torchrun's agent started the new workers (``worker_time``), and the
+    attempt's end says no pod was restarted."""
+    clock = Clock()
+    _attempt(tmp_path, clock, range(1, 7), None, launched=990.0)  # last step 6 at t=1011
+    clock.now = 1040.0
+    log = recovery.RecoveryLog(tmp_path, enabled=True, clock=clock, environ={recovery.LAUNCH_TIME_ENV: "990.0"})
+    recovery.WORKER_STARTED, saved = 1032.0, recovery.WORKER_STARTED
+    try:
+        log.started(4, f"{tmp_path}/checkpoint-4", world_size=1)
+    finally:
+        recovery.WORKER_STARTED = saved
+    clock.now = 1045.0
+    log.loaded(4)
+    clock.now = 1046.0
+    log.step(5)
+    (r,) = recovery.history(recovery.read(tmp_path))
+    assert r.restart_time == 1032.0 and r.parts["reschedule"] == 21.0
+    ends = [{"rank": 0, "pod": 0, "host": "h", "code": 1, "name": "failed", "signal": None, "step": 6, "time": 1012.0}]
+    found, attempts, ended = recovery.recoveries_seen(recovery.read(tmp_path), ends, 2)
+    assert found[0].parts["detect"] == 1.0
+    assert "torchrun's agents restarted the workers (elastic), no pod restarted" in ended[0]["why"]

@@ -4,6 +4,7 @@ until it is killed (or SIGTERM, as the other pods of a RestartJob get, ends the 
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -16,10 +17,37 @@ from recipekit.runtime.session.callbacks import HoldAtStepCallback, PreemptionCa
 
 def test_it_is_armed_only_by_the_variable() -> None:
     preemption = PreemptionCallback()
-    assert HoldAtStepCallback.from_env(preemption, {}) is None
-    assert HoldAtStepCallback.from_env(preemption, {exitcodes.HOLD_AT_STEP_ENV: "x6"}) is None
-    hold = HoldAtStepCallback.from_env(preemption, {exitcodes.HOLD_AT_STEP_ENV: "6"})
-    assert hold is not None and hold.step == 6
+    assert HoldAtStepCallback.from_env(preemption, 2, {}) == []
+    assert HoldAtStepCallback.from_env(preemption, 2, {exitcodes.HOLD_AT_STEP_ENV: "x6"}) == []
+    (hold,) = HoldAtStepCallback.from_env(preemption, 2, {exitcodes.HOLD_AT_STEP_ENV: "6"})
+    assert hold.step == 6 and hold.release is None and hold.below_world is None
+    both = {exitcodes.HOLD_AT_STEP_ENV: "6", exitcodes.HOLD_SHRUNK_AT_STEP_ENV: "7"}
+    lost, shrunk = HoldAtStepCallback.from_env(preemption, 2, both)
+    assert (lost.step, shrunk.step, shrunk.below_world) == (6, 7, 2)
+
+
+def test_the_lost_nodes_peers_go_on_once_the_release_file_exists(tmp_path: Path) -> None:
+    """--lose-pod: the pods that are left are not deleted, so nothing signals them; the dry run's file ends the
+    wait, and a new worker group resuming at that step does not hold again."""
+    release = tmp_path / "released"
+    environ = {exitcodes.HOLD_AT_STEP_ENV: "3", exitcodes.HOLD_RELEASE_ENV: str(release)}
+    (hold,) = HoldAtStepCallback.from_env(PreemptionCallback(), 2, environ)
+    threading.Timer(0.5, release.touch).start()
+    hold.on_step_begin(None, SimpleNamespace(global_step=3), None)
+    assert hold.held and release.exists()
+    (again,) = HoldAtStepCallback.from_env(PreemptionCallback(), 2, environ)
+    again.on_step_begin(None, SimpleNamespace(global_step=3), None)
+    assert not again.held
+
+
+def test_the_return_hold_holds_only_in_a_shrunk_world() -> None:
+    preemption = PreemptionCallback()
+    hold = HoldAtStepCallback(5, preemption, limit_s=60, below_world=2)
+    hold.on_step_begin(SimpleNamespace(world_size=2), SimpleNamespace(global_step=5), None)  # full size: no wait
+    assert not hold.held
+    threading.Timer(0.5, lambda: setattr(preemption, "requested", True)).start()  # the agent's SIGTERM
+    hold.on_step_begin(SimpleNamespace(world_size=1), SimpleNamespace(global_step=5), None)
+    assert hold.held and preemption.requested
 
 
 def test_it_holds_after_its_step_until_sigterm_and_only_once() -> None:

@@ -339,3 +339,25 @@ def test_the_run_files_digest_follows_every_run_file_and_nothing_else() -> None:
     assert runfiles.digest({**files, "recipe.yaml": b"A"}) != base
     assert runfiles.digest({**files, "ds_config.json": b"{}"}) != base
     assert runfiles.digest({k: v for k, v in files.items() if k != "run.sh"}) != base
+
+
+def test_an_elastic_bundle_starts_torchruns_elastic_agent_hosted_by_the_first_pod(
+    tmp_path: Path, fake_bin: Path
+) -> None:
+    """cluster.min_nodes: --nnodes MIN:MAX over the c10d rendezvous at the first pod's fixed port, the store on
+    pod 0 (is_host), each agent named by its Volcano host, no node rank (the rendezvous gives them), the restart
+    budget, and the workers' own store (the shared one hangs torch 2.13's agents when a node joins)."""
+    bundle = build(["recipe=tiny_sft", "parallel=ddp", "cluster.nodes=2", "cluster.min_nodes=1"], tmp_path / "b")
+    hosts = ["127.0.0.1", "localhost"]  # names that resolve here (the launcher waits for the first one's record)
+    seen = []
+    for index in (0, 1):
+        proc = run_pod(bundle.path, pod_env(fake_bin, index, hosts))
+        assert proc.returncode == 0, proc.stderr
+        seen.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    for index, found in enumerate(seen):
+        argv = found["argv"]
+        assert "--nnodes=1:2" in argv and "--rdzv-backend=c10d" in argv and "--max-restarts=3" in argv
+        assert f"--rdzv-endpoint=127.0.0.1:{resolve(['recipe=tiny_sft']).plan.master_port}" in argv
+        assert f"--rdzv-conf=is_host={'true' if index == 0 else 'false'}" in argv
+        assert f"--local-addr={hosts[index]}" in argv and not any(a.startswith("--node_rank") for a in argv)
+        assert found["env"]["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"

@@ -492,3 +492,33 @@ def test_lora_targets_the_model_lacks_are_a_user_error_not_a_retry():
     assert exitcodes.exit_code_policies()[0] == {"exitCode": exitcodes.EXIT_USER_ERROR, "action": "TerminateJob"}
     fused = loader.adapted(Phi3ForCausalLM(small), LoraConfig(r=2, target_modules=["qkv_proj"]), ["qkv_proj"])
     assert any("qkv_proj.lora_A" in name for name, _ in fused.named_parameters())
+
+
+def test_an_elastic_world_keeps_the_global_batch_with_the_plans_accumulation(tmp_path):
+    """plan.elastic lists world 1 with accumulation 2: the Trainer and the DeepSpeed config both get 2, and the
+    config's global batch stays the plan's (the Trainer refuses a config whose accumulation differs from its own)."""
+    config = {"train_batch_size": 4, "gradient_accumulation_steps": 1, "zero_optimization": {"stage": 2}}
+    (tmp_path / "ds_config.json").write_text(json.dumps(config))
+    planned = {"deepspeed": "ds_config.json", "gradient_accumulation_steps": 1, "ddp_backend": "gloo"}
+    kwargs, notes = arguments.trainer_kwargs(
+        planned, device_kind="cpu", bundle_dir=tmp_path, world_size=1, planned_world_size=2, launched=True,
+        elastic_steps=2,
+    )  # fmt: skip
+    assert kwargs["gradient_accumulation_steps"] == 2
+    assert kwargs["deepspeed"]["train_batch_size"] == 4 and kwargs["deepspeed"]["gradient_accumulation_steps"] == 2
+    assert notes == ["elastic: world size 1 of the plan's 2: accumulation 2 keeps the global batch"]
+
+
+def test_the_elastic_table_is_read_typed() -> None:
+    from recipekit.runtime.boundary.recipeview import RunPlan, elastic_accumulation
+
+    def plan(elastic):
+        flops = {"model_per_token": 1.0, "hardware_per_token": 1.0, "peak_tflops": 1.0}
+        return RunPlan("j", "r", "/p", 2, 4, 1, 0, "gloo", flops, elastic)  # type: ignore[arg-type]
+
+    table = {"accumulation": [{"world_size": 1, "gradient_accumulation_steps": 2}]}
+    assert elastic_accumulation(plan(table), 1) == 2 and elastic_accumulation(plan(table), 3) is None
+    assert elastic_accumulation(plan(None), 1) is None
+    for bad in ({"accumulation": "x"}, {"accumulation": [{"world_size": 1, "gradient_accumulation_steps": True}]},
+                {"accumulation": [{"world_size": 1, "gradient_accumulation_steps": 0}]}, [1]):  # fmt: skip
+        assert elastic_accumulation(plan(bad), 1) is None

@@ -128,10 +128,7 @@ def history_command(output_dir: Path, as_json: bool) -> None:
     notes += [f"{path.name}: line {n}: {why}" for n, why in lines.refused[:3]] + cut
     for note in notes:
         click.echo(f"warning: {printable(note)}", err=True)
-    attempts = attemptends.by_attempt(records, ends, job_world)
-    # the attempt each recovery followed: the one before each start that found an interruption
-    ended = [a for i, a in enumerate(attempts[:-1]) if attempts[i + 1]["resumed_after_interruption"]]
-    found = recovery.detected(recovery.history(records), [a["ends"] for a in ended])
+    found, attempts, ended = recovery.recoveries_seen(records, ends, job_world)
     figures = recovery.summary(found)
     restarts = recovery.restarts(records)  # the restarts asked for (recipekit restart), apart from recoveries
     if as_json:

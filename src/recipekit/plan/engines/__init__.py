@@ -28,6 +28,9 @@ class PlanEngine(Protocol):
     #: Its bundles run Megatron-core's layers and sharding, which the estimate counts for them whatever the layout
     #: (fused norms and SwiGLU, a vocabulary-parallel embedding, its mixed precision).
     megatron_kernels: bool
+    #: Why the engine never continues a run at another world size (an elastic run, ``recipekit rescale``); None:
+    #: it resumes its checkpoints at any size the rescale rules allow (plan/rescale.py).
+    resize_refusal: str | None
 
     def problems(self, recipe: Recipe, layout: Layout, *, analysis_only: bool, tp_across_pods: bool) -> list[Problem]:
         """Why this engine cannot build ``recipe`` laid out as ``layout``; empty when it can.

@@ -38,6 +38,10 @@ class MegatronEngine:
     kind = "megatron"
     megatron_kernels = True
     needs_step_count = True
+    resize_refusal: str | None = (
+        "the megatron engine resumes its distributed checkpoints at the layout they were saved with: recipekit "
+        "does not continue its runs at another world size"
+    )
 
     def problems(self, recipe: Recipe, layout: Layout, *, analysis_only: bool, tp_across_pods: bool) -> list[Problem]:
         """Optimizer sharding, modes and adapter targets always; what the room does not compile for yet, and a TP

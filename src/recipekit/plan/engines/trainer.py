@@ -22,6 +22,7 @@ class TrainerEngine:
     kind = "trainer"
     megatron_kernels = False
     needs_step_count = False
+    resize_refusal: str | None = None
 
     def problems(self, recipe: Recipe, layout: Layout, *, analysis_only: bool, tp_across_pods: bool) -> list[Problem]:
         """ZeRO, offload and PEFT's limits always; the model-parallel layouts it cannot run only for a bundle."""

@@ -62,6 +62,14 @@ class ClusterSpec(Section):
         "default", domain=DNS_SUBDOMAIN, description="Volcano queue (must exist and be open; DNS-1123 subdomain)."
     )
     nodes: int = spec(1, gt=0, le=4096, description="Pods, one per node.")
+    min_nodes: int | None = spec(
+        None,
+        gt=0,
+        le=4096,
+        description="Elastic: the fewest pods the run continues on when nodes are lost for good, at the same "
+        "global batch (torchrun's --nnodes MIN:MAX, the Job's minAvailable); it grows back to `nodes` when they "
+        "return. Unset: the Job always runs on `nodes` (gang-scheduled, restarted whole).",
+    )
     devices_per_pod: int | None = spec(
         None, gt=0, le=64, description="Devices each pod asks for (default: a whole node)."
     )

@@ -143,6 +143,13 @@ EXIT_DIR_ENV = "RECIPEKIT_EXIT_DIR"
 #: TESTING ONLY (the dry run's --kill-pod): every rank holds before the step after this one until it is killed, so
 #: the simulated node failure lands at exactly that step whatever the machine's load (session/callbacks.py).
 HOLD_AT_STEP_ENV = "RECIPEKIT_TESTING_HOLD_AT_STEP"
+#: TESTING ONLY (the dry run's --lose-pod): the hold ends once this file exists, so the pods that are left go on
+#: after the lost one was killed (its peers are not deleted: the run is elastic).
+HOLD_RELEASE_ENV = "RECIPEKIT_TESTING_HOLD_RELEASE"
+#: TESTING ONLY (the dry run's --return-at-step): while the world is smaller than planned, every rank holds before
+#: the step after this one until torchrun's agent stops it (SIGTERM: the lost pod's replacement joined), so the run
+#: grows back at exactly that step.
+HOLD_SHRUNK_AT_STEP_ENV = "RECIPEKIT_TESTING_HOLD_SHRUNK_AT_STEP"
 #: TESTING ONLY (the dry run's slow node): this global rank waits this many seconds before each of preflight's
 #: point-to-point transfers and burn-in steps (``<rank>:<seconds>``), so preflight must name its node.
 SLOW_RANK_ENV = "RECIPEKIT_TESTING_SLOW_RANK"

@@ -58,6 +58,7 @@ class RunPlan:
     zero_stage: int
     comm_backend: str
     flops: PlanFlops
+    elastic: dict[str, Any] | None = None  # cluster.min_nodes: plan/rescale.py ``Elastic.summary()``
 
     @classmethod
     def from_dict(cls, plan: dict[str, Any]) -> RunPlan:
@@ -65,6 +66,18 @@ class RunPlan:
         values = {f.name: plan[f.name] for f in fields(cls) if f.name != "flops"}
         flops = plan["flops"]
         return cls(**values, flops=PlanFlops(**{f.name: float(flops[f.name]) for f in fields(PlanFlops)}))
+
+
+def elastic_accumulation(plan: RunPlan, world_size: int) -> int | None:
+    """The gradient accumulation that keeps the plan's global batch at ``world_size``, when the plan is elastic and
+    lists that size (plan/rescale.py decided it at build); None otherwise. A malformed table lists no size."""
+    table = (plan.elastic or {}).get("accumulation") if isinstance(plan.elastic, dict) else None
+    for row in table if isinstance(table, list) else []:
+        if isinstance(row, dict) and row.get("world_size") == world_size:
+            steps = row.get("gradient_accumulation_steps")
+            if isinstance(steps, int) and not isinstance(steps, bool) and steps > 0:
+                return steps
+    return None
 
 
 def data_parallel_size(world_size: int, model_parallel: int = 1) -> int:

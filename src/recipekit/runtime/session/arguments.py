@@ -26,11 +26,13 @@ def trainer_kwargs(
     planned_world_size: int,
     launched: bool,
     tensor_parallel: int = 1,
+    elastic_steps: int | None = None,
 ) -> tuple[dict[str, Any], list[str]]:
     """The keyword arguments for ``TrainingArguments`` and one human-readable note per change to the plan's.
 
-    A world the plan's TP degree does not divide is refused here, in one line: DeepSpeed would fail later, deep in
-    building its device mesh."""
+    ``elastic_steps``: the accumulation an elastic plan keeps its global batch with at this world size
+    (plan/rescale.py); without it, another world's global batch follows the world size. A world the plan's TP degree
+    does not divide is refused here, in one line: DeepSpeed would fail later, deep in building its device mesh."""
     if world_size % tensor_parallel:
         raise RunError(
             f"world size {world_size} is not divisible by the plan's tensor-parallel degree {tensor_parallel} "
@@ -41,25 +43,40 @@ def trainer_kwargs(
         kwargs["use_cpu"] = True  # the target, not a fallback: a CPU bundle stays on the CPU where a GPU is present
     if not launched and not kwargs.get("deepspeed") and kwargs.pop("ddp_backend", None) is not None:
         notes.append("not started by torchrun: training as one process, without a process group")
-    if world_size != planned_world_size:
+    resized = world_size != planned_world_size
+    kept = resized and elastic_steps is not None
+    if kept:
+        kwargs["gradient_accumulation_steps"] = elastic_steps
+        notes.append(
+            f"elastic: world size {world_size} of the plan's {planned_world_size}: accumulation {elastic_steps} "
+            "keeps the global batch"
+        )
+    elif resized:
         notes.append(
             f"world size is {world_size}, the plan's is {planned_world_size}: the global batch follows the world size"
         )
     if kwargs.get("deepspeed"):
-        kwargs["deepspeed"] = deepspeed_config(kwargs["deepspeed"], bundle_dir, world_size != planned_world_size)
+        kwargs["deepspeed"] = deepspeed_config(
+            kwargs["deepspeed"], bundle_dir, resized and not kept, elastic_steps if kept else None
+        )
     return kwargs, notes
 
 
-def deepspeed_config(name: str, bundle_dir: Path, other_world_size: bool) -> dict[str, Any]:
+def deepspeed_config(
+    name: str, bundle_dir: Path, other_world_size: bool, accumulation: int | None = None
+) -> dict[str, Any]:
     """The DeepSpeed config as a dict: ``name`` is relative to the bundle (the Trainer would resolve it against the
     working directory). In a world of another size than planned its fixed ``train_batch_size`` cannot hold, so it
-    follows the Trainer's ("auto")."""
+    follows the Trainer's ("auto"); an elastic world keeps it with ``accumulation``, which the config must then
+    say too (the Trainer refuses a config whose accumulation differs from its own)."""
     path = Path(name)
     path = path if path.is_absolute() else bundle_dir / path
     try:
         config = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise RunError(f"cannot read the DeepSpeed config {path}: {exc}") from None
+    if accumulation is not None and "gradient_accumulation_steps" in config:
+        config["gradient_accumulation_steps"] = accumulation
     if other_world_size and isinstance(config.get("train_batch_size"), int):
         config["train_batch_size"] = "auto"
     return config

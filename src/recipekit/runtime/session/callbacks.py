@@ -150,24 +150,50 @@ class HoldAtStepCallback(TrainerCallback):
     every rank waits before beginning step S + 1, after step S is logged and saved, until the dry run has killed
     its pod: the kill lands at step S however slowly the dry run reads metrics.jsonl on a loaded machine.
 
-    SIGTERM (the other pods deleted as RestartJob does) ends the wait, and so does ``limit_s`` (a dry run that never
-    kills, e.g. one killed itself), after which the run goes on as if nothing was asked.
+    SIGTERM (the other pods deleted as RestartJob does) ends the wait, and so do the release file
+    (``exitcodes.HOLD_RELEASE_ENV``: an elastic run's other pods go on once the lost one is killed) and ``limit_s``
+    (a dry run that never kills, e.g. one killed itself), after which the run goes on as if nothing was asked.
     """
 
-    def __init__(self, step: int, preemption: PreemptionCallback, limit_s: float = 300.0):
-        self.step, self.preemption, self.limit_s = step, preemption, limit_s
+    def __init__(
+        self,
+        step: int,
+        preemption: PreemptionCallback,
+        limit_s: float = 300.0,
+        release: Path | None = None,
+        below_world: int | None = None,
+    ):
+        self.step, self.preemption, self.limit_s, self.release = step, preemption, limit_s, release
+        #: hold only in a world smaller than this (the elastic drill's return: ``exitcodes.HOLD_SHRUNK_AT_STEP_ENV``)
+        self.below_world = below_world
         self.held = False
 
     @classmethod
-    def from_env(cls, preemption: PreemptionCallback, environ: Any = None) -> HoldAtStepCallback | None:
-        value = (os.environ if environ is None else environ).get(exitcodes.HOLD_AT_STEP_ENV, "")
-        return cls(int(value), preemption) if value.isdigit() else None
+    def from_env(
+        cls, preemption: PreemptionCallback, planned_world: int, environ: Any = None
+    ) -> list[HoldAtStepCallback]:
+        """The holds the dry run asked for: at the kill's (or the lost node's) step, and at the step a shrunk
+        elastic run grows back at."""
+        environ = os.environ if environ is None else environ
+        found = []
+        value, release = environ.get(exitcodes.HOLD_AT_STEP_ENV, ""), environ.get(exitcodes.HOLD_RELEASE_ENV)
+        if value.isdigit():
+            found.append(cls(int(value), preemption, release=Path(release) if release else None))
+        shrunk = environ.get(exitcodes.HOLD_SHRUNK_AT_STEP_ENV, "")
+        if shrunk.isdigit():
+            found.append(cls(int(shrunk), preemption, below_world=planned_world))
+        return found
+
+    def _released(self) -> bool:
+        return self.preemption.requested or (self.release is not None and self.release.exists())
 
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if self.held or state.global_step != self.step:
+        if self.held or state.global_step != self.step or self._released():
+            return
+        if self.below_world is not None and args.world_size >= self.below_world:
             return
         self.held = True
         print(f"TESTING: holding after step {self.step} until this pod is killed", file=sys.stderr, flush=True)
         until = time.monotonic() + self.limit_s
-        while time.monotonic() < until and not self.preemption.requested:
+        while time.monotonic() < until and not self._released():
             time.sleep(0.05)

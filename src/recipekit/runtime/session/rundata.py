@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..boundary import filenames, metricslog
+from ..boundary import filenames, metricslog, recipeview
 from ..boundary.common import log0, rank
 from ..boundary.config import RunConfig
 from ..boundary.recipeview import DataView, RecipeView
@@ -205,7 +205,10 @@ def prepare_for_run(
 
 def rows_per_step(run: RunConfig, world_size: int) -> int:
     """Training rows one optimizer step takes: the plan's global batch, in the world this run has (the global batch
-    follows the world size, arguments.py; streaming runs have no TP, so every rank is a data-parallel one)."""
+    follows the world size, arguments.py, unless an elastic plan keeps it; streaming runs have no TP, so every rank
+    is a data-parallel one)."""
+    if recipeview.elastic_accumulation(run.plan, world_size) is not None:
+        return run.plan.global_batch_size
     return run.plan.global_batch_size * world_size // run.plan.world_size
 
 

@@ -71,6 +71,7 @@ def training_arguments(run: RunConfig, device: Device, universal: bool = False) 
         planned_world_size=run.plan.world_size,
         launched=launched(),
         tensor_parallel=tensor_parallel(run),
+        elastic_steps=recipeview.elastic_accumulation(run.plan, world_size),
     )
     if universal and isinstance(kwargs.get("deepspeed"), dict):
         kwargs["deepspeed"] = ds_config_for_universal(kwargs["deepspeed"])
@@ -92,6 +93,7 @@ def world_layout(run: RunConfig, zero_stage: int) -> resumechoice.WorldLayout:
     the process group forms: what a checkpoint's run record is compared with."""
     size, arguments = world(), run.training_arguments
     micro, accumulation = arguments.get("per_device_train_batch_size"), arguments.get("gradient_accumulation_steps")
+    accumulation = recipeview.elastic_accumulation(run.plan, size) or accumulation  # an elastic run's size keeps it
     batch = None
     if isinstance(micro, int) and isinstance(accumulation, int):
         batch = micro * accumulation * recipeview.data_parallel_size(size, tensor_parallel(run))
@@ -145,8 +147,7 @@ def make_trainer(
     trainer.callback_handler.callbacks.insert(1, PeakMemoryCallback(device_kind))
     if isinstance(train_set, StreamDataset):  # each checkpoint keeps the stream's chunk counts, for an exact resume
         trainer.add_callback(StreamStateCallback(train_set))
-    hold = HoldAtStepCallback.from_env(preemption)  # testing only: the dry run's kill at an exact step
-    if hold is not None:
+    for hold in HoldAtStepCallback.from_env(preemption, run.plan.world_size):  # testing only: the dry run's drills
         trainer.add_callback(hold)
     return trainer, preemption
 

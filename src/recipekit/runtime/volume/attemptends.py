@@ -248,10 +248,22 @@ def _lost(ends: list[dict[str, Any]], world_size: int | None, per_pod: int | Non
     return f"{who} left no record: killed outright (SIGKILL, the OOM killer or a lost node)"
 
 
-def explain(ends: list[dict[str, Any]], world_size: int | None, per_pod: int | None = None) -> str:
-    """Why an attempt ended, in one line, and what the Job did. A recorded failure with a meaning of its own (a code
-    other than ``failed`` and ``preempted``) is the cause; otherwise ranks that left no record come first: killed
-    outright, they are the likely cause, and the others' failures are lost peers and the teardown's SIGTERMs."""
+#: What answered an attempt whose pods went on (an elastic run: the next start has the same launcher's time).
+REGROUPED = "torchrun's agents restarted the workers (elastic), no pod restarted"
+
+
+def explain(
+    ends: list[dict[str, Any]], world_size: int | None, per_pod: int | None = None, regrouped: bool = False
+) -> str:
+    """Why an attempt ended, in one line, and what the Job did (``regrouped``: nothing, torchrun's agents did). A
+    recorded failure with a meaning of its own (a code other than ``failed`` and ``preempted``) is the cause;
+    otherwise ranks that left no record come first: killed outright, they are the likely cause, and the others'
+    failures are lost peers and the teardown's SIGTERMs."""
+    why = _explain(ends, world_size, per_pod)
+    return why.rsplit("; the Job: ", 1)[0] + f"; {REGROUPED}" if regrouped else why
+
+
+def _explain(ends: list[dict[str, Any]], world_size: int | None, per_pod: int | None) -> str:
     lost = _lost(ends, world_size, per_pod)
     first = cause(ends)
     telling = first is not None and first["code"] not in (exitcodes.EXIT_FAILED, exitcodes.EXIT_PREEMPTED)
@@ -278,9 +290,14 @@ def by_attempt(
     found: list[dict[str, Any]] = []
     for record in (r for r in records if r.get("event") == "start"):
         world = _count(record.get("world_size"))
+        launcher = finite_time(record.get("launch_time"))
+        # the same launcher as the attempt before: an elastic run's new worker group, which began with its workers
+        regrouped = launcher is not None and bool(found) and found[-1]["launcher"] == launcher
+        launched = finite_time(record.get("worker_time")) if regrouped else None
         found.append(
             {
-                "launched": finite_time(record.get("launch_time")) or finite_time(record.get("time")),
+                "launcher": launcher,
+                "launched": launched or launcher or finite_time(record.get("time")),
                 "world_size": world if world is not None and world <= bound else None,
                 "ranks_per_pod": _count(record.get("ranks_per_pod")),
                 "resumed_after_interruption": isinstance(record.get("interrupted"), dict),
@@ -298,7 +315,9 @@ def by_attempt(
     for i, attempt in enumerate(found):
         interrupted = i + 1 < len(found) and found[i + 1]["resumed_after_interruption"]
         ended = attempt["ends"] or interrupted
-        why = explain(attempt["ends"], attempt["world_size"], attempt["ranks_per_pod"])
+        following = found[i + 1]["launcher"] if i + 1 < len(found) else None
+        regrouped = following is not None and following == attempt["launcher"]  # the same launcher went on
+        why = explain(attempt["ends"], attempt["world_size"], attempt["ranks_per_pod"], regrouped)
         first = cause(attempt["ends"])
         if first is not None and first["code"] == exitcodes.EXIT_NONFINITE:
             why = nonfinite_next(why, i + 1 < len(found), skipped, first["step"])

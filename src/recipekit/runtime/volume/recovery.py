@@ -19,11 +19,12 @@ MTTR of one recovery = time of the first step after the restart − time of the 
 interruption: detection, teardown, rescheduling, start-up, loading and the first step all count, as they do for
 the people waiting. :attr:`Recovery.parts` splits it at the times the run recorded: **detect** (last step → the
 first rank's end record, attempt-ends/: the watchdog, a collective's timeout or the kill noticed), **reschedule**
-(→ the launcher started again: teardown, Volcano's restart, scheduling, the container's start), **restart** (→ the
-``start`` record: torchrun, the process group, preflight), **load** (→ ``loaded``: model and checkpoint) and
-**first step** (→ ``first_step``). A part whose end time is not recorded is None and its time joins the next part's
-(no end record: detection counts as rescheduling). Steps lost = that last step − the checkpoint step resumed from
-(work done twice).
+(→ the launcher started again: teardown, Volcano's restart, scheduling, the container's start; in an elastic run,
+whose pods go on, → torchrun's agents started new workers: their rendezvous on the pods that are left),
+**restart** (→ the ``start`` record: torchrun, the process group, preflight), **load** (→ ``loaded``: model and
+checkpoint) and **first step** (→ ``first_step``). A part whose end time is not recorded is None and its time
+joins the next part's (no end record: detection counts as rescheduling). Steps lost = that last step − the
+checkpoint step resumed from (work done twice).
 """
 
 from __future__ import annotations
@@ -44,6 +45,9 @@ RECOVERY_FILE = "recovery.jsonl"
 PROGRESS_FILE = "recipekit-progress.json"
 #: The launcher's wall time at start (set for torchrun's workers): when this attempt of the pod began.
 LAUNCH_TIME_ENV = "RECIPEKIT_LAUNCH_TIME"
+#: When this worker process began (train.py imports this module first): after an elastic restart, torchrun's agent
+#: started new workers in a pod whose launcher kept running, so the launcher's time predates the interruption.
+WORKER_STARTED = time.time()
 
 
 @dataclass(frozen=True)
@@ -114,8 +118,8 @@ MAX_STEP = attemptends.MAX_STEP
 #: starts in one directory are no run's).
 MAX_ATTEMPTS = 10_000
 #: The fields of the records :func:`history` and ``runs history`` use; the rest of a record is not kept.
-_USED = ("event", "time", "launch_time", "world_size", "ranks_per_pod", "resume_step", "step", "epoch", "start",
-         "stop", "restart", "id", "from")  # fmt: skip
+_USED = ("event", "time", "launch_time", "worker_time", "world_size", "ranks_per_pod", "resume_step", "step",
+         "epoch", "start", "stop", "restart", "id", "from")  # fmt: skip
 #: The most checkpoints a restart record's ``superseded`` list keeps as it is read back.
 MAX_SUPERSEDED = 1000
 
@@ -158,6 +162,9 @@ def history(records: list[dict[str, Any]]) -> list[Recovery]:
             if isinstance(interrupted, dict) and not record.get("restart"):  # a restart asked for is no recovery
                 step, at = _step(interrupted.get("step")), _time(interrupted.get("time"))
                 restart = _time(record.get("launch_time")) or _time(record.get("time"))
+                worker = _time(record.get("worker_time"))
+                if worker is not None and (restart is None or at is None or restart < at):
+                    restart = worker  # the pods went on and torchrun's agents restarted the workers (elastic)
                 if step is not None and at is not None and restart is not None:
                     current = {
                         "interrupted_step": step,
@@ -184,6 +191,17 @@ def detected(recoveries: list[Recovery], ends: list[list[dict[str, Any]]]) -> li
         first = min((t for t in times if t >= r.interrupted_time), default=None)
         found.append(replace(r, detected_time=first))
     return found
+
+
+def recoveries_seen(
+    records: list[dict[str, Any]], ends: list[dict[str, Any]], job_world: int | None
+) -> tuple[list[Recovery], list[dict[str, Any]], list[dict[str, Any]]]:
+    """What ``recipekit runs history`` shows, from recovery.jsonl's records and the typed end records
+    (attemptends.read_ends): every recovery with the time its interruption was detected, every attempt, and the
+    attempt each recovery followed (the one before each start that found an interruption)."""
+    attempts = attemptends.by_attempt(records, ends, job_world)
+    ended = [a for i, a in enumerate(attempts[:-1]) if attempts[i + 1]["resumed_after_interruption"]]
+    return detected(history(records), [a["ends"] for a in ended]), attempts, ended
 
 
 def read(output_dir: Path) -> list[dict[str, Any]]:
@@ -383,6 +401,7 @@ class RecoveryLog:
                 "start",
                 time=self.clock(),
                 launch_time=launched,
+                worker_time=WORKER_STARTED,
                 resume_from=resume_from,
                 resume_step=resume_step or 0,
                 interrupted=interrupted,

@@ -75,6 +75,15 @@ class DryRunOptions:
         low=1,
         high=16,
     )
+    lose_pod: int | None = _flag(
+        None,
+        "Lose this pod's node for good at --at-step (its whole process tree killed; its replacement stays Pending): "
+        "an elastic bundle (cluster.min_nodes) must go on on the pods that are left with nobody acting, at the same "
+        "global batch, and resume exactly.",
+    )
+    return_at_step: int | None = _flag(
+        None, "After --lose-pod, capacity returns at this step: the pod starts again and the run grows back."
+    )
     restart: str | None = _flag(
         None,
         "After the run completes, restart it as `recipekit restart` does, from one of its checkpoints or fresh "
@@ -130,8 +139,12 @@ class DryRunOptions:
             problem = option.metadata["flag"].problem(flag_name(option.name), getattr(self, option.name))
             if problem:
                 raise DryRunUsageError(problem)
+        if self.lose_pod is not None:
+            return self._lost()
+        if self.return_at_step is not None:
+            raise DryRunUsageError("--return-at-step needs --lose-pod")
         if self.at_step is not None and self.kill_pod is None:
-            raise DryRunUsageError("--at-step needs --kill-pod")
+            raise DryRunUsageError("--at-step needs --kill-pod or --lose-pod")
         if self.resume_pods is not None and self.kill_pod is None:
             raise DryRunUsageError("--resume-pods needs --kill-pod")
         if self.restart is not None:
@@ -148,6 +161,31 @@ class DryRunOptions:
         if self.resume_pods == self.pods:
             raise DryRunUsageError(
                 f"--resume-pods {self.resume_pods}: not --pods ({self.pods}), the pods the run starts on"
+            )
+        return self if at_step == self.at_step else replace(self, at_step=at_step)
+
+    def _lost(self) -> DryRunOptions:
+        """--lose-pod's options resolved: pod 0 stays (it hosts torchrun's rendezvous), the step it goes at, and the
+        step its capacity returns at, after that one."""
+        assert self.lose_pod is not None
+        others = [("--kill-pod", self.kill_pod), ("--resume-pods", self.resume_pods), ("--restart", self.restart)]
+        given = [name for name, value in others if value is not None]
+        if given:
+            raise DryRunUsageError(f"--lose-pod and {', '.join(given)}: one drill per dry run")
+        if not 1 <= self.lose_pod < self.pods:
+            raise DryRunUsageError(
+                f"--lose-pod {self.lose_pod}: pods 1..{self.pods - 1} (pod 0 hosts torchrun's rendezvous store; "
+                "losing it restarts the Job)"
+            )
+        at_step = self.default_at_step if self.at_step is None else self.at_step
+        if not 1 <= at_step < self.steps:
+            raise DryRunUsageError(f"--at-step {at_step}: must be between 1 and --steps - 1 ({self.steps - 1})")
+        back = self.return_at_step
+        if back is not None and not at_step < back < self.steps - 1:
+            # the shrunk workers stopped by the agents finish the step after it and save it: the grown run must
+            # have a step left to train
+            raise DryRunUsageError(
+                f"--return-at-step {back}: after --at-step ({at_step}) and at most --steps - 2 ({self.steps - 2})"
             )
         return self if at_step == self.at_step else replace(self, at_step=at_step)
 

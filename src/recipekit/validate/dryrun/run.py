@@ -26,7 +26,7 @@ from recipekit.runtime.boundary import filenames, metricslog
 from recipekit.runtime.boundary.recipeview import HotCheckpointsView
 from recipekit.runtime.volume import hottier
 from recipekit.runtime.volume.rowledger import read_ledger
-from recipekit.validate.dryrun import policyrun, restartrun
+from recipekit.validate.dryrun import elasticrun, policyrun, restartrun
 from recipekit.validate.dryrun.cluster.attemptlog import Attempt, exits_in_words
 from recipekit.validate.dryrun.cluster.attempts import DryRun, node_local_dir, pod_environment
 from recipekit.validate.dryrun.judges import training
@@ -104,6 +104,13 @@ class _Results:
                 f"dry run: kill pod {options.kill_pod} at step {options.at_step}, {where}, "
                 "resume from the last complete checkpoint",
             )
+        if options.lose_pod is not None:
+            back = f", capacity back at step {options.return_at_step}" if options.return_at_step else ""
+            resume = Result(
+                "dryrun.elastic",
+                f"dry run: lose pod {options.lose_pod} for good at step {options.at_step}{back}; the pods that are "
+                "left go on by themselves (torchrun's elastic agent) at the same global batch, resuming exactly",
+            )
         restart = None
         if options.restart is not None:
             restart = Result(
@@ -161,6 +168,9 @@ def run_dry_run(bundle: Bundle, options: DryRunOptions, progress: Progress = lam
     The work directory is held (a lock, workdir/locks.py) from its preparation to the end, by this process and by
     the pods, so a second dry run of it is refused at once; the extension cache likewise, shared."""
     options = options.resolved()  # resolved options come back unchanged (validate() resolves them first)
+    refusal = elasticrun.not_elastic(bundle.launch, options)
+    if refusal:
+        raise DryRunUsageError(refusal)
     started = time.monotonic()
     results = _Results.of(options)
     unproven = _not_proven(bundle)
@@ -380,8 +390,10 @@ def _train(
 ) -> None:
     """The attempts in order, each judged as it ends; a failed result gets the pods' log tails."""
     options, work = run.options, run.work
-    first = run.attempt(kill_at=options.at_step if options.kill_pod is not None else None)
-    train.seconds = first.ended - first.started
+    lost = elasticrun.lost_node(options)
+    last = run.attempt(kill_at=options.at_step if options.kill_pod is not None else None, lost=lost)
+    first = run.attempts[0]
+    train.seconds = last.ended - first.started
     train.details.update(training.first_attempt_details(first, options.pods), logs=str(work.logs))
     losses = [s.loss for s in first.steps if s.loss is not None]
     if operations.fault in ("user_error", "preflight"):  # the Job's exitCode policies answer it
@@ -425,7 +437,11 @@ def _train(
             resume.skip("preflight did not pass")
         return
     try:
-        if "fault" in checks and operations.fault is not None:
+        if lost is not None and resume is not None:
+            elasticrun.judge_elastic(run, lost, train, resume, expect)
+            if resume.failed or train.failed:
+                train.details["log_tails"] = run.tails()
+        elif "fault" in checks and operations.fault is not None:
             _recover(run, expect, train, checks["fault"], operations, first)
         else:
             _attempts(run, expect, train, resume, first, losses)

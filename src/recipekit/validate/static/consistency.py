@@ -73,17 +73,34 @@ def check_world_size(bundle: Bundle) -> Result:
             "nproc_per_node",
             f"torchrun starts {nproc} processes per pod, but the pod gets {per_pod} × {resource_name}",
         )
+    _check_gang(result, bundle, replicas)
+    if result.status is Status.PASS and replicas is not None and per_pod is not None:
+        result.reason = f"{replicas} pods × {per_pod} = world size {world}"
+    return result
+
+
+def _check_gang(result: Result, bundle: Bundle, replicas: int | None) -> None:
+    """The Job's gang matches the rendezvous launch.json asks for: every pod (torchrun's static rendezvous), or the
+    elastic range's fewest (``elastic.min_nodes``, torchrun's --nnodes MIN:MAX, plan/rescale.py)."""
     job_min = as_int(((bundle.job or {}).get("spec") or {}).get("minAvailable"))
-    if job_min is not None and replicas is not None and job_min < replicas:
+    elastic = (bundle.launch or {}).get("elastic")
+    low = as_int(elastic.get("min_nodes")) if isinstance(elastic, dict) else None
+    if job_min is None or replicas is None:
+        return
+    if low is not None and job_min != low:
+        result.fail(
+            JOB,
+            "spec.minAvailable",
+            f"{job_min}, but {LAUNCH} elastic.min_nodes = {low}: the Job would wait for pods torchrun's elastic "
+            "rendezvous goes on without, or start with fewer than it needs",
+        )
+    elif low is None and job_min < replicas:
         result.fail(
             JOB,
             "spec.minAvailable",
             f"{job_min} < {replicas} replicas: torchrun's static rendezvous needs "
             "every pod, so the Job must be gang-scheduled (minAvailable = replicas)",
         )
-    if result.status is Status.PASS and replicas is not None and per_pod is not None:
-        result.reason = f"{replicas} pods × {per_pod} = world size {world}"
-    return result
 
 
 def check_task_env(bundle: Bundle) -> Result:

@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +44,16 @@ from recipekit.validate.shared.ports import free_port
 
 #: How often the pods' process trees and logs are looked at (metrics.jsonl is read every loop).
 LOOK_EVERY_S = 0.5
+
+
+@dataclass(frozen=True)
+class LostNode:
+    """The elastic drill (``--lose-pod``): pod ``pod`` is lost for good at step ``at_step`` and nobody restarts the
+    others; with ``return_at``, capacity comes back at that step and Volcano's replacement pod starts."""
+
+    pod: int
+    at_step: int
+    return_at: int | None = None
 
 
 def node_local_dir(work: WorkCopy, index: int) -> Path:
@@ -150,6 +160,13 @@ class DryRun:
         except (OSError, yaml.YAMLError):
             self.job = {}
         self.nproc = int(spec.get("nproc_per_node") or 1)
+        #: the environment every pod of this attempt started with (a restart request, the hold), for a pod started
+        #: again inside the attempt (the elastic drill's returning node)
+        self.start_env: dict[str, str] = {}
+        #: the elastic drill: the pods lost and not back, the attempt they were lost in, the hold's release file
+        self.away: set[int] = set()
+        self.lost_attempt: int | None = None
+        self.release = work.root / "hold-released"
 
     def resize(self, pods: int) -> None:
         """The Job's pods from now on: ``pods`` of them, each with what Volcano injects for a Job of that size (a
@@ -171,8 +188,12 @@ class DryRun:
         ]
 
     # -- one attempt: start every pod, watch until done / failed / killed / timed out
-    def attempt(self, kill_at: int | None, env: dict[str, str] | None = None) -> Attempt:
-        """Start every pod (``env`` added to each pod's environment: a restart request, say) and watch them."""
+    def attempt(self, kill_at: int | None, env: dict[str, str] | None = None, lost: LostNode | None = None) -> Attempt:
+        """Start every pod (``env`` added to each pod's environment: a restart request, say) and watch them.
+
+        ``lost``: the elastic drill. The lost pod is killed and stays away (until ``lost.return_at``), nobody
+        touches the others, and each worker group torchrun's agents form from then on is an attempt of its own
+        (:meth:`_regroup`); the last one is returned, every one is in :attr:`attempts`."""
         number = len(self.attempts)
         port = free_port(self.ports)
         self.ports.add(port)
@@ -182,15 +203,17 @@ class DryRun:
         self.attempts.append(attempt)
         label = "first start" if number == 0 else "restart (Volcano RestartJob)"
         # With a kill at step S every rank holds after step S until the kill: it lands at S whatever the load.
-        hold = {exitcodes.HOLD_AT_STEP_ENV: str(kill_at)} if kill_at is not None else {}
+        held_at = lost.at_step if lost is not None else kill_at
+        hold = {exitcodes.HOLD_AT_STEP_ENV: str(held_at)} if held_at is not None else {}
+        if lost is not None:  # the pods that are left go on once the lost one is killed
+            self.release.unlink(missing_ok=True)
+            hold[exitcodes.HOLD_RELEASE_ENV] = str(self.release)
+            if lost.return_at is not None:  # and grow back at exactly that step, once the replacement joined
+                hold[exitcodes.HOLD_SHRUNK_AT_STEP_ENV] = str(lost.return_at)
+        self.start_env = {**hold, **(env or {})}
         for pod in self.pods:
             attempt.log_offsets[pod.index] = pod.log_path.stat().st_size if pod.log_path.exists() else 0
-            if self.work.hot_tier == "emptyDir":  # an emptyDir is deleted with its pod: every attempt's is new
-                shutil.rmtree(node_local_dir(self.work, pod.index), ignore_errors=True)
-            # the ConfigMap mounted read-only, and the digest the Job's container carries (bundle/runfiles.py)
-            digest = podmount.mount(self.work.bundle, self.work.root, pod.index)
-            mounted = {runfiles.DIGEST_ENV: digest} if digest else {}
-            pod.start(header=f"attempt {number}: {label}, master port {port}", env={**hold, **mounted, **(env or {})})
+            self._start(pod, f"attempt {number}: {label}, master port {port}")
         self.progress(
             f"attempt {number}: {len(self.pods)} pod(s) running the launcher (master 127.0.0.1:{port}); "
             f"logs in {self.work.logs}"
@@ -210,12 +233,14 @@ class DryRun:
                 self.podset.remember()
                 phases.poll()
                 last_look = now
-            self._read_metrics(attempt, phases, now)
+            attempt = self._read_metrics(attempt, phases, now, regroup=lost is not None)
             if kill_at is not None and attempt.steps and attempt.steps[-1].step >= kill_at:
                 phases.expected = (int(self.options.kill_pod or 0), f"pod {self.options.kill_pod} was killed")
                 self._kill(attempt)
                 break
-            codes = {pod.index: pod.poll() for pod in self.pods}
+            if lost is not None:
+                self._lose_or_return(attempt, lost, phases)
+            codes = {pod.index: pod.poll() for pod in self.pods if pod.index not in self.away}
             if attempt.first_failure is None:
                 attempt.first_failure = next(((i, c) for i, c in codes.items() if c not in (None, 0)), None)
             if all(code is not None for code in codes.values()):
@@ -232,15 +257,67 @@ class DryRun:
                 attempt.outcome = "timeout"
                 break
             time.sleep(0.01)
-        self._read_metrics(attempt, phases, time.monotonic())  # records written while the attempt ended
+        attempt = self._read_metrics(attempt, phases, time.monotonic(), regroup=lost is not None)  # the last records
         phases.poll()  # and the pods' last words (train.py: ..., launch: ...)
         attempt.exit_codes = {pod.index: pod.poll() for pod in self.pods}
         attempt.ended = time.monotonic()
         attempt.ledger_to = ledger_sizes(self.work.output_dir)
         return attempt
 
-    def _read_metrics(self, attempt: Attempt, phases: PhaseReporter, now: float) -> None:
+    def _start(self, pod: Pod, header: str) -> None:
+        """Start ``pod`` as the Job's pod starts: its node-local disk, the ConfigMap mounted read-only, and the digest
+        the Job's container carries (bundle/runfiles.py)."""
+        if self.work.hot_tier == "emptyDir":  # an emptyDir is deleted with its pod: every start's is new
+            shutil.rmtree(node_local_dir(self.work, pod.index), ignore_errors=True)
+        digest = podmount.mount(self.work.bundle, self.work.root, pod.index)
+        mounted = {runfiles.DIGEST_ENV: digest} if digest else {}
+        pod.start(header=header, env={**self.start_env, **mounted})
+
+    def _lose_or_return(self, attempt: Attempt, lost: LostNode, phases: PhaseReporter) -> None:
+        """The elastic drill's two moments: the node goes at ``lost.at_step`` (SIGKILL, its whole tree; the others
+        are released from their hold and left alone), and its capacity comes back at ``lost.return_at``."""
+        step = attempt.steps[-1].step if attempt.steps else 0
+        if self.lost_attempt is None and step >= lost.at_step:
+            victim = self.pods[lost.pod]
+            attempt.killed_processes = len(victim.alive())
+            victim.kill()
+            self.release.touch()
+            self.away.add(lost.pod)
+            self.lost_attempt = attempt.number
+            attempt.killed_pod, attempt.killed_at, attempt.killed_step = lost.pod, time.monotonic(), step
+            phases.expected = (lost.pod, f"pod {lost.pod} was lost for good")
+            self.progress(
+                f"pod {lost.pod}'s node is gone for good at step {step}: its replacement stays Pending (no "
+                "capacity); nobody restarts the other pods"
+            )
+        elif lost.return_at is not None and lost.pod in self.away and attempt.number > (self.lost_attempt or 0):
+            if step >= lost.return_at:
+                self.away.discard(lost.pod)
+                pod = self.pods[lost.pod]
+                attempt.log_offsets[lost.pod] = pod.log_path.stat().st_size if pod.log_path.exists() else 0
+                self._start(pod, f"attempt {attempt.number}: capacity returned, pod {lost.pod} scheduled again")
+                self.progress(f"capacity returned at step {step}: Volcano's replacement for pod {lost.pod} starts")
+
+    def _regroup(self, attempt: Attempt, now: float) -> Attempt:
+        """A worker group's start after the first (torchrun's agents restarted the workers at another size): from
+        here on the records are the next attempt's, its rows the ledger's lines from here."""
+        attempt.outcome = attempt.outcome or "resized"
+        attempt.ended = now
+        attempt.exit_codes = {pod.index: pod.poll() for pod in self.pods}
+        attempt.ledger_to = ledger_sizes(self.work.output_dir)
+        following = Attempt(len(self.attempts), attempt.port, now)
+        following.ledger_from = attempt.ledger_to
+        following.log_offsets = {pod.index: pod.log_path.stat().st_size for pod in self.pods if pod.log_path.exists()}
+        self.attempts.append(following)
+        self.progress(f"attempt {following.number}: torchrun's agents formed a new worker group (no pod restarted)")
+        return following
+
+    def _read_metrics(self, attempt: Attempt, phases: PhaseReporter, now: float, regroup: bool = False) -> Attempt:
+        """File metrics.jsonl's new records under ``attempt`` (``regroup``: a new worker group's start opens the next
+        attempt, :meth:`_regroup`); the attempt the last record went to."""
         for record in self.metrics.read():
+            if regroup and record.get("event") == metricslog.EVENT_START and attempt.events(metricslog.EVENT_START):
+                attempt = self._regroup(attempt, now)
             step = attempt.observe(record, now)
             if step is not None:
                 self._scrape(attempt, step.step)
@@ -255,6 +332,7 @@ class DryRun:
                     self.drained.add(attempt.number)
                 if record.get("event") in (metricslog.EVENT_CHECKPOINT, metricslog.EVENT_CHECKPOINT_DRAINED):
                     self._scrape(attempt, int(record.get("step") or 0) + 1)
+        return attempt
 
     def _scrape(self, attempt: Attempt, step: int) -> None:
         """Read the serving pods' metrics endpoints once this attempt has checkpointed (so every gauge has a value).

@@ -40,6 +40,8 @@ class Pod:
     proc: subprocess.Popen[bytes] | None = None
     seen: dict[int, psutil.Process] = field(default_factory=dict)
     killed: bool = False
+    #: how often the pod was started (the elastic drill checks nobody restarted the pods that were left)
+    starts: int = 0
 
     def start(self, header: str = "", env: dict[str, str] | None = None) -> None:
         """Start the pod's command (with ``env`` added to the pod's environment for this start only)."""
@@ -59,6 +61,7 @@ class Pod:
                 start_new_session=True,
             )
         self.killed = False
+        self.starts += 1
         self.seen = {}
         self.remember()
 

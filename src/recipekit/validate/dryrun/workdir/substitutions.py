@@ -205,6 +205,16 @@ def _data_and_world(sub: Substituter, dry: Recipe, recipe: Recipe, options: DryR
         nodes=options.pods,
         devices_per_pod=procs,
     )
+    low = recipe.cluster.min_nodes
+    if low is not None and low != min(low, options.pods - 1) and options.pods > 1:
+        dry = sub.section(
+            dry,
+            "cluster",
+            f"elastic on {options.pods} simulated pods: it goes on with as few as {options.pods - 1}",
+            min_nodes=options.pods - 1,
+        )
+    elif low is not None and options.pods == 1:
+        dry = sub.section(dry, "cluster", "one simulated pod: nothing to shrink to", min_nodes=None)
     return dry
 
 

@@ -1,0 +1,67 @@
+"""An elastic run (``cluster.min_nodes``): the accumulation that keeps the global batch at every size it may continue
+on, decided at build, and every size it could not continue on refused at build with its arithmetic."""
+
+from __future__ import annotations
+
+import pytest
+
+from recipekit.base.errors import RecipeError
+from recipekit.bundle.build import resolve
+from recipekit.plan.rescale import layout_at
+from tests.conftest import documents_of
+
+
+def messages_of(*overrides: str) -> list[str]:
+    with pytest.raises(RecipeError) as info:
+        resolve(list(overrides))
+    return [str(p) for p in info.value.problems if p.key == "cluster.min_nodes"]
+
+
+def test_every_size_keeps_the_global_batch_with_its_own_accumulation() -> None:
+    resolved = resolve(["recipe=tiny_sft", "parallel=ddp", "cluster.nodes=4", "cluster.min_nodes=2",
+                        "train.global_batch_size=24", "train.gradient_accumulation_steps=null"])  # fmt: skip
+    plan = resolved.plan
+    assert plan.elastic is not None and (plan.elastic.min_nodes, plan.elastic.max_nodes) == (2, 4)
+    layout = plan.layout
+    for nodes in (2, 3, 4):
+        at, problems = layout_at(layout, nodes)
+        assert not problems and at.global_batch_size == layout.global_batch_size == 24
+        assert plan.elastic.accumulation[at.world_size] == at.gradient_accumulation_steps
+    assert plan.elastic.accumulation[layout.world_size] == layout.gradient_accumulation_steps
+    rows = plan.summary()["elastic"]["accumulation"]
+    assert [r["world_size"] for r in rows] == sorted(plan.elastic.accumulation)
+
+
+def test_a_size_that_cannot_keep_the_batch_is_refused_with_its_arithmetic() -> None:
+    """3 pods of 1 rank cannot hold a global batch of 16 in whole micro-batches of 2: the run could not continue
+    there, so the build says so instead of the cluster finding out."""
+    found = messages_of("recipe=tiny_sft", "parallel=ddp", "cluster.nodes=4", "cluster.min_nodes=2",
+                        "train.global_batch_size=16", "train.gradient_accumulation_steps=null")  # fmt: skip
+    assert found and all("on 3 node(s)" in m and "16" in m for m in found), found
+
+
+def test_what_no_size_can_continue_is_said_once() -> None:
+    found = messages_of("recipe=tiny_sft", "cluster.nodes=4", "cluster.min_nodes=1", "data.streaming=true")
+    assert sum("data.streaming" in m for m in found) == 1, found
+
+
+def test_min_nodes_above_nodes_and_the_megatron_engine_are_refused() -> None:
+    (above,) = messages_of("recipe=tiny_sft", "cluster.nodes=2", "cluster.min_nodes=3")
+    assert "more than cluster.nodes (2)" in above
+    found = messages_of("recipe=tiny_sft", "engine=megatron", "parallel=distopt", "cluster.min_nodes=1")
+    assert any("megatron engine" in m for m in found), found
+
+
+def test_the_job_and_launch_json_of_an_elastic_bundle() -> None:
+    """The gang is the fewest pods, an evicted pod's replacement is left to Volcano (no RestartJob), the Job
+    completes once its fewest pods succeeded, and the launcher gets the range and the restart budget."""
+    docs = documents_of(resolve(["recipe=tiny_sft", "parallel=ddp", "cluster.nodes=2", "cluster.min_nodes=1"]))
+    spec = docs.job["spec"]
+    assert (spec["minAvailable"], spec["minSuccess"], spec["tasks"][0]["replicas"]) == (1, 1, 2)
+    events = [p.get("event") for p in spec["policies"]]
+    assert "PodEvicted" not in events and "PodFailed" in events
+    assert docs.launch["elastic"] == {"min_nodes": 1, "max_restarts": spec["maxRetry"]}
+    gang = documents_of(resolve(["recipe=tiny_sft", "parallel=ddp", "cluster.nodes=2"]))
+    assert gang.job["spec"]["minAvailable"] == 2 and "minSuccess" not in gang.job["spec"]
+    assert gang.launch["elastic"] is None
+    assert "PodEvicted" in [p.get("event") for p in gang.job["spec"]["policies"]]
