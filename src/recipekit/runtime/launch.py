@@ -22,11 +22,15 @@ What it checks, each failure a one-line reason and a non-zero exit so Volcano's 
   past that, exit 1: a restart may land on healthier nodes).
 
 Then it exports launch.json's ``env`` (a value already set in the pod spec wins), MASTER_ADDR and MASTER_PORT, and
-runs torchrun as its child. The pod's exit status is the run's own code (``exitcodes.EXIT_CODES``), because the Job's
-exitCode policies act on it: torchrun exits 1 whatever its worker's code, so each worker writes its code into a
-directory the launcher names (``exitcodes.EXIT_DIR_ENV``) and the launcher exits with the first failure's. SIGTERM
-and SIGINT are passed on to torchrun (which passes them to train.py, which saves a checkpoint); once torchrun has
-ended, the launcher ends by the same signal, so a signal stays a signal.
+runs torchrun as its child: a static rendezvous on the first pod, or for an elastic run (launch.json ``elastic``,
+``cluster.min_nodes``) torchrun's own elastic agent, which goes on without a lost pod and takes it back when its
+replacement starts (:func:`elastic_options`).
+
+The pod's exit status is the run's own code (``exitcodes.EXIT_CODES``), because the Job's exitCode policies act on
+it: torchrun exits 1 whatever its worker's code, so each worker writes its code into a directory the launcher names
+(``exitcodes.EXIT_DIR_ENV``) and the launcher exits with the first failure's. SIGTERM and SIGINT are passed on to
+torchrun (which passes them to train.py, which saves a checkpoint); once torchrun has ended, the launcher ends by the
+same signal, so a signal stays a signal.
 """
 
 from __future__ import annotations
