@@ -186,8 +186,11 @@ def launch_spec(recipe: Recipe, plan: Plan, env: dict[str, str], module: str) ->
         "module": module,
         "args": ["--resume", "auto"],
         "cann_env": list(plan.family.cann_env),
-        "elastic": (
-            {"min_nodes": plan.elastic.min_nodes, "max_restarts": recipe.cluster.max_retry} if plan.elastic else None
+        # an elastic run's range and restart budget (plan/rescale.py); absent: torchrun's static rendezvous
+        **(
+            {"elastic": {"min_nodes": plan.elastic.min_nodes, "max_restarts": recipe.cluster.max_retry}}
+            if plan.elastic
+            else {}
         ),
     }
 

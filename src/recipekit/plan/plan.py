@@ -178,7 +178,7 @@ class Plan:
             "data": self.data.summary(),
             "flops": asdict(self.flops),
             "image": self.image,
-            "elastic": self.elastic.summary() if self.elastic else None,
+            **({"elastic": self.elastic.summary()} if self.elastic else {}),
         }
 
     @property

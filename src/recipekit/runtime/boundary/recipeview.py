@@ -58,12 +58,18 @@ class RunPlan:
     zero_stage: int
     comm_backend: str
     flops: PlanFlops
-    elastic: dict[str, Any] | None = None  # cluster.min_nodes: plan/rescale.py ``Elastic.summary()``
+    #: cluster.min_nodes: plan/rescale.py ``Elastic.summary()``; absent from the plan of a run that is not elastic
+    elastic: dict[str, Any] | None = None
 
     @classmethod
     def from_dict(cls, plan: dict[str, Any]) -> RunPlan:
-        """The typed plan; a missing key is a KeyError naming it (:func:`plan_keys` lists them all up front)."""
-        values = {f.name: plan[f.name] for f in fields(cls) if f.name != "flops"}
+        """The typed plan; a missing key is a KeyError naming it (:func:`plan_keys` lists them all up front), a key
+        with a default may be absent."""
+        values = {
+            f.name: plan[f.name]
+            for f in fields(cls)
+            if f.name != "flops" and (f.name in plan or f.default is dataclasses.MISSING)
+        }
         flops = plan["flops"]
         return cls(**values, flops=PlanFlops(**{f.name: float(flops[f.name]) for f in fields(PlanFlops)}))
 
@@ -87,8 +93,8 @@ def data_parallel_size(world_size: int, model_parallel: int = 1) -> int:
 
 
 def plan_keys() -> tuple[str, ...]:
-    """The dotted keys of recipe.yaml's ``plan`` the runtime reads (``plan.flops.model_per_token``, ...)."""
-    flat = [f"plan.{f.name}" for f in fields(RunPlan) if f.name != "flops"]
+    """The dotted keys of recipe.yaml's ``plan`` the runtime needs (``plan.flops.model_per_token``, ...)."""
+    flat = [f"plan.{f.name}" for f in fields(RunPlan) if f.name != "flops" and f.default is dataclasses.MISSING]
     return (*flat, *(f"plan.flops.{f.name}" for f in fields(PlanFlops)))
 
 
