@@ -280,7 +280,8 @@ def elastic_options(spec: Mapping[str, Any], topo: Topology, elastic: Mapping[st
     entry in Volcano's host list (``--local-addr``), which the other pods resolve. Node ranks are the
     rendezvous's to give. A worker failure costs one of ``max_restarts``; a change of size costs none."""
     low, restarts = elastic.get("min_nodes"), elastic.get("max_restarts")
-    if not (isinstance(low, int) and 1 <= low <= topo.nodes) or not (isinstance(restarts, int) and restarts >= 0):
+    whole = all(isinstance(v, int) and not isinstance(v, bool) for v in (low, restarts))
+    if not (whole and 1 <= int(low or 0) <= topo.nodes and 0 <= int(restarts or 0) <= 1000):
         raise LaunchError(f"launch.json's elastic is not a min_nodes and max_restarts of this Job: {dict(elastic)}")
     return [
         f"--nnodes={low}:{topo.nodes}",
@@ -322,11 +323,11 @@ def main(argv: list[str] | None = None) -> int:
             spec = read_spec(checked)
             pod_env = prepared_environment(spec, os.environ)
             topo = topology(spec, pod_env)
+            argv_out = torchrun_argv(spec, topo, checked.parent)  # an elastic range that is not the Job's: exit 2
             wait_for_master(topo.master, float(spec.get("master_dns_wait_s", 120)))
         except LaunchError as exc:
             print(f"launch: {exc}", file=sys.stderr)
             return exc.code
-        argv_out = torchrun_argv(spec, topo, checked.parent)
         print(
             f"launch: pod {topo.node_rank}/{topo.nodes} of {spec.get('job_name', '?')}; master "
             f"{topo.master}:{spec['master_port']}; {spec['nproc_per_node']} processes per pod",

@@ -361,3 +361,27 @@ def test_an_elastic_bundle_starts_torchruns_elastic_agent_hosted_by_the_first_po
         assert f"--rdzv-conf=is_host={'true' if index == 0 else 'false'}" in argv
         assert f"--local-addr={hosts[index]}" in argv and not any(a.startswith("--node_rank") for a in argv)
         assert found["env"]["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
+
+
+def test_a_configmap_edit_that_makes_a_gang_run_elastic_is_refused_before_torchrun(
+    tmp_path: Path, fake_bin: Path
+) -> None:
+    """An attacker with the ConfigMap adds ``elastic`` to launch.json (the run would go on without pods the Job
+    gang-schedules, at a batch nobody planned): the digest the Job carries refuses it in one line, torchrun never
+    starts. A bundle run by hand with an ``elastic`` that is no range of its Job is refused too (exit 2)."""
+    from recipekit.validate.dryrun.workdir import podmount
+
+    bundle = build(["recipe=tiny_sft", "cluster.nodes=2"], tmp_path / "bundle").path
+    root = tmp_path / "cluster"
+    digest = podmount.mount(bundle, root, 0)
+    assert digest is not None
+    launch = podmount.run_script(root, 0).parent / "launch.json"
+    launch.parent.chmod(0o755)
+    launch.chmod(0o644)
+    launch.write_text(json.dumps({**json.loads(launch.read_text()), "elastic": {"min_nodes": 1, "max_restarts": 9}}))
+    env = pod_env(fake_bin, 0, ["127.0.0.1"] * 2, RECIPEKIT_RUN_FILES_DIGEST=digest)
+    assert "differ from the digest the Job carries" in one_line_refusal(start_pod(bundle, root, env))
+    podmount.unmount(root)
+    set_launch(bundle, elastic={"min_nodes": 3, "max_restarts": "3; touch pwned"})
+    refusal = one_line_refusal(run_pod(bundle, pod_env(fake_bin, 0, ["127.0.0.1"] * 2)))
+    assert "elastic is not a min_nodes and max_restarts of this Job" in refusal and not Path("pwned").exists()
