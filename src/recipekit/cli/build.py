@@ -95,10 +95,10 @@ def build(
     )
     echo_wrapped(f"each pod requests {pod_requests(recipe, plan)}", indent=2)
     if plan.elastic is not None:
-        sizes = ", ".join(f"{w} ranks × {a}" for w, a in sorted(plan.elastic.accumulation.items()))
+        sizes = ", ".join(f"{w}→{a}" for w, a in sorted(plan.elastic.accumulation.items()))
         echo_wrapped(
             f"elastic: continues on {plan.elastic.min_nodes} to {plan.layout.nodes} pods, nobody acting "
-            f"(accumulation by world size: {sizes})",
+            f"(world size → accumulation: {sizes})",
             indent=2,
         )
     if built.replaced:

@@ -186,6 +186,17 @@ def printable(text: str, most: int = MAX_TEXT) -> str:
     return text if text.isprintable() else "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
+def attempt_began(record: dict[str, Any], previous_launcher: float | None) -> float | None:
+    """When the attempt of ``start`` record ``record`` began: its pod's launcher's start, or, when that launcher is
+    the attempt before's (``previous_launcher``: an elastic run's new worker group, the pods went on and torchrun's
+    agents restarted the workers), its workers' start; the record's own time when neither is known. The one rule
+    the MTTR's parts (recovery.history) and the attempts' ends (:func:`by_attempt`) share."""
+    launcher = finite_time(record.get("launch_time"))
+    if launcher is not None and launcher == previous_launcher:
+        return finite_time(record.get("worker_time")) or launcher
+    return launcher or finite_time(record.get("time"))
+
+
 def finite_time(value: Any) -> float | None:
     """A finite time within :data:`MAX_TIME_S` (a bool, a string, NaN or 1e20 is none)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -290,14 +301,10 @@ def by_attempt(
     found: list[dict[str, Any]] = []
     for record in (r for r in records if r.get("event") == "start"):
         world = _count(record.get("world_size"))
-        launcher = finite_time(record.get("launch_time"))
-        # the same launcher as the attempt before: an elastic run's new worker group, which began with its workers
-        regrouped = launcher is not None and bool(found) and found[-1]["launcher"] == launcher
-        launched = finite_time(record.get("worker_time")) if regrouped else None
         found.append(
             {
-                "launcher": launcher,
-                "launched": launched or launcher or finite_time(record.get("time")),
+                "launcher": finite_time(record.get("launch_time")),
+                "launched": attempt_began(record, found[-1]["launcher"] if found else None),
                 "world_size": world if world is not None and world <= bound else None,
                 "ranks_per_pod": _count(record.get("ranks_per_pod")),
                 "resumed_after_interruption": isinstance(record.get("interrupted"), dict),

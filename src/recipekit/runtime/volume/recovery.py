@@ -153,18 +153,17 @@ def history(records: list[dict[str, Any]]) -> list[Recovery]:
                 )
             )
 
+    launcher: float | None = None  # the previous start's launcher (an elastic regroup keeps it)
     for record in records:
         kind = record.get("event") if isinstance(record, dict) else None
         if kind == "start":
             close()
             current = None
+            restart = attemptends.attempt_began(record, launcher)
+            launcher = _time(record.get("launch_time"))
             interrupted = record.get("interrupted")
             if isinstance(interrupted, dict) and not record.get("restart"):  # a restart asked for is no recovery
                 step, at = _step(interrupted.get("step")), _time(interrupted.get("time"))
-                restart = _time(record.get("launch_time")) or _time(record.get("time"))
-                worker = _time(record.get("worker_time"))
-                if worker is not None and (restart is None or at is None or restart < at):
-                    restart = worker  # the pods went on and torchrun's agents restarted the workers (elastic)
                 if step is not None and at is not None and restart is not None:
                     current = {
                         "interrupted_step": step,

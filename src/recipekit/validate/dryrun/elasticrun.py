@@ -23,11 +23,10 @@ from typing import Any
 
 from recipekit.runtime.boundary import metricslog
 from recipekit.runtime.volume import attemptends, recovery
-from recipekit.runtime.volume.rowledger import read_ledger
 from recipekit.validate.dryrun.cluster.attemptlog import Attempt, exits_in_words
 from recipekit.validate.dryrun.cluster.attempts import DryRun, LostNode
 from recipekit.validate.dryrun.judges import training
-from recipekit.validate.dryrun.judges.rows import judge_rows
+from recipekit.validate.dryrun.judges.rows import judge_attempts_rows
 from recipekit.validate.dryrun.options import DryRunOptions
 from recipekit.validate.shared.results import Result
 
@@ -61,19 +60,20 @@ def judge_elastic(run: DryRun, lost: LostNode, train: Result, result: Result, ex
     wanted = 3 if grows else 2
     result.details.update(lost_pod=lost.pod, lost_at_step=lost.at_step, return_at_step=lost.return_at)
     result.details["groups"] = [_group(a) for a in attempts]
-    if len(attempts) < wanted:
+    if len(attempts) != wanted:
         last = attempts[-1]
+        why = "the pods that were left did not go on by themselves" if len(attempts) < wanted else "a restart more"
         result.fail(
             WHERE,
             "elastic",
-            f"{len(attempts)} worker group(s), expected {wanted}: the pods that were left did not go on by themselves "
+            f"{len(attempts)} worker group(s), expected {wanted}: {why} "
             f"({last.outcome or 'running'}; {exits_in_words(last.exit_codes)})",
         )
         return
     full, shrunk = options.pods * options.procs_per_pod, (options.pods - 1) * options.procs_per_pod
     sizes = [full, shrunk, full] if grows else [full, shrunk]
     resumes: list[int] = []
-    for before, after, world in zip(attempts, attempts[1:], sizes[1:], strict=False):
+    for before, after, world in zip(attempts[:-1], attempts[1:], sizes[1:], strict=True):
         resumes.append(_judge_group(result, before, after, world, options.save_steps))
     _judge_launchers(result, run, lost)
     _judge_rows(result, run, attempts, resumes)
@@ -104,29 +104,20 @@ def _group(attempt: Attempt) -> dict[str, Any]:
 
 def _judge_group(result: Result, before: Attempt, after: Attempt, world: int, save_steps: int) -> int:
     """``after`` is the worker group that followed ``before`` at ``world`` ranks: it resumed the newest checkpoint
-    ``before`` saved, at the same global batch; the step it resumed at."""
-    start, earlier = after.last(metricslog.EVENT_START) or {}, before.last(metricslog.EVENT_START) or {}
+    ``before`` saved, the next step first, and continued as a rescale must (world, global batch, the world the
+    checkpoint was saved at, the steps trained again: :func:`~.judges.training.judge_rescale`); the step it resumed
+    at."""
     last = before.steps[-1].step if before.steps else 0
     # the newest checkpoint is the last periodic one, or the one a SIGTERM saved as the agents grew the run
     saved = [int(r.get("step") or 0) for r in before.events(metricslog.EVENT_CHECKPOINT)]
     expected = max([s for s in saved if s <= last] + [last // save_steps * save_steps])
-    step = training.resumed_step(start) or 0
+    step = training.resumed_step(after.last(metricslog.EVENT_START) or {}) or 0
     what = f"the world-{world} group"
-    if start.get("world_size") != world:
-        result.fail(WHERE, "elastic", f"{what} ran at world size {start.get('world_size')}, not {world}")
-    if start.get("global_batch_size") != earlier.get("global_batch_size"):
-        result.fail(
-            WHERE,
-            "elastic",
-            f"{what}: global batch {start.get('global_batch_size')}, before {earlier.get('global_batch_size')}",
-        )
     if step != expected:
         result.fail(WHERE, "resume", f"{what} resumed at step {step}, the newest checkpoint was {expected}")
     if after.steps and after.steps[0].step != step + 1:
         result.fail(WHERE, "resume", f"{what}'s first step is {after.steps[0].step}, expected {step + 1}")
-    drift = [abs(b - a) / max(abs(a), 1e-12) for _, a, b in training.replayed_losses(before, after)]
-    if drift and max(drift) > training.RESCALE_LOSS_TOLERANCE:
-        result.fail(WHERE, "loss", f"{what}: a step trained again moved its loss by {max(drift):.2%}")
+    training.judge_rescale(result, before, after, world)
     return step
 
 
@@ -139,19 +130,8 @@ def _judge_launchers(result: Result, run: DryRun, lost: LostNode) -> None:
 
 def _judge_rows(result: Result, run: DryRun, attempts: list[Attempt], resumes: list[int]) -> None:
     """Every step took its own rows of the order once, across the groups (each up to the step the next resumed)."""
-    output_dir = run.work.output_dir
-    if not run.work.records_rows:
-        return
-    ledgers = [read_ledger(output_dir, a.ledger_from, a.ledger_to) for a in attempts]
-    earlier = [  # each group's rows up to the step the next one resumed at
-        line
-        for ledger, upto in zip(ledgers[:-1], resumes, strict=True)
-        for line in ledger
-        if (line.get("step") or 0) <= upto
-    ]
-    batch = (attempts[0].last(metricslog.EVENT_START) or {}).get("global_batch_size")
-    if isinstance(batch, int):
-        judge_rows(result, earlier, ledgers[-1], resumed_at=resumes[-1], global_batch=batch)
+    if run.work.records_rows:
+        judge_attempts_rows(result, run.work.output_dir, attempts, resumes)
 
 
 def _judge_recoveries(result: Result, output_dir: Path, resumes: list[int]) -> None:

@@ -25,7 +25,6 @@ from recipekit.recipe.sections import TRACKERS
 from recipekit.runtime.boundary import filenames, metricslog
 from recipekit.runtime.boundary.recipeview import HotCheckpointsView
 from recipekit.runtime.volume import hottier
-from recipekit.runtime.volume.rowledger import read_ledger
 from recipekit.validate.dryrun import elasticrun, policyrun, restartrun
 from recipekit.validate.dryrun.cluster.attemptlog import Attempt, exits_in_words
 from recipekit.validate.dryrun.cluster.attempts import DryRun, node_local_dir, pod_environment
@@ -38,7 +37,7 @@ from recipekit.validate.dryrun.judges.operations import (
     judge_preflight,
     judge_profile,
 )
-from recipekit.validate.dryrun.judges.rows import judge_rows
+from recipekit.validate.dryrun.judges.rows import judge_attempts_rows
 from recipekit.validate.dryrun.judges.trackers import judge_trackers, logged_losses
 from recipekit.validate.dryrun.options import DryRunOptions, DryRunUsageError
 from recipekit.validate.dryrun.workdir.engines import dryrun_engine, engine_of_doc
@@ -507,16 +506,7 @@ def _recover(
 
 def _judge_rows(run: DryRun, resume: Result, first: Attempt, second: Attempt, expected: int | None) -> None:
     """The row ledger: the resumed attempt trains exactly the rows the killed one had not (ops.testing.record_rows)."""
-    output_dir = run.work.output_dir
-    ledger = (
-        read_ledger(output_dir, first.ledger_from, first.ledger_to),
-        read_ledger(output_dir, second.ledger_from, second.ledger_to),
-    )
-    batch = (first.last(metricslog.EVENT_START) or {}).get("global_batch_size")
-    if isinstance(batch, int):
-        judge_rows(resume, *ledger, resumed_at=expected or 0, global_batch=batch)
-    else:
-        resume.fail("<dry run>", "rows", "the first attempt's start record gives no global batch")
+    judge_attempts_rows(resume, run.work.output_dir, [first, second], [expected or 0])
 
 
 def _attempts(

@@ -212,7 +212,7 @@ class DryRun:
                 hold[exitcodes.HOLD_SHRUNK_AT_STEP_ENV] = str(lost.return_at)
         self.start_env = {**hold, **(env or {})}
         for pod in self.pods:
-            attempt.log_offsets[pod.index] = pod.log_path.stat().st_size if pod.log_path.exists() else 0
+            attempt.log_offsets[pod.index] = pod.log_size()
             self._start(pod, f"attempt {number}: {label}, master port {port}")
         self.progress(
             f"attempt {number}: {len(self.pods)} pod(s) running the launcher (master 127.0.0.1:{port}); "
@@ -294,7 +294,7 @@ class DryRun:
             if step >= lost.return_at:
                 self.away.discard(lost.pod)
                 pod = self.pods[lost.pod]
-                attempt.log_offsets[lost.pod] = pod.log_path.stat().st_size if pod.log_path.exists() else 0
+                attempt.log_offsets[lost.pod] = pod.log_size()
                 self._start(pod, f"attempt {attempt.number}: capacity returned, pod {lost.pod} scheduled again")
                 self.progress(f"capacity returned at step {step}: Volcano's replacement for pod {lost.pod} starts")
 
@@ -307,7 +307,7 @@ class DryRun:
         attempt.ledger_to = ledger_sizes(self.work.output_dir)
         following = Attempt(len(self.attempts), attempt.port, now)
         following.ledger_from = attempt.ledger_to
-        following.log_offsets = {pod.index: pod.log_path.stat().st_size for pod in self.pods if pod.log_path.exists()}
+        following.log_offsets = {pod.index: pod.log_size() for pod in self.pods}
         self.attempts.append(following)
         self.progress(f"attempt {following.number}: torchrun's agents formed a new worker group (no pod restarted)")
         return following

@@ -65,6 +65,10 @@ class Pod:
         self.seen = {}
         self.remember()
 
+    def log_size(self) -> int:
+        """Bytes in the pod's log so far: where an attempt's part of it begins."""
+        return self.log_path.stat().st_size if self.log_path.exists() else 0
+
     def poll(self) -> int | None:
         return None if self.proc is None else self.proc.poll()
 

@@ -10,11 +10,15 @@ step of another size, or a lost step replayed on other rows fails. Pure: the lin
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from recipekit.runtime.boundary import metricslog
 from recipekit.runtime.boundary.order import Permutation
+from recipekit.runtime.volume.rowledger import read_ledger
+from recipekit.validate.dryrun.cluster.attemptlog import Attempt
 from recipekit.validate.shared.results import Result
 
 WHERE = "<dry run>"
@@ -95,3 +99,21 @@ def _repeated(history: dict[int, Counter[int]]) -> list[int]:
     for rows in history.values():
         total.update(rows)
     return sorted(row for row, count in total.items() if count > 1)
+
+
+def judge_attempts_rows(result: Result, output_dir: Path, attempts: list[Attempt], resumes: list[int]) -> None:
+    """The row ledger of ``attempts`` in turn, each one's lines up to the step the next resumed at (``resumes``, one
+    per attempt after the first; the last cut is :func:`judge_rows`'s own): every step on its own rows once, the
+    steps trained again on the same rows. The global batch is the first attempt's start record's."""
+    ledgers = [read_ledger(output_dir, a.ledger_from, a.ledger_to) for a in attempts]
+    earlier = [
+        line
+        for i, ledger in enumerate(ledgers[:-1])
+        for line in ledger
+        if i == len(ledgers) - 2 or (line.get("step") or 0) <= resumes[i]
+    ]
+    batch = (attempts[0].last(metricslog.EVENT_START) or {}).get("global_batch_size")
+    if isinstance(batch, int):
+        judge_rows(result, earlier, ledgers[-1], resumed_at=resumes[-1], global_batch=batch)
+    else:
+        result.fail(WHERE, "rows", "the first attempt's start record gives no global batch")

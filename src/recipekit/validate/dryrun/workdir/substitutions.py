@@ -206,7 +206,7 @@ def _data_and_world(sub: Substituter, dry: Recipe, recipe: Recipe, options: DryR
         devices_per_pod=procs,
     )
     low = recipe.cluster.min_nodes
-    if low is not None and low != min(low, options.pods - 1) and options.pods > 1:
+    if low is not None and options.pods > 1 and low >= options.pods:
         dry = sub.section(
             dry,
             "cluster",
