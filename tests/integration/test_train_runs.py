@@ -274,6 +274,12 @@ def test_resume_continues_from_the_contracts_choice_and_refuses_another_run(tmp_
     second_run = [e["step"] for e in training_logs(out)][6:]
     assert second_run == [5, 6] and global_step(out / "checkpoint-6") == 6  # the Trainer was given checkpoint-4
 
+    # resumed from the checkpoint of the last step (as after a SIGTERM at that step): no step past max_steps
+    again = run_train(bundle, "--resume", "auto")
+    assert succeeded(again) and f"resume from {out / 'checkpoint-6'}" in again.stderr
+    assert [e["step"] for e in training_logs(out)][8:] == []
+    assert records(out, metricslog.EVENT_DONE)[-1]["step"] == 6 and global_step(out) == 6
+
     shutil.rmtree(sharded)
     resumechoice.write_run_record(out / "checkpoint-6", resumechoice.run_record("0a0a0a", world_size=1, zero_stage=0))
     refused = run_train(bundle, "--resume", "auto")

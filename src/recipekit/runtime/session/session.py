@@ -115,6 +115,16 @@ class SessionTrainer(HotTierSaves, OpsTrainer, PreparedTrainer):
     guarded, batch wait timed and faults injected for drills (guard.py), and checkpoints saved into the hot tier
     when there is one (checkpoints.py)."""
 
+    def _run_epoch(self, *args: Any, **kwargs: Any) -> None:
+        """No epoch once ``max_steps`` are done. transformers' loop checks the step count only after a step, so a run
+        resumed from the checkpoint of its last step (a SIGTERM at that step saved it, and the pod was stopped before
+        the final save) would train one step more than the recipe asks, on a batch past the plan's rows. The
+        checkpoint is loaded all the same (``train`` does that before any epoch), so the final save is its weights."""
+        if self.state.global_step >= self.state.max_steps > 0:
+            self.control.should_training_stop = True
+            return
+        super()._run_epoch(*args, **kwargs)
+
 
 def make_trainer(
     run: RunConfig,
