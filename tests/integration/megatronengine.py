@@ -1,5 +1,5 @@
-"""The Megatron room's runs for the slow tests: a bundle directory (recipe.yaml with a ``megatron`` document, the
-runtime package beside it, tiny data on a "volume"), started as the launcher starts a pod's workers, killed at a step.
+"""The Megatron room's run for the SIGTERM test: a bundle directory (recipe.yaml with a ``megatron`` document, the
+runtime package beside it, tiny data on a "volume"), started as the launcher starts a pod's workers.
 
 Until the build side renders this engine's bundles, :func:`make_bundle` writes what it will: the Trainer preset
 ``tiny_sft``'s recipe, plan and operations (tests/golden) with the twin, data and paths of the case, and the
@@ -14,7 +14,6 @@ import copy
 import os
 import shutil
 import subprocess
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -160,39 +159,6 @@ def start(root: Path, python: Path, *, hold_at: int | None = None, log_name: str
 
 def metrics(root: Path) -> list[dict[str, Any]]:
     return metricslog.read_records(root / "volume" / "run" / "metrics.jsonl")
-
-
-def step_losses(root: Path) -> dict[int, float]:
-    """The loss of each step, the latest line of a step winning (a resumed run writes its steps again)."""
-    return {int(r["step"]): float(r["loss"]) for r in metrics(root) if "step" in r and "loss" in r}
-
-
-def run_to_end(root: Path, python: Path, timeout_s: float = 600) -> int:
-    proc = start(root, python)
-    try:
-        return proc.wait(timeout=timeout_s)
-    finally:
-        _kill(proc)
-
-
-def kill_at(root: Path, python: Path, step: int, timeout_s: float = 600) -> None:
-    """Start the run, hold every rank after ``step`` (saved and signed), then SIGKILL every process of it."""
-    proc = start(root, python, hold_at=step, log_name="killed.log")
-    deadline = time.monotonic() + timeout_s
-    try:
-        while time.monotonic() < deadline:
-            if "TESTING: holding after step" in (root / "killed.log").read_text(errors="replace"):
-                break
-            if proc.poll() is not None:
-                raise AssertionError(
-                    f"the run ended (exit {proc.returncode}) before step {step}: see {root}/killed.log"
-                )
-            time.sleep(0.5)
-        else:
-            raise AssertionError(f"no hold at step {step} within {timeout_s} s")
-        time.sleep(1.0)  # every rank reaches the hold (the message is printed by each)
-    finally:
-        _kill(proc)
 
 
 def _kill(proc: subprocess.Popen) -> None:

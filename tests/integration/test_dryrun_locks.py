@@ -106,17 +106,20 @@ def busy_cores(seconds: float) -> Iterator[None]:
 
 
 def test_a_kill_lands_at_its_step_with_every_core_busy(tmp_path: Path) -> None:
-    """Every core is kept busy from the dry run's start until the pod to be killed holds at the kill's step: the
-    load the kill must not lag behind. The restarted attempt then runs on a machine as loaded as the suite leaves it
-    (the loops would only slow its resume, which test_dryrun checks)."""
+    """Every core is kept busy from the first training step until the pod to be killed holds at the kill's step: the
+    load the kill must not lag behind (the steps it races; the imports and set-up before them race nothing, and
+    loading them too cost the suite a minute of both cores). The restarted attempt then runs on a machine as loaded
+    as the suite leaves it (the loops would only slow its resume, which test_dryrun checks)."""
     bundle = build(["recipe=tiny_sft"], tmp_path / "bundle", force=True).path
     command = _validate(bundle, tmp_path / "work", dict(os.environ), "--kill-pod", "1", "--at-step", "6", "--json")
     out = tmp_path / "validate.json"
     with out.open("w") as stdout:  # a file, not a pipe: nobody reads a pipe while the cores are kept busy
         run = subprocess.Popen(command, stdout=stdout, stderr=subprocess.DEVNULL, text=True)
         try:
+            logs = tmp_path / "work" / "logs"
+            _wait_for_the_log(logs / "pod-0.log", run, TRAINING_STARTED)
             with busy_cores(TIMEOUT_S):
-                _wait_for_the_hold(tmp_path / "work" / "logs" / "pod-1.log", run, step=6)
+                _wait_for_the_log(logs / "pod-1.log", run, "holding after step 6 until this pod is killed")
             run.wait(timeout=TIMEOUT_S + 60)
         finally:
             run.kill()  # a no-op once it has exited
@@ -127,9 +130,13 @@ def test_a_kill_lands_at_its_step_with_every_core_busy(tmp_path: Path) -> None:
     assert resume["resumed_step"] == 4 and checks["dryrun.train"]["details"]["final_step"] == 8
 
 
-def _wait_for_the_hold(log: Path, run: subprocess.Popen, step: int) -> None:
-    """Until the pod's log says it holds after ``step`` (the kill comes next), or the dry run ended."""
-    said = f"holding after step {step} until this pod is killed"
+#: What rank 0 logs as the Trainer starts its first step (runtime/ops/phases.py, the watchdog's budgets).
+TRAINING_STARTED = "hang watchdog:"
+
+
+def _wait_for_the_log(log: Path, run: subprocess.Popen, said: str) -> None:
+    """Until the pod's log says ``said`` (the first step, or the hold the kill comes next after), or the dry run
+    ended."""
     until = time.monotonic() + TIMEOUT_S
     while run.poll() is None and time.monotonic() < until:
         if log.is_file() and said in log.read_text(errors="replace"):

@@ -22,9 +22,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 from recipekit.bundle.build import build
+from recipekit.cli import main
 from recipekit.runtime.boundary import filenames, metricslog
+from recipekit.runtime.volume import recovery
 from recipekit.validate.dryrun.options import DryRunOptions
 from recipekit.validate.dryrun.run import run_dry_run
 from recipekit.validate.shared.loader import load_bundle
@@ -93,10 +96,35 @@ def test_killed_at_a_step_and_resumed_with_the_same_losses(name: str, tmp_path: 
         assert record["step"] == step and record["engine"] == "megatron" and len(record["hmac"]) == 64
     (done,) = [r for r in records if r.get("event") == metricslog.EVENT_DONE]
     assert done["step"] == STEPS
+    assert_operations_records(run, records)
     if ep > 1:
         assert done["hf"] is None and not (run / "hf").exists()
     else:
         assert_export_loads(run, lora="lora" in name.lower())
+
+
+def assert_operations_records(run: Path, records: list[dict]) -> None:
+    """What the room's operations wiring (runtime/megatron/ops.py) leaves at Bridge's events, read as a Trainer run's
+    records are: preflight's report before each attempt's first step, every step's loss, step time and MFU (the plan's
+    FLOPs), recovery.jsonl with both attempts, and ``recipekit runs history`` and ``report`` reading the run. (What a
+    SIGTERM leaves, the signal's own checkpoint and every rank's ``preempted`` end: test_megatron_ops_run.py.)"""
+    events = [r["event"] for r in records if "event" in r]
+    assert events.count(metricslog.EVENT_PREFLIGHT) == 2  # each attempt checked before its first step
+    assert (run / filenames.CLUSTER_CHECK_FILE).is_file()
+    steps = [r for r in records if "loss" in r and "step" in r]
+    assert all(r["mfu"] > 0 and r["step_time_s"] > 0 and r["tokens_per_second_per_device"] > 0 for r in steps)
+    kinds = [r["event"] for r in recovery.read(run)]
+    assert kinds == ["start", "loaded", "first_step", "start", "loaded", "first_step", "done"], kinds
+
+    result = CliRunner().invoke(main, ["runs", "history", str(run), "--json"])
+    assert result.exit_code == 0, result.output
+    history = json.loads(result.output)
+    (found,) = history["recoveries"]
+    assert (found["interrupted_step"], found["resume_step"]) == (KILL_AFTER, SAVED), found
+    assert found["steps_lost"] == KILL_AFTER - SAVED and found["mttr_s"] is not None and found["mttr_s"] > 0
+    assert history["attempts"][0]["world_size"] == 4, history["attempts"][0]
+    report = CliRunner().invoke(main, ["report", str(run)])
+    assert report.exit_code == 0, report.output
 
 
 def assert_export_loads(run: Path, *, lora: bool) -> None:

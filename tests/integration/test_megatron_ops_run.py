@@ -1,13 +1,12 @@
-"""The operations contract of a Megatron run end to end on this CPU: Megatron-Bridge 0.3.1's own ``pretrain()`` at
-TP 2 × PP 2 on 4 gloo ranks (the first layout of test_megatron_engine.py), started as the launcher starts a pod's
-workers, stopped by SIGTERM at a step as the kubelet stops a pod, and started again.
+"""The operations contract of a Megatron run stopped as the kubelet stops a pod: Megatron-Bridge 0.3.1's own
+``pretrain()`` at TP 2 × PP 2 on 4 gloo ranks (the first layout of test_megatron_engine.py), started as the launcher
+starts a pod's workers, sent SIGTERM at a step.
 
-What the room's operations wiring (runtime/megatron/ops.py) must leave, written by the room itself at Bridge's
-events: preflight's report before the first step of each attempt; metrics.jsonl with every step's loss, step time
-and MFU from the plan's FLOPs; on SIGTERM a checkpoint of the step Bridge's own signal handler stopped at, signed,
-every rank's exit ``preempted`` in attempt-ends/; recovery.jsonl with both attempts, the second resuming the
-verified checkpoint; and ``recipekit runs history`` and ``recipekit report`` reading the run as they read a
-Trainer's.
+What the room's operations wiring (runtime/megatron/ops.py) must leave at Bridge's signal handler: a checkpoint of
+the step the handler stopped at, signed; every rank's exit ``preempted`` in attempt-ends/; the ``preempted`` record in
+metrics.jsonl; and ``recipekit runs history`` naming the attempt's end. What every attempt leaves (preflight's report,
+each step's MFU, recovery.jsonl across a restart, ``runs history`` and ``report``) and the resume from a verified
+checkpoint are test_megatron_engine.py's, on the dry runs it already makes: one launch here, not a second.
 """
 
 from __future__ import annotations
@@ -81,28 +80,10 @@ def test_a_sigterm_stopped_megatron_run_leaves_the_trainers_operations_records(p
     saved = run / "checkpoints" / f"iter_{HOLD_AT + 1:07d}"
     assert json.loads((saved / filenames.RUN_FILE).read_text())["step"] == HOLD_AT + 1  # saved at the signal, signed
 
-    assert engine.run_to_end(tmp_path, python) == 0, (tmp_path / "run.log").read_text(errors="replace")[-4000:]
     records = engine.metrics(tmp_path)
-    events = [r["event"] for r in records if "event" in r]
-    assert events.count(metricslog.EVENT_PREFLIGHT) == 2  # each attempt checked before its first step
-    assert [r["resume_step"] for r in records if r.get("event") == "start"] == [None, HOLD_AT + 1]
     assert [r["step"] for r in records if r.get("event") == metricslog.EVENT_PREEMPTED] == [HOLD_AT + 1]
-    assert (run / filenames.CLUSTER_CHECK_FILE).is_file()
-    steps = [r for r in records if "loss" in r and "step" in r]
-    assert sorted({r["step"] for r in steps}) == list(range(1, CASE.train_iters + 1))
-    assert all(r["mfu"] > 0 and r["step_time_s"] > 0 and r["tokens_per_second_per_device"] > 0 for r in steps)
-
-    kinds = [r["event"] for r in recovery.read(run)]
-    assert kinds == ["start", "loaded", "first_step", "start", "loaded", "first_step", "done"], kinds
+    assert [r["event"] for r in recovery.read(run)] == ["start", "loaded", "first_step"]
     result = CliRunner().invoke(main, ["runs", "history", str(run), "--json"])
     assert result.exit_code == 0, result.output
-    history = json.loads(result.output)
-    print("runs history:", json.dumps(history, indent=1)[:3000])
-    (found,) = history["recoveries"]
-    assert (found["interrupted_step"], found["resume_step"], found["steps_lost"]) == (HOLD_AT + 1, HOLD_AT + 1, 0)
-    assert found["mttr_s"] is not None and found["mttr_s"] > 0
-    first = history["attempts"][0]
+    (first,) = json.loads(result.output)["attempts"]
     assert first["world_size"] == 4 and "preempted" in first["why"], first
-    report = CliRunner().invoke(main, ["report", str(run)])
-    assert report.exit_code == 0, report.output
-    print("report:", report.output[:3000])
