@@ -188,7 +188,13 @@ def launch_spec(recipe: Recipe, plan: Plan, env: dict[str, str], module: str) ->
         "cann_env": list(plan.family.cann_env),
         # an elastic run's range and restart budget (plan/rescale.py); absent: torchrun's static rendezvous
         **(
-            {"elastic": {"min_nodes": plan.elastic.min_nodes, "max_restarts": recipe.cluster.max_retry}}
+            {
+                "elastic": {
+                    "min_nodes": plan.elastic.min_nodes,
+                    "max_restarts": recipe.cluster.max_retry,
+                    "last_call_s": recipe.cluster.elastic_wait_s,
+                }
+            }
             if plan.elastic
             else {}
         ),

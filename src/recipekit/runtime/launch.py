@@ -278,17 +278,22 @@ def elastic_options(spec: Mapping[str, Any], topo: Topology, elastic: Mapping[st
     its workers at the larger size. The first pod hosts the rendezvous store (``is_host``, not torchrun's guess
     from host names, which every pod of a one-host dry run would match), and each agent names itself by its own
     entry in Volcano's host list (``--local-addr``), which the other pods resolve. Node ranks are the
-    rendezvous's to give. A worker failure costs one of ``max_restarts``; a change of size costs none."""
-    low, restarts = elastic.get("min_nodes"), elastic.get("max_restarts")
-    whole = all(isinstance(v, int) and not isinstance(v, bool) for v in (low, restarts))
-    if not (whole and 1 <= int(low or 0) <= topo.nodes and 0 <= int(restarts or 0) <= 1000):
-        raise LaunchError(f"launch.json's elastic is not a min_nodes and max_restarts of this Job: {dict(elastic)}")
+    rendezvous's to give. A worker failure costs one of ``max_restarts``; a change of size costs none. The
+    last-call wait (``last_call_s``, cluster.elastic_wait_s) is how long a round that has MIN waits for more."""
+    low, restarts, wait = (elastic.get(key) for key in ("min_nodes", "max_restarts", "last_call_s"))
+    whole = all(isinstance(v, int) and not isinstance(v, bool) for v in (low, restarts, wait))
+    if not (
+        whole and 1 <= int(low or 0) <= topo.nodes and 0 <= int(restarts or 0) <= 1000 and 0 < int(wait or 0) <= 3600
+    ):
+        raise LaunchError(
+            f"launch.json's elastic is not a min_nodes, max_restarts and last_call_s of this Job: {dict(elastic)}"
+        )
     return [
         f"--nnodes={low}:{topo.nodes}",
         "--rdzv-backend=c10d",
         f"--rdzv-endpoint={topo.master}:{spec['master_port']}",
         f"--rdzv-id={spec.get('run_id') or spec.get('job_name') or 'recipekit'}",
-        f"--rdzv-conf=is_host={'true' if topo.node_rank == 0 else 'false'}",
+        f"--rdzv-conf=is_host={'true' if topo.node_rank == 0 else 'false'},last_call_timeout={wait}",
         f"--max-restarts={restarts}",
         f"--local-addr={topo.hosts[topo.node_rank]}",
     ]

@@ -60,7 +60,7 @@ def test_the_job_and_launch_json_of_an_elastic_bundle() -> None:
     assert (spec["minAvailable"], spec["minSuccess"], spec["tasks"][0]["replicas"]) == (1, 1, 2)
     events = [p.get("event") for p in spec["policies"]]
     assert "PodEvicted" not in events and "PodFailed" in events
-    assert docs.launch["elastic"] == {"min_nodes": 1, "max_restarts": spec["maxRetry"]}
+    assert docs.launch["elastic"] == {"min_nodes": 1, "max_restarts": spec["maxRetry"], "last_call_s": 30}
     gang = documents_of(resolve(["recipe=tiny_sft", "parallel=ddp", "cluster.nodes=2"]))
     assert gang.job["spec"]["minAvailable"] == 2 and "minSuccess" not in gang.job["spec"]
     assert "elastic" not in gang.launch

@@ -345,9 +345,17 @@ def test_an_elastic_bundle_starts_torchruns_elastic_agent_hosted_by_the_first_po
     tmp_path: Path, fake_bin: Path
 ) -> None:
     """cluster.min_nodes: --nnodes MIN:MAX over the c10d rendezvous at the first pod's fixed port, the store on
-    pod 0 (is_host), each agent named by its Volcano host, no node rank (the rendezvous gives them), the restart
-    budget, and the workers' own store (the shared one hangs torch 2.13's agents when a node joins)."""
-    bundle = build(["recipe=tiny_sft", "parallel=ddp", "cluster.nodes=2", "cluster.min_nodes=1"], tmp_path / "b")
+    pod 0 (is_host), the last call cluster.elastic_wait_s, each agent named by its Volcano host, no node rank (the
+    rendezvous gives them), the restart budget, and the workers' own store (the shared one hangs torch 2.13's agents
+    when a node joins)."""
+    overrides = [
+        "recipe=tiny_sft",
+        "parallel=ddp",
+        "cluster.nodes=2",
+        "cluster.min_nodes=1",
+        "cluster.elastic_wait_s=90",
+    ]
+    bundle = build(overrides, tmp_path / "b")
     hosts = ["127.0.0.1", "localhost"]  # names that resolve here (the launcher waits for the first one's record)
     seen = []
     for index in (0, 1):
@@ -358,7 +366,7 @@ def test_an_elastic_bundle_starts_torchruns_elastic_agent_hosted_by_the_first_po
         argv = found["argv"]
         assert "--nnodes=1:2" in argv and "--rdzv-backend=c10d" in argv and "--max-restarts=3" in argv
         assert f"--rdzv-endpoint=127.0.0.1:{resolve(['recipe=tiny_sft']).plan.master_port}" in argv
-        assert f"--rdzv-conf=is_host={'true' if index == 0 else 'false'}" in argv
+        assert f"--rdzv-conf=is_host={'true' if index == 0 else 'false'},last_call_timeout=90" in argv
         assert f"--local-addr={hosts[index]}" in argv and not any(a.startswith("--node_rank") for a in argv)
         assert found["env"]["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
 
@@ -378,10 +386,20 @@ def test_a_configmap_edit_that_makes_a_gang_run_elastic_is_refused_before_torchr
     launch = podmount.run_script(root, 0).parent / "launch.json"
     launch.parent.chmod(0o755)
     launch.chmod(0o644)
-    launch.write_text(json.dumps({**json.loads(launch.read_text()), "elastic": {"min_nodes": 1, "max_restarts": 9}}))
+    launch.write_text(
+        json.dumps(
+            {**json.loads(launch.read_text()), "elastic": {"min_nodes": 1, "max_restarts": 9, "last_call_s": 30}}
+        )
+    )
     env = pod_env(fake_bin, 0, ["127.0.0.1"] * 2, RECIPEKIT_RUN_FILES_DIGEST=digest)
     assert "differ from the digest the Job carries" in one_line_refusal(start_pod(bundle, root, env))
     podmount.unmount(root)
-    set_launch(bundle, elastic={"min_nodes": 3, "max_restarts": "3; touch pwned"})
-    refusal = one_line_refusal(run_pod(bundle, pod_env(fake_bin, 0, ["127.0.0.1"] * 2)))
-    assert "elastic is not a min_nodes and max_restarts of this Job" in refusal and not Path("pwned").exists()
+    for elastic in (
+        {"min_nodes": 3, "max_restarts": "3; touch pwned", "last_call_s": 30},
+        {"min_nodes": 1, "max_restarts": 3, "last_call_s": "30,is_host=true"},  # no second store host by the conf
+        {"min_nodes": 1, "max_restarts": 3},
+    ):
+        set_launch(bundle, elastic=elastic)
+        refusal = one_line_refusal(run_pod(bundle, pod_env(fake_bin, 0, ["127.0.0.1"] * 2)))
+        assert "elastic is not a min_nodes, max_restarts and last_call_s of this Job" in refusal, elastic
+        assert not Path("pwned").exists()

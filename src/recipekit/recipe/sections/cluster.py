@@ -70,6 +70,15 @@ class ClusterSpec(Section):
         "global batch (torchrun's --nnodes MIN:MAX, the Job's minAvailable); it grows back to `nodes` when they "
         "return. Unset: the Job always runs on `nodes` (gang-scheduled, restarted whole).",
     )
+    elastic_wait_s: int = spec(
+        30,
+        gt=0,
+        le=3600,
+        description="Elastic (with min_nodes): seconds the pods that are left wait, once min_nodes have joined a "
+        "new round, for pods that may still come (torchrun's rendezvous last_call_timeout, 30 by default). Longer "
+        "lets a replacement that starts within it rejoin at full size instead of the run shrinking and then growing "
+        "again; shorter continues sooner.",
+    )
     devices_per_pod: int | None = spec(
         None, gt=0, le=64, description="Devices each pod asks for (default: a whole node)."
     )

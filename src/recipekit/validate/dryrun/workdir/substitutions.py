@@ -35,6 +35,9 @@ MAX_ACCUMULATION = 2
 #: The generated data is cut into about this many prepare chunks per pod, each at least DRY_MIN_CHUNK bytes.
 DRY_CHUNKS_PER_POD = 4
 DRY_MIN_CHUNK = 1024
+#: An elastic bundle's last call here (cluster.elastic_wait_s): long enough for every simulated pod's agent to join a
+#: round it can (they start in seconds on one host), short of torchrun's 30 s that a lost pod's drill would wait out.
+DRY_ELASTIC_WAIT_S = 5
 
 
 #: The dry run's cold store, a directory on the work copy's volume (train.cold_checkpoints).
@@ -212,6 +215,14 @@ def _data_and_world(sub: Substituter, dry: Recipe, recipe: Recipe, options: DryR
             "cluster",
             f"elastic on {options.pods} simulated pods: it goes on with as few as {options.pods - 1}",
             min_nodes=options.pods - 1,
+        )
+    if low is not None and options.pods > 1 and recipe.cluster.elastic_wait_s > DRY_ELASTIC_WAIT_S:
+        dry = sub.section(
+            dry,
+            "cluster",
+            f"a shrink waits {DRY_ELASTIC_WAIT_S} s for pods that may still come, not {recipe.cluster.elastic_wait_s}: "
+            "a simulated pod starts in seconds",
+            elastic_wait_s=DRY_ELASTIC_WAIT_S,
         )
     elif low is not None and options.pods == 1:
         dry = sub.section(dry, "cluster", "one simulated pod: nothing to shrink to", min_nodes=None)
