@@ -75,6 +75,8 @@ def test_killed_at_a_step_and_resumed_with_the_same_losses(name: str, tmp_path: 
     assert results["dryrun.train"].status is Status.PASS and results["dryrun.resume"].status is Status.PASS
     assert "kernels" in results["dryrun.unproven"].reason  # validate says what the CPU run does not prove
     assert results["dryrun.engine-config"].status is Status.PASS  # Megatron-core's own checks of the layout as built
+    for judged in ("dryrun.preflight", "dryrun.metrics"):  # each attempt's report; every pod's endpoint
+        assert results[judged].status is Status.PASS, (judged, results[judged].reason)
 
     resume = results["dryrun.resume"].details
     assert resume["resumed_step"] == SAVED and resume["first_step_after_restart"] == SAVED + 1

@@ -14,6 +14,7 @@ import inspect
 import json
 import math
 import sys
+import time
 import types
 from pathlib import Path
 from types import SimpleNamespace
@@ -27,7 +28,7 @@ torch = pytest.importorskip("torch")
 
 from recipekit.runtime.boundary import exitcodes, filenames, flopcount, metricslog  # noqa: E402
 from recipekit.runtime.megatron.checkpoints import Layout  # noqa: E402
-from recipekit.runtime.megatron.ops import BridgeOps, NonFiniteStop, poisoning  # noqa: E402
+from recipekit.runtime.megatron.ops import BridgeOps, NonFiniteStop, step_function  # noqa: E402
 from recipekit.runtime.megatron.settings import load_engine_run  # noqa: E402
 from recipekit.runtime.ops.device import Device  # noqa: E402
 from recipekit.runtime.volume import attemptends, recovery  # noqa: E402
@@ -57,6 +58,8 @@ def engine_run(tmp_path: Path, **operations: Any) -> Any:
 
 
 class Records:
+    writer = True
+
     def __init__(self, output_dir: Path):
         self.path = output_dir / filenames.METRICS_FILE
 
@@ -117,11 +120,16 @@ def test_a_run_leaves_the_trainers_operations_records(room: Any, tmp_path: Path)
     ops.close()
 
     records = metricslog.read_records(run.output_dir / filenames.METRICS_FILE)
-    assert [r["event"] for r in records if "event" in r] == [metricslog.EVENT_PREFLIGHT]
+    # the save after step 3 (save_interval 3), timed from the step's end to the next step's start (Bridge's save and
+    # rank 0's signature: what training waited for), as the Trainer's checkpoint record
+    assert [r["event"] for r in records if "event" in r] == [metricslog.EVENT_PREFLIGHT, metricslog.EVENT_CHECKPOINT]
+    (saved,) = [r for r in records if r.get("event") == metricslog.EVENT_CHECKPOINT]
+    assert saved["step"] == 3 and saved["seconds"] >= 0 and saved["bytes"] == 0  # nothing written by the stand-in
     lines = [r for r in records if "step" in r and "loss" in r]
     assert [r["step"] for r in lines] == [1, 2, 3, 4] and lines[0]["loss"] == pytest.approx(2.9)
     line = lines[-1]
     assert line["step_time_s"] >= 0 and line["grad_norm"] == 0.5 and line["learning_rate"] == 1e-3
+    assert line["dataloader_wait_fraction"] == 0.0  # the stand-in's steps read no batch
     # the throughput figures are flopcount.step_figures' over the step's tokens, as the Trainer's
     flops = run.plan.flops
     expected = flopcount.step_figures(
@@ -223,14 +231,39 @@ def test_a_restarted_attempt_is_a_recovery_runs_history_reads(room, tmp_path) ->
     assert "exit 143 preempted" in document["attempts"][0]["why"]
 
 
+def test_the_step_function_times_the_wait_for_batches(room, tmp_path) -> None:
+    """Bridge's loop reports no data wait: the room's step function times each ``next`` of its iterator, and the
+    step's share is the gauge and the metrics line's ``dataloader_wait_fraction`` (the Trainer's figure)."""
+
+    def slow() -> Any:
+        while True:
+            time.sleep(0.05)
+            yield torch.ones(2)
+
+    def forward_step(state: Any, data_iterator: Any, model: Any, return_schedule_plan: bool = False) -> Any:
+        return next(data_iterator), "loss_func"
+
+    run = engine_run(tmp_path)
+    ops, callback = start(room, run)
+    step = step_function(forward_step, ops)
+    callback.on_train_start(context(0))
+    callback.on_train_step_start(context(0))
+    step(SimpleNamespace(train_state=SimpleNamespace(step=0)), slow(), None)
+    assert ops.batch_wait_s >= 0.05
+    callback.on_train_step_end(context(0, 2.0))
+    ops.close()
+    (line,) = [r for r in metricslog.read_records(run.output_dir / filenames.METRICS_FILE) if "loss" in r]
+    assert 0 < line["dataloader_wait_fraction"] <= 1
+
+
 def test_the_fault_drill_poisons_bridges_forward_step_at_its_step_only(room, tmp_path) -> None:
     def forward_step(state: Any, data_iterator: Any, model: Any, return_schedule_plan: bool = False) -> Any:
         return torch.ones(2), "loss_func"
 
     run = engine_run(tmp_path, testing={"nan_at_step": 2})
     ops, _ = start(room, run)
-    assert poisoning(forward_step, None) is forward_step
-    step = poisoning(forward_step, ops)
+    assert step_function(forward_step, None) is forward_step
+    step = step_function(forward_step, ops)
     assert inspect.signature(step) == inspect.signature(forward_step)  # Bridge reads it to call the step
     ops.train_started(0)
     clean, _ = step(SimpleNamespace(train_state=SimpleNamespace(step=0)), None, None)

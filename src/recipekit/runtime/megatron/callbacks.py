@@ -65,30 +65,37 @@ class RoomCallback(Callback):
     def on_train_step_start(self, context: Any) -> None:
         step = context.state.train_state.step  # steps completed so far
         self.sign(step)
+        self.ops.save_ended()  # the save after the step before, signed: what training waited for
         if self.hold_at is not None and step == self.hold_at:
             self._hold(context)
         self.ops.step_begins(step + 1)
         self._clock = time.perf_counter()
 
     def on_train_step_end(self, context: Any) -> None:
+        """Every rank: the step's figures (the loss is the last pipeline stage's, shared with the others) for its
+        gauges and alerts, as each of the Trainer's ranks has them; the last rank writes the metrics line."""
         step = context.state.train_state.step + 1  # Bridge counts the step after this event
         elapsed = time.perf_counter() - self._clock
         losses = {name: float(_scalar(value)) for name, value in (context.loss_dict or {}).items()}
+        record: dict[str, Any] = {"step": step}
+        for name, value in losses.items():
+            record["loss" if name == "lm loss" else name.replace(" ", "_")] = round(value, 6)
+        shared = self.ops.shared_loss(record.get("loss"))
+        if "loss" not in record and shared is not None:
+            record["loss"] = round(shared, 6)
+        if context.grad_norm is not None:
+            record["grad_norm"] = round(float(context.grad_norm), 6)
+        if context.optimizer is not None:
+            record["learning_rate"] = float(context.optimizer.param_groups[0]["lr"])
+        record.update(self.throughput(elapsed))
+        record[metricslog.PEAK_HOST_MEMORY_KEY] = round(_peak_rss() / GIB, 4)
+        self.ops.logged(step, record, elapsed)
         if self.writer and losses:
-            record: dict[str, Any] = {"step": step}
-            for name, value in losses.items():
-                record["loss" if name == "lm loss" else name.replace(" ", "_")] = round(value, 6)
-            if context.grad_norm is not None:
-                record["grad_norm"] = round(float(context.grad_norm), 6)
-            if context.optimizer is not None:
-                record["learning_rate"] = float(context.optimizer.param_groups[0]["lr"])
-            record.update(self.throughput(elapsed))
-            record[metricslog.PEAK_HOST_MEMORY_KEY] = round(_peak_rss() / GIB, 4)
-            self.ops.logged(step, record, elapsed)
             metricslog.append_record(self.output_dir / filenames.METRICS_FILE, metricslog.stamped(record))
         self.ops.step_ended(step, list(losses.values()), elapsed)  # the loss guard may end the loop here
 
     def on_train_end(self, context: Any) -> None:
+        self.ops.save_ended()  # the save after the last step
         if self.export is None:
             return
         bridge, directory = self.export

@@ -37,6 +37,11 @@ INIT_DIR = "megatron-init"
 _ITER = re.compile(r"^iter_(\d{7,18})$")
 
 
+def iter_name(step: int) -> str:
+    """Megatron's directory name of the checkpoint of ``step`` (``iter_NNNNNNN``, seven digits at least)."""
+    return f"iter_{step:07d}"
+
+
 def iter_step(name: str) -> int | None:
     """N of ``iter_NNNNNNN`` (ASCII digits), else None."""
     found = _ITER.match(name)

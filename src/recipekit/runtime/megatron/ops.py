@@ -29,18 +29,21 @@ skip`` cannot leave a batch out of Bridge's data order: the run stops as under `
 from __future__ import annotations
 
 import functools
+import math
+import time
 from collections import deque
 from pathlib import Path
 from typing import Any
 
 from ..boundary import filenames
+from ..boundary import metricnames as names
 from ..boundary.common import LOG, rank
-from ..ops.alerts import Alerts, Health
+from ..ops.alerts import Alerts, Health, directory_bytes
 from ..ops.device import Device
 from ..ops.engineops import EngineOps
 from ..ops.exporter import publish_recovery
 from ..ops.phases import PhaseWatch
-from .checkpoints import CHECKPOINTS_DIR, iterations
+from .checkpoints import CHECKPOINTS_DIR, iter_name, iterations
 
 #: The metrics lines the non-finite report keeps (the Trainer's keeps its last ten logs).
 RECENT = 10
@@ -74,6 +77,9 @@ class BridgeOps:
         self.recent: deque[dict[str, Any]] = deque(maxlen=RECENT)
         self._first_published = False
         self._after_save = False
+        self._ended_at = 0.0  # when the last step ended (perf_counter): a save after it is timed from here
+        self._saving: int | None = None  # the step Bridge saves after, until the save is accounted for
+        self.batch_wait_s = 0.0  # this step's wait for batches (TimedBatches)
 
     # -- Bridge's on_train_start
     def train_started(self, step: int) -> None:
@@ -98,10 +104,25 @@ class BridgeOps:
             self._after_save = False
             self.phases.next_step(step - 1)
         self.phases.step_begins(step)
+        self.batch_wait_s = 0.0
+
+    def shared_loss(self, loss: float | None) -> float | None:
+        """The step's loss on every rank: Bridge reports it on the last pipeline stage alone (the last rank is on
+        it), and every pod's endpoint serves the loss and its jump ratio, as every rank of the Trainer's does. One
+        broadcast of one number a step; None where it is not known (no process group, or no loss)."""
+        import torch
+
+        if self.core is None or not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+            return loss
+        value = torch.tensor([math.nan if loss is None else loss], dtype=torch.float32, device=self.core.torch_device)
+        torch.distributed.broadcast(value, src=torch.distributed.get_world_size() - 1)
+        shared = float(value.item())
+        return None if math.isnan(shared) else shared
 
     def logged(self, step: int, record: dict[str, Any], step_time: float) -> None:
-        """The step's metrics line (the rank that has the loss), before it is written: step time, alerts, gauges."""
+        """The step's figures on every rank, before the last rank writes them: step time, alerts, gauges."""
         record["step_time_s"] = round(step_time, 4)
+        record["dataloader_wait_fraction"] = round(self.wait_fraction(step_time), 4)
         if self.health is not None:
             self.health.logged(step, record)
         self.recent.append(dict(record))
@@ -116,8 +137,28 @@ class BridgeOps:
             self._first_published = True
             publish_recovery(self.core.recovery, self.core.exporter)
         self.health.stepped(step, step_time)
+        self.core.exporter.set(names.DATALOADER_WAIT, self.wait_fraction(step_time))
         self._after_save = self.save_follows(step)
+        self._saving = step if self.save_interval > 0 and step % self.save_interval == 0 else None
         self.phases.step_ended(step, self._after_save)
+        self._ended_at = time.perf_counter()
+
+    def save_ended(self) -> None:
+        """Bridge's save after the last step is over (Bridge has no "saved" event: called at the next step's start
+        once rank 0 signed it, or at the loop's end): the seconds training stood still, the gauges, and from the
+        records' writer the checkpoint record. Its size is measured where it is served (rank 0) and recorded."""
+        if self._saving is None or self.health is None:
+            return
+        step, self._saving = self._saving, None
+        seconds = time.perf_counter() - self._ended_at
+        writer = bool(self.records.writer)
+        measured = writer or rank() == 0
+        path = Path(self.run.output_dir) / CHECKPOINTS_DIR / iter_name(step)
+        self.health.saved(step, seconds, directory_bytes(path) if measured else None, writer)
+
+    def wait_fraction(self, step_time: float) -> float:
+        """The share of the step's ``step_time`` this rank waited for batches (0 on a stage that reads none)."""
+        return min(1.0, self.batch_wait_s / step_time) if step_time > 0 else 0.0
 
     def save_follows(self, step: int) -> bool:
         """Whether Bridge saves or evaluates after ``step`` (train.py's checkpoint_and_decide_exit, eval_interval)."""
@@ -183,18 +224,43 @@ def last_signed(output_dir: Path) -> Path | None:
     return None
 
 
-def poisoning(forward_step: Any, ops: BridgeOps | None) -> Any:
-    """TESTING ONLY (``ops.testing.nan_at_step``): Bridge's forward step, whose output becomes NaN at that step, so the
-    loss, the gradients and the update are poisoned as a real divergence poisons them. Without the fault: as is."""
-    if ops is None or ops.run.operations.testing.nan_at_step is None:
+class TimedBatches:
+    """The step function's data iterator with its waits summed into ``ops.batch_wait_s``: the share of a step spent
+    waiting for batches, which the Trainer measures in its own loop (guard.py) and Bridge's loop does not report."""
+
+    def __init__(self, batches: Any, ops: BridgeOps):
+        self.batches, self.ops = batches, ops
+
+    def __iter__(self) -> TimedBatches:
+        return self
+
+    def __next__(self) -> Any:
+        started = time.perf_counter()
+        try:
+            return next(self.batches)
+        finally:
+            self.ops.batch_wait_s += time.perf_counter() - started
+
+    def __getattr__(self, name: str) -> Any:  # what else Bridge asks of its iterator
+        if name == "batches":  # not set yet (a copy made without __init__): no recursion
+            raise AttributeError(name)
+        return getattr(self.batches, name)
+
+
+def step_function(forward_step: Any, ops: BridgeOps | None) -> Any:
+    """Bridge's forward step as the room runs it: its batches timed (:class:`TimedBatches`) and, TESTING ONLY
+    (``ops.testing.nan_at_step``), its output NaN at that step, so the loss, the gradients and the update are
+    poisoned as a real divergence poisons them."""
+    if ops is None:
         return forward_step
 
     @functools.wraps(forward_step)  # Bridge reads the step function's signature (forward_step_func_types)
-    def poisoned(state: Any, data_iterator: Any, model: Any, *args: Any, **kwargs: Any) -> Any:
-        output, loss_func = forward_step(state, data_iterator, model, *args, **kwargs)
+    def step(state: Any, data_iterator: Any, model: Any, *args: Any, **kwargs: Any) -> Any:
+        batches = TimedBatches(data_iterator, ops) if data_iterator is not None else None
+        output, loss_func = forward_step(state, batches, model, *args, **kwargs)
         core = ops.core
         if core is not None and core.faults.poison_loss(int(state.train_state.step) + 1):
             output = output * float("nan")
         return output, loss_func
 
-    return poisoned
+    return step

@@ -129,7 +129,7 @@ def train_with_bridge(
     from . import container, hfimport
     from .callbacks import HF_DIR, RoomCallback, shield_checkpoint_writer
     from .checkpoints import INIT_DIR
-    from .ops import BridgeOps, NonFiniteStop, poisoning
+    from .ops import BridgeOps, NonFiniteStop, step_function
 
     doc, output_dir = run.megatron, run.output_dir
     shield_checkpoint_writer()  # before any save: a SIGTERM's checkpoint must survive the SIGTERM (callbacks.py)
@@ -153,7 +153,7 @@ def train_with_bridge(
         callback.export = (bridge, output_dir / HF_DIR)
     records.add(metricslog.EVENT_START, **start_fields(run, device, layout, choice, prepared))
     try:
-        pretrain(cfg, poisoning(forward_step, ops), callbacks=[callback])
+        pretrain(cfg, step_function(forward_step, ops), callbacks=[callback])
     except NonFiniteStop:  # every rank, at the same step, before Bridge saved it
         return ops.stopped(records)
     except SystemExit as stop:  # Bridge ends the loop this way after its SIGTERM checkpoint

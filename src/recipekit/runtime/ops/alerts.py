@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -106,6 +107,18 @@ class Alerts:
         return []
 
 
+def directory_bytes(path: Path) -> int:
+    """Bytes of the regular files under ``path`` (a checkpoint's size on disk)."""
+    total = 0
+    for file in path.rglob("*"):
+        try:
+            if file.is_file():
+                total += file.stat().st_size
+        except OSError:
+            continue
+    return total
+
+
 def device_utilisation(kind: str) -> float | None:
     """The driver's utilisation figure of this process's device, 0-1; None where there is none (CPU, no NVML)."""
     if kind not in ("cuda", "npu"):
@@ -141,6 +154,22 @@ class Health:
             self.exporter.set(names.STEP_TIME, step_time)
         self.exporter.set(names.STEP, step)
         self.exporter.set(names.LAST_STEP_TIME, time.time())
+
+    def saved(self, step: int, seconds: float, size: int | None, writer: bool, drained_later: bool = False) -> None:
+        """A checkpoint of ``step`` was saved while training stood still ``seconds`` (every rank: the gauges);
+        ``size``: its bytes on disk, on the ranks that measured it (the checkpoint-size gauge); ``writer``: this
+        rank writes the run's records (the checkpoint record and a slow save's alert). ``drained_later``: a hot
+        tier's drain reports the total later; else it is the same."""
+        self.exporter.set(names.CHECKPOINT_SECONDS, seconds)
+        if not drained_later:
+            self.exporter.set(names.CHECKPOINT_TOTAL_SECONDS, seconds)
+        if size is not None:
+            self.exporter.set(names.CHECKPOINT_BYTES, size)
+        if not writer:
+            return
+        self.records.add(metricslog.EVENT_CHECKPOINT, step=step, seconds=round(seconds, 3), bytes=size or 0)
+        for alert, message in self.alerts.on_checkpoint(step, seconds):
+            self.raise_alert(alert, step, message)
 
     def logged(self, step: int, logs: dict[str, Any]) -> None:
         """A logged step's figures (``logs`` gains the device utilisation): alerts raised, gauges set."""

@@ -14,21 +14,10 @@ from transformers import TrainerCallback
 from ..boundary import filenames, metricslog
 from ..boundary import metricnames as names
 from ..boundary.recipeview import WatchdogView
-from .alerts import Alerts, Health
+from .alerts import Alerts, Health, directory_bytes
 from .faults import Faults
 from .phases import PhaseWatch
 from .watchdog import Watchdog
-
-
-def directory_bytes(path: Path) -> int:
-    total = 0
-    for file in path.rglob("*"):
-        try:
-            if file.is_file():
-                total += file.stat().st_size
-        except OSError:
-            continue
-    return total
 
 
 # ------------------------------------------------------------------------------------------------ the callback
@@ -73,18 +62,10 @@ class HealthCallback(Health, TrainerCallback):
         and now: the seconds training stood still (:class:`SaveTimerCallback`, the last callback, calls this).
         ``drained_later``: a hot tier's drain reports the total (:meth:`checkpoint_drained`); else it is the same."""
         seconds = time.perf_counter() - self.step_ended
-        self.exporter.set(names.CHECKPOINT_SECONDS, seconds)
-        if not drained_later:
-            self.exporter.set(names.CHECKPOINT_TOTAL_SECONDS, seconds)
         self.blocking_s[step] = seconds
-        if not writer:
-            return
         path = checkpoint_dir / f"{filenames.CHECKPOINT_PREFIX}{step}"
-        size = directory_bytes(path) if path.is_dir() else 0
-        self.exporter.set(names.CHECKPOINT_BYTES, size)
-        self.records.add(metricslog.EVENT_CHECKPOINT, step=step, seconds=round(seconds, 3), bytes=size)
-        for alert, message in self.alerts.on_checkpoint(step, seconds):
-            self.raise_alert(alert, step, message)
+        size = directory_bytes(path) if writer and path.is_dir() else (0 if writer else None)
+        self.saved(step, seconds, size, writer, drained_later)
 
     def checkpoint_cold(self, step: int, seconds: float, code: int | None, error: str | None) -> None:
         """The cold tier's copy of ``checkpoint-<step>`` ended (called in the copier's thread): its record, and an

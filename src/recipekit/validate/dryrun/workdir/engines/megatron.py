@@ -18,8 +18,8 @@ runtime is never edited:
   the image's pins), the CPU redirect named (:mod:`~recipekit.validate.dryrun.workdir.megatroncpu`; the room loads
   it only for a CPU recipe), one OpenMP thread per process;
 * **the judges** read the room's records: its signed ``checkpoints/iter_N`` directories (a restart resumes the
-  newest signed one, the room's rule), Bridge's own tracker of the last saved iteration, and the HF export in
-  ``hf/``.
+  newest signed one, the room's rule), Bridge's own tracker of the last saved iteration, the HF export in ``hf/``,
+  each attempt's preflight report and every pod's metrics endpoint (:attr:`MegatronDryRun.operations`).
 """
 
 from __future__ import annotations
@@ -94,11 +94,11 @@ class MegatronDryRun:
     kind = "megatron"
     entry_file = "runtime/megatron/train.py"
     #: The room writes the steps, start, done and checkpoint records and, through the engine-neutral operations core
-    #: (runtime/ops/engineops.py, driven from Bridge's callbacks), the recovery record the resume is judged by.
-    #: Its preflight runs after Bridge has built the model (no Bridge event comes earlier), where the dry run's
-    #: preflight judge wants no training started; the metrics endpoint, the profiler window, injected faults and
-    #: restarts are not judged for this room yet (each one added here once a dry run proves it).
-    operations: frozenset[str] = frozenset({"recovery"})
+    #: (runtime/ops/engineops.py, driven from Bridge's callbacks), the recovery record the resume is judged by, each
+    #: attempt's preflight report (before its first step: no Bridge event comes before the model is built) and every
+    #: pod's metrics endpoint. The profiler window, injected faults and restarts are not judged for this room yet
+    #: (each one added here once a dry run proves it).
+    operations: frozenset[str] = frozenset({"recovery", "preflight", "metrics"})
     records_rows = False
 
     def unrunnable(self, bundle: Bundle, progress: Callable[[str], None]) -> str | None:
