@@ -122,8 +122,12 @@ def assert_operations_records(run: Path, records: list[dict]) -> None:
     assert result.exit_code == 0, result.output
     history = json.loads(result.output)
     (found,) = history["recoveries"]
-    assert (found["interrupted_step"], found["resume_step"]) == (KILL_AFTER, SAVED), found
-    assert found["steps_lost"] == KILL_AFTER - SAVED and found["mttr_s"] is not None and found["mttr_s"] > 0
+    # the interruption is the last step rank 0's progress file got to before the kill (5, or 4 when the kill outran
+    # its write on a loaded machine); the resume is the newest signed checkpoint's
+    assert SAVED < found["interrupted_step"] <= KILL_AFTER and found["resume_step"] == SAVED, found
+    assert (
+        found["steps_lost"] == found["interrupted_step"] - SAVED and found["mttr_s"] is not None and found["mttr_s"] > 0
+    )
     assert history["attempts"][0]["world_size"] == 4, history["attempts"][0]
     report = CliRunner().invoke(main, ["report", str(run)])
     assert report.exit_code == 0, report.output

@@ -145,16 +145,16 @@ class BridgeOps:
 
     def save_ended(self) -> None:
         """Bridge's save after the last step is over (Bridge has no "saved" event: called at the next step's start
-        once rank 0 signed it, or at the loop's end): the seconds training stood still, the gauges, and from the
-        records' writer the checkpoint record. Its size is measured where it is served (rank 0) and recorded."""
+        once rank 0 signed it, or at the loop's end): the seconds training stood still and the gauges (every rank),
+        and from the records' writer (rank 0) its size and the checkpoint record, written once its own gauges are
+        set (the dry run reads the endpoints when the record appears)."""
         if self._saving is None or self.health is None:
             return
         step, self._saving = self._saving, None
         seconds = time.perf_counter() - self._ended_at
         writer = bool(self.records.writer)
-        measured = writer or rank() == 0
         path = Path(self.run.output_dir) / CHECKPOINTS_DIR / iter_name(step)
-        self.health.saved(step, seconds, directory_bytes(path) if measured else None, writer)
+        self.health.saved(step, seconds, directory_bytes(path) if writer else None, writer)
 
     def wait_fraction(self, step_time: float) -> float:
         """The share of the step's ``step_time`` this rank waited for batches (0 on a stage that reads none)."""

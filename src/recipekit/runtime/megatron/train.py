@@ -146,8 +146,9 @@ def train_with_bridge(
     cfg.rerun_state_machine.check_for_nan_in_loss = False
     tokens = int(doc.get("train", "global_batch_size")) * int(doc.get("model", "seq_length"))
     resume = (choice.step, str(choice.path) if choice.path is not None else None)
-    # alerts come from the rank with the loss (the last), the run's own records from rank 0
-    ops = BridgeOps(run, device, layout.world_size, resume, Records(output_dir, writer=layout.world_size - 1))
+    # the operations' records (checkpoints, alerts) from rank 0, as the Trainer's: every rank has the step's figures
+    # (the loss is shared, ops.shared_loss), and rank 0 sets its own gauges before its record says a save is over
+    ops = BridgeOps(run, device, layout.world_size, resume, Records(output_dir))
     callback = RoomCallback(output_dir, layout, key, run.plan.flops, tokens, ops)
     if doc.export_hf:
         callback.export = (bridge, output_dir / HF_DIR)

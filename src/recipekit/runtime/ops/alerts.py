@@ -108,7 +108,7 @@ class Alerts:
 
 
 def directory_bytes(path: Path) -> int:
-    """Bytes of the regular files under ``path`` (a checkpoint's size on disk)."""
+    """Bytes of the regular files under ``path`` (a checkpoint's size on disk; 0 where there is none)."""
     total = 0
     for file in path.rglob("*"):
         try:

@@ -63,8 +63,7 @@ class HealthCallback(Health, TrainerCallback):
         ``drained_later``: a hot tier's drain reports the total (:meth:`checkpoint_drained`); else it is the same."""
         seconds = time.perf_counter() - self.step_ended
         self.blocking_s[step] = seconds
-        path = checkpoint_dir / f"{filenames.CHECKPOINT_PREFIX}{step}"
-        size = directory_bytes(path) if writer and path.is_dir() else (0 if writer else None)
+        size = directory_bytes(checkpoint_dir / f"{filenames.CHECKPOINT_PREFIX}{step}") if writer else None
         self.saved(step, seconds, size, writer, drained_later)
 
     def checkpoint_cold(self, step: int, seconds: float, code: int | None, error: str | None) -> None:

@@ -209,14 +209,16 @@ def _data_and_world(sub: Substituter, dry: Recipe, recipe: Recipe, options: DryR
         devices_per_pod=procs,
     )
     low = recipe.cluster.min_nodes
-    if low is not None and options.pods > 1 and low >= options.pods:
+    if low is not None and options.pods == 1:
+        return sub.section(dry, "cluster", "one simulated pod: nothing to shrink to", min_nodes=None)
+    if low is not None and low >= options.pods:
         dry = sub.section(
             dry,
             "cluster",
             f"elastic on {options.pods} simulated pods: it goes on with as few as {options.pods - 1}",
             min_nodes=options.pods - 1,
         )
-    if low is not None and options.pods > 1 and recipe.cluster.elastic_wait_s > DRY_ELASTIC_WAIT_S:
+    if low is not None and recipe.cluster.elastic_wait_s > DRY_ELASTIC_WAIT_S:
         dry = sub.section(
             dry,
             "cluster",
@@ -224,8 +226,6 @@ def _data_and_world(sub: Substituter, dry: Recipe, recipe: Recipe, options: DryR
             "a simulated pod starts in seconds",
             elastic_wait_s=DRY_ELASTIC_WAIT_S,
         )
-    elif low is not None and options.pods == 1:
-        dry = sub.section(dry, "cluster", "one simulated pod: nothing to shrink to", min_nodes=None)
     return dry
 
 
