@@ -318,3 +318,38 @@ def test_the_checkpoint_writers_queue_starts_with_sigterm_ignored(room, monkeypa
     assert seen == [signal.SIG_IGN] and signal.getsignal(signal.SIGTERM) == before
     del writer._get_write_results_queue  # type: ignore[attr-defined]
     assert not room.shield_checkpoint_writer()  # another megatron-core: nothing to shield, nothing changed
+
+
+def test_each_signed_checkpoint_goes_to_the_cold_tier_and_a_finished_run_waits_for_the_last(room, tmp_path) -> None:
+    """train.cold_checkpoints in the room, as in the Trainer: rank 0 hands each checkpoint it signed to the copier
+    (the store gets ``iter_N`` with its run record), a failed copy is an alert and training goes on, and the run's
+    end awaits the last copy."""
+    run = engine_run(tmp_path)
+    store = tmp_path / "cold"
+    command = ["sh", "-c", f"test {{step}} != 3 && mkdir -p {store} && cp -r {{checkpoint}} {store}/{{name}}"]
+    path = tmp_path / "bundle" / "recipe.yaml"
+    text = yaml.safe_load(path.read_text(encoding="utf-8"))
+    text["recipe"]["train"]["cold_checkpoints"] = {"command": command, "every": 1, "timeout_s": 60}
+    path.write_text(yaml.safe_dump(text, sort_keys=False), encoding="utf-8")
+    run = load_engine_run(path)
+    ops, callback = start(room, run)
+    assert ops.cold is not None
+    callback.on_train_start(context(0))
+    for step in (3, 6):
+        saved = run.output_dir / "checkpoints" / f"iter_{step:07d}"
+        saved.mkdir(parents=True)
+        (saved / filenames.RUN_FILE).write_text(json.dumps({"step": step}))
+        ops.signed(step)
+        if step == 3:
+            ops.cold.close()  # the copies run one at a time: step 3's has ended before step 6's is handed over
+    ops.done(6)
+    ops.close()
+    copies = [
+        r
+        for r in metricslog.read_records(run.output_dir / filenames.METRICS_FILE)
+        if r.get("event") == "checkpoint_cold"
+    ]
+    assert [(c["step"], c["code"]) for c in copies] == [(3, 1), (6, 0)]
+    assert json.loads((store / "iter_0000006" / filenames.RUN_FILE).read_text())["step"] == 6
+    alerts = [r for r in metricslog.read_records(run.output_dir / filenames.METRICS_FILE) if r.get("alert")]
+    assert [(a["alert"], a["step"]) for a in alerts] == [("checkpoint_cold_failed", 3)]

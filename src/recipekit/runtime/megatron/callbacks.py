@@ -120,6 +120,7 @@ class RoomCallback(Callback):
         signed = sign_new(self.output_dir / CHECKPOINTS_DIR, self.layout, self.key, upto)
         for step in signed:
             log0("checkpoint of step %d signed", step)
+            self.ops.signed(step)
         return signed
 
     def signalled(self) -> bool:

@@ -43,6 +43,7 @@ from ..ops.device import Device
 from ..ops.engineops import EngineOps
 from ..ops.exporter import publish_recovery
 from ..ops.phases import PhaseWatch
+from ..volume import coldtier
 from .checkpoints import CHECKPOINTS_DIR, iter_name, iterations
 
 #: The metrics lines the non-finite report keeps (the Trainer's keeps its last ten logs).
@@ -80,6 +81,8 @@ class BridgeOps:
         self._ended_at = 0.0  # when the last step ended (perf_counter): a save after it is timed from here
         self._saving: int | None = None  # the step Bridge saves after, until the save is accounted for
         self.batch_wait_s = 0.0  # this step's wait for batches (TimedBatches)
+        #: global rank 0's copies of each signed checkpoint to the cold store (train.cold_checkpoints), else None
+        self.cold = coldtier.cold_copier(run.recipe.train.cold_checkpoints, run.plan.run_id, rank(), self.copied)
 
     # -- Bridge's on_train_start
     def train_started(self, step: int) -> None:
@@ -156,6 +159,16 @@ class BridgeOps:
         path = Path(self.run.output_dir) / CHECKPOINTS_DIR / iter_name(step)
         self.health.saved(step, seconds, directory_bytes(path) if writer else None, writer)
 
+    def signed(self, step: int) -> None:
+        """Rank 0 signed the checkpoint of ``step``: it is final on the shared volume, and goes to the cold tier."""
+        if self.cold is not None:
+            self.cold.submit(Path(self.run.output_dir) / CHECKPOINTS_DIR / iter_name(step), step)
+
+    def copied(self, copy: coldtier.ColdCopy) -> None:
+        """The cold tier's copy of a checkpoint ended (called in the copier's thread): its record, or its alert."""
+        if self.health is not None:
+            self.health.checkpoint_cold(copy.step, copy.seconds, copy.code, copy.error)
+
     def wait_fraction(self, step_time: float) -> float:
         """The share of the step's ``step_time`` this rank waited for batches (0 on a stage that reads none)."""
         return min(1.0, self.batch_wait_s / step_time) if step_time > 0 else 0.0
@@ -196,11 +209,14 @@ class BridgeOps:
             self.phases.watchdog.arm("the HF export", float(self.run.operations.watchdog.steady_timeout_s), step)
 
     def done(self, step: int) -> None:
-        """The run finished (``pretrain()`` returned): the watchdog stops, recovery.jsonl gets its ``done``."""
+        """The run finished (``pretrain()`` returned): the watchdog stops, recovery.jsonl gets its ``done``, and the
+        last checkpoint's cold copy is awaited (within its timeout) before the pod ends."""
         if self.phases is not None:
             self.phases.end()
         if self.core is not None:
             self.core.recovery.done(step)
+        if self.cold is not None:
+            self.cold.close()
 
     def stopped(self, records: Any) -> int:
         """The loss guard stopped the run: the report, the record, the exit code (``nonfinite``)."""

@@ -171,6 +171,14 @@ class Health:
         for alert, message in self.alerts.on_checkpoint(step, seconds):
             self.raise_alert(alert, step, message)
 
+    def checkpoint_cold(self, step: int, seconds: float, code: int | None, error: str | None) -> None:
+        """The cold tier's copy of the checkpoint of ``step`` ended (called in the copier's thread): its record, and
+        an alert when it failed (the checkpoint stays on the shared volume; the next one is copied as usual)."""
+        self.records.add(metricslog.EVENT_CHECKPOINT_COLD, step=step, seconds=round(seconds, 3), code=code, error=error)
+        if code != 0:
+            message = f"the checkpoint of step {step} was not copied to the cold store: {error}"
+            self.raise_alert(names.COLD_COPY_FAILED, step, message)
+
     def logged(self, step: int, logs: dict[str, Any]) -> None:
         """A logged step's figures (``logs`` gains the device utilisation): alerts raised, gauges set."""
         raised = self.alerts.on_log(step, logs)

@@ -66,14 +66,6 @@ class HealthCallback(Health, TrainerCallback):
         size = directory_bytes(checkpoint_dir / f"{filenames.CHECKPOINT_PREFIX}{step}") if writer else None
         self.saved(step, seconds, size, writer, drained_later)
 
-    def checkpoint_cold(self, step: int, seconds: float, code: int | None, error: str | None) -> None:
-        """The cold tier's copy of ``checkpoint-<step>`` ended (called in the copier's thread): its record, and an
-        alert when it failed (the checkpoint stays on the shared volume; the next one is copied as usual)."""
-        self.records.add(metricslog.EVENT_CHECKPOINT_COLD, step=step, seconds=round(seconds, 3), code=code, error=error)
-        if code != 0:
-            message = f"checkpoint-{step} was not copied to the cold store: {error}"
-            self.raise_alert(names.COLD_COPY_FAILED, step, message)
-
     def checkpoint_drained(self, step: int, seconds: float, size: int) -> None:
         """The hot tier's drain put ``checkpoint-<step>`` on the shared volume (called in the drain's thread)."""
         total = self.blocking_s.pop(step, 0.0) + seconds
