@@ -3,12 +3,14 @@ metrics.jsonl, the signing of each saved checkpoint, where this attempt got to, 
 the end, and the dry run's hold at a step.
 
 * metrics.jsonl: one line per step, written by the global last rank (the last pipeline stage is where Bridge has the
-  loss): ``step``, ``loss``, ``grad_norm``, ``learning_rate``, ``tokens_per_second_per_device``,
-  ``tflops_per_device``, ``mfu``, ``hfu`` (the plan's FLOPs per token, recipe.yaml ``plan.flops``, through
-  ``flopcount.step_figures`` as the Trainer's throughput callback), ``step_time_s``, the alerts' figures and the
-  process's peak resident memory. Tokens are the global batch's, padding included (the device computed them):
-  global batch × sequence length per step.
-* each checkpoint Bridge saved is signed by rank 0 at the start of the next step (checkpoints.py says why then);
+  loss; every rank has the same figures for its gauges and alerts, the loss broadcast to them): ``step``, ``loss``,
+  ``grad_norm``, ``learning_rate``, ``tokens_per_second_per_device``, ``tflops_per_device``, ``mfu``, ``hfu`` (the
+  plan's FLOPs per token, recipe.yaml ``plan.flops``, through ``flopcount.step_figures`` as the Trainer's throughput
+  callback), ``step_time_s``, ``dataloader_wait_fraction``, the alerts' figures and the process's peak resident
+  memory. Tokens are the global batch's, padding included (the device computed them): global batch × sequence
+  length per step.
+* each checkpoint Bridge saved is signed by rank 0 at the start of the next step (checkpoints.py says why then),
+  then timed as the save training waited for and handed to the cold tier (ops.py);
 * the operations contract (ops.py's BridgeOps): preflight, exporter, recovery records and the hang watchdog at
   ``on_train_start``; the stall drill at each step's start; the loss guard, the recovery progress (and so
   ``attemptends.stepped``), the gauges and the watchdog's next phase at each step's end;

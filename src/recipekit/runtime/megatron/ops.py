@@ -12,10 +12,13 @@ At Bridge's ``on_train_start`` (its setup has formed the process group, built th
 * the exporter (Prometheus), the health figures and alerts, the recovery records (``loaded``, MTTR gauges) and the
   hang watchdog, armed with the startup timeout for the first step.
 
-At each ``on_train_step_start`` the watchdog's stall drill (``ops.testing.stall_at_step``); at each
-``on_train_step_end``, after the step's metrics line: the loss guard, then the recovery progress, then the watchdog
-for what follows (a save at ``checkpoint.save_interval``, an evaluation at ``train.eval_interval``: the steady
-timeout; else the stall one).
+At each ``on_train_step_start``: the save after the step before (Bridge has no "saved" event) as the Trainer's
+``checkpoint`` record and gauges, timed from that step's end; the watchdog's stall drill
+(``ops.testing.stall_at_step``). At each ``on_train_step_end``, every rank: the step's figures (the last stage's
+loss broadcast to the others, the wait for batches the step function timed) for the gauges and alerts, then the
+loss guard, the recovery progress and the watchdog for what follows (a save at ``checkpoint.save_interval``, an
+evaluation at ``train.eval_interval``: the steady timeout; else the stall one). Each checkpoint rank 0 signed goes to
+the cold tier (volume/coldtier.py), whose last copy a finished run awaits.
 
 The loss guard: Bridge hands the reduced loss of the step to the last pipeline stage only; every rank all-reduces
 its flag (LossGuard.agree), so all stop at the same step by raising :class:`NonFiniteStop` out of the callback —
