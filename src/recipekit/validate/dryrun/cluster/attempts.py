@@ -337,18 +337,24 @@ class DryRun:
     def _scrape(self, attempt: Attempt, step: int) -> None:
         """Read the serving pods' metrics endpoints once this attempt has checkpointed (so every gauge has a value).
 
-        A gauge lives in its process: a restarted attempt's processes have no checkpoint time and no jump ratio
-        until they have saved and logged steps of their own, whatever step they resumed at."""
-        if not self.metrics_ports or step <= self.options.save_steps:
-            return
-        if not attempt.events(metricslog.EVENT_CHECKPOINT):
+        Rank 0 writes the checkpoint record when its own save is over; another rank times its save a moment later,
+        so a read at that record is provisional. A read once rank 0 logged a step after the save is settled: that
+        step's collectives waited for every rank to start it, past its save. An attempt whose only save is its last
+        keeps the provisional read. A gauge lives in its process: a restarted attempt's processes have no checkpoint
+        time and no jump ratio until they have saved and logged steps of their own, whatever step they resumed at."""
+        saved = attempt.events(metricslog.EVENT_CHECKPOINT)
+        if not self.metrics_ports or step <= self.options.save_steps or not saved:
             return
         if self.work.hot_tier != "none" and attempt.number not in self.drained:
             return  # the total time of a save has its value once the checkpoint is drained to the shared volume
-        if attempt.scraped is not None and not attempt.scraped.get("error"):
+        if attempt.scraped is not None and not attempt.scraped.get("error") and attempt.scraped["settled"]:
             return
-        attempt.scraped = scrape_pods({pod: self.metrics_ports[pod] for pod in self.serving_pods})
-        attempt.scraped["step"] = step
+        scraped = scrape_pods({pod: self.metrics_ports[pod] for pod in self.serving_pods})
+        if scraped.get("error") and attempt.scraped is not None and not attempt.scraped.get("error"):
+            return  # a pod ending after a good provisional read
+        scraped["step"] = step
+        scraped["settled"] = bool(attempt.steps) and attempt.steps[-1].step > int(saved[0].get("step") or 0)
+        attempt.scraped = scraped
 
     def _cmdlines(self, index: int) -> list[list[str]]:
         found = []
