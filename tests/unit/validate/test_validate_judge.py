@@ -446,4 +446,32 @@ def test_a_restarted_attempt_is_scraped_only_after_its_own_checkpoint(monkeypatc
     assert restarted.scraped is None
     restarted.observe({"event": metricslog.EVENT_CHECKPOINT, "step": 8}, 1.0)
     run._scrape(restarted, 9)
-    assert restarted.scraped == {"error": None, "pods": {}, "step": 9}
+    assert restarted.scraped == {"error": None, "pods": {}, "step": 9, "settled": False}  # its last save: kept
+
+
+def test_a_read_at_rank_0s_checkpoint_record_is_read_again_after_the_next_step(monkeypatch) -> None:
+    """Rank 0 writes the checkpoint record when its own save is over; another rank times its save a moment later, so
+    the read at the record is provisional, and the one once rank 0 logged the next step (whose collectives waited
+    for every rank past its save) is the one judged. A full run caught pod 1 read without its checkpoint gauge."""
+    from types import SimpleNamespace
+
+    from recipekit.validate.dryrun.cluster import attempts
+
+    reads: list[int] = []
+    monkeypatch.setattr(attempts, "scrape_pods", lambda ports: {"error": None, "pods": {}, "read": reads.append(1)})
+    run = object.__new__(attempts.DryRun)
+    run.metrics_ports, run.serving_pods, run.drained = [9100, 9101], [0, 1], set()
+    run.options = SimpleNamespace(save_steps=4)
+    run.work = SimpleNamespace(hot_tier="none")
+    first = Attempt(0, 29501, 0.0)
+    for step in (1, 2, 3, 4):
+        first.observe({"step": step, "loss": 1.0}, 0.0)
+    first.observe({"event": metricslog.EVENT_CHECKPOINT, "step": 4}, 1.0)
+    run._scrape(first, 5)  # at the record
+    assert first.scraped is not None and first.scraped["settled"] is False and len(reads) == 1
+    first.observe({"step": 5, "loss": 1.0}, 2.0)
+    run._scrape(first, 5)  # at the next step's record
+    assert first.scraped["settled"] is True and first.scraped["step"] == 5 and len(reads) == 2
+    first.observe({"step": 6, "loss": 1.0}, 3.0)
+    run._scrape(first, 6)
+    assert len(reads) == 2  # settled: not read again
