@@ -4,7 +4,9 @@ starts a pod's workers, sent SIGTERM at a step.
 
 What the room's operations wiring (runtime/megatron/ops.py) must leave at Bridge's signal handler: a checkpoint of
 the step the handler stopped at, signed; every rank's exit ``preempted`` in attempt-ends/; the ``preempted`` record in
-metrics.jsonl; and ``recipekit runs history`` naming the attempt's end. What every attempt leaves (preflight's report,
+metrics.jsonl; and ``recipekit runs history`` naming the attempt's end. On the way, the spike drill makes the last
+rank's loss of step 2 ten times: the loss-spike report must name that rank (its TP peer has the same batch and a
+tenth of its loss) and each rank's batches by fingerprint. What every attempt leaves (preflight's report,
 each step's MFU, recovery.jsonl across a restart, ``runs history`` and ``report``) and the resume from a verified
 checkpoint are test_megatron_engine.py's, on the dry runs it already makes: one launch here, not a second.
 """
@@ -30,6 +32,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.longest]
 
 CASE = Case(model="tiny_qwen3", tp=2, pp=2)
 HOLD_AT = 3  # every rank holds after step 3 (saved, signed); the SIGTERM comes then
+SPIKE_AT, SPIKE_RANK = 2, 3  # the last rank (last pipeline stage, TP rank 1)
 
 
 @pytest.fixture(scope="module")
@@ -40,11 +43,13 @@ def python() -> Path:
 
 
 def bundle(root: Path) -> Path:
-    """The case's bundle, with preflight's all-reduce at one small size (four CPU ranks share two cores)."""
+    """The case's bundle, with preflight's all-reduce at one small size (four CPU ranks share two cores) and the
+    spike drill armed."""
     path = engine.make_bundle(root, CASE) / "recipe.yaml"
     text = yaml.safe_load(path.read_text(encoding="utf-8"))
     text["operations"]["preflight"]["allreduce_sizes_mb"] = [1.0]
     text["operations"]["preflight"]["allreduce_iterations"] = 2
+    text["operations"]["testing"].update(spike_at_step=SPIKE_AT, spike_rank=SPIKE_RANK)
     path.write_text(yaml.safe_dump(text, sort_keys=False), encoding="utf-8")
     return path
 
@@ -87,3 +92,21 @@ def test_a_sigterm_stopped_megatron_run_leaves_the_trainers_operations_records(p
     assert result.exit_code == 0, result.output
     (first,) = json.loads(result.output)["attempts"]
     assert first["world_size"] == 4 and "preempted" in first["why"], first
+    assert_loss_spike_report(records)
+
+
+def assert_loss_spike_report(records: list[dict]) -> None:
+    """The spike's record names the last rank; its report has every rank's loss of the step (the first stage's
+    none) and the batches each rank that saw the spike read, one fingerprint per micro-batch, the same batch on every
+    rank (DP 1). Rank 2 logs its own loss, a tenth of its TP peer's (the drill spikes one rank; TP peers' losses are
+    equal in a real run), so it raises no alert and writes no batches of its own."""
+    (spiked,) = [r for r in records if r.get("event") == metricslog.EVENT_LOSS_SPIKE]
+    assert spiked["step"] == SPIKE_AT and spiked["highest_rank"] == SPIKE_RANK, spiked
+    losses = spiked["losses"]
+    assert losses[:2] == [None, None] and losses[3] == pytest.approx(10 * losses[2], rel=1e-3), losses
+    where = Path(spiked["report"])
+    assert json.loads((where / "report.json").read_text())["steps"][-1]["highest_ranks"] == [3, 2]
+    prints = {p.name: json.loads(p.read_text())[str(SPIKE_AT)] for p in where.glob("batches-rank-*.json")}
+    assert "batches-rank-3.json" in prints, sorted(prints)
+    assert all(len(b["sha256"]) == 64 and b["tokens"] > 0 for found in prints.values() for b in found)
+    assert len({json.dumps(found) for found in prints.values()}) == 1, prints  # one replica: the same batches

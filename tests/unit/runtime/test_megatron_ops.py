@@ -102,11 +102,44 @@ def start(room: Any, run: Any, resume: tuple[int | None, str | None] = (None, No
     return ops, callback
 
 
+TOKENS_PER_MICRO_BATCH = 4
+
+
+def last_stage_step(loss: float) -> Any:
+    """Bridge's forward step on the last pipeline stage: it reads a micro-batch, its output is each token's loss
+    (``loss`` each), its loss function Megatron's masked sum (``(summed loss, tokens, {"lm loss": [sum, tokens]})``)."""
+
+    def loss_func(output_tensor: Any) -> Any:
+        total = output_tensor.float().sum()
+        tokens = torch.tensor(output_tensor.numel(), dtype=torch.int)
+        return total, tokens, {"lm loss": torch.cat([total.view(1), tokens.float().view(1)])}
+
+    def forward_step(state: Any, data_iterator: Any, model: Any, return_schedule_plan: bool = False) -> Any:
+        if data_iterator is not None:
+            next(data_iterator)
+        return torch.full((TOKENS_PER_MICRO_BATCH,), loss), loss_func
+
+    return forward_step
+
+
+def train_step(ops: Any, completed: int, loss: float, batches: list[Any] | None = None) -> float:
+    """One micro-batch through the room's step function and the loss function it returns, as Bridge's schedule
+    runs them; the loss Bridge then logs (the report's sum over its tokens)."""
+    run = step_function(last_stage_step(loss), ops)
+    batch_iterator = iter(batches) if batches is not None else None  # None: a stage that reads no batch
+    output, loss_func = run(SimpleNamespace(train_state=SimpleNamespace(step=completed)), batch_iterator, None)
+    _, _, report = loss_func(output)
+    total, tokens = report["lm loss"].tolist()
+    return total / tokens
+
+
 def steps(callback: Any, first: int, last: int, losses: dict[int, float] | None = None) -> None:
-    """Bridge's events of steps ``first``..``last`` (Bridge's step counter is the steps completed before)."""
+    """Bridge's events of steps ``first``..``last`` (Bridge's step counter is the steps completed before), each
+    step's micro-batch through the room's step function between them."""
     for step in range(first, last + 1):
         callback.on_train_step_start(context(step - 1))
-        callback.on_train_step_end(context(step - 1, (losses or {}).get(step, 3.0 - 0.1 * step)))
+        logged = train_step(callback.ops, step - 1, (losses or {}).get(step, 3.0 - 0.1 * step))
+        callback.on_train_step_end(context(step - 1, logged))
 
 
 def test_a_run_leaves_the_trainers_operations_records(room: Any, tmp_path: Path) -> None:
@@ -269,7 +302,7 @@ def test_the_fault_drill_poisons_bridges_forward_step_at_its_step_only(room, tmp
     clean, _ = step(SimpleNamespace(train_state=SimpleNamespace(step=0)), None, None)
     poisoned, loss_func = step(SimpleNamespace(train_state=SimpleNamespace(step=1)), None, None)
     ops.close()
-    assert torch.isfinite(clean).all() and torch.isnan(poisoned).all() and loss_func == "loss_func"
+    assert torch.isfinite(clean).all() and torch.isnan(poisoned).all() and loss_func.__wrapped__ == "loss_func"
     assert (run.output_dir / filenames.FAULTS_DIR / "nan-at-step-2").is_file()
 
 
@@ -353,3 +386,31 @@ def test_each_signed_checkpoint_goes_to_the_cold_tier_and_a_finished_run_waits_f
     assert json.loads((store / "iter_0000006" / filenames.RUN_FILE).read_text())["step"] == 6
     alerts = [r for r in metricslog.read_records(run.output_dir / filenames.METRICS_FILE) if r.get("alert")]
     assert [(a["alert"], a["step"]) for a in alerts] == [("checkpoint_cold_failed", 3)]
+
+
+def test_a_loss_spike_names_the_rank_and_its_batches_by_fingerprint(room, tmp_path) -> None:
+    """The spike drill (ops.testing.spike_at_step) makes the last stage's loss of step 3 ten times, through the loss
+    function the step function hands Bridge (the logged loss shows it): the alert's report holds the rank's own
+    loss of the step over its label tokens, and the fingerprint of the micro-batch it read, as the Trainer's does."""
+    from recipekit.runtime.ops.lossguard import batch_fingerprint
+
+    run = engine_run(tmp_path, testing={"spike_at_step": 3, "spike_rank": 0})
+    ops, callback = start(room, run)
+    callback.on_train_start(context(0))
+    tokens = {step: torch.arange(8).view(1, 8) + 100 * step for step in (1, 2, 3)}
+    for step in (1, 2, 3):
+        callback.on_train_step_start(context(step - 1))
+        logged = train_step(ops, step - 1, 2.0, [{"tokens": tokens[step], "labels": None}])
+        callback.on_train_step_end(context(step - 1, logged))
+    ops.close()
+
+    records = metricslog.read_records(run.output_dir / filenames.METRICS_FILE)
+    assert [r["loss"] for r in records if "loss" in r] == [2.0, 2.0, 20.0]
+    (spiked,) = metricslog.events(records, metricslog.EVENT_LOSS_SPIKE)
+    assert spiked["step"] == 3 and spiked["highest_rank"] == 0
+    assert spiked["losses"] == [20.0 * TOKENS_PER_MICRO_BATCH] and spiked["tokens"] == [TOKENS_PER_MICRO_BATCH]
+    where = Path(spiked["report"])
+    report = json.loads((where / "report.json").read_text())
+    assert report["steps"][-1]["step"] == 3 and report["steps"][-1]["highest_ranks"] == [0]
+    prints = json.loads((where / "batches-rank-0.json").read_text())
+    assert prints == {"3": [batch_fingerprint(tokens[3])]}

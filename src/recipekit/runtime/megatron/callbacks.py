@@ -94,7 +94,7 @@ class RoomCallback(Callback):
         self.ops.logged(step, record, elapsed)
         if self.writer and losses:
             metricslog.append_record(self.output_dir / filenames.METRICS_FILE, metricslog.stamped(record))
-        self.ops.step_ended(step, list(losses.values()), elapsed)  # the loss guard may end the loop here
+        self.ops.step_ended(step, elapsed)  # the loss guard may end the loop here
 
     def on_train_end(self, context: Any) -> None:
         self.ops.save_ended()  # the save after the last step

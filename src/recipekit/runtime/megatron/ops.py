@@ -20,13 +20,16 @@ loss guard, the recovery progress and the watchdog for what follows (a save at `
 evaluation at ``train.eval_interval``: the steady timeout; else the stall one). Each checkpoint rank 0 signed goes to
 the cold tier (volume/coldtier.py), whose last copy a finished run awaits.
 
-The loss guard: Bridge hands the reduced loss of the step to the last pipeline stage only; every rank all-reduces
-its flag (LossGuard.agree), so all stop at the same step by raising :class:`NonFiniteStop` out of the callback —
-before Bridge saves that step (its saves follow the event), so the poisoned weights never become a checkpoint. The
-room then writes the report and exits ``nonfinite`` (train.py). Bridge's own NaN check (``rerun_state_machine.
-check_for_nan_in_loss``) raises on the last stage's ranks only (exit ``failed``, RestartJob, while the other ranks
-wait in a collective); the room turns it off, as the guard does its work on every rank. ``ops.nonfinite_loss:
-skip`` cannot leave a batch out of Bridge's data order: the run stops as under ``stop`` and says so.
+The loss guard: the step function hands it each micro-batch's own loss (the last pipeline stage's loss function,
+before Bridge averages it over the data-parallel ranks) and the token ids of every batch a rank reads; every rank
+all-reduces its flag and losses (LossGuard.agree), so a loss spike's report (``loss-spike-step-N/``, as the Trainer's)
+names the rank whose loss rose and each rank's batches by fingerprint, and all ranks stop at the same step by raising
+:class:`NonFiniteStop` out of the callback — before Bridge saves that step (its saves follow the event), so the
+poisoned weights never become a checkpoint. The room then writes the report and exits ``nonfinite`` (train.py).
+Bridge's own NaN check (``rerun_state_machine.check_for_nan_in_loss``) raises on the last stage's ranks only (exit
+``failed``, RestartJob, while the other ranks wait in a collective); the room turns it off, as the guard does its
+work on every rank. ``ops.nonfinite_loss: skip`` cannot leave a batch out of Bridge's data order: the run stops as
+under ``stop`` and says so.
 """
 
 from __future__ import annotations
@@ -83,6 +86,7 @@ class BridgeOps:
         self._after_save = False
         self._ended_at = 0.0  # when the last step ended (perf_counter): a save after it is timed from here
         self._saving: int | None = None  # the step Bridge saves after, until the save is accounted for
+        self._spike: tuple[int, str] | None = None  # a loss spike's alert, reported once the guard has the step
         self.batch_wait_s = 0.0  # this step's wait for batches (TimedBatches)
         #: global rank 0's copies of each signed checkpoint to the cold store (train.cold_checkpoints), else None
         self.cold = coldtier.cold_copier(run.recipe.train.cold_checkpoints, run.plan.run_id, rank(), self.copied)
@@ -95,6 +99,7 @@ class BridgeOps:
         core.preflight()
         exporter = core.start_exporter()
         self.health = Health(Alerts(self.run.operations.alerts), exporter, self.records, self.device.kind)
+        self.health.on_loss_spike = self.spiked
         core.recovery.started(self.resume[0], self.resume[1], self.world)
         core.recovery.loaded(step)
         publish_recovery(core.recovery, exporter)
@@ -133,11 +138,16 @@ class BridgeOps:
             self.health.logged(step, record)
         self.recent.append(dict(record))
 
-    def step_ended(self, step: int, losses: list[float], step_time: float) -> None:
+    def spiked(self, step: int, message: str) -> None:
+        """The loss-spike alert fired at ``step`` (every rank, from :meth:`logged`): its report follows the guard's
+        agreement on the step (:meth:`guard`), which gives every rank each rank's loss."""
+        self._spike = (step, message)
+
+    def step_ended(self, step: int, step_time: float) -> None:
         """Every rank, after the step's metrics line: the loss guard (may raise NonFiniteStop), the recovery
         progress, the gauges and the watchdog for what comes next."""
         assert self.core is not None and self.phases is not None and self.health is not None
-        self.guard(step, losses)
+        self.guard(step)
         self.core.recovery.step(step)
         if not self._first_published:  # the first step after a restart completes the recovery: its MTTR is known
             self._first_published = True
@@ -181,16 +191,16 @@ class BridgeOps:
         saves = self.save_interval > 0 and step % self.save_interval == 0
         return saves or (self.eval_interval > 0 and step % self.eval_interval == 0)
 
-    def guard(self, step: int, losses: list[float]) -> None:
-        """Agree on a non-finite loss of ``step`` (every rank, one all-reduce; ``losses``: what this rank has of
-        the step's, none but on the last pipeline stage); stop or warn per the recipe."""
-        import torch
-
+    def guard(self, step: int) -> None:
+        """Agree on a non-finite loss of ``step`` (every rank, one all-reduce of what the step function observed:
+        each micro-batch's loss on the last pipeline stage, the batches on every stage that reads them); write a
+        loss spike's report; stop or warn per the recipe."""
         assert self.core is not None and self.health is not None
         guard, mode = self.core.guard, self.run.operations.alerts.nonfinite_loss
-        for loss in losses:
-            guard.observe(torch.tensor(float(loss)), None)
         ranks = guard.agree(self.core.torch_device, step)
+        if self._spike is not None:
+            self.core.loss_spike(*self._spike, self.records)
+            self._spike = None
         if ranks and mode in ("stop", "skip"):
             guard.stopped_at, guard.ranks = step, ranks
             guard.keep_offending()
@@ -249,6 +259,7 @@ class TimedBatches:
 
     def __init__(self, batches: Any, ops: BridgeOps):
         self.batches, self.ops = batches, ops
+        self.last: Any = None  # the micro-batch read last (its token ids go to the loss guard)
 
     def __iter__(self) -> TimedBatches:
         return self
@@ -256,7 +267,8 @@ class TimedBatches:
     def __next__(self) -> Any:
         started = time.perf_counter()
         try:
-            return next(self.batches)
+            self.last = next(self.batches)
+            return self.last
         finally:
             self.ops.batch_wait_s += time.perf_counter() - started
 
@@ -267,9 +279,12 @@ class TimedBatches:
 
 
 def step_function(forward_step: Any, ops: BridgeOps | None) -> Any:
-    """Bridge's forward step as the room runs it: its batches timed (:class:`TimedBatches`) and, TESTING ONLY
-    (``ops.testing.nan_at_step``), its output NaN at that step, so the loss, the gradients and the update are
-    poisoned as a real divergence poisons them."""
+    """Bridge's forward step as the room runs it, in training (an evaluation's passes go through untouched): its
+    batches timed (:class:`TimedBatches`) and handed to the loss guard by their token ids, its loss function's result
+    observed by the guard (:func:`observed_loss`: each micro-batch's own loss, before Bridge averages it over the
+    data-parallel ranks, so a spike names the rank whose batch rose). TESTING ONLY (``ops.testing``): the output NaN
+    at ``nan_at_step``, so the loss, the gradients and the update are poisoned as a real divergence poisons them;
+    ``spike_rank``'s loss (and so its gradients) ten times at ``spike_at_step``."""
     if ops is None:
         return forward_step
 
@@ -278,8 +293,59 @@ def step_function(forward_step: Any, ops: BridgeOps | None) -> Any:
         batches = TimedBatches(data_iterator, ops) if data_iterator is not None else None
         output, loss_func = forward_step(state, batches, model, *args, **kwargs)
         core = ops.core
-        if core is not None and core.faults.poison_loss(int(state.train_state.step) + 1):
+        if core is None or not getattr(model, "training", True):
+            return output, loss_func
+        if batches is not None and batches.last is not None:
+            core.guard.observe_batch(_token_ids(batches.last))
+        next_step = int(state.train_state.step) + 1
+        if core.faults.poison_loss(next_step):
             output = output * float("nan")
-        return output, loss_func
+        return output, observed_loss(loss_func, core.guard, core.faults.spike(next_step))
 
     return step
+
+
+def _token_ids(batch: Any) -> Any:
+    """A Megatron micro-batch's token ids (its ``tokens``; the labels where a stage was handed those alone)."""
+    if not isinstance(batch, dict):
+        return None
+    return batch.get("tokens") if batch.get("tokens") is not None else batch.get("labels")
+
+
+def observed_loss(loss_func: Any, guard: Any, factor: float = 1.0) -> Any:
+    """``loss_func`` (Bridge's, called on the last pipeline stage with the step's output) with its result seen by
+    the loss guard: the micro-batch's summed loss and its label tokens (Megatron's ``(loss, num_tokens, report)``),
+    copied before Megatron's schedule divides the loss in place. ``factor``: the spike drill's, on the loss and
+    its report alike (the logged loss shows the spike, the gradients carry it)."""
+    import torch
+
+    if loss_func is None:  # a step function without one: Megatron keeps the output as it is
+        return None
+
+    @functools.wraps(loss_func)
+    def observed(*args: Any, **kwargs: Any) -> Any:
+        result = loss_func(*args, **kwargs)
+        if kwargs.get("non_loss_data") or not isinstance(result, tuple) or not isinstance(result[0], torch.Tensor):
+            return result
+        loss, *rest = result
+        if factor != 1.0:
+            loss = loss * factor
+            rest[-1] = _scaled_report(rest[-1], factor)
+        tokens = rest[0] if len(rest) == 2 and isinstance(rest[0], torch.Tensor) else None
+        guard.observe(loss.detach().clone(), None, tokens)
+        return (loss, *rest)
+
+    return observed
+
+
+def _scaled_report(report: Any, factor: float) -> Any:
+    """A loss function's report (``{"lm loss": [summed loss, tokens]}``) with its losses times ``factor``."""
+    if not isinstance(report, dict):
+        return report
+    scaled = {}
+    for name, value in report.items():
+        if hasattr(value, "clone") and value.numel() == 2:
+            value = value.clone()
+            value[0] = value[0] * factor
+        scaled[name] = value
+    return scaled

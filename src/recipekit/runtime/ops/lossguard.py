@@ -1,7 +1,9 @@
 """The loss guard's state and its reports, engine-neutral (torch only): what a rank saw of a step's losses, the
 ranks' verdict (one all-reduce per step, which also tells every rank each rank's loss), ``nonfinite-step-N/`` for a
 NaN/inf loss and ``loss-spike-step-N/`` for a spike. The Trainer feeds it from its training step (guard.py); the
-Megatron room from Bridge's step-end event (runtime/megatron/ops.py). guard.py says why a step must stop.
+Megatron room from the step function it hands Bridge (each micro-batch's loss from Bridge's loss function, each
+batch's token ids from the data iterator) and agrees at Bridge's step-end event (runtime/megatron/ops.py). guard.py
+says why a step must stop.
 
 A loss spike is the alerts' (alerts.py ``loss_jump``: the logged loss rose more than ``loss_spike_ratio`` over the
 previous logged one). The logged loss is every rank's mean, so it cannot say whose batch rose; the guard can: it
@@ -37,9 +39,10 @@ class StepLosses:
     """One step as the guard saw it: each rank's loss, its label tokens, and this rank's micro-batches' token ids.
 
     A rank's loss is the sum of its micro-batch losses as the engine scales them (the Trainer divides each token's
-    loss by the step's tokens over every rank: a rank's share, not its mean), None for a rank that has none (a
-    pipeline stage before the last); its tokens are the labels it trained on (None where the engine does not hand
-    its batches over: the Megatron room, whose ``batches`` are then None too)."""
+    loss by the step's tokens over every rank: a rank's share, not its mean; Megatron's loss function sums its
+    tokens' losses), None for a rank that has none (a pipeline stage before the last); its tokens are the label
+    tokens that loss is over. ``batches``: the token ids of this rank's micro-batches (a pipeline stage reads them
+    whether or not it computes the loss)."""
 
     step: int
     losses: list[float | None]
@@ -74,7 +77,9 @@ class LossGuard:
 
     def __init__(self) -> None:
         self.flag: torch.Tensor | None = None
-        self.seen: list[tuple[torch.Tensor, Any]] = []  # (loss, inputs) of the current step's micro-batches
+        #: (loss, inputs, label tokens where the engine counted them) of the current step's micro-batches
+        self.seen: list[tuple[torch.Tensor, Any, torch.Tensor | None]] = []
+        self.batches: list[torch.Tensor | None] = []  # the token ids of this rank's micro-batches of the step
         self.nonfinite: list[float] = []  # this rank's non-finite losses of the step the run stopped at
         self.batch: Any = None
         self.stopped_at: int | None = None
@@ -83,10 +88,19 @@ class LossGuard:
         self.window: collections.deque[StepLosses] = collections.deque(maxlen=1)  # keep_steps sets the interval
         self.spike_reports = 0
 
-    def observe(self, loss: torch.Tensor, inputs: Any) -> None:
+    def observe(self, loss: torch.Tensor, inputs: Any, tokens: torch.Tensor | None = None) -> None:
+        """A micro-batch's loss on this rank, with its inputs (the Trainer's: their labels are counted, their token
+        ids kept) or the label ``tokens`` the engine counted (Megatron's loss function; its batches come apart,
+        :meth:`observe_batch`)."""
         bad = ~torch.isfinite(loss.detach()).all()
         self.flag = bad if self.flag is None else self.flag | bad
-        self.seen.append((loss.detach(), inputs))
+        self.seen.append((loss.detach(), inputs, tokens))
+        if inputs is not None:
+            self.batches.append(_token_ids(inputs))
+
+    def observe_batch(self, ids: torch.Tensor | None) -> None:
+        """The token ids of a micro-batch this rank read, where its loss is another stage's (or observed apart)."""
+        self.batches.append(ids)
 
     def agree(self, device: torch.device, step: int) -> list[int]:
         """The ranks that saw a non-finite loss at ``step`` (every rank gets the same list); the step's losses of
@@ -95,11 +109,11 @@ class LossGuard:
         if self.flag is not None:
             mine[0] = self.flag.float().to(device)
         if self.seen:
-            mine[1] = torch.stack([loss.float().sum() for loss, _ in self.seen]).sum().to(device)
+            mine[1] = torch.stack([loss.float().sum() for loss, _, _ in self.seen]).sum().to(device)
             mine[2] = len(self.seen)
-            labels = [inputs["labels"] for _, inputs in self.seen if isinstance(inputs, dict) and "labels" in inputs]
-            if labels:  # counted where they are: no copy, no sync
-                mine[3] = torch.stack([(ids != LABEL_IGNORED).sum() for ids in labels]).sum().float().to(device)
+            counts = [_label_tokens(inputs, tokens) for _, inputs, tokens in self.seen]
+            if all(count is not None for count in counts):  # counted where they are: no copy, no sync
+                mine[3] = torch.stack([c.float().to(device) for c in counts if c is not None]).sum()
         if torch.distributed.is_available() and torch.distributed.is_initialized():
             table = torch.zeros(torch.distributed.get_world_size(), 4, device=device)
             table[torch.distributed.get_rank()] = mine
@@ -109,7 +123,7 @@ class LossGuard:
             rows = [mine.tolist()]
         losses = [loss if seen > 0 else None for _, loss, seen, _ in rows]
         tokens = [int(count) if seen > 0 and count > 0 else None for _, _, seen, count in rows]
-        self.window.append(StepLosses(step, losses, tokens, [_token_ids(inputs) for _, inputs in self.seen]))
+        self.window.append(StepLosses(step, losses, tokens, list(self.batches)))
         return [i for i, (flag, _, _, _) in enumerate(rows) if flag > 0]
 
     def keep_steps(self, steps: int) -> None:
@@ -119,14 +133,23 @@ class LossGuard:
 
     def keep_offending(self) -> None:
         """Keep this rank's non-finite losses and the first batch that produced one (for the report)."""
-        for loss, inputs in self.seen:
+        for loss, inputs, _ in self.seen:
             value = float(loss.float().mean())
             if not math.isfinite(value):
                 self.nonfinite.append(value)
                 self.batch = inputs if self.batch is None else self.batch
 
     def reset(self) -> None:
-        self.flag, self.seen = None, []
+        self.flag, self.seen, self.batches = None, [], []
+
+
+def _label_tokens(inputs: Any, tokens: torch.Tensor | None) -> torch.Tensor | None:
+    """A micro-batch's label tokens: as the engine counted them, else its labels that train (None: not known)."""
+    if tokens is not None:
+        return tokens.sum()
+    if isinstance(inputs, dict) and isinstance(inputs.get("labels"), torch.Tensor):
+        return (inputs["labels"] != LABEL_IGNORED).sum()
+    return None
 
 
 def _token_ids(inputs: Any) -> torch.Tensor | None:
