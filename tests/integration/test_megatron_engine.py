@@ -38,13 +38,18 @@ pytestmark = [pytest.mark.slow, pytest.mark.longest]
 
 MEGATRON = ["engine=megatron", "parallel=distopt"]
 #: Each case: the build's overrides (a preset on 910B, as a platform team would write it), and the layout its dry
-#: run must start with (TP, PP, EP) on 2 pods × 2 processes. Every case runs the distributed optimizer
+#: run must start with (TP, PP, EP, virtual stages) on 2 pods × 2 processes. Every case runs the distributed optimizer
 #: (parallel=distopt); the MoE case's dense weights are data-parallel over 2 ranks, so its resume restores optimizer
 #: state sharded over DP 2 (a dense PP 2 × DP 2 case proved nothing more, at two minutes of the suite).
 CASES = {
-    "dense TP 2 x PP 2": (
-        ["recipe=qwen2.5_7b_pretrain", "parallel.tensor_parallel=2", "parallel.pipeline_parallel=2"],
-        (2, 2, 1),
+    "dense TP 2 x PP 2 x VPP 2": (
+        [
+            "recipe=qwen2.5_7b_pretrain",
+            "parallel.tensor_parallel=2",
+            "parallel.pipeline_parallel=2",
+            "parallel.virtual_pipeline_stages=2",  # Megatron's interleaved schedule, the twin 4 layers deep
+        ],
+        (2, 2, 1, 2),
     ),
     "MoE PP 2 x EP 2": (
         [
@@ -54,9 +59,9 @@ CASES = {
             "parallel.pipeline_parallel=2",
             "parallel.expert_parallel=4",  # scaled to EP 2 by the dry run
         ],
-        (1, 2, 2),
+        (1, 2, 2, 1),
     ),
-    "LoRA SFT PP 2 x DP 2": (["recipe=llama3_8b_lora", "parallel.pipeline_parallel=2"], (1, 2, 1)),
+    "LoRA SFT PP 2 x DP 2": (["recipe=llama3_8b_lora", "parallel.pipeline_parallel=2"], (1, 2, 1, 1)),
 }
 STEPS, SAVED, KILL_AFTER = 6, 3, 5
 TIMEOUT_S = 600
@@ -64,7 +69,7 @@ TIMEOUT_S = 600
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_killed_at_a_step_and_resumed_with_the_same_losses(name: str, tmp_path: Path) -> None:
-    overrides, (tp, pp, ep) = CASES[name]
+    overrides, (tp, pp, ep, vpp) = CASES[name]
     bundle = build([*MEGATRON, *overrides], tmp_path / "bundle", force=True, allow_oom=True).path
     options = DryRunOptions(
         pods=2, procs_per_pod=2, steps=STEPS, kill_pod=1, at_step=KILL_AFTER, workdir=tmp_path / "dry",
@@ -90,7 +95,12 @@ def test_killed_at_a_step_and_resumed_with_the_same_losses(name: str, tmp_path: 
     assert [s["resume_step"] for s in starts] == [None, SAVED]
     assert all(s["engine"] == "megatron" and s["world_size"] == 4 for s in starts)
     parallel = starts[0]["parallel"]
-    assert (parallel["tensor"], parallel["pipeline"], parallel["expert"]) == (tp, pp, ep)
+    assert (parallel["tensor"], parallel["pipeline"], parallel["expert"], parallel["virtual_pipeline"]) == (
+        tp,
+        pp,
+        ep,
+        vpp,
+    )
     losses = {r["step"]: r["loss"] for r in records if "loss" in r}
     assert sorted(losses) == list(range(1, STEPS + 1))
     for step in (SAVED, STEPS):

@@ -49,8 +49,11 @@ def test_a_3d_layout_is_scaled_to_two_of_each_split_with_the_reasons(tmp_path: P
         "train.micro_batch_size=1",
     )
     par = dry.parallel
-    assert (par.tensor_parallel, par.pipeline_parallel, par.virtual_pipeline_stages) == (2, 2, 1)
+    assert (par.tensor_parallel, par.pipeline_parallel, par.virtual_pipeline_stages) == (2, 2, 2)
     assert not par.sequence_parallel and dry.train.precision == "fp32"
+    # the interleaved schedule's four model chunks each hold whole layers of the twin (hand-made with 2)
+    assert dry.model.num_layers == 4 and dry.model.config["num_hidden_layers"] == 4
+    assert "the twin gets 4" in {s.field: s for s in subs}["recipe.model.num_layers"].why
     fields = {s.field: s for s in subs}
     assert (
         fields["recipe.parallel.tensor_parallel"].old == 4 and "scaled" in fields["recipe.parallel.tensor_parallel"].why
@@ -123,13 +126,15 @@ def test_the_judges_read_the_rooms_signed_checkpoints_and_brigdes_tracker(tmp_pa
 def test_validate_lists_what_the_cpu_run_does_not_prove(tmp_path: Path) -> None:
     built = build(
         [*MEGATRON, "recipe=llama3_70b_sft", "cluster.nodes=4", "parallel.tensor_parallel=4"]
-        + ["parallel.pipeline_parallel=8", "parallel.virtual_pipeline_stages=2", "train.micro_batch_size=1"],
+        + ["parallel.pipeline_parallel=8", "parallel.virtual_pipeline_stages=2", "train.micro_batch_size=1"]
+        + ["parallel.sequence_parallel=true"],
         tmp_path / "b",
         allow_oom=True,
     )
     items = ENGINE.not_proven(load_bundle(built.path))
     assert items[: len(NOT_PROVEN)] == list(NOT_PROVEN)
-    assert any("virtual pipeline stages 2" in item for item in items)
+    assert any("sequence parallelism" in item for item in items)  # the recipe's, which the dry run leaves out
+    assert not any("virtual pipeline" in item for item in items)  # the dry run trains them
     # the image's Megatron stack pins the dry run's Megatron-Bridge and megatron-core (images/matrix.yaml engines)
     assert not any("pins no Megatron-Bridge" in item or "image's engine version" in item for item in items)
     assert dryrun_engine("trainer").not_proven(load_bundle(built.path)) == []
@@ -150,3 +155,15 @@ def test_consistency_megatron_passes_a_built_bundle_and_names_a_broken_document(
     assert "PP 3 × 1 virtual stage(s) does not divide" in messages
     trainer = load_bundle(build(["recipe=tiny_sft"], tmp_path / "t").path)
     assert check_megatron_layout(trainer).status is Status.SKIP
+
+
+def test_a_deepened_twin_continues_its_per_layer_pattern() -> None:
+    """A twin whose config names each layer's kind keeps its pattern when deepened for the model chunks."""
+    from recipekit.validate.dryrun.workdir.twinmodel import config_with_depth
+
+    config = {"num_hidden_layers": 2, "layer_types": ["sliding_attention", "full_attention"], "mlp_only_layers": [0, 1]}
+    deeper = config_with_depth(config, 6)
+    assert deeper is not None and deeper["num_hidden_layers"] == 6
+    assert deeper["layer_types"] == ["sliding_attention", "full_attention"] * 3
+    assert deeper["mlp_only_layers"] == [0, 1]  # layer indices, not one kind a layer: left as they are
+    assert config["num_hidden_layers"] == 2  # the option's own mapping is not changed

@@ -155,7 +155,25 @@ def _model(sub: Substituter, recipe: Recipe, options: DryRunOptions, root: Path)
             flops=None,  # and its FLOPs, in the counter's convention (plan.modelsize.model_flops)
             activations=None,  # and the activations measured on the old shape: the estimate's formula
         )
-    return dry
+    return _deep_enough(sub, dry, recipe.parallel.pipeline_parallel * recipe.parallel.virtual_pipeline_stages)
+
+
+def _deep_enough(sub: Substituter, dry: Recipe, stages: int) -> Recipe:
+    """The twin deepened so that each of the layout's ``stages`` model chunks (pipeline stages × virtual stages, as
+    the engine's layout kept them) holds whole layers of it."""
+    layers = twinmodel.twin_depth(dry.model, stages)
+    if layers is None:
+        return dry
+    return sub.section(
+        dry,
+        "model",
+        f"{stages} model chunks (pipeline × virtual stages) each need whole layers: the twin gets {layers}",
+        num_layers=layers,
+        config=twinmodel.config_with_depth(dry.model.config, layers),
+        params=None,
+        flops=None,
+        activations=None,
+    )
 
 
 def _data_and_world(sub: Substituter, dry: Recipe, recipe: Recipe, options: DryRunOptions, root: Path) -> Recipe:

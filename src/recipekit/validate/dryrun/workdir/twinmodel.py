@@ -162,3 +162,25 @@ def config_with_heads(config: dict[str, Any] | None, heads: tuple[int, int, int]
     if "head_dim" in changed:
         changed["head_dim"] = hidden // attention
     return changed
+
+
+def twin_depth(twin: ModelSpec, stages: int) -> int | None:
+    """The twin's depth when ``stages`` model chunks (pipeline stages × virtual stages) must each hold whole layers
+    and its own do not divide: the next multiple of ``stages``; None where its depth already serves."""
+    if twin.num_layers % stages == 0:
+        return None
+    return twin.num_layers + (-twin.num_layers % stages)
+
+
+def config_with_depth(config: dict[str, Any] | None, layers: int) -> dict[str, Any] | None:
+    """A twin's ``config`` mapping ``layers`` deep: ``num_hidden_layers``, and each list of layer kinds (one name a
+    layer, as ``layer_types``) continued by repeating its pattern; lists of numbers (layer indices, say) stay."""
+    if config is None:
+        return None
+    changed = to_data(config)
+    depth = changed.get("num_hidden_layers")
+    for key, value in list(changed.items()):
+        if isinstance(value, list) and len(value) == depth and all(isinstance(kind, str) for kind in value):
+            changed[key] = [value[i % len(value)] for i in range(layers)]
+    changed["num_hidden_layers"] = layers
+    return changed

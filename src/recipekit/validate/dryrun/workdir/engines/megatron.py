@@ -4,9 +4,10 @@
 Everything this machine needs is said here, once, as substitutions and explicit edits the dry run records; the
 runtime is never edited:
 
-* **the layout, scaled** (:meth:`MegatronDryRun.layout`): each of TP, PP and EP is kept when it is 1 or 2 and
-  scaled to 2 above (TP 8 × PP 16 × DP 8 → TP 2 × PP 2 × DP over the simulated processes); context parallelism,
-  sequence parallelism and virtual pipeline stages go (their kernels or the twin's two layers are not there: said in
+* **the layout, scaled** (:meth:`MegatronDryRun.layout`): each of TP, PP, EP and virtual pipeline stages is kept
+  when it is 1 or 2 and scaled to 2 above (TP 8 × PP 16 × DP 8 → TP 2 × PP 2 × DP over the simulated processes;
+  virtual stages run Megatron's interleaved schedule, the twin deepened to whole layers per model chunk); context
+  and sequence parallelism go (Transformer Engine's attention and norms are not there: said in
   :data:`NOT_PROVEN`); TP together with EP becomes EP alone (Megatron-core needs SP for it). The simulated world
   (``--pods`` × ``--procs-per-pod``) must hold the scaled model-parallel group, or the dry run says which flags do;
 * **the CPU** (the recipe's ``hw=cpu``, which every dry run substitutes): fp32 (the redirect was measured without
@@ -119,7 +120,8 @@ class MegatronDryRun:
                                                               par.expert_parallel))  # fmt: skip
         if tp > 1 and ep > 1:
             tp = 1
-        scaled = {"tensor_parallel": tp, "pipeline_parallel": pp, "expert_parallel": ep}
+        vpp = min(par.virtual_pipeline_stages, DRY_MAX_SIZE) if pp > 1 else 1
+        scaled = {"tensor_parallel": tp, "pipeline_parallel": pp, "expert_parallel": ep, "virtual_pipeline_stages": vpp}
         dry = sub.section(dry, "parallel", "the layout scaled to a few gloo processes, each split kept", **scaled)
         if par.tensor_parallel > 1 and par.expert_parallel > 1:
             sub.found[-1:] = [replace(s, why=s.why + "; TP with EP needs sequence parallelism") for s in sub.found[-1:]]
@@ -135,12 +137,10 @@ class MegatronDryRun:
         dry = sub.section(
             dry,
             "parallel",
-            "context and sequence parallelism need Transformer Engine's attention and norms; the twin's two layers "
-            "hold no virtual stages",
+            "context and sequence parallelism need Transformer Engine's attention and norms (torch's norms refuse "
+            "sequence parallelism)",
             context_parallel=1,
             sequence_parallel=False,
-            virtual_pipeline_stages=1,
-            pipeline_schedule="auto",
             expert_tensor_parallel=0,
         )
         dry = sub.section(dry, "train", "the CPU redirect was measured in fp32", precision="fp32")
@@ -246,14 +246,8 @@ class MegatronDryRun:
         recipe = bundle.recipe
         if recipe is not None:
             par = recipe.parallel
-            gone = [
-                f"{name} {size}"
-                for name, size in (
-                    ("context parallelism", par.context_parallel),
-                    ("virtual pipeline stages", par.virtual_pipeline_stages),
-                )
-                if size > 1
-            ] + ["sequence parallelism"] * par.sequence_parallel
+            gone = [f"context parallelism {par.context_parallel}"] * (par.context_parallel > 1)
+            gone += ["sequence parallelism"] * par.sequence_parallel
             if par.tensor_parallel > 1 and par.expert_parallel > 1:
                 gone.append("TP together with EP")
             if gone:
