@@ -347,10 +347,11 @@ class DryRun:
             return
         if self.work.hot_tier != "none" and attempt.number not in self.drained:
             return  # the total time of a save has its value once the checkpoint is drained to the shared volume
-        if attempt.scraped is not None and not attempt.scraped.get("error") and attempt.scraped["settled"]:
+        good = attempt.scraped if attempt.scraped is not None and not attempt.scraped.get("error") else None
+        if good is not None and good["settled"]:
             return
         scraped = scrape_pods({pod: self.metrics_ports[pod] for pod in self.serving_pods})
-        if scraped.get("error") and attempt.scraped is not None and not attempt.scraped.get("error"):
+        if scraped.get("error") and good is not None:
             return  # a pod ending after a good provisional read
         scraped["step"] = step
         scraped["settled"] = bool(attempt.steps) and attempt.steps[-1].step > int(saved[0].get("step") or 0)
