@@ -48,14 +48,17 @@ class Prepared:
     directory: Path
     reused: bool
     seconds: float
+    workers: int  # the ranks that prepared it (0: reused)
 
     def summary(self) -> dict[str, Any]:
-        """The ``data`` record of metrics.jsonl."""
+        """The ``data`` record of metrics.jsonl (the Trainer's fields, ``workers`` the ranks that prepared it)."""
         split = self.manifest["splits"]["train"]
         return {
             "fingerprint": self.manifest["fingerprint"],
             "directory": str(self.directory),
             "reused": self.reused,
+            "workers": self.workers,
+            "chunks": self.manifest["chunks"],
             "row_kind": self.manifest["row_kind"],
             "train_rows": split["rows"],
             "train_tokens": split["tokens"],
@@ -117,8 +120,8 @@ def prepare(recipe: RecipeView, prepared_root: Path, output_dir: Path, seed: int
     job = Job(prepared_root / name, name, described, files, chunks, settings, token_dtype(largest))
     found = job.existing()
     reused = found is not None
+    world = 0 if reused else int(os.environ.get("WORLD_SIZE", "1"))
     if found is None:
-        world = int(os.environ.get("WORLD_SIZE", "1"))
         log0(
             "preparing the data: %d files in %d chunks over %d rank(s) into %s",
             len(files),
@@ -133,4 +136,4 @@ def prepare(recipe: RecipeView, prepared_root: Path, output_dir: Path, seed: int
     train = ShardDataset(job.directory, found, "train")
     if not len(train):
         raise RunError(f"the prepared data in {job.directory} has no training rows: more data, or a shorter max_len")
-    return Prepared(model_path, tokenizer, train, found, job.directory, reused, time.monotonic() - started)
+    return Prepared(model_path, tokenizer, train, found, job.directory, reused, time.monotonic() - started, world)
