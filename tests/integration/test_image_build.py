@@ -24,7 +24,6 @@ import http.server
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import threading
@@ -42,6 +41,7 @@ from recipekit.bundle.build import build
 from recipekit.image.dockerfile import normalize, parse
 from recipekit.validate.dryrun.workdir.locks import FileLock
 from recipekit.validate.shared.loader import load_bundle
+from recipekit.validate.shared.ports import free_port
 from recipekit.validate.static.checks import run_static
 
 pytestmark = pytest.mark.slow
@@ -74,12 +74,6 @@ def tools() -> None:
     reason = _missing()
     if reason:
         pytest.skip(reason)
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _wait(check, what: str, timeout: float = 30.0) -> None:
@@ -156,7 +150,7 @@ def _make_standins(tars: dict[str, Path], tmp_path_factory: pytest.TempPathFacto
 def engine(tools: None, standins: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     """A podman service (vfs storage, runc) speaking the Docker API, with both bases imported, and a registry."""
     root = tmp_path_factory.mktemp("engine")
-    registry_port = _free_port()
+    registry_port = free_port()
     registry = f"127.0.0.1:{registry_port}"
     # crun cannot run in a hybrid-cgroup sandbox; runc with cgroups off can. The registry is plain HTTP.
     (root / "containers.conf").write_text(

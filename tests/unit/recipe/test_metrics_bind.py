@@ -6,21 +6,14 @@ network, a local agent) or an IPv6 address. Anything that is not one plain IP ad
 
 from __future__ import annotations
 
-import socket
-
 import pytest
 import yaml
 
 from recipekit.base.errors import RecipeError
 from recipekit.bundle.build import resolve
 from recipekit.runtime.boundary.recipeview import MetricsView
+from recipekit.validate.shared.ports import free_port
 from tests.conftest import render_files
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def test_the_default_binds_every_interface_and_the_recipe_yaml_says_so() -> None:
@@ -55,7 +48,7 @@ def test_the_exporter_listens_on_the_bind_address(monkeypatch, bind: str) -> Non
     pytest.importorskip("prometheus_client")
     from recipekit.runtime.ops.exporter import Exporter, start_exporter
 
-    port = _free_port()
+    port = free_port()
     monkeypatch.setenv("RECIPEKIT_METRICS_PORT", str(port))
     settings = MetricsView(ports=[9400], ranks="all", bind=bind)
     exporter = start_exporter(settings, "job", 0, 0)

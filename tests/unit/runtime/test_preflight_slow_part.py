@@ -5,7 +5,6 @@ test_dryrun_preflight_gate.py) runs all of it over gloo with one node slowed on 
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 
 import pytest
@@ -15,6 +14,7 @@ from recipekit.runtime.boundary import exitcodes, filenames, metricslog
 torch = pytest.importorskip("torch")
 preflight = pytest.importorskip("recipekit.runtime.ops.preflight")
 from recipekit.runtime.ops.preflight import burnin, p2p, volumeprobe  # noqa: E402
+from recipekit.validate.shared.ports import free_port  # noqa: E402
 
 PODS_2x2 = [0, 0, 1, 1]
 HOSTS_2x2 = ["node-a", "node-a", "node-b", "node-b"]
@@ -145,12 +145,6 @@ def _settings(**changed) -> dict:
     return {**settings, **changed}
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _run(out: Path, settings: dict) -> dict:
     return preflight.run_preflight(
         settings,
@@ -169,7 +163,7 @@ def test_strict_ends_the_job_on_a_warning_that_warn_lets_pass(tmp_path: Path, mo
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
     if torch.distributed.is_initialized():
         torch.distributed.destroy_process_group()
-    torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1)
+    torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
     try:
         huge = {"checkpoint_bytes": 10**15, "checkpoint_save_limit_s": 1, "burn_in_s": 1}
         warned = _run(tmp_path / "warn", _settings(**huge))

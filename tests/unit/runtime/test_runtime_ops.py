@@ -19,6 +19,7 @@ preflight = pytest.importorskip("recipekit.runtime.ops.preflight")
 from recipekit.runtime.boundary.recipeview import AlertsView, FaultsView, MetricsView  # noqa: E402
 from recipekit.runtime.ops.faults import SPIKE_FACTOR, Faults  # noqa: E402
 from recipekit.runtime.ops.watchdog import Watchdog  # noqa: E402
+from recipekit.validate.shared.ports import free_port  # noqa: E402
 
 NPU_SMI = """\
 +------------------------------------------------------------------------------------------------+
@@ -105,12 +106,6 @@ def test_bus_bandwidth_is_nccl_tests_definition() -> None:
     assert preflight.judge_bandwidth(results, 1, settings)["status"] == "skip"
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 #: The settings of the checks that find the slow part (recipe.yaml's operations.preflight), small for a test.
 GATEABLE = {
     "mode": "warn",
@@ -132,7 +127,7 @@ def test_preflight_runs_on_one_gloo_rank_and_writes_its_report(tmp_path: Path, m
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
     if torch.distributed.is_initialized():  # left by an earlier file's test on the same xdist worker
         torch.distributed.destroy_process_group()
-    torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1)
+    torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
     try:
         settings = {
             "timeout_s": 60,
@@ -265,7 +260,7 @@ def test_the_exporter_serves_every_metric_name(monkeypatch) -> None:
     pytest.importorskip("prometheus_client")
     from recipekit.runtime.ops.exporter import NoExporter, start_exporter
 
-    port = _free_port()
+    port = free_port()
     monkeypatch.setenv("RECIPEKIT_METRICS_PORT", str(port))
     exporter = start_exporter(MetricsView(ports=[9400], ranks="all", bind="0.0.0.0"), "job-abc", 0, 0)
     try:

@@ -5,6 +5,7 @@ The slow test checks the recorded hashes against the engine venv the dry run rea
 from __future__ import annotations
 
 import subprocess
+import sys
 
 import pytest
 
@@ -63,3 +64,25 @@ def test_the_recorded_hashes_are_those_of_the_pinned_engine() -> None:
     assert done.returncode == 0, done.stderr[-2000:]
     found = dict(line.rsplit(" ", 1) for line in done.stdout.splitlines() if line.startswith("megatron."))
     assert found == {f"{site.module}.{site.name}": site.sha256 for site in megatroncpu.SITES}
+
+
+def test_torch_compiled_functions_run_as_written_once_redirected() -> None:
+    """Megatron-core's ``jit_fuser`` is ``torch.compile``: on the CPU inductor would compile each fused function with
+    g++ in every rank of every attempt. After the redirect's switch dynamo captures no frame, and the result is the
+    function's own (in a child process: the switch is process-wide)."""
+    pytest.importorskip("torch")
+    code = (
+        "import importlib.util, sys, torch\n"
+        "from torch._dynamo.utils import counters\n"
+        f"spec = importlib.util.spec_from_file_location('megatroncpu', {megatroncpu.__file__!r})\n"
+        "module = sys.modules['megatroncpu'] = importlib.util.module_from_spec(spec)\n"
+        "spec.loader.exec_module(module)\n"
+        "fused = torch.compile(lambda x: torch.nn.functional.gelu(x) * 2)\n"
+        "module._eager_compile()\n"
+        "x = torch.linspace(-1, 1, 8)\n"
+        "assert torch.equal(fused(x), torch.nn.functional.gelu(x) * 2)\n"
+        "print(sum(counters['frames'].values()))\n"
+    )
+    done = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "0"

@@ -475,3 +475,56 @@ def test_a_read_at_rank_0s_checkpoint_record_is_read_again_after_the_next_step(m
     first.observe({"step": 6, "loss": 1.0}, 3.0)
     run._scrape(first, 6)
     assert len(reads) == 2  # settled: not read again
+
+
+def _endpoint(port: int, without: tuple[str, ...] = ()) -> dict:
+    from recipekit.validate.dryrun.cluster.scrape import expected_metric_names
+
+    declared, sampled = expected_metric_names()
+    return {"port": port, "declared": declared, "sampled": [n for n in sampled if n not in without], "error": None}
+
+
+def test_a_read_at_the_last_save_is_read_again_at_each_look_until_every_pod_has_its_values(monkeypatch) -> None:
+    """A restarted attempt's only save is its last: no step follows it, and the full run caught pod 1 read before
+    its rank timed that save (a Megatron dry run: "pod 1 served without a value at step 7"). The dry run reads again
+    at its next look, and a read with every value on every pod is settled."""
+    from types import SimpleNamespace
+
+    from recipekit.runtime.boundary import metricnames
+    from recipekit.validate.dryrun.cluster import attempts
+
+    late = (metricnames.CHECKPOINT_SECONDS.name,)
+    answers = iter([{0: _endpoint(9100), 1: _endpoint(9101, without=late)}, {0: _endpoint(9100), 1: _endpoint(9101)}])
+    monkeypatch.setattr(attempts, "scrape_pods", lambda ports: {"error": None, "pods": next(answers)})
+    run = object.__new__(attempts.DryRun)
+    run.metrics_ports, run.serving_pods, run.drained = [9100, 9101], [0, 1], set()
+    run.options = SimpleNamespace(save_steps=3)
+    run.work = SimpleNamespace(hot_tier="none")
+    restarted = Attempt(1, 29501, 0.0)
+    for step in (4, 5, 6):
+        restarted.observe({"step": step, "loss": 1.0}, 0.0)
+    restarted.observe({"event": metricslog.EVENT_CHECKPOINT, "step": 6}, 1.0)
+    run._scrape(restarted, 7)  # at the record
+    assert restarted.scraped is not None and restarted.scraped["settled"] is False
+    run._settle(restarted)  # the next look
+    assert restarted.scraped["settled"] is True and late[0] in restarted.scraped["pods"][1]["sampled"]
+    run._settle(restarted)  # settled: not read again (a third read would exhaust the answers and raise)
+
+
+def test_the_metrics_judge_takes_a_settled_read_over_an_earlier_unsettled_one() -> None:
+    """An attempt killed right after its save may keep only a provisional read; a later attempt's settled read is
+    the one that says what every pod serves."""
+    from recipekit.runtime.boundary import metricnames
+    from recipekit.validate.dryrun.judges.operations import judge_metrics
+    from recipekit.validate.shared.results import Result
+
+    late = (metricnames.CHECKPOINT_SECONDS.name,)
+    killed, restarted = Attempt(0, 29501, 0.0), Attempt(1, 29502, 0.0)
+    killed.scraped = {"error": None, "pods": {0: _endpoint(1), 1: _endpoint(2, late)}, "step": 5, "settled": False}
+    restarted.scraped = {"error": None, "pods": {0: _endpoint(1), 1: _endpoint(2)}, "step": 7, "settled": True}
+    result = Result("dryrun.metrics", "metrics")
+    judge_metrics(result, [killed, restarted])
+    assert not result.failed and "at step 7" in result.reason
+    result = Result("dryrun.metrics", "metrics")
+    judge_metrics(result, [killed])
+    assert result.failed and "pod 1 served without a value at step 5" in str(result.findings[0])

@@ -33,7 +33,7 @@ from recipekit.runtime.volume.hottier import HOT_DIR_ENV
 from recipekit.runtime.volume.rowledger import ledger_sizes
 from recipekit.validate.dryrun.cluster.attemptlog import Attempt, MetricsTail
 from recipekit.validate.dryrun.cluster.pods import Pod, PodSet, loopback_interface
-from recipekit.validate.dryrun.cluster.scrape import metric_ports, scrape_pods
+from recipekit.validate.dryrun.cluster.scrape import complete, metric_ports, scrape_pods
 from recipekit.validate.dryrun.cluster.startup import PhaseReporter
 from recipekit.validate.dryrun.options import DryRunOptions
 from recipekit.validate.dryrun.workdir import podmount
@@ -232,6 +232,7 @@ class DryRun:
             if now - last_look > LOOK_EVERY_S:
                 self.podset.remember()
                 phases.poll()
+                self._settle(attempt)
                 last_look = now
             attempt = self._read_metrics(attempt, phases, now, regroup=lost is not None)
             if kill_at is not None and attempt.steps and attempt.steps[-1].step >= kill_at:
@@ -338,10 +339,12 @@ class DryRun:
         """Read the serving pods' metrics endpoints once this attempt has checkpointed (so every gauge has a value).
 
         Rank 0 writes the checkpoint record when its own save is over; another rank times its save a moment later,
-        so a read at that record is provisional. A read once rank 0 logged a step after the save is settled: that
-        step's collectives waited for every rank to start it, past its save. An attempt whose only save is its last
-        keeps the provisional read. A gauge lives in its process: a restarted attempt's processes have no checkpoint
-        time and no jump ratio until they have saved and logged steps of their own, whatever step they resumed at."""
+        so a read at that record is provisional, and read again at each look (:meth:`_settle`) until it settles: a
+        read with every value on every pod, or one once rank 0 logged a step after the save (that step's
+        collectives waited for every rank to start it, past its save). An attempt whose only save is its last
+        keeps its best read when the pods end first. A gauge lives in its process: a restarted attempt's processes
+        have no checkpoint time and no jump ratio until they have saved and logged steps of their own, whatever
+        step they resumed at."""
         saved = attempt.events(metricslog.EVENT_CHECKPOINT)
         if not self.metrics_ports or step <= self.options.save_steps or not saved:
             return
@@ -354,8 +357,15 @@ class DryRun:
         if scraped.get("error") and good is not None:
             return  # a pod ending after a good provisional read
         scraped["step"] = step
-        scraped["settled"] = bool(attempt.steps) and attempt.steps[-1].step > int(saved[0].get("step") or 0)
+        stepped_past = bool(attempt.steps) and attempt.steps[-1].step > int(saved[0].get("step") or 0)
+        scraped["settled"] = stepped_past or complete(scraped)
         attempt.scraped = scraped
+
+    def _settle(self, attempt: Attempt) -> None:
+        """Read a provisional read's endpoints again (at each look, while the pods run): the last save's gauges of
+        the ranks that time it after rank 0 appear without a step record to wait for."""
+        if attempt.scraped is not None and not attempt.scraped["settled"]:
+            self._scrape(attempt, int(attempt.scraped["step"]))
 
     def _cmdlines(self, index: int) -> list[list[str]]:
         found = []

@@ -12,6 +12,7 @@ import urllib.request
 from typing import Any
 
 from recipekit.bundle.files import RECIPE
+from recipekit.runtime.boundary import metricnames
 from recipekit.validate.dryrun.workdir.workcopy import WorkCopy
 from recipekit.validate.shared.ports import free_port
 
@@ -28,9 +29,14 @@ def metric_ports(work: WorkCopy, pods: int) -> tuple[list[int] | None, list[int]
     metrics = (doc.get("operations") or {}).get("metrics") or {}
     if not metrics.get("ports"):
         return None, []
+    ports = [int(p) for p in metrics["ports"]]
+    span = max(ports) - min(ports) + 1  # a pod's local rank i listens at its first port + (ports[i] - ports[0])
     chosen: list[int] = []
+    taken: set[int] = set()
     for _ in range(pods):
-        chosen.append(free_port(set(chosen)))
+        first = free_port(taken, span)
+        chosen.append(first)
+        taken.update(range(first, first + span))
     return chosen, list(range(pods)) if metrics.get("ranks") == "all" else [0]
 
 
@@ -46,6 +52,30 @@ def parse_exposition(text: str) -> tuple[set[str], set[str]]:
             name = line.split("{", 1)[0].split(" ", 1)[0]
             sampled.add(name)
     return declared, sampled
+
+
+def expected_metric_names() -> tuple[list[str], list[str]]:
+    """(names every endpoint must declare, names that must have a sample once training checkpointed): an alert
+    count appears with the first alert, the device's utilisation only where the driver reports one."""
+    declared = [m.name for m in metricnames.METRICS]
+    unsampled = {m.name for m in metricnames.ON_EVENT} | {m.name for m in metricnames.DEVICE_ONLY}
+    return declared, [n for n in declared if n not in unsampled]
+
+
+def missing_names(pod: int, found: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """(names pod ``pod``'s endpoint did not declare, names it declared without a value) of one read of it; rank
+    0's own figures (the run's recovery) are wanted of pod 0 alone."""
+    want_declared, want_sampled = expected_metric_names()
+    declared, sampled = set(found["declared"]), set(found["sampled"])
+    missing = [n for n in want_declared if n not in declared and n.removesuffix("_total") not in declared]
+    rank0 = {m.name for m in metricnames.RANK0_ONLY} if pod != 0 else set()
+    return missing, [n for n in want_sampled if n not in sampled and n not in rank0]
+
+
+def complete(scraped: dict[str, Any]) -> bool:
+    """Every pod answered and served every name, each with its value: no later read can find more."""
+    pods = scraped.get("pods") or {}
+    return bool(pods) and not scraped.get("error") and all(not any(missing_names(p, f)) for p, f in pods.items())
 
 
 def scrape_pods(ports: dict[int, int]) -> dict[str, Any]:

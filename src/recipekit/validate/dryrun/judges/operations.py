@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from recipekit.runtime.boundary import filenames, metricnames, metricslog
+from recipekit.runtime.boundary import filenames, metricslog
 from recipekit.validate.dryrun.cluster.attemptlog import Attempt, exits_in_words
+from recipekit.validate.dryrun.cluster.scrape import expected_metric_names, missing_names
 from recipekit.validate.dryrun.judges.training import judge_recorded_recovery, resumed_step
 from recipekit.validate.shared import controller
 from recipekit.validate.shared.results import Result
@@ -130,19 +131,13 @@ def _bandwidth_words(report: Path) -> str:
 
 
 # ---------------------------------------------------------------------------------------------------- metrics
-def expected_metric_names() -> tuple[list[str], list[str]]:
-    """(names every endpoint must declare, names that must have a sample once training checkpointed): an alert
-    count appears with the first alert, the device's utilisation only where the driver reports one."""
-    declared = [m.name for m in metricnames.METRICS]
-    unsampled = {m.name for m in metricnames.ON_EVENT} | {m.name for m in metricnames.DEVICE_ONLY}
-    return declared, [n for n in declared if n not in unsampled]
-
-
 def judge_metrics(result: Result, attempts: list[Attempt]) -> None:
     """Every pod's endpoint (the first process of each; rank 0 alone with ``ops.metrics_ranks: rank0``) served every
-    metric name, with values, while training ran."""
-    scraped = next((a.scraped for a in attempts if a.scraped and not a.scraped.get("error")), None)
-    scraped = scraped or next((a.scraped for a in attempts if a.scraped), None)
+    metric name, with values, while training ran: the first attempt's settled read (:meth:`Attempts._scrape`), else
+    the first that every pod answered, else the first error."""
+    reads = [a.scraped for a in attempts if a.scraped]
+    good = [read for read in reads if not read.get("error")]
+    scraped = next((read for read in good if read.get("settled")), None) or next(iter(good + reads), None)
     if scraped is None:
         result.fail(WHERE, "metrics", "the endpoints were never read: training ended before the first checkpoint")
         return
@@ -152,10 +147,7 @@ def judge_metrics(result: Result, attempts: list[Attempt]) -> None:
         return
     want_declared, want_sampled = expected_metric_names()
     for pod, found in sorted(scraped["pods"].items()):
-        declared, sampled = set(found["declared"]), set(found["sampled"])
-        missing = [n for n in want_declared if n not in declared and n.removesuffix("_total") not in declared]
-        rank0 = {m.name for m in metricnames.RANK0_ONLY} if pod != 0 else set()
-        unsampled = [n for n in want_sampled if n not in sampled and n not in rank0]
+        missing, unsampled = missing_names(pod, found)
         if missing:
             result.fail(WHERE, "metrics", f"pod {pod} (port {found['port']}) does not serve {', '.join(missing)}")
         if unsampled:

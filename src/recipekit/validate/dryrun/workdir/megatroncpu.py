@@ -21,6 +21,10 @@ MindSpeed's ``transfer_to_npu`` does for Ascend, towards the CPU:
   into the per-parameter state torch's Adam reads (a resumed run's bias correction restarts from 0); MoE's
   ``maybe_move_tensor_to_cpu`` keeps the split sizes on the host (it converts them only ``if tensor.is_cuda``, and
   gloo's all-to-all wants a list), and its router finds ``te_general_gemm`` defined (None: its torch fallback).
+* **torch.compile runs eagerly** (:func:`_eager_compile`): Megatron-core's ``jit_fuser`` is ``torch.compile``, and
+  on the CPU inductor compiles each fused function's C++ with the host's g++, in every rank of every attempt (20 s of
+  a 4-rank launch's 55 s to its first step here, for the same losses to the last digit); those fusions are among what
+  a CPU run leaves unproven anyway.
 * **Transformer Engine at import** (:func:`_import_bridge`): ``megatron.bridge.peft.lora`` and ``lora_layers`` import
   ``transformer_engine.pytorch`` unconditionally and subclass ``te.Linear``. An inert stand-in is importable only
   while ``megatron.bridge`` imports; afterwards it is gone, the ``HAVE_TE`` flags the Bridge modules set while it
@@ -454,6 +458,13 @@ def _patch_engine() -> None:
         moe_utils.te_general_gemm = None  # the router's GEMM then falls back to torch.mm, as it was written to
 
 
+def _eager_compile() -> None:
+    """Every ``torch.compile``'d function runs as written (dynamo's own switch, read at each call)."""
+    import torch._dynamo
+
+    torch._dynamo.config.disable = True
+
+
 _installed_once: list[bool] = []
 
 
@@ -463,6 +474,7 @@ def install() -> list[str]:
         return []
     check_versions()
     _redirect_torch()
+    _eager_compile()
     _import_bridge()
     check_sites()
     _patch_engine()

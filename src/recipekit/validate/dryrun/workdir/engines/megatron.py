@@ -80,7 +80,7 @@ ADAPTER_DROPOUT = (
 #: What a CPU dry run of a Megatron bundle does not prove, whatever the recipe (validate's report lists it).
 NOT_PROVEN = (
     "kernels: Transformer Engine's (NVIDIA) and MindSpeed's (Ascend) fused attention, norms, rotary, SwiGLU and "
-    "grouped GEMM (the dry run trains Megatron's local layers with every fusion off)",
+    "grouped GEMM (the dry run trains Megatron's local layers with every fusion off, torch.compile's included)",
     "collectives: NCCL and HCCL, and their topology (gloo on one host here)",
     "numerics: bf16/fp16 mixed precision and FP8 (the dry run trains in fp32)",
     "communication overlap with compute, memory per device and speed",
