@@ -68,6 +68,42 @@ def test_a_noisy_run_writes_a_bounded_number_of_reports(tmp_path: Path) -> None:
     assert sum(w is not None for w in written) == MAX_SPIKE_REPORTS
 
 
+def test_a_link_planted_where_the_report_goes_is_refused_and_training_goes_on(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A volume writer's link at ``loss-spike-step-N`` (or a file in its place) gets no write through it, and the
+    refusal is a warning, not an exception out of the training step: the report is what the alert adds, not what
+    the run needs."""
+    guard = LossGuard()
+    _step(guard, 7, [1.0, 2.0])
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / f"{filenames.LOSS_SPIKE_PREFIX}7").symlink_to(elsewhere, target_is_directory=True)
+    (out / f"{filenames.LOSS_SPIKE_PREFIX}8").write_text("a file, not a directory")
+    with caplog.at_level("WARNING"):
+        assert spike_report(guard, 7, "loss rose 900%", out, rank=0) is None
+        assert spike_report(guard, 8, "loss rose 900%", out, rank=0) is None
+    assert list(elsewhere.iterdir()) == []
+    assert (out / f"{filenames.LOSS_SPIKE_PREFIX}8").read_text() == "a file, not a directory"
+    assert sum("its report was not written" in r.getMessage() for r in caplog.records) == 2
+
+
+def test_the_spike_record_names_the_rank_when_its_report_was_refused(tmp_path: Path) -> None:
+    """The record in metrics.jsonl still names each rank's loss and the highest, with no report to point at."""
+    from recipekit.runtime.ops.engineops import EngineOps
+
+    ops = object.__new__(EngineOps)
+    ops.guard, ops.output_dir, ops.rank = LossGuard(), tmp_path, 0
+    _step(ops.guard, 7, [1.0, 2.0])
+    (tmp_path / f"{filenames.LOSS_SPIKE_PREFIX}7").symlink_to(tmp_path, target_is_directory=True)
+    records = _Records()
+    ops.loss_spike(7, "loss rose 900%", records)
+    ((kind, fields),) = records.added
+    assert fields["report"] is None and fields["highest_rank"] == 0 and fields["losses"] == [3.0]
+
+
 class _Records:
     def __init__(self) -> None:
         self.added: list[tuple[str, dict]] = []

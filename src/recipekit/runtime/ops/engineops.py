@@ -92,13 +92,14 @@ class EngineOps:
     def loss_spike(self, step: int, message: str, records: Any) -> None:
         """The loss-spike alert fired at logged ``step`` (every rank): the guard's report of the steps it averaged
         (each rank's loss and tokens, its batches' fingerprints) and, from rank 0, a ``loss_spike`` record naming
-        the rank whose loss per token was highest at the last of them."""
-        where = spike_report(self.guard, step, message, self.output_dir, self.rank)
-        if where is None or not self.guard.window:
+        the rank whose loss per token was highest at the last of them (``report`` null where none was written:
+        past the cap, or refused by the volume)."""
+        if not self.guard.window:
             return
+        where = spike_report(self.guard, step, message, self.output_dir, self.rank)
         last = self.guard.window[-1]
         highest = last.highest()
-        if self.rank == 0:
+        if self.rank == 0 and where is not None:
             LOG.warning("loss spike at step %d: the highest loss was rank %s's; each rank's loss and batch "
                         "fingerprints are in %s", step, highest[0] if highest else "?", where)  # fmt: skip
         records.add(
@@ -107,7 +108,7 @@ class EngineOps:
             losses=plain_losses(last.losses),
             tokens=last.tokens,
             highest_rank=highest[0] if highest else None,
-            report=str(where),
+            report=str(where) if where is not None else None,
         )
 
     # -- after training

@@ -169,11 +169,22 @@ def batch_fingerprint(ids: torch.Tensor | None) -> dict[str, Any]:
 def spike_report(guard: LossGuard, step: int, message: str, output_dir: Path, rank: int) -> Path | None:
     """Write ``loss-spike-step-N/`` for the spike reported at logged step ``step``: each rank its micro-batches'
     fingerprints for the steps since the previous log, rank 0 ``report.json`` with every rank's loss at each of
-    those steps (highest first). None once :data:`MAX_SPIKE_REPORTS` are written (the alert still fires)."""
+    those steps (highest first). None once :data:`MAX_SPIKE_REPORTS` are written, and None when the output
+    directory refuses the report (a link or another file planted on the shared volume where it goes: a warning,
+    and training goes on, as for a report past the cap; the alert fires either way)."""
     if guard.spike_reports >= MAX_SPIKE_REPORTS or not guard.window:
         return None
     guard.spike_reports += 1
     where = output_dir / f"{filenames.LOSS_SPIKE_PREFIX}{step}"
+    try:
+        _write_spike_report(guard, step, message, where, rank)
+    except OSError as exc:
+        LOG.warning("loss spike at step %d: its report was not written (%s); training goes on", step, exc)
+        return None
+    return where
+
+
+def _write_spike_report(guard: LossGuard, step: int, message: str, where: Path, rank: int) -> None:
     steps = list(guard.window)
     batches = {str(s.step): [batch_fingerprint(ids) for ids in s.batches] for s in steps}
     if any(ids is not None for s in steps for ids in s.batches):
@@ -194,7 +205,6 @@ def spike_report(guard: LossGuard, step: int, message: str, output_dir: Path, ra
             "batches": "batches-rank-R.json: rank R's micro-batches of each step, sha256 of their token ids",
         }
         jsonfile.replace_text(where / "report.json", json.dumps(report, indent=2) + "\n")
-    return where
 
 
 def plain_losses(losses: list[float | None]) -> list[float | str | None]:
