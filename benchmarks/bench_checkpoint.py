@@ -9,10 +9,13 @@ and the copy to the shared volume run in a thread). From each run's metrics.json
     the other steps: the save's cost to the step, and the ratio of the two runs' costs;
   - the blocking seconds the runtime reports (``checkpoint`` records, recipekit_checkpoint_seconds) and, with the
     hot tier, the drain's total (``checkpoint_drained`` records, recipekit_checkpoint_total_seconds).
-On this machine the "shared volume" is a directory of the same local disk as the "node-local" one, so the figures show
-what the hot tier takes off the step (signing and the volume's write), not a network volume's bandwidth: on a real
-cluster the difference grows with the checkpoint's size over the volume's throughput.
+By default the "shared volume" is a directory of the same local disk as the "node-local" one, so the figures show
+what the hot tier takes off the step (signing and the volume's write), not a network volume's bandwidth. With
+``--volume-mbps N`` each dry run's work directory is a FUSE pass-through (benchmarks/slowvolume.py) whose writes to
+the shared volume are held to N MB/s and whose node-local disks are not: a network volume's checkpoint cost, which
+the hot tier takes off the step (needs /dev/fuse, Debian's fuse3 and ``pip install mfusepy``).
 Run: .venv/bin/python benchmarks/bench_checkpoint.py [--bundle recipe=tiny_sft parallel=ddp] [--steps 16] [--runs 1]
+     [--volume-mbps 4]
 """
 
 from __future__ import annotations
@@ -52,7 +55,18 @@ def save_cost(output_dir: Path, save_step: int) -> dict[str, float]:
     }
 
 
-def one_run(overrides: list[str], steps: int, where: Path) -> dict[str, float]:
+def one_run(overrides: list[str], steps: int, where: Path, volume_mbps: float | None = None) -> dict[str, float]:
+    """One dry run's save cost; its work directory on a volume of ``volume_mbps`` (slowvolume.py) when given."""
+    if volume_mbps is None:
+        return _dry_run(overrides, steps, where)
+    sys.path.insert(0, str(Path(__file__).parent))
+    from slowvolume import slow_volume
+
+    with slow_volume(where / "backing", where / "work", volume_mbps):
+        return _dry_run(overrides, steps, where)
+
+
+def _dry_run(overrides: list[str], steps: int, where: Path) -> dict[str, float]:
     from recipekit.bundle.build import build
     from recipekit.validate.dryrun.options import DryRunOptions
     from recipekit.validate.dryrun.run import run_dry_run
@@ -73,13 +87,17 @@ def main() -> None:
     parser.add_argument("--bundle", nargs="+", default=["recipe=tiny_sft", "parallel=ddp"], help="bundle overrides")
     parser.add_argument("--steps", type=int, default=16, help="steps of each dry run (the save is at half)")
     parser.add_argument("--runs", type=int, default=1, help="pairs of dry runs; the median cost of each side")
+    parser.add_argument("--volume-mbps", type=float, help="the shared volume's write bandwidth (a FUSE throttle)")
     options = parser.parse_args()
+    volume = f"shared volume at {options.volume_mbps:g} MB/s" if options.volume_mbps else "shared volume on local disk"
     print(f"machine: {os.cpu_count()} CPU cores; python {sys.version.split()[0]}; bundle {' '.join(options.bundle)}")
+    print(f"{volume}; node-local disk at local speed")
     sides: dict[str, list[dict[str, float]]] = {"sync": [], "hot tier": []}
     with tempfile.TemporaryDirectory(prefix="bench-checkpoint-") as tmp:
         for run in range(options.runs):  # the two sides alternate, so the machine's load drifts over both
-            sides["sync"].append(one_run(options.bundle, options.steps, Path(tmp) / f"sync{run}"))
-            sides["hot tier"].append(one_run([*options.bundle, HOT], options.steps, Path(tmp) / f"hot{run}"))
+            mbps = options.volume_mbps
+            sides["sync"].append(one_run(options.bundle, options.steps, Path(tmp) / f"sync{run}", mbps))
+            sides["hot tier"].append(one_run([*options.bundle, HOT], options.steps, Path(tmp) / f"hot{run}", mbps))
     figures = {side: {k: statistics.median(r[k] for r in runs) for k in runs[0]} for side, runs in sides.items()}
     print(f"save at step {options.steps // 2} of {options.steps}, 1 pod (median of {options.runs} run(s) each):")
     print(f"  {'':28} {'sync':>10} {'hot tier':>10}")
