@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import re
 import shutil
-import socket
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ from tests.unit.bundle.test_device_telemetry import _promtool_test
 pytest.importorskip("prometheus_client")
 from recipekit.runtime.ops.exporter import Exporter  # noqa: E402
 from recipekit.runtime.ops.logevents import LogEvents  # noqa: E402
+from recipekit.validate.shared.ports import free_port
 
 needs_promtool = pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed (prometheus)")
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? ")
@@ -45,9 +45,7 @@ def _job(rules: dict[str, Any]) -> str:
 @pytest.fixture(scope="module")
 def served(rules, tmp_path_factory) -> dict[str, dict[str, str]]:
     """Every series a rank-1 exporter serves once the runtime fed it: name (with the kind) → labels, plus ``pod``."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     exporter = Exporter(port, _job(rules), 1, "127.0.0.1")
     try:
         for metric in names.METRICS:
@@ -167,9 +165,7 @@ def test_a_failed_cold_copy_alerts_for_the_hour_after(tmp_path: Path) -> None:
     cold = 'train.cold_checkpoints.command=[aws,s3,sync,"{checkpoint}","s3://b/{run}/{name}"]'
     rules = yaml.safe_load(render_files(["recipe=tiny_sft", cold])["prometheusrule.yaml"])
     rule = _rule(rules, "RecipekitColdCopyFailed")
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     exporter = Exporter(port, _job(rules), 0, "127.0.0.1")
     try:
         exporter.alert(names.COLD_COPY_FAILED)  # what health.checkpoint_cold raises for a failed copy

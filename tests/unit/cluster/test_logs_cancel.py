@@ -5,12 +5,12 @@ with its exit code."""
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 
 import pytest
 import yaml
 
+from recipekit.validate.shared.ports import free_port
 from tests.unit.cluster.apiserver import JOB, JOB_PATH, NAMESPACE, RecordedAPIServer, Request, load, serve, status
 from tests.unit.cluster.conftest import command, fits, invoke
 
@@ -72,9 +72,7 @@ def test_cancel_of_a_run_that_is_not_there_exits_2(server: RecordedAPIServer, tm
 
 
 def test_a_cluster_out_of_reach_exits_4_in_one_line(tmp_path: Path) -> None:
-    with socket.socket() as probe:  # a port nothing listens on
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()  # a port nothing listens on
     with RecordedAPIServer() as server:
         kubeconfig = server.kubeconfig(tmp_path)
     config = yaml.safe_load(kubeconfig.read_text())

@@ -10,7 +10,6 @@ import functools
 import importlib.util
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -28,6 +27,7 @@ from recipekit.plan.plan import make_plan
 from recipekit.recipe.compose import compose
 from recipekit.recipe.paralleloptions import load_parallel_options
 from recipekit.recipe.sections import ModelSpec, parse_recipe
+from recipekit.validate.shared.ports import free_port
 
 PROBE = Path(__file__).with_name("autotp_probe.py")
 IMAGES = load_images()
@@ -72,9 +72,7 @@ def probe() -> dict:
     missing = [m for m in ("torch", "transformers", "deepspeed") if importlib.util.find_spec(m) is None]
     if missing:
         pytest.skip(f"{', '.join(missing)} not installed")
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     base = {
         **os.environ,
         "WORLD_SIZE": "2",

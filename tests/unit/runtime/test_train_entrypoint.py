@@ -13,7 +13,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -34,6 +33,7 @@ from recipekit.runtime.model import loader, twin  # noqa: E402
 from recipekit.runtime.ops import device  # noqa: E402
 from recipekit.runtime.session import arguments, callbacks, checkpoints  # noqa: E402
 from recipekit.runtime.volume import trust  # noqa: E402
+from recipekit.validate.shared.ports import free_port  # noqa: E402
 
 GOLDEN = Path(__file__).parents[2] / "golden" / "bundles"
 #: What a bundle's image provides; anything else (recipekit above all) would break the bundle.
@@ -432,9 +432,7 @@ def test_no_rank_leaves_the_process_group_before_the_others(tmp_path: Path) -> N
     root = bundle_runtime(tmp_path)
     script = tmp_path / "leave.py"
     script.write_text(_LEAVE_SCRIPT)
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": "2"}
     env["PYTHONPATH"] = str(root)
     ranks = [
