@@ -133,7 +133,7 @@ def _bandwidth_words(report: Path) -> str:
 # ---------------------------------------------------------------------------------------------------- metrics
 def judge_metrics(result: Result, attempts: list[Attempt]) -> None:
     """Every pod's endpoint (the first process of each; rank 0 alone with ``ops.metrics_ranks: rank0``) served every
-    metric name, with values, while training ran: the first attempt's settled read (:meth:`Attempts._scrape`), else
+    metric name, with values, while training ran: the first attempt's settled read (:meth:`DryRun._scrape`), else
     the first that every pod answered, else the first error."""
     reads = [a.scraped for a in attempts if a.scraped]
     good = [read for read in reads if not read.get("error")]
