@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from slowvolume import slow_volume  # benchmarks/, this script's own folder: first on sys.path
 
 HOT = "train.hot_checkpoints.medium=hostPath"
 
@@ -59,9 +60,6 @@ def one_run(overrides: list[str], steps: int, where: Path, volume_mbps: float | 
     """One dry run's save cost; its work directory on a volume of ``volume_mbps`` (slowvolume.py) when given."""
     if volume_mbps is None:
         return _dry_run(overrides, steps, where)
-    sys.path.insert(0, str(Path(__file__).parent))
-    from slowvolume import slow_volume
-
     with slow_volume(where / "backing", where / "work", volume_mbps):
         return _dry_run(overrides, steps, where)
 

@@ -3,29 +3,22 @@ asks for (built here, on the CPU: building imports no torch), the summary of a r
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
 from recipekit.bundle.build import build
+from tests.scriptmodule import script_module
 
 SCRIPT = Path(__file__).resolve().parents[3] / "benchmarks" / "bench_device.py"
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_device", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the class is made
-    try:
-        spec.loader.exec_module(module)
+    with script_module(SCRIPT) as module:
         yield module
-    finally:
-        sys.modules.pop(spec.name, None)
 
 
 @pytest.mark.parametrize(

@@ -7,26 +7,21 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
-import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
 
+from tests.scriptmodule import script_module
+
 SCRIPT = Path(__file__).resolve().parents[3] / "benchmarks" / "slowvolume.py"
 
 
 @pytest.fixture(scope="module")
 def slowvolume():
-    spec = importlib.util.spec_from_file_location("slowvolume", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    try:
-        spec.loader.exec_module(module)
+    with script_module(SCRIPT) as module:
         yield module
-    finally:
-        sys.modules.pop(spec.name, None)
 
 
 def test_one_writer_has_the_link_and_two_share_it(slowvolume, monkeypatch: pytest.MonkeyPatch) -> None:

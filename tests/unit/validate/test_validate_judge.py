@@ -429,18 +429,27 @@ def test_a_failed_pods_tail_keeps_the_workers_last_words_not_torchruns_traceback
     assert without_launcher_traceback(lines[:2]) == lines[:2]  # nothing of torchrun's: unchanged
 
 
-def test_a_restarted_attempt_is_scraped_only_after_its_own_checkpoint(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A gauge lives in its process: a restart resumed at step 4 serves no checkpoint time and no jump ratio at its
-    first step 5, so the endpoints are read once that attempt has checkpointed, not at any step past save_steps."""
+def _scraping_run(pods: int, save_steps: int):
+    """A dry run as far as its endpoint reads need (no pods, no work copy): ``pods`` serving pods, the midway save
+    at ``save_steps``, no hot tier. The tests replace ``attempts.scrape_pods`` with what the endpoints answer."""
     from types import SimpleNamespace
 
     from recipekit.validate.dryrun.cluster import attempts
 
-    monkeypatch.setattr(attempts, "scrape_pods", lambda ports: {"error": None, "pods": {}})
     run = object.__new__(attempts.DryRun)
-    run.metrics_ports, run.serving_pods, run.drained = [9100], [0], set()
-    run.options = SimpleNamespace(save_steps=4)
+    run.metrics_ports, run.serving_pods, run.drained = [9100 + pod for pod in range(pods)], list(range(pods)), set()
+    run.options = SimpleNamespace(save_steps=save_steps)
     run.work = SimpleNamespace(hot_tier="none")
+    return run
+
+
+def test_a_restarted_attempt_is_scraped_only_after_its_own_checkpoint(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A gauge lives in its process: a restart resumed at step 4 serves no checkpoint time and no jump ratio at its
+    first step 5, so the endpoints are read once that attempt has checkpointed, not at any step past save_steps."""
+    from recipekit.validate.dryrun.cluster import attempts
+
+    monkeypatch.setattr(attempts, "scrape_pods", lambda ports: {"error": None, "pods": {}})
+    run = _scraping_run(pods=1, save_steps=4)
     restarted = Attempt(1, 29501, 0.0)
     run._scrape(restarted, 5)
     assert restarted.scraped is None
@@ -453,16 +462,11 @@ def test_a_read_at_rank_0s_checkpoint_record_is_read_again_after_the_next_step(m
     """Rank 0 writes the checkpoint record when its own save is over; another rank times its save a moment later, so
     the read at the record is provisional, and the one once rank 0 logged the next step (whose collectives waited
     for every rank past its save) is the one judged. A full run caught pod 1 read without its checkpoint gauge."""
-    from types import SimpleNamespace
-
     from recipekit.validate.dryrun.cluster import attempts
 
     reads: list[int] = []
     monkeypatch.setattr(attempts, "scrape_pods", lambda ports: {"error": None, "pods": {}, "read": reads.append(1)})
-    run = object.__new__(attempts.DryRun)
-    run.metrics_ports, run.serving_pods, run.drained = [9100, 9101], [0, 1], set()
-    run.options = SimpleNamespace(save_steps=4)
-    run.work = SimpleNamespace(hot_tier="none")
+    run = _scraping_run(pods=2, save_steps=4)
     first = Attempt(0, 29501, 0.0)
     for step in (1, 2, 3, 4):
         first.observe({"step": step, "loss": 1.0}, 0.0)
@@ -488,18 +492,13 @@ def test_a_read_at_the_last_save_is_read_again_at_each_look_until_every_pod_has_
     """A restarted attempt's only save is its last: no step follows it, and the full run caught pod 1 read before
     its rank timed that save (a Megatron dry run: "pod 1 served without a value at step 7"). The dry run reads again
     at its next look, and a read with every value on every pod is settled."""
-    from types import SimpleNamespace
-
     from recipekit.runtime.boundary import metricnames
     from recipekit.validate.dryrun.cluster import attempts
 
     late = (metricnames.CHECKPOINT_SECONDS.name,)
     answers = iter([{0: _endpoint(9100), 1: _endpoint(9101, without=late)}, {0: _endpoint(9100), 1: _endpoint(9101)}])
     monkeypatch.setattr(attempts, "scrape_pods", lambda ports: {"error": None, "pods": next(answers)})
-    run = object.__new__(attempts.DryRun)
-    run.metrics_ports, run.serving_pods, run.drained = [9100, 9101], [0, 1], set()
-    run.options = SimpleNamespace(save_steps=3)
-    run.work = SimpleNamespace(hot_tier="none")
+    run = _scraping_run(pods=2, save_steps=3)
     restarted = Attempt(1, 29501, 0.0)
     for step in (4, 5, 6):
         restarted.observe({"step": step, "loss": 1.0}, 0.0)
