@@ -121,3 +121,40 @@ def test_an_elastic_restart_is_timed_from_its_new_workers_and_said_to_be_torchru
     found, attempts, ended = recovery.recoveries_seen(recovery.read(tmp_path), ends, 2)
     assert found[0].parts["detect"] == 1.0
     assert "torchrun's agents restarted the workers (elastic), no pod restarted" in ended[0]["why"]
+
+
+def test_an_elastic_restart_whose_rank_0_moved_to_another_pod_is_still_timed_from_its_new_workers(
+    tmp_path: Path,
+) -> None:
+    """torchrun's rendezvous gives rank 0 to the pod that sorts first: when the pod of the old rank 0 is lost, the
+    next start is written by another pod whose launcher never stopped (older than the previous start, though not
+    the previous launcher). Its restart is the new workers' start, not that launcher's (which would put the restart
+    before the interruption and leave detection and rescheduling unmeasured): seen in CI when the dry run's
+    agents sorted by process id."""
+    clock = Clock()
+    _attempt(tmp_path, clock, range(1, 7), None, launched=991.0)  # rank 0 on pod 1; last step 6 at t=1011
+    clock.now = 1040.0
+    log = recovery.RecoveryLog(tmp_path, enabled=True, clock=clock, environ={recovery.LAUNCH_TIME_ENV: "990.0"})
+    recovery.WORKER_STARTED, saved = 1032.0, recovery.WORKER_STARTED
+    try:
+        log.started(4, f"{tmp_path}/checkpoint-4", world_size=1)  # rank 0 now on pod 0, launched at 990
+    finally:
+        recovery.WORKER_STARTED = saved
+    clock.now = 1046.0
+    log.step(5)
+    ends = [{"rank": 0, "pod": 1, "host": "h", "code": 1, "name": "failed", "signal": None, "step": 6, "time": 1012.0}]
+    found, _, ended = recovery.recoveries_seen(recovery.read(tmp_path), ends, 2)
+    assert found[0].restart_time == 1032.0
+    assert found[0].parts["detect"] == 1.0 and found[0].parts["reschedule"] == 20.0
+    assert "torchrun's agents restarted the workers (elastic), no pod restarted" in ended[0]["why"]
+
+
+def test_a_job_restart_launches_anew_and_is_timed_from_its_launcher(tmp_path: Path) -> None:
+    """A launcher started after the previous attempt's start is a pod Volcano started again: no regroup."""
+    clock = Clock()
+    _attempt(tmp_path, clock, range(1, 7), None, launched=991.0)
+    clock.now = 1040.0
+    log = recovery.RecoveryLog(tmp_path, enabled=True, clock=clock, environ={recovery.LAUNCH_TIME_ENV: "1030.0"})
+    log.started(4, f"{tmp_path}/checkpoint-4", world_size=2)
+    (r,) = recovery.history(recovery.read(tmp_path))
+    assert r.restart_time == 1030.0

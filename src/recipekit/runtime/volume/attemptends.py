@@ -186,15 +186,28 @@ def printable(text: str, most: int = MAX_TEXT) -> str:
     return text if text.isprintable() else "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
-def attempt_began(record: dict[str, Any], previous_launcher: float | None) -> float | None:
-    """When the attempt of ``start`` record ``record`` began: its pod's launcher's start, or, when that launcher is
-    the attempt before's (``previous_launcher``: an elastic run's new worker group, the pods went on and torchrun's
-    agents restarted the workers), its workers' start; the record's own time when neither is known. The one rule
-    the MTTR's parts (recovery.history) and the attempts' ends (:func:`by_attempt`) share."""
+def attempt_began(record: dict[str, Any], previous: dict[str, Any] | None) -> float | None:
+    """When the attempt of ``start`` record ``record`` began: its pod's launcher's start, or, when that launcher kept
+    running through the attempt before (:func:`regrouped`: an elastic run's new worker group, torchrun's agents
+    restarted the workers), its workers' start; the record's own time when neither is known. The one rule the
+    MTTR's parts (recovery.history) and the attempts' ends (:func:`by_attempt`) share."""
     launcher = finite_time(record.get("launch_time"))
-    if launcher is not None and launcher == previous_launcher:
+    if launcher is not None and regrouped(record, previous):
         return finite_time(record.get("worker_time")) or launcher
     return launcher or finite_time(record.get("time"))
+
+
+def regrouped(record: dict[str, Any], previous: dict[str, Any] | None) -> bool:
+    """Whether start record ``record``'s launcher was already running when the attempt of ``previous`` (the start
+    before it) began training: the pods went on and torchrun's agents formed a new worker group. Its launcher is
+    the previous one, or any launcher older than the previous start: the rendezvous gives rank 0 (which writes the
+    record) to whichever pod sorts first, so when the pod of the old rank 0 is lost, another pod's launcher, which
+    never stopped, writes the next start."""
+    launcher = finite_time(record.get("launch_time"))
+    if launcher is None or previous is None:
+        return False
+    before, began = finite_time(previous.get("launch_time")), finite_time(previous.get("time"))
+    return launcher == before or (began is not None and launcher <= began)
 
 
 def finite_time(value: Any) -> float | None:
@@ -264,14 +277,15 @@ REGROUPED = "torchrun's agents restarted the workers (elastic), no pod restarted
 
 
 def explain(
-    ends: list[dict[str, Any]], world_size: int | None, per_pod: int | None = None, regrouped: bool = False
+    ends: list[dict[str, Any]], world_size: int | None, per_pod: int | None = None, went_on: bool = False
 ) -> str:
-    """Why an attempt ended, in one line, and what the Job did (``regrouped``: nothing, torchrun's agents did). A
+    """Why an attempt ended, in one line, and what the Job did (``went_on``: nothing, the pods went on and
+    torchrun's agents formed the next worker group). A
     recorded failure with a meaning of its own (a code other than ``failed`` and ``preempted``) is the cause;
     otherwise ranks that left no record come first: killed outright, they are the likely cause, and the others'
     failures are lost peers and the teardown's SIGTERMs."""
     why = _explain(ends, world_size, per_pod)
-    return why.rsplit("; the Job: ", 1)[0] + f"; {REGROUPED}" if regrouped else why
+    return why.rsplit("; the Job: ", 1)[0] + f"; {REGROUPED}" if went_on else why
 
 
 def _explain(ends: list[dict[str, Any]], world_size: int | None, per_pod: int | None) -> str:
@@ -299,18 +313,20 @@ def by_attempt(
     up to a logarithm."""
     bound = min(job_world or MAX_RANKS, MAX_RANKS)
     found: list[dict[str, Any]] = []
+    previous: dict[str, Any] | None = None
     for record in (r for r in records if r.get("event") == "start"):
         world = _count(record.get("world_size"))
         found.append(
             {
-                "launcher": finite_time(record.get("launch_time")),
-                "launched": attempt_began(record, found[-1]["launcher"] if found else None),
+                "launched": attempt_began(record, previous),
+                "regrouped": regrouped(record, previous),
                 "world_size": world if world is not None and world <= bound else None,
                 "ranks_per_pod": _count(record.get("ranks_per_pod")),
                 "resumed_after_interruption": isinstance(record.get("interrupted"), dict),
                 "ends": [],
             }
         )
+        previous = record
     launches = sorted((a["launched"], i) for i, a in enumerate(found) if a["launched"] is not None)
     times = [launched for launched, _ in launches]
     for end in ends:
@@ -322,9 +338,8 @@ def by_attempt(
     for i, attempt in enumerate(found):
         interrupted = i + 1 < len(found) and found[i + 1]["resumed_after_interruption"]
         ended = attempt["ends"] or interrupted
-        following = found[i + 1]["launcher"] if i + 1 < len(found) else None
-        regrouped = following is not None and following == attempt["launcher"]  # the same launcher went on
-        why = explain(attempt["ends"], attempt["world_size"], attempt["ranks_per_pod"], regrouped)
+        went_on = i + 1 < len(found) and found[i + 1]["regrouped"]  # the launchers went on
+        why = explain(attempt["ends"], attempt["world_size"], attempt["ranks_per_pod"], went_on)
         first = cause(attempt["ends"])
         if first is not None and first["code"] == exitcodes.EXIT_NONFINITE:
             why = nonfinite_next(why, i + 1 < len(found), skipped, first["step"])

@@ -153,14 +153,14 @@ def history(records: list[dict[str, Any]]) -> list[Recovery]:
                 )
             )
 
-    launcher: float | None = None  # the previous start's launcher (an elastic regroup keeps it)
+    previous: dict[str, Any] | None = None  # the start before (an elastic regroup's launchers went on)
     for record in records:
         kind = record.get("event") if isinstance(record, dict) else None
         if kind == "start":
             close()
             current = None
-            restart = attemptends.attempt_began(record, launcher)
-            launcher = _time(record.get("launch_time"))
+            restart = attemptends.attempt_began(record, previous)
+            previous = record
             interrupted = record.get("interrupted")
             if isinstance(interrupted, dict) and not record.get("restart"):  # a restart asked for is no recovery
                 step, at = _step(interrupted.get("step")), _time(interrupted.get("time"))

@@ -61,6 +61,17 @@ def node_local_dir(work: WorkCopy, index: int) -> Path:
     return work.root / "hot" / f"node-{index}"
 
 
+def pod_hosts(pods: int) -> list[str]:
+    """Volcano's host list of the simulated pods: a loopback address of its own per pod (127.0.0.1 first, the
+    master), as each pod of a Job has its own name. torchrun's elastic rendezvous orders its agents by the
+    address they name themselves by (``--local-addr``), then by process id: with one address for all, which pod
+    held rank 0 turned on which agent the kernel gave the lower pid. Distinct addresses sort as a Job's host names
+    do (``-0`` first, ``-10`` before ``-2``), so rank 0 is pod 0's while it lives, as on a cluster."""
+    if not 0 < pods < 255:
+        raise ValueError(f"a dry run simulates 1 to 254 pods on this host's loopback, not {pods}")
+    return [f"127.0.0.{index + 1}" for index in range(pods)]
+
+
 def pod_environment(
     work: WorkCopy, index: int, options: DryRunOptions, metrics_port: int | None = None
 ) -> dict[str, str]:
@@ -88,7 +99,7 @@ def pod_environment(
         {
             "VC_TASK_INDEX": str(index),
             "VK_TASK_INDEX": str(index),
-            f"VC_{work.task_env}_HOSTS": ",".join(["127.0.0.1"] * options.pods),
+            f"VC_{work.task_env}_HOSTS": ",".join(pod_hosts(options.pods)),
             f"VC_{work.task_env}_NUM": str(options.pods),
             "PATH": bin_dir + os.pathsep + env.get("PATH", ""),
             "OMP_NUM_THREADS": "1",
