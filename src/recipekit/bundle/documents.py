@@ -15,7 +15,7 @@ from typing import Any
 from recipekit import __version__
 from recipekit.bundle import placement, trackers
 from recipekit.bundle.engines import EngineDocuments, bundle_engine
-from recipekit.bundle.files import POD_COMMAND, WORKDIR
+from recipekit.bundle.files import POD_COMMAND, RUN_FILES_MOUNT, WORKDIR
 from recipekit.bundle.runfiles import pod_volume
 from recipekit.image.matrix import ARCH_LABEL, pip_packages
 from recipekit.memory.operations import Operations
@@ -24,13 +24,16 @@ from recipekit.recipe import mindcluster
 from recipekit.recipe.k8snames import (
     MANAGED_BY_LABEL,
     NAME_LABEL,
+    RENDEZVOUS_TASK,
     SIDECAR_ANNOTATION,
     SUPERPOD_ANNOTATION,
+    TASK_SPEC_LABEL,
     host_volume_name,
+    task_env_name,
 )
 from recipekit.recipe.schema import to_data
 from recipekit.recipe.sections import Recipe
-from recipekit.runtime.boundary import exitcodes
+from recipekit.runtime.boundary import exitcodes, filenames
 from recipekit.runtime.boundary.recipeview import (
     AlertsView,
     FaultsView,
@@ -51,6 +54,8 @@ MASTER_DNS_WAIT_S = 120
 #: Pod annotation that keeps service meshes out: a sidecar would hold the rendezvous port's traffic and keep pods
 #: alive after training ends.
 NO_SIDECAR = {SIDECAR_ANNOTATION: "false"}
+#: The rendezvous pod's resources: torch imported and one TCPStore serving a few keys per agent and round.
+RENDEZVOUS_RESOURCES = {"cpu": "1", "memory": "2Gi"}
 #: The prefix of every metrics port's name (a Kubernetes port name: at most 15 characters).
 METRICS_PORT_NAME = "metrics"
 
@@ -193,6 +198,8 @@ def launch_spec(recipe: Recipe, plan: Plan, env: dict[str, str], module: str) ->
                     "min_nodes": plan.elastic.min_nodes,
                     "max_restarts": recipe.cluster.max_retry,
                     "last_call_s": recipe.cluster.elastic_wait_s,
+                    # the task whose pod hosts the rendezvous store (_rendezvous_task)
+                    "rendezvous": {"task_name": RENDEZVOUS_TASK, "task_env": task_env_name(RENDEZVOUS_TASK)},
                 }
             }
             if plan.elastic
@@ -315,7 +322,8 @@ def _pod_spec(recipe: Recipe, plan: Plan, metrics_ports: tuple[int, ...]) -> dic
     # The image is built for one CPU architecture: a pod on a node of another fails with "exec format error".
     pod_spec["nodeSelector"] = {**hw.node_selector, ARCH_LABEL: hw.arch, **hw.arch_node_selector.get(hw.arch, {})}
     # cluster.placement: tolerations, node affinity, one pod per node (nothing when unset)
-    pod_spec.update(placement.pod_placement(recipe, job_labels(plan)))
+    # one trainer per node avoids the other trainers, not an elastic Job's rendezvous pod: the task's own pods
+    pod_spec.update(placement.pod_placement(recipe, {**job_labels(plan), TASK_SPEC_LABEL: plan.task_name}))
     if cl.priority_class:
         pod_spec["priorityClassName"] = cl.priority_class
     # who the pods are: the service account they run as and the Secrets their image is pulled with (none by default)
@@ -332,9 +340,10 @@ def _job_spec(recipe: Recipe, plan: Plan, pod_spec: dict[str, Any]) -> dict[str,
     annotations = {**cl.pod_annotations, **NO_SIDECAR}  # a recipe may not set recipekit's keys (ClusterSpec)
     if plan.superpod_block is not None:
         annotations[SUPERPOD_ANNOTATION] = str(plan.superpod_block)
+    # an elastic Job's gang: its fewest workers and the rendezvous pod they meet at
     spec: dict[str, Any] = {
         "schedulerName": "volcano",
-        "minAvailable": plan.elastic.min_nodes if plan.elastic else plan.layout.nodes,
+        "minAvailable": plan.elastic.min_nodes + 1 if plan.elastic else plan.layout.nodes,
         **({"minSuccess": plan.elastic.min_nodes} if plan.elastic else {}),
         "queue": cl.queue,
         "maxRetry": cl.max_retry,
@@ -352,14 +361,57 @@ def _job_spec(recipe: Recipe, plan: Plan, pod_spec: dict[str, Any]) -> dict[str,
                     },
                     "spec": pod_spec,
                 },
+                **({"minAvailable": plan.elastic.min_nodes} if plan.elastic else {}),
                 **placement.task_partition_policy(cl.placement, plan.layout.nodes),
-            }
+            },
+            *([_rendezvous_task(plan, pod_spec)] if plan.elastic else []),
         ],
         **placement.job_network_topology(cl.placement),
     }
     if cl.priority_class:
         spec["priorityClassName"] = cl.priority_class
     return spec
+
+
+def _rendezvous_task(plan: Plan, pod_spec: dict[str, Any]) -> dict[str, Any]:
+    """An elastic Job's second task: one pod that hosts torchrun's c10d rendezvous store (the image's launcher with
+    ``--serve-rendezvous``, runtime/rendezvous.py), where every worker pod's agent meets.
+
+    Why a pod of its own: torchrun's default host of the store is the first worker pod's agent, so losing that pod
+    loses the store, every other agent fails, and the Job restarts (RestartJob) where it should have gone on without
+    it; a Volcano ``master`` task plays this part in the pytorch plugin, and this is Volcano's ``minSuccess`` case
+    of a service task that runs until the workers succeed. It asks for no device (so it schedules wherever the image
+    runs, not only on a node with a free card), carries none of the recipe's pod labels and annotations (they are the
+    trainers'), mounts the run files and nothing of the shared volume or the run key, and is reclaimed by Volcano
+    when the Job completes."""
+    trainer = pod_spec["containers"][0]
+    mounts = [m for m in trainer["volumeMounts"] if m["mountPath"] == RUN_FILES_MOUNT]
+    names = {m["name"] for m in mounts}
+    container: dict[str, Any] = {
+        "name": RENDEZVOUS_TASK,
+        "image": trainer["image"],
+        "imagePullPolicy": trainer["imagePullPolicy"],
+        "command": list(POD_COMMAND),
+        "args": [filenames.SERVE_RENDEZVOUS],
+        "workingDir": WORKDIR,
+        "ports": [{"name": "rendezvous", "containerPort": plan.master_port, "protocol": "TCP"}],
+        "resources": {"requests": dict(RENDEZVOUS_RESOURCES), "limits": dict(RENDEZVOUS_RESOURCES)},
+        "volumeMounts": mounts,
+    }
+    kept = ("restartPolicy", "nodeSelector", "tolerations", "priorityClassName", "serviceAccountName",
+            "imagePullSecrets")  # fmt: skip
+    spec = {key: pod_spec[key] for key in kept if key in pod_spec}
+    spec.update(
+        terminationGracePeriodSeconds=10,
+        containers=[container],
+        volumes=[v for v in pod_spec["volumes"] if v["name"] in names],
+    )
+    return {
+        "name": RENDEZVOUS_TASK,
+        "replicas": 1,
+        "minAvailable": 1,
+        "template": {"metadata": {"labels": job_labels(plan), "annotations": dict(NO_SIDECAR)}, "spec": spec},
+    }
 
 
 def _policies(recipe: Recipe, plan: Plan) -> list[dict[str, Any]]:

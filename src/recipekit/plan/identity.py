@@ -15,7 +15,7 @@ from typing import Any
 
 from recipekit.base.errors import Problem
 from recipekit.plan.layout import Layout
-from recipekit.recipe.k8snames import MAX_DNS_LABEL, k8s_name
+from recipekit.recipe.k8snames import MAX_DNS_LABEL, RENDEZVOUS_TASK, k8s_name
 from recipekit.recipe.schema import to_data
 from recipekit.recipe.sections import Recipe
 from recipekit.runtime.volume import coldtier
@@ -100,7 +100,18 @@ def run_names(recipe: Recipe, layout: Layout, precision: str) -> tuple[RunNames,
     cl, data = recipe.cluster, recipe.data
     problems = []
     identity = run_id(run_identity(recipe, layout, precision))
-    suffix = f"-{identity}-{cl.task_name}-{cl.nodes - 1}"
+    pods = [f"-{identity}-{cl.task_name}-{cl.nodes - 1}"]
+    if cl.min_nodes is not None:  # an elastic Job's rendezvous pod (bundle/documents.py)
+        pods.append(f"-{identity}-{RENDEZVOUS_TASK}-0")
+        if cl.task_name == RENDEZVOUS_TASK:
+            problems.append(
+                Problem(
+                    "cluster.task_name",
+                    f"{RENDEZVOUS_TASK!r} is the task of an elastic Job's rendezvous pod (cluster.min_nodes)",
+                    hint="name the training task otherwise (the default is worker)",
+                )
+            )
+    suffix = max(pods, key=len)
     readable = k8s_name(recipe.name, limit=MAX_DNS_LABEL - len(suffix))
     if MAX_DNS_LABEL - len(suffix) < 1:
         problems.append(

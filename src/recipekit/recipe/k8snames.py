@@ -11,6 +11,10 @@ from recipekit.recipe.domains import DNS_LABEL
 #: The length limit of a Kubernetes object name (an RFC 1123 label).
 MAX_DNS_LABEL = 63
 
+#: The Volcano task of an elastic Job (``cluster.min_nodes``) whose one pod hosts torchrun's c10d rendezvous store
+#: (bundle/documents.py says why a pod of its own): ``<job>-rdzv-0``, torchrun's own abbreviation.
+RENDEZVOUS_TASK = "rdzv"
+
 #: The labels recipekit puts on the Job and its pods: the run's name (the PodMonitor selects by it) and the tool.
 NAME_LABEL = "app.kubernetes.io/name"
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
@@ -23,10 +27,12 @@ RECIPEKIT_PREFIX = "recipekit.io/"
 #: The label and annotation keys Volcano's job controller writes on every pod it creates, over whatever the template
 #: says (volcano ``pkg/controllers/job/job_controller_util.go`` createJobPod; the keys are volcano-sh/apis
 #: ``batch/v1alpha1/labels.go`` and ``scheduling/v1beta1`` KubeGroupNameAnnotationKey).
+#: The label Volcano's job controller gives each pod: the name of its task (``worker``, an elastic Job's ``rdzv``).
+TASK_SPEC_LABEL = "volcano.sh/task-spec"
 VOLCANO_POD_LABELS = (
     "volcano.sh/task-index",
     "volcano.sh/job-name",
-    "volcano.sh/task-spec",
+    TASK_SPEC_LABEL,
     "volcano.sh/job-namespace",
     "volcano.sh/queue-name",
     "volcano.sh/partition-id",

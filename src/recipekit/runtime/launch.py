@@ -18,13 +18,15 @@ What it checks, each failure a one-line reason and a non-zero exit so Volcano's 
 * the env plugin's ``VC_TASK_INDEX`` and the svc plugin's ``VC_<TASK>_HOSTS`` / ``VC_<TASK>_NUM`` (or its
   ``/etc/volcano/<task>.host`` file) are there, and the pod count is the one the bundle was built for (exit 2: a
   Job edited by hand or a missing plugin will not heal by restarting);
-* the first pod's DNS name resolves within ``master_dns_wait_s`` (the svc plugin's records lag the pods by seconds;
-  past that, exit 1: a restart may land on healthier nodes).
+* the first pod's DNS name (an elastic Job's: the rendezvous pod's) resolves within ``master_dns_wait_s`` (the
+  svc plugin's records lag the pods by seconds; past that, exit 1: a restart may land on healthier nodes).
 
 Then it exports launch.json's ``env`` (a value already set in the pod spec wins), MASTER_ADDR and MASTER_PORT, and
 runs torchrun as its child: a static rendezvous on the first pod, or for an elastic run (launch.json ``elastic``,
 ``cluster.min_nodes``) torchrun's own elastic agent, which goes on without a lost pod and takes it back when its
-replacement starts (:func:`elastic_options`).
+replacement starts (:func:`elastic_options`). An elastic Job's rendezvous pod runs this launcher with
+``--serve-rendezvous``: the same checks, then torchrun's rendezvous store instead of torchrun
+(:func:`serve_rendezvous`).
 
 The pod's exit status is the run's own code (``exitcodes.EXIT_CODES``), because the Job's exitCode policies act on
 it: torchrun exits 1 whatever its worker's code, so each worker writes its code into a directory the launcher names
@@ -77,10 +79,17 @@ class Topology:
     node_rank: int
     nodes: int
     hosts: list[str]
+    #: the rendezvous pod's host (an elastic Job's rendezvous task, launch.json ``elastic.rendezvous``), or None
+    rendezvous: str | None = None
 
     @property
     def master(self) -> str:
         return self.hosts[0]
+
+    @property
+    def meeting_point(self) -> str:
+        """Where the agents meet: the rendezvous pod, else the first pod."""
+        return self.rendezvous or self.master
 
 
 def read_spec(path: Path) -> dict[str, Any]:
@@ -103,17 +112,7 @@ def topology(spec: Mapping[str, Any], environ: Mapping[str, str], hosts_dir: Pat
     if index is None:
         raise LaunchError("VC_TASK_INDEX is not set: the Volcano Job needs the env plugin (spec.plugins.env)")
     hosts_var, num_var = f"VC_{task_env}_HOSTS", f"VC_{task_env}_NUM"
-    hosts_text = environ.get(hosts_var)
-    if hosts_text is None:
-        hosts_file = hosts_dir / f"{task_env.lower()}.host"
-        try:
-            hosts_text = ",".join(hosts_file.read_text(encoding="utf-8").split())
-        except OSError:
-            raise LaunchError(
-                f"{hosts_var} is not set and {hosts_file} is missing: the Volcano Job needs the svc plugin "
-                f"(spec.plugins.svc) and a task named {task!r}"
-            ) from None
-    hosts = [h for h in hosts_text.split(",") if h]
+    hosts = task_hosts(task, task_env, environ, hosts_dir)
     nodes_text = environ.get(num_var, str(len(hosts)))
     if not (index.isdigit() and nodes_text.isdigit()):
         raise LaunchError(f"VC_TASK_INDEX={index!r}, {num_var}={nodes_text!r}: expected non-negative integers")
@@ -125,7 +124,40 @@ def topology(spec: Mapping[str, Any], environ: Mapping[str, str], hosts_dir: Pat
         )
     if len(hosts) != nodes or node_rank >= nodes:
         raise LaunchError(f"{hosts_var} lists {len(hosts)} hosts, {num_var}={nodes}, VC_TASK_INDEX={node_rank}")
-    return Topology(node_rank, nodes, hosts)
+    return Topology(node_rank, nodes, hosts, rendezvous_host(spec, environ, hosts_dir))
+
+
+def task_hosts(task: str, task_env: str, environ: Mapping[str, str], hosts_dir: Path = VOLCANO_HOSTS_DIR) -> list[str]:
+    """The hosts of the Job's task ``task``: the svc plugin's ``VC_<TASK>_HOSTS``, or its file under /etc/volcano."""
+    hosts_var = f"VC_{task_env}_HOSTS"
+    hosts_text = environ.get(hosts_var)
+    if hosts_text is None:
+        hosts_file = hosts_dir / f"{task_env.lower()}.host"
+        try:
+            hosts_text = ",".join(hosts_file.read_text(encoding="utf-8").split())
+        except OSError:
+            raise LaunchError(
+                f"{hosts_var} is not set and {hosts_file} is missing: the Volcano Job needs the svc plugin "
+                f"(spec.plugins.svc) and a task named {task!r}"
+            ) from None
+    return [h for h in hosts_text.split(",") if h]
+
+
+def rendezvous_host(
+    spec: Mapping[str, Any], environ: Mapping[str, str], hosts_dir: Path = VOLCANO_HOSTS_DIR
+) -> str | None:
+    """The rendezvous pod's host when launch.json names an elastic Job's rendezvous task (runtime/rendezvous.py),
+    else None; a LaunchError (exit 2) when the task is named but the Job has not exactly one pod of it."""
+    elastic = spec.get("elastic")
+    named = elastic.get("rendezvous") if isinstance(elastic, dict) else None
+    if named is None:
+        return None
+    if not (isinstance(named, dict) and all(isinstance(named.get(k), str) for k in ("task_name", "task_env"))):
+        raise LaunchError("launch.json's elastic.rendezvous is not a task_name and task_env: rebuild the bundle")
+    hosts = task_hosts(named["task_name"], named["task_env"], environ, hosts_dir)
+    if len(hosts) != 1:
+        raise LaunchError(f"the Job's {named['task_name']!r} task has {len(hosts)} pods, not the one rendezvous pod")
+    return hosts[0]
 
 
 def wait_for_master(
@@ -271,16 +303,20 @@ def torchrun_argv(spec: Mapping[str, Any], topo: Topology, bundle_dir: Path) -> 
 
 
 def elastic_options(spec: Mapping[str, Any], topo: Topology, elastic: Mapping[str, Any]) -> list[str]:
-    """torchrun's elastic agent: ``--nnodes MIN:MAX`` over its c10d rendezvous at the first pod's fixed port.
+    """torchrun's elastic agent: ``--nnodes MIN:MAX`` over its c10d rendezvous at the rendezvous pod's fixed port.
 
     When a pod is lost, the agents that are left restart their workers on the pods that answer (at least MIN,
     after torchrun's last-call wait); when its replacement is scheduled, its agent joins and every agent restarts
-    its workers at the larger size. The first pod hosts the rendezvous store (``is_host``, not torchrun's guess
-    from host names, which every pod of a one-host dry run would match), and each agent names itself by its own
-    entry in Volcano's host list (``--local-addr``), which the other pods resolve. Node ranks are the
-    rendezvous's to give. A worker failure costs one of ``max_restarts``; a change of size costs none. The
-    last-call wait (``last_call_s``, cluster.elastic_wait_s) is how long a round that has MIN waits for more."""
+    its workers at the larger size. The rendezvous pod (the Job's rendezvous task, runtime/rendezvous.py) hosts the
+    store, so no worker pod's loss takes it along; every agent is a client of it (``is_host=false``, not torchrun's
+    guess from host names, which every pod of a one-host dry run would match). A bundle built before that task
+    existed names none, and its first pod's agent hosts the store. Each agent names itself by its own entry in
+    Volcano's host list (``--local-addr``), which the other pods resolve: the rendezvous ranks the agents by it
+    (then by pid), so rank 0 is on the pod whose name sorts first. A worker failure costs one of
+    ``max_restarts``; a change of size costs none. The last-call wait (``last_call_s``, cluster.elastic_wait_s)
+    is how long a round that has MIN waits for more."""
     low, restarts, wait = (elastic.get(key) for key in ("min_nodes", "max_restarts", "last_call_s"))
+    hosts_store = topo.rendezvous is None and topo.node_rank == 0  # no rendezvous pod: the first pod's agent
     whole = all(isinstance(v, int) and not isinstance(v, bool) for v in (low, restarts, wait))
     if not (
         whole and 1 <= int(low or 0) <= topo.nodes and 0 <= int(restarts or 0) <= 1000 and 0 < int(wait or 0) <= 3600
@@ -291,9 +327,9 @@ def elastic_options(spec: Mapping[str, Any], topo: Topology, elastic: Mapping[st
     return [
         f"--nnodes={low}:{topo.nodes}",
         "--rdzv-backend=c10d",
-        f"--rdzv-endpoint={topo.master}:{spec['master_port']}",
+        f"--rdzv-endpoint={topo.meeting_point}:{spec['master_port']}",
         f"--rdzv-id={spec.get('run_id') or spec.get('job_name') or 'recipekit'}",
-        f"--rdzv-conf=is_host={'true' if topo.node_rank == 0 else 'false'},last_call_timeout={wait}",
+        f"--rdzv-conf=is_host={'true' if hosts_store else 'false'},last_call_timeout={wait}",
         f"--max-restarts={restarts}",
         f"--local-addr={topo.hosts[topo.node_rank]}",
     ]
@@ -318,8 +354,8 @@ def environment(spec: Mapping[str, Any], topo: Topology, environ: Mapping[str, s
 
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    by_hand = "--by-hand" in args
-    args = [a for a in args if a != "--by-hand"]
+    by_hand, serve = "--by-hand" in args, filenames.SERVE_RENDEZVOUS in args
+    args = [a for a in args if a not in ("--by-hand", filenames.SERVE_RENDEZVOUS)]
     path = Path(args[0] if args else filenames.LAUNCH_FILE).absolute()
     private = Path(tempfile.mkdtemp(prefix="recipekit-pod-"))  # this pod's own: the checked files, the exit codes
     try:
@@ -327,15 +363,18 @@ def main(argv: list[str] | None = None) -> int:
             checked = checked_run_files(path, os.environ, private / filenames.RUN_FILES_DIR, by_hand)
             spec = read_spec(checked)
             pod_env = prepared_environment(spec, os.environ)
+            if serve:
+                return serve_rendezvous(spec, pod_env, private)
             topo = topology(spec, pod_env)
             argv_out = torchrun_argv(spec, topo, checked.parent)  # an elastic range that is not the Job's: exit 2
-            wait_for_master(topo.master, float(spec.get("master_dns_wait_s", 120)))
+            wait_for_master(topo.meeting_point, float(spec.get("master_dns_wait_s", 120)))
         except LaunchError as exc:
             print(f"launch: {exc}", file=sys.stderr)
             return exc.code
+        meeting = "rendezvous pod" if topo.rendezvous else "master"
         print(
-            f"launch: pod {topo.node_rank}/{topo.nodes} of {spec.get('job_name', '?')}; master "
-            f"{topo.master}:{spec['master_port']}; {spec['nproc_per_node']} processes per pod",
+            f"launch: pod {topo.node_rank}/{topo.nodes} of {spec.get('job_name', '?')}; {meeting} "
+            f"{topo.meeting_point}:{spec['master_port']}; {spec['nproc_per_node']} processes per pod",
             file=sys.stderr,
             flush=True,
         )
@@ -349,12 +388,33 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(private, ignore_errors=True)
 
 
+def serve_rendezvous(spec: Mapping[str, Any], pod_env: dict[str, str], private: Path) -> int:
+    """The rendezvous pod: once the run files are checked, torch's TCPStore on the Job's rendezvous port
+    (runtime/rendezvous.py) as this launcher's child, until the Job is done with it. A LaunchError (exit 2) when
+    launch.json names no rendezvous task: a Job edited to start it elsewhere."""
+    elastic = spec.get("elastic")
+    if not (isinstance(elastic, dict) and elastic.get("rendezvous")):
+        raise LaunchError(
+            f"{filenames.SERVE_RENDEZVOUS}: launch.json names no rendezvous task (the run is not elastic)"
+        )
+    port = spec["master_port"]
+    print(f"launch: the rendezvous pod of {spec.get('job_name', '?')}; port {port}", file=sys.stderr, flush=True)
+    exit_dir = private / "exit"
+    exit_dir.mkdir()
+    module = f"{__package__}.rendezvous"  # ``runtime.rendezvous`` in the image
+    argv = [sys.executable, "-m", module, "--port", str(port)]
+    return supervise(argv, pod_env, exit_dir, scratch=private, name="the rendezvous store")
+
+
 #: The signals passed on to torchrun: the kubelet's SIGTERM, a terminal's Ctrl-C, a closed session.
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
-def supervise(argv: list[str], env: dict[str, str], exit_dir: Path, scratch: Path | None = None) -> int:
-    """Run torchrun as a child, pass signals on, and return the pod's exit code (see :func:`pod_exit_code`).
+def supervise(
+    argv: list[str], env: dict[str, str], exit_dir: Path, scratch: Path | None = None, name: str = "torchrun"
+) -> int:
+    """Run torchrun (or the rendezvous store: ``name``) as a child, pass signals on, and return the pod's exit code
+    (see :func:`pod_exit_code`).
 
     When a signal ended the launcher's wait, the launcher ends by that signal itself (``raise_signal``), so the
     container's status says the pod was signalled; as PID 1 of a container the kernel ignores a signal without a
@@ -382,8 +442,8 @@ def supervise(argv: list[str], env: dict[str, str], exit_dir: Path, scratch: Pat
         for signum, handler in previous.items():
             signal.signal(signum, handler)
     result = pod_exit_code(code, exitcodes.worker_exit_code(exit_dir), received[0] if received else None)
-    name = exitcodes.exit_code_name(result)
-    print(f"launch: torchrun exited {code}; the pod exits {name} ({result})", file=sys.stderr)
+    meaning = exitcodes.exit_code_name(result)
+    print(f"launch: {name} exited {code}; the pod exits {meaning} ({result})", file=sys.stderr)
     sys.stderr.flush()
     if received:
         shutil.rmtree(scratch or exit_dir, ignore_errors=True)  # the caller's cleanup would not run after the signal

@@ -53,14 +53,41 @@ def test_min_nodes_above_nodes_and_the_megatron_engine_are_refused() -> None:
 
 
 def test_the_job_and_launch_json_of_an_elastic_bundle() -> None:
-    """The gang is the fewest pods, an evicted pod's replacement is left to Volcano (no RestartJob), the Job
-    completes once its fewest pods succeeded, and the launcher gets the range and the restart budget."""
+    """The gang is the fewest pods and the rendezvous pod, an evicted pod's replacement is left to Volcano (no
+    RestartJob), the Job completes once its fewest pods succeeded, and the launcher gets the range, the restart
+    budget and the rendezvous task."""
     docs = documents_of(resolve(["recipe=tiny_sft", "parallel=ddp", "cluster.nodes=2", "cluster.min_nodes=1"]))
     spec = docs.job["spec"]
-    assert (spec["minAvailable"], spec["minSuccess"], spec["tasks"][0]["replicas"]) == (1, 1, 2)
+    workers, rendezvous = spec["tasks"]
+    assert (spec["minAvailable"], spec["minSuccess"], workers["replicas"], workers["minAvailable"]) == (2, 1, 2, 1)
     events = [p.get("event") for p in spec["policies"]]
     assert "PodEvicted" not in events and "PodFailed" in events
-    assert docs.launch["elastic"] == {"min_nodes": 1, "max_restarts": spec["maxRetry"], "last_call_s": 30}
+    assert docs.launch["elastic"] == {
+        "min_nodes": 1,
+        "max_restarts": spec["maxRetry"],
+        "last_call_s": 30,
+        "rendezvous": {"task_name": "rdzv", "task_env": "RDZV"},
+    }
+    assert (rendezvous["name"], rendezvous["replicas"], rendezvous["minAvailable"]) == ("rdzv", 1, 1)
+    server = rendezvous["template"]["spec"]["containers"][0]
+    trainer = workers["template"]["spec"]["containers"][0]
+    assert server["command"] == trainer["command"] and server["args"] == ["--serve-rendezvous"]
+    assert server["image"] == trainer["image"] and server["ports"][0]["containerPort"] == docs.launch["master_port"]
+    assert set(server["resources"]["limits"]) == {"cpu", "memory"}  # no device
+    assert [m["mountPath"] for m in server["volumeMounts"]] == ["/workspace/run"]  # no volume, no run key
+    npu = documents_of(resolve(["recipe=llama3_8b_sft", "hw=ascend910b", "cluster.nodes=2", "cluster.min_nodes=1"]))
+    npu_workers, npu_server = (task["template"] for task in npu.job["spec"]["tasks"])
+    assert "huawei.com/Ascend910" in npu_workers["spec"]["containers"][0]["resources"]["limits"]
+    assert "huawei.com/Ascend910" not in npu_server["spec"]["containers"][0]["resources"]["limits"]
+    assert "ring-controller.atlas" in npu_workers["metadata"]["labels"]
+    assert "ring-controller.atlas" not in npu_server["metadata"]["labels"]  # MindCluster's: the trainers' alone
+
+
+def test_the_training_task_cannot_take_the_rendezvous_tasks_name() -> None:
+    with pytest.raises(RecipeError) as info:
+        resolve(["recipe=tiny_sft", "cluster.nodes=2", "cluster.min_nodes=1", "cluster.task_name=rdzv"])
+    assert any(p.key == "cluster.task_name" and "rendezvous pod" in str(p) for p in info.value.problems)
+    assert resolve(["recipe=tiny_sft", "cluster.nodes=2", "cluster.task_name=rdzv"]).plan.task_name == "rdzv"
     gang = documents_of(resolve(["recipe=tiny_sft", "parallel=ddp", "cluster.nodes=2"]))
     assert gang.job["spec"]["minAvailable"] == 2 and "minSuccess" not in gang.job["spec"]
     assert "elastic" not in gang.launch

@@ -60,6 +60,8 @@ def test_tolerations_affinity_and_network_topology_pass_the_crd_of_the_named_rel
     anti = pod["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]
     assert anti["topologyKey"] == "kubernetes.io/hostname"
     assert anti["labelSelector"]["matchLabels"]["app.kubernetes.io/name"] == doc["metadata"]["name"]
+    # the trainers avoid each other only: Volcano labels each pod with its task, an elastic Job's rendezvous pod rdzv
+    assert anti["labelSelector"]["matchLabels"]["volcano.sh/task-spec"] == task["name"]
     assert doc["spec"]["networkTopology"] == {"mode": "hard", "highestTierAllowed": 2}
     assert task["partitionPolicy"] == {
         "totalPartitions": 2,

@@ -52,6 +52,16 @@ def test_a_non_zero_exit_is_recorded_with_its_name_signal_and_step(tmp_path: Pat
     assert (second["code"], second["name"], second["signal"], second["step"]) == (5, "nonfinite", None, 7)
 
 
+def test_the_pod_of_an_end_is_volcanos_not_the_node_rank_an_elastic_regroup_gave(tmp_path: Path) -> None:
+    """After pod 0 was lost, the agents that were left numbered their nodes anew: pod 1's is node rank 0. The end
+    names pod 1, the pod a person finds with kubectl; a bundle started by hand (no Volcano) names the node rank."""
+    attemptends.watch(tmp_path)
+    attemptends.record_end(143, {"RANK": "0", "GROUP_RANK": "0", "VC_TASK_INDEX": "1"})
+    attemptends.record_end(143, {"RANK": "1", "GROUP_RANK": "1"})
+    by_rank = {e["rank"]: e["pod"] for e in attemptends.read_ends(tmp_path)}
+    assert by_rank == {0: 1, 1: 1}
+
+
 def test_the_reader_keeps_typed_lines_and_refuses_links_and_fifos(tmp_path: Path) -> None:
     ends = tmp_path / attemptends.ENDS_DIR
     ends.mkdir()

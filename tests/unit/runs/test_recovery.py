@@ -158,3 +158,28 @@ def test_a_job_restart_launches_anew_and_is_timed_from_its_launcher(tmp_path: Pa
     log.started(4, f"{tmp_path}/checkpoint-4", world_size=2)
     (r,) = recovery.history(recovery.read(tmp_path))
     assert r.restart_time == 1030.0
+
+
+def test_an_elastic_growth_is_timed_from_its_new_workers_though_the_returning_pods_launcher_writes_it(
+    tmp_path: Path,
+) -> None:
+    """Capacity returns: the replacement pod's launcher starts, its agent joins, and the agents stop the shrunk
+    workers to grow. The returning pod sorts first, so its rank 0 writes the next start, with a launcher that began
+    before the interruption it follows (the shrunk group's last step): the restart is the new workers' start."""
+    clock = Clock()
+    _attempt(tmp_path, clock, range(1, 7), None, launched=991.0)  # the shrunk group; its last step 6 at t=1011
+    clock.now = 1030.0
+    log = recovery.RecoveryLog(tmp_path, enabled=True, clock=clock, environ={recovery.LAUNCH_TIME_ENV: "1008.0"})
+    recovery.WORKER_STARTED, saved = 1020.0, recovery.WORKER_STARTED
+    try:
+        log.started(6, f"{tmp_path}/checkpoint-6", world_size=2)
+    finally:
+        recovery.WORKER_STARTED = saved
+    clock.now = 1033.0
+    log.step(7)
+    ends = [{"rank": 0, "pod": 1, "host": "h", "code": 143, "name": "preempted", "signal": 15, "step": 6,
+             "time": 1012.0}]  # fmt: skip
+    found, _, ended = recovery.recoveries_seen(recovery.read(tmp_path), ends, 2)
+    assert found[0].restart_time == 1020.0
+    assert found[0].parts["detect"] == 1.0 and found[0].parts["reschedule"] == 8.0
+    assert "torchrun's agents restarted the workers (elastic), no pod restarted" in ended[0]["why"]

@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -341,13 +342,12 @@ def test_the_run_files_digest_follows_every_run_file_and_nothing_else() -> None:
     assert runfiles.digest({k: v for k, v in files.items() if k != "run.sh"}) != base
 
 
-def test_an_elastic_bundle_starts_torchruns_elastic_agent_hosted_by_the_first_pod(
-    tmp_path: Path, fake_bin: Path
-) -> None:
-    """cluster.min_nodes: --nnodes MIN:MAX over the c10d rendezvous at the first pod's fixed port, the store on
-    pod 0 (is_host), the last call cluster.elastic_wait_s, each agent named by its Volcano host, no node rank (the
-    rendezvous gives them), the restart budget, and the workers' own store (the shared one hangs torch 2.13's agents
-    when a node joins)."""
+def test_an_elastic_bundle_starts_torchruns_elastic_agent_at_the_rendezvous_pod(tmp_path: Path, fake_bin: Path) -> None:
+    """cluster.min_nodes: --nnodes MIN:MAX over the c10d rendezvous at the rendezvous pod's fixed port (the Job's
+    rdzv task; every agent a client, is_host false, so no worker pod's loss takes the store along), the last call
+    cluster.elastic_wait_s, each agent named by its Volcano host, no node rank (the rendezvous gives them), the
+    restart budget, and the workers' own store (the shared one hangs torch 2.13's agents when a node joins). A
+    launch.json from before the rendezvous task (none named) keeps the store on pod 0's agent."""
     overrides = [
         "recipe=tiny_sft",
         "parallel=ddp",
@@ -356,19 +356,84 @@ def test_an_elastic_bundle_starts_torchruns_elastic_agent_hosted_by_the_first_po
         "cluster.elastic_wait_s=90",
     ]
     bundle = build(overrides, tmp_path / "b")
-    hosts = ["127.0.0.1", "localhost"]  # names that resolve here (the launcher waits for the first one's record)
-    seen = []
+    port = resolve(["recipe=tiny_sft"]).plan.master_port
+    hosts = ["127.0.0.2", "localhost"]  # names that resolve here (the launcher waits for the rendezvous pod's)
+    for index in (0, 1):
+        proc = run_pod(bundle.path, pod_env(fake_bin, index, hosts, VC_RDZV_HOSTS="127.0.0.1", VC_RDZV_NUM="1"))
+        assert proc.returncode == 0, proc.stderr
+        argv = json.loads(proc.stdout.strip().splitlines()[-1])["argv"]
+        assert "--nnodes=1:2" in argv and "--rdzv-backend=c10d" in argv and "--max-restarts=3" in argv
+        assert f"--rdzv-endpoint=127.0.0.1:{port}" in argv
+        assert "--rdzv-conf=is_host=false,last_call_timeout=90" in argv
+        assert f"--local-addr={hosts[index]}" in argv and not any(a.startswith("--node_rank") for a in argv)
+        found = json.loads(proc.stdout.strip().splitlines()[-1])
+        assert found["env"]["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
+    missing = run_pod(bundle.path, pod_env(fake_bin, 0, hosts))
+    assert missing.returncode == 2 and "VC_RDZV_HOSTS is not set" in missing.stderr and "'rdzv'" in missing.stderr
+    launch_json = json.loads((bundle.path / "launch.json").read_text())
+    del launch_json["elastic"]["rendezvous"]
+    set_launch(bundle.path, elastic=launch_json["elastic"])
     for index in (0, 1):
         proc = run_pod(bundle.path, pod_env(fake_bin, index, hosts))
-        assert proc.returncode == 0, proc.stderr
-        seen.append(json.loads(proc.stdout.strip().splitlines()[-1]))
-    for index, found in enumerate(seen):
-        argv = found["argv"]
-        assert "--nnodes=1:2" in argv and "--rdzv-backend=c10d" in argv and "--max-restarts=3" in argv
-        assert f"--rdzv-endpoint=127.0.0.1:{resolve(['recipe=tiny_sft']).plan.master_port}" in argv
+        argv = json.loads(proc.stdout.strip().splitlines()[-1])["argv"]
+        assert f"--rdzv-endpoint=127.0.0.2:{port}" in argv
         assert f"--rdzv-conf=is_host={'true' if index == 0 else 'false'},last_call_timeout=90" in argv
-        assert f"--local-addr={hosts[index]}" in argv and not any(a.startswith("--node_rank") for a in argv)
-        assert found["env"]["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
+
+
+def test_the_rendezvous_pod_serves_torchs_store_until_sigterm_and_trains_nothing(tmp_path: Path) -> None:
+    """The rendezvous task's container (the image's launcher with --serve-rendezvous) checks the run files, then
+    serves torch's TCPStore on the Job's port, where a client sets and reads a key; SIGTERM (Volcano reclaiming it)
+    ends it. A gang bundle's launch.json names no rendezvous task: the same argument is refused, exit 2."""
+    import signal
+    import time
+
+    import torch.distributed as dist
+
+    from recipekit.bundle.render import restamp_run_files
+    from recipekit.validate.dryrun.workdir import podmount
+    from recipekit.validate.shared.ports import free_port
+
+    bundle = build(["recipe=tiny_sft", "parallel=ddp", "cluster.nodes=2", "cluster.min_nodes=1"], tmp_path / "b")
+    port = free_port(set())
+    set_launch(bundle.path, master_port=port)
+    names = ("launch.json", "recipe.yaml", "run.sh", "ds_config.json", "volcano-job.yaml", "run-files.yaml")
+    files = {name: (bundle.path / name).read_bytes() for name in names if (bundle.path / name).is_file()}
+    for name, data in restamp_run_files(files).items():  # the ConfigMap and the Job's digest follow launch.json
+        (bundle.path / name).write_bytes(data)
+    root = tmp_path / "cluster"
+    command = podmount.pod_command(bundle.path, root, 0, "rdzv")
+    assert command[-1] == "--serve-rendezvous"
+    digest = podmount.mount(bundle.path, root, 0, "rdzv")
+    env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": "/tmp", "VC_TASK_INDEX": "0"}
+    env["RECIPEKIT_RUN_FILES_DIGEST"] = str(digest)
+    pod = subprocess.Popen(command, cwd=podmount.pod_root(root, 0, "rdzv"), env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        client = None
+        for _ in range(120):
+            try:
+                client = dist.TCPStore("127.0.0.3", port, is_master=False, timeout=timedelta(seconds=2))
+                break
+            except (RuntimeError, OSError):
+                time.sleep(0.5)
+        assert client is not None, "the store never answered"
+        client.set("round", "1")
+        assert client.get("round") == b"1"
+        pod.send_signal(signal.SIGTERM)
+        _, err = pod.communicate(timeout=30)
+    finally:
+        pod.kill()
+        podmount.unmount(root)
+    assert f"serving torchrun's c10d rendezvous store on port {port}" in err and "Traceback" not in err
+    gang = build(["recipe=tiny_sft", "cluster.nodes=2"], tmp_path / "gang").path
+    proc = subprocess.run(
+        ["bash", "-c", f"cd {gang} && python3 -m runtime.launch launch.json --by-hand --serve-rendezvous"],
+        env={"PATH": env["PATH"], "HOME": "/tmp", "PYTHONPATH": str(gang)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert "launch.json names no rendezvous task (the run is not elastic)" in proc.stderr
 
 
 def test_a_configmap_edit_that_makes_a_gang_run_elastic_is_refused_before_torchrun(

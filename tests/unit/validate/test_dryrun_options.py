@@ -105,13 +105,14 @@ def test_a_step_s_loss_stays_in_the_scrollback() -> None:
     assert _transient("attempt 1: step 3")
 
 
-def test_a_lost_node_is_one_of_the_others_at_a_step_it_may_return_after() -> None:
-    """--lose-pod: pod 0 hosts torchrun's rendezvous store, so it is never the one lost; the loss lands at the
-    default kill step unless told; the capacity returns after it, with a step left for the grown run."""
+def test_a_lost_node_is_any_pod_of_the_job_at_a_step_it_may_return_after() -> None:
+    """--lose-pod: any pod, the first included (the rendezvous store lives in a pod of its own); the loss lands at
+    the default kill step unless told; the capacity returns after it, with a step left for the grown run."""
     lost = DryRunOptions(pods=2, steps=10, lose_pod=1, return_at_step=8).resolved()
     assert (lost.at_step, lost.return_at_step) == (7, 8)
+    assert DryRunOptions(pods=2, steps=10, lose_pod=0).resolved().lose_pod == 0
     refused = {
-        "--lose-pod 0": DryRunOptions(pods=2, lose_pod=0),
+        "--lose-pod 2: pods 0..1": DryRunOptions(pods=2, lose_pod=2),
         "one drill per dry run": DryRunOptions(pods=2, lose_pod=1, kill_pod=1),
         "--return-at-step 9": DryRunOptions(pods=2, steps=10, lose_pod=1, return_at_step=9),
         "--return-at-step 6": DryRunOptions(pods=2, steps=10, lose_pod=1, at_step=6, return_at_step=6),

@@ -37,6 +37,7 @@ BUNDLES = {
     "llama": ["recipe=llama3_8b_sft", "hw=ascend910b"],
     "qwen": ["recipe=qwen2.5_14b_sft"],
     "lora_a100": ["recipe=llama3_8b_lora", "hw=a100_80g"],
+    "elastic": ["recipe=tiny_sft", "parallel=ddp", "cluster.nodes=2", "cluster.min_nodes=1"],
 }
 
 
@@ -497,6 +498,30 @@ BREAKAGES: list[Breakage] = [
         edit_yaml("volcano-job.yaml", lambda j: _set(j["spec"], "minAvailable", 1)),
         "consistency.world-size",
         ("volcano-job.yaml spec.minAvailable", "static rendezvous"),
+        True,
+    ),
+    (
+        "elastic-gang-without-the-rendezvous-pod",
+        "elastic",
+        edit_yaml("volcano-job.yaml", lambda j: _set(j["spec"], "minAvailable", 1)),
+        "consistency.world-size",
+        ("volcano-job.yaml spec.minAvailable", "the gang is 1 + the rendezvous pod"),
+        True,
+    ),
+    (
+        "elastic-rendezvous-task-removed",
+        "elastic",
+        edit_yaml("volcano-job.yaml", lambda j: j["spec"]["tasks"].pop()),
+        "consistency.world-size",
+        ("volcano-job.yaml spec.tasks", "no task 'rdzv', the rendezvous pod launch.json elastic.rendezvous names"),
+        True,
+    ),
+    (
+        "elastic-rendezvous-pod-trains",
+        "elastic",
+        edit_yaml("volcano-job.yaml", lambda j: j["spec"]["tasks"][1]["template"]["spec"]["containers"][0].pop("args")),
+        "consistency.world-size",
+        ("spec.tasks[1].template.spec.containers[0].args", "serves the store only with ['--serve-rendezvous']"),
         True,
     ),
     (

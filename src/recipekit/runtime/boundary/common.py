@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+from collections.abc import Mapping
 from typing import Any
 
 #: The logger of every runtime module: one name, so a log line reads ``train: ...`` whichever module wrote it.
@@ -22,6 +23,18 @@ class RunError(Exception):
 def rank() -> int:
     """This process's global rank, as torchrun sets it (0 when started alone)."""
     return int(os.environ.get("RANK", "0"))
+
+
+def pod_index(environ: Mapping[str, str] | None = None) -> int | None:
+    """This process's pod, as a person finds it: its index in the Volcano task (``VC_TASK_INDEX``: the pod's name
+    ends with it, and it stays the pod's when an elastic run's agents regroup and number their nodes anew), else
+    torchrun's node rank (``GROUP_RANK``: a bundle started by hand), else None."""
+    env = os.environ if environ is None else environ
+    for name in ("VC_TASK_INDEX", "GROUP_RANK"):
+        value = env.get(name, "")
+        if value.isdigit():
+            return int(value)
+    return None
 
 
 def log0(message: str, *args: Any, level: int = logging.INFO) -> None:

@@ -29,6 +29,9 @@ LAUNCH_MODULE = f"{RUNTIME_PACKAGE}.launch"
 #: working directory, on the mounted launch.json. It checks every run file against the digest the Job carries before
 #: any of them is read or run; run.sh is for a bundle started by hand and is never what a pod runs.
 POD_COMMAND = ("python3", "-m", LAUNCH_MODULE, f"{POD_WORKDIR}/{RUN_FILES_DIR}/{LAUNCH_FILE}")
+#: The argument after :data:`POD_COMMAND` of an elastic Job's rendezvous pod: the launcher checks the run files and
+#: serves torchrun's rendezvous store (runtime/rendezvous.py), training nothing.
+SERVE_RENDEZVOUS = "--serve-rendezvous"
 #: The bundle's file holding that ConfigMap (it sorts before volcano-job.yaml: kubectl applies it first).
 RUN_FILES_CONFIGMAP = "run-files.yaml"
 

@@ -3,7 +3,7 @@ directory, and ``recipekit runs history`` reads them beside the recoveries.
 
 The launcher's own record of its workers' codes lives in a temporary directory that goes with the pod; this one
 stays on the shared volume. Each rank appends to its own file, ``attempt-ends/rank-<R>.jsonl`` (no two writers share
-a file), one line per exit: the global rank, the pod (torchrun's ``GROUP_RANK``, Volcano's task index), the host
+a file), one line per exit: the global rank, the pod (Volcano's task index, else torchrun's ``GROUP_RANK``), the host
 (the pod's name), the exit code and its name in ``exitcodes.EXIT_CODES``, the signal of a 128 + N code, the last
 step this attempt completed and the time. A process killed outright (SIGKILL, the kernel's OOM killer, a lost node)
 writes nothing: its rank is then named as missing, which is itself the cause more often than not.
@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..boundary import exitcodes, filenames, jsonfile
+from ..boundary import common, exitcodes, filenames, jsonfile
 
 ENDS_DIR = "attempt-ends"
 #: The most a rank's file is read (one line is about 200 bytes: thousands of attempts).
@@ -77,7 +77,7 @@ def record_end(code: int, environ: Mapping[str, str] | None = None) -> None:
     env = os.environ if environ is None else environ
     line = {
         "rank": _int(env.get("RANK")),
-        "pod": _int(env.get("GROUP_RANK")),
+        "pod": common.pod_index(env),  # Volcano's index: an elastic regroup numbers torchrun's nodes anew
         "host": socket.gethostname()[:253],
         "code": int(code),
         "name": exitcodes.exit_code_name(code),
@@ -198,13 +198,20 @@ def attempt_began(record: dict[str, Any], previous: dict[str, Any] | None) -> fl
 
 
 def regrouped(record: dict[str, Any], previous: dict[str, Any] | None) -> bool:
-    """Whether start record ``record``'s launcher was already running when the attempt of ``previous`` (the start
-    before it) began training: the pods went on and torchrun's agents formed a new worker group. Its launcher is
-    the previous one, or any launcher older than the previous start: the rendezvous gives rank 0 (which writes the
-    record) to whichever pod sorts first, so when the pod of the old rank 0 is lost, another pod's launcher, which
-    never stopped, writes the next start."""
+    """Whether start record ``record``'s launcher was already running before its attempt was called for: the pods
+    went on and torchrun's agents formed a new worker group. A launcher started at or before the interruption it
+    follows (the previous attempt's last step) or the previous start was not started by them. Which launcher writes
+    the record turns on where rank 0 lands: the rendezvous gives it to the pod whose name sorts first, so it moves
+    when that pod is lost (to another pod, whose launcher never stopped) and when it comes back (to the returning
+    pod, whose launcher started as its capacity returned, before the workers were stopped to grow)."""
     launcher = finite_time(record.get("launch_time"))
-    if launcher is None or previous is None:
+    if launcher is None:
+        return False
+    interrupted = record.get("interrupted")
+    stopped = finite_time(interrupted.get("time")) if isinstance(interrupted, dict) else None
+    if stopped is not None and launcher <= stopped:
+        return True
+    if previous is None:
         return False
     before, began = finite_time(previous.get("launch_time")), finite_time(previous.get("time"))
     return launcher == before or (began is not None and launcher <= began)

@@ -165,18 +165,15 @@ class DryRunOptions:
         return self if at_step == self.at_step else replace(self, at_step=at_step)
 
     def _lost(self) -> DryRunOptions:
-        """--lose-pod's options resolved: pod 0 stays (it hosts torchrun's rendezvous), the step it goes at, and the
-        step its capacity returns at, after that one."""
+        """--lose-pod's options resolved: any pod of the Job (an elastic Job's rendezvous store lives in a pod of
+        its own, bundle/documents.py), the step it goes at, and the step its capacity returns at, after that one."""
         assert self.lose_pod is not None
         others = [("--kill-pod", self.kill_pod), ("--resume-pods", self.resume_pods), ("--restart", self.restart)]
         given = [name for name, value in others if value is not None]
         if given:
             raise DryRunUsageError(f"--lose-pod and {', '.join(given)}: one drill per dry run")
-        if not 1 <= self.lose_pod < self.pods:
-            raise DryRunUsageError(
-                f"--lose-pod {self.lose_pod}: pods 1..{self.pods - 1} (pod 0 hosts torchrun's rendezvous store; "
-                "losing it restarts the Job)"
-            )
+        if not 0 <= self.lose_pod < self.pods:
+            raise DryRunUsageError(f"--lose-pod {self.lose_pod}: pods 0..{self.pods - 1}")
         at_step = self.default_at_step if self.at_step is None else self.at_step
         if not 1 <= at_step < self.steps:
             raise DryRunUsageError(f"--at-step {at_step}: must be between 1 and --steps - 1 ({self.steps - 1})")

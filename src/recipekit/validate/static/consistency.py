@@ -14,6 +14,7 @@ from recipekit.bundle.files import JOB, LAUNCH, RECIPE
 from recipekit.plan.plan import resolve_precision
 from recipekit.recipe.k8snames import task_env_name
 from recipekit.recipe.volumes import off_volumes, under
+from recipekit.runtime.boundary import filenames
 from recipekit.validate.shared.loader import Bundle, as_int, container_of, device_resources, task_of
 from recipekit.validate.shared.results import Result, Status
 
@@ -81,18 +82,21 @@ def check_world_size(bundle: Bundle) -> Result:
 
 def _check_gang(result: Result, bundle: Bundle, replicas: int | None) -> None:
     """The Job's gang matches the rendezvous launch.json asks for: every pod (torchrun's static rendezvous), or the
-    elastic range's fewest (``elastic.min_nodes``, torchrun's --nnodes MIN:MAX, plan/rescale.py)."""
+    elastic range's fewest (``elastic.min_nodes``, torchrun's --nnodes MIN:MAX, plan/rescale.py) and the rendezvous
+    pod they meet at (:func:`_check_rendezvous_task`)."""
     job_min = as_int(((bundle.job or {}).get("spec") or {}).get("minAvailable"))
     elastic = (bundle.launch or {}).get("elastic")
     low = as_int(elastic.get("min_nodes")) if isinstance(elastic, dict) else None
+    meeting = _check_rendezvous_task(result, bundle, elastic) if isinstance(elastic, dict) else 0
     if job_min is None or replicas is None:
         return
-    if low is not None and job_min != low:
+    if low is not None and job_min != low + meeting:
+        pods = f"{low} + the rendezvous pod" if meeting else str(low)
         result.fail(
             JOB,
             "spec.minAvailable",
-            f"{job_min}, but {LAUNCH} elastic.min_nodes = {low}: the Job would wait for pods torchrun's elastic "
-            "rendezvous goes on without, or start with fewer than it needs",
+            f"{job_min}, but {LAUNCH} elastic.min_nodes = {low}: the gang is {pods}; the Job would wait for pods "
+            "torchrun's elastic rendezvous goes on without, or start with fewer than it needs",
         )
     elif low is None and job_min < replicas:
         result.fail(
@@ -101,6 +105,31 @@ def _check_gang(result: Result, bundle: Bundle, replicas: int | None) -> None:
             f"{job_min} < {replicas} replicas: torchrun's static rendezvous needs "
             "every pod, so the Job must be gang-scheduled (minAvailable = replicas)",
         )
+
+
+def _check_rendezvous_task(result: Result, bundle: Bundle, elastic: dict[str, Any]) -> int:
+    """The rendezvous task launch.json's ``elastic.rendezvous`` names is the Job's: one pod, the image's launcher
+    serving the store (bundle/documents.py); the pods it adds to the gang (0 where launch.json names none)."""
+    named = elastic.get("rendezvous")
+    if named is None:
+        return 0
+    name = named.get("task_name") if isinstance(named, dict) else None
+    tasks = ((bundle.job or {}).get("spec") or {}).get("tasks") or []
+    found = [(i, t) for i, t in enumerate(tasks) if isinstance(t, dict) and t.get("name") == name]
+    if not found:
+        result.fail(JOB, "spec.tasks", f"no task {name!r}, the rendezvous pod {LAUNCH} elastic.rendezvous names")
+        return 1
+    index, task = found[0]
+    if as_int(task.get("replicas")) != 1:
+        result.fail(JOB, f"spec.tasks[{index}].replicas", f"{task.get('replicas')}, but the rendezvous is one pod")
+    args = container_of(task).get("args")
+    if args != [filenames.SERVE_RENDEZVOUS]:
+        result.fail(
+            JOB,
+            f"spec.tasks[{index}].template.spec.containers[0].args",
+            f"{args}, but the rendezvous pod's launcher serves the store only with [{filenames.SERVE_RENDEZVOUS!r}]",
+        )
+    return 1
 
 
 def check_task_env(bundle: Bundle) -> Result:

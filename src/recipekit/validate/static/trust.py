@@ -22,7 +22,7 @@ from recipekit.base import yamlfile
 from recipekit.bundle.documents import run_key_command
 from recipekit.bundle.files import JOB, KUSTOMIZATION, LAUNCH, README
 from recipekit.runtime.volume import trust
-from recipekit.validate.shared.loader import Bundle
+from recipekit.validate.shared.loader import Bundle, task_of
 from recipekit.validate.shared.results import Finding, Result
 
 #: What a kustomization may list for ``kubectl apply -k`` to create: the run files and the Job, nothing that could
@@ -40,9 +40,11 @@ def check_trust(bundle: Bundle) -> Result:
     wanted = (bundle.launch.get("env") or {}).get(trust.KEY_ENV)
     if wanted != f"{trust.KEY_MOUNT}/{trust.KEY_NAME}":
         result.fail(LAUNCH, f"env.{trust.KEY_ENV}", f"is {wanted!r}, not {trust.KEY_MOUNT}/{trust.KEY_NAME}")
-    for index, task in enumerate((bundle.job.get("spec") or {}).get("tasks") or []):
+    located = task_of(bundle.job)  # the trainers' task; an elastic Job's rendezvous pod signs nothing
+    if located is not None:
+        index, task = located
         where = f"spec.tasks[{index}].template.spec"
-        problem = _mount_problem(((task or {}).get("template") or {}).get("spec") or {})
+        problem = _mount_problem((task.get("template") or {}).get("spec") or {})
         if problem:
             result.fail(JOB, where, problem, f"mount Secret {trust.SECRET_NAME} read-only at {trust.KEY_MOUNT}")
     namespace = ((bundle.job.get("metadata") or {}).get("namespace")) or "default"

@@ -26,6 +26,7 @@ import psutil
 import yaml
 
 from recipekit.bundle.files import JOB, LAUNCH, TRAIN_MODULE
+from recipekit.recipe.k8snames import RENDEZVOUS_TASK, task_env_name
 from recipekit.runtime.boundary import exitcodes, filenames, metricslog, runfiles
 from recipekit.runtime.boundary.metricnames import PORT_ENV as METRICS_PORT_ENV
 from recipekit.runtime.volume import trust
@@ -61,14 +62,18 @@ def node_local_dir(work: WorkCopy, index: int) -> Path:
     return work.root / "hot" / f"node-{index}"
 
 
+#: The rendezvous pod's loopback address (an elastic Job's rendezvous task): past every worker pod's.
+RENDEZVOUS_HOST = "127.0.0.254"
+
+
 def pod_hosts(pods: int) -> list[str]:
     """Volcano's host list of the simulated pods: a loopback address of its own per pod (127.0.0.1 first, the
     master), as each pod of a Job has its own name. torchrun's elastic rendezvous orders its agents by the
     address they name themselves by (``--local-addr``), then by process id: with one address for all, which pod
     held rank 0 turned on which agent the kernel gave the lower pid. Distinct addresses sort as a Job's host names
     do (``-0`` first, ``-10`` before ``-2``), so rank 0 is pod 0's while it lives, as on a cluster."""
-    if not 0 < pods < 255:
-        raise ValueError(f"a dry run simulates 1 to 254 pods on this host's loopback, not {pods}")
+    if not 0 < pods < 254:
+        raise ValueError(f"a dry run simulates 1 to 253 pods on this host's loopback, not {pods}")
     return [f"127.0.0.{index + 1}" for index in range(pods)]
 
 
@@ -112,6 +117,9 @@ def pod_environment(
             "TORCH_EXTENSIONS_DIR": str(extensions_dir()),
         }
     )
+    if work.plan.elastic is not None:  # the svc plugin's entries of the rendezvous task (bundle/documents.py)
+        meeting = task_env_name(RENDEZVOUS_TASK)
+        env.update({f"VC_{meeting}_HOSTS": RENDEZVOUS_HOST, f"VC_{meeting}_NUM": "1"})
     env[trust.KEY_ENV] = str(work.run_key)  # the Secret the Job mounts (docs/trust.md)
     # the pod's node-local disk (train.hot_checkpoints): its own directory, kept across attempts as a hostPath is
     # on a node; pod ``index`` of every attempt runs on "node" ``index``
@@ -171,6 +179,8 @@ class DryRun:
         except (OSError, yaml.YAMLError):
             self.job = {}
         self.nproc = int(spec.get("nproc_per_node") or 1)
+        #: an elastic Job's rendezvous pod (launch.json ``elastic.rendezvous``), started with every attempt
+        self.rendezvous = self._rendezvous_pod() if (spec.get("elastic") or {}).get("rendezvous") else None
         #: the environment every pod of this attempt started with (a restart request, the hold), for a pod started
         #: again inside the attempt (the elastic drill's returning node)
         self.start_env: dict[str, str] = {}
@@ -198,6 +208,21 @@ class DryRun:
             for i in range(pods)
         ]
 
+    def _rendezvous_pod(self) -> Pod:
+        """The rendezvous task's one pod: the Job's container command and arguments for that task (the launcher
+        serving torchrun's store), with what Volcano injects into it."""
+        work = self.work
+        return self.podset.add(
+            Pod(
+                0,
+                podmount.pod_command(work.bundle, work.root, 0, RENDEZVOUS_TASK),
+                podmount.pod_root(work.root, 0, RENDEZVOUS_TASK),
+                pod_environment(work, 0, self.options),
+                work.logs / f"{RENDEZVOUS_TASK}-0.log",
+                task=RENDEZVOUS_TASK,
+            )
+        )
+
     # -- one attempt: start every pod, watch until done / failed / killed / timed out
     def attempt(self, kill_at: int | None, env: dict[str, str] | None = None, lost: LostNode | None = None) -> Attempt:
         """Start every pod (``env`` added to each pod's environment: a restart request, say) and watch them.
@@ -222,6 +247,8 @@ class DryRun:
             if lost.return_at is not None:  # and grow back at exactly that step, once the replacement joined
                 hold[exitcodes.HOLD_SHRUNK_AT_STEP_ENV] = str(lost.return_at)
         self.start_env = {**hold, **(env or {})}
+        if self.rendezvous is not None:  # the Job's pods start together; the agents retry until the store answers
+            self._start(self.rendezvous, f"attempt {number}: {label}, rendezvous port {port}")
         for pod in self.pods:
             attempt.log_offsets[pod.index] = pod.log_size()
             self._start(pod, f"attempt {number}: {label}, master port {port}")
@@ -270,6 +297,8 @@ class DryRun:
                 break
             time.sleep(0.01)
         attempt = self._read_metrics(attempt, phases, time.monotonic(), regroup=lost is not None)  # the last records
+        if self.rendezvous is not None:  # Volcano reclaims it as the Job completes, deletes it as the Job restarts
+            self.rendezvous.terminate(grace=5.0)
         phases.poll()  # and the pods' last words (train.py: ..., launch: ...)
         attempt.exit_codes = {pod.index: pod.poll() for pod in self.pods}
         attempt.ended = time.monotonic()
@@ -279,9 +308,9 @@ class DryRun:
     def _start(self, pod: Pod, header: str) -> None:
         """Start ``pod`` as the Job's pod starts: its node-local disk, the ConfigMap mounted read-only, and the digest
         the Job's container carries (bundle/runfiles.py)."""
-        if self.work.hot_tier == "emptyDir":  # an emptyDir is deleted with its pod: every start's is new
+        if self.work.hot_tier == "emptyDir" and pod.task is None:  # deleted with its pod: every start's is new
             shutil.rmtree(node_local_dir(self.work, pod.index), ignore_errors=True)
-        digest = podmount.mount(self.work.bundle, self.work.root, pod.index)
+        digest = podmount.mount(self.work.bundle, self.work.root, pod.index, pod.task)
         mounted = {runfiles.DIGEST_ENV: digest} if digest else {}
         pod.start(header=header, env={**self.start_env, **mounted})
 

@@ -42,6 +42,8 @@ class Pod:
     killed: bool = False
     #: how often the pod was started (the elastic drill checks nobody restarted the pods that were left)
     starts: int = 0
+    #: the Job's task this pod belongs to: None for the training task, else its name (an elastic Job's rendezvous)
+    task: str | None = None
 
     def start(self, header: str = "", env: dict[str, str] | None = None) -> None:
         """Start the pod's command (with ``env`` added to the pod's environment for this start only)."""

@@ -36,9 +36,9 @@ from recipekit.bundle.runfiles import FILE_MODE, job_digest
 MOUNT_DIR = RUN_FILES_MOUNT.rsplit("/", 1)[-1]
 
 
-def pod_root(root: Path, index: int) -> Path:
-    """Pod ``index``'s stand-in for the image's working directory."""
-    return root / "pods" / f"pod-{index}"
+def pod_root(root: Path, index: int, task: str | None = None) -> Path:
+    """Pod ``index``'s stand-in for the image's working directory (of the training task, or of task ``task``)."""
+    return root / "pods" / (f"pod-{index}" if task is None else f"{task}-{index}")
 
 
 def run_script(root: Path, index: int) -> Path:
@@ -47,23 +47,27 @@ def run_script(root: Path, index: int) -> Path:
     return pod_root(root, index) / MOUNT_DIR / RUN
 
 
-def pod_command(bundle: Path, root: Path, index: int) -> list[str]:
-    """What pod ``index`` starts: the work copy's Job's container command (the image's launcher where the Job sets
-    none), each argument inside the image's working directory mapped to the pod's root."""
+def pod_command(bundle: Path, root: Path, index: int, task: str | None = None) -> list[str]:
+    """What pod ``index`` of the training task (or of the Job's task named ``task``) starts: the work copy's Job's
+    container command (the image's launcher where the Job sets none) and its arguments, each inside the image's
+    working directory mapped to the pod's root."""
     try:
         job = yaml.safe_load((bundle / JOB).read_text(encoding="utf-8")) or {}
-        container = job["spec"]["tasks"][0]["template"]["spec"]["containers"][0]
-        command = [str(word) for word in container.get("command") or POD_COMMAND]
-    except (OSError, yaml.YAMLError, KeyError, IndexError, TypeError, AttributeError):
+        tasks = job["spec"]["tasks"]
+        chosen = tasks[0] if task is None else next(t for t in tasks if t["name"] == task)
+        container = chosen["template"]["spec"]["containers"][0]
+        command = [str(word) for word in [*(container.get("command") or POD_COMMAND), *(container.get("args") or [])]]
+    except (OSError, yaml.YAMLError, KeyError, IndexError, TypeError, AttributeError, StopIteration):
         command = list(POD_COMMAND)
-    pod = pod_root(root, index)
+    pod = pod_root(root, index, task)
     return [str(pod / word[len(WORKDIR) + 1 :]) if word.startswith(WORKDIR + "/") else word for word in command]
 
 
-def mount(bundle: Path, root: Path, index: int) -> str | None:
-    """(Re)lay out pod ``index`` from the work copy ``bundle``: its runtime, and the ConfigMap's data as read-only
-    files; return the digest the Job carries (None when it carries none)."""
-    pod = pod_root(root, index)
+def mount(bundle: Path, root: Path, index: int, task: str | None = None) -> str | None:
+    """(Re)lay out pod ``index`` (of the training task, or of task ``task``) from the work copy ``bundle``: its
+    runtime, and the ConfigMap's data as read-only files; return the digest the Job carries (None when it carries
+    none)."""
+    pod = pod_root(root, index, task)
     pod.mkdir(parents=True, exist_ok=True)
     for path in (pod.parent, pod, pod / MOUNT_DIR):
         if path.is_symlink():
