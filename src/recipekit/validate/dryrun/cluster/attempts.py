@@ -62,8 +62,9 @@ def node_local_dir(work: WorkCopy, index: int) -> Path:
     return work.root / "hot" / f"node-{index}"
 
 
-#: The rendezvous pod's loopback address (an elastic Job's rendezvous task): past every worker pod's.
-RENDEZVOUS_HOST = "127.0.0.254"
+#: The first pod's loopback address (Volcano's host list, :func:`pod_hosts`), and the rendezvous pod's (an elastic
+#: Job's rendezvous task): past every worker pod's.
+MASTER, RENDEZVOUS_HOST = "127.0.0.1", "127.0.0.254"
 
 
 def pod_hosts(pods: int) -> list[str]:
@@ -252,9 +253,11 @@ class DryRun:
         for pod in self.pods:
             attempt.log_offsets[pod.index] = pod.log_size()
             self._start(pod, f"attempt {number}: {label}, master port {port}")
+        meeting = (
+            f"and the rendezvous pod ({RENDEZVOUS_HOST}:{port})" if self.rendezvous else f"(master {MASTER}:{port})"
+        )
         self.progress(
-            f"attempt {number}: {len(self.pods)} pod(s) running the launcher (master 127.0.0.1:{port}); "
-            f"logs in {self.work.logs}"
+            f"attempt {number}: {len(self.pods)} pod(s) {meeting} running the launcher; logs in {self.work.logs}"
         )
         phases = PhaseReporter(
             number,
