@@ -248,17 +248,7 @@ class DryRun:
             if lost.return_at is not None:  # and grow back at exactly that step, once the replacement joined
                 hold[exitcodes.HOLD_SHRUNK_AT_STEP_ENV] = str(lost.return_at)
         self.start_env = {**hold, **(env or {})}
-        if self.rendezvous is not None:  # the Job's pods start together; the agents retry until the store answers
-            self._start(self.rendezvous, f"attempt {number}: {label}, rendezvous port {port}")
-        for pod in self.pods:
-            attempt.log_offsets[pod.index] = pod.log_size()
-            self._start(pod, f"attempt {number}: {label}, master port {port}")
-        meeting = (
-            f"and the rendezvous pod ({RENDEZVOUS_HOST}:{port})" if self.rendezvous else f"(master {MASTER}:{port})"
-        )
-        self.progress(
-            f"attempt {number}: {len(self.pods)} pod(s) {meeting} running the launcher; logs in {self.work.logs}"
-        )
+        self._start_all(attempt, f"attempt {number}: {label}", port)
         phases = PhaseReporter(
             number,
             {pod.index: (pod.log_path, attempt.log_offsets[pod.index]) for pod in self.pods},
@@ -307,6 +297,22 @@ class DryRun:
         attempt.ended = time.monotonic()
         attempt.ledger_to = ledger_sizes(self.work.output_dir)
         return attempt
+
+    def _start_all(self, attempt: Attempt, header: str, port: int) -> None:
+        """Start the Job's pods together (an elastic Job's rendezvous pod first; the agents retry until its store
+        answers), each log's part of ``attempt`` from here, and say where they meet."""
+        if self.rendezvous is not None:
+            self._start(self.rendezvous, f"{header}, rendezvous port {port}")
+        for pod in self.pods:
+            attempt.log_offsets[pod.index] = pod.log_size()
+            self._start(pod, f"{header}, master port {port}")
+        meeting = (
+            f"and the rendezvous pod ({RENDEZVOUS_HOST}:{port})" if self.rendezvous else f"(master {MASTER}:{port})"
+        )
+        self.progress(
+            f"attempt {attempt.number}: {len(self.pods)} pod(s) {meeting} running the launcher; "
+            f"logs in {self.work.logs}"
+        )
 
     def _start(self, pod: Pod, header: str) -> None:
         """Start ``pod`` as the Job's pod starts: its node-local disk, the ConfigMap mounted read-only, and the digest
