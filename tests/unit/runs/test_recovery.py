@@ -31,6 +31,20 @@ def _attempt(out: Path, clock: Clock, steps: range, resume: int | None, launched
         log.done(steps[-1])
 
 
+def _workers_started(
+    out: Path, clock: Clock, launched: float, workers: float, resume: int, world: int
+) -> recovery.RecoveryLog:
+    """A start written by workers torchrun's agent started at ``workers`` under a launcher that began at
+    ``launched`` (an elastic regroup: the launcher went on), resuming checkpoint ``resume`` on ``world`` ranks."""
+    log = recovery.RecoveryLog(out, enabled=True, clock=clock, environ={recovery.LAUNCH_TIME_ENV: str(launched)})
+    recovery.WORKER_STARTED, saved = workers, recovery.WORKER_STARTED
+    try:
+        log.started(resume, f"{out}/checkpoint-{resume}", world_size=world)
+    finally:
+        recovery.WORKER_STARTED = saved
+    return log
+
+
 def test_a_kill_and_a_restart_make_one_recovery_with_its_mttr_and_steps_lost(tmp_path: Path) -> None:
     clock = Clock()
     _attempt(tmp_path, clock, range(1, 7), None, launched=990.0)  # killed after step 6 at t=1011
@@ -105,12 +119,7 @@ def test_an_elastic_restart_is_timed_from_its_new_workers_and_said_to_be_torchru
     clock = Clock()
     _attempt(tmp_path, clock, range(1, 7), None, launched=990.0)  # last step 6 at t=1011
     clock.now = 1040.0
-    log = recovery.RecoveryLog(tmp_path, enabled=True, clock=clock, environ={recovery.LAUNCH_TIME_ENV: "990.0"})
-    recovery.WORKER_STARTED, saved = 1032.0, recovery.WORKER_STARTED
-    try:
-        log.started(4, f"{tmp_path}/checkpoint-4", world_size=1)
-    finally:
-        recovery.WORKER_STARTED = saved
+    log = _workers_started(tmp_path, clock, launched=990.0, workers=1032.0, resume=4, world=1)
     clock.now = 1045.0
     log.loaded(4)
     clock.now = 1046.0
@@ -134,12 +143,9 @@ def test_an_elastic_restart_whose_rank_0_moved_to_another_pod_is_still_timed_fro
     clock = Clock()
     _attempt(tmp_path, clock, range(1, 7), None, launched=991.0)  # rank 0 on pod 1; last step 6 at t=1011
     clock.now = 1040.0
-    log = recovery.RecoveryLog(tmp_path, enabled=True, clock=clock, environ={recovery.LAUNCH_TIME_ENV: "990.0"})
-    recovery.WORKER_STARTED, saved = 1032.0, recovery.WORKER_STARTED
-    try:
-        log.started(4, f"{tmp_path}/checkpoint-4", world_size=1)  # rank 0 now on pod 0, launched at 990
-    finally:
-        recovery.WORKER_STARTED = saved
+    log = _workers_started(
+        tmp_path, clock, launched=990.0, workers=1032.0, resume=4, world=1
+    )  # rank 0 now on pod 0, launched at 990
     clock.now = 1046.0
     log.step(5)
     ends = [{"rank": 0, "pod": 1, "host": "h", "code": 1, "name": "failed", "signal": None, "step": 6, "time": 1012.0}]
@@ -169,12 +175,7 @@ def test_an_elastic_growth_is_timed_from_its_new_workers_though_the_returning_po
     clock = Clock()
     _attempt(tmp_path, clock, range(1, 7), None, launched=991.0)  # the shrunk group; its last step 6 at t=1011
     clock.now = 1030.0
-    log = recovery.RecoveryLog(tmp_path, enabled=True, clock=clock, environ={recovery.LAUNCH_TIME_ENV: "1008.0"})
-    recovery.WORKER_STARTED, saved = 1020.0, recovery.WORKER_STARTED
-    try:
-        log.started(6, f"{tmp_path}/checkpoint-6", world_size=2)
-    finally:
-        recovery.WORKER_STARTED = saved
+    log = _workers_started(tmp_path, clock, launched=1008.0, workers=1020.0, resume=6, world=2)
     clock.now = 1033.0
     log.step(7)
     ends = [{"rank": 0, "pod": 1, "host": "h", "code": 143, "name": "preempted", "signal": 15, "step": 6,
