@@ -25,10 +25,11 @@ def rank() -> int:
     return int(os.environ.get("RANK", "0"))
 
 
-def pod_index(environ: Mapping[str, str] | None = None) -> int | None:
+def volcano_pod_index(environ: Mapping[str, str] | None = None) -> int | None:
     """This process's pod, as a person finds it: its index in the Volcano task (``VC_TASK_INDEX``: the pod's name
     ends with it, and it stays the pod's when an elastic run's agents regroup and number their nodes anew), else
-    torchrun's node rank (``GROUP_RANK``: a bundle started by hand), else None."""
+    torchrun's node rank (``GROUP_RANK``: a bundle started by hand), else None. Not the pods' numbering within a
+    worker group, which preflight's markers need (ops/preflight/nodefacts.pod_index: the node rank first)."""
     env = os.environ if environ is None else environ
     for name in ("VC_TASK_INDEX", "GROUP_RANK"):
         value = env.get(name, "")

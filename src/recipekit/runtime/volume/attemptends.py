@@ -77,7 +77,7 @@ def record_end(code: int, environ: Mapping[str, str] | None = None) -> None:
     env = os.environ if environ is None else environ
     line = {
         "rank": _int(env.get("RANK")),
-        "pod": common.pod_index(env),  # Volcano's index: an elastic regroup numbers torchrun's nodes anew
+        "pod": common.volcano_pod_index(env),  # Volcano's index: an elastic regroup numbers torchrun's nodes anew
         "host": socket.gethostname()[:253],
         "code": int(code),
         "name": exitcodes.exit_code_name(code),
