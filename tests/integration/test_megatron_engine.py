@@ -12,7 +12,7 @@ optimizer and RNG states: equal, not close), then finish; its final HF export mu
 (LoRA: merged into the projections only). The MoE twin is not exported on the CPU (the dry run turns export_hf off
 and says why). What a CPU run cannot prove is validate's ``dryrun.unproven`` (and docs/engines.md).
 
-Slow: about 2 minutes a layout on 2 cores, once the engine venv is built (about 5 minutes, once per machine).
+Slow: about 2 minutes a layout on 2 cores, once the engine venv is built (about a minute, once per machine).
 """
 
 from __future__ import annotations

@@ -124,3 +124,56 @@ def test_a_live_holder_is_waited_for_until_the_timeout(pins: Path) -> None:
     waiter.join(30)
     lock.close()
     assert "was still held (PID" in result.get(timeout=5)
+
+
+class _Steps:
+    """The build's commands, recorded instead of run (the venv step makes bin/python); ``failing`` is the program
+    whose install fails (uv: an index only pip is configured for)."""
+
+    def __init__(self, failing: str = "") -> None:
+        self.argvs: list[list[str]] = []
+        self.failing = failing
+
+    def run(self, argv: list[str], **_kwargs) -> object:
+        self.argvs.append(argv)
+        if argv[1:3] == ["-m", "venv"]:
+            (Path(argv[3]) / "bin").mkdir(parents=True)
+            (Path(argv[3]) / "bin" / "python").write_text("", encoding="utf-8")
+        failed = self.failing and Path(argv[0]).name == self.failing
+        return type("Done", (), {"returncode": 1 if failed else 0})()
+
+
+@pytest.mark.parametrize("failing", ["", "uv"])
+def test_pip_installs_torch_first_and_uv_the_pins_or_pip_where_uv_fails(
+    pins: Path, monkeypatch: pytest.MonkeyPatch, failing: str
+) -> None:
+    """pip alone reads the machine's configuration that names the local CPU wheel (uv would take PyPI's CUDA torch):
+    torch goes first with pip; the pins with uv, which keeps that torch (it satisfies the pin); pip where uv fails."""
+    steps = _Steps(failing)
+    monkeypatch.setattr(enginevenv.subprocess, "run", steps.run)
+    monkeypatch.setattr(enginevenv, "uv_binary", lambda: "/opt/bin/uv")
+    monkeypatch.setattr(enginevenv, "_check", lambda python, log: ("torch==2.13.0+cpu", "megatron-bridge==0.3.1"))
+    venv = build_engine_venv(pins)
+    installs = [argv[argv.index("install") :] if "install" in argv else argv for argv in steps.argvs[1:]]
+    assert installs[0] == ["install", "--no-deps", "--no-input", "torch==2.13.0"]
+    assert steps.argvs[1][1:3] == ["-m", "pip"]
+    assert steps.argvs[2][0] == "/opt/bin/uv" and installs[1][-2:] == ["-r", str(pins)] and "--no-deps" in installs[1]
+    if failing:
+        assert steps.argvs[3][1:3] == ["-m", "pip"] and installs[2] == [
+            "install",
+            "--no-deps",
+            "--no-input",
+            "-r",
+            str(pins),
+        ]
+    assert len(steps.argvs) == (4 if failing else 3) and not venv.reused
+
+
+def test_without_uv_pip_installs_every_pin(pins: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    steps = _Steps()
+    monkeypatch.setattr(enginevenv.subprocess, "run", steps.run)
+    monkeypatch.setattr(enginevenv, "uv_binary", lambda: None)
+    monkeypatch.setattr(enginevenv, "_check", lambda python, log: ("torch==2.13.0+cpu",))
+    build_engine_venv(pins)
+    assert [argv[1:3] for argv in steps.argvs[1:]] == [["-m", "pip"], ["-m", "pip"]]
+    assert steps.argvs[2][-2:] == ["-r", str(pins)]
