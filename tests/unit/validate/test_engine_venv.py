@@ -132,13 +132,15 @@ class _Steps:
 
     def __init__(self, failing: str = "") -> None:
         self.argvs: list[list[str]] = []
+        self.envs: list[dict[str, str]] = []
         self.failing = failing
 
-    def run(self, argv: list[str], **_kwargs) -> object:
+    def run(self, argv: list[str], **kwargs) -> object:
         self.argvs.append(argv)
-        if argv[1:3] == ["-m", "venv"]:
-            (Path(argv[3]) / "bin").mkdir(parents=True)
-            (Path(argv[3]) / "bin" / "python").write_text("", encoding="utf-8")
+        self.envs.append(kwargs["env"])
+        if argv[1:4] == ["-P", "-m", "venv"]:
+            (Path(argv[4]) / "bin").mkdir(parents=True)
+            (Path(argv[4]) / "bin" / "python").write_text("", encoding="utf-8")
         failed = self.failing and Path(argv[0]).name == self.failing
         return type("Done", (), {"returncode": 1 if failed else 0})()
 
@@ -156,10 +158,12 @@ def test_pip_installs_torch_first_and_uv_the_pins_or_pip_where_uv_fails(
     venv = build_engine_venv(pins)
     installs = [argv[argv.index("install") :] if "install" in argv else argv for argv in steps.argvs[1:]]
     assert installs[0] == ["install", "--no-deps", "--no-input", "torch==2.13.0"]
-    assert steps.argvs[1][1:3] == ["-m", "pip"]
+    assert steps.argvs[1][1:4] == ["-P", "-m", "pip"]  # a pip/ planted in the cwd is never imported
     assert steps.argvs[2][0] == "/opt/bin/uv" and installs[1][-2:] == ["-r", str(pins)] and "--no-deps" in installs[1]
+    # uv reads no uv.toml or [tool.uv] of the cwd or above it (an untrusted tree's index); Pythons below, no cwd
+    assert steps.envs[2]["UV_NO_CONFIG"] == "1" and all(env["PYTHONSAFEPATH"] == "1" for env in steps.envs)
     if failing:
-        assert steps.argvs[3][1:3] == ["-m", "pip"] and installs[2] == [
+        assert steps.argvs[3][1:4] == ["-P", "-m", "pip"] and installs[2] == [
             "install",
             "--no-deps",
             "--no-input",
@@ -175,5 +179,5 @@ def test_without_uv_pip_installs_every_pin(pins: Path, monkeypatch: pytest.Monke
     monkeypatch.setattr(enginevenv, "uv_binary", lambda: None)
     monkeypatch.setattr(enginevenv, "_check", lambda python, log: ("torch==2.13.0+cpu",))
     build_engine_venv(pins)
-    assert [argv[1:3] for argv in steps.argvs[1:]] == [["-m", "pip"], ["-m", "pip"]]
+    assert [argv[1:4] for argv in steps.argvs[1:]] == [["-P", "-m", "pip"], ["-P", "-m", "pip"]]
     assert steps.argvs[2][-2:] == ["-r", str(pins)]

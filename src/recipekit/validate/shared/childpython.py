@@ -21,14 +21,16 @@ _RUN_MODULE = (
 )
 
 
-def python_argv(*args: str) -> list[str]:
-    """This interpreter with ``args`` (``"-m", module, ...`` or ``"-c", code, ...``), the cwd off its path."""
+def python_argv(*args: str, python: str | os.PathLike[str] = sys.executable) -> list[str]:
+    """This interpreter (or ``python``, a venv of this same Python) with ``args`` (``"-m", module, ...`` or ``"-c",
+    code, ...``), the cwd off its path."""
+    interpreter = os.fspath(python)
     if sys.version_info >= (3, 11):
-        return [sys.executable, "-P", *args]
+        return [interpreter, "-P", *args]
     if args[:1] == ("-m",):  # pragma: no cover - Python 3.10 only
-        return [sys.executable, "-c", _RUN_MODULE, *args[1:]]
+        return [interpreter, "-c", _RUN_MODULE, *args[1:]]
     if args[:1] == ("-c",):  # pragma: no cover - Python 3.10 only
-        return [sys.executable, "-c", _DROP_CWD + "\n" + args[1], *args[2:]]
+        return [interpreter, "-c", _DROP_CWD + "\n" + args[1], *args[2:]]
     raise ValueError(f"python_argv takes -m MODULE or -c CODE, not {args[:1]}")  # pragma: no cover
 
 

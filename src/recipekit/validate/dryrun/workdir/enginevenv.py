@@ -34,7 +34,8 @@ from typing import TextIO
 from recipekit.base.paths import IMAGES_DIR, cache_dir
 from recipekit.validate.dryrun.options import DryRunUsageError
 from recipekit.validate.dryrun.workdir.locks import FileLock
-from recipekit.validate.static.image.pypi import uv_binary
+from recipekit.validate.shared.childpython import python_argv, safe_env
+from recipekit.validate.static.image.pypi import uv_binary, uv_cache, uv_environ
 
 #: The engine's pins, one file for the dry run and the images.
 PINS_FILE = IMAGES_DIR / "engines" / "megatron-bridge.txt"
@@ -134,12 +135,12 @@ def _build(directory: Path, pins: Path, progress: Callable[[str], None], deadlin
     lines = pinned(pins)
     progress(f"building the Megatron engine's venv in {directory} ({len(lines)} pinned packages, once per machine)")
     python = directory / "bin" / "python"
-    pip = [str(python), "-m", "pip", "install", "--no-deps", "--no-input"]
+    pip = python_argv("-m", "pip", "install", "--no-deps", "--no-input", python=python)
     with log.open("w", encoding="utf-8") as out:
-        _step([sys.executable, "-m", "venv", str(directory)], out, log, deadline)
+        _step(python_argv("-m", "venv", str(directory)), out, log, deadline)
         _step([*pip, f"torch=={TORCH}"], out, log, deadline)
         uv = uv_binary()
-        if uv is None or not _step(_uv_install(uv, python, pins), out, log, deadline, may_fail=True):
+        if uv is None or not _step(_uv_install(uv, python, pins), out, log, deadline, env=uv_environ(), may_fail=True):
             _step([*pip, "-r", str(pins)], out, log, deadline)
     installed = _check(python, log)
     (directory / MARKER).write_text(json.dumps({"pins": lines, "installed": list(installed)}, indent=1) + "\n")
@@ -148,17 +149,28 @@ def _build(directory: Path, pins: Path, progress: Callable[[str], None], deadlin
 
 def _uv_install(uv: str, python: Path, pins: Path) -> list[str]:
     """uv's install of every pin into ``python``'s venv: the torch pip installed first satisfies its pin and stays."""
-    into = ["--python", str(python), "--no-deps", "--compile-bytecode", "--cache-dir", str(cache_dir("uv"))]
+    into = ["--python", str(python), "--no-deps", "--compile-bytecode", "--cache-dir", str(uv_cache())]
     return [uv, "pip", "install", *into, "-r", str(pins)]
 
 
-def _step(argv: list[str], out: TextIO, log: Path, deadline: float, *, may_fail: bool = False) -> bool:
-    """Run one build step with its output in the log; whether it passed (a failure raises unless ``may_fail``)."""
+def _step(
+    argv: list[str],
+    out: TextIO,
+    log: Path,
+    deadline: float,
+    *,
+    env: dict[str, str] | None = None,
+    may_fail: bool = False,
+) -> bool:
+    """Run one build step with its output in the log, the cwd off every Python's path (``env``: the step's own, else
+    :func:`safe_env`); whether it passed (a failure raises unless ``may_fail``)."""
     out.write("$ " + " ".join(argv) + "\n")
     out.flush()
     left = max(1.0, deadline - time.monotonic())
     try:
-        done = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, timeout=left, check=False)
+        done = subprocess.run(
+            argv, stdout=out, stderr=subprocess.STDOUT, timeout=left, check=False, env=env or safe_env()
+        )
     except subprocess.TimeoutExpired:
         raise EngineVenvError(f"building the engine venv timed out (log: {log})") from None
     if done.returncode != 0 and not may_fail:
@@ -178,7 +190,14 @@ print(json.dumps(sorted(d.metadata["Name"] + "==" + d.version for d in distribut
 
 
 def _check(python: Path, log: Path) -> tuple[str, ...]:
-    done = subprocess.run([str(python), "-c", _CHECK], capture_output=True, text=True, timeout=600, check=False)
+    done = subprocess.run(
+        python_argv("-c", _CHECK, python=python),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+        env=safe_env(),
+    )
     with log.open("a", encoding="utf-8") as out:
         out.write(done.stdout + done.stderr)
     if done.returncode != 0:

@@ -61,6 +61,17 @@ def uv_binary() -> str | None:
         return str(beside) if beside.is_file() else shutil.which("uv")
 
 
+def uv_cache() -> Path:
+    """recipekit's own cache for uv (the resolver's and the engine venv's downloads)."""
+    return cache_dir("uv")
+
+
+def uv_environ() -> dict[str, str]:
+    """The environment recipekit runs uv in: no ``uv.toml`` or ``[tool.uv]`` of the cwd or a directory above it (a
+    team tree above the cwd is untrusted: its index would serve the packages), no Python downloaded, no colour."""
+    return {**safe_env(), "UV_PYTHON_DOWNLOADS": "never", "UV_NO_CONFIG": "1", "NO_COLOR": "1"}
+
+
 def reachable(url: str, timeout: float = 3.0) -> str | None:
     """None when ``url``'s host accepts a connection, else why not (a file:// index is always reachable)."""
     parsed = urlparse(url)
@@ -125,12 +136,12 @@ def resolve(
             uv, "pip", "compile", "requirements.in", "--constraint", "constraints.txt", "--override", "overrides.txt",
             "--python-version", python, "--python-platform", platform, "--python", sys.executable,
             "--index-url", index_url, "--no-header", "--no-annotate", "--quiet",
-            "--cache-dir", str(cache_dir("uv")),
+            "--cache-dir", str(uv_cache()),
         ]  # fmt: skip
         for extra in extra_index_urls:
             command += ["--extra-index-url", extra]
         command += ["--no-deps"] * no_deps
-        env = {**os.environ, "UV_PYTHON_DOWNLOADS": "never", "UV_NO_CONFIG": "1", "NO_COLOR": "1"}
+        env = uv_environ()
         try:
             proc = subprocess.run(command, cwd=tmp, capture_output=True, text=True, timeout=timeout, env=env)
         except subprocess.TimeoutExpired:
