@@ -62,9 +62,8 @@ def node_local_dir(work: WorkCopy, index: int) -> Path:
     return work.root / "hot" / f"node-{index}"
 
 
-#: The first pod's loopback address (Volcano's host list, :func:`pod_hosts`), and the rendezvous pod's (an elastic
-#: Job's rendezvous task): past every worker pod's.
-MASTER, RENDEZVOUS_HOST = "127.0.0.1", "127.0.0.254"
+#: The rendezvous pod's loopback address (an elastic Job's rendezvous task): past every worker pod's.
+RENDEZVOUS_HOST = "127.0.0.254"
 
 
 def pod_hosts(pods: int) -> list[str]:
@@ -306,9 +305,9 @@ class DryRun:
         for pod in self.pods:
             attempt.log_offsets[pod.index] = pod.log_size()
             self._start(pod, f"{header}, master port {port}")
-        meeting = (
-            f"and the rendezvous pod ({RENDEZVOUS_HOST}:{port})" if self.rendezvous else f"(master {MASTER}:{port})"
-        )
+        meeting = f"(master {pod_hosts(1)[0]}:{port})"  # the first pod's address is the master's
+        if self.rendezvous is not None:
+            meeting = f"and the rendezvous pod ({RENDEZVOUS_HOST}:{port})"
         self.progress(
             f"attempt {attempt.number}: {len(self.pods)} pod(s) {meeting} running the launcher; "
             f"logs in {self.work.logs}"
